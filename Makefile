@@ -1,0 +1,27 @@
+# The two commands of the README: `make run` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8501
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint format bench-throughput
+
+setup:
+	bash scripts/setup.sh
+
+run: setup
+	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+
+test:
+	bash scripts/setup.sh --browser
+	$(PY) -m ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint:
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format:
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .

@@ -1,0 +1,12 @@
+"""Batch Studio: the Streamlit entry point (``streamlit run app.py``)."""
+
+import streamlit as st
+
+st.set_page_config(page_title="Batch Studio", page_icon=":material/stacks:", layout="wide")
+
+pages = [
+    st.Page("pages/upload.py", title="Upload & check", icon=":material/upload_file:", default=True),
+    st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
+    st.Page("pages/results.py", title="Results", icon=":material/table_view:"),
+]
+st.navigation(pages).run()

