@@ -166,6 +166,8 @@ class Engine:
         """
         if not requests:
             return []
+        from vllm.exceptions import VLLMClientError
+
         try:
             params = [self._sampling_params(r) for r in requests]
             outputs = self.llm.chat([r.messages for r in requests], params, use_tqdm=False)
@@ -173,7 +175,7 @@ class Engine:
                 _completion(o, r.sampling.get("logprobs") or 0)
                 for o, r in zip(outputs, requests, strict=True)
             ]
-        except (ValueError, TypeError) as exc:
+        except (VLLMClientError, ValueError, TypeError) as exc:  # the request's fault
             if len(requests) == 1:
                 return [EngineRequestError(str(exc))]
         # One bad request rejects the whole call: run the rest one by one to isolate it.

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from core.checks import scan
 from core.engine import Engine, EngineLoadError, EngineRequestError
-from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobStatus, now_iso
-from core.output_file import OutputWriter, finished_custom_ids
+from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
+from core.output_file import OutputWriter, read_lines, repair_torn_tail
 from core.outputs import Completion, error_line, success_line
 from core.requests import EngineRequest
 
@@ -45,7 +45,10 @@ class StatusKeeper:
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     def start(self, **changes: object) -> None:
-        self.update(pid=os.getpid(), started_at=now_iso(), error=None, finished_at=None, **changes)
+        """Marks the job as taken by this process, with counts reset to zero."""
+        fresh = JobStatus(first_result_seconds=self.status.first_result_seconds)
+        self.status = fresh
+        self.update(pid=os.getpid(), started_at=now_iso(), **changes)
         self._thread.start()
 
     def update(self, **changes: object) -> None:
@@ -67,9 +70,11 @@ class StatusKeeper:
                     s.completion_tokens += usage["completion_tokens"]
                 else:
                     s.failed += 1
-            if s.first_result_seconds is None and lines:
-                s.first_result_seconds = round(time.monotonic() - self._started, 2)
             self._write()
+
+    def first_result(self) -> None:
+        if self.status.first_result_seconds is None:
+            self.update(first_result_seconds=round(time.monotonic() - self._started, 2))
 
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
         self._stop.set()
@@ -103,7 +108,9 @@ def run_job(job: JobFolder) -> JobStatus:
     """Runs every request of the job that has no result line yet; returns the final status."""
     spec = job.read_spec()
     keeper = StatusKeeper(job)
-    done = finished_custom_ids(job.output)
+    repair_torn_tail(job.output)
+    written = list(read_lines(job.output))
+    done = {line["custom_id"] for line in written}
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     seen: set[str] = set()
@@ -124,37 +131,43 @@ def run_job(job: JobFolder) -> JobStatus:
                 error_line(custom_id, "invalid_request", f"line {checked.line_no}: {errors}")
             )
 
-    keeper.start(state="loading", total=total, done=len(done), message="loading the model")
-    with OutputWriter(job.output) as writer:
-        writer.write(invalid)
-        keeper.count(invalid)
-        if not pending:
-            keeper.finish("completed", "nothing left to run")
-            return keeper.status
-        try:
-            engine = Engine(spec.engine_config)
-        except EngineLoadError as exc:
-            keeper.finish("failed", "the model could not be loaded", error=str(exc))
-            return keeper.status
-        keeper.update(
-            state="running",
-            model_load_seconds=round(engine.load_seconds, 2),
-            message=f"running {len(pending)} requests on {spec.engine_config.model_name}",
-        )
-        model = spec.engine_config.model_name
-        try:
-            for chunk in _chunks(pending, spec.chunk_size):
-                results = engine.run(chunk)
-                lines = [_result_line(r, model, res) for r, res in zip(chunk, results, strict=True)]
-                writer.write(lines)
-                keeper.count(lines)
-        except Cancelled:
-            keeper.finish("cancelled", "cancelled; finished results are kept")
-            return keeper.status
-    keeper.finish(
-        "completed", f"{keeper.status.succeeded} succeeded, {keeper.status.failed} failed"
-    )
+    keeper.start(state="loading", total=total, message="loading the model")
+    keeper.count(written)  # counts come from the file, whatever the last status said
+    try:
+        with OutputWriter(job.output) as writer:
+            writer.write(invalid)
+            keeper.count(invalid)
+            if pending:
+                _run_pending(spec, pending, writer, keeper)
+    except Cancelled:
+        keeper.finish("cancelled", "cancelled; finished results are kept")
+    except EngineLoadError as exc:
+        keeper.finish("failed", "the model could not be loaded", error=str(exc))
+    except Exception as exc:  # the job fails with the reason; results written stay
+        log.exception("job %s failed", job.job_id)
+        keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
+    else:
+        s = keeper.status
+        keeper.finish("completed", f"{s.succeeded} succeeded, {s.failed} failed")
     return keeper.status
+
+
+def _run_pending(
+    spec: JobSpec, pending: list[EngineRequest], writer: OutputWriter, keeper: StatusKeeper
+) -> None:
+    engine = Engine(spec.engine_config)
+    model = spec.engine_config.model_name
+    keeper.update(
+        state="running",
+        model_load_seconds=round(engine.load_seconds, 2),
+        message=f"running {len(pending)} requests on {model}",
+    )
+    for chunk in _chunks(pending, spec.chunk_size):
+        results = engine.run(chunk)
+        lines = [_result_line(r, model, res) for r, res in zip(chunk, results, strict=True)]
+        writer.write(lines)
+        keeper.first_result()
+        keeper.count(lines)
 
 
 def _raise_cancelled(signum: int, _frame: object) -> None:
@@ -171,14 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, _raise_cancelled)
     signal.signal(signal.SIGINT, _raise_cancelled)
-    job = JobFolder(Path(argv[0]))
-    try:
-        status = run_job(job)
-    except Exception as exc:  # the job fails with the reason; results written stay
-        log.exception("job %s failed", job.job_id)
-        status = job.read_status()
-        status.state, status.error, status.finished_at = "failed", repr(exc), now_iso()
-        job.write_status(status)
+    status = run_job(JobFolder(Path(argv[0])))
     return 0 if status.state == "completed" else 1
 
 

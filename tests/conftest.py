@@ -1,0 +1,40 @@
+"""Shared fixtures: a private data folder per test and the prepared default model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.config import REPO_ROOT
+
+
+@pytest.fixture
+def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ``BATCH_STUDIO_HOME`` for this test (and the processes it starts)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def default_model() -> Path:
+    """The built-in model's folder (converted by ``make test``'s set-up, or here)."""
+    from core.models import prepare_default_model
+
+    return prepare_default_model()
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Runs ``python -m core ARGS`` as a user would, with this test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "core", *args],
+        cwd=REPO_ROOT,
+        env=os.environ.copy(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

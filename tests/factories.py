@@ -1,0 +1,46 @@
+"""Job folders built by hand, for tests of the parts that read them (no engine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.engine import EngineConfig
+from core.jobs import JobFolder, JobStatus, create_job
+from core.output_file import OutputWriter
+from core.outputs import Choice, Completion, error_line, success_line
+
+
+def request_line(custom_id: str, prompt: str) -> str:
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
+    return json.dumps(
+        {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
+        ensure_ascii=False,
+    )
+
+
+def finished_job(tmp_path: Path, answers: dict[str, str | None]) -> JobFolder:
+    """A completed job: each id's answer, or ``None`` for a failed request."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("\n".join(request_line(cid, f"prompt {cid}") for cid in answers) + "\n")
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/tiny"))
+    lines = [
+        success_line(cid, "tiny", Completion(5, [Choice(answer, "stop", 3)]))
+        if answer is not None
+        else error_line(cid, "engine_rejected", "prompt too long")
+        for cid, answer in answers.items()
+    ]
+    with OutputWriter(job.output) as writer:
+        writer.write(lines)
+    failed = sum(a is None for a in answers.values())
+    job.write_status(
+        JobStatus(
+            state="completed",
+            total=len(answers),
+            done=len(answers),
+            succeeded=len(answers) - failed,
+            failed=failed,
+        )
+    )
+    return job

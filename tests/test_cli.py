@@ -1,0 +1,63 @@
+"""The command line's answers to bad input (no engine needed)."""
+
+import json
+
+from core.config import SAMPLE_DATA
+from tests.conftest import run_cli
+
+BROKEN = SAMPLE_DATA / "broken_batch.jsonl"
+
+
+def test_check_prints_numbered_problems_and_fails():
+    result = run_cli("check", str(BROKEN))
+    assert result.returncode == 1
+    assert "11 lines, 4 valid, 7 invalid" in result.stdout
+    assert "line 3: error: not valid JSON" in result.stdout
+    assert "line 10: error: messages[0].role is 'robot'" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_check_json_report_is_machine_readable():
+    result = run_cli("check", str(SAMPLE_DATA / "review_sentiment.jsonl"), "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0
+    assert report["ok"] is True and report["valid"] == 16
+
+
+def test_check_of_an_empty_file_says_it_is_empty(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    result = run_cli("check", str(empty))
+    assert result.returncode == 1
+    assert "file: error: the file has no request lines" in result.stdout
+
+
+def test_check_of_a_missing_file_is_a_usage_error(tmp_path):
+    result = run_cli("check", str(tmp_path / "nope.jsonl"))
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr
+
+
+def test_run_refuses_invalid_lines_unless_told_to_skip(studio_home, tmp_path):
+    result = run_cli(
+        "run", str(BROKEN), "-o", str(tmp_path / "out.jsonl"), "--model", str(tmp_path)
+    )
+    assert result.returncode == 2  # the model folder is checked first: not a model
+    assert "has no config.json" in result.stderr
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    result = run_cli("run", str(BROKEN), "-o", str(tmp_path / "out.jsonl"), "--model", str(model))
+    assert result.returncode == 1
+    assert "refused: repeated custom_ids" in result.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+    assert not (studio_home / "jobs").exists() or not any((studio_home / "jobs").iterdir())
+
+
+def test_run_without_skip_invalid_names_the_way_out(studio_home, tmp_path, default_model):
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text('{"custom_id": "a"}\n')
+    result = run_cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"))
+    assert result.returncode == 1
+    assert "line 1: error: method must be 'POST'" in result.stdout
+    assert "fix them or pass --skip-invalid" in result.stderr

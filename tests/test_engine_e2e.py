@@ -1,0 +1,116 @@
+"""The real worker on the real engine (vLLM CPU build, default model), file in, file out."""
+
+import json
+
+import pytest
+from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
+
+from core.jobs import list_jobs
+from core.store import Store
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine
+
+
+def chat(custom_id, content, **body):
+    messages = content if isinstance(content, list) else [{"role": "user", "content": content}]
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "gpt-4o-mini", "messages": messages, "temperature": 0, **body},
+        },
+        ensure_ascii=False,
+    )
+
+
+LINES = [
+    chat("en", "Name one colour.", max_tokens=6),
+    chat("zh", "用一个词回答：天空是什么颜色？", max_completion_tokens=6),
+    chat(
+        "multi",
+        [
+            {"role": "system", "content": "You answer in one word."},
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris"},
+            {"role": "user", "content": "And of Italy?"},
+        ],
+        max_tokens=4,
+        logprobs=True,
+        top_logprobs=2,
+    ),
+    chat("two", "Say hi.", max_tokens=3, n=2, temperature=0.8, seed=3),
+    chat("stream", "Hi", stream=True),
+    '{"custom_id": "torn", "method": "POST"',
+    chat("too-long", "word " * 9000, max_tokens=4),
+]
+
+
+def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, default_model):
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+
+    result = run_cli("run", str(batch), "-o", str(out), "--skip-invalid")
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "worker pid" in result.stdout
+    lines = [json.loads(raw) for raw in out.read_text(encoding="utf-8").splitlines()]
+    assert [line["custom_id"] for line in lines] == [
+        "en",
+        "zh",
+        "multi",
+        "two",
+        "stream",
+        "line-6",
+        "too-long",
+    ]
+    for line in lines:  # the format vLLM's own run_batch writes
+        BatchRequestOutput.model_validate(line)
+    by_id = {line["custom_id"]: line for line in lines}
+
+    for cid in ("en", "zh", "multi", "two"):
+        body = by_id[cid]["response"]["body"]
+        assert by_id[cid]["response"]["status_code"] == 200 and by_id[cid]["error"] is None
+        assert body["choices"][0]["message"]["content"].strip()
+        assert body["usage"]["prompt_tokens"] > 5
+        assert body["model"] == default_model.name
+    assert by_id["en"]["response"]["body"]["usage"]["completion_tokens"] <= 6
+    assert len(by_id["two"]["response"]["body"]["choices"]) == 2
+    logprobs = by_id["multi"]["response"]["body"]["choices"][0]["logprobs"]["content"]
+    assert logprobs and len(logprobs[0]["top_logprobs"]) == 2
+
+    assert by_id["stream"]["response"]["status_code"] == 400
+    assert "line 5: body.stream must be false" in by_id["stream"]["error"]["message"]
+    assert "line 6: not valid JSON" in by_id["line-6"]["error"]["message"]
+    assert by_id["too-long"]["error"]["code"] == "engine_rejected"
+    assert "maximum context length is 8192 tokens" in by_id["too-long"]["error"]["message"]
+
+    [job] = list_jobs(studio_home / "jobs")
+    status = job.read_status()
+    assert (status.state, status.succeeded, status.failed) == ("completed", 4, 3)
+    store = Store(studio_home / "studio.duckdb")
+    assert store.ingest(job) == 7
+    rows = store.results(job.job_id).set_index("custom_id")
+    assert rows.loc["zh", "prompt"] == "用一个词回答：天空是什么颜色？"
+    assert (
+        rows.loc["en", "answer"]
+        == by_id["en"]["response"]["body"]["choices"][0]["message"]["content"]
+    )
+
+
+def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_home, tmp_path):
+    model = tmp_path / "broken-model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text(chat("a", "Hi", max_tokens=2) + "\n")
+
+    result = run_cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"), "--model", str(model))
+
+    assert result.returncode == 3
+    assert "vLLM could not load" in result.stderr
+    [job] = list_jobs(studio_home / "jobs")
+    assert job.read_status().state == "failed"
+    assert "vLLM could not load" in job.read_status().error

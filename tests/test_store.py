@@ -1,0 +1,54 @@
+"""The DuckDB index: migrations and idempotent ingest from job folders."""
+
+from core.store import MIGRATIONS, Store
+from tests.factories import finished_job
+
+
+def test_migrations_run_once_and_record_their_version(tmp_path):
+    db = tmp_path / "studio.duckdb"
+    Store(db).close()
+    store = Store(db)  # a second start applies nothing again
+    assert store.schema_version == len(MIGRATIONS)
+
+
+def test_ingest_brings_results_with_their_prompts(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": None, "c": "<b>bold</b>"})
+    store = Store(tmp_path / "studio.duckdb")
+    assert store.ingest(job) == 3
+    rows = store.results(job.job_id).set_index("custom_id")
+    assert rows.loc["a", "answer"] == "yes" and rows.loc["a", "prompt"] == "prompt a"
+    assert rows.loc["b", "status"] == "failed"
+    assert rows.loc["b", "error_message"] == "prompt too long"
+    assert rows.loc["c", "answer"] == "<b>bold</b>"
+    job_row = store.jobs().set_index("job_id").loc[job.job_id]
+    assert (job_row["state"], job_row["succeeded"], job_row["failed"]) == ("completed", 2, 1)
+
+
+def test_ingesting_twice_changes_nothing(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": "no"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    assert store.ingest(job) == 0
+    assert store.count_results(job.job_id) == 2
+
+
+def test_only_new_complete_lines_are_read_and_a_torn_tail_waits(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    extra = finished_job(tmp_path / "other", {"b": "later"}).output.read_bytes()
+    with job.output.open("ab") as handle:
+        handle.write(extra + b'{"custom_id": "c", "torn')
+    assert store.ingest(job) == 1
+    assert store.count_results(job.job_id) == 2
+
+
+def test_a_deleted_database_is_rebuilt_from_the_job_folders(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": "no"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest_all(tmp_path / "jobs")
+    store.close()
+    (tmp_path / "studio.duckdb").unlink()
+    rebuilt = Store(tmp_path / "studio.duckdb")
+    assert rebuilt.ingest_all(tmp_path / "jobs") == 2
+    assert list(rebuilt.results(job.job_id)["custom_id"]) == ["a", "b"]
