@@ -82,7 +82,7 @@ def test_multi_turn_and_text_parts_become_plain_text():
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
             "'image_url' part; the model reads text only",
         ),
-        ({"messages": USER + [{"role": "assistant", "content": "x"}]}, "ends with an assistant"),
+        ({"messages": [*USER, {"role": "assistant", "content": "x"}]}, "ends with an assistant"),
     ],
 )
 def test_bad_bodies_name_the_field_and_the_fix(body, expected):
