@@ -36,7 +36,7 @@ if row["error"]:
 
 results = db.results(job_id)
 st.caption(f"{db.count_results(job_id)} results (first {len(results)} shown)")
-st.dataframe(results, hide_index=True, use_container_width=True)
+st.dataframe(results, hide_index=True, width="stretch")
 
 job = JobFolder(paths().jobs / job_id)
 if job.output.exists():

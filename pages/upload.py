@@ -20,6 +20,7 @@ st.caption(
 
 source = st.radio("Batch file", ["Upload a file", "Use a sample"], horizontal=True, key="source")
 path: Path | None = None
+display_name = ""
 if source == "Upload a file":
     uploaded = st.file_uploader("OpenAI batch JSONL", type=["jsonl", "json", "txt"])
     if uploaded is not None:
@@ -29,10 +30,12 @@ if source == "Upload a file":
                 save_upload(paths().uploads, uploaded.name, uploaded.getvalue())
             )
         path = Path(saved[uploaded.file_id])
+        display_name = uploaded.name
 else:
     samples = sorted(p.name for p in SAMPLE_DATA.glob("*.jsonl"))
     name = st.selectbox("Sample batch", samples, key="sample_name")
     path = SAMPLE_DATA / name if name else None
+    display_name = name or ""
 
 if path is None:
     st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
@@ -60,7 +63,7 @@ if report.problems:
             ]
         ),
         hide_index=True,
-        use_container_width=True,
+        width="stretch",
     )
 
 if report.ok:
@@ -75,7 +78,7 @@ else:
 
 if report.valid:
     st.session_state["batch_file"] = str(path)
-    st.session_state["batch_name"] = path.name
+    st.session_state["batch_name"] = display_name
     st.page_link("pages/run.py", label="Continue to Run", icon=":material/arrow_forward:")
 else:
     st.session_state.pop("batch_file", None)

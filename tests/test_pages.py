@@ -1,0 +1,175 @@
+"""The three pages, driven headless by Streamlit's ``AppTest`` (no browser, no worker).
+
+Each test opens ``app.py`` and switches to one page file: this Streamlit's ``AppTest`` runs
+``st.navigation``, so the pages' ``st.page_link`` calls resolve as they do in the real app
+(a page file opened on its own raises ``StreamlitPageNotFoundError`` at its first link).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
+from core.engine import EngineConfig
+from core.jobs import JobFolder, JobStatus, create_job
+from core.outputs import Choice, Completion, error_line, success_line
+
+APP = REPO_ROOT / "app.py"
+TIMEOUT = 60
+
+
+@pytest.fixture(autouse=True)
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private ``BATCH_STUDIO_HOME`` per test, and no DuckDB store left over from another."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
+    st.cache_resource.clear()
+    yield home
+    st.cache_resource.clear()
+
+
+def open_page(page: str, **state: object) -> AppTest:
+    """Runs the app, puts ``state`` into the session, then runs ``pages/<page>``."""
+    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.switch_page(f"pages/{page}").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def pick_sample(at: AppTest, name: str) -> AppTest:
+    """Chooses "Use a sample" and then the sample file ``name``."""
+    at.radio(key="source").set_value("Use a sample").run()
+    at.selectbox(key="sample_name").set_value(name).run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def page_link_labels(at: AppTest) -> list[str]:
+    """The labels of the page links on screen."""
+    return [link.value for link in at.page_link]
+
+
+# -- Upload & check -----------------------------------------------------------------------
+
+
+def test_upload_page_asks_for_a_file_first() -> None:
+    at = open_page("upload.py")
+    assert [t.value for t in at.title] == ["Upload & check"]
+    assert "Upload a batch JSONL file" in at.info[0].value
+    assert "batch_file" not in at.session_state
+
+
+def test_broken_sample_shows_counts_and_the_lines_with_problems() -> None:
+    at = pick_sample(open_page("upload.py"), "broken_batch.jsonl")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Lines"] == "11"
+    assert metrics["Valid"] == "4"
+    assert metrics["Invalid"] == "7"
+    problems = at.dataframe[0].value
+    assert {3, 10} <= set(problems["line"])
+    assert set(problems["severity"]) >= {"error"}
+    assert "7 of 11 lines are invalid" in at.warning[0].value
+    assert not at.success
+
+
+def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    assert at.success[0].value == "All 16 lines are valid."
+    assert at.session_state["batch_file"] == str(SAMPLE_DATA / "review_sentiment.jsonl")
+    assert at.session_state["batch_name"] == "review_sentiment.jsonl"
+    assert not at.dataframe  # no problems table for a clean file
+    assert "Continue to Run" in page_link_labels(at)
+
+
+# -- Run ----------------------------------------------------------------------------------
+
+
+def test_run_page_without_a_checked_file_points_back_to_upload() -> None:
+    at = open_page("run.py")
+    assert [t.value for t in at.title] == ["Run"]
+    assert at.info[0].value == "Check a batch file first; then come back here to run it."
+    assert not at.button
+    assert "Upload & check" in page_link_labels(at)
+
+
+def test_run_page_offers_the_model_and_the_start_button() -> None:
+    batch = SAMPLE_DATA / "review_sentiment.jsonl"
+    at = open_page("run.py", batch_file=str(batch), batch_name=batch.name)
+    assert "**review_sentiment.jsonl**: 16 valid of 16 lines" in [m.value for m in at.markdown]
+    model = at.selectbox(key="model_choice")
+    assert model.label == "Model"
+    assert model.value == str(default_model_dir())
+    assert model.options[-1] == "Another folder…"
+    start = at.button[0]
+    assert start.label == "Start run"
+    assert not start.disabled
+    assert not at.progress  # nothing started yet
+
+
+def test_run_page_holds_back_a_file_with_invalid_lines_until_told_to_skip_them() -> None:
+    at = open_page("run.py", batch_file=str(SAMPLE_DATA / "broken_batch.jsonl"))
+    assert at.button[0].disabled
+    skip = at.checkbox(key="skip_invalid")
+    assert "the 7 invalid ones get an error result" in skip.label
+    skip.check().run()
+    assert not at.button[0].disabled
+
+
+# -- Results ------------------------------------------------------------------------------
+
+
+def test_results_page_with_no_jobs_says_so() -> None:
+    at = open_page("results.py")
+    assert [t.value for t in at.title] == ["Results"]
+    assert at.info[0].value == "No jobs yet. Check a batch file and start a run first."
+    assert not at.dataframe
+    assert not at.download_button
+
+
+def make_finished_job(data_home: Path) -> JobFolder:
+    """A completed two-request job folder, as a worker would leave it: one answer, one error."""
+    batch = data_home.parent / "two.jsonl"
+    requests = [
+        {
+            "custom_id": cid,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": "m", "messages": [{"role": "user", "content": prompt}]},
+        }
+        for cid, prompt in [("sky-1", "What colour is the sky?"), ("long-2", "Too long")]
+    ]
+    batch.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
+    job = create_job(batch, data_home / "jobs", EngineConfig(model="/nonexistent"))
+    lines = [
+        success_line("sky-1", "nonexistent", Completion(7, [Choice("Blue.", "stop", 2)])),
+        error_line("long-2", "engine_rejected", "the prompt is longer than the model allows"),
+    ]
+    job.output.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    job.write_status(
+        JobStatus(state="completed", total=2, done=2, succeeded=1, failed=1, completion_tokens=2)
+    )
+    return job
+
+
+def test_results_page_shows_a_finished_job(data_home: Path) -> None:
+    job = make_finished_job(data_home)
+    at = open_page("results.py")
+    assert at.selectbox[0].value == job.job_id
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"State": "completed", "Requests": "2", "Succeeded": "1", "Failed": "1"}
+    assert at.caption[0].value == "2 results (first 2 shown)"
+    table = at.dataframe[0].value.set_index("custom_id")
+    assert list(table.index) == ["sky-1", "long-2"]
+    assert table.loc["sky-1", "answer"] == "Blue."
+    assert table.loc["sky-1", "prompt"] == "What colour is the sky?"
+    assert table.loc["long-2", "status"] == "failed"
+    assert table.loc["long-2", "error_message"] == "the prompt is longer than the model allows"
+    assert [b.label for b in at.download_button] == ["Download output JSONL"]
