@@ -12,6 +12,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,61 @@ MIGRATIONS: list[str] = [
         output_offset BIGINT
     );
     """,
+    # Results that analysts judge: request metadata, answer times, samples and labels.
+    # Re-ingesting fills the new columns for jobs ingested before (ingest is idempotent).
+    """
+    ALTER TABLE requests ADD COLUMN metadata JSON;
+    ALTER TABLE requests ADD COLUMN prompt_version VARCHAR;
+    ALTER TABLE requests ADD COLUMN params JSON;
+    ALTER TABLE results ADD COLUMN model VARCHAR;
+    ALTER TABLE results ADD COLUMN created_at TIMESTAMPTZ;
+    -- copied from the request at ingest so that browsing a million rows needs no join
+    ALTER TABLE results ADD COLUMN line_no INTEGER;
+    ALTER TABLE results ADD COLUMN prompt VARCHAR;
+    ALTER TABLE results ADD COLUMN prompt_version VARCHAR;
+    ALTER TABLE results ADD COLUMN metadata JSON;
+    UPDATE ingest_state SET requests_loaded = false, output_offset = 0;
+    CREATE TABLE samples (
+        sample_id VARCHAR PRIMARY KEY,
+        name VARCHAR,
+        created_at TIMESTAMPTZ DEFAULT now(),
+        definition JSON,
+        size INTEGER
+    );
+    CREATE TABLE sample_items (
+        sample_id VARCHAR,
+        position INTEGER,
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        stratum VARCHAR,
+        PRIMARY KEY (sample_id, position)
+    );
+    CREATE TABLE reviews (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        reviewer VARCHAR,
+        verdict VARCHAR,
+        score INTEGER,
+        tags VARCHAR[],
+        comment VARCHAR,
+        corrected_answer VARCHAR,
+        sample_id VARCHAR,
+        updated_at TIMESTAMPTZ DEFAULT now(),
+        PRIMARY KEY (job_id, custom_id, reviewer)
+    );
+    CREATE TABLE preferences (
+        comparison VARCHAR,
+        key VARCHAR,
+        reviewer VARCHAR,
+        job_a VARCHAR,
+        custom_id_a VARCHAR,
+        job_b VARCHAR,
+        custom_id_b VARCHAR,
+        choice VARCHAR,
+        updated_at TIMESTAMPTZ DEFAULT now(),
+        PRIMARY KEY (comparison, key, reviewer)
+    );
+    """,
 ]
 
 
@@ -90,6 +146,40 @@ def _result_row(job_id: str, line: dict[str, Any]) -> dict[str, Any]:
         "error_code": error.get("code"),
         "error_message": error.get("message"),
         "raw": json.dumps(line, ensure_ascii=False),
+        "model": body.get("model"),
+        "created_at": _timestamp(body.get("created")),
+    }
+
+
+def _timestamp(created: Any) -> datetime | None:
+    """The answer's ``created`` (Unix seconds) as a UTC time; None for failures."""
+    if isinstance(created, int | float) and not isinstance(created, bool):
+        return datetime.fromtimestamp(created, UTC)
+    return None
+
+
+def _bodies(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yields ``(line_no, body)`` for lines whose body is an object, numbered like ``scan``."""
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                body = json.loads(raw.removeprefix(b"\xef\xbb\xbf")).get("body")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(body, dict):
+                yield line_no, body
+
+
+def _request_extras(body: dict[str, Any] | None) -> dict[str, Any]:
+    """Metadata, prompt version and the parameters a body asked for (messages left out)."""
+    body = body or {}
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else None
+    version = (metadata or {}).get("prompt_version")
+    params = {k: v for k, v in body.items() if k not in ("messages", "metadata")}
+    return {
+        "metadata": json.dumps(metadata, ensure_ascii=False) if metadata else None,
+        "prompt_version": None if version is None else str(version),
+        "params": json.dumps(params, ensure_ascii=False, default=str),
     }
 
 
@@ -181,11 +271,15 @@ class Store:
     def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:
         rows = []
         seen = set()
+        bodies = _bodies(job.input)
+        body_line, body = 0, None
         for checked in scan(job.input):
             cid = checked.custom_id or f"line-{checked.line_no}"
             if cid in seen:
                 continue
             seen.add(cid)
+            while body_line < checked.line_no:  # both walk the file in order
+                body_line, body = next(bodies, (checked.line_no + 1, None))
             messages = checked.request.messages if checked.request else []
             users = [m["content"] for m in messages if m["role"] == "user"]
             rows.append(
@@ -196,11 +290,12 @@ class Store:
                     "model": checked.request.model if checked.request else None,
                     "prompt": users[-1] if users else None,
                     "messages": json.dumps(messages, ensure_ascii=False),
+                    **_request_extras(body if body_line == checked.line_no else None),
                 }
             )
         if rows:
             frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
-            cur.execute("INSERT OR REPLACE INTO requests SELECT * FROM frame")
+            cur.execute("INSERT OR REPLACE INTO requests BY NAME SELECT * FROM frame")
 
     def _load_results(
         self, cur: duckdb.DuckDBPyConnection, job: JobFolder, offset: int
@@ -217,7 +312,14 @@ class Store:
         rows = [_result_row(job.job_id, json.loads(raw)) for raw in complete.splitlines() if raw]
         if rows:
             frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
-            cur.execute("INSERT OR REPLACE INTO results SELECT * FROM frame")
+            # Request fields ride along (failures get the job's model) so reads need no join.
+            cur.execute(
+                "INSERT OR REPLACE INTO results BY NAME "
+                "SELECT f.* EXCLUDE (model), coalesce(f.model, j.model) AS model, "
+                "q.line_no, q.prompt, q.prompt_version, q.metadata FROM frame f "
+                "LEFT JOIN requests q ON q.job_id = f.job_id AND q.custom_id = f.custom_id "
+                "LEFT JOIN jobs j ON j.job_id = f.job_id"
+            )
         return len(rows), offset + len(complete)
 
     # -- queries --------------------------------------------------------------------------

@@ -1,0 +1,229 @@
+"""Comparing two sets of answers to the same prompts: two jobs, or two slices of one job.
+
+Each side is a job, optionally narrowed to one value of a field (the model, the prompt
+version or a metadata key). Items pair on ``custom_id`` or, within one job (where ids are
+unique), on a metadata key such as ``item_id``. A word-level diff, length and token deltas,
+and a preference label (A / B / tie) per pair with a tally.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from core.results import execute, query
+from core.store import Store
+
+CHOICES = ("A", "B", "tie")
+SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"
+
+
+class CompareError(ValueError):
+    """A comparison that cannot be made; the message says why."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: a job, optionally one value of a field within it."""
+
+    job_id: str
+    field: str | None = None
+    value: str | None = None
+
+    def label(self) -> str:
+        return self.job_id + (f" [{self.field}={self.value}]" if self.field else "")
+
+
+def _field_sql(field: str, params: list[Any]) -> str:
+    if field.startswith("metadata:"):
+        params.append(field.removeprefix("metadata:"))
+        return "(r.metadata ->> ?)"
+    if field not in SPLIT_FIELDS:
+        raise CompareError(f"cannot split by {field!r}")
+    return f"r.{field}"
+
+
+def _side_sql(side: Side, key: str, params: list[Any]) -> str:
+    key_params: list[Any] = []
+    key_sql = "r.custom_id" if key == "custom_id" else _field_sql(key, key_params)
+    params.extend(key_params)
+    params.append(side.job_id)
+    where = "r.job_id = ?"
+    if side.field:
+        where += f" AND {_field_sql(side.field, params)} = ?"
+        params.append(str(side.value))
+    params.extend(key_params)  # the key appears again in the WHERE clause
+    return f"""
+        SELECT {key_sql} AS key, r.job_id, r.custom_id, r.status, r.answer, r.finish_reason,
+               r.prompt, r.prompt_tokens, r.completion_tokens, r.model
+        FROM results r WHERE {where} AND {key_sql} IS NOT NULL
+    """
+
+
+def comparison_id(a: Side, b: Side, key: str) -> str:
+    """A stable id for a pair of sides, under which preferences are kept."""
+    text = json.dumps([asdict(a), asdict(b), key], sort_keys=True)
+    return "cmp_" + hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def pairs(
+    store: Store, a: Side, b: Side, key: str = "custom_id", limit: int = 5000
+) -> pd.DataFrame:
+    """The pairs present on both sides, by key, with length and token deltas (B minus A)."""
+    if a == b:
+        raise CompareError("choose two different sides")
+    params: list[Any] = []
+    sql_a = _side_sql(a, key, params)
+    sql_b = _side_sql(b, key, params)
+    frame = query(
+        store,
+        f"""
+        WITH a AS ({sql_a}), b AS ({sql_b})
+        SELECT a.key, a.custom_id AS custom_id_a, b.custom_id AS custom_id_b,
+               coalesce(a.prompt, b.prompt) AS prompt,
+               a.status AS status_a, b.status AS status_b,
+               a.answer AS answer_a, b.answer AS answer_b,
+               a.finish_reason AS finish_a, b.finish_reason AS finish_b,
+               length(b.answer) - length(a.answer) AS chars_delta,
+               b.completion_tokens - a.completion_tokens AS tokens_delta,
+               a.completion_tokens AS tokens_a, b.completion_tokens AS tokens_b
+        FROM a JOIN b USING (key)
+        ORDER BY a.key
+        LIMIT ?
+        """,
+        [*params, int(limit)],
+    )
+    return frame
+
+
+def coverage(store: Store, a: Side, b: Side, key: str = "custom_id") -> dict[str, int]:
+    """How many keys each side has, and how many pair up."""
+    params: list[Any] = []
+    sql_a = _side_sql(a, key, params)
+    sql_b = _side_sql(b, key, params)
+    row = query(
+        store,
+        f"""
+        WITH a AS ({sql_a}), b AS ({sql_b})
+        SELECT (SELECT count(DISTINCT key) FROM a) AS only_a_total,
+               (SELECT count(DISTINCT key) FROM b) AS only_b_total,
+               (SELECT count(DISTINCT key) FROM a JOIN b USING (key)) AS paired
+        """,
+        params,
+    ).iloc[0]
+    return {
+        "a": int(row["only_a_total"]),
+        "b": int(row["only_b_total"]),
+        "paired": int(row["paired"]),
+    }
+
+
+_TOKENS = re.compile(r"\s+|[^\s]+")
+
+
+def word_diff(a: str | None, b: str | None) -> list[tuple[str, str]]:
+    """The word-level diff from ``a`` to ``b`` as ``(op, text)`` with op ``=``, ``-`` or ``+``;
+    whitespace is kept so the pieces join back into either text."""
+    words_a = _TOKENS.findall(a or "")
+    words_b = _TOKENS.findall(b or "")
+    out: list[tuple[str, str]] = []
+    matcher = difflib.SequenceMatcher(a=words_a, b=words_b, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            out.append(("=", "".join(words_a[i1:i2])))
+            continue
+        if i2 > i1:
+            out.append(("-", "".join(words_a[i1:i2])))
+        if j2 > j1:
+            out.append(("+", "".join(words_b[j1:j2])))
+    return out
+
+
+def diff_text(a: str | None, b: str | None) -> str:
+    """The diff as plain text: ``[-removed-]`` and ``{+added+}`` (git's word-diff style)."""
+    parts = []
+    for op, text in word_diff(a, b):
+        parts.append(text if op == "=" else f"[-{text}-]" if op == "-" else f"{{+{text}+}}")
+    return "".join(parts)
+
+
+def similarity(a: str | None, b: str | None) -> float:
+    """Share of words the two answers have in common, in order (0 to 1)."""
+    words_a, words_b = (a or "").split(), (b or "").split()
+    if not words_a and not words_b:
+        return 1.0
+    return difflib.SequenceMatcher(a=words_a, b=words_b, autojunk=False).ratio()
+
+
+def save_preference(
+    store: Store,
+    comparison: str,
+    key: str,
+    reviewer: str,
+    choice: str,
+    pair: dict[str, Any],
+    a: Side,
+    b: Side,
+) -> None:
+    """Records which answer a reviewer prefers for one pair (replaces an earlier choice)."""
+    if not reviewer.strip():
+        raise CompareError("enter your reviewer name first")
+    if choice not in CHOICES:
+        raise CompareError(f"choice must be one of {', '.join(CHOICES)}")
+    execute(
+        store,
+        """
+        INSERT OR REPLACE INTO preferences
+            (comparison, key, reviewer, job_a, custom_id_a, job_b, custom_id_b, choice, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())
+        """,
+        [
+            comparison,
+            str(key),
+            reviewer.strip(),
+            a.job_id,
+            pair.get("custom_id_a"),
+            b.job_id,
+            pair.get("custom_id_b"),
+            choice,
+        ],
+    )
+
+
+def preference_of(store: Store, comparison: str, key: str, reviewer: str) -> str | None:
+    frame = query(
+        store,
+        "SELECT choice FROM preferences WHERE comparison = ? AND key = ? AND reviewer = ?",
+        [comparison, str(key), reviewer.strip()],
+    )
+    return None if frame.empty else str(frame["choice"].iloc[0])
+
+
+def preference_tally(store: Store, comparison: str) -> dict[str, int]:
+    """How often A, B and tie were chosen in a comparison (every reviewer)."""
+    frame = query(
+        store,
+        "SELECT choice, count(*) AS n FROM preferences WHERE comparison = ? GROUP BY choice",
+        [comparison],
+    )
+    counts = dict(zip(frame["choice"], frame["n"], strict=True))
+    return {c: int(counts.get(c, 0)) for c in CHOICES}
+
+
+def split_values(store: Store, job_id: str, field: str, limit: int = 200) -> list[str]:
+    """The values a field takes in a job (to pick a side within one job)."""
+    params: list[Any] = []
+    expr = _field_sql(field, params)
+    frame = query(
+        store,
+        f"SELECT DISTINCT {expr} AS v FROM results r WHERE r.job_id = ? AND v IS NOT NULL "
+        "ORDER BY v LIMIT ?",
+        [*params, job_id, int(limit)],
+    )
+    return [str(v) for v in frame["v"]]

@@ -1,0 +1,301 @@
+"""Reviewer labels on results: verdicts, scores, tags, comments, corrected answers.
+
+Labels live only in DuckDB (table ``reviews``, one row per result and reviewer), so they
+survive restarts and go out with every export. Pass rates come with a Wilson score
+interval; two reviewers' agreement is Cohen's kappa over the items both labelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from core.results import execute, query
+from core.store import Store
+
+VERDICTS = ("pass", "fail", "unsure")
+
+
+class ReviewError(ValueError):
+    """A label that cannot be saved; the message says why."""
+
+
+@dataclass
+class Label:
+    """One reviewer's judgement of one result."""
+
+    verdict: str
+    score: int | None = None
+    tags: tuple[str, ...] = ()
+    comment: str = ""
+    corrected_answer: str = ""
+
+
+def parse_tags(text: str) -> tuple[str, ...]:
+    """Comma-separated tags, trimmed, without blanks or repeats, in the order given."""
+    seen: dict[str, None] = {}
+    for tag in text.split(","):
+        if tag.strip():
+            seen.setdefault(tag.strip(), None)
+    return tuple(seen)
+
+
+def save_label(
+    store: Store,
+    job_id: str,
+    custom_id: str,
+    reviewer: str,
+    label: Label,
+    sample_id: str | None = None,
+) -> None:
+    """Saves (or replaces) a reviewer's label for a result."""
+    reviewer = reviewer.strip()
+    if not reviewer:
+        raise ReviewError("enter your reviewer name first")
+    if label.verdict not in VERDICTS:
+        raise ReviewError(f"verdict must be one of {', '.join(VERDICTS)}")
+    if label.score is not None and not 1 <= int(label.score) <= 5:
+        raise ReviewError("score must be between 1 and 5")
+    execute(
+        store,
+        """
+        INSERT OR REPLACE INTO reviews
+            (job_id, custom_id, reviewer, verdict, score, tags, comment, corrected_answer,
+             sample_id, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())
+        """,
+        [
+            job_id,
+            custom_id,
+            reviewer,
+            label.verdict,
+            None if label.score is None else int(label.score),
+            list(label.tags),
+            label.comment.strip() or None,
+            label.corrected_answer.strip() or None,
+            sample_id,
+        ],
+    )
+
+
+def get_label(store: Store, job_id: str, custom_id: str, reviewer: str) -> Label | None:
+    frame = query(
+        store,
+        "SELECT * FROM reviews WHERE job_id = ? AND custom_id = ? AND reviewer = ?",
+        [job_id, custom_id, reviewer.strip()],
+    )
+    if frame.empty:
+        return None
+    row = frame.iloc[0]
+    score = row["score"]
+    return Label(
+        verdict=row["verdict"],
+        score=None if pd.isna(score) else int(score),
+        tags=tuple(row["tags"]) if row["tags"] is not None else (),
+        comment=row["comment"] or "",
+        corrected_answer=row["corrected_answer"] or "",
+    )
+
+
+def reviewers(store: Store, sample_id: str | None = None) -> list[str]:
+    """Everyone who labelled (items of the sample, when given)."""
+    clause, params = _in_sample(sample_id)
+    frame = query(store, f"SELECT DISTINCT v.reviewer FROM reviews v {clause} ORDER BY 1", params)
+    return list(frame["reviewer"])
+
+
+def _in_sample(sample_id: str | None) -> tuple[str, list[Any]]:
+    """Restricts labels on ``reviews v`` to a sample's items (any reviewer's label counts,
+    wherever it was made: the label belongs to the result, not to the sample)."""
+    if sample_id is None:
+        return "", []
+    return (
+        "SEMI JOIN sample_items i ON i.job_id = v.job_id AND i.custom_id = v.custom_id "
+        "AND i.sample_id = ?",
+        [sample_id],
+    )
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval for a proportion (95% by default); (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class PassRate:
+    """Verdict counts and the pass rate over decided items (``unsure`` left out)."""
+
+    passed: int
+    failed: int
+    unsure: int
+
+    @property
+    def decided(self) -> int:
+        return self.passed + self.failed
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.decided if self.decided else None
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.passed, self.decided)
+
+    def describe(self) -> str:
+        if not self.decided:
+            return "no pass/fail verdicts yet"
+        low, high = self.interval
+        return (
+            f"{self.rate:.0%} pass ({self.passed} of {self.decided}; "
+            f"95% CI {low:.0%}–{high:.0%}); {self.unsure} unsure"
+        )
+
+
+def pass_rate(store: Store, sample_id: str | None = None, reviewer: str | None = None) -> PassRate:
+    """Counts verdicts (of one reviewer, and within a sample, when given)."""
+    clause, params = _in_sample(sample_id)
+    if reviewer:
+        clause += " WHERE v.reviewer = ?"
+        params.append(reviewer)
+    frame = query(
+        store, f"SELECT v.verdict, count(*) AS n FROM reviews v {clause} GROUP BY 1", params
+    )
+    counts = dict(zip(frame["verdict"], frame["n"], strict=True))
+    return PassRate(
+        int(counts.get("pass", 0)), int(counts.get("fail", 0)), int(counts.get("unsure", 0))
+    )
+
+
+def progress(store: Store, sample_id: str, reviewer: str) -> tuple[int, int]:
+    """(items of the sample this reviewer labelled, items in the sample)."""
+    frame = query(
+        store,
+        """
+        SELECT count(v.verdict) AS done, count(*) AS total
+        FROM sample_items i
+        LEFT JOIN reviews v ON v.job_id = i.job_id AND v.custom_id = i.custom_id
+             AND v.reviewer = ?
+        WHERE i.sample_id = ?
+        """,
+        [reviewer.strip(), sample_id],
+    )
+    return int(frame["done"].iloc[0]), int(frame["total"].iloc[0])
+
+
+def cohen_kappa(a: list[str], b: list[str]) -> float | None:
+    """Cohen's kappa of two raters' labels of the same items; None without items, 1.0 when
+    both always agree on a single category (no disagreement to correct for)."""
+    if len(a) != len(b):
+        raise ValueError("both raters must label the same items")
+    n = len(a)
+    if n == 0:
+        return None
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
+    categories = set(a) | set(b)
+    expected = sum((a.count(c) / n) * (b.count(c) / n) for c in categories)
+    if expected == 1:
+        return 1.0
+    return (observed - expected) / (1 - expected)
+
+
+@dataclass
+class Agreement:
+    """Two reviewers over the items both labelled."""
+
+    items: int
+    agreed: int
+    kappa: float | None
+    table: pd.DataFrame
+
+    @property
+    def observed(self) -> float | None:
+        return self.agreed / self.items if self.items else None
+
+
+def agreement(
+    store: Store, reviewer_a: str, reviewer_b: str, sample_id: str | None = None
+) -> Agreement:
+    """Verdict agreement between two reviewers, with a confusion table."""
+    clause, params = _in_sample(sample_id)
+    frame = query(
+        store,
+        f"""
+        SELECT v.verdict AS a, w.verdict AS b
+        FROM reviews v
+        JOIN reviews w ON w.job_id = v.job_id AND w.custom_id = v.custom_id
+             AND w.reviewer = ?
+        {clause}
+        {"AND" if clause else "WHERE"} v.reviewer = ?
+        """,
+        [reviewer_b, *params, reviewer_a],
+    )
+    a, b = list(frame["a"]), list(frame["b"])
+    table = (
+        pd.crosstab(frame["a"], frame["b"]).rename_axis(index=reviewer_a, columns=reviewer_b)
+        if len(frame)
+        else pd.DataFrame()
+    )
+    return Agreement(
+        items=len(a),
+        agreed=sum(x == y for x, y in zip(a, b, strict=True)),
+        kappa=cohen_kappa(a, b),
+        table=table,
+    )
+
+
+def labels(store: Store, sample_id: str | None = None) -> pd.DataFrame:
+    """All labels (of a sample's items, when given) with the labelled result's answer."""
+    clause, params = _in_sample(sample_id)
+    return query(
+        store,
+        f"""
+        SELECT v.job_id, v.custom_id, v.reviewer, v.verdict, v.score,
+               array_to_string(v.tags, ', ') AS tags, v.comment, v.corrected_answer,
+               v.updated_at
+        FROM reviews v {clause}
+        ORDER BY v.job_id, v.custom_id, v.reviewer
+        """,
+        params,
+    )
+
+
+def tally(store: Store, by: str = "job_id") -> pd.DataFrame:
+    """Verdict counts and pass rate with its 95% interval, per job, model, prompt version or
+    reviewer."""
+    groups = {
+        "job_id": "v.job_id",
+        "model": "r.model",
+        "prompt_version": "r.prompt_version",
+        "reviewer": "v.reviewer",
+    }
+    if by not in groups:
+        raise ReviewError(f"tally by one of {', '.join(groups)}")
+    frame = query(
+        store,
+        f"""
+        SELECT {groups[by]} AS {by},
+               count(*) FILTER (WHERE v.verdict = 'pass') AS passed,
+               count(*) FILTER (WHERE v.verdict = 'fail') AS failed,
+               count(*) FILTER (WHERE v.verdict = 'unsure') AS unsure,
+               avg(v.score) AS mean_score
+        FROM reviews v
+        LEFT JOIN results r ON r.job_id = v.job_id AND r.custom_id = v.custom_id
+        GROUP BY 1 ORDER BY 1
+        """,
+    )
+    rates = [
+        PassRate(int(p), int(f), int(u)) for p, f, u in frame[["passed", "failed", "unsure"]].values
+    ]
+    frame["pass_rate"] = [r.rate for r in rates]
+    frame["ci_low"] = [r.interval[0] if r.decided else None for r in rates]
+    frame["ci_high"] = [r.interval[1] if r.decided else None for r in rates]
+    return frame

@@ -1,0 +1,249 @@
+"""Samples of results to review: random with a seed, stratified, or failures first.
+
+A sample is saved with its definition (filter, method, size, seed, field) and its items, so
+reopening it shows the same items even after more results arrive. The random order is
+``md5(seed, job_id, custom_id)``: the same definition over the same results draws the same
+sample on any machine, whatever the storage order.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from core.results import FROM, ResultFilter, execute, query, where
+from core.store import Store
+
+METHODS = ("random", "stratified", "failures_first")
+# Stratify-by choices -> SQL; "metadata:<key>" is handled apart (the key is a parameter).
+STRATA: dict[str, str] = {
+    "model": "coalesce(r.model, '(none)')",
+    "finish_reason": "coalesce(r.finish_reason, '(none)')",
+    "status": "r.status",
+    "prompt_version": "coalesce(r.prompt_version, '(none)')",
+    "prompt_length": (
+        "CASE WHEN length(r.prompt) IS NULL THEN '(none)' "
+        "WHEN length(r.prompt) < 200 THEN 'a: under 200 chars' "
+        "WHEN length(r.prompt) < 1000 THEN 'b: 200-999 chars' "
+        "WHEN length(r.prompt) < 4000 THEN 'c: 1000-3999 chars' "
+        "ELSE 'd: 4000+ chars' END"
+    ),
+}
+MAX_STRATA = 200
+MAX_SIZE = 10_000
+
+
+class SampleError(ValueError):
+    """A sample definition that cannot be drawn; the message says why."""
+
+
+@dataclass
+class SampleDefinition:
+    """How a sample is drawn.
+
+    Attributes:
+        filter: the results to draw from.
+        method: ``random``, ``stratified`` or ``failures_first``.
+        size: how many items.
+        seed: the random seed (same seed, same results: same sample).
+        stratify_by: for ``stratified``: a key of :data:`STRATA` or ``metadata:<key>``.
+    """
+
+    filter: ResultFilter
+    method: str = "random"
+    size: int = 50
+    seed: int = 0
+    stratify_by: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "filter": self.filter.to_dict(),
+            "method": self.method,
+            "size": self.size,
+            "seed": self.seed,
+            "stratify_by": self.stratify_by,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SampleDefinition:
+        data = dict(data)
+        data["filter"] = ResultFilter.from_dict(data["filter"])
+        return cls(**data)
+
+
+@dataclass
+class Sample:
+    """A saved sample."""
+
+    sample_id: str
+    name: str
+    definition: SampleDefinition
+    size: int
+    created_at: Any = None
+    strata: dict[str, int] = field(default_factory=dict)
+
+
+def _stratum(stratify_by: str | None, params: list[Any]) -> str:
+    if stratify_by is None:
+        raise SampleError("choose a field to stratify by")
+    if stratify_by.startswith("metadata:"):
+        params.append(stratify_by.removeprefix("metadata:"))
+        return "coalesce(r.metadata ->> ?, '(none)')"
+    if stratify_by not in STRATA:
+        raise SampleError(f"cannot stratify by {stratify_by!r}")
+    return STRATA[stratify_by]
+
+
+def quotas(counts: dict[str, int], size: int) -> dict[str, int]:
+    """Splits ``size`` over strata in proportion to their counts, at least one each where
+    possible (largest remainders get the leftovers), never more than a stratum holds."""
+    total = sum(counts.values())
+    if total == 0 or size <= 0:
+        return dict.fromkeys(counts, 0)
+    size = min(size, total)
+    exact = {k: size * n / total for k, n in counts.items()}
+    out = {k: min(counts[k], max(1, int(v))) for k, v in exact.items()}
+    while sum(out.values()) > size:  # the minimum of one each overshot: trim the largest
+        biggest = max(out, key=lambda k: out[k])
+        out[biggest] -= 1
+    order = sorted(counts, key=lambda k: exact[k] - int(exact[k]), reverse=True)
+    while sum(out.values()) < size:
+        grew = False
+        for k in order:
+            if sum(out.values()) < size and out[k] < counts[k]:
+                out[k] += 1
+                grew = True
+        if not grew:
+            break
+    return out
+
+
+def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
+    """The sample's items (``job_id``, ``custom_id``, ``stratum``) in review order."""
+    d = definition
+    if d.method not in METHODS:
+        raise SampleError(f"method must be one of {', '.join(METHODS)}")
+    if not 1 <= d.size <= MAX_SIZE:
+        raise SampleError(f"a sample holds 1 to {MAX_SIZE:,} items")
+    clause, params = where(d.filter)
+    rand = "md5(concat_ws(':', ?, r.job_id, r.custom_id))"
+    seed = str(int(d.seed))
+    if d.method == "random":
+        sql = f"""SELECT r.job_id, r.custom_id, NULL AS stratum {FROM} {clause}
+                  ORDER BY {rand} LIMIT ?"""
+        return query(store, sql, [*params, seed, d.size])
+    if d.method == "failures_first":
+        stratum = (
+            "CASE WHEN r.status = 'failed' THEN 'failed' "
+            "WHEN r.finish_reason = 'length' THEN 'truncated' ELSE 'other' END"
+        )
+        sql = f"""SELECT r.job_id, r.custom_id, {stratum} AS stratum {FROM} {clause}
+                  ORDER BY CASE stratum WHEN 'failed' THEN 0 WHEN 'truncated' THEN 1 ELSE 2 END,
+                           {rand} LIMIT ?"""
+        return query(store, sql, [*params, seed, d.size])
+    stratum_params: list[Any] = []
+    stratum = _stratum(d.stratify_by, stratum_params)
+    counts = query(
+        store,
+        f"SELECT {stratum} AS s, count(*) AS n {FROM} {clause} GROUP BY s",
+        [*stratum_params, *params],
+    )
+    if len(counts) > MAX_STRATA:
+        raise SampleError(
+            f"{d.stratify_by} has {len(counts):,} values; stratify by a field with at most "
+            f"{MAX_STRATA}"
+        )
+    quota = quotas(dict(zip(counts["s"], counts["n"], strict=True)), d.size)
+    sql = f"""
+        WITH ranked AS (
+            SELECT r.job_id, r.custom_id, {stratum} AS stratum,
+                   row_number() OVER (PARTITION BY {stratum} ORDER BY {rand}) AS rn,
+                   {rand} AS h
+            {FROM} {clause}
+        )
+        SELECT job_id, custom_id, stratum FROM ranked
+        WHERE rn <= coalesce(map_extract(MAP(?, ?), stratum)[1], 0)
+        ORDER BY h
+    """
+    keys = [str(k) for k in quota]
+    params_all = [*stratum_params, *stratum_params, seed, seed, *params, keys, list(quota.values())]
+    return query(store, sql, params_all)
+
+
+def create_sample(store: Store, name: str, definition: SampleDefinition) -> Sample:
+    """Draws a sample and saves it with its definition."""
+    name = name.strip()
+    if not name:
+        raise SampleError("give the sample a name")
+    items = draw(store, definition)
+    if items.empty:
+        raise SampleError("no results match the filter; nothing to sample")
+    sample_id = f"smp_{secrets.token_hex(4)}"
+    items = items.assign(sample_id=sample_id, position=range(1, len(items) + 1))
+    frame = items[["sample_id", "position", "job_id", "custom_id", "stratum"]]  # noqa: F841
+    with store._cursor() as cur:  # one transaction: a sample is saved whole or not at all
+        cur.execute("BEGIN")
+        cur.execute(
+            "INSERT INTO samples (sample_id, name, definition, size) VALUES (?, ?, ?, ?)",
+            [sample_id, name, json.dumps(definition.to_dict()), len(items)],
+        )
+        cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM frame")
+        cur.execute("COMMIT")
+    return get_sample(store, sample_id)
+
+
+def list_samples(store: Store) -> pd.DataFrame:
+    """Saved samples, newest first."""
+    return query(
+        store,
+        "SELECT sample_id, name, size, created_at, definition FROM samples "
+        "ORDER BY created_at DESC, sample_id",
+    )
+
+
+def get_sample(store: Store, sample_id: str) -> Sample:
+    frame = query(store, "SELECT * FROM samples WHERE sample_id = ?", [sample_id])
+    if frame.empty:
+        raise SampleError(f"no sample {sample_id!r}")
+    row = frame.iloc[0]
+    strata = query(
+        store,
+        "SELECT coalesce(stratum, '') AS s, count(*) AS n FROM sample_items "
+        "WHERE sample_id = ? GROUP BY s ORDER BY s",
+        [sample_id],
+    )
+    return Sample(
+        sample_id=row["sample_id"],
+        name=row["name"],
+        definition=SampleDefinition.from_dict(json.loads(row["definition"])),
+        size=int(row["size"]),
+        created_at=row["created_at"],
+        strata={s: int(n) for s, n in zip(strata["s"], strata["n"], strict=True) if s},
+    )
+
+
+def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
+    """The sample's items in order, with their results (whole texts)."""
+    return query(
+        store,
+        """
+        SELECT i.position, i.job_id, i.custom_id, i.stratum, r.status, r.finish_reason,
+               r.model, r.prompt_version, r.prompt, r.answer, r.error_message,
+               r.prompt_tokens, r.completion_tokens
+        FROM sample_items i
+        LEFT JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
+        WHERE i.sample_id = ?
+        ORDER BY i.position
+        """,
+        [sample_id],
+    )
+
+
+def delete_sample(store: Store, sample_id: str) -> None:
+    """Removes a sample and its items (reviews of its items stay: they belong to results)."""
+    execute(store, "DELETE FROM sample_items WHERE sample_id = ?", [sample_id])
+    execute(store, "DELETE FROM samples WHERE sample_id = ?", [sample_id])

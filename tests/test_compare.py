@@ -1,0 +1,109 @@
+"""Comparing answers: two jobs on custom_id, or two slices of one job on a metadata key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.compare import (
+    CompareError,
+    Side,
+    comparison_id,
+    coverage,
+    diff_text,
+    pairs,
+    preference_of,
+    preference_tally,
+    save_preference,
+    split_values,
+    word_diff,
+)
+from core.store import Store
+from tests.test_results import analysed_job
+
+
+@pytest.fixture
+def two_jobs(tmp_path: Path):
+    a = analysed_job(
+        tmp_path / "a",
+        [
+            {"custom_id": "q1", "prompt": "sky?", "answer": "The sky is blue.", "tokens": 5},
+            {"custom_id": "q2", "prompt": "sea?", "answer": "Wet.", "tokens": 2},
+            {"custom_id": "only-a", "prompt": "x", "answer": "x"},
+        ],
+    )
+    b = analysed_job(
+        tmp_path / "b",
+        [
+            {"custom_id": "q1", "prompt": "sky?", "answer": "The sky is very blue.", "tokens": 6},
+            {"custom_id": "q2", "prompt": "sea?", "answer": None},
+        ],
+        model="big",
+    )
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(a)
+    store.ingest(b)
+    return store, Side(a.job_id), Side(b.job_id)
+
+
+def test_two_jobs_pair_on_custom_id_with_deltas(two_jobs):
+    store, a, b = two_jobs
+    frame = pairs(store, a, b).set_index("key")
+    assert list(frame.index) == ["q1", "q2"]
+    assert frame.loc["q1", "answer_b"] == "The sky is very blue."
+    assert frame.loc["q1", "chars_delta"] == 5 and frame.loc["q1", "tokens_delta"] == 1
+    assert frame.loc["q2", "status_b"] == "failed"
+    assert coverage(store, a, b) == {"a": 3, "b": 2, "paired": 2}
+
+
+def test_one_job_split_by_prompt_version_pairs_on_a_metadata_key(tmp_path):
+    rows = [
+        {
+            "custom_id": f"{item}-{v}",
+            "prompt": f"{item}",
+            "answer": f"{item} answer {v}",
+            "metadata": {"item": item, "prompt_version": v},
+        }
+        for item in ("i1", "i2")
+        for v in ("v1", "v2")
+    ]
+    job = analysed_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    assert split_values(store, job.job_id, "prompt_version") == ["v1", "v2"]
+    a = Side(job.job_id, "prompt_version", "v1")
+    b = Side(job.job_id, "metadata:prompt_version", "v2")
+    frame = pairs(store, a, b, key="metadata:item")
+    assert list(frame["key"]) == ["i1", "i2"]
+    assert list(frame["custom_id_a"]) == ["i1-v1", "i2-v1"]
+    assert list(frame["answer_b"]) == ["i1 answer v2", "i2 answer v2"]
+
+
+def test_word_diff_marks_removed_and_added_words():
+    assert diff_text("The sky is blue.", "The sky is very blue.") == "The sky is {+very +}blue."
+    ops = word_diff("a b c", "a x c")
+    assert ("-", "b") in ops and ("+", "x") in ops
+    assert diff_text(None, "new") == "{+new+}"
+    assert "".join(t for op, t in word_diff("x  y", "x y") if op != "-") == "x y"
+
+
+def test_preferences_are_kept_per_reviewer_and_tallied(two_jobs):
+    store, a, b = two_jobs
+    cmp = comparison_id(a, b, "custom_id")
+    assert cmp == comparison_id(a, b, "custom_id")
+    pair = {"custom_id_a": "q1", "custom_id_b": "q1"}
+    save_preference(store, cmp, "q1", "ana", "A", pair, a, b)
+    save_preference(store, cmp, "q1", "ana", "B", pair, a, b)  # changes her mind
+    save_preference(store, cmp, "q1", "bob", "tie", pair, a, b)
+    save_preference(store, cmp, "q2", "bob", "B", pair, a, b)
+    assert preference_of(store, cmp, "q1", "ana") == "B"
+    assert preference_tally(store, cmp) == {"A": 0, "B": 2, "tie": 1}
+    with pytest.raises(CompareError, match="reviewer"):
+        save_preference(store, cmp, "q1", "", "A", pair, a, b)
+
+
+def test_comparing_a_side_with_itself_is_refused(two_jobs):
+    store, a, _ = two_jobs
+    with pytest.raises(CompareError, match="two different"):
+        pairs(store, a, a)

@@ -1,0 +1,98 @@
+"""Exports: CSV, Parquet, JSONL (OpenAI output format), Excel; errors, samples, labels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from core import export as E
+from core.results import ResultFilter
+from core.review import Label, save_label
+from core.samples import SampleDefinition, create_sample
+from core.store import Store
+from tests.test_results import ROWS, analysed_job
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    job = analysed_job(tmp_path, ROWS)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    save_label(store, job.job_id, "a", "ana", Label("pass", 5, ("short",), "fine"))
+    save_label(store, job.job_id, "a", "bob", Label("fail", 2, ("tone",), "", "Yes."))
+    return store, job
+
+
+def test_csv_and_parquet_hold_the_filtered_results_with_labels(db, tmp_path):
+    store, job = db
+    f = ResultFilter([job.job_id], statuses=["succeeded"])
+    assert E.export_results(store, f, tmp_path / "out.csv", "csv") == 3
+    csv = pd.read_csv(tmp_path / "out.csv", keep_default_na=False).set_index("custom_id")
+    assert list(csv.index) == ["a", "c", "d"]
+    assert csv.loc["a", "review_verdicts"] == "ana=pass; bob=fail"
+    assert csv.loc["a", "review_tags"] == "short, tone"
+    assert csv.loc["a", "corrected_answer"] == "Yes."
+    assert csv.loc["c", "answer"] == "<b>bold</b>\x07 end"
+    assert E.export_results(store, f, tmp_path / "out.parquet", "parquet") == 3
+    parquet = pd.read_parquet(tmp_path / "out.parquet")
+    assert list(parquet["custom_id"]) == ["a", "c", "d"]
+    assert json.loads(parquet.set_index("custom_id").loc["c", "metadata"])["label"] == "neg"
+
+
+def test_jsonl_is_the_openai_output_file_line_for_line(db, tmp_path):
+    store, job = db
+    n = E.export_results(store, ResultFilter([job.job_id]), tmp_path / "out.jsonl", "jsonl")
+    assert n == 4
+    written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    original = [json.loads(line) for line in job.output.read_text().splitlines()]
+    assert written == original
+    assert written[2]["response"]["body"]["choices"][0]["message"]["content"].startswith("<b>")
+
+
+def test_the_error_file_holds_only_failures(db, tmp_path):
+    store, job = db
+    assert E.export_errors(store, [job.job_id], tmp_path / "errors.jsonl") == 1
+    (line,) = [json.loads(x) for x in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    assert line["custom_id"] == "b" and line["error"]["code"] == "engine_rejected"
+
+
+def test_excel_export_drops_only_characters_excel_refuses(db, tmp_path):
+    store, job = db
+    assert E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.xlsx", "xlsx") == 4
+    sheet = pd.read_excel(tmp_path / "x.xlsx").set_index("custom_id")
+    assert sheet.loc["c", "answer"] == "<b>bold</b> end"
+
+
+def test_excel_refuses_more_rows_than_its_cap_with_a_way_out(db, tmp_path, monkeypatch):
+    store, job = db
+    monkeypatch.setattr(E, "EXCEL_MAX_ROWS", 2)
+    with pytest.raises(E.ExportError, match="export CSV or Parquet"):
+        E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.xlsx", "xlsx")
+    assert not (tmp_path / "x.xlsx").exists()
+
+
+def test_samples_labels_and_tallies_export(db, tmp_path):
+    store, job = db
+    sample = create_sample(store, "s", SampleDefinition(ResultFilter([job.job_id]), size=4))
+    assert E.export_sample(store, sample.sample_id, tmp_path / "s.csv") == 4
+    frame = pd.read_csv(tmp_path / "s.csv")
+    assert list(frame["position"]) == [1, 2, 3, 4]
+    assert E.export_sample(store, sample.sample_id, tmp_path / "s.jsonl", "jsonl") == 4
+    assert E.export_labels(store, tmp_path / "labels.parquet", "parquet") == 2
+    assert set(pd.read_parquet(tmp_path / "labels.parquet")["reviewer"]) == {"ana", "bob"}
+    assert E.export_tally(store, tmp_path / "tally.csv") == 1
+    tally = pd.read_csv(tmp_path / "tally.csv")
+    assert (tally["passed"][0], tally["failed"][0], tally["pass_rate"][0]) == (1, 1, 0.5)
+    assert E.export_tally(store, tmp_path / "tally.xlsx", "xlsx") == 1
+
+
+def test_unknown_format_and_odd_file_names(db, tmp_path):
+    store, job = db
+    with pytest.raises(E.ExportError, match="unknown format"):
+        E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.doc", "doc")
+    odd = tmp_path / "it's a file.csv"
+    assert E.export_results(store, ResultFilter([job.job_id]), odd, "csv") == 4
+    assert odd.exists()

@@ -1,0 +1,202 @@
+"""Browsing results in DuckDB: filters, search taken literally, sorting, pages, detail."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import results as R
+from core.engine import EngineConfig
+from core.jobs import JobFolder, JobStatus, create_job
+from core.outputs import Choice, Completion, error_line, success_line
+from core.store import Store
+
+
+def analysed_job(
+    folder: Path, rows: list[dict[str, Any]], model: str = "tiny", name: str = "batch.jsonl"
+) -> JobFolder:
+    """A finished job from rows ``{custom_id, prompt, answer|None, finish, metadata, tokens}``
+    (``answer`` None makes a failed request), as a worker would leave it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = folder / name
+    lines = []
+    for row in rows:
+        body = {"model": "gpt-x", "messages": [{"role": "user", "content": row["prompt"]}]}
+        if row.get("metadata"):
+            body["metadata"] = row["metadata"]
+        body["temperature"] = 0.2
+        lines.append(
+            json.dumps(
+                {
+                    "custom_id": row["custom_id"],
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": body,
+                },
+                ensure_ascii=False,
+            )
+        )
+    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
+    out = [
+        success_line(
+            r["custom_id"],
+            model,
+            Completion(
+                r.get("prompt_tokens", 5),
+                [Choice(r["answer"], r.get("finish", "stop"), r.get("tokens", 3))],
+            ),
+        )
+        if r.get("answer") is not None
+        else error_line(r["custom_id"], "engine_rejected", "prompt too long")
+        for r in rows
+    ]
+    job.output.write_text(
+        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in out), encoding="utf-8"
+    )
+    failed = sum(r.get("answer") is None for r in rows)
+    job.write_status(
+        JobStatus(
+            state="completed",
+            total=len(rows),
+            done=len(rows),
+            succeeded=len(rows) - failed,
+            failed=failed,
+        )
+    )
+    return job
+
+
+ROWS = [
+    {
+        "custom_id": "a",
+        "prompt": "Say 100% yes",
+        "answer": "yes",
+        "tokens": 1,
+        "metadata": {"label": "pos", "prompt_version": "v1"},
+    },
+    {
+        "custom_id": "b",
+        "prompt": "it's a 'quote'; DROP TABLE results; --",
+        "answer": None,
+        "metadata": {"label": "neg", "prompt_version": "v1"},
+    },
+    {
+        "custom_id": "c",
+        "prompt": "regex .* [a-z]+ (x|y)",
+        "answer": "<b>bold</b>\x07 end",
+        "finish": "length",
+        "tokens": 8,
+        "metadata": {"label": "neg", "prompt_version": "v2"},
+    },
+    {"custom_id": "d", "prompt": "under_score", "answer": "The Answer", "tokens": 4},
+]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Store, str]:
+    job = analysed_job(tmp_path, ROWS)
+    db = Store(tmp_path / "studio.duckdb")
+    db.ingest(job)
+    return db, job.job_id
+
+
+def ids(frame) -> list[str]:
+    return list(frame["custom_id"])
+
+
+def test_a_page_lists_results_in_input_order_with_request_fields(store):
+    db, job_id = store
+    page = R.page(db, R.ResultFilter([job_id]))
+    assert ids(page) == ["a", "b", "c", "d"]
+    row = page.set_index("custom_id").loc["c"]
+    assert (row["prompt_version"], row["finish_reason"], row["model"]) == ("v2", "length", "tiny")
+    # a failure has no answer body: it still shows the job's model
+    assert page.set_index("custom_id").loc["b", "model"] == "tiny"
+    assert R.count(db, R.ResultFilter([job_id])) == 4
+
+
+def test_filters_narrow_by_status_finish_metadata_and_tokens(store):
+    db, job_id = store
+    f = R.ResultFilter
+    assert ids(R.page(db, f([job_id], statuses=["failed"]))) == ["b"]
+    assert ids(R.page(db, f([job_id], finish_reasons=["length"]))) == ["c"]
+    assert ids(R.page(db, f([job_id], finish_reasons=["(none)"]))) == ["b"]
+    assert ids(R.page(db, f([job_id], metadata={"label": "neg"}))) == ["b", "c"]
+    assert ids(R.page(db, f([job_id], prompt_versions=["v1"]))) == ["a", "b"]
+    assert ids(R.page(db, f([job_id], completion_tokens=(2, None)))) == ["c", "d"]
+    assert ids(R.page(db, f([job_id], completion_tokens=(None, 4)))) == ["a", "d"]
+    assert R.count(db, f([])) == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100%", ["a"]),  # % is not a wildcard
+        ("_", ["d"]),  # nor is _
+        ("'quote'; DROP TABLE results; --", ["b"]),
+        (".*", ["c"]),
+        ("[a-z]+", ["c"]),
+        ("the answer", ["d"]),  # case-insensitive
+        ("<b>", ["c"]),
+        ("nothing like this", []),
+    ],
+)
+def test_search_takes_quotes_regex_and_sql_literally(store, text, expected):
+    db, job_id = store
+    assert ids(R.page(db, R.ResultFilter([job_id], search=text))) == expected
+    assert R.count(db, R.ResultFilter([job_id])) == 4  # the table is still there
+
+
+def test_search_can_match_case_and_pick_the_field(store):
+    db, job_id = store
+    assert ids(R.page(db, R.ResultFilter([job_id], search="the answer", match_case=True))) == []
+    assert ids(R.page(db, R.ResultFilter([job_id], search="Answer", search_in="prompt"))) == []
+    assert ids(R.page(db, R.ResultFilter([job_id], search="Answer", search_in="answer"))) == ["d"]
+
+
+def test_sort_any_column_both_ways_and_refuse_unknown_ones(store):
+    db, job_id = store
+    f = R.ResultFilter([job_id])
+    assert ids(R.page(db, f, sort="completion_tokens", descending=True)) == ["c", "d", "a", "b"]
+    assert ids(R.page(db, f, sort="custom_id", descending=True)) == ["d", "c", "b", "a"]
+    with pytest.raises(ValueError, match="cannot sort by"):
+        R.page(db, f, sort="answer; DROP TABLE results")
+
+
+def test_pages_split_the_rows_and_deep_pages_agree(store, monkeypatch):
+    db, job_id = store
+    f = R.ResultFilter([job_id])
+    assert ids(R.page(db, f, limit=2, offset=2)) == ["c", "d"]
+    monkeypatch.setattr(R, "DEEP_PAGE", 0)  # the keys-first path gives the same page
+    assert ids(R.page(db, f, limit=2, offset=2)) == ["c", "d"]
+    assert ids(R.page(db, f, sort="completion_tokens", limit=2, offset=1)) == ["d", "c"]
+
+
+def test_facets_offer_the_values_present(store):
+    db, job_id = store
+    facets = R.facets(db, [job_id])
+    assert facets["statuses"] == ["failed", "succeeded"]
+    assert facets["finish_reasons"] == ["(none)", "length", "stop"]
+    assert facets["prompt_versions"] == ["v1", "v2"]
+    assert facets["metadata_keys"] == ["label", "prompt_version"]
+    assert R.metadata_values(db, [job_id], "label") == ["neg", "pos"]
+
+
+def test_detail_has_conversation_parameters_and_raw_line(store):
+    db, job_id = store
+    item = R.detail(db, job_id, "c")
+    assert item["messages"] == [{"role": "user", "content": "regex .* [a-z]+ (x|y)"}]
+    assert item["params"]["temperature"] == 0.2
+    assert item["metadata"] == {"label": "neg", "prompt_version": "v2"}
+    assert item["answer"] == "<b>bold</b>\x07 end"  # kept as text, control character too
+    assert item["raw"]["custom_id"] == "c"
+    assert R.detail(db, job_id, "missing") is None
+
+
+def test_a_filter_survives_a_round_trip_through_json():
+    f = R.ResultFilter(["j"], statuses=["failed"], completion_tokens=(1, None), search="x")
+    assert R.ResultFilter.from_dict(json.loads(json.dumps(f.to_dict()))) == f

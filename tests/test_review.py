@@ -1,0 +1,112 @@
+"""Review labels: saved in DuckDB, pass rate with a Wilson interval, agreement (kappa)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.results import ResultFilter
+from core.review import (
+    Label,
+    ReviewError,
+    agreement,
+    cohen_kappa,
+    get_label,
+    labels,
+    parse_tags,
+    pass_rate,
+    progress,
+    save_label,
+    tally,
+    wilson,
+)
+from core.samples import SampleDefinition, create_sample, sample_items
+from core.store import Store
+from tests.test_results import analysed_job
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    rows = [{"custom_id": f"r{i}", "prompt": f"p{i}", "answer": f"a{i}"} for i in range(6)]
+    job = analysed_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    sample = create_sample(store, "s", SampleDefinition(ResultFilter([job.job_id]), size=4))
+    return store, job.job_id, sample.sample_id, tmp_path
+
+
+def test_a_label_is_saved_replaced_and_survives_a_restart(db):
+    store, job_id, sample_id, tmp_path = db
+    label = Label("fail", 2, parse_tags("tone, facts,tone, "), "too long", "Shorter.")
+    save_label(store, job_id, "r1", "ana", label, sample_id)
+    save_label(store, job_id, "r1", "ana", Label("pass", 5, ("tone", "facts")), sample_id)
+    store.close()
+    store = Store(tmp_path / "studio.duckdb")
+    assert get_label(store, job_id, "r1", "ana") == Label("pass", 5, ("tone", "facts"))
+    assert len(labels(store)) == 1
+    assert get_label(store, job_id, "r1", "bob") is None
+
+
+def test_bad_labels_are_refused_with_a_reason(db):
+    store, job_id, _, _ = db
+    with pytest.raises(ReviewError, match="reviewer name"):
+        save_label(store, job_id, "r1", "  ", Label("pass"))
+    with pytest.raises(ReviewError, match="verdict"):
+        save_label(store, job_id, "r1", "ana", Label("great"))
+    with pytest.raises(ReviewError, match="between 1 and 5"):
+        save_label(store, job_id, "r1", "ana", Label("pass", 9))
+
+
+def test_progress_and_pass_rate_of_a_sample(db):
+    store, job_id, sample_id, _ = db
+    items = list(sample_items(store, sample_id)["custom_id"])
+    assert progress(store, sample_id, "ana") == (0, 4)
+    for cid, verdict in zip(items, ["pass", "pass", "fail"], strict=False):
+        save_label(store, job_id, cid, "ana", Label(verdict), sample_id)
+    assert progress(store, sample_id, "ana") == (3, 4)
+    rate = pass_rate(store, sample_id, "ana")
+    assert (rate.passed, rate.failed, rate.unsure, rate.decided) == (2, 1, 0, 3)
+    low, high = rate.interval
+    assert low < 2 / 3 < high
+    assert "67% pass (2 of 3; 95% CI" in rate.describe()
+    assert pass_rate(store, sample_id, "nobody").describe() == "no pass/fail verdicts yet"
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    low, high = wilson(8, 10)
+    assert round(low, 3) == 0.490 and round(high, 3) == 0.943
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(10, 10)[1] == 1.0
+
+
+def test_cohen_kappa_on_known_tables():
+    a = ["pass"] * 20 + ["fail"] * 5 + ["pass"] * 10 + ["fail"] * 15
+    b = ["pass"] * 20 + ["pass"] * 5 + ["fail"] * 10 + ["fail"] * 15
+    assert round(cohen_kappa(a, b), 3) == 0.4
+    assert cohen_kappa(["pass", "fail"], ["pass", "fail"]) == 1.0
+    assert cohen_kappa(["pass"], ["pass"]) == 1.0
+    assert cohen_kappa([], []) is None
+
+
+def test_agreement_uses_only_items_both_reviewers_labelled(db):
+    store, job_id, _, _ = db
+    for cid, a, b in [("r0", "pass", "pass"), ("r1", "fail", "fail"), ("r2", "pass", "fail")]:
+        save_label(store, job_id, cid, "ana", Label(a))
+        save_label(store, job_id, cid, "bob", Label(b))
+    save_label(store, job_id, "r3", "ana", Label("pass"))  # bob did not label r3
+    result = agreement(store, "ana", "bob")
+    assert (result.items, result.agreed) == (3, 2)
+    assert round(result.kappa, 3) == 0.4
+    assert result.table.loc["pass", "fail"] == 1
+
+
+def test_tally_per_job_and_reviewer(db):
+    store, job_id, _, _ = db
+    save_label(store, job_id, "r0", "ana", Label("pass", 4))
+    save_label(store, job_id, "r1", "ana", Label("fail", 2))
+    save_label(store, job_id, "r1", "bob", Label("unsure"))
+    by_job = tally(store).set_index("job_id").loc[job_id]
+    assert (by_job["passed"], by_job["failed"], by_job["unsure"]) == (1, 1, 1)
+    assert by_job["pass_rate"] == 0.5 and by_job["mean_score"] == 3
+    assert list(tally(store, "reviewer")["reviewer"]) == ["ana", "bob"]
