@@ -1,8 +1,11 @@
 """``python -m core``: the headless command line, for scripts and pipelines.
 
-python -m core check FILE.jsonl [--json]
-python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--skip-invalid]
-python -m core models prepare
+    python -m core check FILE.jsonl [--json]
+    python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--skip-invalid] [--restart]
+    python -m core resume JOB [--retry] | retry JOB | cancel JOB
+    python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB
+    python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
+    python -m core models prepare
 """
 
 from __future__ import annotations
@@ -16,12 +19,20 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from core.checks import CheckReport, check_file, scan
+from core.checks import CheckReport, check_file
 from core.config import data_paths, default_model_dir
 from core.engine import EngineConfig
-from core.jobs import JobFolder, JobStatus, create_job, start_worker
+from core.jobs import (
+    JobFolder,
+    JobStatus,
+    cancel,
+    create_job,
+    file_sha256,
+    find_job,
+    start_worker,
+)
+from core.ledger import read_ledger, reconcile, verify, write_combined, write_rerun_file
 from core.models import ModelError, check_model_folder, prepare_default_model
-from core.output_file import read_lines
 from core.requests import JobDefaults
 
 EXIT_INVALID = 1
@@ -99,22 +110,47 @@ def cmd_run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         return EXIT_INVALID
-    paths = data_paths()
-    job = create_job(
-        file,
-        paths.jobs,
-        EngineConfig(model=str(model)),
-        _defaults(args),
-        skip_invalid=args.skip_invalid,
-        chunk_size=args.chunk_size,
-    )
-    worker = start_worker(job)
+    output = Path(args.output).resolve()
+    jobs_dir = data_paths().jobs
+    job = None if args.restart else find_job(jobs_dir, file_sha256(file), str(output))
+    if (
+        job is not None
+        and job.read_status().state == "running"
+        and not job.read_status().interrupted
+    ):
+        print(f"job {job.job_id} is already running (pid {job.read_status().pid})", file=sys.stderr)
+        return EXIT_USAGE
+    if job is None:
+        job = create_job(
+            file,
+            jobs_dir,
+            EngineConfig(model=str(model)),
+            _defaults(args),
+            skip_invalid=args.skip_invalid,
+            chunk_size=args.chunk_size,
+            output_path=str(output),
+        )
+    else:
+        print(f"continuing job {job.job_id}: requests with a result are not run again")
+    return _run_worker(job, output, retry=False)
+
+
+def _run_worker(job: JobFolder, output: Path | None, retry: bool) -> int:
+    """Starts the worker on a job, follows it, and writes the combined output file."""
+    worker = start_worker(job, retry=retry)
     print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
-    status = _follow(job, worker)
-    _write_ordered(job, Path(args.output))
+    try:
+        status = _follow(job, worker)
+    except KeyboardInterrupt:
+        print(cancel(job), file=sys.stderr)
+        worker.wait()
+        status = job.read_status()
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_combined(job, output)
     print(
-        f"job {job.job_id} {status.state}: {status.succeeded} succeeded, {status.failed} failed; "
-        f"output in {args.output}"
+        f"job {job.job_id} {status.state}: {status.succeeded} succeeded, {status.failed} failed"
+        + (f"; output in {output}" if output else "")
     )
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)
@@ -135,17 +171,84 @@ def _follow(job: JobFolder, worker: subprocess.Popen) -> JobStatus:
             time.sleep(0.5)
 
 
-def _write_ordered(job: JobFolder, out: Path) -> None:
-    """Writes the job's result lines to ``out`` in the input file's order."""
-    lines = {line["custom_id"]: line for line in read_lines(job.output)}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as handle:
-        for checked in scan(job.input):
-            line = lines.pop(checked.custom_id or f"line-{checked.line_no}", None)
-            if line is not None:
-                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
-        for line in lines.values():
-            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+def _job(job_id: str) -> JobFolder | None:
+    job = JobFolder(data_paths().jobs / Path(job_id).name)
+    if not job.spec_file.is_file():
+        print(f"error: no job {job_id!r} in {data_paths().jobs}", file=sys.stderr)
+        return None
+    return job
+
+
+def _output_of(job: JobFolder) -> Path | None:
+    spec = job.read_spec()
+    return Path(spec.output_path) if spec.output_path else None
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    status = job.read_status()
+    if not status.is_final and not status.interrupted and status.state != "created":
+        print(
+            f"job {job.job_id} is {status.state} (pid {status.pid}); nothing to resume",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    return _run_worker(job, _output_of(job), retry=args.retry)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    print(cancel(job))
+    return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    report = reconcile(job)
+    if args.write_rerun:
+        ids = read_ledger(job).retryable()
+        count = write_rerun_file(job, ids, Path(args.write_rerun))
+        print(f"wrote {count} failed/expired/missing requests to {args.write_rerun}")
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
+        return 0 if report.complete else EXIT_INVALID
+    print(
+        f"job {job.job_id}: {report.requests} requests, {report.succeeded} succeeded, "
+        f"{report.failed} failed, {len(report.missing)} without a result "
+        f"({report.success_rate:.1%} success)"
+    )
+    for label, ids in (
+        ("duplicates", report.duplicates),
+        ("unexpected", report.unexpected),
+        ("missing", report.missing),
+    ):
+        if ids:
+            print(f"  {label}: {len(ids)}, e.g. {', '.join(ids[:5])}")
+    for failure, count in report.failures_by_class.items():
+        print(f"  {count:6d} x {failure}")
+    return 0 if report.complete else EXIT_INVALID
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    result = verify(job)
+    if result.ok:
+        print(
+            f"job {job.job_id}: verified, {result.lines_checked} result lines, hash chains "
+            "intact, one result per request"
+        )
+        return 0
+    for problem in result.problems:
+        print(f"job {job.job_id}: {problem}")
+    return EXIT_INVALID
 
 
 def cmd_models_prepare(_args: argparse.Namespace) -> int:
@@ -155,6 +258,62 @@ def cmd_models_prepare(_args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"default model ready: {folder}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Writes results (filtered), the error file, a sample with labels, labels or tallies."""
+    import duckdb  # the store is only opened here: other commands never touch DuckDB
+
+    from core import export
+    from core.results import ResultFilter
+    from core.store import Store
+
+    fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"
+    paths = data_paths()
+    try:
+        store = Store(paths.database)
+    except duckdb.IOException:
+        print(
+            "error: the database is open in the app; export from its pages, or stop the app",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        store.ingest_all(paths.jobs)
+        known = set(store.jobs()["job_id"])
+        missing = [j for j in args.jobs if j not in known]
+        if missing:
+            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.what == "results":
+            if not args.jobs:
+                print("error: name at least one job", file=sys.stderr)
+                return EXIT_USAGE
+            flt = ResultFilter(
+                job_ids=args.jobs,
+                statuses=args.status or [],
+                finish_reasons=args.finish_reason or [],
+                search=args.search or "",
+            )
+            rows = export.export_results(store, flt, args.output, fmt)
+        elif args.what == "errors":
+            rows = export.export_errors(store, args.jobs, args.output)
+        elif args.what == "sample":
+            if not args.sample:
+                print("error: --sample SAMPLE_ID is required", file=sys.stderr)
+                return EXIT_USAGE
+            rows = export.export_sample(store, args.sample, args.output, fmt)
+        elif args.what == "labels":
+            rows = export.export_labels(store, args.output, fmt)
+        else:
+            rows = export.export_tally(store, args.output, fmt)
+    except export.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    print(f"{rows} rows written to {args.output}")
     return 0
 
 
@@ -173,6 +332,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
     run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
     run.add_argument(
+        "--restart",
+        action="store_true",
+        help="start a new job instead of continuing the last one for this file and output",
+    )
+    run.add_argument(
         "--skip-invalid",
         action="store_true",
         help="run the valid lines; invalid ones get an error line",
@@ -182,6 +346,53 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _defaults_arguments(run)
     run.set_defaults(handler=cmd_run)
+
+    resume = commands.add_parser("resume", help="resume an interrupted or cancelled job")
+    resume.add_argument("job", help="job id")
+    resume.add_argument(
+        "--retry", action="store_true", help="also rerun failed requests (never invalid input)"
+    )
+    resume.set_defaults(handler=cmd_resume)
+
+    retry = commands.add_parser("retry", help="rerun a job's failed, expired and missing requests")
+    retry.add_argument("job", help="job id")
+    retry.set_defaults(handler=cmd_resume, retry=True)
+
+    cancel_cmd = commands.add_parser("cancel", help="stop a running job; its results stay")
+    cancel_cmd.add_argument("job", help="job id")
+    cancel_cmd.set_defaults(handler=cmd_cancel)
+
+    rec = commands.add_parser("reconcile", help="compare a job's input and result lines")
+    rec.add_argument("job", help="job id")
+    rec.add_argument("--json", action="store_true", help="print the report as JSON")
+    rec.add_argument(
+        "--write-rerun",
+        metavar="FILE",
+        help="write the failed/expired/missing requests as a new batch file",
+    )
+    rec.set_defaults(handler=cmd_reconcile)
+
+    ver = commands.add_parser("verify", help="prove a job's results untampered and complete")
+    ver.add_argument("job", help="job id")
+    ver.set_defaults(handler=cmd_verify)
+
+    exp = commands.add_parser("export", help="export results, errors, samples, labels")
+    exp.add_argument("jobs", nargs="*", help="job ids (results and errors)")
+    exp.add_argument("-o", "--output", required=True, help="file to write")
+    exp.add_argument(
+        "--what",
+        choices=["results", "errors", "sample", "labels", "tally"],
+        default="results",
+        help="what to export (default: results, with their review labels)",
+    )
+    exp.add_argument(
+        "--format", choices=["csv", "parquet", "jsonl", "xlsx"], help="default: from -o suffix"
+    )
+    exp.add_argument("--status", action="append", help="only this status (repeatable)")
+    exp.add_argument("--finish-reason", action="append", help="only this finish reason")
+    exp.add_argument("--search", help="only results whose prompt or answer has this text")
+    exp.add_argument("--sample", help="the sample id (with --what sample)")
+    exp.set_defaults(handler=cmd_export)
 
     models = commands.add_parser("models", help="model folders")
     models_commands = models.add_subparsers(dest="models_command", required=True)

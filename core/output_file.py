@@ -1,17 +1,48 @@
-"""Appending result lines to ``output.jsonl`` without ever losing one.
+"""Appending result lines to a job's result files without ever losing one.
 
 Lines are written in chunks, each flushed and fsynced before the status says they exist.
 A crash mid-write can leave a torn last line; it is cut off before the file is reopened,
 so the request it belonged to simply runs again.
+
+Each line carries a hash chain: ``chain_sha256`` is the SHA-256 of the previous line's
+chain followed by this line's own bytes (the line as written, without the chain field), so
+editing, removing or reordering any line breaks every chain after it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+CHAIN_FIELD = "chain_sha256"
+# Every line ends with this field: `, "chain_sha256": "<64 hex digits>"}`.
+_CHAIN_PREFIX = b', "' + CHAIN_FIELD.encode() + b'": "'
+_CHAIN_SUFFIX_LEN = len(_CHAIN_PREFIX) + 64 + 2
+
+
+def chain_hash(previous: str, content: bytes) -> str:
+    return hashlib.sha256(previous.encode() + content).hexdigest()
+
+
+def split_chain(raw: bytes) -> tuple[bytes, str | None]:
+    """A written line (without its newline) as ``(content, chain)``; chain None if absent."""
+    if len(raw) >= _CHAIN_SUFFIX_LEN and raw[-_CHAIN_SUFFIX_LEN:].startswith(_CHAIN_PREFIX):
+        return raw[:-_CHAIN_SUFFIX_LEN] + b"}", raw[-66:-2].decode()
+    return raw, None
+
+
+def _last_chain(path: Path) -> str:
+    """The chain of a file's last complete line ("" for an empty file)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return ""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - _CHAIN_SUFFIX_LEN - 1))
+        tail = handle.read().rstrip(b"\n")
+    return split_chain(tail)[1] or ""
 
 
 def repair_torn_tail(path: Path) -> int:
@@ -60,19 +91,22 @@ def finished_custom_ids(path: Path) -> set[str]:
 
 
 class OutputWriter:
-    """Appends result lines; each :meth:`write` is durable when it returns."""
+    """Appends chained result lines; each :meth:`write` is durable when it returns."""
 
     def __init__(self, path: Path) -> None:
         repair_torn_tail(path)
+        self._chain = _last_chain(path)
         self._handle = path.open("ab")
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
-        data = b"".join(
-            json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n" for line in lines
-        )
-        if not data:
+        parts = []
+        for line in lines:
+            content = json.dumps(line, ensure_ascii=False).encode("utf-8")
+            self._chain = chain_hash(self._chain, content)
+            parts.append(content[:-1] + _CHAIN_PREFIX + self._chain.encode() + b'"}\n')
+        if not parts:
             return
-        self._handle.write(data)
+        self._handle.write(b"".join(parts))
         self._handle.flush()
         os.fsync(self._handle.fileno())
 

@@ -123,6 +123,17 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (comparison, key, reviewer)
     );
     """,
+    # The job ledger: failures live in errors.jsonl (read from their own offset), and each
+    # state a job passes through is kept with its time.
+    """
+    ALTER TABLE ingest_state ADD COLUMN errors_offset BIGINT DEFAULT 0;
+    CREATE TABLE job_events (
+        job_id VARCHAR,
+        state VARCHAR,
+        entered_at TIMESTAMPTZ,
+        PRIMARY KEY (job_id, state, entered_at)
+    );
+    """,
 ]
 
 
@@ -255,18 +266,27 @@ class Store:
                     status.error,
                 ],
             )
+            for event in status.history:
+                cur.execute(
+                    "INSERT OR IGNORE INTO job_events VALUES (?, ?, ?)",
+                    [spec.job_id, event["state"], event["at"]],
+                )
             row = cur.execute(
-                "SELECT requests_loaded, output_offset FROM ingest_state WHERE job_id = ?",
+                "SELECT requests_loaded, output_offset, errors_offset FROM ingest_state "
+                "WHERE job_id = ?",
                 [spec.job_id],
             ).fetchone()
-            loaded, offset = row if row else (False, 0)
+            loaded, output_offset, errors_offset = row if row else (False, 0, 0)
             if not loaded:
                 self._load_requests(cur, job)
-            new_rows, offset = self._load_results(cur, job, offset)
+            # Failures first: a success read in the same pass must win over them.
+            failed_rows, errors_offset = self._load_results(cur, job, job.errors, errors_offset)
+            new_rows, output_offset = self._load_results(cur, job, job.output, output_offset)
             cur.execute(
-                "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?)", [spec.job_id, offset]
+                "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?, ?)",
+                [spec.job_id, output_offset, errors_offset or 0],
             )
-        return new_rows
+        return new_rows + failed_rows
 
     def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:
         rows = []
@@ -298,27 +318,38 @@ class Store:
             cur.execute("INSERT OR REPLACE INTO requests BY NAME SELECT * FROM frame")
 
     def _load_results(
-        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, offset: int
+        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, path: Path, offset: int
     ) -> tuple[int, int]:
-        if not job.output.exists():
+        """Upserts the complete lines of a result file past ``offset``; a success is never
+        replaced by a failure (a retried request's old error stays in errors.jsonl)."""
+        if not path.exists():
             return 0, 0
-        size = job.output.stat().st_size
+        size = path.stat().st_size
+        offset = offset or 0
         if size < offset:  # the file was repaired or restarted: read it again (idempotent)
             offset = 0
-        with job.output.open("rb") as handle:
+        with path.open("rb") as handle:
             handle.seek(offset)
             data = handle.read(size - offset)
         complete = data[: data.rfind(b"\n") + 1]
         rows = [_result_row(job.job_id, json.loads(raw)) for raw in complete.splitlines() if raw]
         if rows:
-            frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
+            frame = pd.DataFrame(rows)
+            copied = ["line_no", "prompt", "prompt_version", "metadata"]
+            updates = ", ".join(
+                f"{c} = excluded.{c}"
+                for c in [*frame.columns, *copied]
+                if c not in ("job_id", "custom_id")
+            )
             # Request fields ride along (failures get the job's model) so reads need no join.
             cur.execute(
-                "INSERT OR REPLACE INTO results BY NAME "
+                "INSERT INTO results BY NAME "
                 "SELECT f.* EXCLUDE (model), coalesce(f.model, j.model) AS model, "
                 "q.line_no, q.prompt, q.prompt_version, q.metadata FROM frame f "
                 "LEFT JOIN requests q ON q.job_id = f.job_id AND q.custom_id = f.custom_id "
-                "LEFT JOIN jobs j ON j.job_id = f.job_id"
+                "LEFT JOIN jobs j ON j.job_id = f.job_id "
+                f"ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates} "
+                "WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'"
             )
         return len(rows), offset + len(complete)
 

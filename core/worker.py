@@ -1,10 +1,17 @@
-"""``python -m core.worker JOB_DIR``: runs one job folder to the end.
+"""``python -m core.worker JOB_DIR [--retry]``: runs one job folder to the end.
 
-The worker loads the engine once, runs the requests that have no result yet in chunks,
-appends each chunk's result lines to ``output.jsonl`` (durably) and then refreshes
-``status.json``. A heartbeat thread keeps ``status.json`` fresh while a chunk runs, so the
-UI can tell a busy worker from a dead one. Started again on the same folder, it resumes:
-requests that already have a result line are not run twice.
+The worker loads the engine once and runs, in chunks, every request without a final
+result. Each chunk's lines are appended durably (successes to ``output.jsonl``, failures
+to ``errors.jsonl``) before ``status.json`` counts them; a heartbeat thread keeps
+``status.json`` fresh while a chunk runs, so the UI can tell a busy worker from a dead one.
+
+Started again on the same folder it resumes: a request with a final result never runs
+twice. With ``--retry`` it also reruns failed requests, except invalid input.
+
+Failure classes decide retries: the engine refusing one request (``engine_rejected``)
+fails that request; an engine fault is retried up to three times with backoff (1, 2, 4 s),
+halving the chunk when the engine runs out of memory, before its requests fail with
+``engine_error``. SIGTERM (Cancel) stops the worker within seconds; results written stay.
 """
 
 from __future__ import annotations
@@ -16,17 +23,20 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 from core.checks import scan
 from core.engine import Engine, EngineLoadError, EngineRequestError
 from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
-from core.output_file import OutputWriter, read_lines, repair_torn_tail
+from core.ledger import read_ledger
+from core.output_file import OutputWriter
 from core.outputs import Completion, error_line, success_line
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
 FIRST_CHUNK = 8  # a small first chunk puts the first results on screen quickly
+BACKOFF_SECONDS = (1, 2, 4)
 
 
 class Cancelled(Exception):
@@ -38,39 +48,52 @@ class StatusKeeper:
 
     def __init__(self, job: JobFolder) -> None:
         self.job = job
-        self.status = job.read_status()
+        previous = job.read_status()
+        self.status = JobStatus(
+            history=previous.history, first_result_seconds=previous.first_result_seconds
+        )
+        self.succeeded: set[str] = set()
+        self.failed: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     def start(self, **changes: object) -> None:
-        """Marks the job as taken by this process, with counts reset to zero."""
-        fresh = JobStatus(first_result_seconds=self.status.first_result_seconds)
-        self.status = fresh
+        """Marks the job as taken by this process and starts the heartbeat."""
         self.update(pid=os.getpid(), started_at=now_iso(), **changes)
         self._thread.start()
 
-    def update(self, **changes: object) -> None:
+    def update(self, state: str | None = None, **changes: object) -> None:
         with self._lock:
+            if state is not None:
+                self.status.enter(state, str(changes.pop("message", self.status.message)))
             for name, value in changes.items():
                 setattr(self.status, name, value)
             self._write()
 
     def count(self, lines: list[dict]) -> None:
-        """Adds a written chunk's result lines to the counts."""
+        """Adds written result lines to the counts (a retried success replaces a failure)."""
         with self._lock:
             s = self.status
             for line in lines:
-                s.done += 1
-                usage = ((line.get("response") or {}).get("body") or {}).get("usage")
+                cid = line["custom_id"]
                 if line["error"] is None:
-                    s.succeeded += 1
+                    usage = line["response"]["body"]["usage"]
                     s.prompt_tokens += usage["prompt_tokens"]
                     s.completion_tokens += usage["completion_tokens"]
-                else:
-                    s.failed += 1
+                    self.succeeded.add(cid)
+                    self.failed.discard(cid)
+                elif cid not in self.succeeded:
+                    self.failed.add(cid)
+            s.succeeded, s.failed = len(self.succeeded), len(self.failed)
+            s.done = s.succeeded + s.failed
             self._write()
+
+    def seed(self, succeeded: set[str], failed: set[str]) -> None:
+        """Starts the counts from the result files, whatever the last status said."""
+        self.succeeded, self.failed = set(succeeded), failed - succeeded
+        self.count([])
 
     def first_result(self) -> None:
         if self.status.first_result_seconds is None:
@@ -91,6 +114,24 @@ class StatusKeeper:
                 self._write()
 
 
+class ResultWriters:
+    """Successes to ``output.jsonl``, failures to ``errors.jsonl``; counted once durable."""
+
+    def __init__(self, job: JobFolder, keeper: StatusKeeper) -> None:
+        self.output = OutputWriter(job.output)
+        self.errors = OutputWriter(job.errors)
+        self.keeper = keeper
+
+    def write(self, lines: list[dict]) -> None:
+        self.output.write(line for line in lines if line["error"] is None)
+        self.errors.write(line for line in lines if line["error"] is not None)
+        self.keeper.count(lines)
+
+    def close(self) -> None:
+        self.output.close()
+        self.errors.close()
+
+
 def _chunks(requests: list[EngineRequest], size: int) -> Iterator[list[EngineRequest]]:
     start, step = 0, min(FIRST_CHUNK, size)
     while start < len(requests):
@@ -104,41 +145,72 @@ def _result_line(request: EngineRequest, model: str, result: Completion | Except
     return success_line(request.custom_id, model, result)
 
 
-def run_job(job: JobFolder) -> JobStatus:
-    """Runs every request of the job that has no result line yet; returns the final status."""
+def _run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[dict]:
+    """Runs a chunk, retrying engine faults with backoff; returns one line per request."""
+    for attempt, pause in enumerate((*BACKOFF_SECONDS, None)):
+        try:
+            results = engine.run(chunk)
+            return [_result_line(r, model, res) for r, res in zip(chunk, results, strict=True)]
+        except Cancelled:
+            raise
+        except Exception as exc:
+            if "out of memory" in str(exc).lower() and len(chunk) > 1:
+                half = len(chunk) // 2
+                log.warning("engine out of memory on %d requests: halving", len(chunk))
+                return _run_chunk(engine, chunk[:half], model) + _run_chunk(
+                    engine, chunk[half:], model
+                )
+            if pause is None:
+                message = f"engine error after {attempt} retries: {exc!r}"
+                return [error_line(r.custom_id, "engine_error", message, 500) for r in chunk]
+            log.warning("engine error (%r); retrying in %d s", exc, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+def _expired(spec: JobSpec) -> bool:
+    if not spec.completion_window_hours:
+        return False
+    created = datetime.fromisoformat(spec.created_at).timestamp()
+    return time.time() > created + spec.completion_window_hours * 3600
+
+
+def run_job(job: JobFolder, retry: bool = False) -> JobStatus:
+    """Runs every request of the job without a final result; returns the final status.
+
+    Args:
+        job: the job folder.
+        retry: also rerun failed requests (never those that failed as invalid input).
+    """
     spec = job.read_spec()
-    keeper = StatusKeeper(job)
-    repair_torn_tail(job.output)
-    written = list(read_lines(job.output))
-    done = {line["custom_id"] for line in written}
+    ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
+    rerun = set(ledger.retryable()) if retry else set(ledger.missing)
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     seen: set[str] = set()
-    total = 0
     for checked in scan(job.input, spec.job_defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
-        if custom_id in seen:  # a repeated id gets no second result (jobs refuse them anyway)
+        if custom_id in seen or custom_id not in rerun:
             continue
         seen.add(custom_id)
-        total += 1
-        if custom_id in done:
-            continue
         if checked.valid:
             pending.append(checked.request)
-        else:
+        elif custom_id not in ledger.failed:
             errors = "; ".join(p.message for p in checked.problems if p.severity == "error")
             invalid.append(
                 error_line(custom_id, "invalid_request", f"line {checked.line_no}: {errors}")
             )
 
-    keeper.start(state="loading", total=total, message="loading the model")
-    keeper.count(written)  # counts come from the file, whatever the last status said
+    keeper = StatusKeeper(job)
+    writers = None
     try:
-        with OutputWriter(job.output) as writer:
-            writer.write(invalid)
-            keeper.count(invalid)
-            if pending:
-                _run_pending(spec, pending, writer, keeper)
+        keeper.start(state="loading", total=len(ledger.ids), message="loading the model")
+        writers = ResultWriters(job, keeper)
+        keeper.seed(ledger.succeeded, set(ledger.failed))
+        writers.write(invalid)
+        if pending and _run_pending(spec, pending, writers, keeper) == "expired":
+            keeper.finish("expired", "the completion window ended; pending requests expired")
+            return keeper.status
     except Cancelled:
         keeper.finish("cancelled", "cancelled; finished results are kept")
     except EngineLoadError as exc:
@@ -149,12 +221,15 @@ def run_job(job: JobFolder) -> JobStatus:
     else:
         s = keeper.status
         keeper.finish("completed", f"{s.succeeded} succeeded, {s.failed} failed")
+    finally:
+        if writers is not None:
+            writers.close()
     return keeper.status
 
 
 def _run_pending(
-    spec: JobSpec, pending: list[EngineRequest], writer: OutputWriter, keeper: StatusKeeper
-) -> None:
+    spec: JobSpec, pending: list[EngineRequest], writers: ResultWriters, keeper: StatusKeeper
+) -> str:
     engine = Engine(spec.engine_config)
     model = spec.engine_config.model_name
     keeper.update(
@@ -162,12 +237,17 @@ def _run_pending(
         model_load_seconds=round(engine.load_seconds, 2),
         message=f"running {len(pending)} requests on {model}",
     )
+    done = 0
     for chunk in _chunks(pending, spec.chunk_size):
-        results = engine.run(chunk)
-        lines = [_result_line(r, model, res) for r, res in zip(chunk, results, strict=True)]
-        writer.write(lines)
+        if _expired(spec):
+            left = pending[done:]
+            message = "the job's completion window ended before this request ran"
+            writers.write([error_line(r.custom_id, "expired", message, 408) for r in left])
+            return "expired"
+        writers.write(_run_chunk(engine, chunk, model))
         keeper.first_result()
-        keeper.count(lines)
+        done += len(chunk)
+    return "completed"
 
 
 def _raise_cancelled(signum: int, _frame: object) -> None:
@@ -176,15 +256,17 @@ def _raise_cancelled(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m core.worker JOB_DIR", file=sys.stderr)
+    retry = "--retry" in argv
+    paths = [a for a in argv if a != "--retry"]
+    if len(paths) != 1:
+        print("usage: python -m core.worker JOB_DIR [--retry]", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     signal.signal(signal.SIGTERM, _raise_cancelled)
     signal.signal(signal.SIGINT, _raise_cancelled)
-    status = run_job(JobFolder(Path(argv[0])))
+    status = run_job(JobFolder(Path(paths[0])), retry=retry)
     return 0 if status.state == "completed" else 1
 
 

@@ -31,8 +31,9 @@ def finished_job(tmp_path: Path, answers: dict[str, str | None]) -> JobFolder:
         else error_line(cid, "engine_rejected", "prompt too long")
         for cid, answer in answers.items()
     ]
-    with OutputWriter(job.output) as writer:
-        writer.write(lines)
+    with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
+        output.write(line for line in lines if line["error"] is None)
+        errors.write(line for line in lines if line["error"] is not None)
     failed = sum(a is None for a in answers.values())
     job.write_status(
         JobStatus(

@@ -52,3 +52,17 @@ def test_a_deleted_database_is_rebuilt_from_the_job_folders(tmp_path):
     rebuilt = Store(tmp_path / "studio.duckdb")
     assert rebuilt.ingest_all(tmp_path / "jobs") == 2
     assert list(rebuilt.results(job.job_id)["custom_id"]) == ["a", "b"]
+
+
+def test_a_retried_success_replaces_the_failure_and_never_the_reverse(tmp_path):
+    job = finished_job(tmp_path, {"a": None})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    retried = finished_job(tmp_path / "retry", {"a": "fixed"})
+    job.output.write_bytes(retried.output.read_bytes())
+    store.ingest(job)
+    assert store.results(job.job_id).set_index("custom_id").loc["a", "status"] == "succeeded"
+    with job.errors.open("ab") as handle:  # an older failure read later must not win
+        handle.write(job.errors.read_bytes())
+    store.ingest(job)
+    assert store.results(job.job_id).set_index("custom_id").loc["a", "answer"] == "fixed"

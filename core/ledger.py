@@ -1,0 +1,194 @@
+"""Every request's final result, read from a job folder: reconcile, verify, combine, rerun.
+
+A job keeps OpenAI's layout: successes in ``output.jsonl``, failures in ``errors.jsonl``.
+A request may fail and later succeed on a retry, so ``errors.jsonl`` is a history; a
+request's final result is its success line if it has one, else its latest error line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.checks import scan
+from core.jobs import JobFolder
+from core.output_file import CHAIN_FIELD, chain_hash, read_lines, split_chain
+
+NEVER_RETRIED = ("invalid_request",)  # the same input fails the same way
+
+
+def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:
+    """``(line_no, custom_id)`` of each request line (``line-N`` where it has no id)."""
+    seen: set[str] = set()
+    for checked in scan(job.input):
+        custom_id = checked.custom_id or f"line-{checked.line_no}"
+        if custom_id not in seen:
+            seen.add(custom_id)
+            yield checked.line_no, custom_id
+
+
+@dataclass
+class Ledger:
+    """The final state of each request of a job."""
+
+    ids: list[str]
+    succeeded: set[str] = field(default_factory=set)
+    failed: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> final error
+    duplicate_successes: list[str] = field(default_factory=list)
+    unexpected: set[str] = field(default_factory=set)
+
+    @property
+    def missing(self) -> list[str]:
+        """Requests with no result at all (never run, cancelled or interrupted)."""
+        return [i for i in self.ids if i not in self.succeeded and i not in self.failed]
+
+    def retryable(self) -> list[str]:
+        """Failed or missing requests that a rerun may fix (not invalid input)."""
+        failed = [i for i, e in self.failed.items() if (e or {}).get("code") not in NEVER_RETRIED]
+        return self.missing + failed
+
+
+def read_ledger(job: JobFolder) -> Ledger:
+    ledger = Ledger(ids=[cid for _, cid in input_ids(job)])
+    known = set(ledger.ids)
+    for line in read_lines(job.output):
+        cid = line["custom_id"]
+        if cid in ledger.succeeded:
+            ledger.duplicate_successes.append(cid)
+        ledger.succeeded.add(cid)
+    for line in read_lines(job.errors):
+        ledger.failed[line["custom_id"]] = line.get("error") or {}
+    for cid in ledger.succeeded:
+        ledger.failed.pop(cid, None)
+    ledger.unexpected = (ledger.succeeded | set(ledger.failed)) - known
+    return ledger
+
+
+@dataclass
+class Reconciliation:
+    """Input lines against result lines, for a person and for scripts."""
+
+    requests: int
+    succeeded: int
+    failed: int
+    missing: list[str]
+    duplicates: list[str]
+    unexpected: list[str]
+    failures_by_class: dict[str, int]
+
+    @property
+    def success_rate(self) -> float:
+        return self.succeeded / self.requests if self.requests else 0.0
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and not self.duplicates and not self.unexpected
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "success_rate": self.success_rate, "complete": self.complete}
+
+
+def reconcile(job: JobFolder) -> Reconciliation:
+    ledger = read_ledger(job)
+    classes = Counter(
+        f"{e.get('code', 'error')}: {str(e.get('message', ''))[:120]}"
+        for e in ledger.failed.values()
+    )
+    return Reconciliation(
+        requests=len(ledger.ids),
+        succeeded=len(ledger.succeeded - ledger.unexpected),
+        failed=len(set(ledger.failed) - ledger.unexpected),
+        missing=ledger.missing,
+        duplicates=sorted(set(ledger.duplicate_successes)),
+        unexpected=sorted(ledger.unexpected),
+        failures_by_class=dict(classes.most_common()),
+    )
+
+
+def write_rerun_file(job: JobFolder, ids: list[str], path: Path) -> int:
+    """Writes the input lines of ``ids`` (in input order) as a new batch file."""
+    wanted = set(ids)
+    count = 0
+    lines = job.input.read_text(encoding="utf-8-sig", errors="replace").splitlines()
+    with path.open("w", encoding="utf-8") as out:
+        for line_no, cid in input_ids(job):
+            if cid in wanted:
+                out.write(lines[line_no - 1] + "\n")
+                count += 1
+    return count
+
+
+def combined_lines(job: JobFolder) -> Iterator[dict[str, Any]]:
+    """Each request's final result line, in input order (successes win over errors)."""
+    successes = {line["custom_id"]: line for line in read_lines(job.output)}
+    errors = {line["custom_id"]: line for line in read_lines(job.errors)}
+    for _, cid in input_ids(job):
+        line = successes.get(cid) or errors.get(cid)
+        if line is not None:
+            yield line
+
+
+def write_combined(job: JobFolder, path: Path) -> int:
+    count = 0
+    with path.open("w", encoding="utf-8") as out:
+        for line in combined_lines(job):
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+@dataclass
+class Verification:
+    ok: bool
+    problems: list[str]
+    lines_checked: int
+
+
+def verify_chain(path: Path) -> tuple[int, list[str]]:
+    """Recomputes a result file's hash chain; returns lines checked and problems found."""
+    problems: list[str] = []
+    previous = ""
+    count = 0
+    if not path.exists():
+        return 0, problems
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            count += 1
+            if not raw.endswith(b"\n"):
+                problems.append(f"{path.name} line {line_no}: torn (no newline)")
+                break
+            content, chain = split_chain(raw.rstrip(b"\n"))
+            if chain is None:
+                problems.append(f"{path.name} line {line_no}: has no {CHAIN_FIELD} field")
+                break
+            if chain_hash(previous, content) != chain:
+                problems.append(
+                    f"{path.name} line {line_no}: hash chain broken (the line, or one before "
+                    "it, was changed, removed or reordered)"
+                )
+                break
+            previous = chain
+    return count, problems
+
+
+def verify(job: JobFolder) -> Verification:
+    """Proves a job's results untampered (hash chains) and complete (one per request)."""
+    problems: list[str] = []
+    lines = 0
+    for path in (job.output, job.errors):
+        count, found = verify_chain(path)
+        lines += count
+        problems += found
+    report = reconcile(job)
+    for ids, what in (
+        (report.missing, "requests have no result"),
+        (report.duplicates, "requests succeeded twice"),
+        (report.unexpected, "results match no request"),
+    ):
+        if ids:
+            problems.append(f"{len(ids)} {what}, e.g. {', '.join(ids[:3])}")
+    return Verification(ok=not problems, problems=problems, lines_checked=lines)

@@ -1,0 +1,118 @@
+"""Faults a job must survive, on the real engine: kill -9, cancel, resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.config import REPO_ROOT
+from core.jobs import JobFolder, list_jobs
+from core.ledger import reconcile, verify
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine
+CHUNK = 8
+
+
+def batch(tmp_path, count):
+    path = tmp_path / "batch.jsonl"
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"q{i:03d}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": f"Count to {i % 7 + 2}."}],
+                    "max_tokens": 12,
+                    "temperature": 0,
+                },
+            }
+        )
+        for i in range(count)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start_run(path, out):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "core",
+            "run",
+            str(path),
+            "-o",
+            str(out),
+            "--chunk-size",
+            str(CHUNK),
+        ],
+        cwd=REPO_ROOT,
+        env=os.environ.copy(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(job_dir, predicate, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = list_jobs(job_dir)
+        if jobs and predicate(jobs[0].read_status()):
+            return jobs[0]
+        time.sleep(0.3)
+    raise AssertionError("timed out waiting for the job")
+
+
+def success_ids(job: JobFolder) -> list[str]:
+    return [json.loads(x)["custom_id"] for x in job.output.read_text().splitlines()]
+
+
+def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
+    studio_home, tmp_path, default_model
+):
+    path, out = batch(tmp_path, 40), tmp_path / "out.jsonl"
+    jobs_dir = studio_home / "jobs"
+
+    # 1. kill -9 the worker once results have been written.
+    cli = start_run(path, out)
+    job = wait_for(jobs_dir, lambda s: s.done >= CHUNK + 1 and s.state == "running")
+    os.kill(job.read_status().pid, signal.SIGKILL)
+    cli.communicate(timeout=60)
+    assert cli.returncode == 3
+    assert job.read_status().interrupted  # the UI shows it as interrupted, with Resume
+    written_before = len(success_ids(job))
+
+    # 2. The same command again continues the same job: nothing lost, nothing twice.
+    cli = start_run(path, out)
+    job2 = wait_for(jobs_dir, lambda s: s.state == "running" and s.done > written_before)
+    assert job2.job_id == job.job_id
+
+    # 3. Cancel while it runs: the worker stops within seconds and keeps what it wrote.
+    asked = time.monotonic()
+    result = run_cli("cancel", job.job_id)
+    assert "cancel requested" in result.stdout
+    cli.communicate(timeout=60)
+    assert time.monotonic() - asked < 30
+    status = job.read_status()
+    assert status.state == "cancelled" and not status.interrupted
+    assert [e["state"] for e in status.history][-2:] == ["running", "cancelled"]
+    cancelled_report = reconcile(job)
+    assert cancelled_report.missing  # the rest are cancelled, to be resumed
+
+    # 4. Resume by job id finishes the job.
+    result = run_cli("resume", job.job_id)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ids = success_ids(job)
+    assert sorted(ids) == [f"q{i:03d}" for i in range(40)]  # none missing, none twice
+    final = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["custom_id"] for x in final] == [f"q{i:03d}" for i in range(40)]
+    assert verify(job).ok
+    assert job.read_status().succeeded == 40
