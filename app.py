@@ -7,6 +7,9 @@ st.set_page_config(page_title="Batch Studio", page_icon=":material/stacks:", lay
 pages = [
     st.Page("pages/upload.py", title="Upload & check", icon=":material/upload_file:", default=True),
     st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
+    st.Page("pages/monitor.py", title="Monitor", icon=":material/speed:"),
     st.Page("pages/results.py", title="Results", icon=":material/table_view:"),
+    st.Page("pages/jobs.py", title="Jobs", icon=":material/list_alt:"),
+    st.Page("pages/settings.py", title="Settings", icon=":material/settings:"),
 ]
 st.navigation(pages).run()

@@ -79,6 +79,30 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
 
 
+def validate_engine_config(config: EngineConfig, gpus: int | None = None) -> list[str]:
+    """Settings that cannot work on this machine, each as a message; empty when fine."""
+    gpus = gpu_count() if gpus is None else gpus
+    problems = []
+    if config.tensor_parallel_size < 1:
+        problems.append("tensor parallel size must be at least 1")
+    elif gpus and config.tensor_parallel_size > gpus:
+        problems.append(
+            f"tensor parallel size {config.tensor_parallel_size} needs that many GPUs; "
+            f"this machine has {gpus}"
+        )
+    elif not gpus and config.tensor_parallel_size > 1:
+        problems.append("tensor parallelism needs GPUs; this machine has none")
+    if not 0 < config.gpu_memory_utilization <= 1:
+        problems.append("GPU memory utilisation must be in (0, 1]")
+    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            problems.append(f"{name.replace('_', ' ')} must be at least 1")
+    if config.dtype not in ("auto", "float32", "float16", "bfloat16"):
+        problems.append(f"dtype {config.dtype!r} is not one of auto, float32, float16, bfloat16")
+    return problems
+
+
 def cpu_has_bf16() -> bool:
     """True when the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
     try:

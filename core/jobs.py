@@ -5,6 +5,7 @@
         input.jsonl   the batch file, copied in
         output.jsonl  one success line per request, appended and fsynced in chunks
         errors.jsonl  failure lines (OpenAI's layout); a retried request may appear again
+        metrics.jsonl progress and resource samples, one per heartbeat
         status.json   state, counts and heartbeat, replaced atomically by the worker
         worker.log    the worker's own log
 
@@ -142,6 +143,7 @@ class JobFolder:
     input = property(lambda self: self.path / "input.jsonl")
     output = property(lambda self: self.path / "output.jsonl")
     errors = property(lambda self: self.path / "errors.jsonl")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
     spec_file = property(lambda self: self.path / "job.json")
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")

@@ -192,3 +192,15 @@ def verify(job: JobFolder) -> Verification:
         if ids:
             problems.append(f"{len(ids)} {what}, e.g. {', '.join(ids[:3])}")
     return Verification(ok=not problems, problems=problems, lines_checked=lines)
+
+
+def recent_lines(path: Path, count: int = 5, tail_bytes: int = 262_144) -> list[dict[str, Any]]:
+    """The last ``count`` complete lines of a result file, newest last (reads only its tail)."""
+    if not path.exists():
+        return []
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        handle.seek(max(0, size - tail_bytes))
+        data = handle.read()
+    raws = [r for r in data.split(b"\n")[1 if size > tail_bytes else 0 : -1] if r.strip()]
+    return [json.loads(r) for r in raws[-count:]]

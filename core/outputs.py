@@ -87,3 +87,17 @@ def error_line(custom_id: str, code: str, message: str, status_code: int = 400) 
         "response": {"status_code": status_code, "request_id": request_id, "body": None},
         "error": {"code": code, "message": message},
     }
+
+
+def answer_text(line: dict[str, Any]) -> str | None:
+    """The first choice's answer of an output line (None for a failure)."""
+    body = (line.get("response") or {}).get("body") or {}
+    choices = body.get("choices") or [{}]
+    return (choices[0].get("message") or {}).get("content")
+
+
+def error_text(line: dict[str, Any]) -> str | None:
+    error = line.get("error")
+    if not error:
+        return None
+    return error.get("message") if isinstance(error, dict) else str(error)

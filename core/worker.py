@@ -30,6 +30,7 @@ from core.checks import scan
 from core.engine import Engine, EngineLoadError, EngineRequestError
 from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
 from core.ledger import read_ledger
+from core.monitoring import ResourceSampler, append_sample, progress_sample
 from core.output_file import OutputWriter
 from core.outputs import Completion, error_line, success_line
 from core.requests import EngineRequest
@@ -109,9 +110,14 @@ class StatusKeeper:
         self.job.write_status(self.status)
 
     def _beat(self) -> None:
+        sampler = ResourceSampler()
         while not self._stop.wait(HEARTBEAT_SECONDS):
+            resources = sampler.sample()
             with self._lock:
                 self._write()
+                s = self.status
+                sample = progress_sample(s.done, s.completion_tokens, resources)
+            append_sample(self.job.metrics, sample)
 
 
 class ResultWriters:

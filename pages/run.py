@@ -1,4 +1,4 @@
-"""Run: start the checked batch file on the local engine and watch it move."""
+"""Run: choose the model and engine settings, see the estimate, and start the job."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 import streamlit as st
 
 from core.checks import check_file
-from core.engine import EngineConfig
-from core.jobs import JobFolder, create_job, start_worker
+from core.engine import EngineConfig, gpu_count, validate_engine_config
+from core.jobs import create_job, start_worker
 from core.models import ModelError, check_model_folder, model_folders
 from core.requests import JobDefaults
-from pages.shared import paths, store
+from pages.shared import paths
 
 st.title("Run")
 
@@ -37,14 +37,45 @@ choice = st.selectbox(
 )
 model_path = st.text_input("Model folder", key="model_path") if choice == CUSTOM else choice
 
+gpus = gpu_count()
+with st.expander("Engine settings", expanded=False):
+    st.caption(f"{gpus} GPU(s) found." if gpus else "No GPU found: the engine runs on the CPU.")
+    c1, c2, c3 = st.columns(3)
+    dtype = c1.selectbox("dtype", ["auto", "bfloat16", "float16", "float32"], key="dtype")
+    max_model_len = c2.number_input(
+        "Max model length (0 = model's)", 0, 1_048_576, 0, key="max_model_len"
+    )
+    seed = c3.number_input("Seed", 0, 2**31 - 1, 0, key="engine_seed")
+    c1, c2, c3 = st.columns(3)
+    gpu_util = c1.slider(
+        "GPU memory utilisation", 0.1, 1.0, 0.9, 0.05, key="gpu_util", disabled=not gpus
+    )
+    tp = c2.number_input("Tensor parallel size", 1, 64, 1, key="tp")
+    quantization = c3.selectbox(
+        "Quantization", ["none", "fp8", "awq", "gptq", "bitsandbytes"], key="quantization"
+    )
+    c1, c2, c3 = st.columns(3)
+    max_num_seqs = c1.number_input(
+        "Max concurrent sequences (0 = default)", 0, 4096, 0, key="max_num_seqs"
+    )
+    max_batched = c2.number_input(
+        "Max batched tokens (0 = default)", 0, 1_048_576, 0, key="max_batched"
+    )
+    prefix = c3.selectbox("Prefix caching", ["default", "on", "off"], key="prefix")
+    chunk_size = st.number_input(
+        "Requests handed to the engine at once (shard size)", 1, 100_000, 128, key="chunk_size"
+    )
+
 with st.expander("Defaults for fields a request leaves out"):
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     max_tokens = c1.number_input(
         "Max output tokens", 1, 32768, JobDefaults.max_tokens, key="default_max_tokens"
     )
     temperature = c2.number_input(
         "Temperature", 0.0, 2.0, JobDefaults.temperature, step=0.1, key="default_temperature"
     )
+    top_p = c3.number_input("Top p", 0.01, 1.0, JobDefaults.top_p, step=0.05, key="default_top_p")
+
 skip_invalid = False
 if report.invalid:
     skip_invalid = st.checkbox(
@@ -59,43 +90,32 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
     except ModelError as exc:
         st.error(str(exc))
         st.stop()
+    config = EngineConfig(
+        model=str(model),
+        dtype=dtype,
+        max_model_len=int(max_model_len) or None,
+        gpu_memory_utilization=float(gpu_util),
+        tensor_parallel_size=int(tp),
+        max_num_seqs=int(max_num_seqs) or None,
+        max_num_batched_tokens=int(max_batched) or None,
+        enable_prefix_caching={"on": True, "off": False}.get(prefix),
+        quantization=None if quantization == "none" else quantization,
+        seed=int(seed),
+    )
+    problems = validate_engine_config(config, gpus)
+    if problems:
+        for problem in problems:
+            st.error(problem)
+        st.stop()
     job = create_job(
         batch_file,
         paths().jobs,
-        EngineConfig(model=str(model)),
-        JobDefaults(max_tokens=int(max_tokens), temperature=float(temperature)),
+        config,
+        JobDefaults(max_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p)),
         skip_invalid=skip_invalid,
+        chunk_size=int(chunk_size),
         source=st.session_state.get("batch_name"),
     )
     start_worker(job)
     st.session_state["job_id"] = job.job_id
-
-
-def show_status(job: JobFolder) -> None:
-    status = job.read_status()
-    state = "interrupted" if status.interrupted else status.state
-    st.progress(status.progress, text=f"{state}: {status.done} / {status.total} requests")
-    cols = st.columns(4)
-    cols[0].metric("Succeeded", status.succeeded)
-    cols[1].metric("Failed", status.failed)
-    cols[2].metric("Output tokens", status.completion_tokens)
-    cols[3].metric("Elapsed", f"{status.elapsed_seconds or 0:.0f} s")
-    if status.message:
-        st.caption(status.message)
-    if status.error:
-        st.error(status.error)
-    if status.is_final or status.interrupted:
-        store().ingest(job)
-        if st.session_state.get("shown_final") != job.job_id:
-            st.session_state["shown_final"] = job.job_id
-            st.rerun()  # stop the live refresh: the page now shows the final state
-
-
-job_id = st.session_state.get("job_id")
-if job_id:
-    job = JobFolder(paths().jobs / job_id)
-    st.subheader(f"Job {job_id}")
-    final = job.read_status().is_final
-    st.fragment(run_every=None if final else 1.0)(show_status)(job)
-    if final:
-        st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")
+    st.switch_page("pages/monitor.py")

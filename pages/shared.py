@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from core.config import DataPaths, data_paths
+from core.jobs import JobFolder, cancel, start_worker
 from core.store import Store
 
 
@@ -20,3 +21,26 @@ def store() -> Store:
 
 def paths() -> DataPaths:
     return data_paths()
+
+
+def job_controls(job: JobFolder, key: str) -> None:
+    """Cancel, Resume and Retry-failed buttons, each shown only when it applies."""
+    status = job.read_status()
+    cols = st.columns(3)
+    running = not status.is_final and not status.interrupted
+    if running and cols[0].button("Cancel", key=f"cancel-{key}", icon=":material/stop:"):
+        st.toast(cancel(job))
+    if (status.interrupted or status.state == "cancelled") and cols[1].button(
+        "Resume", key=f"resume-{key}", type="primary", icon=":material/play_arrow:"
+    ):
+        start_worker(job)
+        st.toast("Resumed: only requests without a result run.")
+    if (
+        status.is_final
+        and status.failed
+        and cols[2].button(
+            f"Retry {status.failed} failed", key=f"retry-{key}", icon=":material/replay:"
+        )
+    ):
+        start_worker(job, retry=True)
+        st.toast("Retrying failed requests (invalid input is never retried).")

@@ -1,0 +1,97 @@
+"""Jobs: every job with its state, provenance and reconciliation; cancel, resume, retry."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.jobs import JobFolder, start_worker
+from core.ledger import read_ledger, reconcile, verify, write_rerun_file
+from pages.shared import job_controls, paths, store
+
+st.title("Jobs")
+
+db = store()
+db.ingest_all(paths().jobs)
+jobs = db.jobs()
+if jobs.empty:
+    st.info("No jobs yet. Check a batch file and start a run first.")
+    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+    st.stop()
+
+st.dataframe(
+    jobs[["job_id", "source", "model", "state", "total", "succeeded", "failed", "created_at"]],
+    hide_index=True,
+    width="stretch",
+)
+
+ids = list(jobs["job_id"])
+current = st.session_state.get("job_id")
+job_id = st.selectbox("Job", ids, index=ids.index(current) if current in ids else 0)
+st.session_state["job_id"] = job_id
+job = JobFolder(paths().jobs / job_id)
+status = job.read_status()
+spec = job.read_spec()
+
+st.subheader(f"{job_id}: {status.display_state}")
+job_controls(job, key="jobs")
+cols = st.columns(2)
+cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")
+cols[1].page_link("pages/results.py", label="Results", icon=":material/table_view:")
+
+st.subheader("Reconciliation")
+report = reconcile(job)
+c = st.columns(5)
+c[0].metric("Requests", report.requests)
+c[1].metric("Succeeded", report.succeeded)
+c[2].metric("Failed", report.failed)
+c[3].metric("Without a result", len(report.missing))
+c[4].metric("Success rate", f"{report.success_rate:.1%}")
+if report.duplicates or report.unexpected:
+    st.error(
+        f"{len(report.duplicates)} requests have two results and {len(report.unexpected)} "
+        "results match no request."
+    )
+if report.failures_by_class:
+    st.dataframe(
+        pd.DataFrame([{"failure": k, "requests": v} for k, v in report.failures_by_class.items()]),
+        hide_index=True,
+        width="stretch",
+    )
+retryable = read_ledger(job).retryable()
+can_rerun = bool(retryable) and (status.is_final or status.interrupted)
+label = f"Rerun the {len(retryable)} failed, expired or missing requests"
+if can_rerun and st.button(label, type="primary"):
+    write_rerun_file(job, retryable, job.path / "rerun.jsonl")
+    start_worker(job, retry=True)
+    st.toast("Rerunning into the same job; the subset is saved as rerun.jsonl.")
+if st.button("Verify results (hash chain and completeness)"):
+    result = verify(job)
+    if result.ok:
+        st.success(
+            f"Verified: {result.lines_checked} result lines, chains intact, one result per request."
+        )
+    else:
+        for problem in result.problems:
+            st.error(problem)
+
+files = [(job.output, "output.jsonl"), (job.errors, "errors.jsonl"), (job.input, "input.jsonl")]
+cols = st.columns(len(files))
+for col, (path, name) in zip(cols, files, strict=True):
+    if path.exists():
+        col.download_button(
+            f"Download {name}", path.read_bytes(), file_name=f"{job_id}_{name}", key=f"dl-{name}"
+        )
+
+with st.expander("Provenance"):
+    st.json(
+        {
+            "input": {"file": spec.source, "sha256": spec.input_sha256, "lines": spec.input_lines},
+            "engine": spec.engine,
+            "defaults": spec.defaults,
+            **spec.provenance,
+        }
+    )
+with st.expander("History and worker log"):
+    st.table(pd.DataFrame(status.history))
+    st.code(job.log_tail(40) or "(no log yet)", language=None)

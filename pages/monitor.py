@@ -1,0 +1,134 @@
+"""Monitor: a job's progress, speed, ETA and resource use, live, with its controls."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+import streamlit as st
+
+from core.jobs import JobFolder, list_jobs
+from core.ledger import recent_lines
+from core.monitoring import rates, read_samples
+from core.outputs import answer_text, error_text
+from pages.shared import job_controls, paths, store
+
+REFRESH_SECONDS = 2.0
+
+st.title("Monitor")
+
+jobs = list_jobs(paths().jobs)
+if not jobs:
+    st.info("No jobs yet. Check a batch file and start a run; its progress shows here.")
+    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+    st.stop()
+
+ids = [j.job_id for j in jobs]
+current = st.session_state.get("job_id")
+job_id = st.selectbox("Job", ids, index=ids.index(current) if current in ids else 0)
+st.session_state["job_id"] = job_id
+job = JobFolder(paths().jobs / job_id)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def show(job: JobFolder) -> None:
+    status = job.read_status()
+    samples = read_samples(job.metrics)
+    speed = rates(samples, status.total)
+    state = status.display_state
+    st.progress(status.progress, text=f"{state}: {status.done} / {status.total} requests")
+    c = st.columns(4)
+    c[0].metric(
+        "Requests/s",
+        f"{speed.requests_per_s:.2f}",
+        help=f"average {speed.average_requests_per_s:.2f}",
+    )
+    c[1].metric(
+        "Output tokens/s",
+        f"{speed.tokens_per_s:.0f}",
+        help=f"average {speed.average_tokens_per_s:.0f}",
+    )
+    c[2].metric("ETA", _duration(speed.eta_seconds) if not status.is_final else "done")
+    c[3].metric("Elapsed", _duration(status.elapsed_seconds))
+    c = st.columns(4)
+    c[0].metric("Succeeded", status.succeeded)
+    c[1].metric("Failed", status.failed)
+    c[2].metric("Model load", _duration(status.model_load_seconds))
+    c[3].metric("First result after", _duration(status.first_result_seconds))
+    if status.message:
+        st.caption(status.message)
+    if status.error:
+        st.error(status.error)
+    if status.interrupted:
+        st.warning(
+            "The worker stopped without finishing (killed or crashed). Resume runs "
+            "only the requests that have no result yet."
+        )
+    job_controls(job, key="monitor")
+
+    if samples:
+        frame = pd.DataFrame(samples)
+        frame["time"] = pd.to_datetime(frame["t"], unit="s")
+        gpus = [g for s in samples for g in s.get("gpus") or []]
+        if gpus:
+            rows = [
+                {
+                    "time": pd.to_datetime(s["t"], unit="s"),
+                    "gpu": f"GPU {g['index']}",
+                    "memory used (MiB)": g["memory_used_mib"],
+                    "utilisation %": g["utilization"],
+                }
+                for s in samples
+                for g in s["gpus"]
+            ]
+            gframe = pd.DataFrame(rows)
+            st.plotly_chart(
+                px.line(gframe, x="time", y="memory used (MiB)", color="gpu", title="GPU memory"),
+                key="gpu-mem",
+            )
+            st.plotly_chart(
+                px.line(gframe, x="time", y="utilisation %", color="gpu", title="GPU utilisation"),
+                key="gpu-util",
+            )
+        else:
+            st.caption("No GPU on this machine: showing the worker process's memory and CPU.")
+            cols = st.columns(2)
+            cols[0].plotly_chart(
+                px.line(frame, x="time", y="rss_mib", title="Worker RSS (MiB)"), key="rss"
+            )
+            cols[1].plotly_chart(
+                px.line(frame, x="time", y="cpu_percent", title="Worker CPU %"), key="cpu"
+            )
+
+    recent = recent_lines(job.output) + recent_lines(job.errors, 3)
+    if recent:
+        st.subheader("Latest results")
+        rows = [
+            {"custom_id": r["custom_id"], "answer": answer_text(r), "error": error_text(r)}
+            for r in recent
+        ]
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if status.is_final or status.interrupted:
+        store().ingest(job)
+        if st.session_state.get("summary_shown") != (job.job_id, status.finished_at):
+            st.session_state["summary_shown"] = (job.job_id, status.finished_at)
+            st.rerun()  # leave the live refresh: the final state needs no polling
+
+
+final = job.read_status().is_final or job.read_status().interrupted
+st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
+if final:
+    status = job.read_status()
+    if status.state == "completed":
+        st.success(
+            f"Job {job_id} completed: {status.succeeded} succeeded, {status.failed} "
+            f"failed, {status.completion_tokens} output tokens in "
+            f"{_duration(status.elapsed_seconds)}."
+        )
+    st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")

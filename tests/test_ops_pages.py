@@ -1,0 +1,90 @@
+"""Run (settings), Monitor, Jobs and Settings pages, driven by ``AppTest`` (no worker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from core.config import SAMPLE_DATA
+from core.jobs import JobFolder, JobStatus
+from tests.factories import finished_job
+from tests.test_pages import data_home, open_page  # noqa: F401 (autouse fixture)
+
+
+def texts(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    parts += [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
+    parts += [str(s.value) for s in at.success] + [str(i.value) for i in at.info]
+    return "\n".join(parts)
+
+
+def metric(at, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_run_refuses_tensor_parallelism_beyond_the_gpus():
+    at = open_page("run.py", batch_file=str(SAMPLE_DATA / "review_sentiment.jsonl"))
+    at.number_input(key="tp").set_value(4).run()
+    at.button[0].click().run()
+    assert "tensor parallelism needs GPUs; this machine has none" in texts(at)
+    assert "job_id" not in at.session_state
+
+
+def test_monitor_without_jobs_says_what_to_do_first():
+    at = open_page("monitor.py")
+    assert "No jobs yet" in texts(at)
+
+
+def test_monitor_shows_a_finished_job_with_its_rates_and_charts(data_home):  # noqa: F811
+    job = finished_job(data_home, {"a": "yes", "b": None, "c": "<script>x</script>"})
+    now = time.time()
+    samples = [
+        {"t": now - 4, "done": 0, "completion_tokens": 0, "rss_mib": 900, "cpu_percent": 150},
+        {"t": now - 2, "done": 2, "completion_tokens": 10, "rss_mib": 950, "cpu_percent": 190},
+        {"t": now, "done": 3, "completion_tokens": 16, "rss_mib": 950, "cpu_percent": 180},
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "Succeeded") == "2" and metric(at, "Failed") == "1"
+    assert metric(at, "Requests/s") == "0.75"
+    assert "Job " + job.job_id + " completed: 2 succeeded, 1 failed" in texts(at)
+    assert "showing the worker process's memory and CPU" in texts(at)
+    latest = at.dataframe[0].value
+    assert "<script>x</script>" in list(latest["answer"])  # shown as text, not HTML
+    assert any(b.label.startswith("Retry 1 failed") for b in at.button)
+
+
+def test_monitor_flags_an_interrupted_job_and_offers_resume(data_home):  # noqa: F811
+    job = finished_job(data_home, {"a": "yes"})
+    status = job.read_status()
+    status.state, status.pid, status.heartbeat_at = "running", 2**22 + 7, time.time()
+    job.write_status(status)
+    assert not os.path.exists(f"/proc/{status.pid}")
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert "The worker stopped without finishing" in texts(at)
+    assert [b.label for b in at.button] == ["Resume"]
+
+
+def test_jobs_page_reconciles_and_verifies(data_home):  # noqa: F811
+    job = finished_job(data_home, {"a": "yes", "b": None})
+    at = open_page("jobs.py")
+    assert metric(at, "Requests") == "2" and metric(at, "Success rate") == "50.0%"
+    verify = next(b for b in at.button if b.label.startswith("Verify"))
+    verify.click().run()
+    assert "Verified: 2 result lines, chains intact" in texts(at)
+    rerun = next(b for b in at.button if b.label.startswith("Rerun the 1 failed"))
+    assert rerun is not None
+    JobFolder(job.path).write_status(
+        JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time())
+    )
+    at = open_page("jobs.py")
+    assert [b.label for b in at.button if b.label == "Cancel"] == ["Cancel"]
+
+
+def test_settings_lists_folders_and_the_built_in_model(data_home):  # noqa: F811
+    at = open_page("settings.py")
+    folders = at.dataframe[0].value
+    assert str(data_home) in list(folders["path"])
+    models = at.dataframe[1].value
+    assert "SmolLM2-135M-Instruct" in list(models["model"])
