@@ -1,9 +1,13 @@
-"""Results: the answers of a job, read from DuckDB, and its output file."""
+"""Results: filter, search, sort and page through answers in DuckDB; details; export."""
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
+from core import export as ex
+from core import results as res
 from core.jobs import JobFolder
 from pages.shared import paths, store
 
@@ -17,15 +21,22 @@ if jobs.empty:
     st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
     st.stop()
 
+by_id = jobs.set_index("job_id")
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
 job_id = st.selectbox(
     "Job",
     ids,
     index=ids.index(current) if current in ids else 0,
-    format_func=lambda j: f"{j} · {jobs.set_index('job_id').at[j, 'source']}",
+    format_func=lambda j: f"{j} · {by_id.at[j, 'source']}",
+    key="results_job",
 )
-row = jobs.set_index("job_id").loc[job_id]
+more = st.multiselect(
+    "Add other jobs to the table", [j for j in ids if j != job_id], key="results_more_jobs"
+)
+job_ids = [job_id, *more]
+
+row = by_id.loc[job_id]
 cols = st.columns(4)
 cols[0].metric("State", row["state"])
 cols[1].metric("Requests", int(row["total"] or 0))
@@ -34,15 +45,141 @@ cols[3].metric("Failed", int(row["failed"] or 0))
 if row["error"]:
     st.error(row["error"])
 
-results = db.results(job_id)
-st.caption(f"{db.count_results(job_id)} results (first {len(results)} shown)")
-st.dataframe(results, hide_index=True, width="stretch")
+# -- filters ----------------------------------------------------------------------------------
+facets = res.facets(db, job_ids)
+with st.expander("Filter and search", expanded=True):
+    search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
+    c = st.columns([2, 1])
+    search_in = c[0].radio(
+        "Search in", res.SEARCH_FIELDS, horizontal=True, key="search_in", index=2
+    )
+    match_case = c[1].checkbox("Match case", key="match_case")
+    c = st.columns(4)
+    statuses = c[0].multiselect("Status", facets["statuses"], key="f_status")
+    finish = c[1].multiselect("Finish reason", facets["finish_reasons"], key="f_finish")
+    models = c[2].multiselect("Model", facets["models"], key="f_model")
+    versions = c[3].multiselect("Prompt version", facets["prompt_versions"], key="f_version")
+    c = st.columns(4)
+    meta_key = c[0].selectbox(
+        "Metadata field", ["(any)", *facets["metadata_keys"]], key="f_meta_key"
+    )
+    metadata = {}
+    if meta_key != "(any)":
+        values = res.metadata_values(db, job_ids, meta_key)
+        value = c[1].selectbox("equals", values, key="f_meta_value")
+        if value is not None:
+            metadata = {meta_key: value}
+    low = c[2].number_input("Tokens out ≥", min_value=0, value=None, step=1, key="f_tok_lo")
+    high = c[3].number_input("Tokens out ≤", min_value=0, value=None, step=1, key="f_tok_hi")
+
+flt = res.ResultFilter(
+    job_ids=job_ids,
+    statuses=statuses,
+    finish_reasons=finish,
+    models=models,
+    prompt_versions=versions,
+    metadata=metadata,
+    completion_tokens=(low, high),
+    search=search,
+    search_in=search_in,
+    match_case=match_case,
+)
+
+# -- the table ----------------------------------------------------------------------------------
+c = st.columns([2, 1, 1, 1])
+sort = c[0].selectbox("Sort by", list(res.COLUMNS), index=2, key="sort")
+descending = c[1].toggle("Descending", key="descending")
+size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_size")
+total = res.count(db, flt)
+pages = max(1, -(-total // size))
+page_no = c[3].number_input("Page", min_value=1, max_value=pages, value=1, key="page_no")
+table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(page_no - 1) * size)
+
+if total == 0:
+    if db.count_results(job_id) == 0:
+        st.info("This job has no results yet. They appear here as the worker writes them.")
+    else:
+        st.info("No results match these filters.")
+else:
+    first = (page_no - 1) * size + 1
+    st.caption(f"{total:,} results (rows {first:,}–{first + len(table) - 1:,} shown)")
+    shown = table.drop(columns=["job_id"]) if len(job_ids) == 1 else table
+    st.dataframe(shown, hide_index=True, width="stretch")
+
+    # -- detail -------------------------------------------------------------------------------
+    keys = list(zip(table["job_id"], table["custom_id"], strict=True))
+    pick = st.selectbox(
+        "Details of",
+        range(len(keys)),
+        format_func=lambda i: keys[i][1] if len(job_ids) == 1 else f"{keys[i][1]} ({keys[i][0]})",
+        key="detail_pick",
+    )
+    item = res.detail(db, *keys[pick]) if pick is not None else None
+    if item:
+        left, right = st.columns(2)
+        with left:
+            st.subheader("Conversation")
+            for message in item["messages"] or []:
+                st.caption(message.get("role", ""))
+                st.text(message.get("content", ""))
+        with right:
+            st.subheader("Answer")
+            if item["status"] == "failed":
+                st.error(f"{item['error_code']}: {item['error_message']}")
+            else:
+                st.text(item["answer"] or "")
+            st.caption(
+                f"status {item['status']} · finish {item['finish_reason']} · "
+                f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
+                f"model {item['model']}"
+            )
+        with st.expander("Parameters and metadata"):
+            st.json({"params": item["params"], "metadata": item["metadata"]})
+        with st.expander("Raw output line"):
+            st.code(json.dumps(item["raw"], ensure_ascii=False, indent=1), language="json")
+
+# -- export -----------------------------------------------------------------------------------
+st.subheader("Export")
+c = st.columns([1, 2])
+fmt = c[0].selectbox("Format", ex.FORMATS, key="export_format")
+c[1].caption(
+    "The filtered results with their review labels. JSONL is the OpenAI batch output "
+    f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
+)
+if st.button("Prepare export", key="export_go"):
+    target = paths().home / "exports" / f"{job_id}_results.{fmt}"
+    try:
+        with st.spinner("Writing the file…"):
+            rows = ex.export_results(db, flt, target, fmt)
+    except ex.ExportError as exc:
+        st.error(str(exc))
+    else:
+        st.session_state["export_file"] = (str(target), rows)
+if "export_file" in st.session_state:
+    path, rows = st.session_state["export_file"]
+    exported = paths().home / "exports" / path.rsplit("/", 1)[-1]
+    if exported.exists():
+        st.download_button(
+            f"Download {exported.name} ({rows:,} rows)",
+            data=exported.read_bytes(),
+            file_name=exported.name,
+        )
 
 job = JobFolder(paths().jobs / job_id)
+c = st.columns(2)
 if job.output.exists():
-    st.download_button(
+    c[0].download_button(
         "Download output JSONL",
         data=job.output.read_bytes(),
         file_name=f"{job_id}_output.jsonl",
+        mime="application/jsonl",
+    )
+if int(row["failed"] or 0):
+    errors = paths().home / "exports" / f"{job_id}_errors.jsonl"
+    ex.export_errors(db, [job_id], errors)
+    c[1].download_button(
+        "Download error file",
+        data=errors.read_bytes(),
+        file_name=errors.name,
         mime="application/jsonl",
     )

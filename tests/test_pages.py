@@ -165,11 +165,14 @@ def test_results_page_shows_a_finished_job(data_home: Path) -> None:
     assert at.selectbox[0].value == job.job_id
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {"State": "completed", "Requests": "2", "Succeeded": "1", "Failed": "1"}
-    assert at.caption[0].value == "2 results (first 2 shown)"
+    assert at.caption[0].value == "2 results (rows 1–2 shown)"
     table = at.dataframe[0].value.set_index("custom_id")
     assert list(table.index) == ["sky-1", "long-2"]
     assert table.loc["sky-1", "answer"] == "Blue."
     assert table.loc["sky-1", "prompt"] == "What colour is the sky?"
     assert table.loc["long-2", "status"] == "failed"
     assert table.loc["long-2", "error_message"] == "the prompt is longer than the model allows"
-    assert [b.label for b in at.download_button] == ["Download output JSONL"]
+    assert [b.label for b in at.download_button] == [
+        "Download output JSONL",
+        "Download error file",  # the job has a failure
+    ]

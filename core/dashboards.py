@@ -1,0 +1,282 @@
+"""Plotly figures of jobs' results, each from one DuckDB aggregate (never a million rows).
+
+Charts group by job, model, prompt version or day, and can be narrowed to jobs and dates.
+Cost comes from a price table: per million tokens (hosted-API prices) or per GPU hour
+(run hours estimated from the answers' times). ``core/pricing.py`` did not exist when this
+was written, so :data:`DEFAULT_PRICES` is a minimal table the page lets users edit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+import pandas as pd
+import plotly.express as px
+import plotly.graph_objects as go
+
+from core.results import query
+from core.review import wilson
+from core.store import Store
+
+GROUPS: dict[str, str] = {
+    "job": "r.job_id",
+    "model": "r.model",
+    "prompt_version": "coalesce(r.prompt_version, '(none)')",
+    "day": "strftime(coalesce(r.created_at, j.created_at), '%Y-%m-%d')",
+}
+# Minimal editable price table: USD per million tokens, or per GPU hour (0 = not used).
+DEFAULT_PRICES = pd.DataFrame(
+    [
+        {"model": "*", "input_per_million": 0.15, "output_per_million": 0.60, "gpu_hour": 0.0},
+    ]
+)
+DISTRIBUTION_ROWS = 100_000  # token histograms read a fixed-size sample of big jobs
+
+
+@dataclass
+class Scope:
+    """Which results a dashboard covers: jobs (all when empty) and a date range."""
+
+    job_ids: list[str] = field(default_factory=list)
+    start: date | None = None
+    end: date | None = None
+
+
+def _where(scope: Scope) -> tuple[str, list[Any]]:
+    clauses, params = ["true"], []
+    if scope.job_ids:
+        clauses.append("list_contains(?, r.job_id)")
+        params.append(list(scope.job_ids))
+    when = "coalesce(r.created_at, j.created_at)"
+    if scope.start:
+        clauses.append(f"{when} >= ?")
+        params.append(pd.Timestamp(scope.start, tz="UTC"))
+    if scope.end:
+        clauses.append(f"{when} < ?")
+        params.append(pd.Timestamp(scope.end + timedelta(days=1), tz="UTC"))
+    return " AND ".join(clauses), params
+
+
+_FROM = "FROM results r LEFT JOIN jobs j ON j.job_id = r.job_id"
+
+
+def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
+    """Per group: requests, successes, failures, rates, tokens and run hours."""
+    if by not in GROUPS:
+        raise ValueError(f"group by one of {', '.join(GROUPS)}")
+    clause, params = _where(scope)
+    return query(
+        store,
+        f"""
+        SELECT *, succeeded / requests AS success_rate, failed / requests AS failure_rate
+        FROM (
+        SELECT {GROUPS[by]} AS "{by}", any_value(r.model) AS model,
+               count(*) AS requests,
+               count(*) FILTER (WHERE r.status = 'succeeded') AS succeeded,
+               count(*) FILTER (WHERE r.status = 'failed') AS failed,
+               coalesce(sum(r.prompt_tokens), 0) AS tokens_in,
+               coalesce(sum(r.completion_tokens), 0) AS tokens_out,
+               -- answers arrive in chunks: first to last answer time, plus one chunk
+               (epoch(max(r.created_at)) - epoch(min(r.created_at))) / 3600 AS run_hours
+        {_FROM} WHERE {clause}
+        GROUP BY 1
+        ) ORDER BY 1
+        """,
+        params,
+    )
+
+
+def with_cost(frame: pd.DataFrame, prices: pd.DataFrame) -> pd.DataFrame:
+    """Adds ``cost`` (USD) to a summary: token prices plus GPU hours, by model (``*`` is the
+    fallback row)."""
+    table = prices.set_index("model") if not prices.empty else DEFAULT_PRICES.set_index("model")
+    fallback = table.loc["*"] if "*" in table.index else table.iloc[0]
+
+    def cost(row: pd.Series) -> float:
+        price = table.loc[row["model"]] if row["model"] in table.index else fallback
+        tokens = (
+            row["tokens_in"] * float(price["input_per_million"] or 0)
+            + row["tokens_out"] * float(price["output_per_million"] or 0)
+        ) / 1e6
+        hours = row["run_hours"] if pd.notna(row["run_hours"]) else 0.0
+        return tokens + hours * float(price["gpu_hour"] or 0)
+
+    out = frame.copy()
+    out["cost"] = [cost(row) for _, row in out.iterrows()] if len(out) else []
+    return out
+
+
+def _empty(title: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        title=title,
+        annotations=[{"text": "no results in this scope", "showarrow": False}],
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+    )
+    return fig
+
+
+def requests_figure(frame: pd.DataFrame, by: str) -> go.Figure:
+    """Succeeded and failed requests per group, stacked."""
+    if frame.empty:
+        return _empty("Requests")
+    long = frame.melt(id_vars=[by], value_vars=["succeeded", "failed"], var_name="status")
+    return px.bar(long, x=by, y="value", color="status", title="Requests", barmode="stack")
+
+
+def rates_figure(frame: pd.DataFrame, by: str) -> go.Figure:
+    if frame.empty:
+        return _empty("Success and failure rates")
+    long = frame.melt(id_vars=[by], value_vars=["success_rate", "failure_rate"], var_name="rate")
+    fig = px.bar(long, x=by, y="value", color="rate", barmode="group", title="Rates")
+    fig.update_yaxes(tickformat=".0%", range=[0, 1])
+    return fig
+
+
+def tokens_figure(frame: pd.DataFrame, by: str) -> go.Figure:
+    if frame.empty:
+        return _empty("Tokens")
+    long = frame.melt(id_vars=[by], value_vars=["tokens_in", "tokens_out"], var_name="tokens")
+    return px.bar(long, x=by, y="value", color="tokens", barmode="group", title="Tokens in/out")
+
+
+def cost_figure(frame: pd.DataFrame, by: str) -> go.Figure:
+    if frame.empty or "cost" not in frame:
+        return _empty("Cost")
+    fig = px.bar(frame, x=by, y="cost", title="Cost (USD, from the price table)")
+    fig.update_yaxes(tickprefix="$")
+    return fig
+
+
+def finish_reasons_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
+    clause, params = _where(scope)
+    frame = query(
+        store,
+        f"""SELECT {GROUPS[by]} AS "{by}", coalesce(r.finish_reason, '(failed)') AS reason,
+                   count(*) AS n {_FROM} WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2""",
+        params,
+    )
+    if frame.empty:
+        return _empty("Finish reasons")
+    return px.bar(frame, x=by, y="n", color="reason", title="Finish reasons", barmode="stack")
+
+
+def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
+    """Histograms of tokens out (and in) per request; a reservoir sample past 100k rows."""
+    clause, params = _where(scope)
+    frame = query(
+        store,
+        f"""SELECT {GROUPS[by]} AS "{by}", r.prompt_tokens AS tokens_in,
+                   r.completion_tokens AS tokens_out
+            {_FROM} WHERE {clause} AND r.status = 'succeeded'
+            USING SAMPLE reservoir({DISTRIBUTION_ROWS} ROWS) REPEATABLE (1)""",
+        params,
+    )
+    if frame.empty:
+        return _empty("Tokens per request")
+    long = frame.melt(id_vars=[by], value_vars=["tokens_in", "tokens_out"], var_name="tokens")
+    return px.histogram(
+        long,
+        x="value",
+        color=by,
+        facet_col="tokens",
+        barmode="overlay",
+        opacity=0.6,
+        title="Tokens per request",
+        nbins=40,
+    )
+
+
+def throughput_figure(store: Store, scope: Scope) -> go.Figure:
+    """Output tokens and requests per minute over time, per job (from the answers' times)."""
+    clause, params = _where(scope)
+    frame = query(
+        store,
+        f"""SELECT r.job_id, date_trunc('minute', r.created_at) AS minute,
+                   sum(r.completion_tokens) AS tokens_out, count(*) AS requests
+            {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
+            GROUP BY 1, 2 ORDER BY 2""",
+        params,
+    )
+    if frame.empty:
+        return _empty("Throughput")
+    return px.line(
+        frame,
+        x="minute",
+        y="tokens_out",
+        color="job_id",
+        markers=True,
+        title="Throughput (output tokens per minute)",
+    )
+
+
+def latency_figure(store: Store, scope: Scope) -> go.Figure:
+    """Time between consecutive answer chunks of a job: the worker records no per-request
+    latency, and a request waits for its whole chunk, so this is what a request saw."""
+    clause, params = _where(scope)
+    frame = query(
+        store,
+        f"""
+        WITH chunks AS (
+            SELECT r.job_id, r.created_at, count(*) AS n {_FROM}
+            WHERE {clause} AND r.created_at IS NOT NULL GROUP BY 1, 2
+        )
+        SELECT job_id, n,
+               epoch(created_at) - epoch(lag(created_at) OVER (
+                   PARTITION BY job_id ORDER BY created_at)) AS seconds
+        FROM chunks QUALIFY seconds IS NOT NULL
+        """,
+        params,
+    )
+    if frame.empty:
+        return _empty("Latency (chunk time)")
+    return px.histogram(
+        frame,
+        x="seconds",
+        y="n",
+        color="job_id",
+        nbins=40,
+        barmode="overlay",
+        title="Latency: seconds per answer chunk, weighted by requests",
+    )
+
+
+def pass_rate_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
+    """Review pass rate per group with its 95% Wilson interval."""
+    clause, params = _where(scope)
+    frame = query(
+        store,
+        f"""SELECT {GROUPS[by]} AS "{by}",
+                   count(*) FILTER (WHERE v.verdict = 'pass') AS passed,
+                   count(*) FILTER (WHERE v.verdict = 'fail') AS failed
+            FROM reviews v JOIN results r ON r.job_id = v.job_id AND r.custom_id = v.custom_id
+            LEFT JOIN jobs j ON j.job_id = r.job_id
+            WHERE {clause} GROUP BY 1 HAVING passed + failed > 0 ORDER BY 1""",
+        params,
+    )
+    if frame.empty:
+        return _empty("Review pass rate")
+    n = frame["passed"] + frame["failed"]
+    frame["pass_rate"] = frame["passed"] / n
+    bounds = [wilson(int(p), int(k)) for p, k in zip(frame["passed"], n, strict=True)]
+    frame["err_low"] = frame["pass_rate"] - [b[0] for b in bounds]
+    frame["err_high"] = [b[1] for b in bounds] - frame["pass_rate"]
+    fig = px.bar(
+        frame,
+        x=by,
+        y="pass_rate",
+        error_y="err_high",
+        error_y_minus="err_low",
+        title="Review pass rate (95% CI)",
+        hover_data=["passed", "failed"],
+    )
+    fig.update_yaxes(tickformat=".0%", range=[0, 1])
+    return fig
+
+
+def figure_html(fig: go.Figure) -> str:
+    """A standalone HTML file of a figure (plotly.js inlined: opens offline)."""
+    return fig.to_html(include_plotlyjs=True, full_html=True)

@@ -1,0 +1,114 @@
+"""Compare: two jobs (or two slices of one job) side by side, a word diff, and preferences."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import compare as cmp
+from core.results import facets
+from pages.shared import paths, store
+
+st.title("Compare")
+
+db = store()
+db.ingest_all(paths().jobs)
+jobs = db.jobs()
+if jobs.empty:
+    st.info("No jobs yet. Run two batches (or one with two prompt versions) to compare them.")
+    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+    st.stop()
+
+ids = list(jobs["job_id"])
+mode = st.radio("Compare", ["Two jobs", "Two slices of one job"], horizontal=True, key="cmp_mode")
+if mode == "Two jobs":
+    if len(ids) < 2:
+        st.info("There is only one job. Run another, or compare two slices of this one.")
+        st.stop()
+    c = st.columns(2)
+    job_a = c[0].selectbox("A", ids, index=1, key="cmp_a")
+    job_b = c[1].selectbox("B", ids, index=0, key="cmp_b")
+    side_a, side_b, key = cmp.Side(job_a), cmp.Side(job_b), "custom_id"
+else:
+    job = st.selectbox("Job", ids, key="cmp_job")
+    meta = [f"metadata:{k}" for k in facets(db, [job])["metadata_keys"]]
+    c = st.columns(4)
+    field = c[0].selectbox("Split by", [*cmp.SPLIT_FIELDS, *meta], key="cmp_field")
+    values = cmp.split_values(db, job, field)
+    if len(values) < 2:
+        st.info(f"{field} has fewer than two values in this job; choose another field.")
+        st.stop()
+    value_a = c[1].selectbox("A", values, index=0, key="cmp_va")
+    value_b = c[2].selectbox("B", values, index=1, key="cmp_vb")
+    if not meta:
+        st.info("Pairing items inside one job needs a metadata field naming the item.")
+        st.stop()
+    key = c[3].selectbox("Pair items on", meta, key="cmp_key")
+    side_a, side_b = cmp.Side(job, field, value_a), cmp.Side(job, field, value_b)
+
+try:
+    pairs = cmp.pairs(db, side_a, side_b, key)
+    cover = cmp.coverage(db, side_a, side_b, key)
+except cmp.CompareError as exc:
+    st.warning(str(exc))
+    st.stop()
+
+st.caption(
+    f"A has {cover['a']:,} items, B {cover['b']:,}; {cover['paired']:,} pair up on "
+    f"{key}" + (f" (first {len(pairs):,} shown)" if len(pairs) < cover["paired"] else "")
+)
+if pairs.empty:
+    st.info("No items pair up between A and B.")
+    st.stop()
+
+comparison = cmp.comparison_id(side_a, side_b, key)
+tally = cmp.preference_tally(db, comparison)
+c = st.columns(5)
+c[0].metric("Mean length Δ (chars, B−A)", f"{pairs['chars_delta'].mean():+.0f}")
+c[1].metric("Mean tokens Δ (B−A)", f"{pairs['tokens_delta'].mean():+.1f}")
+c[2].metric("Prefer A", tally["A"])
+c[3].metric("Prefer B", tally["B"])
+c[4].metric("Tie", tally["tie"])
+
+st.dataframe(
+    pairs[["key", "status_a", "status_b", "chars_delta", "tokens_delta", "answer_a", "answer_b"]],
+    hide_index=True,
+    width="stretch",
+)
+
+keys = list(pairs["key"])
+pos = st.session_state.get("cmp_pos", 0)
+pos = min(pos, len(keys) - 1)
+nav = st.columns([1, 1, 3])
+if nav[0].button("← Previous", disabled=pos == 0, key="cmp_prev"):
+    pos -= 1
+if nav[1].button("Next →", disabled=pos >= len(keys) - 1, key="cmp_next"):
+    pos += 1
+st.session_state["cmp_pos"] = pos
+pair = pairs.iloc[pos].to_dict()
+nav[2].markdown(f"**Pair {pos + 1} of {len(keys)}** · `{pair['key']}`")
+st.caption("Prompt")
+st.text(pair["prompt"] or "")
+left, right = st.columns(2)
+left.caption(f"A · {side_a.label()} · {pair['status_a']} · {pair['tokens_a']} tokens")
+left.text(pair["answer_a"] or "(no answer)")
+right.caption(f"B · {side_b.label()} · {pair['status_b']} · {pair['tokens_b']} tokens")
+right.text(pair["answer_b"] or "(no answer)")
+st.caption(
+    f"Word diff A → B ([-removed-] {{+added+}}); "
+    f"{cmp.similarity(pair['answer_a'], pair['answer_b']):.0%} of words in common"
+)
+st.code(cmp.diff_text(pair["answer_a"], pair["answer_b"]), language=None, wrap_lines=True)
+
+reviewer = st.text_input("Your name", key="reviewer").strip()
+old = cmp.preference_of(db, comparison, pair["key"], reviewer) if reviewer else None
+choice_cols = st.columns(3)
+for col, choice in zip(choice_cols, cmp.CHOICES, strict=True):
+    label = {"A": "A is better", "B": "B is better", "tie": "Tie"}[choice]
+    if col.button(label, type="primary" if old == choice else "secondary", key=f"pref_{choice}"):
+        try:
+            cmp.save_preference(db, comparison, pair["key"], reviewer, choice, pair, side_a, side_b)
+        except cmp.CompareError as exc:
+            st.error(str(exc))
+        else:
+            st.session_state["cmp_pos"] = min(pos + 1, len(keys) - 1)
+            st.rerun()

@@ -1,0 +1,71 @@
+"""Dashboards: requests, rates, finish reasons, tokens, cost, throughput, latency, pass rates."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import dashboards as dash
+from pages.shared import paths, store
+
+st.title("Dashboards")
+
+db = store()
+db.ingest_all(paths().jobs)
+jobs = db.jobs()
+if jobs.empty:
+    st.info("No jobs yet. Charts appear once a job has results.")
+    st.stop()
+
+c = st.columns([3, 1, 1, 1])
+job_ids = c[0].multiselect("Jobs (all when empty)", list(jobs["job_id"]), key="dash_jobs")
+start = c[1].date_input("From", value=None, key="dash_from")
+end = c[2].date_input("To", value=None, key="dash_to")
+by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")
+scope = dash.Scope(job_ids=job_ids, start=start, end=end)
+
+with st.expander("Price table (USD; model `*` applies to models not listed)"):
+    prices = st.data_editor(
+        st.session_state.get("prices", dash.DEFAULT_PRICES),
+        num_rows="dynamic",
+        hide_index=True,
+        key="price_editor",
+    )
+    st.caption(
+        "Per million input/output tokens for hosted-API prices, or per GPU hour for your own "
+        "hardware (run hours are estimated from the first to the last answer time)."
+    )
+
+summary = dash.with_cost(dash.summary(db, scope, by), prices)
+if summary.empty:
+    st.info("No results in this scope; widen the jobs or the dates.")
+    st.stop()
+st.dataframe(summary, hide_index=True, width="stretch")
+
+figures = {
+    "requests": dash.requests_figure(summary, by),
+    "rates": dash.rates_figure(summary, by),
+    "finish_reasons": dash.finish_reasons_figure(db, scope, by),
+    "tokens": dash.tokens_figure(summary, by),
+    "token_distribution": dash.token_distribution_figure(db, scope, by),
+    "cost": dash.cost_figure(summary, by),
+    "throughput": dash.throughput_figure(db, scope),
+    "latency": dash.latency_figure(db, scope),
+    "pass_rate": dash.pass_rate_figure(db, scope, by),
+}
+columns = st.columns(2)
+for i, (name, fig) in enumerate(figures.items()):
+    with columns[i % 2]:
+        # The chart's toolbar has "Download plot as a png" (named after the chart).
+        options = {"toImageButtonOptions": {"filename": name, "format": "png"}}
+        st.plotly_chart(fig, key=f"chart_{name}", config=options)
+
+# One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
+c = st.columns([2, 1])
+chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
+c[1].download_button(
+    "Download HTML",
+    dash.figure_html(figures[chosen]),
+    file_name=f"{chosen}.html",
+    mime="text/html",
+    key="html_download",
+)

@@ -1,0 +1,136 @@
+"""Results, Review, Compare and Dashboards pages, driven headless by AppTest (no worker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import data_paths
+from core.review import Label, save_label
+from tests.test_pages import open_page
+from tests.test_results import ROWS, analysed_job
+
+
+@pytest.fixture(autouse=True)
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import streamlit as st
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
+    st.cache_resource.clear()
+    yield home
+    st.cache_resource.clear()
+
+
+def job_in_home(home: Path, rows=ROWS, **kw):
+    """A finished job placed in the data folder's jobs folder."""
+    job = analysed_job(home.parent / "build" / kw.pop("name", "one"), rows, **kw)
+    target = data_paths().jobs / job.job_id
+    job.path.rename(target)
+    return target.name
+
+
+def test_results_page_filters_searches_and_shows_details(data_home):
+    job_id = job_in_home(data_home)
+    at = open_page("results.py")
+    assert at.selectbox(key="results_job").value == job_id
+    table = at.dataframe[0].value
+    assert list(table["custom_id"]) == ["a", "b", "c", "d"]
+    assert at.caption[0].value.startswith("4 results")
+    at.text_input(key="q").set_value("DROP TABLE results; --").run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["custom_id"]) == ["b"]
+    at.text_input(key="q").set_value("").run()
+    at.multiselect(key="f_finish").set_value(["length"]).run()
+    assert list(at.dataframe[0].value["custom_id"]) == ["c"]
+    # the detail of the only row: answer shown as text, HTML and control character kept
+    assert "<b>bold</b>\x07 end" in [t.value for t in at.text]
+    assert any('"custom_id": "c"' in c.value for c in at.code)
+
+
+def test_results_page_with_no_match_and_with_a_job_without_results(data_home):
+    job_in_home(data_home)
+    at = open_page("results.py")
+    at.text_input(key="q").set_value("nothing like this").run()
+    assert at.info[0].value == "No results match these filters."
+    assert not at.dataframe
+
+
+def test_results_page_of_a_job_with_only_failures_offers_the_error_file(data_home):
+    job_in_home(data_home, [{"custom_id": "x", "prompt": "p", "answer": None}])
+    at = open_page("results.py")
+    assert list(at.dataframe[0].value["status"]) == ["failed"]
+    labels = [b.label for b in at.download_button]
+    assert "Download output JSONL" in labels and "Download error file" in labels
+
+
+def test_results_page_exports_the_filtered_rows(data_home):
+    job_id = job_in_home(data_home)
+    at = open_page("results.py")
+    at.multiselect(key="f_status").set_value(["succeeded"]).run()
+    at.selectbox(key="export_format").set_value("csv").run()
+    at.button(key="export_go").click().run()
+    assert not at.exception
+    assert "Download " + f"{job_id}_results.csv (3 rows)" in [b.label for b in at.download_button]
+
+
+def test_review_page_draws_a_sample_and_saves_a_label(data_home):
+    job_id = job_in_home(data_home)
+    at = open_page("review.py")
+    assert at.info[0].value == "No samples yet: draw one above."
+    at.text_input(key="sample_name").set_value("check")
+    at.button[0].click().run()  # the form's "Draw sample" sends the name with it
+    assert not at.exception
+    assert "Sample 'check' drawn: 4 items." in [s.value for s in at.success]
+    assert at.info[0].value == "Enter your name above to start labelling."
+    at.text_input(key="reviewer").set_value("ana").run()
+    assert "Item 1 of 4" in at.markdown[0].value or any(
+        "Item 1 of 4" in m.value for m in at.markdown
+    )
+    save = next(b for b in at.button if b.label == "Save & next")
+    save.click().run()
+    assert not at.exception
+    assert any("Item 2 of 4" in m.value for m in at.markdown)
+    at.button(key="prev").click().run()
+    assert any(c.value == "You labelled this item: pass." for c in at.caption)
+    assert job_id
+
+
+def test_compare_page_two_jobs_side_by_side_with_a_diff(data_home):
+    job_in_home(
+        data_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is blue."}], name="a"
+    )
+    job_in_home(
+        data_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is very blue."}], name="b"
+    )
+    at = open_page("compare.py")
+    assert not at.exception
+    assert "1 pair up on custom_id" in at.caption[0].value
+    diffs = [c.value for c in at.code]
+    assert any("{+very +}" in d for d in diffs)
+
+
+def test_dashboards_page_draws_every_chart(data_home):
+    job_in_home(data_home)
+    at = open_page("dashboards.py")
+    assert not at.exception
+    (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
+    assert int(summary["requests"].iloc[0]) == 4 and int(summary["failed"].iloc[0]) == 1
+    assert [b.label for b in at.download_button] == ["Download HTML"]
+
+
+def test_pages_without_jobs_say_what_to_do():
+    for page in ("review.py", "compare.py", "dashboards.py"):
+        at = open_page(page)
+        assert at.info, page
+
+
+def test_review_labels_from_the_store_show_in_dashboards(data_home):
+    job_id = job_in_home(data_home)
+    at = open_page("dashboards.py")  # the app's store is the only one that opens the file
+    from pages.shared import store
+
+    save_label(store(), job_id, "a", "ana", Label("pass"))
+    at.run()
+    assert not at.exception
