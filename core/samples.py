@@ -159,18 +159,17 @@ def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
         )
     quota = quotas(dict(zip(counts["s"], counts["n"], strict=True)), d.size)
     sql = f"""
-        WITH ranked AS (
-            SELECT r.job_id, r.custom_id, {stratum} AS stratum,
-                   row_number() OVER (PARTITION BY {stratum} ORDER BY {rand}) AS rn,
-                   {rand} AS h
-            {FROM} {clause}
+        WITH hashed AS (
+            SELECT r.job_id, r.custom_id, {stratum} AS stratum, {rand} AS h {FROM} {clause}
+        ), ranked AS (  -- the hash is computed once per row, not once per use
+            SELECT *, row_number() OVER (PARTITION BY stratum ORDER BY h) AS rn FROM hashed
         )
         SELECT job_id, custom_id, stratum FROM ranked
         WHERE rn <= coalesce(map_extract(MAP(?, ?), stratum)[1], 0)
         ORDER BY h
     """
     keys = [str(k) for k in quota]
-    params_all = [*stratum_params, *stratum_params, seed, seed, *params, keys, list(quota.values())]
+    params_all = [*stratum_params, seed, *params, keys, [int(v) for v in quota.values()]]
     return query(store, sql, params_all)
 
 
