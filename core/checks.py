@@ -2,24 +2,58 @@
 
 Each line becomes a :class:`CheckedLine`: the request the engine would run, or the problems
 that stop it, each with its line number and a message a person can act on.
+:func:`check_file` adds the file-level summary (distributions, totals, duplicates) and,
+given a model folder, the model-aware check: prompt tokens counted with the model's own
+tokenizer and chat template, and lines that do not fit its context.
+
+Speed: a line of the common chat shape is decoded and validated in one msgspec call (see
+``core.requests.decode_fast_chat_line``); only other lines take the slower generic path
+with its precise messages. Duplicate ids are found with a dict of id hashes.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import json
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
-from core.requests import SUPPORTED_URLS, EngineRequest, JobDefaults, RequestError, parse_body
+from core.requests import (
+    CHAT_URL,
+    ENGINE_URLS,
+    FAST_DECODE_ERRORS,
+    FAST_DECODER,
+    PLAIN_TURNS,
+    SUPPORTED_URLS,
+    EngineRequest,
+    FastChatLine,
+    JobDefaults,
+    RequestError,
+    fast_chat_request,
+    fast_chat_settings,
+    is_utf8,
+    parse_request,
+    plain_turns,
+)
 
-Severity = Literal["error", "warning"]
+Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
+BATCH_LINES = 2048  # lines checked between token counts and progress reports
+ENVELOPE_FIELDS = ("custom_id", "method", "url", "body")
+# Upper edges of the prompt-token histogram's bins; the last bin is open-ended.
+HISTOGRAM_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+LISTED_LINES = 20  # line numbers quoted in a summary finding
+CONTROL_NAMES = {0: "NUL", 8: "BS", 11: "VT", 12: "FF", 27: "ESC"}
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Problem:
     """One finding about one line (line 0 means the file as a whole)."""
 
@@ -33,23 +67,45 @@ class Problem:
         return f"{where}: {self.severity}: {self.message}"
 
 
-@dataclass
+@dataclass(slots=True)
 class CheckedLine:
-    """A non-blank line of the file and what the check made of it."""
+    """A non-blank line of the file and what the check made of it.
+
+    ``request`` is kept whenever the body could be read, even if the line has errors
+    (a repeated id, a url the engine does not run yet); ``valid`` says whether it runs.
+    """
 
     line_no: int
     custom_id: str | None
     request: EngineRequest | None
     problems: list[Problem]
+    raw: bytes = b""
 
     @property
     def valid(self) -> bool:
-        return self.request is not None
+        if self.request is None:
+            return False
+        return not self.problems or all(p.severity != "error" for p in self.problems)
+
+
+def histogram_labels() -> list[str]:
+    """Readable labels for the bins of ``CheckReport.token_histogram``."""
+    labels, low = [], 0
+    for edge in HISTOGRAM_EDGES:
+        labels.append(f"{low}-{edge - 1}")
+        low = edge
+    labels.append(f"{low}+")
+    return labels
 
 
 @dataclass
 class CheckReport:
-    """The summary of a whole file."""
+    """The summary of a whole file.
+
+    Token fields are filled only when a model folder was given to :func:`check_file`.
+    ``by_local_model`` holds, per local model folder name, the valid lines' ``lines``,
+    ``prompt_tokens`` and ``max_output_tokens``: what an estimate needs.
+    """
 
     path: str
     lines: int = 0
@@ -59,11 +115,30 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     problems_dropped: int = 0
     models: Counter = field(default_factory=Counter)
+    urls: Counter = field(default_factory=Counter)
+    roles: Counter = field(default_factory=Counter)
+    duplicates: int = 0
+    not_runnable: int = 0
+    max_output_tokens: int = 0
+    default_max_lines: int = 0
+    effective: dict[str, Counter] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    model_map: dict[str, str] = field(default_factory=dict)
+    tokens_counted: bool = False
+    token_notes: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    prompt_tokens_max: int = 0
+    token_histogram: list[int] = field(default_factory=lambda: [0] * (len(HISTOGRAM_EDGES) + 1))
+    over_context: int = 0
+    by_local_model: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bytes_read: int = 0
+    seconds: float = 0.0
+    cancelled: bool = False
 
     @property
     def ok(self) -> bool:
         """True when every line is valid and the file has at least one."""
-        return self.invalid == 0 and self.valid > 0
+        return self.invalid == 0 and self.valid > 0 and not self.cancelled
 
     @property
     def errors(self) -> list[Problem]:
@@ -78,8 +153,28 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ok"] = self.ok
-        data["models"] = dict(self.models)
+        for name in ("models", "urls", "roles"):
+            data[name] = dict(getattr(self, name))
+        data["effective"] = {k: dict(v) for k, v in self.effective.items()}
+        data["token_histogram"] = dict(zip(histogram_labels(), self.token_histogram, strict=True))
         return data
+
+
+# -- one line ----------------------------------------------------------------------------
+
+
+def _control_character(raw: bytes) -> str | None:
+    """A message for the first raw control character (JSON allows them only escaped)."""
+    stripped = raw.translate(None, _CONTROL_BYTES)
+    if len(stripped) == len(raw):
+        return None
+    offset = next(i for i, b in enumerate(raw) if b in _CONTROL_BYTES)
+    code = raw[offset]
+    name = CONTROL_NAMES.get(code, f"U+{code:04X}")
+    return (
+        f"control character {name} (byte 0x{code:02x}) at offset {offset}; remove it, or "
+        f"write it as \\u{code:04x} inside a string"
+    )
 
 
 def _parse_object(line_no: int, text: str) -> dict[str, Any]:
@@ -89,9 +184,18 @@ def _parse_object(line_no: int, text: str) -> dict[str, Any]:
         hint = ""
         if line_no == 1 and text.lstrip().startswith("["):
             hint = " (the file looks like a JSON array: write one JSON object per line)"
+        elif exc.msg.startswith("Invalid control character"):
+            hint = " (a raw tab or control character inside a string: escape it, e.g. \\t)"
+        elif exc.msg.startswith(("Unterminated string", "Expecting")) and exc.pos >= len(
+            text.rstrip()
+        ):
+            hint = " (the line ends early: is the object cut off or split across lines?)"
         raise RequestError(f"not valid JSON: {exc.msg} at column {exc.colno}{hint}") from None
     if not isinstance(value, dict):
-        raise RequestError(f"a line must be a JSON object, got {type(value).__name__}")
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+            type(value), "a number"
+        )
+        raise RequestError(f"a line must be a JSON object, got {kind}")
     return value
 
 
@@ -100,14 +204,16 @@ def _custom_id(obj: dict[str, Any]) -> str:
     if custom_id is None:
         raise RequestError("custom_id is missing; give each line a unique string id")
     if not isinstance(custom_id, str):
-        raise RequestError(f"custom_id must be a string, got {type(custom_id).__name__}")
+        kind = type(custom_id).__name__
+        quoted = f' (write it as a string: "{custom_id}")' if kind in ("int", "float") else ""
+        raise RequestError(f"custom_id must be a string, got {kind}{quoted}")
     if not custom_id.strip():
         raise RequestError("custom_id is empty; give each line a unique string id")
     return custom_id
 
 
-def _envelope(obj: dict[str, Any]) -> dict[str, Any]:
-    """Checks ``method``, ``url`` and ``body``; returns the body."""
+def _envelope(obj: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
+    """Checks ``method``, ``url`` and ``body``; returns url, body and warnings."""
     method = obj.get("method")
     if method != "POST":
         raise RequestError(f"method must be 'POST', got {method!r}")
@@ -119,7 +225,19 @@ def _envelope(obj: dict[str, Any]) -> dict[str, Any]:
         raise RequestError("body is missing or not a JSON object")
     if not isinstance(body.get("model"), str) or not body["model"]:
         raise RequestError("body.model is missing; name the model (it is mapped to a local one)")
-    return body
+    extra = [
+        f"{name} is not a field of a batch line; it is ignored"
+        for name in obj
+        if name not in ENVELOPE_FIELDS
+    ]
+    return url, body, extra
+
+
+def _not_runnable(url: str) -> str:
+    return (
+        f"url {url} is valid but not yet runnable by the engine (it runs "
+        f"{', '.join(ENGINE_URLS)}); the check counts it, a run will give it an error result"
+    )
 
 
 def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
@@ -128,63 +246,562 @@ def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
     try:
         obj = _parse_object(line_no, text)
         custom_id = _custom_id(obj)
-        body = _envelope(obj)
-        request = parse_body(custom_id, body, defaults)
+        url, body, extra = _envelope(obj)
+        request = parse_request(url, custom_id, body, defaults)
     except RequestError as exc:
         return CheckedLine(
             line_no, custom_id, None, [Problem(line_no, "error", str(exc), custom_id)]
         )
-    warnings = [Problem(line_no, "warning", w, custom_id) for w in request.warnings]
-    return CheckedLine(line_no, custom_id, request, warnings)
+    problems = [Problem(line_no, "warning", w, custom_id) for w in extra + request.warnings]
+    if url not in ENGINE_URLS:
+        problems.insert(0, Problem(line_no, "error", _not_runnable(url), custom_id))
+    return CheckedLine(line_no, custom_id, request, problems)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
-    """Yields ``(line_no, text, decode_error)``; accepts a UTF-8 BOM and CRLF endings."""
-    with path.open("rb") as handle:
+def _check_raw(line_no: int, raw: bytes, file_offset: int, defaults: JobDefaults) -> CheckedLine:
+    """The generic path for a line the fast decoder did not accept."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        message = (
+            f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
+            f"(file byte {file_offset + exc.start}); save the file as UTF-8"
+        )
+        return CheckedLine(line_no, None, None, [Problem(line_no, "error", message)])
+    control = _control_character(raw)
+    if control is not None:
+        return CheckedLine(line_no, None, None, [Problem(line_no, "error", control)])
+    return check_line(line_no, text, defaults)
+
+
+class _Batch:
+    """Consecutive checked lines, held in parallel lists to keep a large check fast.
+
+    A line of the common chat shape is kept as its decoded struct (``roles`` set), others
+    as a :class:`CheckedLine` (``roles`` None): for the first kind check_file needs no
+    EngineRequest, and parallel lists of untracked objects keep the garbage collector idle.
+    """
+
+    __slots__ = ("items", "line_nos", "raws", "roles")
+
+    def __init__(self) -> None:
+        self.items: list[FastChatLine | CheckedLine] = []
+        self.line_nos: list[int] = []
+        self.raws: list[bytes] = []
+        self.roles: list[tuple[str, ...] | None] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def checked_lines(self, defaults: JobDefaults) -> Iterator[CheckedLine]:
+        """The batch as :class:`CheckedLine` objects, requests built."""
+        for item, line_no, raw, roles in zip(
+            self.items, self.line_nos, self.raws, self.roles, strict=True
+        ):
+            if roles is None:
+                yield item
+            else:
+                yield CheckedLine(
+                    line_no, item.custom_id, fast_chat_request(item, defaults), [], raw
+                )
+
+
+class _Scanner:
+    """Checks lines in order and names repeated ids (keeping 8-byte hashes, not ids)."""
+
+    def __init__(self, defaults: JobDefaults | None) -> None:
+        self.defaults = defaults or JobDefaults()
+        self.first_line_of: dict[int, int] = {}
+        self.bom = False
+        self.crlf = False
+        self.bytes_read = 0
+
+    def _repeat(self, line_no: int, cid: str) -> Problem | None:
+        # A 64-bit hash: two different ids collide with odds of about 1e-8 in a million
+        # lines, and a dict of ints stays far below the memory target.
+        key = hash(cid)
+        first = self.first_line_of.get(key)
+        if first is None:
+            self.first_line_of[key] = line_no
+            return None
+        message = f"custom_id {cid!r} repeats line {first}; ids must be unique"
+        return Problem(line_no, "error", message, cid)
+
+    def batches(self, handle: BinaryIO, size: int = BATCH_LINES) -> Iterator[_Batch]:
+        """Yields the file's non-blank lines, checked, in batches of up to ``size``.
+
+        This is the hot loop of a large check: it stays lean on purpose (no calls on the
+        happy path beyond the decoder).
+        """
+        defaults = self.defaults
+        first_line_of = self.first_line_of
+        decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
+        batch = _Batch()
+        items, line_nos, raws, roles_of = batch.items, batch.line_nos, batch.raws, batch.roles
+        position = 0
         for line_no, raw in enumerate(handle, start=1):
-            if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+            offset = position
+            position += len(raw)
+            if len(items) >= size:
+                yield batch
+                batch = _Batch()
+                items, line_nos, raws, roles_of = (
+                    batch.items,
+                    batch.line_nos,
+                    batch.raws,
+                    batch.roles,
+                )
+            self.bytes_read = position
+            if raw[-1:] == b"\n":
+                raw = raw[:-1]
+            if raw[-1:] == b"\r":
+                raw, self.crlf = raw[:-1], True
+            if raw[:1] != b"{":
+                if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw, offset, self.bom = raw[3:], offset + 3, True
+                if not raw.strip():
+                    continue
             try:
-                yield line_no, raw.decode("utf-8"), None
-            except UnicodeDecodeError as exc:
-                yield line_no, None, f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}"
+                fast = decode(raw)
+            except decode_errors:
+                fast = None
+            if fast is not None:
+                key = tuple([m.role for m in fast.body.messages])
+                roles = turns[key] if key in turns else plain_turns(key)
+                cid = fast.custom_id
+                if roles and cid and not cid[0].isspace() and (raw.isascii() or is_utf8(raw)):
+                    line_nos.append(line_no)
+                    raws.append(raw)
+                    key = hash(cid)
+                    if key not in first_line_of:
+                        first_line_of[key] = line_no
+                        items.append(fast)
+                        roles_of.append(roles)
+                        continue
+                    request = fast_chat_request(fast, defaults)
+                    checked = CheckedLine(line_no, cid, request, [], raw)
+                    checked.problems.append(self._repeat(line_no, cid))
+                    items.append(checked)
+                    roles_of.append(None)
+                    continue
+            checked = _check_raw(line_no, raw, offset, defaults)
+            checked.raw = raw
+            if checked.custom_id is not None:
+                repeat = self._repeat(line_no, checked.custom_id)
+                if repeat is not None:
+                    checked.problems.insert(0, repeat)
+            items.append(checked)
+            line_nos.append(line_no)
+            raws.append(raw)
+            roles_of.append(None)
+        if items:
+            yield batch
+
+    def lines(self, handle: BinaryIO) -> Iterator[CheckedLine]:
+        """Yields a :class:`CheckedLine` (with its request) per non-blank line."""
+        for batch in self.batches(handle, 256):
+            yield from batch.checked_lines(self.defaults)
 
 
 def scan(path: str | Path, defaults: JobDefaults | None = None) -> Iterator[CheckedLine]:
     """Checks every non-blank line of a batch file in order, duplicates included."""
-    defaults = defaults or JobDefaults()
-    first_line_of: dict[str, int] = {}
-    for line_no, text, decode_error in _lines(Path(path)):
-        if decode_error is not None:
-            yield CheckedLine(line_no, None, None, [Problem(line_no, "error", decode_error)])
-            continue
-        if not text.strip():
-            continue
-        checked = check_line(line_no, text, defaults)
-        cid = checked.custom_id
-        if cid is not None:
-            if cid in first_line_of:
-                message = f"custom_id {cid!r} repeats line {first_line_of[cid]}; ids must be unique"
-                checked.problems.insert(0, Problem(line_no, "error", message, cid))
-                checked.request = None
+    with Path(path).open("rb") as handle:
+        yield from _Scanner(defaults).lines(handle)
+
+
+# -- the whole file ---------------------------------------------------------------------------
+
+
+def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
+    """The local model folder a body's ``model`` runs on (unmapped names: the default)."""
+    return model_map.get(name or "", default_folder) or default_folder
+
+
+@dataclass
+class _TokenCheck:
+    """Token counting for the lines of one check, one counter per local model folder."""
+
+    default_folder: str
+    model_map: dict[str, str]
+    counters: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def counter(self, folder: str) -> Any:
+        from core.tokens import TokenizerError, load_counter
+
+        if folder in self.counters or folder in self.failed:
+            return self.counters.get(folder)
+        try:
+            counter = load_counter(folder)
+        except TokenizerError as exc:
+            self.failed[folder] = str(exc)
+            return None
+        counter.start_file()
+        self.counters[folder] = counter
+        return counter
+
+
+def _prompt_of(item: FastChatLine | CheckedLine) -> tuple[str | None, Any, str | None] | None:
+    """``(model, messages, prompt)`` of a line that has a request, for token counting."""
+    if type(item) is not CheckedLine:
+        body = item.body
+        return body.model, [{"role": m.role, "content": m.content} for m in body.messages], None
+    request = item.request
+    if request is None:
+        return None
+    return request.model, request.messages, request.prompt
+
+
+class _Summary:
+    """Folds checked lines into a :class:`CheckReport`, a batch at a time."""
+
+    def __init__(
+        self,
+        report: CheckReport,
+        defaults: JobDefaults,
+        tokens: _TokenCheck | None,
+        valid_out: BinaryIO | None,
+    ) -> None:
+        self.report = report
+        self.defaults = defaults
+        self.tokens = tokens
+        self.valid_out = valid_out
+        self.default_lines: list[int] = []
+        # (valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted) -> lines:
+        # one counter update per line; the distributions are unfolded from it at the end.
+        self.shapes: Counter = Counter()
+
+    def _count_tokens(self, batch: _Batch) -> dict[int, tuple[int, int | None] | Problem]:
+        """Prompt tokens and context length (or the template's refusal) per batch position."""
+        from core.tokens import TokenizerError
+
+        tokens = self.tokens
+        by_folder: dict[str, list[tuple[int, Any, str | None]]] = {}
+        for index, item in enumerate(batch.items):
+            prompt = _prompt_of(item)
+            if prompt is not None:
+                folder = resolve_model(prompt[0], tokens.model_map, tokens.default_folder)
+                by_folder.setdefault(folder, []).append((index, prompt[1], prompt[2]))
+        counts: dict[int, tuple[int, int | None] | Problem] = {}
+        for folder, entries in by_folder.items():
+            counter = tokens.counter(folder)
+            if counter is None:
+                continue
+            pairs = [(messages, prompt) for _, messages, prompt in entries]
+            try:
+                numbers = counter.count_prompts(pairs)
+            except TokenizerError:  # a conversation the template refuses: count one by one
+                numbers = [self._count_one(counter, pair) for pair in pairs]
+            for (index, _, _), number in zip(entries, numbers, strict=True):
+                if isinstance(number, str):
+                    cid = batch.items[index].custom_id
+                    counts[index] = Problem(batch.line_nos[index], "error", number, cid)
+                else:
+                    counts[index] = (number, counter.context_length)
+        return counts
+
+    @staticmethod
+    def _count_one(counter: Any, pair: tuple) -> int | str:
+        """One prompt's count, or the reason the chat template refused it."""
+        from core.tokens import TokenizerError
+
+        try:
+            return counter.count_prompts([pair])[0]
+        except TokenizerError as exc:
+            return str(exc)
+
+    @staticmethod
+    def _context_problem(
+        line_no: int, cid: str | None, max_out: int, prompt: int, context: int | None
+    ) -> Problem | None:
+        if context is None:
+            return None
+        if prompt >= context:
+            return Problem(
+                line_no,
+                "error",
+                f"the prompt has {prompt} tokens; the model's context is {context}: shorten it "
+                f"by at least {prompt - context + 1} tokens",
+                cid,
+            )
+        if prompt + max_out > context:
+            over = prompt + max_out - context
+            return Problem(
+                line_no,
+                "warning",
+                f"prompt {prompt} + max output {max_out} tokens exceeds the context of "
+                f"{context} by {over}; the answer stops after {context - prompt} tokens "
+                f"(set max_tokens to {context - prompt} or shorten the prompt)",
+                cid,
+            )
+        return None
+
+    def _problem(self, problem: Problem) -> None:
+        report = self.report
+        if problem.severity == "warning":
+            report.warnings += 1
+        elif problem.severity == "error":
+            message = problem.message
+            if message.startswith("custom_id ") and "repeats line" in message:
+                report.duplicates += 1
+            elif message.startswith("url ") and "not yet runnable" in message:
+                report.not_runnable += 1
+        report.add(problem)
+
+    def add_batch(self, batch: _Batch) -> None:
+        report = self.report
+        counts = self._count_tokens(batch) if self.tokens is not None else None
+        shapes = self.shapes
+        defaults = self.defaults
+        for index, item in enumerate(batch.items):
+            line_no, raw, roles = batch.line_nos[index], batch.raws[index], batch.roles[index]
+            counted = counts.get(index) if counts else None
+            refused = None
+            if type(counted) is Problem:
+                refused, counted = counted, None
+            if roles is not None:  # the common chat line: no problems so far
+                body = item.body
+                max_tokens, temperature, top_p, defaulted = fast_chat_settings(body, defaults)
+                n = body.n or 1
+                valid = True
+                if refused is not None:
+                    self._problem(refused)
+                    valid = False
+                elif counted is not None:
+                    problem = self._context_problem(
+                        line_no, item.custom_id, max_tokens * n, *counted
+                    )
+                    if problem is not None:
+                        report.over_context += 1
+                        self._problem(problem)
+                        valid = problem.severity != "error"
+                key = (valid, CHAT_URL, body.model, roles, max_tokens, n, temperature, top_p)
+                shapes[(*key, defaulted)] += 1
+                if not valid:
+                    continue
+                model = body.model
             else:
-                first_line_of[cid] = line_no
-        yield checked
+                request = item.request
+                if refused is not None:
+                    item.problems.append(refused)
+                elif counted is not None:
+                    sampling = request.sampling
+                    problem = self._context_problem(
+                        line_no,
+                        item.custom_id,
+                        sampling["max_tokens"] * sampling.get("n", 1),
+                        *counted,
+                    )
+                    if problem is not None:
+                        report.over_context += 1
+                        item.problems.append(problem)
+                for problem in item.problems:
+                    self._problem(problem)
+                if request is None:
+                    continue
+                valid = item.valid
+                sampling = request.sampling
+                defaulted = request.defaulted
+                max_tokens, n = sampling["max_tokens"], sampling.get("n", 1)
+                shapes[
+                    valid,
+                    request.url,
+                    request.model,
+                    tuple([m["role"] for m in request.messages]),
+                    max_tokens,
+                    n,
+                    sampling["temperature"],
+                    sampling["top_p"],
+                    defaulted,
+                ] += 1
+                if not valid:
+                    continue
+                model = request.model
+            if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
+                self.default_lines.append(line_no)
+            if self.valid_out is not None:
+                self.valid_out.write(raw + b"\n")
+            if self.tokens is not None:
+                self._add_local(model, max_tokens * n, counted)
+        report.lines += len(batch)
+
+    def _add_local(
+        self, model: str | None, max_out: int, counted: tuple[int, int | None] | None
+    ) -> None:
+        """Adds a valid line to its local model's totals and the token histogram."""
+        report, tokens = self.report, self.tokens
+        folder = resolve_model(model, tokens.model_map, tokens.default_folder)
+        local = report.by_local_model.get(folder)
+        if local is None:
+            local = report.by_local_model[folder] = {
+                "folder": folder,
+                "name": Path(folder).name,
+                "lines": 0,
+                "prompt_tokens": 0,
+                "max_output_tokens": 0,
+            }
+        local["lines"] += 1
+        local["max_output_tokens"] += max_out
+        if counted is not None:
+            prompt = counted[0]
+            local["prompt_tokens"] += prompt
+            report.prompt_tokens += prompt
+            report.prompt_tokens_max = max(report.prompt_tokens_max, prompt)
+            report.token_histogram[bisect.bisect_right(HISTOGRAM_EDGES, prompt)] += 1
+
+    def _unfold_shapes(self) -> None:
+        report = self.report
+        effective = {name: Counter() for name in ("max_tokens", "temperature", "top_p")}
+        valid_lines = 0
+        for shape, lines in self.shapes.items():
+            valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted = shape
+            report.urls[url] += lines
+            report.models[model or ""] += lines
+            for role in roles:
+                report.roles[role] += lines
+            if not valid:
+                continue
+            valid_lines += lines
+            report.max_output_tokens += max_tokens * n * lines
+            values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
+            for name, value in values.items():
+                source = "job default" if name in defaulted else "body"
+                effective[name][f"{value} ({source})"] += lines
+            if "max_tokens" in defaulted:
+                report.default_max_lines += lines
+        report.effective = effective
+        report.valid = valid_lines
+        report.invalid = report.lines - valid_lines
+
+    def finish(self, scanner: _Scanner) -> None:
+        report = self.report
+        self._unfold_shapes()
+        notes = []
+        if scanner.bom:
+            notes.append("the file starts with a UTF-8 byte order mark (BOM); it is ignored")
+        if scanner.crlf:
+            notes.append("the file has Windows line endings (CRLF); they are accepted")
+        if report.default_max_lines:
+            listed = ", ".join(str(n) for n in self.default_lines)
+            more = " ..." if report.default_max_lines > len(self.default_lines) else ""
+            notes.append(
+                f"{report.default_max_lines} lines set no max output tokens; the job default "
+                f"max_tokens={report.defaults.get('max_tokens')} applies (lines {listed}{more})"
+            )
+        if self.tokens is not None:
+            for folder, reason in self.tokens.failed.items():
+                report.token_notes.append(f"prompt tokens not counted for {folder}: {reason}")
+            report.tokens_counted = bool(self.tokens.counters)
+            report.model_map = {
+                name: resolve_model(name, self.tokens.model_map, self.tokens.default_folder)
+                for name in report.models
+            }
+            for folder, local in report.by_local_model.items():
+                counter = self.tokens.counters.get(folder)
+                local["context_length"] = counter.context_length if counter else None
+        for note in notes + report.token_notes:
+            report.problems.insert(0, Problem(0, "note", note))
+        if report.lines == 0 and not report.cancelled:
+            report.add(Problem(0, "error", "the file has no request lines (it is empty or blank)"))
 
 
-def check_file(path: str | Path, defaults: JobDefaults | None = None) -> CheckReport:
-    """Checks a whole batch file and summarises it."""
-    report = CheckReport(path=str(path))
-    for checked in scan(path, defaults):
-        report.lines += 1
-        if checked.valid:
-            report.valid += 1
-            report.models[checked.request.model or ""] += 1
-        else:
-            report.invalid += 1
-        for problem in checked.problems:
-            report.warnings += problem.severity == "warning"
-            report.add(problem)
-    if report.lines == 0:
-        report.add(Problem(0, "error", "the file has no request lines (it is empty or blank)"))
+Progress = Callable[[int, int, int], None]
+
+
+def check_file(
+    path: str | Path,
+    defaults: JobDefaults | None = None,
+    *,
+    model_folder: str | Path | None = None,
+    model_map: dict[str, str] | None = None,
+    valid_out: str | Path | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+) -> CheckReport:
+    """Checks a whole batch file and summarises it, streaming (memory stays flat).
+
+    Args:
+        path: the batch JSONL file.
+        defaults: the job defaults for fields a body leaves out.
+        model_folder: the chosen local model; when given, prompt tokens are counted with
+            its tokenizer and chat template and checked against its context length.
+        model_map: body ``model`` name -> local model folder; unmapped names use
+            ``model_folder``.
+        valid_out: when given, the valid lines are written there (one pass, same order).
+        progress: called as ``progress(bytes_read, total_bytes, lines)`` after each batch.
+        cancel: set it to stop early; the report then says ``cancelled``.
+    """
+    defaults = defaults or JobDefaults()
+    started = time.monotonic()
+    path = Path(path)
+    total = path.stat().st_size
+    report = CheckReport(path=str(path), defaults=asdict(defaults))
+    tokens = (
+        _TokenCheck(str(model_folder), dict(model_map or {})) if model_folder is not None else None
+    )
+    scanner = _Scanner(defaults)
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(Path(valid_out).open("wb")) if valid_out is not None else None
+        summary = _Summary(report, defaults, tokens, out)
+        with path.open("rb", buffering=1 << 20) as handle:
+            for batch in scanner.batches(handle):
+                summary.add_batch(batch)
+                report.bytes_read = scanner.bytes_read
+                if progress is not None:
+                    progress(scanner.bytes_read, total, report.lines)
+                if cancel is not None and cancel.is_set():
+                    report.cancelled = True
+                    break
+        report.bytes_read = total if not report.cancelled else scanner.bytes_read
+        summary.finish(scanner)
+    report.seconds = round(time.monotonic() - started, 3)
+    if progress is not None:
+        progress(report.bytes_read, total, report.lines)
     return report
+
+
+class BackgroundCheck:
+    """:func:`check_file` in a thread, so a page can poll its progress without blocking.
+
+    Attributes:
+        fraction: the share of the file read so far (0 to 1).
+        lines: lines checked so far.
+        report: the report once done; ``error`` holds the reason when the check failed.
+    """
+
+    def __init__(self, path: str | Path, **options: Any) -> None:
+        self.path = str(path)
+        self.fraction = 0.0
+        self.lines = 0
+        self.report: CheckReport | None = None
+        self.error: str | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(options,), name="batch-check", daemon=True
+        )
+        self._thread.start()
+
+    def _progress(self, done: int, total: int, lines: int) -> None:
+        self.fraction = done / total if total else 1.0
+        self.lines = lines
+
+    def _run(self, options: dict[str, Any]) -> None:
+        try:
+            self.report = check_file(
+                self.path, progress=self._progress, cancel=self._cancel, **options
+            )
+        except OSError as exc:
+            self.error = f"the file could not be read: {exc}"
+        except Exception as exc:  # shown on the page instead of killing the thread silently
+            self.error = f"the check stopped on an unexpected error: {exc!r}"
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return self.done

@@ -1,23 +1,39 @@
-"""From an OpenAI chat-completions ``body`` to what the engine runs.
+"""From a batch line's ``url`` and ``body`` to what the engine runs.
 
-Every field of a body is either mapped onto vLLM's ``SamplingParams``, known and harmless
-(``model``, ``metadata``, ...), known but impossible here (tool calling, audio: a per-line
-error), or unknown (a warning, never silently dropped). This module imports no vLLM: the
-engine turns :class:`EngineRequest` into vLLM objects, so the mapping is testable alone.
+Three OpenAI endpoints are part of the contract: chat completions (``messages``),
+completions (a ``prompt`` string) and responses (``input`` as a string or a message list,
+``instructions``, ``max_output_tokens``). Every field of a body is either mapped onto vLLM's
+``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
+here (tool calling, audio: a per-line error), or unknown (a warning, never silently dropped).
+
+This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
+the mapping is testable alone. :data:`ENGINE_URLS` lists the endpoints the engine runs
+today; the check accepts the others but marks their lines as not yet runnable.
+
+For speed on large files, :func:`decode_fast_chat_line` decodes the common shape of a chat
+line straight into typed structs (validated in C by msgspec); anything it does not cover
+falls back to the generic path, which has the precise messages.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 CHAT_URL = "/v1/chat/completions"
-SUPPORTED_URLS = (CHAT_URL,)
+COMPLETIONS_URL = "/v1/completions"
+RESPONSES_URL = "/v1/responses"
+SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
+# What the engine can run today; the engine's owner extends this as it serves more.
+ENGINE_URLS: tuple[str, ...] = (CHAT_URL,)
 ROLES = ("system", "developer", "user", "assistant")
+LEADING_ROLES = ("system", "developer")
 
 # Fields a body may carry that change nothing about generation.
-PASSIVE_FIELDS = {"model", "metadata", "user", "store", "service_tier", "stream", "messages"}
+PASSIVE_FIELDS = {"model", "metadata", "user", "store", "service_tier", "stream"}
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.
 UNSUPPORTED_FIELDS = {
     "tools": "tool calling is not supported by the batch engine",
@@ -31,6 +47,25 @@ UNSUPPORTED_FIELDS = {
     "web_search_options": "web search is not available offline",
     "stream_options": "streaming is not available in a batch",
     "reasoning_effort": "reasoning effort is not supported by the batch engine",
+}
+COMPLETIONS_UNSUPPORTED = {
+    "echo": "echo is not supported by the batch engine",
+    "best_of": "best_of is not supported by the batch engine; use n",
+    "suffix": "suffix (insertion) is not supported by the batch engine",
+    "stream_options": "streaming is not available in a batch",
+}
+RESPONSES_UNSUPPORTED = {
+    "tools": "tool calling is not supported by the batch engine",
+    "tool_choice": "tool calling is not supported by the batch engine",
+    "parallel_tool_calls": "tool calling is not supported by the batch engine",
+    "previous_response_id": "a batch line cannot continue a stored response; send the "
+    "whole conversation in input",
+    "conversation": "a batch line cannot continue a stored conversation; send the whole "
+    "conversation in input",
+    "background": "background mode does not apply to a batch",
+    "reasoning": "reasoning options are not supported by the batch engine",
+    "include": "include is not supported by the batch engine",
+    "prompt": "stored prompts are not available offline; put the text in input",
 }
 
 
@@ -47,17 +82,21 @@ class JobDefaults:
     top_p: float = 1.0
 
 
-@dataclass
+@dataclass(slots=True)
 class EngineRequest:
     """One request as the engine runs it.
 
     Attributes:
         custom_id: the caller's id, echoed in the output line.
-        messages: the conversation, each message ``{"role", "content"}`` with text content.
+        messages: the conversation, each message ``{"role", "content"}`` with text content;
+            empty for a ``/v1/completions`` request (see ``prompt``).
         sampling: keyword arguments for ``vllm.SamplingParams``.
         model: the body's ``model`` field (the name the caller asked for), if any.
         json_schema: a JSON schema (or ``{}`` for any JSON object) the answer must follow.
         warnings: problems worth telling the user that do not stop the request.
+        url: the endpoint the line names; the output body must follow its schema.
+        prompt: the raw prompt of a ``/v1/completions`` request (no chat template).
+        defaulted: the sampling fields whose value came from the job defaults.
     """
 
     custom_id: str
@@ -66,6 +105,12 @@ class EngineRequest:
     model: str | None = None
     json_schema: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    url: str = CHAT_URL
+    prompt: str | None = None
+    defaulted: tuple[str, ...] = ()
+
+
+# -- field checks ---------------------------------------------------------------------------
 
 
 def _number(body: dict, name: str, low: float, high: float, *, low_open: bool = False) -> float:
@@ -88,13 +133,16 @@ def _integer(body: dict, name: str, low: int, high: int | None = None) -> int:
     return value
 
 
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+
+
 def _message_text(index: int, content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
+            if not isinstance(part, dict) or part.get("type") not in TEXT_PART_TYPES:
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
                 raise RequestError(
                     f"messages[{index}].content has a {kind!r} part; the model reads text only"
@@ -109,7 +157,23 @@ def _message_text(index: int, content: Any) -> str:
     )
 
 
-def parse_messages(messages: Any) -> list[dict[str, str]]:
+def _role_order_warnings(roles: list[str]) -> list[str]:
+    """Warnings for orders most chat templates handle badly (not fatal)."""
+    warnings = []
+    started = False
+    for index, role in enumerate(roles):
+        if role in LEADING_ROLES:
+            if started:
+                warnings.append(
+                    f"messages[{index}] is a {role} message after the conversation started; "
+                    "most chat templates expect instructions first"
+                )
+        else:
+            started = True
+    return warnings
+
+
+def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dict[str, str]]:
     """Checks a ``messages`` list and returns it with plain-text content.
 
     Raises:
@@ -117,7 +181,7 @@ def parse_messages(messages: Any) -> list[dict[str, str]]:
             user message, or a conversation that ends with the assistant.
     """
     if not isinstance(messages, list) or not messages:
-        raise RequestError("body.messages must be a non-empty list of messages")
+        raise RequestError(f"{field_name} must be a non-empty list of messages")
     parsed = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
@@ -131,11 +195,15 @@ def parse_messages(messages: Any) -> list[dict[str, str]]:
         if "content" not in message or message["content"] is None:
             raise RequestError(f"messages[{index}] ({role}) has no content")
         parsed.append({"role": role, "content": _message_text(index, message["content"])})
-    if not any(m["role"] == "user" for m in parsed):
-        raise RequestError("body.messages has no user message")
-    if parsed[-1]["role"] == "assistant":
-        raise RequestError("body.messages ends with an assistant message; end with the user's turn")
+    _check_turns([m["role"] for m in parsed], field_name)
     return parsed
+
+
+def _check_turns(roles: list[str], field_name: str) -> None:
+    if "user" not in roles:
+        raise RequestError(f"{field_name} has no user message")
+    if roles[-1] == "assistant":
+        raise RequestError(f"{field_name} ends with an assistant message; end with the user's turn")
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:
@@ -157,86 +225,409 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     return schema
 
 
+def _text_format(value: Any) -> dict[str, Any] | None:
+    """The Responses API's ``text.format`` (``{"type": "json_schema", "schema": ...}``)."""
+    if not isinstance(value, dict):
+        raise RequestError("body.text must be an object such as {'format': {'type': 'text'}}")
+    fmt = value.get("format")
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "json_object", "json_schema"):
+        raise RequestError("body.text.format.type must be 'text', 'json_object' or 'json_schema'")
+    if fmt["type"] == "text":
+        return None
+    if fmt["type"] == "json_object":
+        return {}
+    if not isinstance(fmt.get("schema"), dict):
+        raise RequestError("body.text.format.schema must be a JSON schema object")
+    return fmt["schema"]
+
+
+class _Sampling:
+    """Collects sampling fields from a body and remembers which fields it read."""
+
+    def __init__(self, body: dict[str, Any], defaults: JobDefaults) -> None:
+        self.body = body
+        self.handled = set(PASSIVE_FIELDS)
+        self.defaulted: list[str] = []
+        self.values: dict[str, Any] = {
+            "max_tokens": defaults.max_tokens,
+            "temperature": defaults.temperature,
+            "top_p": defaults.top_p,
+        }
+
+    def present(self, *names: str) -> str | None:
+        """The first of ``names`` the body sets (not null), or None."""
+        self.handled.update(names)
+        return next((n for n in names if self.body.get(n) is not None), None)
+
+    def common(self, *max_names: str) -> None:
+        body, values = self.body, self.values
+        name = self.present(*max_names)
+        if name:
+            values["max_tokens"] = _integer(body, name, 1)
+        else:
+            self.defaulted.append("max_tokens")
+        if self.present("temperature"):
+            values["temperature"] = _number(body, "temperature", 0, 2)
+        else:
+            self.defaulted.append("temperature")
+        if self.present("top_p"):
+            values["top_p"] = _number(body, "top_p", 0, 1, low_open=True)
+        else:
+            self.defaulted.append("top_p")
+
+    def penalties_and_more(self) -> None:
+        body, values = self.body, self.values
+        if self.present("top_k"):
+            values["top_k"] = _integer(body, "top_k", -1)
+        if self.present("min_p"):
+            values["min_p"] = _number(body, "min_p", 0, 1)
+        if self.present("presence_penalty"):
+            values["presence_penalty"] = _number(body, "presence_penalty", -2, 2)
+        if self.present("frequency_penalty"):
+            values["frequency_penalty"] = _number(body, "frequency_penalty", -2, 2)
+        name = self.present("repetition_penalty", "repeat_penalty")
+        if name:
+            values["repetition_penalty"] = _number(body, name, 0, 2, low_open=True)
+        if self.present("seed"):
+            values["seed"] = _integer(body, "seed", -(2**63), 2**63 - 1)
+        if self.present("n"):
+            values["n"] = _integer(body, "n", 1, 16)
+        if self.present("min_tokens"):
+            values["min_tokens"] = _integer(body, "min_tokens", 0)
+        if self.present("stop"):
+            stop = body["stop"]
+            if isinstance(stop, str):
+                stop = [stop]
+            if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+                raise RequestError("body.stop must be a string or a list of non-empty strings")
+            values["stop"] = stop
+        if self.present("logit_bias"):
+            bias = body["logit_bias"]
+            try:
+                values["logit_bias"] = {int(k): float(v) for k, v in bias.items()}
+            except (AttributeError, TypeError, ValueError):
+                raise RequestError(
+                    'body.logit_bias must map token ids to numbers, e.g. {"1234": -100}'
+                ) from None
+
+    def unknown_field_warnings(self) -> list[str]:
+        return [
+            f"body.{name} is not a field the engine knows; it is ignored"
+            for name in sorted(set(self.body) - self.handled)
+        ]
+
+
+def _refuse(body: dict[str, Any], unsupported: dict[str, str]) -> None:
+    if body.get("stream") not in (None, False):
+        raise RequestError("body.stream must be false or absent: a batch returns whole answers")
+    for name, reason in unsupported.items():
+        if body.get(name) is not None:
+            raise RequestError(f"body.{name}: {reason}")
+
+
+def _model(body: dict[str, Any]) -> str | None:
+    return body.get("model") if isinstance(body.get("model"), str) else None
+
+
 def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
     """Maps a chat-completions body onto an :class:`EngineRequest`.
 
     Raises:
         RequestError: for the first problem found; its message names the field.
     """
-    if body.get("stream") not in (None, False):
-        raise RequestError("body.stream must be false or absent: a batch returns whole answers")
-    for name, reason in UNSUPPORTED_FIELDS.items():
-        if body.get(name) is not None:
-            raise RequestError(f"body.{name}: {reason}")
+    _refuse(body, UNSUPPORTED_FIELDS)
     messages = parse_messages(body.get("messages"))
-
-    sampling: dict[str, Any] = {
-        "max_tokens": defaults.max_tokens,
-        "temperature": defaults.temperature,
-        "top_p": defaults.top_p,
-    }
-    warnings: list[str] = []
-    handled = set(PASSIVE_FIELDS)
-
-    def present(*names: str) -> bool:
-        handled.update(names)
-        return any(body.get(n) is not None for n in names)
-
-    if present("max_completion_tokens", "max_tokens"):
-        name = (
-            "max_completion_tokens"
-            if body.get("max_completion_tokens") is not None
-            else ("max_tokens")
-        )
-        sampling["max_tokens"] = _integer(body, name, 1)
-    if present("temperature"):
-        sampling["temperature"] = _number(body, "temperature", 0, 2)
-    if present("top_p"):
-        sampling["top_p"] = _number(body, "top_p", 0, 1, low_open=True)
-    if present("top_k"):
-        sampling["top_k"] = _integer(body, "top_k", -1)
-    if present("min_p"):
-        sampling["min_p"] = _number(body, "min_p", 0, 1)
-    if present("presence_penalty"):
-        sampling["presence_penalty"] = _number(body, "presence_penalty", -2, 2)
-    if present("frequency_penalty"):
-        sampling["frequency_penalty"] = _number(body, "frequency_penalty", -2, 2)
-    if present("repetition_penalty", "repeat_penalty"):
-        name = (
-            "repetition_penalty"
-            if body.get("repetition_penalty") is not None
-            else ("repeat_penalty")
-        )
-        sampling["repetition_penalty"] = _number(body, name, 0, 2, low_open=True)
-    if present("seed"):
-        sampling["seed"] = _integer(body, "seed", -(2**63), 2**63 - 1)
-    if present("n"):
-        sampling["n"] = _integer(body, "n", 1, 16)
-    if present("min_tokens"):
-        sampling["min_tokens"] = _integer(body, "min_tokens", 0)
-    if present("stop"):
-        stop = body["stop"]
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-            raise RequestError("body.stop must be a string or a list of non-empty strings")
-        sampling["stop"] = stop
-    if present("logprobs", "top_logprobs"):
+    sampling = _Sampling(body, defaults)
+    sampling.handled.add("messages")
+    sampling.common("max_completion_tokens", "max_tokens")
+    sampling.penalties_and_more()
+    values = sampling.values
+    if sampling.present("logprobs", "top_logprobs"):
         top = _integer(body, "top_logprobs", 0, 20) if body.get("top_logprobs") is not None else 0
         if body.get("logprobs") is not True:
             raise RequestError("body.top_logprobs needs body.logprobs set to true")
-        sampling["logprobs"] = top
-    if present("logit_bias"):
-        bias = body["logit_bias"]
-        try:
-            sampling["logit_bias"] = {int(k): float(v) for k, v in bias.items()}
-        except (AttributeError, TypeError, ValueError):
-            raise RequestError(
-                'body.logit_bias must map token ids to numbers, e.g. {"1234": -100}'
-            ) from None
-    json_schema = _response_format(body["response_format"]) if present("response_format") else None
+        values["logprobs"] = top
+    json_schema = None
+    if sampling.present("response_format"):
+        json_schema = _response_format(body["response_format"])
+    warnings = _role_order_warnings([m["role"] for m in messages])
+    warnings += sampling.unknown_field_warnings()
+    return EngineRequest(
+        custom_id,
+        messages,
+        values,
+        _model(body),
+        json_schema,
+        warnings,
+        CHAT_URL,
+        None,
+        tuple(sampling.defaulted),
+    )
 
-    for name in sorted(set(body) - handled):
-        warnings.append(f"body.{name} is not a field the engine knows; it is ignored")
-    model = body.get("model") if isinstance(body.get("model"), str) else None
-    return EngineRequest(custom_id, messages, sampling, model, json_schema, warnings)
+
+def parse_completions_body(
+    custom_id: str, body: dict[str, Any], defaults: JobDefaults
+) -> EngineRequest:
+    """Maps a ``/v1/completions`` body (one ``prompt`` string, no chat template).
+
+    Raises:
+        RequestError: for the first problem found; its message names the field.
+    """
+    _refuse(body, COMPLETIONS_UNSUPPORTED)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        raise RequestError(
+            "body.prompt must be one string; put each prompt (or token list) on its own line"
+        )
+    if not isinstance(prompt, str) or not prompt:
+        raise RequestError("body.prompt is missing; /v1/completions needs a prompt string")
+    sampling = _Sampling(body, defaults)
+    sampling.handled.add("prompt")
+    sampling.common("max_tokens")
+    sampling.penalties_and_more()
+    if sampling.present("logprobs"):
+        sampling.values["logprobs"] = _integer(body, "logprobs", 0, 20)
+    warnings = sampling.unknown_field_warnings()
+    return EngineRequest(
+        custom_id,
+        [],
+        sampling.values,
+        _model(body),
+        None,
+        warnings,
+        COMPLETIONS_URL,
+        prompt,
+        tuple(sampling.defaulted),
+    )
+
+
+def _responses_messages(body: dict[str, Any]) -> list[dict[str, str]]:
+    """``instructions`` and ``input`` as chat messages (instructions become the system turn)."""
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise RequestError("body.instructions must be a string")
+    value = body.get("input")
+    if isinstance(value, str):
+        if not value:
+            raise RequestError("body.input is empty; give the text or a list of messages")
+        messages = [{"role": "user", "content": value}]
+    elif isinstance(value, list) and value:
+        items = []
+        for index, item in enumerate(value):
+            if isinstance(item, dict) and item.get("type", "message") != "message":
+                raise RequestError(
+                    f"input[{index}] is a {item.get('type')!r} item; only messages are supported"
+                )
+            items.append(item)
+        messages = parse_messages(items, "body.input")
+    else:
+        raise RequestError("body.input is missing; give a string or a non-empty list of messages")
+    if instructions:
+        messages.insert(0, {"role": "system", "content": instructions})
+    return messages
+
+
+def parse_responses_body(
+    custom_id: str, body: dict[str, Any], defaults: JobDefaults
+) -> EngineRequest:
+    """Maps a ``/v1/responses`` body: ``input``, ``instructions``, ``max_output_tokens``.
+
+    Raises:
+        RequestError: for the first problem found; its message names the field.
+    """
+    _refuse(body, RESPONSES_UNSUPPORTED)
+    messages = _responses_messages(body)
+    sampling = _Sampling(body, defaults)
+    sampling.handled.update(("input", "instructions", "truncation"))
+    sampling.common("max_output_tokens")
+    sampling.penalties_and_more()
+    if sampling.present("top_logprobs"):
+        sampling.values["logprobs"] = _integer(body, "top_logprobs", 0, 20)
+    json_schema = _text_format(body["text"]) if sampling.present("text") else None
+    warnings = _role_order_warnings([m["role"] for m in messages])
+    warnings += sampling.unknown_field_warnings()
+    return EngineRequest(
+        custom_id,
+        messages,
+        sampling.values,
+        _model(body),
+        json_schema,
+        warnings,
+        RESPONSES_URL,
+        None,
+        tuple(sampling.defaulted),
+    )
+
+
+PARSERS = {
+    CHAT_URL: parse_body,
+    COMPLETIONS_URL: parse_completions_body,
+    RESPONSES_URL: parse_responses_body,
+}
+
+
+def parse_request(
+    url: str, custom_id: str, body: dict[str, Any], defaults: JobDefaults
+) -> EngineRequest:
+    """Maps a body of any served ``url`` (see :data:`SUPPORTED_URLS`).
+
+    Raises:
+        RequestError: an unknown url, or the first problem of the body.
+    """
+    parser = PARSERS.get(url)
+    if parser is None:
+        raise RequestError(f"url {url!r} is not served; use {', '.join(SUPPORTED_URLS)}")
+    return parser(custom_id, body, defaults)
+
+
+# -- the fast path for the common chat line ----------------------------------------------------
+# A chat line of the usual shape decodes straight into these structs, validated in C. Any
+# line outside that shape (another url, text parts, an unknown or rarer field, a value out
+# of range) fails to decode here and takes the generic path above, which names the problem.
+# tests/test_requests.py checks that both paths build the same request.
+
+_MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
+_NULL = msgspec.Raw(b"null")
+
+
+class _FastMessage(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+
+
+class _FastChatBody(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    model: Annotated[str, msgspec.Meta(min_length=1)]
+    messages: Annotated[tuple[_FastMessage, ...], msgspec.Meta(min_length=1)]
+    max_completion_tokens: _MaxTokens | None = None
+    max_tokens: _MaxTokens | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
+    seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=16)] | None = None
+    # Passive fields are kept undecoded (much faster); the caller checks the line's UTF-8.
+    metadata: msgspec.Raw = _NULL
+    user: msgspec.Raw = _NULL
+    store: msgspec.Raw = _NULL
+    service_tier: msgspec.Raw = _NULL
+    stream: Literal[False] | None = None
+
+
+class FastChatLine(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A chat line of the common shape, as decoded by :func:`decode_fast_chat_line`."""
+
+    custom_id: str
+    method: Literal["POST"]
+    url: Literal["/v1/chat/completions"]
+    body: _FastChatBody
+
+
+FAST_DECODER = msgspec.json.Decoder(FastChatLine)
+FAST_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+
+
+def decode_fast_chat_line(raw: bytes) -> FastChatLine | None:
+    """Decodes a line of the common chat shape, or returns None (use the generic path)."""
+    try:
+        line = FAST_DECODER.decode(raw)
+    except FAST_DECODE_ERRORS:
+        return None
+    return line if raw.isascii() or is_utf8(raw) else None
+
+
+def is_utf8(raw: bytes) -> bool:
+    """True when ``raw`` is valid UTF-8."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def plain_turns(roles: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``roles`` (one shared tuple per sequence) when the generic path would accept the
+    conversation without a word to say, else None. Cached: files repeat a few sequences."""
+    if roles in PLAIN_TURNS:
+        return PLAIN_TURNS[roles]
+    PLAIN_TURNS[roles] = roles if _plain_turns(roles) else None
+    return PLAIN_TURNS[roles]
+
+
+def fast_chat_roles(line: FastChatLine) -> tuple[str, ...] | None:
+    """The roles of a fast-decoded line whose turns and id need no word, else None."""
+    roles = plain_turns(tuple([m.role for m in line.body.messages]))
+    cid = line.custom_id
+    if roles is None or not cid or (cid[0].isspace() and not cid.strip()):
+        return None
+    return roles
+
+
+def fast_chat_settings(
+    body: _FastChatBody, defaults: JobDefaults
+) -> tuple[int, float, float, tuple[str, ...]]:
+    """``max_tokens``, ``temperature``, ``top_p`` as they will run, and which were defaulted."""
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    temperature = body.temperature
+    top_p = body.top_p
+    return (
+        defaults.max_tokens if max_tokens is None else max_tokens,
+        defaults.temperature if temperature is None else temperature,
+        defaults.top_p if top_p is None else top_p,
+        _DEFAULTED[max_tokens is None, temperature is None, top_p is None],
+    )
+
+
+def _plain_turns(roles: tuple[str, ...]) -> bool:
+    """True for a conversation the generic path accepts without a word to say."""
+    if "user" not in roles or roles[-1] == "assistant":
+        return False
+    started = False
+    for role in roles:
+        if role == "user" or role == "assistant":
+            started = True
+        elif started:
+            return False  # instructions after the first turn: the generic path warns
+    return True
+
+
+PLAIN_TURNS: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+# Which sampling fields came from the defaults, by (max_tokens, temperature, top_p) missing.
+_DEFAULTED = {
+    (mt, t, p): tuple(
+        name
+        for name, missing in zip(("max_tokens", "temperature", "top_p"), (mt, t, p), strict=True)
+        if missing
+    )
+    for mt in (False, True)
+    for t in (False, True)
+    for p in (False, True)
+}
+
+
+def fast_chat_request(line: FastChatLine, defaults: JobDefaults) -> EngineRequest | None:
+    """The request for a fast-decoded line, or None where the generic path must judge it."""
+    if fast_chat_roles(line) is None:
+        return None
+    body = line.body
+    max_tokens, temperature, top_p, defaulted = fast_chat_settings(body, defaults)
+    sampling: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+    }
+    if body.seed is not None:
+        sampling["seed"] = body.seed
+    if body.n is not None:
+        sampling["n"] = body.n
+    return EngineRequest(
+        line.custom_id,
+        [{"role": m.role, "content": m.content} for m in body.messages],
+        sampling,
+        body.model,
+        None,
+        [],
+        CHAT_URL,
+        None,
+        defaulted,
+    )

@@ -57,7 +57,7 @@ def test_each_fault_is_reported_on_its_own_line(tmp_path):
     assert "method must be 'POST'" in found[6]
     assert "custom_id must be a string, got int" in found[7]
     assert "body.model is missing" in found[8]
-    assert "must be a JSON object, got list" in found[9]
+    assert "must be a JSON object, got an array" in found[9]
 
 
 def test_a_json_array_file_gets_a_hint(tmp_path):
@@ -76,7 +76,10 @@ def test_blank_lines_bom_and_crlf_are_accepted(tmp_path):
 def test_a_byte_that_is_not_utf8_gets_its_line_and_offset(tmp_path):
     raw = line().encode() + b"\n" + b'{"custom_id": "\xff"}\n'
     report = check_file(write(tmp_path, raw=raw))
-    assert messages_by_line(report)[2] == "not UTF-8: byte 0xff at offset 15"
+    offset = len(line().encode()) + 1 + 15
+    assert messages_by_line(report)[2] == (
+        f"not UTF-8: byte 0xff at offset 15 (file byte {offset}); save the file as UTF-8"
+    )
 
 
 def test_an_empty_file_says_so(tmp_path):

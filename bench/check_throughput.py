@@ -1,0 +1,224 @@
+"""Benchmark: how fast ``check`` reads a large batch file, and how much memory it holds.
+
+    .venv/bin/python bench/check_throughput.py                 # 1,000,000 lines (~0.5 GB)
+    .venv/bin/python bench/check_throughput.py --lines 200000  # a quicker run
+    .venv/bin/python bench/check_throughput.py --file my.jsonl --model DIR
+
+It writes a realistic batch file (several tasks with their system prompts, ticket-like
+user texts, metadata, some multi-turn lines, some lines without max_tokens) unless given
+one, then runs each check in a fresh process and prints lines/s and the peak RSS of that
+process: the structural check alone, then the check with prompt-token counting on the
+model folder (default: the built-in model). Targets on a 2-core machine: structure
+>= 100,000 lines/s with peak RSS < 500 MB; token counting >= 30,000 lines/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+TASKS = {
+    "ticket-summary": "You summarise customer support tickets for an operations team. "
+    "Answer in one sentence.",
+    "review-sentiment": "Classify the sentiment of the product review as exactly one word: "
+    "positive, negative or neutral.",
+    "invoice-extract": "Extract the invoice number, date, total and currency as JSON.",
+}
+WORDS = [
+    "the",
+    "my",
+    "our",
+    "a",
+    "an",
+    "this",
+    "that",
+    "order",
+    "refund",
+    "invoice",
+    "account",
+    "password",
+    "login",
+    "charged",
+    "twice",
+    "payment",
+    "failed",
+    "shipping",
+    "delayed",
+    "damaged",
+    "parcel",
+    "replacement",
+    "subscription",
+    "cancel",
+    "upgrade",
+    "plan",
+    "billing",
+    "error",
+    "page",
+    "dashboard",
+    "export",
+    "csv",
+    "report",
+    "api",
+    "webhook",
+    "latency",
+    "timeout",
+    "please",
+    "help",
+    "since",
+    "yesterday",
+    "customer",
+    "cannot",
+    "open",
+    "broken",
+    "slow",
+    "again",
+    "still",
+    "waiting",
+    "week",
+    "days",
+    "support",
+    "team",
+    "email",
+    "phone",
+    "chat",
+    "Okta",
+    "SSO",
+    "users",
+    "admin",
+    "settings",
+    "mobile",
+    "app",
+    "iOS",
+    "Android",
+    "version",
+    "update",
+    "crash",
+    "screen",
+    "button",
+    "click",
+    "nothing",
+    "happens",
+]
+
+
+def _text(rng: random.Random, words: int) -> str:
+    parts = [rng.choice(WORDS) for _ in range(words)]
+    parts[rng.randrange(words)] = f"#{rng.randrange(10_000, 99_999)}"
+    parts[rng.randrange(words)] = f"${rng.randrange(5, 500)}.{rng.randrange(100):02d}"
+    return " ".join(parts).capitalize() + "."
+
+
+def write_batch(path: Path, lines: int, seed: int = 7) -> None:
+    """Writes ``lines`` realistic chat request lines (about 500 bytes each)."""
+    import msgspec
+
+    rng = random.Random(seed)
+    encode = msgspec.json.encode
+    tasks = list(TASKS.items())
+    with path.open("wb", buffering=1 << 20) as out:
+        for i in range(lines):
+            task, system = tasks[i % len(tasks)]
+            messages = [
+                {"role": "system", "content": system},
+                {"role": "user", "content": _text(rng, rng.randint(15, 40))},
+            ]
+            if i % 20 == 0:  # a follow-up conversation
+                messages += [
+                    {"role": "assistant", "content": _text(rng, 10)},
+                    {"role": "user", "content": _text(rng, 8)},
+                ]
+            body = {
+                "model": "gpt-4o-mini",
+                "messages": messages,
+                "temperature": 0,
+                "metadata": {"task": task, "source_id": f"S-{i}", "prompt_version": "v3"},
+            }
+            if i % 10:
+                body["max_tokens"] = 64
+            line = {
+                "custom_id": f"{task}:S-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": body,
+            }
+            out.write(encode(line) + b"\n")
+
+
+def run_phase(path: Path, model: str | None) -> dict:
+    """One check in this process; returns its figures (run in a fresh process)."""
+    from core.checks import check_file
+
+    if model:
+        from core.tokens import load_counter
+
+        load_counter(model)  # loading the tokenizer is not part of the throughput
+    started = time.perf_counter()
+    report = check_file(path, model_folder=model)
+    seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "lines": report.lines,
+        "valid": report.valid,
+        "seconds": round(seconds, 2),
+        "lines_per_s": round(report.lines / seconds),
+        "mb_per_s": round(path.stat().st_size / seconds / 1e6, 1),
+        "peak_rss_mb": round(peak_mb),
+        "prompt_tokens": report.prompt_tokens,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--file", help="check this file instead of generating one")
+    parser.add_argument("--model", help="model folder for token counting (default: built-in)")
+    parser.add_argument("--skip-tokens", action="store_true", help="structural check only")
+    parser.add_argument("--phase", choices=["structure", "tokens"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.phase:
+        figures = run_phase(Path(args.file), args.model if args.phase == "tokens" else None)
+        print(json.dumps(figures))
+        return 0
+
+    from core.config import data_paths, default_model_dir
+
+    if args.file:
+        path = Path(args.file)
+    else:
+        path = data_paths().home / "bench" / f"batch_{args.lines}.jsonl"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            started = time.perf_counter()
+            write_batch(path, args.lines)
+            print(f"wrote {path} in {time.perf_counter() - started:.1f} s")
+    print(f"{path}: {path.stat().st_size / 1e6:.0f} MB")
+    model = args.model or str(default_model_dir())
+    phases = ["structure"] if args.skip_tokens else ["structure", "tokens"]
+    for phase in phases:
+        command = [sys.executable, __file__, "--phase", phase, "--file", str(path)]
+        command += ["--model", model]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode:
+            print(f"{phase}: failed\n{result.stderr}")
+            return 1
+        f = json.loads(result.stdout)
+        print(
+            f"{phase:9}: {f['lines']:,} lines in {f['seconds']} s = {f['lines_per_s']:,} lines/s "
+            f"({f['mb_per_s']} MB/s), peak RSS {f['peak_rss_mb']} MB"
+            + (f", {f['prompt_tokens']:,} prompt tokens" if phase == "tokens" else "")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

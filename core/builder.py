@@ -1,0 +1,294 @@
+"""Build a batch file from a table (CSV, Parquet, Excel) without writing code.
+
+A system prompt and a user prompt template (Jinja2, with the table's columns as
+placeholders: ``{{ subject }}``, or ``{{ row["column name"] }}`` for any name) are rendered
+for every row into an OpenAI chat-completions line. Each line gets a stable ``custom_id``
+(``{task}:{source_id}``, the id column's value or the row number) and ``metadata`` with
+``task``, ``job_id``, ``source_id`` and ``prompt_version``, so results can be joined back to
+the table. Empty cells the templates use, missing columns and template errors are
+reported by row; such rows are left out of the file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import pandas as pd
+from jinja2 import meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from core.requests import CHAT_URL
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".xlsx")
+ROW_NUMBERS = None  # BuildSpec.id_column value meaning "use row numbers"
+MAX_PROBLEMS = 10_000
+
+
+class BuildError(ValueError):
+    """The table or the templates cannot be used at all; the message says why."""
+
+
+@dataclass(frozen=True)
+class BuildProblem:
+    """A finding about one data row (row 0: the table or the templates as a whole)."""
+
+    row: int
+    severity: Literal["error", "warning"]
+    message: str
+
+    def __str__(self) -> str:
+        where = f"row {self.row}" if self.row else "table"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass
+class BuildSpec:
+    """What to build. ``params`` go into each body as they are (``max_tokens``, ...)."""
+
+    user_template: str
+    system_prompt: str = ""
+    id_column: str | None = ROW_NUMBERS
+    task: str = "task"
+    model: str = "gpt-4o-mini"
+    prompt_version: str = "v1"
+    job_id: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    skip_empty: bool = True
+
+
+@dataclass
+class BuildResult:
+    """What a build wrote (or would write) and what it left out, by row."""
+
+    rows: int = 0
+    written: int = 0
+    problems: list[BuildProblem] = field(default_factory=list)
+    path: str | None = None
+    lines: list[dict[str, Any]] = field(default_factory=list)  # filled by preview only
+
+    @property
+    def skipped(self) -> int:
+        return self.rows - self.written
+
+
+def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
+    """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table.
+
+    Args:
+        source: a path, or the file's bytes (then ``name`` gives the suffix).
+        name: the file name, when ``source`` is bytes.
+
+    Raises:
+        BuildError: an unknown kind of file, or one that cannot be read.
+    """
+    label = name if name is not None else ("" if isinstance(source, bytes) else str(source))
+    suffix = Path(label).suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise BuildError(f"use a {', '.join(TABLE_SUFFIXES)} file (got {suffix or 'no suffix'!r})")
+    data = io.BytesIO(source) if isinstance(source, bytes) else source
+    try:
+        if suffix == ".csv":
+            table = pd.read_csv(data, dtype=str, keep_default_na=False, na_values=[""])
+        elif suffix == ".parquet":
+            table = pd.read_parquet(data)
+        else:
+            table = pd.read_excel(data, sheet_name=0)
+    except ImportError as exc:
+        raise BuildError(f"reading {suffix} files needs a package that is missing: {exc}") from None
+    except Exception as exc:  # pandas raises many kinds; all mean "not a readable table"
+        raise BuildError(f"the table cannot be read: {exc}") from None
+    table.columns = [str(c) for c in table.columns]
+    return table
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    # A sandbox: a template from a user must not reach Python internals.
+    return ImmutableSandboxedEnvironment(
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False
+    )
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    if isinstance(value, str) and not value.strip():
+        return True
+    try:
+        return bool(pd.isna(value)) if not isinstance(value, list | dict) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """A cell as a JSON-friendly Python value."""
+    if _is_empty(value):
+        return None
+    if isinstance(value, pd.Timestamp | datetime | date):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def template_columns(*templates: str) -> set[str]:
+    """The names the templates use (columns, or ``row``).
+
+    Raises:
+        BuildError: a template with a syntax error (the message gives its line).
+    """
+    env = _environment()
+    names: set[str] = set()
+    for label, template in zip(("system prompt", "user template"), templates, strict=False):
+        try:
+            names |= meta.find_undeclared_variables(env.parse(template))
+        except jinja2.TemplateSyntaxError as exc:
+            raise BuildError(f"{label} line {exc.lineno}: {exc.message}") from None
+    return names
+
+
+def _row_columns(template_text: str) -> set[str]:
+    """Columns named as ``row["name"]`` or ``row['name']`` (for empty-cell checks)."""
+    return set(re.findall(r"""row\[\s*["']([^"']+)["']\s*\]""", template_text))
+
+
+def _source_ids(table: pd.DataFrame, spec: BuildSpec) -> list[str]:
+    if spec.id_column is None:
+        return [str(i) for i in range(1, len(table) + 1)]
+    if spec.id_column not in table.columns:
+        raise BuildError(
+            f"id column {spec.id_column!r} is not in the table; columns: {', '.join(table.columns)}"
+        )
+    return ["" if _is_empty(v) else str(_plain(v)).strip() for v in table[spec.id_column].tolist()]
+
+
+def build_lines(
+    table: pd.DataFrame, spec: BuildSpec, limit: int | None = None
+) -> Iterator[tuple[int, dict[str, Any] | None, list[BuildProblem]]]:
+    """Yields ``(row, line, problems)`` per data row (1-based); ``line`` None when left out.
+
+    Raises:
+        BuildError: missing columns, a template syntax error or an unknown id column.
+    """
+    if not spec.user_template.strip():
+        raise BuildError("the user prompt template is empty")
+    if not spec.task.strip():
+        raise BuildError("the task name is empty; it starts every custom_id")
+    names = template_columns(spec.system_prompt, spec.user_template)
+    missing = sorted(names - set(table.columns) - {"row"})
+    if missing:
+        raise BuildError(
+            f"the templates use {', '.join(repr(m) for m in missing)}, which the table does "
+            f"not have; columns: {', '.join(table.columns)}"
+        )
+    used = (names - {"row"}) | _row_columns(spec.system_prompt + spec.user_template)
+    env = _environment()
+    system = env.from_string(spec.system_prompt) if spec.system_prompt.strip() else None
+    user = env.from_string(spec.user_template)
+    ids = _source_ids(table, spec)
+    first_row_of: dict[str, int] = {}
+    columns = list(table.columns)
+    for index, values in enumerate(table.itertuples(index=False, name=None)):
+        row_no = index + 1
+        if limit is not None and row_no > limit:
+            return
+        problems: list[BuildProblem] = []
+        cells = {c: _plain(v) for c, v in zip(columns, values, strict=True)}
+        source_id = ids[index]
+        if not source_id:
+            problems.append(
+                BuildProblem(row_no, "error", f"the id column {spec.id_column!r} is empty")
+            )
+        elif source_id in first_row_of:
+            problems.append(
+                BuildProblem(
+                    row_no,
+                    "error",
+                    f"id {source_id!r} repeats row {first_row_of[source_id]}; custom_ids must be "
+                    "unique",
+                )
+            )
+        else:
+            first_row_of[source_id] = row_no
+        empty = sorted(c for c in used if c in cells and cells[c] is None)
+        if empty:
+            listed = ", ".join(repr(c) for c in empty)
+            if spec.skip_empty:
+                problems.append(
+                    BuildProblem(row_no, "error", f"empty cell in {listed}; row left out")
+                )
+            else:
+                problems.append(
+                    BuildProblem(row_no, "warning", f"empty cell in {listed}; rendered as ''")
+                )
+        if any(p.severity == "error" for p in problems):
+            yield row_no, None, problems
+            continue
+        context = {c: ("" if v is None else v) for c, v in cells.items()}
+        try:
+            user_text = user.render(**context, row=context).strip()
+            system_text = system.render(**context, row=context).strip() if system else ""
+        except jinja2.TemplateError as exc:
+            problems.append(BuildProblem(row_no, "error", f"template error: {exc}"))
+            yield row_no, None, problems
+            continue
+        if not user_text:
+            problems.append(BuildProblem(row_no, "error", "the user prompt renders empty"))
+            yield row_no, None, problems
+            continue
+        yield row_no, _line(spec, source_id, system_text, user_text), problems
+
+
+def _line(spec: BuildSpec, source_id: str, system_text: str, user_text: str) -> dict[str, Any]:
+    messages = [{"role": "system", "content": system_text}] if system_text else []
+    messages.append({"role": "user", "content": user_text})
+    metadata = {"task": spec.task, "source_id": source_id, "prompt_version": spec.prompt_version}
+    if spec.job_id:
+        metadata["job_id"] = spec.job_id
+    body = {"model": spec.model, "messages": messages}
+    body.update({k: v for k, v in spec.params.items() if v is not None})
+    body["metadata"] = metadata
+    return {
+        "custom_id": f"{spec.task}:{source_id}",
+        "method": "POST",
+        "url": CHAT_URL,
+        "body": body,
+    }
+
+
+def preview(table: pd.DataFrame, spec: BuildSpec, rows: int = 5) -> BuildResult:
+    """The first ``rows`` rows rendered; the lines are in ``BuildResult.lines``."""
+    result = BuildResult()
+    for _row, line, problems in build_lines(table, spec, limit=rows):
+        result.rows += 1
+        result.problems += problems
+        if line is not None:
+            result.written += 1
+            result.lines.append(line)
+    return result
+
+
+def build_file(table: pd.DataFrame, spec: BuildSpec, out: str | Path) -> BuildResult:
+    """Renders every row and writes the lines to ``out`` (JSONL, UTF-8)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = BuildResult(path=str(out))
+    with out.open("w", encoding="utf-8") as handle:
+        for _row, line, problems in build_lines(table, spec):
+            result.rows += 1
+            if len(result.problems) < MAX_PROBLEMS:
+                result.problems += problems
+            if line is not None:
+                result.written += 1
+                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return result

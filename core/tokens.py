@@ -1,0 +1,433 @@
+"""Prompt token counts with a model folder's own tokenizer and chat template (no vLLM).
+
+A count is what the engine will see: the conversation rendered with the folder's chat
+template (generation prompt included), tokenized without extra special tokens; a
+``/v1/completions`` prompt is tokenized as is, with the tokenizer's special tokens.
+
+Two speed-ups keep a million lines within seconds on two cores, each checked against the
+plain ``tokenizers`` result before it is trusted:
+
+- **ChatML rendered directly.** When the template renders probe conversations exactly as
+  ChatML (``<|im_start|>role\\ncontent<|im_end|>``), lines are rendered by string joins
+  instead of Jinja.
+- **Counting by chunk.** For a byte-level BPE tokenizer (GPT-2 style: no normalizer,
+  a ``ByteLevel`` regex pre-tokenizer) merges never cross pre-token boundaries, and a
+  space right after a non-space always starts a pre-token, so a text's count is the sum
+  of its space-led chunks' counts (`` world,``), and those repeat a lot: each distinct
+  chunk is encoded once (in one batch call) and cached. The first texts of every file
+  are also counted with ``Tokenizer.encode_batch``; on any difference the counter falls
+  back to it for good.
+
+Any other tokenizer uses ``Tokenizer.encode_batch`` on batches of rendered text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from core.requests import EngineRequest
+
+# Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
+# that comes right after a non-space (its patterns take at most one leading space, and a
+# whitespace run cannot start after a non-space). Python's \S excludes a few characters
+# Unicode does not call white space (U+001C..U+001F): splitting less there is still exact.
+CHUNK_BOUNDARY = re.compile(r"(?<=\S)(?= )")
+CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+)
+VERIFY_TEXTS = 64  # texts of each file counted both ways before the fast path is trusted
+PIECE_CACHE_LIMIT = 400_000  # distinct chunks kept; the cache is cleared beyond this
+MESSAGE_CACHE_LIMIT = 20_000  # repeated system/developer messages kept
+PROBES: list[list[dict[str, str]]] = [
+    [{"role": "user", "content": "Hi there"}],
+    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+    [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "a\nb"},
+        {"role": "assistant", "content": " x "},
+        {"role": "user", "content": "ok"},
+    ],
+    [{"role": "developer", "content": "D"}, {"role": "user", "content": "u"}],
+]
+PROBE_TEXTS = [
+    "Hello, world! It's 2024-05-02T08:14:00Z; charge $49.00 twice?",
+    "  leading spaces\n\n\ttabs and\r\nCRLF   trailing   ",
+    "你好，世界。Ünïcödé ½ ² Ⅻ naïve café — “quotes” 🙂🙂",
+    "<|im_start|>user\nliteral special tokens<|im_end|>\n",
+    "don't won't they'll I'm we've 'quoted' 123456789 3.14159",
+    "a\x0bb\x0cc\x1cd  \x1f e\x85 f\xa0g x \x1c\x1d y",
+    "tab\there  \n  x\n",
+]
+
+
+class TokenizerError(ValueError):
+    """The folder has no tokenizer or chat template that can be used; the message says why."""
+
+
+def context_length(folder: Path) -> int | None:
+    """The model's context length from its ``config.json`` (None when not stated)."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for source in (config, config.get("text_config") or {}):
+        for key in CONTEXT_KEYS:
+            if isinstance(source.get(key), int) and source[key] > 0:
+                return source[key]
+    return None
+
+
+def _template_source(folder: Path) -> tuple[str | None, dict[str, Any]]:
+    """The chat template text (or None) and the tokenizer config."""
+    config: dict[str, Any] = {}
+    config_file = folder / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except ValueError:
+            config = {}
+    jinja_file = folder / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8"), config
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: take the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return (template if isinstance(template, str) else None), config
+
+
+def _token_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("content", ""))
+    return "" if value is None else str(value)
+
+
+class ChatRenderer:
+    """Renders messages with a model's chat template (ChatML by joins when it matches)."""
+
+    def __init__(self, template: str, tokenizer_config: dict[str, Any]) -> None:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        # The same environment settings transformers uses for chat templates.
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(message: str) -> None:
+            raise TokenizerError(f"the chat template refused the conversation: {message}")
+
+        env.globals["raise_exception"] = raise_exception
+        env.filters["tojson"] = lambda value, indent=None: json.dumps(
+            value, ensure_ascii=False, indent=indent
+        )
+        try:
+            self._template = env.from_string(template)
+        except Exception as exc:  # jinja2 raises several kinds; all mean "unusable here"
+            raise TokenizerError(f"the chat template does not compile: {exc}") from None
+        self._special = {
+            name: _token_text(tokenizer_config.get(name))
+            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+        }
+        self.chatml_default_system = self._detect_chatml()
+
+    def render_jinja(self, messages: list[dict[str, str]]) -> str:
+        try:
+            return self._template.render(
+                messages=messages, add_generation_prompt=True, **self._special
+            )
+        except TokenizerError:
+            raise
+        except Exception as exc:
+            raise TokenizerError(f"the chat template failed: {exc}") from None
+
+    @staticmethod
+    def _chatml(messages: list[dict[str, str]], default_system: str | None) -> str:
+        parts = []
+        if default_system is not None and messages[0]["role"] != "system":
+            parts.append(f"<|im_start|>system\n{default_system}<|im_end|>\n")
+        parts.extend(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        parts.append("<|im_start|>assistant\n")
+        return "".join(parts)
+
+    def _detect_chatml(self) -> str | bool | None:
+        """The default system text when the template is ChatML ("" for none), else False."""
+        try:
+            first = self.render_jinja(PROBES[0])
+        except TokenizerError:
+            return False
+        head = "<|im_start|>system\n"
+        default: str | None = None
+        if first.startswith(head):
+            default = first[len(head) : first.find("<|im_end|>")]
+        try:
+            same = all(self.render_jinja(p) == self._chatml(p, default) for p in PROBES)
+        except TokenizerError:
+            return False
+        return default if same else False
+
+    @property
+    def is_chatml(self) -> bool:
+        return self.chatml_default_system is not False
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        if self.chatml_default_system is False:
+            return self.render_jinja(messages)
+        return self._chatml(messages, self.chatml_default_system)  # type: ignore[arg-type]
+
+
+class TokenCounter:
+    """Counts prompt tokens for one model folder. Thread-safe for one check at a time.
+
+    Attributes:
+        folder: the model folder.
+        name: the folder's name (the name results and measurements use).
+        context_length: the model's context length, or None when its config does not say.
+        mode: ``"pieces"`` (cached chunks) or ``"encode_batch"``.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder).expanduser()
+        tokenizer_file = self.folder / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise TokenizerError(
+                f"{self.folder} has no tokenizer.json; prompt tokens cannot be counted"
+            )
+        try:
+            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            spec = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+        except Exception as exc:  # a corrupt file: say so instead of a traceback
+            raise TokenizerError(f"{tokenizer_file} cannot be read: {exc}") from None
+        template, config = _template_source(self.folder)
+        if template is None:
+            raise TokenizerError(
+                f"{self.folder} has no chat template (chat_template.jinja or "
+                "tokenizer_config.json); chat prompts cannot be counted"
+            )
+        self.renderer = ChatRenderer(template, config)
+        self.name = self.folder.name
+        self.context_length = context_length(self.folder)
+        self._lock = threading.Lock()
+        self._pieces: dict[str, int] = {}
+        self._messages: dict[str, int] = {}
+        self._verify_left = 0
+        self._specials_added = len(self.tokenizer.encode("a", add_special_tokens=True).ids) - len(
+            self.tokenizer.encode("a", add_special_tokens=False).ids
+        )
+        self._added, self._split = self._added_tokens(spec)
+        self._added_marks = {token[0] for token in self._added}
+        self.mode = "pieces" if self._pieces_apply(spec) else "encode_batch"
+
+    # -- the chunk path --------------------------------------------------------------------
+
+    @staticmethod
+    def _added_tokens(spec: dict[str, Any]) -> tuple[set[str], Any]:
+        added = {t["content"] for t in spec.get("added_tokens") or [] if t.get("content")}
+        if not added:
+            return added, None
+        alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
+        return added, re.compile(f"({alternatives})")
+
+    def _pieces_apply(self, spec: dict[str, Any]) -> bool:
+        pre = spec.get("pre_tokenizer") or {}
+        model = spec.get("model") or {}
+        plain_added = all(
+            not (t.get("lstrip") or t.get("rstrip") or t.get("single_word"))
+            for t in spec.get("added_tokens") or []
+        )
+        eligible = (
+            spec.get("normalizer") is None
+            and pre.get("type") == "ByteLevel"
+            and pre.get("use_regex", True)
+            and not pre.get("add_prefix_space")
+            and model.get("type") == "BPE"
+            and not model.get("dropout")
+            and plain_added
+        )
+        if not eligible:
+            return False
+        self._chunks = CHUNK_BOUNDARY.split
+        return self._count_pieces_many(PROBE_TEXTS) == self._encode_batch(PROBE_TEXTS, False)
+
+    def _count_pieces_many(self, texts: Sequence[str]) -> list[int]:
+        """Counts of texts by cached pre-tokens; the unknown ones are encoded in one batch."""
+        pieces = self._pieces
+        get = pieces.__getitem__
+        added, split, marks = self._added, self._split, self._added_marks
+        chunks = self._chunks
+        results = [0] * len(texts)
+        pending: list[tuple[int, list[str], int]] = []
+        for index, text in enumerate(texts):
+            specials = 0
+            if split is not None and any(mark in text for mark in marks):
+                words: list[str] = []
+                for segment in split.split(text):
+                    if segment in added:
+                        specials += 1
+                    elif segment:
+                        words += chunks(segment)
+            else:
+                words = chunks(text)
+            try:
+                results[index] = specials + sum(map(get, words))
+            except KeyError:
+                pending.append((index, words, specials))
+        if pending:
+            missing = {w for _, words, _ in pending for w in words if w not in pieces}
+            if len(pieces) + len(missing) > PIECE_CACHE_LIMIT:
+                pieces.clear()
+                missing = {w for _, words, _ in pending for w in words}
+            unknown = list(missing)
+            encodings = self.tokenizer.encode_batch(unknown, add_special_tokens=False)
+            for word, encoding in zip(unknown, encodings, strict=True):
+                pieces[word] = len(encoding.ids)
+            for index, words, specials in pending:
+                results[index] = specials + sum(map(get, words))
+        return results
+
+    def _encode_batch(self, texts: Sequence[str], specials: bool) -> list[int]:
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=specials)
+        return [len(e.ids) for e in encodings]
+
+    # -- public --------------------------------------------------------------------------------
+
+    def start_file(self) -> None:
+        """Re-arms the cross-check of the fast path on the next texts (call per file)."""
+        self._verify_left = VERIFY_TEXTS if self.mode == "pieces" else 0
+
+    def count_texts(self, texts: Sequence[str], *, special_tokens: bool = False) -> list[int]:
+        """Token counts of already-rendered texts."""
+        with self._lock:
+            if self.mode != "pieces":
+                return self._encode_batch(texts, special_tokens)
+            counts = self._count_pieces_many(texts)
+            if self._verify_left > 0:
+                sample = list(texts[: self._verify_left])
+                self._verify_left -= len(sample)
+                if counts[: len(sample)] != self._encode_batch(sample, False):
+                    self.mode = "encode_batch"  # trust the tokenizer, not the shortcut
+                    return self._encode_batch(texts, special_tokens)
+            if special_tokens and self._specials_added:
+                counts = [c + self._specials_added for c in counts]
+            return counts
+
+    def _chatml_counts(self, conversations: Sequence[list[dict[str, str]]]) -> list[int]:
+        """ChatML conversations counted turn by turn: the special tokens around each turn
+        split the text, so a conversation's count is the sum of its turns' counts, and
+        instructions repeated across lines are counted once."""
+        cache = self._messages
+        default = self.renderer.chatml_default_system
+        base = self._turn_overhead
+        totals = [self._generation_prompt] * len(conversations)
+        todo: list[str] = []
+        owners: list[int] = []
+        for index, messages in enumerate(conversations):
+            turns = [f"{m['role']}\n{m['content']}" for m in messages]
+            if default is not None and messages[0]["role"] != "system":
+                turns.insert(0, f"system\n{default}")
+            for turn in turns:
+                count = cache.get(turn)
+                if count is None:
+                    todo.append(turn)
+                    owners.append(index)
+                else:
+                    totals[index] += count
+        for index, turn, count in zip(owners, todo, self._count_pieces_many(todo), strict=True):
+            totals[index] += count + base
+            if not turn.startswith(("user\n", "assistant\n")):
+                if len(cache) > MESSAGE_CACHE_LIMIT:
+                    cache.clear()
+                cache[turn] = count + base  # instructions repeat across lines; turns rarely do
+        return totals
+
+    @property
+    def _turn_overhead(self) -> int:
+        """Tokens around a turn's text: ``<|im_start|>``, ``<|im_end|>`` and the newline."""
+        value = self.__dict__.get("_overhead")
+        if value is None:
+            value = self._count_pieces_many(["<|im_start|><|im_end|>\n"])[0]
+            self.__dict__["_overhead"] = value
+        return value
+
+    @property
+    def _generation_prompt(self) -> int:
+        value = self.__dict__.get("_gen_count")
+        if value is None:
+            value = self._count_pieces_many(["<|im_start|>assistant\n"])[0]
+            self.__dict__["_gen_count"] = value
+        return value
+
+    def _fast_counts(
+        self, items: Sequence[tuple[list[dict[str, str]] | None, str | None]]
+    ) -> list[int]:
+        chats = [i for i, (_, prompt) in enumerate(items) if prompt is None]
+        counts = [0] * len(items)
+        for i, n in zip(chats, self._chatml_counts([items[i][0] for i in chats]), strict=True):
+            counts[i] = n
+        prompts = [i for i, (_, prompt) in enumerate(items) if prompt is not None]
+        numbers = self._count_pieces_many([items[i][1] for i in prompts])
+        for i, n in zip(prompts, numbers, strict=True):
+            counts[i] = n + self._specials_added
+        return counts
+
+    def count_requests(self, requests: Sequence[EngineRequest]) -> list[int]:
+        """Prompt token counts of requests (chat, completions and responses alike).
+
+        Raises:
+            TokenizerError: the chat template refused a conversation.
+        """
+        return self.count_prompts([(r.messages, r.prompt) for r in requests])
+
+    def count_prompts(
+        self, items: Sequence[tuple[list[dict[str, str]] | None, str | None]]
+    ) -> list[int]:
+        """Token counts of ``(messages, prompt)`` pairs: a raw prompt wins when it is set.
+
+        Raises:
+            TokenizerError: the chat template refused a conversation.
+        """
+        if self.mode == "pieces" and self.renderer.is_chatml and self._verify_left <= 0:
+            with self._lock:
+                if self.mode == "pieces":
+                    return self._fast_counts(items)
+        chats = [
+            (i, self.renderer.render(messages))
+            for i, (messages, prompt) in enumerate(items)
+            if prompt is None
+        ]
+        prompts = [(i, prompt) for i, (_, prompt) in enumerate(items) if prompt is not None]
+        counts = [0] * len(items)
+        chat_counts = self.count_texts([text for _, text in chats])
+        for (i, _), n in zip(chats, chat_counts, strict=True):
+            counts[i] = n
+        prompt_counts = self.count_texts([text for _, text in prompts], special_tokens=True)
+        for (i, _), n in zip(prompts, prompt_counts, strict=True):
+            counts[i] = n
+        return counts
+
+
+@lru_cache(maxsize=4)
+def _cached_counter(folder: str, mtime: float) -> TokenCounter:
+    return TokenCounter(folder)
+
+
+def load_counter(folder: str | Path) -> TokenCounter:
+    """The token counter of a model folder, kept in memory while its tokenizer is unchanged.
+
+    Raises:
+        TokenizerError: no usable tokenizer or chat template in the folder.
+    """
+    path = Path(folder).expanduser().resolve()
+    tokenizer_file = path / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise TokenizerError(f"{path} has no tokenizer.json; prompt tokens cannot be counted")
+    return _cached_counter(str(path), tokenizer_file.stat().st_mtime)
