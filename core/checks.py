@@ -805,3 +805,45 @@ class BackgroundCheck:
     def wait(self, timeout: float | None = None) -> bool:
         self._thread.join(timeout)
         return self.done
+
+
+def summary_lines(report: CheckReport) -> list[str]:
+    """The report's summary as short lines of text (for the command line)."""
+
+    def counts(counter: dict[str, int]) -> str:
+        return ", ".join(
+            f"{k or '(none)'} {v}" for k, v in sorted(counter.items(), key=lambda i: -i[1])
+        )
+
+    lines = []
+    if report.urls:
+        lines.append(f"urls: {counts(report.urls)}")
+    for name, lines_of in sorted(report.models.items(), key=lambda i: -i[1]):
+        local = report.model_map.get(name)
+        target = f" -> {local}" if local else ""
+        lines.append(f"model {name or '(none)'}: {lines_of} lines{target}")
+    if report.roles:
+        lines.append(f"roles: {counts(report.roles)}")
+    if report.duplicates:
+        lines.append(f"duplicate custom_ids: {report.duplicates}")
+    for name, counter in report.effective.items():
+        if counter:
+            lines.append(f"runs with {name}: {counts(counter)}")
+    lines.append(f"max output tokens (valid lines): {report.max_output_tokens:,}")
+    if report.tokens_counted:
+        counted = sum(report.token_histogram)
+        mean = report.prompt_tokens / counted if counted else 0
+        lines.append(
+            f"prompt tokens: {report.prompt_tokens:,} in {counted:,} valid lines "
+            f"(mean {mean:.0f}, max {report.prompt_tokens_max:,})"
+        )
+        bins = [
+            f"{label}: {n}"
+            for label, n in zip(histogram_labels(), report.token_histogram, strict=True)
+            if n
+        ]
+        lines.append("prompt token histogram: " + ", ".join(bins))
+        if report.over_context:
+            lines.append(f"lines that do not fit the context: {report.over_context}")
+    lines.append(f"checked in {report.seconds:.2f} s")
+    return lines

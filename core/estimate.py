@@ -258,3 +258,28 @@ def format_duration(seconds: float | None) -> str:
     if seconds >= 60:
         return f"{seconds // 60} min {seconds % 60:02d} s"
     return f"{seconds} s"
+
+
+def estimate_lines(result: JobEstimate) -> list[str]:
+    """The estimate as short lines of text (for the command line)."""
+    lines = []
+    for m in result.models:
+        cost = f"{m.cost:,.4f} {result.currency}" if m.cost is not None else m.cost_basis
+        lines.append(
+            f"{m.model}: {m.lines:,} requests, {m.input_tokens:,} input tokens, output "
+            f"{m.expected_output_tokens:,} expected ({m.expected_basis}) / "
+            f"{m.max_output_tokens:,} at most; time {format_duration(m.seconds)}; cost {cost}"
+        )
+    if result.models:
+        total = f"{result.cost:,.4f} {result.currency}" if result.cost is not None else "unknown"
+        lines.append(f"total: time {format_duration(result.seconds)}, cost {total}")
+    if result.budget is not None:
+        if result.cost is None:
+            verdict = "the cost is unknown, so it cannot be compared (set a price)"
+        elif result.over_budget:
+            verdict = "OVER budget: a run needs explicit confirmation"
+        else:
+            verdict = "within budget"
+        lines.append(f"budget {result.budget:,.2f} {result.currency}: {verdict}")
+    lines.extend(result.notes)
+    return lines
