@@ -769,8 +769,9 @@ class BackgroundCheck:
         report: the report once done; ``error`` holds the reason when the check failed.
     """
 
-    def __init__(self, path: str | Path, **options: Any) -> None:
+    def __init__(self, path: str | Path, key: str = "", **options: Any) -> None:
         self.path = str(path)
+        self.key = key  # what the caller checks against to reuse a running check
         self.fraction = 0.0
         self.lines = 0
         self.report: CheckReport | None = None
@@ -847,3 +848,18 @@ def summary_lines(report: CheckReport) -> list[str]:
             lines.append(f"lines that do not fit the context: {report.over_context}")
     lines.append(f"checked in {report.seconds:.2f} s")
     return lines
+
+
+# Files up to this size are checked while a page waits; larger ones in a BackgroundCheck.
+SYNC_CHECK_BYTES = 16 * 2**20
+
+
+def check_key(path: str | Path, **options: Any) -> str:
+    """A key that changes when the file or any check option changes (for caching a report)."""
+    import hashlib
+
+    stat = Path(path).stat()
+    data = json.dumps(
+        [str(path), stat.st_size, stat.st_mtime_ns, options], sort_keys=True, default=str
+    )
+    return hashlib.blake2b(data.encode(), digest_size=8).hexdigest()

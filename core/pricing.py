@@ -90,3 +90,35 @@ def save_prices(table: PriceTable, home: Path | None = None) -> Path:
         json.dump(data, out, indent=1)
     os.replace(temp, path)
     return path
+
+
+PRICE_COLUMNS = {
+    "input_per_1m": "Input / 1M tokens",
+    "output_per_1m": "Output / 1M tokens",
+    "gpu_hour": "GPU hour",
+}
+
+
+def price_rows(table: PriceTable, models: list[str]) -> list[dict[str, Any]]:
+    """Rows for an editable table: one per model, its prices (empty where unset)."""
+    rows = []
+    for model in models:
+        price = table.price(model)
+        row: dict[str, Any] = {"model": model}
+        row.update({label: getattr(price, name) for name, label in PRICE_COLUMNS.items()})
+        rows.append(row)
+    return rows
+
+
+def table_from_rows(
+    rows: list[dict[str, Any]], base: PriceTable, budget: float | None
+) -> PriceTable:
+    """The price table after the user's edits (models not shown keep their prices)."""
+    models = dict(base.models)
+    for row in rows:
+        name = row.get("model")
+        if name:
+            models[str(name)] = ModelPrice(
+                *(_number(row.get(label)) for label in PRICE_COLUMNS.values())
+            )
+    return PriceTable(models, budget, base.currency)

@@ -1,16 +1,27 @@
-"""Upload & check: pick a batch file and see, line by line, whether it can run."""
+"""Upload & check: pick a batch file and see, line by line, whether it can run, what it
+will cost and how long it will take."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 import streamlit as st
 
-from core.checks import check_file
+from core import checks
+from core.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
 from core.config import SAMPLE_DATA
+from core.estimate import estimate, format_duration
+from core.models import model_folders
+from core.pricing import load_prices, price_rows, save_prices, table_from_rows
+from core.requests import JobDefaults
 from core.uploads import save_upload
 from pages.shared import paths
+
+DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
 st.title("Upload & check")
 st.caption(
@@ -18,11 +29,17 @@ st.caption(
     "(the OpenAI batch format). Nothing runs until you start it on the Run page."
 )
 
-source = st.radio("Batch file", ["Upload a file", "Use a sample"], horizontal=True, key="source")
+# -- which file -----------------------------------------------------------------------------
+SOURCES = ["Upload a file", "Use a sample", "A file on the server"]
+source = st.radio("Batch file", SOURCES, horizontal=True, key="source")
 path: Path | None = None
 display_name = ""
 if source == "Upload a file":
     uploaded = st.file_uploader("OpenAI batch JSONL", type=["jsonl", "json", "txt"])
+    st.caption(
+        "Uploads up to 2 GB. For larger files, choose *A file on the server* or drop the "
+        f"file into the inbox folder `{paths().inbox}`."
+    )
     if uploaded is not None:
         saved = st.session_state.setdefault("saved_uploads", {})
         if uploaded.file_id not in saved:
@@ -31,25 +48,133 @@ if source == "Upload a file":
             )
         path = Path(saved[uploaded.file_id])
         display_name = uploaded.name
-else:
+elif source == "Use a sample":
     samples = sorted(p.name for p in SAMPLE_DATA.glob("*.jsonl"))
     name = st.selectbox("Sample batch", samples, key="sample_name")
     path = SAMPLE_DATA / name if name else None
     display_name = name or ""
+else:
+    inbox = sorted(p.name for p in paths().inbox.glob("*.jsonl"))
+    hint = f" Files in the inbox: {', '.join(inbox[:5])}." if inbox else ""
+    typed = st.text_input(
+        "Path of a batch file on this server",
+        key="server_path",
+        help=f"For very large files: the file is read where it is, never copied.{hint}",
+    ).strip()
+    if typed:
+        candidate = Path(typed).expanduser()
+        if not candidate.is_absolute() and (paths().inbox / candidate).is_file():
+            candidate = paths().inbox / candidate
+        if candidate.is_file():
+            path, display_name = candidate, candidate.name
+        else:
+            st.error(f"No file at {candidate}. Give the full path of a JSONL file.")
 
 if path is None:
     st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
     st.stop()
 
-report = check_file(path)
-cols = st.columns(4)
+# -- how to check it ---------------------------------------------------------------------------
+previous: CheckReport | None = st.session_state.get("check_report")
+folders = [str(f) for f in model_folders()]
+with st.expander("Model, job defaults and model mapping"):
+    model = st.selectbox(
+        "Model for token counts and the context check",
+        folders,
+        format_func=lambda p: Path(p).name,
+        key="check_model",
+    )
+    count_tokens = st.toggle(
+        "Count prompt tokens with the model's tokenizer",
+        value=(Path(model) / "tokenizer.json").is_file(),
+        key="count_tokens",
+    )
+    st.markdown("**Job defaults** for fields a body leaves out")
+    c1, c2, c3 = st.columns(3)
+    job_defaults = JobDefaults(
+        max_tokens=int(c1.number_input("Max output tokens", 1, 1_000_000, 256, key="jd_max")),
+        temperature=float(c2.number_input("Temperature", 0.0, 2.0, 1.0, 0.1, key="jd_temp")),
+        top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
+    )
+    st.session_state["job_defaults"] = asdict(job_defaults)
+    model_map: dict[str, str] = {}
+    if previous is not None and previous.models:
+        st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
+        for name in sorted(previous.models):
+            choice = st.selectbox(
+                f"`{name or '(none)'}` runs on",
+                ["(the model above)", *folders],
+                format_func=lambda p: p if p.startswith("(") else Path(p).name,
+                key=f"map::{name}",
+            )
+            if not choice.startswith("("):
+                model_map[name] = choice
+
+options = {
+    "defaults": job_defaults,
+    "model_folder": model if count_tokens else None,
+    "model_map": model_map,
+}
+key = check_key(path, **options)
+valid_path = paths().uploads / f"valid-{key}.jsonl"
+
+# -- the check (in the background for a large file) ---------------------------------------------
+if st.session_state.get("check_key") != key:
+    task: BackgroundCheck | None = st.session_state.get("check_task")
+    if task is not None and task.path != str(path):
+        task.cancel()
+        task = None
+    if path.stat().st_size <= checks.SYNC_CHECK_BYTES:
+        with st.spinner("Checking every line…"):
+            report = check_file(path, valid_out=valid_path, **options)
+        st.session_state.update(check_key=key, check_report=report, check_task=None)
+    else:
+        if task is None or task.key != key:
+            if task is not None:
+                task.cancel()
+            task = BackgroundCheck(path, key, valid_out=valid_path, **options)
+            st.session_state["check_task"] = task
+
+        @st.fragment(run_every=1.0)
+        def show_progress() -> None:
+            running: BackgroundCheck = st.session_state["check_task"]
+            if running.done:
+                if running.error:
+                    st.error(running.error)
+                    return
+                st.session_state.update(check_key=running.key, check_report=running.report)
+                st.rerun()
+            st.progress(
+                running.fraction,
+                text=f"Checking {display_name}: {running.lines:,} lines, {running.fraction:.0%}",
+            )
+            if st.button("Stop the check", key="stop_check"):
+                running.cancel()
+
+        show_progress()
+        st.stop()
+
+report: CheckReport = st.session_state["check_report"]
+if report.models and (previous is None or sorted(previous.models) != sorted(report.models)):
+    st.rerun()  # the file names other models: show their mapping boxes
+
+# -- what it found -----------------------------------------------------------------------
+cols = st.columns(5)
 cols[0].metric("Lines", report.lines)
 cols[1].metric("Valid", report.valid)
 cols[2].metric("Invalid", report.invalid)
 cols[3].metric("Warnings", report.warnings)
+cols[4].metric("Duplicate ids", report.duplicates)
+if report.cancelled:
+    st.warning("The check was stopped: the figures cover the lines read so far.")
 
 if report.problems:
     st.subheader("Problems")
+    if report.problems_dropped:
+        st.caption(
+            f"The first {len(report.problems):,} findings are listed; "
+            f"{report.problems_dropped:,} more are in the counts."
+        )
     st.dataframe(
         pd.DataFrame(
             [
@@ -76,9 +201,148 @@ elif report.valid:
 else:
     st.error("No line of this file can run. Fix the problems above and upload it again.")
 
-if report.valid:
+# -- summary -------------------------------------------------------------------------------
+if report.lines:
+    st.subheader("Summary")
+    left, middle, right = st.columns(3)
+    left.markdown("**url**")
+    left.table(pd.Series(dict(report.urls), name="lines"))
+    middle.markdown("**body.model → local model**")
+    middle.table(
+        pd.DataFrame(
+            [
+                {
+                    "body.model": name or "(none)",
+                    "lines": n,
+                    "local model": Path(report.model_map.get(name, model)).name,
+                }
+                for name, n in report.models.items()
+            ]
+        ).set_index("body.model")
+        if report.models
+        else pd.DataFrame()
+    )
+    right.markdown("**roles (messages)**")
+    right.table(pd.Series(dict(report.roles), name="messages"))
+    st.session_state["model_map"] = report.model_map or {name: model for name in report.models}
+
+    st.markdown("**What the valid lines will run with** (from the body, or the job default)")
+    st.table(
+        pd.DataFrame(
+            [
+                {"field": name, "value (source)": value, "lines": n}
+                for name, counter in report.effective.items()
+                for value, n in sorted(counter.items(), key=lambda item: -item[1])
+            ]
+        ).set_index("field")
+        if report.valid
+        else pd.DataFrame()
+    )
+    st.caption(f"Max output tokens over the valid lines: {report.max_output_tokens:,}")
+
+    if report.tokens_counted:
+        counted = sum(report.token_histogram)
+        mean = report.prompt_tokens / counted if counted else 0
+        st.markdown(
+            f"**Prompt tokens** ({Path(model).name}'s tokenizer and chat template): "
+            f"{report.prompt_tokens:,} in {counted:,} valid lines, mean {mean:.0f}, "
+            f"max {report.prompt_tokens_max:,}"
+        )
+        figure = go.Figure(go.Bar(x=histogram_labels(), y=report.token_histogram))
+        figure.update_layout(
+            xaxis_title="prompt tokens", yaxis_title="lines", height=260, margin=dict(t=10)
+        )
+        st.plotly_chart(figure, key="token_histogram")
+    else:
+        st.caption("Prompt tokens were not counted (turn it on under *Model, job defaults…*).")
+
+# -- estimate ------------------------------------------------------------------------------
+needs_confirmation = False
+if report.valid and report.by_local_model:
+    st.subheader("Estimate")
+    prices = load_prices()
+    with st.expander("Price table and budget"):
+        st.caption(
+            "Per model: a price per 1M input and output tokens, or a GPU-hour price (turned "
+            "into a cost from the throughput measured on this machine)."
+        )
+        names = [local["name"] for local in report.by_local_model.values()]
+        edited = st.data_editor(
+            pd.DataFrame(price_rows(prices, names)),
+            disabled=["model"],
+            hide_index=True,
+            key="price_editor",
+        )
+        budget = st.number_input(
+            f"Budget for a run ({prices.currency}; 0 = none)",
+            min_value=0.0,
+            value=float(prices.budget or 0.0),
+            key="budget",
+        )
+        prices = table_from_rows(edited.to_dict("records"), prices, budget or None)
+        if st.button("Save prices and budget", key="save_prices"):
+            save_prices(prices)
+            st.toast("Price table saved.")
+    share = st.slider(
+        "Expected answer length (share of max_tokens, until a run is measured)",
+        0.05,
+        1.0,
+        0.5,
+        key="expected_share",
+    )
+    result = estimate(report, prices, expected_share=share)
+    cols = st.columns(4)
+    cols[0].metric("Input tokens", f"{result.input_tokens:,}")
+    cols[1].metric(
+        "Output tokens (expected)",
+        f"{result.expected_output_tokens:,}",
+        help=f"At most {result.max_output_tokens:,}",
+    )
+    cols[2].metric("Time", format_duration(result.seconds))
+    cost = result.cost
+    cols[3].metric("Cost", f"{cost:,.2f} {result.currency}" if cost is not None else "unknown")
+    for model_estimate in result.models:
+        st.caption(
+            f"{model_estimate.model}: expected output from {model_estimate.expected_basis}; "
+            f"cost: {model_estimate.cost_basis}."
+        )
+    for note in result.notes:
+        st.info(note)
+    if result.over_budget:
+        needs_confirmation = not st.checkbox(
+            f"Run anyway: the expected cost {cost:,.2f} {result.currency} is over the "
+            f"budget of {result.budget:,.2f}",
+            key="budget_ok",
+        )
+    st.session_state["estimate"] = result.to_dict()
+
+# -- downloads and the way on ------------------------------------------------------------------
+if report.lines:
+    c1, c2 = st.columns(2)
+    c1.download_button(
+        "Download the report (JSON)",
+        json.dumps(report.to_dict(), ensure_ascii=False, indent=1),
+        file_name=f"{Path(display_name).stem}.report.json",
+        mime="application/json",
+        key="download_report",
+    )
+    if report.valid and valid_path.is_file():
+        if valid_path.stat().st_size <= DOWNLOAD_LIMIT:
+            c2.download_button(
+                f"Download the {report.valid:,} valid lines (JSONL)",
+                valid_path.read_bytes(),
+                file_name=f"{Path(display_name).stem}.valid.jsonl",
+                mime="application/jsonl",
+                key="download_valid",
+            )
+        else:
+            c2.caption(f"The valid lines are in `{valid_path}`.")
+
+if report.valid and not needs_confirmation:
     st.session_state["batch_file"] = str(path)
     st.session_state["batch_name"] = display_name
     st.page_link("pages/run.py", label="Continue to Run", icon=":material/arrow_forward:")
 else:
     st.session_state.pop("batch_file", None)
+    if needs_confirmation:
+        st.caption("Confirm the cost above to continue to Run.")

@@ -85,8 +85,100 @@ def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
     assert at.success[0].value == "All 16 lines are valid."
     assert at.session_state["batch_file"] == str(SAMPLE_DATA / "review_sentiment.jsonl")
     assert at.session_state["batch_name"] == "review_sentiment.jsonl"
-    assert not at.dataframe  # no problems table for a clean file
+    problem_tables = [d for d in at.dataframe if "message" in d.value.columns]
+    assert not problem_tables  # no problems table for a clean file
     assert "Continue to Run" in page_link_labels(at)
+
+
+HAS_TOKENIZER = (default_model_dir() / "tokenizer.json").is_file()
+needs_tokenizer = pytest.mark.skipif(not HAS_TOKENIZER, reason="the default model is not prepared")
+
+
+def check_server_file(at: AppTest, path: Path) -> AppTest:
+    """Chooses "A file on the server" and types ``path``."""
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(str(path)).run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def write_batch(path: Path, bodies: list[dict]) -> Path:
+    lines = [
+        {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+        for i, body in enumerate(bodies)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+@needs_tokenizer
+def test_check_shows_tokens_mapping_defaults_and_an_honest_estimate() -> None:
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    assert at.session_state["model_map"] == {"gpt-4o-mini": str(default_model_dir())}
+    assert at.session_state["job_defaults"] == {"max_tokens": 256, "temperature": 1.0, "top_p": 1.0}
+    metrics = {m.label: m.value for m in at.metric}
+    assert int(metrics["Input tokens"].replace(",", "")) > 16 * 20
+    assert metrics["Time"] == "unknown"
+    assert any("no throughput measured yet" in i.value for i in at.info)
+    assert [b.label for b in at.download_button] == [
+        "Download the report (JSON)",
+        "Download the 16 valid lines (JSONL)",
+    ]
+
+
+def test_job_defaults_show_what_each_line_runs_with(data_home: Path) -> None:
+    batch = write_batch(
+        data_home.parent / "no_max.jsonl",
+        [{"model": "m", "messages": [{"role": "user", "content": "Hi"}]}] * 1,
+    )
+    at = check_server_file(open_page("upload.py"), batch)
+    at.number_input(key="jd_max").set_value(100).run()
+    runs_with = next(t.value for t in at.table if "value (source)" in t.value.columns)
+    assert "100 (job default)" in set(runs_with["value (source)"])
+    notes = at.dataframe[0].value
+    assert "the job default max_tokens=100 applies (lines 1)" in " ".join(notes["message"])
+
+
+def test_a_missing_server_path_is_named() -> None:
+    at = check_server_file(open_page("upload.py"), Path("/nonexistent/batch.jsonl"))
+    assert "No file at /nonexistent/batch.jsonl" in at.error[0].value
+    assert "Upload a batch JSONL file" in at.info[0].value
+
+
+@needs_tokenizer
+def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
+    from core.pricing import ModelPrice, PriceTable, save_prices
+
+    home = data_home
+    home.mkdir(parents=True, exist_ok=True)
+    prices = {default_model_dir().name: ModelPrice(input_per_1m=1000.0, output_per_1m=1000.0)}
+    save_prices(PriceTable(prices, budget=0.01), home)
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    assert "Continue to Run" not in page_link_labels(at)
+    assert "batch_file" not in at.session_state
+    confirm = at.checkbox(key="budget_ok")
+    assert "over the budget of 0.01" in confirm.label
+    confirm.check().run()
+    assert "Continue to Run" in page_link_labels(at)
+
+
+def test_a_large_file_is_checked_in_the_background(
+    data_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core import checks
+
+    monkeypatch.setattr(checks, "SYNC_CHECK_BYTES", 0)
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    batch = write_batch(data_home.parent / "big.jsonl", [body] * 3000)
+    at = check_server_file(open_page("upload.py"), batch)
+    assert at.session_state["check_task"].path == str(batch)
+    task = at.session_state["check_task"]
+    assert task.wait(60)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Lines"] == "3000"
+    assert metrics["Valid"] == "3000"
 
 
 # -- Run ----------------------------------------------------------------------------------
