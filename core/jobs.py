@@ -66,6 +66,7 @@ class JobSpec:
     input_sha256: str = ""
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
+    ray: dict[str, Any] | None = None  # a Ray cluster to run on (see core/ray_executor.py)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property

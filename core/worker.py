@@ -8,10 +8,9 @@ to ``errors.jsonl``) before ``status.json`` counts them; a heartbeat thread keep
 Started again on the same folder it resumes: a request with a final result never runs
 twice. With ``--retry`` it also reruns failed requests, except invalid input.
 
-Failure classes decide retries: the engine refusing one request (``engine_rejected``)
-fails that request; an engine fault is retried up to three times with backoff (1, 2, 4 s),
-halving the chunk when the engine runs out of memory, before its requests fail with
-``engine_error``. SIGTERM (Cancel) stops the worker within seconds; results written stay.
+How requests run (one local engine, or replicas on a Ray cluster) is the executor's
+business (core/executors.py); the worker owns the job folder. SIGTERM (Cancel) stops the
+worker within seconds; results written stay.
 """
 
 from __future__ import annotations
@@ -22,26 +21,27 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 from core.checks import scan
-from core.engine import Engine, EngineLoadError, EngineRequestError
+from core.engine import EngineLoadError
+from core.executors import make_executor
 from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
 from core.ledger import read_ledger
 from core.monitoring import ResourceSampler, append_sample, progress_sample
 from core.output_file import OutputWriter
-from core.outputs import Completion, error_line, success_line
+from core.outputs import error_line
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
-FIRST_CHUNK = 8  # a small first chunk puts the first results on screen quickly
-BACKOFF_SECONDS = (1, 2, 4)
 
 
-class Cancelled(Exception):
-    """Raised in the main thread when the worker is asked to stop (SIGTERM/SIGINT)."""
+class Cancelled(BaseException):
+    """Raised in the main thread when the worker is asked to stop (SIGTERM/SIGINT).
+
+    A BaseException, so that no ``except Exception`` on the way (engine retries) swallows it.
+    """
 
 
 class StatusKeeper:
@@ -138,42 +138,6 @@ class ResultWriters:
         self.errors.close()
 
 
-def _chunks(requests: list[EngineRequest], size: int) -> Iterator[list[EngineRequest]]:
-    start, step = 0, min(FIRST_CHUNK, size)
-    while start < len(requests):
-        yield requests[start : start + step]
-        start, step = start + step, size
-
-
-def _result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
-    if isinstance(result, EngineRequestError):
-        return error_line(request.custom_id, "engine_rejected", str(result))
-    return success_line(request.custom_id, model, result)
-
-
-def _run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[dict]:
-    """Runs a chunk, retrying engine faults with backoff; returns one line per request."""
-    for attempt, pause in enumerate((*BACKOFF_SECONDS, None)):
-        try:
-            results = engine.run(chunk)
-            return [_result_line(r, model, res) for r, res in zip(chunk, results, strict=True)]
-        except Cancelled:
-            raise
-        except Exception as exc:
-            if "out of memory" in str(exc).lower() and len(chunk) > 1:
-                half = len(chunk) // 2
-                log.warning("engine out of memory on %d requests: halving", len(chunk))
-                return _run_chunk(engine, chunk[:half], model) + _run_chunk(
-                    engine, chunk[half:], model
-                )
-            if pause is None:
-                message = f"engine error after {attempt} retries: {exc!r}"
-                return [error_line(r.custom_id, "engine_error", message, 500) for r in chunk]
-            log.warning("engine error (%r); retrying in %d s", exc, pause)
-            time.sleep(pause)
-    raise AssertionError("unreachable")
-
-
 def _expired(spec: JobSpec) -> bool:
     if not spec.completion_window_hours:
         return False
@@ -236,23 +200,21 @@ def run_job(job: JobFolder, retry: bool = False) -> JobStatus:
 def _run_pending(
     spec: JobSpec, pending: list[EngineRequest], writers: ResultWriters, keeper: StatusKeeper
 ) -> str:
-    engine = Engine(spec.engine_config)
-    model = spec.engine_config.model_name
+    executor = make_executor(spec)
     keeper.update(
         state="running",
-        model_load_seconds=round(engine.load_seconds, 2),
-        message=f"running {len(pending)} requests on {model}",
+        model_load_seconds=round(executor.load_seconds, 2),
+        message=f"running {len(pending)} requests {executor.description}",
     )
-    done = 0
-    for chunk in _chunks(pending, spec.chunk_size):
-        if _expired(spec):
-            left = pending[done:]
-            message = "the job's completion window ended before this request ran"
-            writers.write([error_line(r.custom_id, "expired", message, 408) for r in left])
-            return "expired"
-        writers.write(_run_chunk(engine, chunk, model))
+    left = {r.custom_id for r in pending}
+    for lines in executor.run(pending):
+        writers.write(lines)
         keeper.first_result()
-        done += len(chunk)
+        left.difference_update(line["custom_id"] for line in lines)
+        if left and _expired(spec):
+            message = "the job's completion window ended before this request ran"
+            writers.write([error_line(cid, "expired", message, 408) for cid in sorted(left)])
+            return "expired"
     return "completed"
 
 
