@@ -5,6 +5,7 @@ import streamlit as st
 st.set_page_config(page_title="Batch Studio", page_icon=":material/stacks:", layout="wide")
 
 pages = [
+    st.Page("pages/build.py", title="Build", icon=":material/construction:"),
     st.Page("pages/upload.py", title="Upload & check", icon=":material/upload_file:", default=True),
     st.Page("pages/run.py", title="Run", icon=":material/play_circle:"),
     st.Page("pages/monitor.py", title="Monitor", icon=":material/speed:"),

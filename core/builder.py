@@ -238,8 +238,11 @@ def build_lines(
         try:
             user_text = user.render(**context, row=context).strip()
             system_text = system.render(**context, row=context).strip() if system else ""
-        except jinja2.TemplateError as exc:
-            problems.append(BuildProblem(row_no, "error", f"template error: {exc}"))
+        except Exception as exc:  # a user's template may fail in any way on one row
+            reason = (
+                f"{type(exc).__name__}: {exc}" if not isinstance(exc, jinja2.TemplateError) else exc
+            )
+            problems.append(BuildProblem(row_no, "error", f"template error: {reason}"))
             yield row_no, None, problems
             continue
         if not user_text:
@@ -292,3 +295,20 @@ def build_file(table: pd.DataFrame, spec: BuildSpec, out: str | Path) -> BuildRe
                 result.written += 1
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
     return result
+
+
+def dry_run(table: pd.DataFrame, spec: BuildSpec) -> BuildResult:
+    """Renders every row without writing anything: the problems and counts a build gives."""
+    result = BuildResult()
+    for _row, line, problems in build_lines(table, spec):
+        result.rows += 1
+        if len(result.problems) < MAX_PROBLEMS:
+            result.problems += problems
+        result.written += line is not None
+    return result
+
+
+def safe_file_name(name: str, default: str = "batch") -> str:
+    """A file name for the uploads folder: letters, digits, ``-_.``; ends with .jsonl."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or default
+    return f"{stem[:60]}.jsonl"

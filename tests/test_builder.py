@@ -1,0 +1,154 @@
+"""Building a batch file from a table: the builder, the CLI command and the Build page."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from core.builder import BuildError, BuildSpec, build_file, preview, read_table
+from core.checks import check_file
+from core.config import REPO_ROOT, SAMPLE_DATA
+from tests.conftest import run_cli
+
+TICKETS = SAMPLE_DATA / "tickets.csv"
+SPEC = BuildSpec(
+    user_template="Subject: {{ subject }}\n\n{{ body }}",
+    system_prompt="Summarise the {{ channel }} ticket in one sentence.",
+    id_column="ticket_id",
+    task="ticket-summary",
+    prompt_version="v2",
+    job_id="job-7",
+    params={"max_tokens": 48, "temperature": 0},
+)
+
+
+def test_a_table_becomes_checked_lines_with_stable_ids_and_metadata(tmp_path: Path) -> None:
+    result = build_file(read_table(TICKETS), SPEC, tmp_path / "out.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert (result.rows, result.written) == (40, 39)
+    first = lines[0]
+    assert first["custom_id"] == "ticket-summary:T-2001"
+    assert first["body"]["metadata"] == {
+        "task": "ticket-summary",
+        "source_id": "T-2001",
+        "prompt_version": "v2",
+        "job_id": "job-7",
+    }
+    assert first["body"]["messages"][0]["content"].startswith("Summarise the email ticket")
+    assert first["body"]["messages"][1]["content"].startswith("Subject: Charged twice")
+    assert first["body"]["max_tokens"] == 48
+    assert check_file(tmp_path / "out.jsonl").ok
+
+
+def test_empty_cells_are_reported_by_row_and_left_out() -> None:
+    result = preview(read_table(TICKETS), SPEC, rows=40)
+    assert [str(p) for p in result.problems] == [
+        "row 16: error: empty cell in 'body'; row left out"
+    ]
+    kept = preview(read_table(TICKETS), BuildSpec(**{**SPEC.__dict__, "skip_empty": False}), 40)
+    assert kept.written == 40 and kept.problems[0].severity == "warning"
+
+
+def test_missing_columns_and_template_errors_are_named() -> None:
+    table = read_table(TICKETS)
+    with pytest.raises(BuildError, match="'priority', which the table does not have"):
+        preview(table, BuildSpec(user_template="{{ priority }}: {{ body }}"))
+    with pytest.raises(BuildError, match="user template line 2"):
+        preview(table, BuildSpec(user_template="ok\n{% if subject %}"))
+    with pytest.raises(BuildError, match="id column 'nope' is not in the table"):
+        preview(table, BuildSpec(user_template="{{ body }}", id_column="nope"))
+
+
+def test_row_errors_and_repeated_ids_are_reported_by_row() -> None:
+    table = pd.DataFrame({"id": ["a", "a", "b"], "n": ["1", "2", "0"]})
+    result = preview(table, BuildSpec(user_template="{{ n }}", id_column="id"), rows=3)
+    assert (
+        str(result.problems[0]) == "row 2: error: id 'a' repeats row 1; custom_ids must be unique"
+    )
+    assert result.written == 2
+    divided = preview(table, BuildSpec(user_template="{{ 10 // (n | int) }}", id_column="id"), 3)
+    assert str(divided.problems[-1]) == (
+        "row 3: error: template error: ZeroDivisionError: integer division or modulo by zero"
+    )
+
+
+def test_row_numbers_are_ids_and_odd_column_names_work() -> None:
+    table = pd.DataFrame({"review text": ["great", "bad"]})
+    result = preview(table, BuildSpec(user_template="{{ row['review text'] }}", task="t"), 2)
+    assert [line["custom_id"] for line in result.lines] == ["t:1", "t:2"]
+    assert result.lines[1]["body"]["messages"] == [{"role": "user", "content": "bad"}]
+
+
+def test_parquet_and_excel_tables_are_read(tmp_path: Path) -> None:
+    table = read_table(TICKETS)
+    table.to_parquet(tmp_path / "t.parquet")
+    table.to_excel(tmp_path / "t.xlsx", index=False)
+    for name in ("t.parquet", "t.xlsx"):
+        assert len(read_table(tmp_path / name)) == 40
+    with pytest.raises(BuildError, match=r"use a \.csv, \.parquet, \.xlsx file"):
+        read_table(tmp_path / "t.txt")
+
+
+def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> None:
+    out = tmp_path / "built.jsonl"
+    result = run_cli(
+        "build", str(TICKETS), "-o", str(out), "--id-column", "ticket_id",
+        "--task", "ticket-summary", "--user-template", "{{ subject }}: {{ body }}",
+        "--max-tokens", "32",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "row 16: error: empty cell in 'body'" in result.stdout
+    assert "39 of 40 rows written" in result.stdout
+    assert len(out.read_text().splitlines()) == 39
+    bad = run_cli("build", str(TICKETS), "-o", str(out), "--user-template", "{{ nope }}")
+    assert bad.returncode == 1 and "'nope', which the table does not have" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+# -- the Build page -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = tmp_path / "home"
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
+    st.cache_resource.clear()
+    yield home
+    st.cache_resource.clear()
+
+
+def open_build_page() -> AppTest:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/build.py").run()
+    at.radio(key="build_source").set_value("Use the sample table").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def test_build_page_previews_reports_rows_and_saves(data_home: Path) -> None:
+    at = open_build_page()
+    at.selectbox(key="build_id").set_value("ticket_id").run()
+    at.text_area(key="build_user").set_value("{{ subject }}\n\n{{ body }}").run()
+    assert not at.exception, [e.message for e in at.exception]
+    first = json.loads(at.code[0].value)
+    assert first["custom_id"] == "tickets:T-2001"
+    assert "39 of 40 rows become lines." in [c.value for c in at.caption]
+    problems = at.dataframe[-1].value
+    assert list(problems["row"]) == [16]
+    at.button(key="build_save").click().run()
+    saved = Path(at.session_state["built_file"])
+    assert saved.parent == data_home / "uploads" and len(saved.read_text().splitlines()) == 39
+    assert at.success[0].value == "Saved tickets.jsonl: 39 of 40 rows written."
+
+
+def test_build_page_names_a_missing_column(data_home: Path) -> None:
+    at = open_build_page()
+    at.text_area(key="build_user").set_value("{{ priority }}").run()
+    assert "'priority', which the table does not have" in at.error[0].value
+    assert not at.code
