@@ -34,6 +34,7 @@ from core.jobs import (
 )
 from core.ledger import read_ledger, reconcile, verify, write_combined, write_rerun_file
 from core.models import ModelError, check_model_folder, prepare_default_model
+from core.ray_executor import ray_settings
 from core.requests import JobDefaults
 
 EXIT_INVALID = 1
@@ -219,6 +220,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             skip_invalid=args.skip_invalid,
             chunk_size=args.chunk_size,
             output_path=str(output),
+            ray=ray_settings(  # None: this machine
+                args.ray,
+                args.replicas,
+                args.replica_gpus,
+                args.replica_cpus,
+                args.replica_resources,
+            ),
         )
     else:
         print(f"continuing job {job.job_id}: requests with a result are not run again")
@@ -473,7 +481,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the valid lines; invalid ones get an error line",
     )
     run.add_argument(
-        "--chunk-size", type=int, default=128, help="requests handed to the engine at once"
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="requests inside the engine at once (default: twice its max concurrent sequences)",
+    )
+    ray_group = run.add_argument_group("Ray cluster (needs requirements-ray.txt)")
+    ray_group.add_argument(
+        "--ray", metavar="ADDRESS", help="run on a Ray cluster: local, auto, HOST:6379, ray://..."
+    )
+    ray_group.add_argument("--replicas", type=int, default=1, help="engine replicas")
+    ray_group.add_argument(
+        "--replica-gpus", type=int, default=0, help="GPUs per replica (tensor parallel size)"
+    )
+    ray_group.add_argument("--replica-cpus", type=float, default=1, help="CPUs per replica")
+    ray_group.add_argument(
+        "--replica-resources",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help='custom Ray resources per replica, e.g. \'{"slot": 1}\'',
     )
     _defaults_arguments(run)
     run.set_defaults(handler=cmd_run)

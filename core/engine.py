@@ -7,9 +7,11 @@ core this process may run on: the settings measured in ``../shared/DESIGN.md``.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -143,7 +145,10 @@ class Engine:
         except Exception as exc:
             raise EngineLoadError(f"vLLM could not load {config.model}: {exc}") from exc
         self.load_seconds = time.monotonic() - started
+        self.tokenizer = self.llm.get_tokenizer()
+        self._ids = itertools.count()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
 
     def _llm_kwargs(self) -> dict[str, Any]:
@@ -182,28 +187,74 @@ class Engine:
             )
         return SamplingParams(**kwargs)
 
-    def run(self, requests: list[EngineRequest]) -> list[Completion | EngineRequestError]:
-        """Runs requests in one engine call; a request the engine rejects fails alone.
+    def _engine_input(self, request: EngineRequest) -> dict[str, Any]:
+        """The token ids to run: the chat template applied to the messages, as ``LLM.chat``
+        does (the template emits any BOS itself), or a completions prompt as it is."""
+        if request.prompt is not None and not request.messages:
+            return {"prompt_token_ids": self.tokenizer.encode(request.prompt)}
+        text = self.tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, tokenize=False
+        )
+        return {"prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
 
-        Returns one item per request, in order: its :class:`Completion`, or an
-        :class:`EngineRequestError` saying why the engine refused it.
+    def stream(
+        self, requests: Iterable[EngineRequest], window: int, flush_seconds: float = 1.0
+    ) -> Iterator[list[tuple[EngineRequest, Completion | EngineRequestError]]]:
+        """Runs requests with continuous batching and yields them as they finish.
+
+        Up to ``window`` requests are inside the engine at once; as each finishes the next
+        one is added, so the engine never drains between batches. Finished requests are
+        yielded about every ``flush_seconds`` (and at the end). A request the engine
+        refuses (e.g. its prompt is longer than the context) comes back at once as an
+        :class:`EngineRequestError`. If the engine itself fails, requests still inside it
+        are aborted before the exception propagates, so a caller may run them again.
         """
-        if not requests:
-            return []
         from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import RequestOutputKind
 
+        engine = self.llm.llm_engine
+        queue = iter(requests)
+        inside: dict[str, EngineRequest] = {}
+        finished: list[tuple[EngineRequest, Completion | EngineRequestError]] = []
+        last_flush = time.monotonic()
+        exhausted = False
         try:
-            params = [self._sampling_params(r) for r in requests]
-            outputs = self.llm.chat([r.messages for r in requests], params, use_tqdm=False)
-            return [
-                _completion(o, r.sampling.get("logprobs") or 0)
-                for o, r in zip(outputs, requests, strict=True)
-            ]
-        except (VLLMClientError, ValueError, TypeError) as exc:  # the request's fault
-            if len(requests) == 1:
-                return [EngineRequestError(str(exc))]
-        # One bad request rejects the whole call: run the rest one by one to isolate it.
-        return [item for r in requests for item in self.run([r])]
+            while True:
+                while not exhausted and len(inside) < window:
+                    request = next(queue, None)
+                    if request is None:
+                        exhausted = True
+                        break
+                    try:
+                        params = self._sampling_params(request)
+                        params.output_kind = RequestOutputKind.FINAL_ONLY
+                        request_id = f"{next(self._ids)}"
+                        engine.add_request(request_id, self._engine_input(request), params)
+                        inside[request_id] = request
+                    except (VLLMClientError, ValueError, TypeError) as exc:
+                        finished.append((request, EngineRequestError(str(exc))))
+                if not inside:
+                    break
+                for output in engine.step():
+                    if output.finished:
+                        request = inside.pop(output.request_id)
+                        top = request.sampling.get("logprobs") or 0
+                        finished.append((request, _completion(output, top)))
+                if finished and time.monotonic() - last_flush >= flush_seconds:
+                    yield finished
+                    finished, last_flush = [], time.monotonic()
+        finally:
+            if inside:
+                engine.abort_request(list(inside))
+        if finished:
+            yield finished
+
+    def run(self, requests: list[EngineRequest]) -> list[Completion | EngineRequestError]:
+        """Runs requests to the end; returns one result per request, in order."""
+        results: dict[int, Completion | EngineRequestError] = {}
+        for batch in self.stream(requests, window=max(len(requests), 1)):
+            results.update((id(request), result) for request, result in batch)
+        return [results[id(r)] for r in requests]
 
 
 class EngineLoadError(RuntimeError):

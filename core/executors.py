@@ -7,8 +7,8 @@ cluster. Both yield lists of output lines in the batch output format.
 
 Failure classes decide retries: the engine refusing one request (``engine_rejected``)
 fails that request; an engine fault is retried up to three times with backoff (1, 2, 4 s),
-halving the chunk when the engine runs out of memory, before its requests fail with
-``engine_error``.
+running fewer requests at once when the engine runs out of memory, before the requests
+still without a result fail with ``engine_error``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from core.outputs import Completion, error_line, success_line
 from core.requests import EngineRequest
 
 log = logging.getLogger(__name__)
-FIRST_CHUNK = 8  # a small first chunk puts the first results on screen quickly
 BACKOFF_SECONDS = (1, 2, 4)
 
 
@@ -46,13 +45,6 @@ def make_executor(spec: JobSpec) -> Executor:
     return LocalExecutor(spec)
 
 
-def _chunks(requests: list[EngineRequest], size: int) -> Iterator[list[EngineRequest]]:
-    start, step = 0, min(FIRST_CHUNK, size)
-    while start < len(requests):
-        yield requests[start : start + step]
-        start, step = start + step, size
-
-
 def _result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
@@ -60,7 +52,10 @@ def _result_line(request: EngineRequest, model: str, result: Completion | Except
 
 
 def run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[dict]:
-    """Runs a chunk, retrying engine faults with backoff; returns one line per request."""
+    """Runs a chunk to the end, retrying engine faults with backoff; one line per request.
+
+    For executors that hand out whole chunks (a Ray replica); the local executor streams.
+    """
     for attempt, pause in enumerate((*BACKOFF_SECONDS, None)):
         try:
             results = engine.run(chunk)
@@ -81,15 +76,34 @@ def run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[di
 
 
 class LocalExecutor:
-    """One engine in this process, fed in chunks."""
+    """One engine in this process, fed continuously (no drain between batches)."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.engine = Engine(spec.engine_config)
         self.model = spec.engine_config.model_name
-        self.chunk_size = spec.chunk_size
+        self.window = spec.chunk_size or 2 * self.engine.max_num_seqs
         self.load_seconds = self.engine.load_seconds
-        self.description = f"on {self.model}"
+        self.description = f"on {self.model}, up to {self.window} at a time"
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
-        for chunk in _chunks(requests, self.chunk_size):
-            yield run_chunk(self.engine, chunk, self.model)
+        remaining, window, retries = list(requests), self.window, 0
+        while remaining:
+            done: set[str] = set()
+            try:
+                for batch in self.engine.stream(remaining, window):
+                    done.update(request.custom_id for request, _ in batch)
+                    yield [_result_line(r, self.model, result) for r, result in batch]
+                return
+            except Exception as exc:
+                remaining = [r for r in remaining if r.custom_id not in done]
+                if "out of memory" in str(exc).lower() and window > 1:
+                    window //= 2
+                    log.warning("engine out of memory: %d requests in flight from now", window)
+                    continue
+                if retries == len(BACKOFF_SECONDS):
+                    message = f"engine error after {retries} retries: {exc!r}"
+                    yield [error_line(r.custom_id, "engine_error", message, 500) for r in remaining]
+                    return
+                log.warning("engine error (%r); retrying in %d s", exc, BACKOFF_SECONDS[retries])
+                time.sleep(BACKOFF_SECONDS[retries])
+                retries += 1

@@ -61,7 +61,7 @@ class JobSpec:
     engine: dict[str, Any]
     defaults: dict[str, Any] = field(default_factory=dict)
     skip_invalid: bool = False
-    chunk_size: int = 128
+    chunk_size: int | None = None  # requests inside the engine at once; None: 2 x max_num_seqs
     completion_window_hours: float | None = 24.0
     input_sha256: str = ""
     input_lines: int = 0
@@ -208,10 +208,11 @@ def create_job(
     defaults: JobDefaults | None = None,
     *,
     skip_invalid: bool = False,
-    chunk_size: int = 128,
+    chunk_size: int | None = None,
     completion_window_hours: float | None = 24.0,
     source: str | None = None,
     output_path: str | None = None,
+    ray: dict[str, Any] | None = None,  # Ray cluster settings (core/ray_executor.py)
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``."""
     input_file = Path(input_file)
@@ -230,6 +231,7 @@ def create_job(
         input_sha256=file_sha256(job.input),
         input_lines=sum(1 for raw in job.input.open("rb") if raw.strip()),
         output_path=output_path,
+        ray=ray,
         provenance=provenance(engine),
     )
     write_json_atomic(job.spec_file, asdict(spec))

@@ -63,7 +63,11 @@ with st.expander("Engine settings", expanded=False):
     )
     prefix = c3.selectbox("Prefix caching", ["default", "on", "off"], key="prefix")
     chunk_size = st.number_input(
-        "Requests handed to the engine at once (shard size)", 1, 100_000, 128, key="chunk_size"
+        "Requests inside the engine at once (0 = twice its max concurrent sequences)",
+        0,
+        1_000_000,
+        0,
+        key="chunk_size",
     )
 
 with st.expander("Defaults for fields a request leaves out"):
@@ -113,7 +117,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         config,
         JobDefaults(max_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p)),
         skip_invalid=skip_invalid,
-        chunk_size=int(chunk_size),
+        chunk_size=int(chunk_size) or None,
         source=st.session_state.get("batch_name"),
     )
     start_worker(job)

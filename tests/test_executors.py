@@ -68,3 +68,51 @@ def test_a_rejected_request_fails_alone():
     assert [line["error"] and line["error"]["code"] for line in lines] == [
         None, "engine_rejected", None,
     ]  # fmt: skip
+
+
+class StreamingEngine:
+    """Streams answers in pairs; fails in scripted ways after a number of answers."""
+
+    def __init__(self, fail_after=(), oom_window_above=None):
+        self.fail_after = list(fail_after)
+        self.oom_window_above = oom_window_above
+        self.windows = []
+
+    def stream(self, requests, window):
+        self.windows.append(window)
+        if self.oom_window_above and window > self.oom_window_above:
+            raise RuntimeError("out of memory")
+        limit = self.fail_after.pop(0) if self.fail_after else None
+        for start in range(0, len(requests), 2):
+            if limit is not None and start >= limit:
+                raise RuntimeError("engine core died")
+            yield [
+                (r, Completion(3, [Choice("ok", "stop", 1)])) for r in requests[start : start + 2]
+            ]
+
+
+def local_executor(engine, window=8):
+    executor = object.__new__(executors.LocalExecutor)
+    executor.engine, executor.model, executor.window = engine, "m", window
+    return executor
+
+
+def test_a_stream_that_fails_midway_resumes_without_running_anything_twice():
+    lines = [
+        line for batch in local_executor(StreamingEngine([4])).run(requests(10)) for line in batch
+    ]
+    assert sorted(line["custom_id"] for line in lines) == sorted(f"r{i}" for i in range(10))
+    assert all(line["error"] is None for line in lines)
+
+
+def test_out_of_memory_runs_fewer_requests_at_once():
+    engine = StreamingEngine(oom_window_above=2)
+    lines = [line for batch in local_executor(engine).run(requests(5)) for line in batch]
+    assert len(lines) == 5 and engine.windows == [8, 4, 2]
+
+
+def test_an_engine_that_keeps_failing_fails_only_what_has_no_result():
+    engine = StreamingEngine([2, 0, 0, 0])
+    lines = [line for batch in local_executor(engine).run(requests(6)) for line in batch]
+    codes = {line["custom_id"]: line["error"] and line["error"]["code"] for line in lines}
+    assert codes == {"r0": None, "r1": None, **{f"r{i}": "engine_error" for i in range(2, 6)}}
