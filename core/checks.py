@@ -177,25 +177,34 @@ def _control_character(raw: bytes) -> str | None:
     )
 
 
+ARRAY_HINT = "the file looks like a JSON array: write one JSON object per line, as JSON Lines"
+
+
 def _parse_object(line_no: int, text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         hint = ""
         if line_no == 1 and text.lstrip().startswith("["):
-            hint = " (the file looks like a JSON array: write one JSON object per line)"
+            hint = f" ({ARRAY_HINT})"
+        elif exc.msg.startswith("Expecting property name enclosed in double quotes"):
+            hint = " (JSON needs double quotes around names and strings)"
+        elif exc.msg.startswith("Extra data"):
+            hint = " (more than one JSON value on the line: write one object per line)"
         elif exc.msg.startswith("Invalid control character"):
             hint = " (a raw tab or control character inside a string: escape it, e.g. \\t)"
-        elif exc.msg.startswith(("Unterminated string", "Expecting")) and exc.pos >= len(
-            text.rstrip()
+        elif exc.msg.startswith("Unterminated string") or (
+            exc.msg.startswith("Expecting") and exc.pos >= len(text.rstrip())
         ):
             hint = " (the line ends early: is the object cut off or split across lines?)"
-        raise RequestError(f"not valid JSON: {exc.msg} at column {exc.colno}{hint}") from None
+        message = exc.msg.removesuffix(" at")
+        raise RequestError(f"not valid JSON: {message} at column {exc.colno}{hint}") from None
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
         )
-        raise RequestError(f"a line must be a JSON object, got {kind}")
+        hint = f" ({ARRAY_HINT})" if isinstance(value, list) and line_no == 1 else ""
+        raise RequestError(f"a line must be a JSON object, got {kind}{hint}")
     return value
 
 
@@ -218,6 +227,8 @@ def _envelope(obj: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     if method != "POST":
         raise RequestError(f"method must be 'POST', got {method!r}")
     url = obj.get("url")
+    if url is None:
+        raise RequestError(f"url is missing; use one of {', '.join(SUPPORTED_URLS)}")
     if url not in SUPPORTED_URLS:
         raise RequestError(f"url {url!r} is not served; use {', '.join(SUPPORTED_URLS)}")
     body = obj.get("body")
@@ -487,6 +498,23 @@ class _Summary:
             counter = tokens.counter(folder)
             if counter is None:
                 continue
+            context = counter.context_length
+            if context is not None:  # a prompt far beyond the context is not worth encoding
+                kept = []
+                for entry in entries:
+                    bound = counter.lower_bound(entry[1], entry[2])
+                    if bound > context:
+                        index = entry[0]
+                        counts[index] = Problem(
+                            batch.line_nos[index],
+                            "error",
+                            f"the prompt has at least {bound:,} tokens; the model's context is "
+                            f"{context:,}: shorten it",
+                            batch.items[index].custom_id,
+                        )
+                    else:
+                        kept.append(entry)
+                entries = kept
             pairs = [(messages, prompt) for _, messages, prompt in entries]
             try:
                 numbers = counter.count_prompts(pairs)
@@ -565,6 +593,7 @@ class _Summary:
                 n = body.n or 1
                 valid = True
                 if refused is not None:
+                    report.over_context += "context" in refused.message
                     self._problem(refused)
                     valid = False
                 elif counted is not None:
@@ -583,6 +612,7 @@ class _Summary:
             else:
                 request = item.request
                 if refused is not None:
+                    report.over_context += "context" in refused.message
                     item.problems.append(refused)
                 elif counted is not None:
                     sampling = request.sampling
@@ -684,8 +714,13 @@ class _Summary:
         if report.default_max_lines:
             listed = ", ".join(str(n) for n in self.default_lines)
             more = " ..." if report.default_max_lines > len(self.default_lines) else ""
+            lines_set = (
+                "1 line sets"
+                if report.default_max_lines == 1
+                else (f"{report.default_max_lines:,} lines set")
+            )
             notes.append(
-                f"{report.default_max_lines} lines set no max output tokens; the job default "
+                f"{lines_set} no max output tokens; the job default "
                 f"max_tokens={report.defaults.get('max_tokens')} applies (lines {listed}{more})"
             )
         if self.tokens is not None:

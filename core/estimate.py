@@ -204,6 +204,9 @@ def estimate(
         home: the data folder holding the throughput measurements.
     """
     result = JobEstimate(budget=prices.budget, currency=prices.currency)
+    if not report.valid:
+        result.notes.append("no estimate: the file has no valid lines")
+        return result
     if not report.by_local_model:
         result.notes.append(
             "no estimate: prompt tokens were not counted (check the file with a model folder)"

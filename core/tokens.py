@@ -223,6 +223,11 @@ class TokenCounter:
         self._specials_added = len(self.tokenizer.encode("a", add_special_tokens=True).ids) - len(
             self.tokenizer.encode("a", add_special_tokens=False).ids
         )
+        vocab = (spec.get("model") or {}).get("vocab")
+        lengths = [len(t) for t in vocab] if isinstance(vocab, dict) else []
+        # A byte-level token spells at most this many bytes (one vocabulary character per
+        # byte); for other tokenizers, 64 characters per token is a safe bound.
+        self.max_token_chars = max(lengths, default=64) if self._byte_level(spec) else 64
         self._added, self._split = self._added_tokens(spec)
         self._added_marks = {token[0] for token in self._added}
         self.mode = "pieces" if self._pieces_apply(spec) else "encode_batch"
@@ -236,6 +241,18 @@ class TokenCounter:
             return added, None
         alternatives = "|".join(re.escape(t) for t in sorted(added, key=len, reverse=True))
         return added, re.compile(f"({alternatives})")
+
+    @staticmethod
+    def _byte_level(spec: dict[str, Any]) -> bool:
+        return (spec.get("pre_tokenizer") or {}).get("type") == "ByteLevel"
+
+    def lower_bound(self, messages: list[dict[str, str]] | None, prompt: str | None) -> int:
+        """A cheap lower bound of a prompt's tokens (no tokenizing): characters divided by
+        the longest token's length. Used to refuse huge prompts without encoding them."""
+        chars = (
+            len(prompt) if prompt is not None else sum(len(m["content"]) for m in messages or [])
+        )
+        return chars // self.max_token_chars
 
     def _pieces_apply(self, spec: dict[str, Any]) -> bool:
         pre = spec.get("pre_tokenizer") or {}

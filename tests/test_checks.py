@@ -2,7 +2,11 @@
 
 import json
 
-from core.checks import check_file
+import pytest
+
+from core.checks import BackgroundCheck, check_file, scan
+from core.config import default_model_dir
+from core.requests import JobDefaults
 
 VALID = {
     "custom_id": "a",
@@ -95,3 +99,88 @@ def test_warnings_do_not_make_a_line_invalid(tmp_path):
     report = check_file(write(tmp_path, line(body=body)))
     assert report.ok and report.warnings == 1
     assert "body.frobnicate" in report.problems[0].message
+
+
+# -- the summary, the valid-lines file, the model-aware check --------------------------------
+
+
+def test_the_summary_counts_urls_models_roles_and_what_lines_run_with(tmp_path):
+    system = {"role": "system", "content": "Be brief."}
+    report = check_file(
+        write(
+            tmp_path,
+            line(custom_id="a"),
+            line(
+                custom_id="b",
+                body={
+                    **VALID["body"],
+                    "model": "gpt-4o",
+                    "messages": [system, {"role": "user", "content": "x"}],
+                },
+            ),
+            line(
+                custom_id="c", body={"model": "m", "messages": [{"role": "user", "content": "y"}]}
+            ),
+            line(custom_id="c"),
+        ),
+        JobDefaults(max_tokens=100, temperature=0.5),
+    )
+    assert (report.lines, report.valid, report.duplicates) == (4, 3, 1)
+    assert report.urls == {"/v1/chat/completions": 4}
+    assert report.models == {"m": 3, "gpt-4o": 1}
+    assert report.roles == {"user": 4, "system": 1}
+    assert report.effective["max_tokens"] == {"5 (body)": 2, "100 (job default)": 1}
+    assert report.effective["temperature"] == {"0.5 (job default)": 3}
+    assert report.max_output_tokens == 5 + 5 + 100
+    assert report.problems[0].severity == "note" and "lines 3" in report.problems[0].message
+
+
+def test_the_valid_lines_file_holds_exactly_the_valid_lines(tmp_path):
+    path = write(
+        tmp_path, line(custom_id="a"), "not json", line(custom_id="a"), line(custom_id="b")
+    )
+    report = check_file(path, valid_out=tmp_path / "valid.jsonl")
+    kept = [json.loads(x)["custom_id"] for x in (tmp_path / "valid.jsonl").read_text().splitlines()]
+    assert kept == ["a", "b"] and report.valid == 2
+    assert check_file(tmp_path / "valid.jsonl").ok
+
+
+def test_scan_keeps_what_the_worker_and_the_store_read(tmp_path):
+    completions = json.dumps(
+        {**VALID, "custom_id": "p", "url": "/v1/completions", "body": {"model": "m", "prompt": "x"}}
+    )
+    lines = list(scan(write(tmp_path, line(custom_id="a"), completions, line(custom_id="a"))))
+    assert [(c.line_no, c.custom_id, c.valid) for c in lines] == [
+        (1, "a", True),
+        (2, "p", False),  # served by the contract, not yet by the engine: no run
+        (3, "a", False),
+    ]
+    assert lines[0].request.messages == [{"role": "user", "content": "Hi"}]
+    assert lines[0].request.model == "m" and lines[0].request.sampling["max_tokens"] == 5
+    assert lines[1].request.prompt == "x" and "not yet runnable" in lines[1].problems[0].message
+
+
+@pytest.mark.skipif(
+    not (default_model_dir() / "tokenizer.json").is_file(), reason="no default model"
+)
+def test_prompt_tokens_are_counted_per_mapped_model(tmp_path):
+    other = write(
+        tmp_path, line(custom_id="a"), line(custom_id="b", body={**VALID["body"], "model": "x"})
+    )
+    report = check_file(
+        other, model_folder=default_model_dir(), model_map={"x": str(tmp_path / "missing")}
+    )
+    assert report.model_map == {"m": str(default_model_dir()), "x": str(tmp_path / "missing")}
+    assert report.prompt_tokens > 0 and sum(report.token_histogram) == 1
+    assert "prompt tokens not counted for" in report.token_notes[0]
+    assert set(report.by_local_model) == {str(default_model_dir()), str(tmp_path / "missing")}
+
+
+def test_a_background_check_reports_progress_and_can_be_stopped(tmp_path):
+    path = write(tmp_path, *[line(custom_id=str(i)) for i in range(20_000)])
+    task = BackgroundCheck(path, "k")
+    assert task.wait(60) and task.report.lines == 20_000 and task.fraction == 1.0
+    stopped = BackgroundCheck(path, "k2")
+    stopped.cancel()
+    assert stopped.wait(60)
+    assert stopped.report.cancelled and not stopped.report.ok

@@ -1,8 +1,20 @@
 """The mapping from an OpenAI chat body to the engine's request."""
 
+import json
+
 import pytest
 
-from core.requests import JobDefaults, RequestError, parse_body
+from core.requests import (
+    COMPLETIONS_URL,
+    ENGINE_URLS,
+    RESPONSES_URL,
+    JobDefaults,
+    RequestError,
+    decode_fast_chat_line,
+    fast_chat_request,
+    parse_body,
+    parse_request,
+)
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -102,3 +114,118 @@ def test_response_format_json_schema_is_kept_for_structured_output():
     assert request.json_schema == schema
     assert parse(response_format={"type": "json_object"}).json_schema == {}
     assert parse(response_format={"type": "text"}).json_schema is None
+
+
+# -- /v1/completions and /v1/responses --------------------------------------------------------
+
+
+def test_completions_keep_the_raw_prompt_and_its_sampling():
+    body = {"model": "m", "prompt": "Once upon", "max_tokens": 7, "logprobs": 2, "stop": "\n"}
+    request = parse_request(COMPLETIONS_URL, "c1", body, JobDefaults())
+    assert (request.url, request.prompt, request.messages) == (COMPLETIONS_URL, "Once upon", [])
+    assert request.sampling == {
+        "max_tokens": 7,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "stop": ["\n"],
+        "logprobs": 2,
+    }
+    assert request.defaulted == ("temperature", "top_p")
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"prompt": ["a", "b"]}, "body.prompt must be one string"),
+        ({}, "body.prompt is missing"),
+        ({"prompt": "x", "echo": True}, "echo is not supported"),
+        ({"prompt": "x", "stream": True}, "body.stream must be false"),
+    ],
+)
+def test_bad_completions_bodies_say_what_to_change(body, expected):
+    with pytest.raises(RequestError) as info:
+        parse_request(COMPLETIONS_URL, "c", {"model": "m", **body}, JobDefaults())
+    assert expected in str(info.value)
+
+
+def test_responses_map_input_instructions_and_max_output_tokens():
+    body = {
+        "model": "m",
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Hi"}]}],
+        "max_output_tokens": 9,
+        "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+    }
+    request = parse_request(RESPONSES_URL, "r1", body, JobDefaults())
+    assert request.url == RESPONSES_URL
+    assert request.messages == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
+    assert request.sampling["max_tokens"] == 9
+    assert request.json_schema == {"type": "object"}
+    simple = parse_request(RESPONSES_URL, "r2", {"model": "m", "input": "Hello"}, JobDefaults())
+    assert simple.messages == [{"role": "user", "content": "Hello"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({}, "body.input is missing"),
+        ({"input": "x", "previous_response_id": "resp_1"}, "cannot continue a stored response"),
+        ({"input": [{"type": "function_call_output"}]}, "only messages are supported"),
+        ({"input": "x", "max_output_tokens": 0}, "body.max_output_tokens must be at least 1"),
+    ],
+)
+def test_bad_responses_bodies_say_what_to_change(body, expected):
+    with pytest.raises(RequestError) as info:
+        parse_request(RESPONSES_URL, "r", {"model": "m", **body}, JobDefaults())
+    assert expected in str(info.value)
+
+
+def test_the_engine_runs_chat_only_until_it_serves_more():
+    assert ENGINE_URLS == ("/v1/chat/completions",)
+
+
+def test_instructions_after_the_conversation_started_are_warned_about():
+    messages = [*USER, {"role": "assistant", "content": "a"}, {"role": "system", "content": "s"},
+                {"role": "user", "content": "b"}]  # fmt: skip
+    request = parse(messages=messages)
+    assert "messages[2] is a system message after the conversation started" in request.warnings[0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"max_tokens": 5},
+        {"max_completion_tokens": 3, "max_tokens": 9, "temperature": 0, "top_p": 0.5},
+        {"seed": 3, "n": 2, "metadata": {"a": [1, 2]}, "user": "u", "store": False},
+        {"messages": [{"role": "developer", "content": "d"}, *USER]},
+        {"messages": [*USER, {"role": "assistant", "content": "x"}, *USER], "stream": False},
+    ],
+)
+def test_the_fast_path_builds_the_same_request_as_the_generic_one(body):
+    full = {"model": "m", "messages": USER, **body}
+    line = {"custom_id": "id-1", "method": "POST", "url": "/v1/chat/completions", "body": full}
+    fast = decode_fast_chat_line(json.dumps(line).encode())
+    assert fast is not None
+    assert fast_chat_request(fast, JobDefaults(max_tokens=77)) == parse_body(
+        "id-1", full, JobDefaults(max_tokens=77)
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"temperature": 3},
+        {"stream": True},
+        {"frobnicate": 1},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]},
+        {"messages": [{"role": "system", "content": "x"}]},
+    ],
+)
+def test_anything_unusual_leaves_the_fast_path(body):
+    full = {"model": "m", "messages": USER, **body}
+    line = {"custom_id": "id-1", "method": "POST", "url": "/v1/chat/completions", "body": full}
+    fast = decode_fast_chat_line(json.dumps(line).encode())
+    assert fast is None or fast_chat_request(fast, JobDefaults()) is None

@@ -1,0 +1,103 @@
+"""Prompt token counts: the same numbers the model's own tokenizer and template give."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from core.config import default_model_dir
+from core.requests import EngineRequest
+from core.tokens import TokenCounter, TokenizerError, load_counter
+
+MODEL = default_model_dir()
+pytestmark = pytest.mark.skipif(
+    not (MODEL / "tokenizer.json").is_file(), reason="the default model is not prepared"
+)
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hi there"}],
+    [
+        {"role": "system", "content": "Classify the sentiment: positive, negative or neutral."},
+        {"role": "user", "content": "Absolutely love these headphones!  Battery: 7 days."},
+    ],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "你好，世界 — naïve café\n\n\tindented   spaces "},
+        {"role": "assistant", "content": "  Hello.\n"},
+        {"role": "user", "content": "Again <|im_end|> with a literal special token, $49.00"},
+    ],
+    [{"role": "developer", "content": "D"}, {"role": "user", "content": "don't 'quote' 12345"}],
+]
+
+
+def reference_counts(folder: Path, conversations: list) -> list[int]:
+    """What vLLM sees: transformers' chat template, then its tokenizer."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    texts = [
+        tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        for c in conversations
+    ]
+    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def chat(messages: list[dict]) -> EngineRequest:
+    return EngineRequest("x", messages, {"max_tokens": 1})
+
+
+def test_counts_match_the_models_chat_template_and_tokenizer() -> None:
+    counter = TokenCounter(MODEL)
+    assert counter.mode == "pieces" and counter.renderer.is_chatml
+    assert counter.context_length == 8192
+    expected = reference_counts(MODEL, CONVERSATIONS)
+    counter.start_file()  # first texts: cross-checked against encode_batch
+    assert counter.count_requests([chat(c) for c in CONVERSATIONS]) == expected
+    # after the cross-check, the turn-by-turn path gives the same numbers
+    assert counter.count_requests([chat(c) for c in CONVERSATIONS * 20])[:4] == expected
+
+
+def test_a_completions_prompt_is_counted_without_a_template() -> None:
+    counter = TokenCounter(MODEL)
+    prompt = EngineRequest("p", [], {"max_tokens": 1}, prompt="Once upon a time")
+    expected = len(counter.tokenizer.encode("Once upon a time", add_special_tokens=True).ids)
+    assert counter.count_requests([prompt]) == [expected]
+
+
+def test_another_template_is_rendered_with_jinja(tmp_path: Path) -> None:
+    folder = tmp_path / "llama-ish"
+    shutil.copytree(MODEL, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    template = (
+        "{% for m in messages %}[{{ m['role'] | upper }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[ASSISTANT] {% endif %}"
+    )
+    (folder / "chat_template.jinja").write_text(template)
+    counter = TokenCounter(folder)
+    assert not counter.renderer.is_chatml
+    counter.start_file()
+    assert counter.count_requests([chat(c) for c in CONVERSATIONS]) == reference_counts(
+        folder, CONVERSATIONS
+    )
+
+
+def test_a_difference_from_the_tokenizer_switches_to_encode_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counter = TokenCounter(MODEL)
+    counter.start_file()
+    monkeypatch.setattr(counter, "_count_pieces_many", lambda texts: [0] * len(texts))
+    counts = counter.count_requests([chat(c) for c in CONVERSATIONS])
+    assert counter.mode == "encode_batch"
+    assert counts == reference_counts(MODEL, CONVERSATIONS)
+
+
+def test_a_folder_without_tokenizer_or_template_is_named(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match=r"has no tokenizer\.json"):
+        load_counter(tmp_path)
+    shutil.copy(MODEL / "tokenizer.json", tmp_path / "tokenizer.json")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    with pytest.raises(TokenizerError, match="has no chat template"):
+        TokenCounter(tmp_path)
