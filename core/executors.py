@@ -48,7 +48,7 @@ def make_executor(spec: JobSpec) -> Executor:
 def _result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
-    return success_line(request.custom_id, model, result)
+    return success_line(request.custom_id, model, result, request.url)
 
 
 def run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[dict]:

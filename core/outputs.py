@@ -37,11 +37,13 @@ def _ids() -> tuple[str, str]:
     return f"batch_req_{uuid.uuid4().hex}", f"req_{uuid.uuid4().hex}"
 
 
-def success_line(custom_id: str, model: str, completion: Completion) -> dict[str, Any]:
-    """The output line of a request that ran."""
-    line_id, request_id = _ids()
-    completion_tokens = sum(c.completion_tokens for c in completion.choices)
-    body = {
+def _usage(completion: Completion) -> tuple[int, int]:
+    return completion.prompt_tokens, sum(c.completion_tokens for c in completion.choices)
+
+
+def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
+    prompt_tokens, completion_tokens = _usage(completion)
+    return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -57,16 +59,89 @@ def success_line(custom_id: str, model: str, completion: Completion) -> dict[str
             for index, choice in enumerate(completion.choices)
         ],
         "usage": {
-            "prompt_tokens": completion.prompt_tokens,
+            "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
-            "total_tokens": completion.prompt_tokens + completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
         },
     }
+
+
+def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
+    prompt_tokens, completion_tokens = _usage(completion)
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": index,
+                "text": choice.text,
+                "logprobs": None,
+                "finish_reason": choice.finish_reason,
+                "stop_reason": choice.stop_reason,
+            }
+            for index, choice in enumerate(completion.choices)
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _response_body(model: str, completion: Completion) -> dict[str, Any]:
+    """OpenAI's Responses object: one assistant message with the (first) answer."""
+    prompt_tokens, completion_tokens = _usage(completion)
+    choice = completion.choices[0]
+    truncated = choice.finish_reason == "length"
+    return {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if truncated else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
+        "model": model,
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "status": "incomplete" if truncated else "completed",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": choice.text, "annotations": []}],
+            }
+        ],
+        "usage": {
+            "input_tokens": prompt_tokens,
+            "output_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "input_tokens_details": {"cached_tokens": completion.cached_tokens},
+        },
+    }
+
+
+BODIES = {
+    "/v1/chat/completions": _chat_body,
+    "/v1/completions": _text_completion_body,
+    "/v1/responses": _response_body,
+}
+
+
+def success_line(
+    custom_id: str, model: str, completion: Completion, url: str = "/v1/chat/completions"
+) -> dict[str, Any]:
+    """The output line of a request that ran; the body follows the endpoint's schema."""
+    line_id, request_id = _ids()
     return {
         "id": line_id,
         "custom_id": custom_id,
-        "response": {"status_code": 200, "request_id": request_id, "body": body},
+        "response": {
+            "status_code": 200,
+            "request_id": request_id,
+            "body": BODIES[url](model, completion),
+        },
         "error": None,
     }
 
@@ -90,10 +165,23 @@ def error_line(custom_id: str, code: str, message: str, status_code: int = 400) 
 
 
 def answer_text(line: dict[str, Any]) -> str | None:
-    """The first choice's answer of an output line (None for a failure)."""
+    """The (first) answer of an output line of any endpoint (None for a failure)."""
     body = (line.get("response") or {}).get("body") or {}
-    choices = body.get("choices") or [{}]
-    return (choices[0].get("message") or {}).get("content")
+    if body.get("object") == "response":
+        parts = [c for item in body.get("output") or [] for c in item.get("content") or []]
+        return "".join(p.get("text", "") for p in parts) if parts else None
+    choice = (body.get("choices") or [{}])[0]
+    return choice["text"] if "text" in choice else (choice.get("message") or {}).get("content")
+
+
+def token_usage(line: dict[str, Any]) -> tuple[int, int] | None:
+    """``(prompt, completion)`` tokens of a success line of any endpoint."""
+    usage = ((line.get("response") or {}).get("body") or {}).get("usage")
+    if not usage:
+        return None
+    if "input_tokens" in usage:
+        return usage["input_tokens"], usage["output_tokens"]
+    return usage["prompt_tokens"], usage["completion_tokens"]
 
 
 def error_text(line: dict[str, Any]) -> str | None:

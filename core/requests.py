@@ -28,7 +28,7 @@ COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
 SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
 # What the engine can run today; the engine's owner extends this as it serves more.
-ENGINE_URLS: tuple[str, ...] = (CHAT_URL,)
+ENGINE_URLS: tuple[str, ...] = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
 ROLES = ("system", "developer", "user", "assistant")
 LEADING_ROLES = ("system", "developer")
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from core.checks import scan
 from core.jobs import JobFolder, list_jobs
+from core.outputs import answer_text, token_usage
 
 # Numbered migrations, applied in order at start-up; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -141,7 +142,10 @@ def _result_row(job_id: str, line: dict[str, Any]) -> dict[str, Any]:
     response = line.get("response") or {}
     body = response.get("body") or {}
     choice = (body.get("choices") or [{}])[0]
-    usage = body.get("usage") or {}
+    usage = token_usage(line) or (None, None)
+    finish_reason = choice.get("finish_reason")
+    if body.get("object") == "response":  # the Responses API says it with its status
+        finish_reason = "length" if body.get("status") == "incomplete" else "stop"
     error = line.get("error") or {}
     if not isinstance(error, dict):
         error = {"message": str(error)}
@@ -150,15 +154,15 @@ def _result_row(job_id: str, line: dict[str, Any]) -> dict[str, Any]:
         "custom_id": line["custom_id"],
         "status": "succeeded" if not line.get("error") else "failed",
         "status_code": response.get("status_code"),
-        "answer": (choice.get("message") or {}).get("content"),
-        "finish_reason": choice.get("finish_reason"),
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
+        "answer": answer_text(line),
+        "finish_reason": finish_reason,
+        "prompt_tokens": usage[0],
+        "completion_tokens": usage[1],
         "error_code": error.get("code"),
         "error_message": error.get("message"),
         "raw": json.dumps(line, ensure_ascii=False),
         "model": body.get("model"),
-        "created_at": _timestamp(body.get("created")),
+        "created_at": _timestamp(body.get("created", body.get("created_at"))),
     }
 
 

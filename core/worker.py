@@ -31,7 +31,7 @@ from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
 from core.ledger import read_ledger
 from core.monitoring import ResourceSampler, append_sample, progress_sample
 from core.output_file import OutputWriter
-from core.outputs import error_line
+from core.outputs import error_line, token_usage
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
@@ -80,9 +80,9 @@ class StatusKeeper:
             for line in lines:
                 cid = line["custom_id"]
                 if line["error"] is None:
-                    usage = line["response"]["body"]["usage"]
-                    s.prompt_tokens += usage["prompt_tokens"]
-                    s.completion_tokens += usage["completion_tokens"]
+                    prompt_tokens, completion_tokens = token_usage(line)
+                    s.prompt_tokens += prompt_tokens
+                    s.completion_tokens += completion_tokens
                     self.succeeded.add(cid)
                     self.failed.discard(cid)
                 elif cid not in self.succeeded:

@@ -152,12 +152,12 @@ def test_scan_keeps_what_the_worker_and_the_store_read(tmp_path):
     lines = list(scan(write(tmp_path, line(custom_id="a"), completions, line(custom_id="a"))))
     assert [(c.line_no, c.custom_id, c.valid) for c in lines] == [
         (1, "a", True),
-        (2, "p", False),  # served by the contract, not yet by the engine: no run
+        (2, "p", True),
         (3, "a", False),
     ]
     assert lines[0].request.messages == [{"role": "user", "content": "Hi"}]
     assert lines[0].request.model == "m" and lines[0].request.sampling["max_tokens"] == 5
-    assert lines[1].request.prompt == "x" and "not yet runnable" in lines[1].problems[0].message
+    assert lines[1].request.prompt == "x" and lines[1].request.messages == []
 
 
 @pytest.mark.skipif(

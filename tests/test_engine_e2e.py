@@ -44,7 +44,13 @@ LINES = [
     chat("stream", "Hi", stream=True),
     '{"custom_id": "torn", "method": "POST"',
     chat("too-long", "word " * 9000, max_tokens=4),
-]
+    json.dumps({"custom_id": "cmpl", "method": "POST", "url": "/v1/completions",
+                "body": {"model": "m", "prompt": "The capital of France is", "max_tokens": 4,
+                         "temperature": 0}}),
+    json.dumps({"custom_id": "resp", "method": "POST", "url": "/v1/responses",
+                "body": {"model": "m", "input": "Say hello.", "instructions": "Be brief.",
+                         "max_output_tokens": 5, "temperature": 0}}),
+]  # fmt: skip
 
 
 def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, default_model):
@@ -65,8 +71,10 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
         "stream",
         "line-6",
         "too-long",
+        "cmpl",
+        "resp",
     ]
-    for line in lines:  # the format vLLM's own run_batch writes
+    for line in lines[:7]:  # the format vLLM's own run_batch writes (it serves chat only)
         BatchRequestOutput.model_validate(line)
     by_id = {line["custom_id"]: line for line in lines}
 
@@ -87,12 +95,20 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
     assert by_id["too-long"]["error"]["code"] == "engine_rejected"
     assert "maximum context length is 8192 tokens" in by_id["too-long"]["error"]["message"]
 
+    completion = by_id["cmpl"]["response"]["body"]
+    assert completion["object"] == "text_completion" and completion["choices"][0]["text"]
+    assert completion["usage"]["completion_tokens"] <= 4
+    response = by_id["resp"]["response"]["body"]
+    assert response["object"] == "response" and response["usage"]["output_tokens"] <= 5
+    assert response["output"][0]["content"][0]["text"]
+
     [job] = list_jobs(studio_home / "jobs")
     status = job.read_status()
-    assert (status.state, status.succeeded, status.failed) == ("completed", 4, 3)
+    assert (status.state, status.succeeded, status.failed) == ("completed", 6, 3)
     store = Store(studio_home / "studio.duckdb")
-    assert store.ingest(job) == 7
+    assert store.ingest(job) == 9
     rows = store.results(job.job_id).set_index("custom_id")
+    assert rows.loc["resp", "answer"] == response["output"][0]["content"][0]["text"]
     assert rows.loc["zh", "prompt"] == "用一个词回答：天空是什么颜色？"
     assert (
         rows.loc["en", "answer"]

@@ -183,8 +183,8 @@ def test_bad_responses_bodies_say_what_to_change(body, expected):
     assert expected in str(info.value)
 
 
-def test_the_engine_runs_chat_only_until_it_serves_more():
-    assert ENGINE_URLS == ("/v1/chat/completions",)
+def test_the_engine_runs_every_endpoint_the_check_accepts():
+    assert set(ENGINE_URLS) == {"/v1/chat/completions", COMPLETIONS_URL, RESPONSES_URL}
 
 
 def test_instructions_after_the_conversation_started_are_warned_about():
