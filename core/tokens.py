@@ -28,18 +28,21 @@ import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
 
-from core.requests import EngineRequest
+from core.requests import LEADING_ROLES, EngineRequest
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
 # that comes right after a non-space (its patterns take at most one leading space, and a
 # whitespace run cannot start after a non-space). Python's \S excludes a few characters
 # Unicode does not call white space (U+001C..U+001F): splitting less there is still exact.
 CHUNK_BOUNDARY = re.compile(r"(?<=\S)(?= )")
+# In ASCII text, a space after one of these (Unicode White_Space) is not a safe boundary.
+UNSAFE_SPACE = re.compile(r"[\t\n\v\f\r ] ").search
 CONTEXT_KEYS = (
     "max_position_embeddings",
     "n_positions",
@@ -217,7 +220,8 @@ class TokenCounter:
         self.name = self.folder.name
         self.context_length = context_length(self.folder)
         self._lock = threading.Lock()
-        self._pieces: dict[str, int] = {}
+        self._pieces: dict[str, int] = {"": 0}
+        self._after_space: dict[str, int] = {}
         self._messages: dict[str, int] = {}
         self._verify_left = 0
         self._specials_added = len(self.tokenizer.encode("a", add_special_tokens=True).ids) - len(
@@ -229,7 +233,10 @@ class TokenCounter:
         # byte); for other tokenizers, 64 characters per token is a safe bound.
         self.max_token_chars = max(lengths, default=64) if self._byte_level(spec) else 64
         self._added, self._split = self._added_tokens(spec)
-        self._added_marks = {token[0] for token in self._added}
+        marks = {token[0] for token in self._added}
+        # When every added token starts with the same character, a text without it holds
+        # none (None: split every text on the added tokens).
+        self._added_mark = marks.pop() if len(marks) == 1 else None
         self.mode = "pieces" if self._pieces_apply(spec) else "encode_batch"
 
     # -- the chunk path --------------------------------------------------------------------
@@ -276,44 +283,67 @@ class TokenCounter:
         return self._count_pieces_many(PROBE_TEXTS) == self._encode_batch(PROBE_TEXTS, False)
 
     def _count_pieces_many(self, texts: Sequence[str]) -> list[int]:
-        """Counts of texts by cached pre-tokens; the unknown ones are encoded in one batch."""
-        pieces = self._pieces
-        get = pieces.__getitem__
-        added, split, marks = self._added, self._split, self._added_marks
-        chunks = self._chunks
+        """Counts of texts as sums of cached chunk counts; unknown chunks are encoded in one
+        batch call.
+
+        Two kinds of key: ``_pieces`` maps a chunk to its count; ``_after_space`` maps a
+        word ``w`` to the count of `` w``, so that an ASCII text whose spaces all follow a
+        non-space splits with ``str.split(" ")`` and is summed without building a string.
+        """
+        pieces, after_space = self._pieces, self._after_space
+        get, get_after = pieces.__getitem__, after_space.__getitem__
+        added, split, mark = self._added, self._split, self._added_mark
+        unsafe_space, chunks = UNSAFE_SPACE, self._chunks
         results = [0] * len(texts)
-        pending: list[tuple[int, list[str], int]] = []
+        pending: list[tuple[int, list[str], int, bool]] = []
         for index, text in enumerate(texts):
-            specials = 0
-            if split is not None and any(mark in text for mark in marks):
-                words: list[str] = []
+            if split is None or (mark is not None and mark not in text):
+                if text.isascii() and unsafe_space(text) is None:
+                    words = text.split(" ")
+                    try:
+                        results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
+                    except KeyError:
+                        pending.append((index, words, 0, True))
+                    continue
+                words, specials = chunks(text), 0
+            else:
+                words, specials = [], 0
                 for segment in split.split(text):
                     if segment in added:
                         specials += 1
                     elif segment:
                         words += chunks(segment)
-            else:
-                words = chunks(text)
             try:
                 results[index] = specials + sum(map(get, words))
             except KeyError:
-                pending.append((index, words, specials))
+                pending.append((index, words, specials, False))
         if pending:
-            missing = {w for _, words, _ in pending for w in words if w not in pieces}
-            if len(pieces) + len(missing) > PIECE_CACHE_LIMIT:
-                pieces.clear()
-                missing = {w for _, words, _ in pending for w in words}
-            unknown = list(missing)
-            encodings = self.tokenizer.encode_batch(unknown, add_special_tokens=False)
-            for word, encoding in zip(unknown, encodings, strict=True):
-                pieces[word] = len(encoding.ids)
-            for index, words, specials in pending:
-                results[index] = specials + sum(map(get, words))
+            self._learn(pending)
+            for index, words, specials, spaced in pending:
+                if spaced:
+                    results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
+                else:
+                    results[index] = specials + sum(map(get, words))
         return results
 
+    def _learn(self, pending: list[tuple[int, list[str], int, bool]]) -> None:
+        """Encodes the chunks of ``pending`` texts that no cache knows, in one call."""
+        pieces, after_space = self._pieces, self._after_space
+        if len(pieces) + len(after_space) > PIECE_CACHE_LIMIT:
+            pieces.clear()
+            after_space.clear()
+        plain = {w for _, words, _, spaced in pending for w in (words[:1] if spaced else words)}
+        spaced_words = {w for _, words, _, spaced in pending if spaced for w in words[1:]}
+        plain = [w for w in plain if w not in pieces]
+        spaced_list = [w for w in spaced_words if w not in after_space]
+        texts = plain + [" " + w for w in spaced_list]
+        counts = self._encode_batch(texts, False) if texts else []
+        pieces.update(zip(plain, counts[: len(plain)], strict=True))
+        after_space.update(zip(spaced_list, counts[len(plain) :], strict=True))
+
     def _encode_batch(self, texts: Sequence[str], specials: bool) -> list[int]:
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=specials)
-        return [len(e.ids) for e in encodings]
+        encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)
+        return [len(e.ids) for e in encode(list(texts), add_special_tokens=specials)]
 
     # -- public --------------------------------------------------------------------------------
 
@@ -338,33 +368,65 @@ class TokenCounter:
             return counts
 
     def _chatml_counts(self, conversations: Sequence[list[dict[str, str]]]) -> list[int]:
-        """ChatML conversations counted turn by turn: the special tokens around each turn
-        split the text, so a conversation's count is the sum of its turns' counts, and
-        instructions repeated across lines are counted once."""
+        """ChatML conversations counted turn by turn, without rendering them.
+
+        The special tokens around each turn split the text, so a conversation's count is the
+        sum of its turns'; within a turn, ``role\\n`` and a text that starts with a
+        non-space are separate pre-tokens too. Instructions repeated across lines are
+        counted once.
+        """
         cache = self._messages
         default = self.renderer.chatml_default_system
-        base = self._turn_overhead
-        totals = [self._generation_prompt] * len(conversations)
+        base, gen = self._turn_overhead, self._generation_prompt
+        role_count = self._role_count
+        totals: list[int] = []
         todo: list[str] = []
-        owners: list[int] = []
+        owners: list[tuple[int, tuple[str, str] | None]] = []
         for index, messages in enumerate(conversations):
-            turns = [f"{m['role']}\n{m['content']}" for m in messages]
+            total = gen
             if default is not None and messages[0]["role"] != "system":
-                turns.insert(0, f"system\n{default}")
-            for turn in turns:
-                count = cache.get(turn)
-                if count is None:
-                    todo.append(turn)
-                    owners.append(index)
-                else:
-                    totals[index] += count
-        for index, turn, count in zip(owners, todo, self._count_pieces_many(todo), strict=True):
-            totals[index] += count + base
-            if not turn.startswith(("user\n", "assistant\n")):
+                total += self._default_system
+            for message in messages:
+                role, content = message["role"], message["content"]
+                key = (role, content) if role in LEADING_ROLES else None
+                if key is not None:
+                    count = cache.get(key)
+                    if count is not None:
+                        total += count
+                        continue
+                if content and not content[0].isspace():
+                    total += base + role_count(role)
+                    todo.append(content)
+                else:  # a leading space or newline may join the role's newline: keep them
+                    total += base
+                    todo.append(f"{role}\n{content}")
+                owners.append((index, key))
+            totals.append(total)
+        for (index, key), count in zip(owners, self._count_pieces_many(todo), strict=True):
+            totals[index] += count
+            if key is not None:
                 if len(cache) > MESSAGE_CACHE_LIMIT:
                     cache.clear()
-                cache[turn] = count + base  # instructions repeat across lines; turns rarely do
+                extra = role_count(key[0]) if key[1] and not key[1][0].isspace() else 0
+                cache[key] = base + extra + count
         return totals
+
+    def _role_count(self, role: str) -> int:
+        """Tokens of ``role`` and the newline after it."""
+        counts = self.__dict__.setdefault("_role_counts", {})
+        if role not in counts:
+            counts[role] = self._count_pieces_many([f"{role}\n"])[0]
+        return counts[role]
+
+    @property
+    def _default_system(self) -> int:
+        """Tokens of the template's default system turn."""
+        value = self.__dict__.get("_default_count")
+        if value is None:
+            text = f"system\n{self.renderer.chatml_default_system}"
+            value = self._turn_overhead + self._count_pieces_many([text])[0]
+            self.__dict__["_default_count"] = value
+        return value
 
     @property
     def _turn_overhead(self) -> int:
