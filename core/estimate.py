@@ -173,6 +173,7 @@ def _cost(
     input_tokens: int,
     output_tokens: int,
     seconds: float | None,
+    throughput: Throughput | None = None,
 ) -> tuple[float | None, str]:
     if price.input_per_1m is not None or price.output_per_1m is not None:
         cost = (
@@ -183,7 +184,14 @@ def _cost(
     if price.gpu_hour is not None:
         if seconds is None:
             return None, "a GPU-hour price needs a measured throughput"
-        return seconds / 3600 * price.gpu_hour, "GPU-hour price x estimated time"
+        basis = "GPU-hour price x estimated time"
+        if throughput is not None:
+            per_million = price.gpu_hour / (throughput.output_tokens_per_s * 3600) * 1e6
+            basis += (
+                f" (= {per_million:,.2f} per 1M output tokens at the measured "
+                f"{throughput.output_tokens_per_s:,.0f} tokens/s)"
+            )
+        return seconds / 3600 * price.gpu_hour, basis
     return None, "no price set for this model"
 
 
@@ -230,7 +238,7 @@ def estimate(
                 "(a finished run records one)"
             )
         price = prices.price(name)
-        cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds)
+        cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds, measured)
         max_seconds = seconds * max_out / expected if seconds is not None and expected else None
         max_cost, _ = _cost(price, local["prompt_tokens"], max_out, max_seconds)
         result.models.append(

@@ -75,6 +75,9 @@ def test_prices_per_token_and_per_gpu_hour(tmp_path: Path) -> None:
     measured = estimate(report_for(), gpu, home=tmp_path)
     assert measured.seconds == pytest.approx(100.0)
     assert measured.cost == pytest.approx(0.1)
+    assert "(= 100.00 per 1M output tokens at the measured 10 tokens/s)" in (
+        measured.models[0].cost_basis
+    )
     assert measured.over_budget
     assert "OVER budget: a run needs explicit confirmation" in " ".join(estimate_lines(measured))
 
