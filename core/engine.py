@@ -187,6 +187,17 @@ class Engine:
             )
         return SamplingParams(**kwargs)
 
+    def close(self) -> None:
+        """Releases the model's memory (best effort: vLLM keeps some process state)."""
+        import gc
+
+        del self.llm
+        gc.collect()
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
     def _engine_input(self, request: EngineRequest) -> dict[str, Any]:
         """The token ids to run: the chat template applied to the messages, as ``LLM.chat``
         does (the template emits any BOS itself), or a completions prompt as it is."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Protocol
 
-from core.engine import Engine, EngineRequestError
+from core.engine import Engine, EngineConfig, EngineRequestError
 from core.jobs import JobSpec
 from core.outputs import Completion, error_line, success_line
 from core.requests import EngineRequest
@@ -75,14 +75,28 @@ def run_chunk(engine: Engine, chunk: list[EngineRequest], model: str) -> list[di
     raise AssertionError("unreachable")
 
 
+_loaded: dict[EngineConfig, Engine] = {}  # at most one: the engine this worker holds
+
+
+def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
+    """The engine for ``config``, kept between jobs; returns it and the seconds spent loading
+    (0 when it was already loaded). Another model's engine is released first."""
+    if config in _loaded:
+        return _loaded[config], 0.0
+    for old in list(_loaded):
+        _loaded.pop(old).close()
+    engine = Engine(config)
+    _loaded[config] = engine
+    return engine, engine.load_seconds
+
+
 class LocalExecutor:
     """One engine in this process, fed continuously (no drain between batches)."""
 
     def __init__(self, spec: JobSpec) -> None:
-        self.engine = Engine(spec.engine_config)
+        self.engine, self.load_seconds = loaded_engine(spec.engine_config)
         self.model = spec.engine_config.model_name
         self.window = spec.chunk_size or 2 * self.engine.max_num_seqs
-        self.load_seconds = self.engine.load_seconds
         self.description = f"on {self.model}, up to {self.window} at a time"
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:

@@ -66,6 +66,7 @@ class JobSpec:
     input_sha256: str = ""
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
+    model_map: dict[str, str] = field(default_factory=dict)  # body.model -> model folder
     ray: dict[str, Any] | None = None  # a Ray cluster to run on (see core/ray_executor.py)
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -99,6 +100,7 @@ class JobStatus:
     message: str = ""
     error: str | None = None
     history: list[dict[str, str]] = field(default_factory=list)  # [{"state", "at"}]
+    retry: bool = False  # also rerun failed requests when the worker takes the job
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobStatus:
@@ -213,6 +215,7 @@ def create_job(
     source: str | None = None,
     output_path: str | None = None,
     ray: dict[str, Any] | None = None,  # Ray cluster settings (core/ray_executor.py)
+    model_map: dict[str, str] | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``."""
     input_file = Path(input_file)
@@ -232,6 +235,7 @@ def create_job(
         input_lines=sum(1 for raw in job.input.open("rb") if raw.strip()),
         output_path=output_path,
         ray=ray,
+        model_map=dict(model_map or {}),
         provenance=provenance(engine),
     )
     write_json_atomic(job.spec_file, asdict(spec))
@@ -248,12 +252,12 @@ def start_worker(job: JobFolder, *, retry: bool = False) -> subprocess.Popen:
     state for this one's.
     """
     status = job.read_status()
-    status.enter("queued", "starting the worker")
-    status.error, status.pid, status.finished_at = None, None, None
+    status.enter("queued", "waiting for the engine")
+    status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
     job.write_status(status)
     log = job.log_file.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "core.worker", str(job.path), *(["--retry"] if retry else [])],
+        [sys.executable, "-m", "core.worker", str(job.path)],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         stdout=log,

@@ -1,4 +1,4 @@
-"""``python -m core.worker JOB_DIR [--retry]``: runs one job folder to the end.
+"""``python -m core.worker JOB_DIR``: runs a job folder to the end, then the queue.
 
 The worker loads the engine once and runs, in chunks, every request without a final
 result. Each chunk's lines are appended durably (successes to ``output.jsonl``, failures
@@ -6,7 +6,13 @@ to ``errors.jsonl``) before ``status.json`` counts them; a heartbeat thread keep
 ``status.json`` fresh while a chunk runs, so the UI can tell a busy worker from a dead one.
 
 Started again on the same folder it resumes: a request with a final result never runs
-twice. With ``--retry`` it also reruns failed requests, except invalid input.
+twice. A job started with ``retry`` (see ``core.jobs.start_worker``) also reruns failed
+requests, except invalid input.
+
+One worker holds the machine's engine at a time (``core.queue``): a worker that finds
+the engine busy leaves its job queued and exits; the busy one runs it next, keeping the
+model loaded when the next job uses the same one. A job whose requests name several
+models (``body.model`` mapped to local folders) runs each model's requests in turn.
 
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
 business (core/executors.py); the worker owns the job folder. SIGTERM (Cancel) stops the
@@ -21,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -32,6 +39,7 @@ from core.ledger import read_ledger
 from core.monitoring import ResourceSampler, append_sample, progress_sample
 from core.output_file import OutputWriter
 from core.outputs import error_line, token_usage
+from core.queue import EngineLock, queued_jobs
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
@@ -197,24 +205,36 @@ def run_job(job: JobFolder, retry: bool = False) -> JobStatus:
     return keeper.status
 
 
+def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[EngineRequest]]:
+    """Pending requests grouped by the local model folder their ``body.model`` maps to."""
+    groups: dict[str, list[EngineRequest]] = {}
+    for request in pending:
+        folder = spec.model_map.get(request.model or "") or spec.engine["model"]
+        groups.setdefault(folder, []).append(request)
+    return groups
+
+
 def _run_pending(
     spec: JobSpec, pending: list[EngineRequest], writers: ResultWriters, keeper: StatusKeeper
 ) -> str:
-    executor = make_executor(spec)
-    keeper.update(
-        state="running",
-        model_load_seconds=round(executor.load_seconds, 2),
-        message=f"running {len(pending)} requests {executor.description}",
-    )
     left = {r.custom_id for r in pending}
-    for lines in executor.run(pending):
-        writers.write(lines)
-        keeper.first_result()
-        left.difference_update(line["custom_id"] for line in lines)
-        if left and _expired(spec):
-            message = "the job's completion window ended before this request ran"
-            writers.write([error_line(cid, "expired", message, 408) for cid in sorted(left)])
-            return "expired"
+    groups = _by_model(spec, pending)
+    for number, (folder, requests) in enumerate(groups.items(), start=1):
+        executor = make_executor(replace(spec, engine={**spec.engine, "model": folder}))
+        part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
+        keeper.update(
+            state="running",
+            model_load_seconds=round(executor.load_seconds, 2),
+            message=f"running {len(requests)} requests {executor.description}{part}",
+        )
+        for lines in executor.run(requests):
+            writers.write(lines)
+            keeper.first_result()
+            left.difference_update(line["custom_id"] for line in lines)
+            if left and _expired(spec):
+                message = "the job's completion window ended before this request ran"
+                writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
+                return "expired"
     return "completed"
 
 
@@ -222,20 +242,47 @@ def _raise_cancelled(signum: int, _frame: object) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
 
+def serve(job: JobFolder) -> JobStatus | None:
+    """Runs ``job`` and then every queued job, holding the engine lock throughout.
+
+    Returns ``job``'s final status, or None when another worker holds the engine (the job
+    stays queued and that worker will run it).
+    """
+    jobs_dir = job.path.parent
+    lock = EngineLock(jobs_dir)
+    first: JobStatus | None = None
+    while lock.acquire():
+        try:
+            while True:
+                queue = queued_jobs(jobs_dir)
+                if first is None and job.read_status().state == "queued":
+                    queue = [job] + [j for j in queue if j.job_id != job.job_id]
+                if not queue:
+                    break
+                status = run_job(queue[0], retry=queue[0].read_status().retry)
+                if queue[0].job_id == job.job_id:
+                    first = status
+        finally:
+            lock.release()
+        if not queued_jobs(jobs_dir):  # checked after release: a job queued meanwhile
+            break  # would otherwise wait for a worker that already gave up the lock
+    if first is None:
+        log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
+    return first
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    retry = "--retry" in argv
-    paths = [a for a in argv if a != "--retry"]
-    if len(paths) != 1:
-        print("usage: python -m core.worker JOB_DIR [--retry]", file=sys.stderr)
+    if len(argv) != 1:
+        print("usage: python -m core.worker JOB_DIR", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     signal.signal(signal.SIGTERM, _raise_cancelled)
     signal.signal(signal.SIGINT, _raise_cancelled)
-    status = run_job(JobFolder(Path(paths[0])), retry=retry)
-    return 0 if status.state == "completed" else 1
+    status = serve(JobFolder(Path(argv[0])))
+    return 0 if status is None or status.state == "completed" else 1
 
 
 if __name__ == "__main__":

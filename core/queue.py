@@ -1,0 +1,86 @@
+"""The queue: jobs wait their turn for the one engine of this machine.
+
+One worker at a time holds the engine lock (``engine.lock`` in the jobs folder, an
+``flock`` the kernel drops when the process dies). A submitted job is marked ``queued`` and
+a worker is started; if another worker holds the lock, the new one exits at once and the
+running worker takes the job when its current one ends. The next job is the queued one
+with the highest priority, then the oldest. Keeping one worker means a model stays loaded
+between jobs that use it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from core.jobs import JobFolder, list_jobs
+
+LOCK_NAME = "engine.lock"
+
+
+def priority(job: JobFolder) -> int:
+    """A job's queue priority (higher runs first), kept in its ``priority`` file."""
+    try:
+        return int((job.path / "priority").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def set_priority(job: JobFolder, value: int) -> None:
+    (job.path / "priority").write_text(str(int(value)))
+
+
+def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
+    """Queued jobs in the order they will run."""
+    waiting = [j for j in list_jobs(jobs_dir) if j.read_status().state == "queued"]
+    return sorted(waiting, key=lambda j: (-priority(j), j.read_spec().created_at))
+
+
+def position(job: JobFolder, jobs_dir: Path) -> int | None:
+    """1 for the next job to run; None when the job is not waiting."""
+    order = [j.job_id for j in queued_jobs(jobs_dir)]
+    return order.index(job.job_id) + 1 if job.job_id in order else None
+
+
+class EngineLock:
+    """The machine's one engine, held by one worker process at a time."""
+
+    def __init__(self, jobs_dir: Path) -> None:
+        self.path = jobs_dir / LOCK_NAME
+        self._handle: IO[str] | None = None
+
+    def acquire(self) -> bool:
+        """Takes the lock without waiting; False when another worker holds it."""
+        handle = self.path.open("a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._handle = handle
+        return True
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+    def holder(self) -> int | None:
+        """PID of the worker holding the lock, if any."""
+        if self._handle is not None:
+            return os.getpid()
+        probe = EngineLock(self.path.parent)
+        if probe.acquire():
+            probe.release()
+            return None
+        try:
+            return int(self.path.read_text() or 0) or None
+        except (OSError, ValueError):
+            return None

@@ -1,0 +1,45 @@
+"""The queue and the engine lock (no engine)."""
+
+import subprocess
+import sys
+import time
+
+from core.jobs import JobStatus
+from core.queue import EngineLock, position, queued_jobs, set_priority
+from tests.factories import finished_job
+
+
+def test_queued_jobs_run_by_priority_then_age(tmp_path):
+    jobs = []
+    for name in ("first", "second", "third"):
+        job = finished_job(tmp_path, {name: "x"})
+        job.write_status(JobStatus(state="queued"))
+        jobs.append(job)
+        time.sleep(0.01)
+    done = finished_job(tmp_path, {"done": "x"})  # completed: not in the queue
+    set_priority(jobs[2], 5)
+    order = [j.job_id for j in queued_jobs(tmp_path / "jobs")]
+    assert order == [jobs[2].job_id, jobs[0].job_id, jobs[1].job_id]
+    assert position(jobs[0], tmp_path / "jobs") == 2
+    assert position(done, tmp_path / "jobs") is None
+
+
+def test_one_worker_holds_the_engine_at_a_time(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from core.queue import EngineLock; "
+         "lock = EngineLock(Path(sys.argv[1])); assert lock.acquire(); print('held', flush=True);"
+         " time.sleep(30)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lock = EngineLock(tmp_path)
+        assert not lock.acquire()
+        assert lock.holder() == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.acquire()  # the kernel dropped the dead worker's lock
+    lock.release()
+    assert EngineLock(tmp_path).holder() is None

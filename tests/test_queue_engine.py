@@ -1,0 +1,72 @@
+"""The queue on the real engine: one worker, jobs in turn, a model loaded once."""
+
+import json
+import shutil
+import time
+
+import pytest
+
+from core.engine import EngineConfig
+from core.jobs import create_job, start_worker
+from core.ledger import reconcile
+
+pytestmark = pytest.mark.engine
+
+
+def batch(path, models, count):
+    lines = []
+    for i in range(count):
+        body = {
+            "model": models[i % len(models)],
+            "messages": [{"role": "user", "content": f"Name a fruit ({i})."}],
+            "max_tokens": 6,
+            "temperature": 0,
+        }
+        lines.append({"custom_id": f"{path.stem}-{i}", "method": "POST",
+                      "url": "/v1/chat/completions", "body": body})  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def wait_final(job, timeout=400):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = job.read_status()
+        if status.is_final:
+            return status
+        time.sleep(0.5)
+    raise AssertionError(f"{job.job_id} did not finish: {job.read_status()}")
+
+
+def test_jobs_wait_their_turn_and_two_models_run_in_one_job(studio_home, tmp_path, default_model):
+    twin = tmp_path / "models" / "twin-model"
+    shutil.copytree(default_model, twin)  # a second model folder: a second engine
+    jobs_dir = studio_home / "jobs"
+    ab = create_job(
+        batch(tmp_path / "ab.jsonl", ["model-a", "model-b"], 8),
+        jobs_dir,
+        EngineConfig(model=str(default_model)),
+        model_map={"model-b": str(twin)},
+    )
+    later = create_job(
+        batch(tmp_path / "later.jsonl", ["model-b"], 4),
+        jobs_dir,
+        EngineConfig(model=str(twin)),
+    )
+    start_worker(ab)
+    time.sleep(1)
+    second = start_worker(later)  # the engine is busy: this worker leaves the job queued
+    assert second.wait(timeout=60) == 0
+    assert later.read_status().state == "queued"
+
+    ab_status, later_status = wait_final(ab), wait_final(later)
+
+    assert (ab_status.state, ab_status.succeeded) == ("completed", 8)
+    assert reconcile(ab).complete and reconcile(later).complete
+    answers = [
+        json.loads(x)["response"]["body"]["model"] for x in ab.output.read_text().splitlines()
+    ]
+    assert sorted(set(answers)) == ["SmolLM2-135M-Instruct", "twin-model"]
+    assert later_status.state == "completed"
+    assert later_status.pid == ab_status.pid  # the same worker ran both jobs in turn
+    assert later_status.model_load_seconds == 0  # twin-model stayed loaded from the A/B job
