@@ -7,6 +7,7 @@ import streamlit as st
 
 from core.jobs import JobFolder, start_worker
 from core.ledger import read_ledger, reconcile, verify, write_rerun_file
+from core.queue import priority, queued_jobs, set_priority
 from pages.shared import job_controls, paths, store
 
 st.title("Jobs")
@@ -24,6 +25,28 @@ st.dataframe(
     hide_index=True,
     width="stretch",
 )
+
+waiting = queued_jobs(paths().jobs)
+if waiting:
+    st.subheader("Queue")
+    st.caption(
+        "One engine runs one job at a time; queued jobs start in this order. Raise a job's "
+        "priority to move it up."
+    )
+    for place, queued in enumerate(waiting, start=1):
+        c1, c2 = st.columns([3, 1])
+        c1.write(f"{place}. `{queued.job_id}` · {queued.read_spec().source}")
+        new = c2.number_input(
+            "Priority",
+            -100,
+            100,
+            priority(queued),
+            key=f"prio-{queued.job_id}",
+            label_visibility="collapsed",
+        )
+        if new != priority(queued):
+            set_priority(queued, int(new))
+            st.rerun()
 
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")

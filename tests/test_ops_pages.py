@@ -88,3 +88,16 @@ def test_settings_lists_folders_and_the_built_in_model(data_home):  # noqa: F811
     assert str(data_home) in list(folders["path"])
     models = at.dataframe[1].value
     assert "SmolLM2-135M-Instruct" in list(models["model"])
+
+
+def test_jobs_page_shows_the_queue_and_reorders_it(data_home):  # noqa: F811
+    first = finished_job(data_home, {"a": "yes"})
+    second = finished_job(data_home, {"b": "yes"})
+    for job in (first, second):
+        job.write_status(JobStatus(state="queued"))
+    at = open_page("jobs.py")
+    order = [m.value for m in at.markdown if m.value.startswith(("1.", "2."))]
+    assert order[0].startswith(f"1. `{first.job_id}`")
+    at.number_input(key=f"prio-{second.job_id}").set_value(3).run()
+    order = [m.value for m in at.markdown if m.value.startswith(("1.", "2."))]
+    assert order[0].startswith(f"1. `{second.job_id}`")
