@@ -14,7 +14,7 @@ run: setup
 	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
 
 test:
-	bash scripts/setup.sh --browser
+	bash scripts/setup.sh --test
 	$(PY) -m ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 

