@@ -37,6 +37,55 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def ray_section(job: JobFolder) -> None:
+    """Per-node and per-replica progress of a job on a Ray cluster (its ``ray.json``)."""
+    from core.ray_executor import read_ray_stats
+
+    stats = read_ray_stats(job.path)
+    if not stats:
+        return
+    st.subheader("Ray cluster")
+    s = stats.get("settings") or {}
+    link = f" · [Ray dashboard]({stats['dashboard_url']})" if stats.get("dashboard_url") else ""
+    st.caption(
+        f"{s.get('address')}: {s.get('replicas')} replica(s), {s.get('cpus_per_replica')} CPU "
+        f"and {s.get('gpus_per_replica')} GPU each; updated {stats.get('updated_at')}{link}"
+    )
+    if stats.get("reruns"):
+        st.caption(f"Requests run again after a replica was lost: {stats['reruns']}")
+    nodes = [
+        {
+            "node": (n.get("node_id") or "")[:12],
+            "host": n.get("host"),
+            "address": n.get("address"),
+            "alive": n.get("alive"),
+            "done": n.get("done", 0),
+            "failed": n.get("failed", 0),
+            "CPU": (n.get("resources") or {}).get("CPU"),
+            "GPU": (n.get("resources") or {}).get("GPU"),
+        }
+        for n in stats.get("nodes", [])
+    ]
+    replicas = [
+        {
+            "replica": (r.get("replica_id") or "")[:12],
+            "node": (r.get("node_id") or "")[:12],
+            "state": r.get("state"),
+            "done": r.get("done", 0),
+            "shards": r.get("shards", 0),
+            "busy s": r.get("busy_seconds"),
+            "load s": r.get("load_seconds"),
+            "RSS MiB": r.get("rss_mib"),
+            "GPU MiB": r.get("gpu_memory_mib"),
+            "CPU s": r.get("cpu_seconds"),
+        }
+        for r in stats.get("replicas", [])
+    ]
+    cols = st.columns(2)
+    cols[0].dataframe(pd.DataFrame(nodes), hide_index=True, width="stretch")
+    cols[1].dataframe(pd.DataFrame(replicas), hide_index=True, width="stretch")
+
+
 def show(job: JobFolder) -> None:
     status = job.read_status()
     samples = read_samples(job.metrics)
@@ -71,6 +120,7 @@ def show(job: JobFolder) -> None:
             "only the requests that have no result yet."
         )
     job_controls(job, key="monitor")
+    ray_section(job)
 
     if samples:
         frame = pd.DataFrame(samples)

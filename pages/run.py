@@ -80,6 +80,43 @@ with st.expander("Defaults for fields a request leaves out"):
     )
     top_p = c3.number_input("Top p", 0.01, 1.0, JobDefaults.top_p, step=0.05, key="default_top_p")
 
+
+def where_to_run() -> tuple[dict | None, list[str]]:
+    """This machine, or a Ray cluster (core/ray_executor.py): ``spec.ray`` and problems."""
+    import json
+
+    from core.ray_executor import RaySettings, ray_installed, ray_settings, validate_ray_settings
+
+    where = st.radio(
+        "Where to run", ["This machine", "Ray cluster"], horizontal=True, key="where_to_run"
+    )
+    if where == "This machine":
+        return None, []
+    if not ray_installed():
+        return None, ["Ray is not installed here: pip install -r requirements-ray.txt"]
+    st.caption(
+        "Each replica loads the model once and runs its share of the shards. The model "
+        "folder must exist at the same path on every node (shared file system or a copy)."
+    )
+    c1, c2, c3, c4 = st.columns(4)
+    address = c1.text_input("Address (local starts one here)", "local", key="ray_address")
+    replicas = c2.number_input("Replicas", 1, 1024, 1, key="ray_replicas")
+    gpus = c3.number_input("GPUs per replica (tensor parallel)", 0, 64, 0, key="ray_gpus")
+    cpus = c4.number_input("CPUs per replica", 0.0, 512.0, 1.0, step=1.0, key="ray_cpus")
+    raw = st.text_input(
+        'Custom resources per replica (JSON, e.g. {"slot": 1})', "{}", key="ray_res"
+    )
+    try:
+        resources = json.loads(raw or "{}")
+        assert isinstance(resources, dict)
+    except (ValueError, AssertionError):
+        return None, ['custom resources must be a JSON object such as {"slot": 1}']
+    spec = ray_settings(address, int(replicas), int(gpus), float(cpus), resources)
+    return spec, validate_ray_settings(RaySettings.from_dict(spec or {}))
+
+
+ray_spec, ray_problems = where_to_run()
+
 skip_invalid = False
 if report.invalid:
     skip_invalid = st.checkbox(
@@ -106,7 +143,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         quantization=None if quantization == "none" else quantization,
         seed=int(seed),
     )
-    problems = validate_engine_config(config, gpus)
+    problems = validate_engine_config(config, gpus) + ray_problems
     if problems:
         for problem in problems:
             st.error(problem)
@@ -119,6 +156,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         skip_invalid=skip_invalid,
         chunk_size=int(chunk_size) or None,
         source=st.session_state.get("batch_name"),
+        ray=ray_spec,
     )
     start_worker(job)
     st.session_state["job_id"] = job.job_id
