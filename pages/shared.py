@@ -14,8 +14,17 @@ def _open_store(path: str) -> Store:
     return Store(path)
 
 
+@st.cache_resource
+def _watchers(home: str) -> list:
+    """The inbox and job-folder watchers, started once per data folder in this process."""
+    from core.watchers import start_watchers
+
+    return start_watchers(data_paths(), _open_store(str(data_paths().database)))
+
+
 def store() -> Store:
-    """The process's one DuckDB store for the current data folder."""
+    """The process's one DuckDB store for the current data folder (watchers started)."""
+    _watchers(str(data_paths().home))
     return _open_store(str(data_paths().database))
 
 

@@ -1,0 +1,114 @@
+"""The hot folder: a batch file dropped into the inbox becomes a queued job, or is refused.
+
+A valid file is moved into a new job folder's ``input.jsonl`` and queued for the engine.
+A file with invalid lines (or none) is moved to ``inbox/rejected/`` with its check report
+written beside it as ``<name>.report.json``. Files are taken only once their size has
+stopped changing, so a file still being copied is never read half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from core.checks import check_file
+from core.config import DataPaths
+from core.engine import EngineConfig
+from core.jobs import JobFolder, create_job, start_worker
+from core.models import prepare_default_model
+
+log = logging.getLogger(__name__)
+SETTLE_SECONDS = 1.0
+PATTERNS = (".jsonl",)
+
+
+def _settled(path: Path, seconds: float = SETTLE_SECONDS) -> bool:
+    """Waits until the file's size stops changing; False if it vanished."""
+    try:
+        size = path.stat().st_size
+        while True:
+            time.sleep(seconds)
+            now = path.stat().st_size
+            if now == size:
+                return True
+            size = now
+    except FileNotFoundError:
+        return False
+
+
+def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobFolder | None:
+    """Checks one dropped file; queues it as a job, or moves it aside with its report.
+
+    Returns the new job, or None when the file was refused.
+    """
+    report = check_file(path)
+    refused = report.lines == 0 or report.invalid > 0
+    if refused:
+        rejected = paths.inbox / "rejected"
+        rejected.mkdir(parents=True, exist_ok=True)
+        target = rejected / path.name
+        shutil.move(str(path), target)
+        summary = report.to_dict()
+        (rejected / f"{path.name}.report.json").write_text(
+            json.dumps(summary, ensure_ascii=False, indent=1, default=str), encoding="utf-8"
+        )
+        log.info("inbox: %s refused (%d invalid lines)", path.name, report.invalid)
+        return None
+    folder = model or str(prepare_default_model())
+    job = create_job(path, paths.jobs, EngineConfig(model=folder), source=f"inbox/{path.name}")
+    path.unlink()
+    start_worker(job)
+    log.info("inbox: %s queued as %s", path.name, job.job_id)
+    return job
+
+
+def process_inbox(paths: DataPaths, model: str | None = None) -> list[JobFolder | None]:
+    """Processes every file already waiting in the inbox (e.g. dropped while nobody watched)."""
+    return [
+        process_file(p, paths, model)
+        for p in sorted(paths.inbox.iterdir())
+        if p.is_file() and p.suffix in PATTERNS
+    ]
+
+
+class _InboxHandler(FileSystemEventHandler):
+    def __init__(self, paths: DataPaths, model: str | None) -> None:
+        self.paths, self.model = paths, model
+        self._lock = threading.Lock()
+
+    def _take(self, path: Path) -> None:
+        if path.parent != self.paths.inbox or path.suffix not in PATTERNS:
+            return
+        if not _settled(path):
+            return
+        with self._lock:  # one file at a time: each job is created whole
+            if path.exists():
+                try:
+                    process_file(path, self.paths, self.model)
+                except Exception:  # a bad file must not stop the watcher
+                    log.exception("inbox: could not process %s", path)
+
+    def on_created(self, event: FileSystemEvent) -> None:
+        if not event.is_directory:
+            self._take(Path(str(event.src_path)))
+
+    def on_moved(self, event: FileSystemEvent) -> None:
+        if not event.is_directory:
+            self._take(Path(str(event.dest_path)))
+
+
+def watch_inbox(paths: DataPaths, model: str | None = None) -> Observer:
+    """Starts watching the inbox (after taking what is already there); returns the observer."""
+    process_inbox(paths, model)
+    observer = Observer()
+    observer.schedule(_InboxHandler(paths, model), str(paths.inbox), recursive=False)
+    observer.daemon = True
+    observer.start()
+    return observer

@@ -1,0 +1,65 @@
+"""Worker faults that need no engine: a stand-in executor feeds it lines."""
+
+import errno
+
+from core import worker
+from core.ledger import verify_chain
+from core.output_file import OutputWriter
+from core.outputs import Choice, Completion, success_line
+from tests.factories import request_line
+
+
+class FakeExecutor:
+    load_seconds, description = 0.0, "on a stand-in"
+
+    def run(self, requests):
+        for request in requests:
+            yield [success_line(request.custom_id, "m", Completion(2, [Choice("ok", "stop", 1)]))]
+
+
+def make_job(tmp_path, count):
+    from core.engine import EngineConfig
+    from core.jobs import create_job
+
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
+    return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+
+def test_a_full_disk_fails_the_job_with_its_reason_and_keeps_what_was_written(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    real_write = OutputWriter.write
+    written = []
+
+    def write(self, lines):
+        lines = list(lines)
+        if lines and len(written) >= 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.extend(lines)
+        real_write(self, lines)
+
+    monkeypatch.setattr(OutputWriter, "write", write)
+    job = make_job(tmp_path, 6)
+    status = worker.run_job(job)
+    assert status.state == "failed"
+    assert "No space left on device" in status.error
+    assert status.succeeded == 3
+    assert verify_chain(job.output) == (3, [])  # the three lines written before are intact
+
+
+def test_a_job_resumed_after_the_disk_was_freed_completes_without_repeats(tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    job = make_job(tmp_path, 4)
+    with OutputWriter(job.output) as writer:  # two results survived the earlier run
+        writer.write(
+            [success_line(f"r{i}", "m", Completion(2, [Choice("ok", "stop", 1)])) for i in (0, 1)]
+        )
+    status = worker.run_job(job)
+    assert (status.state, status.succeeded) == ("completed", 4)
+    ids = [
+        line.split('"custom_id": "')[1].split('"')[0]
+        for line in job.output.read_text().splitlines()
+    ]
+    assert sorted(ids) == ["r0", "r1", "r2", "r3"]
