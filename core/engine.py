@@ -147,6 +147,7 @@ class Engine:
         self.load_seconds = time.monotonic() - started
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
+        self.in_flight = 0  # requests inside the engine now: what a kill would make rerun
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
@@ -244,6 +245,7 @@ class Engine:
                         inside[request_id] = request
                     except (VLLMClientError, ValueError, TypeError) as exc:
                         finished.append((request, EngineRequestError(str(exc))))
+                self.in_flight = len(inside)
                 if not inside:
                     break
                 for output in engine.step():
@@ -257,6 +259,7 @@ class Engine:
         finally:
             if inside:
                 engine.abort_request(list(inside))
+            self.in_flight = 0
         if finished:
             yield finished
 

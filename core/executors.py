@@ -31,6 +31,11 @@ class Executor(Protocol):
     load_seconds: float
     description: str
 
+    @property
+    def in_flight(self) -> int:
+        """Requests running now, whose work a kill would lose."""
+        ...
+
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one."""
         ...
@@ -98,6 +103,10 @@ class LocalExecutor:
         self.model = spec.engine_config.model_name
         self.window = spec.chunk_size or 2 * self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
+
+    @property
+    def in_flight(self) -> int:
+        return self.engine.in_flight
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         remaining, window, retries = list(requests), self.window, 0

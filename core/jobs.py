@@ -101,6 +101,7 @@ class JobStatus:
     error: str | None = None
     history: list[dict[str, str]] = field(default_factory=list)  # [{"state", "at"}]
     retry: bool = False  # also rerun failed requests when the worker takes the job
+    in_flight: int = 0  # requests inside the engine at the last update
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobStatus:

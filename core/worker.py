@@ -228,6 +228,7 @@ def _run_pending(
             message=f"running {len(requests)} requests {executor.description}{part}",
         )
         for lines in executor.run(requests):
+            keeper.status.in_flight = getattr(executor, "in_flight", 0)
             writers.write(lines)
             keeper.first_result()
             left.difference_update(line["custom_id"] for line in lines)

@@ -63,3 +63,23 @@ def test_a_job_resumed_after_the_disk_was_freed_completes_without_repeats(tmp_pa
         for line in job.output.read_text().splitlines()
     ]
     assert sorted(ids) == ["r0", "r1", "r2", "r3"]
+
+
+def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
+    tmp_path, monkeypatch
+):
+    from dataclasses import asdict, replace
+
+    from core.jobs import write_json_atomic
+    from core.ledger import read_ledger
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    job = make_job(tmp_path, 4)
+    spec = replace(job.read_spec(), completion_window_hours=1e-9)  # ended at once
+    write_json_atomic(job.spec_file, asdict(spec))
+    status = worker.run_job(job)
+    assert status.state == "expired"
+    ledger = read_ledger(job)
+    assert len(ledger.succeeded) == 1
+    assert {e["code"] for e in ledger.failed.values()} == {"expired"}
+    assert sorted(ledger.retryable()) == ["r1", "r2", "r3"]
