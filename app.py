@@ -11,8 +11,8 @@ pages = [
     st.Page("pages/monitor.py", title="Monitor", icon=":material/speed:"),
     st.Page("pages/results.py", title="Results", icon=":material/table_view:"),
     st.Page("pages/review.py", title="Review", icon=":material/rate_review:"),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("pages/jobs.py", title="Jobs", icon=":material/list_alt:"),
     st.Page("pages/settings.py", title="Settings", icon=":material/settings:"),
 ]
