@@ -34,6 +34,7 @@ from core.jobs import (
 )
 from core.ledger import read_ledger, reconcile, verify, write_combined, write_rerun_file
 from core.models import ModelError, check_model_folder, prepare_default_model
+from core.queue import EngineLock
 from core.ray_executor import ray_settings
 from core.requests import JobDefaults
 
@@ -180,10 +181,12 @@ def _duplicates(report: CheckReport) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     file = _input_file(args.file)
-    if file is None:
+    model_map = _model_map(args.map)
+    if file is None or model_map is None:
         return EXIT_USAGE
     try:
         model = check_model_folder(args.model) if args.model else prepare_default_model()
+        model_map = {name: str(check_model_folder(f)) for name, f in model_map.items()}
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -220,6 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             skip_invalid=args.skip_invalid,
             chunk_size=args.chunk_size,
             output_path=str(output),
+            model_map=model_map,
             ray=ray_settings(  # None: this machine
                 args.ray,
                 args.replicas,
@@ -257,15 +261,18 @@ def _run_worker(job: JobFolder, output: Path | None, retry: bool) -> int:
 
 
 def _follow(job: JobFolder, worker: subprocess.Popen) -> JobStatus:
-    """Shows the worker's progress until it exits."""
+    """Shows the job's progress until it ends (it may first wait for another job)."""
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:
             status = job.read_status()
             bar.total = status.total
             bar.set_postfix_str(status.state)
             bar.update(status.done - bar.n)
-            if worker.poll() is not None:
-                return job.read_status()
+            if status.is_final or status.interrupted:
+                return status
+            stranded = worker.poll() is not None and status.state == "queued"
+            if stranded and EngineLock(job.path.parent).holder() is None:  # nobody took it
+                worker = start_worker(job, retry=status.retry)
             time.sleep(0.5)
 
 
@@ -347,6 +354,24 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for problem in result.problems:
         print(f"job {job.job_id}: {problem}")
     return EXIT_INVALID
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Watches the inbox until interrupted: dropped files become queued jobs or are refused."""
+    from core.inbox import watch_inbox
+
+    paths = data_paths()
+    observer = watch_inbox(paths, str(check_model_folder(args.model)) if args.model else None)
+    print(
+        f"watching {paths.inbox} (valid files become queued jobs, invalid ones go to "
+        f"{paths.inbox / 'rejected'} with a report); Ctrl-C stops"
+    )
+    try:
+        while observer.is_alive():
+            observer.join(1)
+    except KeyboardInterrupt:
+        observer.stop()
+    return 0
 
 
 def cmd_models_prepare(_args: argparse.Namespace) -> int:
@@ -471,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
     run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
     run.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="run body.model NAME on another model folder (repeatable; an A/B test in one job)",
+    )
+    run.add_argument(
         "--restart",
         action="store_true",
         help="start a new job instead of continuing the last one for this file and output",
@@ -500,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=json.loads,
         default={},
         metavar="JSON",
-        help='custom Ray resources per replica, e.g. \'{"slot": 1}\'',
+        help="custom Ray resources per replica, e.g. '{\"slot\": 1}'",
     )
     _defaults_arguments(run)
     run.set_defaults(handler=cmd_run)
@@ -551,6 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--search", help="only results whose prompt or answer has this text")
     exp.add_argument("--sample", help="the sample id (with --what sample)")
     exp.set_defaults(handler=cmd_export)
+
+    watch = commands.add_parser("watch", help="turn files dropped into the inbox into jobs")
+    watch.add_argument("--model", help="model folder for inbox jobs (default: built-in)")
+    watch.set_defaults(handler=cmd_watch)
 
     models = commands.add_parser("models", help="model folders")
     models_commands = models.add_subparsers(dest="models_command", required=True)

@@ -29,13 +29,28 @@ st.write(
 
 CUSTOM = "Another folder…"
 folders = model_folders()
+options = [str(f) for f in folders] + [CUSTOM]
+checked_with = st.session_state.get("check_model")  # the model chosen on Upload & check
 choice = st.selectbox(
     "Model",
-    [str(f) for f in folders] + [CUSTOM],
+    options,
+    index=options.index(checked_with) if checked_with in options else 0,
     format_func=lambda p: Path(p).name or p,
     key="model_choice",
 )
 model_path = st.text_input("Model folder", key="model_path") if choice == CUSTOM else choice
+# Names the user sent to another model on Upload & check (an A/B test in one job).
+model_map = {
+    name: folder
+    for name, folder in st.session_state.get("model_map", {}).items()
+    if folder and folder != checked_with
+}
+if model_map:
+    st.caption(
+        "Model mapping from Upload & check: "
+        + ", ".join(f"`{name}` → {Path(folder).name}" for name, folder in model_map.items())
+        + "; every other line runs on the model above, each model loaded once."
+    )
 
 gpus = gpu_count()
 with st.expander("Engine settings", expanded=False):
@@ -70,15 +85,16 @@ with st.expander("Engine settings", expanded=False):
         key="chunk_size",
     )
 
+defaults = JobDefaults(**st.session_state.get("job_defaults", {}))  # from Upload & check
 with st.expander("Defaults for fields a request leaves out"):
     c1, c2, c3 = st.columns(3)
     max_tokens = c1.number_input(
-        "Max output tokens", 1, 32768, JobDefaults.max_tokens, key="default_max_tokens"
+        "Max output tokens", 1, 1_000_000, defaults.max_tokens, key="default_max_tokens"
     )
     temperature = c2.number_input(
-        "Temperature", 0.0, 2.0, JobDefaults.temperature, step=0.1, key="default_temperature"
+        "Temperature", 0.0, 2.0, defaults.temperature, step=0.1, key="default_temperature"
     )
-    top_p = c3.number_input("Top p", 0.01, 1.0, JobDefaults.top_p, step=0.05, key="default_top_p")
+    top_p = c3.number_input("Top p", 0.01, 1.0, defaults.top_p, step=0.05, key="default_top_p")
 
 
 def where_to_run() -> tuple[dict | None, list[str]]:
@@ -156,6 +172,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         skip_invalid=skip_invalid,
         chunk_size=int(chunk_size) or None,
         source=st.session_state.get("batch_name"),
+        model_map=model_map,
         ray=ray_spec,
     )
     start_worker(job)
