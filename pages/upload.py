@@ -120,6 +120,11 @@ valid_path = paths().uploads / f"valid-{key}.jsonl"
 
 # -- the check (in the background for a large file) ---------------------------------------------
 if st.session_state.get("check_key") != key:
+    # One valid-lines file per session: the previous check's goes (it can be large).
+    stale = st.session_state.get("valid_path")
+    if stale and stale != str(valid_path):
+        Path(stale).unlink(missing_ok=True)
+    st.session_state["valid_path"] = str(valid_path)
     task: BackgroundCheck | None = st.session_state.get("check_task")
     if task is not None and task.path != str(path):
         task.cancel()
