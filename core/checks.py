@@ -26,6 +26,7 @@ from typing import Any, BinaryIO, Literal
 
 from core.requests import (
     CHAT_URL,
+    DEFAULTED,
     ENGINE_URLS,
     FAST_DECODE_ERRORS,
     FAST_DECODER,
@@ -79,7 +80,7 @@ class CheckedLine:
     custom_id: str | None
     request: EngineRequest | None
     problems: list[Problem]
-    raw: bytes = b""
+    raw: bytes = b""  # the line as read (its line ending may be kept)
 
     @property
     def valid(self) -> bool:
@@ -326,6 +327,11 @@ class _Scanner:
         self.bom = False
         self.crlf = False
         self.bytes_read = 0
+        # Set by check_file when no tokens are counted: the scanner then folds each line of
+        # the common shape into these counts at once and keeps no object of it (keeping
+        # decoded lines alive costs more memory traffic than the whole rest of the check).
+        self.shapes: dict[tuple, int] | None = None
+        self.default_lines: list[int] = []
 
     def _repeat(self, line_no: int, cid: str) -> Problem | None:
         # A 64-bit hash: two different ids collide with odds of about 1e-8 in a million
@@ -347,6 +353,12 @@ class _Scanner:
         defaults = self.defaults
         first_line_of = self.first_line_of
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
+        shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
+        default_max, default_t, default_p = (
+            defaults.max_tokens,
+            defaults.temperature,
+            defaults.top_p,
+        )
         batch = _Batch()
         items, line_nos, raws, roles_of = batch.items, batch.line_nos, batch.raws, batch.roles
         position = 0
@@ -354,6 +366,7 @@ class _Scanner:
             offset = position
             position += len(raw)
             if len(items) >= size:
+                self.bytes_read = offset
                 yield batch
                 batch = _Batch()
                 items, line_nos, raws, roles_of = (
@@ -362,18 +375,15 @@ class _Scanner:
                     batch.raws,
                     batch.roles,
                 )
-            self.bytes_read = position
-            if raw[-1:] == b"\n":
-                raw = raw[:-1]
-            if raw[-1:] == b"\r":
-                raw, self.crlf = raw[:-1], True
-            if raw[:1] != b"{":
+            if line_no == 1 or raw[:1] != b"{":  # the usual line goes straight to the decoder
                 if line_no == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw, offset, self.bom = raw[3:], offset + 3, True
+                if raw.endswith(b"\r\n"):
+                    self.crlf = True
                 if not raw.strip():
                     continue
             try:
-                fast = decode(raw)
+                fast = decode(raw)  # JSON allows the line ending: raw keeps it
             except decode_errors:
                 fast = None
             if fast is not None:
@@ -386,8 +396,37 @@ class _Scanner:
                     key = hash(cid)
                     if key not in first_line_of:
                         first_line_of[key] = line_no
-                        items.append(fast)
-                        roles_of.append(roles)
+                        if shapes is None:
+                            items.append(fast)
+                            roles_of.append(roles)
+                            continue
+                        # What _Summary.add_batch does for such a line, inlined for speed.
+                        body = fast.body
+                        max_tokens = body.max_completion_tokens or body.max_tokens
+                        temperature, top_p = body.temperature, body.top_p
+                        defaulted = defaulted_of[
+                            max_tokens is None, temperature is None, top_p is None
+                        ]
+                        if defaulted:
+                            max_tokens = default_max if max_tokens is None else max_tokens
+                            temperature = default_t if temperature is None else temperature
+                            top_p = default_p if top_p is None else top_p
+                            if "max_tokens" in defaulted and len(default_lines) < LISTED_LINES:
+                                default_lines.append(line_no)
+                        shape = (
+                            True,
+                            CHAT_URL,
+                            body.model,
+                            roles,
+                            max_tokens,
+                            body.n or 1,
+                            temperature,
+                            top_p,
+                            defaulted,
+                        )
+                        shapes[shape] = shapes.get(shape, 0) + 1
+                        items.append(None)
+                        roles_of.append(None)
                         continue
                     request = fast_chat_request(fast, defaults)
                     checked = CheckedLine(line_no, cid, request, [], raw)
@@ -395,6 +434,9 @@ class _Scanner:
                     items.append(checked)
                     roles_of.append(None)
                     continue
+            raw = raw.rstrip(b"\r\n")
+            if raw.endswith(b"\r"):  # a lone CR before the newline
+                raw = raw[:-1]
             checked = _check_raw(line_no, raw, offset, defaults)
             checked.raw = raw
             if checked.custom_id is not None:
@@ -405,6 +447,7 @@ class _Scanner:
             line_nos.append(line_no)
             raws.append(raw)
             roles_of.append(None)
+        self.bytes_read = position
         if items:
             yield batch
 
@@ -582,6 +625,10 @@ class _Summary:
         shapes = self.shapes
         defaults = self.defaults
         for index, item in enumerate(batch.items):
+            if item is None:  # counted by the scanner: valid, nothing more to fold in
+                if self.valid_out is not None:
+                    self.valid_out.write(batch.raws[index].rstrip(b"\r\n") + b"\n")
+                continue
             line_no, raw, roles = batch.line_nos[index], batch.raws[index], batch.roles[index]
             counted = counts.get(index) if counts else None
             refused = None
@@ -650,7 +697,7 @@ class _Summary:
             if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
                 self.default_lines.append(line_no)
             if self.valid_out is not None:
-                self.valid_out.write(raw + b"\n")
+                self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
             if self.tokens is not None:
                 self._add_local(model, max_tokens * n, counted)
         report.lines += len(batch)
@@ -712,8 +759,9 @@ class _Summary:
         if scanner.crlf:
             notes.append("the file has Windows line endings (CRLF); they are accepted")
         if report.default_max_lines:
-            listed = ", ".join(str(n) for n in self.default_lines)
-            more = " ..." if report.default_max_lines > len(self.default_lines) else ""
+            first = sorted(self.default_lines)[:LISTED_LINES]
+            listed = ", ".join(str(n) for n in first)
+            more = " ..." if report.default_max_lines > len(first) else ""
             lines_set = (
                 "1 line sets"
                 if report.default_max_lines == 1
@@ -778,6 +826,9 @@ def check_file(
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(Path(valid_out).open("wb")) if valid_out is not None else None
         summary = _Summary(report, defaults, tokens, out)
+        if tokens is None:
+            scanner.shapes = summary.shapes
+            summary.default_lines = scanner.default_lines
         with path.open("rb", buffering=1 << 20) as handle:
             for batch in scanner.batches(handle):
                 summary.add_batch(batch)

@@ -574,7 +574,7 @@ def fast_chat_settings(
         defaults.max_tokens if max_tokens is None else max_tokens,
         defaults.temperature if temperature is None else temperature,
         defaults.top_p if top_p is None else top_p,
-        _DEFAULTED[max_tokens is None, temperature is None, top_p is None],
+        DEFAULTED[max_tokens is None, temperature is None, top_p is None],
     )
 
 
@@ -593,7 +593,7 @@ def _plain_turns(roles: tuple[str, ...]) -> bool:
 
 PLAIN_TURNS: dict[tuple[str, ...], tuple[str, ...] | None] = {}
 # Which sampling fields came from the defaults, by (max_tokens, temperature, top_p) missing.
-_DEFAULTED = {
+DEFAULTED = {
     (mt, t, p): tuple(
         name
         for name, missing in zip(("max_tokens", "temperature", "top_p"), (mt, t, p), strict=True)
