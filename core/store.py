@@ -12,16 +12,13 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
-from core.checks import scan
 from core.jobs import JobFolder, list_jobs
-from core.outputs import answer_text, token_usage
 
 # Numbered migrations, applied in order at start-up; never edit one that has shipped.
 MIGRATIONS: list[str] = [
@@ -138,64 +135,101 @@ MIGRATIONS: list[str] = [
 ]
 
 
-def _result_row(job_id: str, line: dict[str, Any]) -> dict[str, Any]:
-    response = line.get("response") or {}
-    body = response.get("body") or {}
-    choice = (body.get("choices") or [{}])[0]
-    usage = token_usage(line) or (None, None)
-    finish_reason = choice.get("finish_reason")
-    if body.get("object") == "response":  # the Responses API says it with its status
-        finish_reason = "length" if body.get("status") == "incomplete" else "stop"
-    error = line.get("error") or {}
-    if not isinstance(error, dict):
-        error = {"message": str(error)}
-    return {
-        "job_id": job_id,
-        "custom_id": line["custom_id"],
-        "status": "succeeded" if not line.get("error") else "failed",
-        "status_code": response.get("status_code"),
-        "answer": answer_text(line),
-        "finish_reason": finish_reason,
-        "prompt_tokens": usage[0],
-        "completion_tokens": usage[1],
-        "error_code": error.get("code"),
-        "error_message": error.get("message"),
-        "raw": json.dumps(line, ensure_ascii=False),
-        "model": body.get("model"),
-        "created_at": _timestamp(body.get("created", body.get("created_at"))),
+# Requests and results are parsed by DuckDB's JSON functions, not line by line in Python:
+# ingest must keep up with the engine (20,000+ lines/s).
+# Each line is parsed once into a struct (json_transform); fields are read from it.
+RESULT_SHAPE = json.dumps(
+    {
+        "custom_id": "VARCHAR",
+        "error": "JSON",
+        "response": {
+            "status_code": "INTEGER",
+            "body": {
+                "object": "VARCHAR",
+                "model": "VARCHAR",
+                "created": "DOUBLE",
+                "created_at": "DOUBLE",
+                "status": "VARCHAR",
+                "choices": [
+                    {
+                        "text": "VARCHAR",
+                        "finish_reason": "VARCHAR",
+                        "message": {"content": "VARCHAR"},
+                    }
+                ],
+                "output": [{"content": [{"text": "VARCHAR"}]}],
+                "usage": {
+                    "prompt_tokens": "INTEGER",
+                    "completion_tokens": "INTEGER",
+                    "input_tokens": "INTEGER",
+                    "output_tokens": "INTEGER",
+                },
+            },
+        },
     }
+)
+RESULT_COLUMNS_SQL = """
+    d.custom_id AS custom_id,
+    CASE WHEN coalesce(json_type(d.error), 'NULL') = 'NULL'
+         THEN 'succeeded' ELSE 'failed' END AS status,
+    d.response.status_code AS status_code,
+    coalesce(b.choices[1].message.content, b.choices[1].text,
+             b.output[1].content[1].text) AS answer,
+    CASE WHEN b.object = 'response'
+         THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
+         ELSE b.choices[1].finish_reason END AS finish_reason,
+    coalesce(b.usage.prompt_tokens, b.usage.input_tokens) AS prompt_tokens,
+    coalesce(b.usage.completion_tokens, b.usage.output_tokens) AS completion_tokens,
+    d.error->>'$.code' AS error_code,
+    CASE WHEN json_type(d.error) = 'VARCHAR' THEN d.error->>'$'
+         ELSE d.error->>'$.message' END AS error_message,
+    raw::JSON AS raw,
+    b.model AS model,
+    to_timestamp(coalesce(b.created, b.created_at)) AS created_at
+"""
+REQUEST_SHAPE = json.dumps(
+    {
+        "custom_id": "VARCHAR",
+        "body": {
+            "model": "VARCHAR",
+            "prompt": "VARCHAR",
+            "input": "JSON",
+            "messages": "JSON",
+            "metadata": "JSON",
+        },
+    }
+)
+# The text a person reads as "the prompt": the last user turn (text parts joined), a
+# completions prompt, or a Responses input.
+REQUEST_COLUMNS_SQL = """
+    coalesce(d.custom_id, 'line-' || line_no) AS custom_id,
+    line_no,
+    d.body.model AS model,
+    coalesce(
+        CASE json_type(user_content)
+            WHEN 'ARRAY' THEN array_to_string(
+                list_transform(json_extract(user_content, '$[*]'), lambda p: p->>'text'), '')
+            ELSE user_content->>'$' END,
+        d.body.prompt,
+        CASE json_type(d.body.input) WHEN 'VARCHAR' THEN d.body.input->>'$' END
+    ) AS prompt,
+    coalesce(d.body.messages, d.body.input) AS messages,
+    d.body.metadata AS metadata,
+    d.body.metadata->>'$.prompt_version' AS prompt_version,
+    CASE WHEN d IS NOT NULL THEN
+        json_merge_patch(raw->'$.body', '{"messages": null, "metadata": null}') END AS params
+"""
+BATCH_LINES = 50_000
 
 
-def _timestamp(created: Any) -> datetime | None:
-    """The answer's ``created`` (Unix seconds) as a UTC time; None for failures."""
-    if isinstance(created, int | float) and not isinstance(created, bool):
-        return datetime.fromtimestamp(created, UTC)
-    return None
-
-
-def _bodies(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yields ``(line_no, body)`` for lines whose body is an object, numbered like ``scan``."""
+def _complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines after ``offset`` and the offset after them."""
     with path.open("rb") as handle:
-        for line_no, raw in enumerate(handle, start=1):
-            try:
-                body = json.loads(raw.removeprefix(b"\xef\xbb\xbf")).get("body")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(body, dict):
-                yield line_no, body
-
-
-def _request_extras(body: dict[str, Any] | None) -> dict[str, Any]:
-    """Metadata, prompt version and the parameters a body asked for (messages left out)."""
-    body = body or {}
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else None
-    version = (metadata or {}).get("prompt_version")
-    params = {k: v for k, v in body.items() if k not in ("messages", "metadata")}
-    return {
-        "metadata": json.dumps(metadata, ensure_ascii=False) if metadata else None,
-        "prompt_version": None if version is None else str(version),
-        "params": json.dumps(params, ensure_ascii=False, default=str),
-    }
+        handle.seek(offset)
+        data = handle.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    lines = [raw.decode("utf-8", "replace") for raw in complete.splitlines() if raw.strip()]
+    return lines, offset + len(complete)
 
 
 class Store:
@@ -293,33 +327,43 @@ class Store:
         return new_rows + failed_rows
 
     def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:
-        rows = []
-        seen = set()
-        bodies = _bodies(job.input)
-        body_line, body = 0, None
-        for checked in scan(job.input):
-            cid = checked.custom_id or f"line-{checked.line_no}"
-            if cid in seen:
-                continue
-            seen.add(cid)
-            while body_line < checked.line_no:  # both walk the file in order
-                body_line, body = next(bodies, (checked.line_no + 1, None))
-            messages = checked.request.messages if checked.request else []
-            users = [m["content"] for m in messages if m["role"] == "user"]
-            rows.append(
+        """Loads the job's request lines (within a batch, the first line of a repeated id wins;
+        jobs refuse repeated ids anyway)."""
+        line_nos: list[int] = []
+        raws: list[str] = []
+        with job.input.open("rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                if line_no == 1:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")
+                if raw.strip():
+                    line_nos.append(line_no)
+                    raws.append(raw.decode("utf-8", "replace"))
+        for start in range(0, len(raws), BATCH_LINES):
+            lines = pa.table(  # noqa: F841 (read by DuckDB by name)
                 {
-                    "job_id": job.job_id,
-                    "custom_id": cid,
-                    "line_no": checked.line_no,
-                    "model": checked.request.model if checked.request else None,
-                    "prompt": users[-1] if users else None,
-                    "messages": json.dumps(messages, ensure_ascii=False),
-                    **_request_extras(body if body_line == checked.line_no else None),
+                    "line_no": line_nos[start : start + BATCH_LINES],
+                    "raw": raws[start : start + BATCH_LINES],
                 }
             )
-        if rows:
-            frame = pd.DataFrame(rows)  # noqa: F841 (read by DuckDB by name)
-            cur.execute("INSERT OR REPLACE INTO requests BY NAME SELECT * FROM frame")
+            cur.execute(
+                f"""
+                INSERT OR REPLACE INTO requests BY NAME
+                WITH parsed AS (
+                    SELECT line_no, raw,
+                           CASE WHEN json_valid(raw) THEN json_transform(raw, ?) END AS d
+                    FROM lines
+                ), users AS (
+                    SELECT *, list_filter(json_extract(d.body.messages, '$[*]'),
+                                          lambda m: m->>'role' = 'user')[-1]->'$.content'
+                              AS user_content
+                    FROM parsed
+                )
+                SELECT ? AS job_id, {REQUEST_COLUMNS_SQL}
+                FROM users
+                QUALIFY row_number() OVER (PARTITION BY custom_id ORDER BY line_no) = 1
+                """,
+                [REQUEST_SHAPE, job.job_id],
+            )
 
     def _load_results(
         self, cur: duckdb.DuckDBPyConnection, job: JobFolder, path: Path, offset: int
@@ -328,34 +372,45 @@ class Store:
         replaced by a failure (a retried request's old error stays in errors.jsonl)."""
         if not path.exists():
             return 0, 0
-        size = path.stat().st_size
         offset = offset or 0
-        if size < offset:  # the file was repaired or restarted: read it again (idempotent)
+        if path.stat().st_size < offset:  # repaired or restarted: read it again (idempotent)
             offset = 0
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read(size - offset)
-        complete = data[: data.rfind(b"\n") + 1]
-        rows = [_result_row(job.job_id, json.loads(raw)) for raw in complete.splitlines() if raw]
-        if rows:
-            frame = pd.DataFrame(rows)
-            copied = ["line_no", "prompt", "prompt_version", "metadata"]
-            updates = ", ".join(
-                f"{c} = excluded.{c}"
-                for c in [*frame.columns, *copied]
-                if c not in ("job_id", "custom_id")
-            )
-            # Request fields ride along (failures get the job's model) so reads need no join.
+        raws, offset = _complete_lines(path, offset)
+        for start in range(0, len(raws), BATCH_LINES):
+            lines = pa.table(  # noqa: F841 (read by DuckDB by name)
+                {"position": range(start, min(start + BATCH_LINES, len(raws))),
+                 "raw": raws[start : start + BATCH_LINES]}
+            )  # fmt: skip
+            columns = [
+                "status", "status_code", "answer", "finish_reason", "prompt_tokens",
+                "completion_tokens", "error_code", "error_message", "raw", "model", "created_at",
+                "line_no", "prompt", "prompt_version", "metadata",
+            ]  # fmt: skip
+            updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
+            # Request fields ride along (failures get the job's model) so reads need no join;
+            # within one batch the last line of an id wins, as it would line by line.
             cur.execute(
-                "INSERT INTO results BY NAME "
-                "SELECT f.* EXCLUDE (model), coalesce(f.model, j.model) AS model, "
-                "q.line_no, q.prompt, q.prompt_version, q.metadata FROM frame f "
-                "LEFT JOIN requests q ON q.job_id = f.job_id AND q.custom_id = f.custom_id "
-                "LEFT JOIN jobs j ON j.job_id = f.job_id "
-                f"ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates} "
-                "WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'"
+                f"""
+                INSERT INTO results BY NAME
+                WITH parsed AS (
+                    SELECT position, raw, json_transform(raw, ?) AS d FROM lines
+                ), rows AS (
+                    SELECT position, {RESULT_COLUMNS_SQL}
+                    FROM (SELECT *, d.response.body AS b FROM parsed)
+                    QUALIFY row_number() OVER (PARTITION BY custom_id ORDER BY position DESC) = 1
+                )
+                SELECT ? AS job_id, f.* EXCLUDE (position, model),
+                       coalesce(f.model, j.model) AS model,
+                       q.line_no, q.prompt, q.prompt_version, q.metadata
+                FROM rows f
+                LEFT JOIN requests q ON q.job_id = ? AND q.custom_id = f.custom_id
+                LEFT JOIN jobs j ON j.job_id = ?
+                ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates}
+                WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'
+                """,
+                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id],
             )
-        return len(rows), offset + len(complete)
+        return len(raws), offset
 
     # -- queries --------------------------------------------------------------------------
 

@@ -1,0 +1,76 @@
+"""Ingest speed: result lines per second from a job folder into DuckDB.
+
+Usage::
+
+    .venv/bin/python bench/ingest.py [--lines 100000]
+
+Builds a job folder with N requests and N chained output lines (a tenth of them failures,
+in errors.jsonl), then times the first ingest (requests and results) and a second one
+(nothing new: it must cost almost nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from core.engine import EngineConfig  # noqa: E402
+from core.jobs import JobStatus, create_job  # noqa: E402
+from core.output_file import OutputWriter  # noqa: E402
+from core.outputs import Choice, Completion, error_line, success_line  # noqa: E402
+from core.store import Store  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=100_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ingest-"))
+    batch = work / "batch.jsonl"
+    with batch.open("w") as out:
+        for i in range(args.lines):
+            body = {
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "Summarise the ticket in one sentence."},
+                    {"role": "user", "content": f"Ticket {i}: the export is broken again. " * 3},
+                ],
+                "max_tokens": 48,
+                "metadata": {"task": "summary", "source_id": str(i), "prompt_version": "v2"},
+            }
+            line = {"custom_id": f"id-{i}", "method": "POST", "url": "/v1/chat/completions"}
+            out.write(json.dumps({**line, "body": body}) + "\n")
+    job = create_job(batch, work / "jobs", EngineConfig(model="/models/bench"))
+    answer = Completion(
+        60, [Choice("The customer reports that the export fails. " * 2, "stop", 24)]
+    )
+    with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
+        for start in range(0, args.lines, 1000):
+            ids = range(start, min(start + 1000, args.lines))
+            output.write(success_line(f"id-{i}", "m", answer) for i in ids if i % 10)
+            errors.write(
+                error_line(f"id-{i}", "engine_rejected", "too long") for i in ids if not i % 10
+            )
+    job.write_status(JobStatus(state="completed", total=args.lines, done=args.lines))
+
+    store = Store(work / "studio.duckdb")
+    started = time.perf_counter()
+    rows = store.ingest(job)
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    again = store.ingest(job)
+    second = time.perf_counter() - started
+    print(f"{args.lines} requests, {rows} result lines")
+    print(f"first ingest (requests + results): {first:.2f} s = {rows / first:,.0f} lines/s")
+    print(f"second ingest (nothing new): {second * 1000:.0f} ms, {again} rows")
+
+
+if __name__ == "__main__":
+    main()
