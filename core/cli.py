@@ -516,7 +516,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--chunk-size",
         type=int,
         default=None,
-        help="requests inside the engine at once (default: twice its max concurrent sequences)",
+        help="requests inside the engine at once (default: its max concurrent sequences)",
     )
     ray_group = run.add_argument_group("Ray cluster (needs requirements-ray.txt)")
     ray_group.add_argument(

@@ -101,7 +101,9 @@ class LocalExecutor:
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine_config)
         self.model = spec.engine_config.model_name
-        self.window = spec.chunk_size or 2 * self.engine.max_num_seqs
+        # As many as the engine runs at once: a finished request is replaced at the next step,
+        # so the batch stays full, and a kill loses at most one batch of work.
+        self.window = spec.chunk_size or self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
 
     @property

@@ -61,7 +61,7 @@ class JobSpec:
     engine: dict[str, Any]
     defaults: dict[str, Any] = field(default_factory=dict)
     skip_invalid: bool = False
-    chunk_size: int | None = None  # requests inside the engine at once; None: 2 x max_num_seqs
+    chunk_size: int | None = None  # requests inside the engine at once (None: max_num_seqs)
     completion_window_hours: float | None = 24.0
     input_sha256: str = ""
     input_lines: int = 0

@@ -78,7 +78,7 @@ with st.expander("Engine settings", expanded=False):
     )
     prefix = c3.selectbox("Prefix caching", ["default", "on", "off"], key="prefix")
     chunk_size = st.number_input(
-        "Requests inside the engine at once (0 = twice its max concurrent sequences)",
+        "Requests inside the engine at once (0 = its max concurrent sequences)",
         0,
         1_000_000,
         0,
