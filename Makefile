@@ -5,7 +5,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint format bench-throughput
+.PHONY: setup run test lint format bench
 
 setup:
 	bash scripts/setup.sh
@@ -25,3 +25,11 @@ lint:
 format:
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+
+# Benchmarks print figures (see README "Benchmarks"); none is part of `make test`.
+bench: setup
+	$(PY) bench/throughput.py
+	$(PY) bench/ingest.py
+	$(PY) bench/check_throughput.py
+	$(PY) bench/results_store.py
+	$(PY) bench/kill_resume.py
