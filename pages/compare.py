@@ -6,17 +6,14 @@ import streamlit as st
 
 from core import compare as cmp
 from core.results import facets
-from pages.shared import paths, store
+from pages.shared import jobs_or_stop, store
 
 st.title("Compare")
 
+jobs = jobs_or_stop(
+    "No jobs yet. Run two batches (or one with two prompt versions) to compare them."
+)
 db = store()
-db.ingest_all(paths().jobs)
-jobs = db.jobs()
-if jobs.empty:
-    st.info("No jobs yet. Run two batches (or one with two prompt versions) to compare them.")
-    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
-    st.stop()
 
 ids = list(jobs["job_id"])
 mode = st.radio("Compare", ["Two jobs", "Two slices of one job"], horizontal=True, key="cmp_mode")

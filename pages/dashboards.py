@@ -5,16 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from core import dashboards as dash
-from pages.shared import paths, store
+from pages.shared import jobs_or_stop, store
 
 st.title("Dashboards")
 
+jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
 db = store()
-db.ingest_all(paths().jobs)
-jobs = db.jobs()
-if jobs.empty:
-    st.info("No jobs yet. Charts appear once a job has results.")
-    st.stop()
 
 c = st.columns([3, 1, 1, 1])
 job_ids = c[0].multiselect("Jobs (all when empty)", list(jobs["job_id"]), key="dash_jobs")

@@ -8,17 +8,11 @@ import streamlit as st
 from core.jobs import JobFolder, start_worker
 from core.ledger import read_ledger, reconcile, verify, write_rerun_file
 from core.queue import priority, queued_jobs, set_priority
-from pages.shared import job_controls, paths, store
+from pages.shared import job_controls, jobs_or_stop, paths
 
 st.title("Jobs")
 
-db = store()
-db.ingest_all(paths().jobs)
-jobs = db.jobs()
-if jobs.empty:
-    st.info("No jobs yet. Check a batch file and start a run first.")
-    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
-    st.stop()
+jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")
 
 st.dataframe(
     jobs[["job_id", "source", "model", "state", "total", "succeeded", "failed", "created_at"]],

@@ -9,17 +9,12 @@ import streamlit as st
 from core import export as ex
 from core import results as res
 from core.jobs import JobFolder
-from pages.shared import paths, store
+from pages.shared import jobs_or_stop, paths, store
 
 st.title("Results")
 
+jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")
 db = store()
-db.ingest_all(paths().jobs)
-jobs = db.jobs()
-if jobs.empty:
-    st.info("No jobs yet. Check a batch file and start a run first.")
-    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
-    st.stop()
 
 by_id = jobs.set_index("job_id")
 ids = list(jobs["job_id"])

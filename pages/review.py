@@ -8,17 +8,12 @@ from core import export as ex
 from core import review as rv
 from core import samples as sm
 from core.results import ResultFilter, facets
-from pages.shared import paths, store
+from pages.shared import jobs_or_stop, paths, store
 
 st.title("Review")
 
+jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")
 db = store()
-db.ingest_all(paths().jobs)
-jobs = db.jobs()
-if jobs.empty:
-    st.info("No jobs yet. Run a batch first; then sample its results here.")
-    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
-    st.stop()
 
 reviewer = st.text_input("Your name (labels are kept per reviewer)", key="reviewer").strip()
 

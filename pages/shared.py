@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from core.config import DataPaths, data_paths
@@ -26,6 +27,19 @@ def store() -> Store:
     """The process's one DuckDB store for the current data folder (watchers started)."""
     _watchers(str(data_paths().home))
     return _open_store(str(data_paths().database))
+
+
+def jobs_or_stop(empty_message: str) -> pd.DataFrame:
+    """The jobs in the store, freshly ingested; or, when there are none, an empty state that
+    says what to do first (and the page stops there)."""
+    db = store()
+    db.ingest_all(paths().jobs)
+    jobs = db.jobs()
+    if jobs.empty:
+        st.info(empty_message)
+        st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+        st.stop()
+    return jobs
 
 
 def paths() -> DataPaths:
