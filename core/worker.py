@@ -33,6 +33,7 @@ from pathlib import Path
 
 from core.checks import scan
 from core.engine import EngineLoadError
+from core.estimate import record_throughput
 from core.executors import make_executor
 from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
 from core.ledger import read_ledger
@@ -43,6 +44,7 @@ from core.queue import EngineLock, queued_jobs
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
+MIN_REQUESTS_MEASURED = 8
 
 
 class Cancelled(BaseException):
@@ -227,16 +229,29 @@ def _run_pending(
             model_load_seconds=round(executor.load_seconds, 2),
             message=f"running {len(requests)} requests {executor.description}{part}",
         )
+        started, tokens, finished = time.monotonic(), 0, 0
         for lines in executor.run(requests):
             keeper.status.in_flight = getattr(executor, "in_flight", 0)
             writers.write(lines)
             keeper.first_result()
             left.difference_update(line["custom_id"] for line in lines)
+            finished += len(lines)
+            tokens += sum((token_usage(line) or (0, 0))[1] for line in lines)
             if left and _expired(spec):
                 message = "the job's completion window ended before this request ran"
                 writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
                 return "expired"
+        _record_throughput(keeper.job, folder, tokens, finished, time.monotonic() - started)
     return "completed"
+
+
+def _record_throughput(
+    job: JobFolder, folder: str, tokens: int, requests: int, seconds: float
+) -> None:
+    """Keeps the measured speed for estimates (only from runs long enough to mean it)."""
+    if requests >= MIN_REQUESTS_MEASURED and tokens and seconds > 0:
+        home = job.path.parent.parent
+        record_throughput(Path(folder).name, tokens / seconds, requests / seconds, home=home)
 
 
 def _raise_cancelled(signum: int, _frame: object) -> None:

@@ -83,3 +83,13 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
     assert len(ledger.succeeded) == 1
     assert {e["code"] for e in ledger.failed.values()} == {"expired"}
     assert sorted(ledger.retryable()) == ["r1", "r2", "r3"]
+
+
+def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monkeypatch):
+    from core.estimate import measured_throughput
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    assert measured_throughput("none", home=tmp_path) is None
+    worker.run_job(make_job(tmp_path, worker.MIN_REQUESTS_MEASURED))
+    measured = measured_throughput("none", home=tmp_path)
+    assert measured is not None and measured.requests_per_s > 0
