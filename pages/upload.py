@@ -263,6 +263,7 @@ if report.lines:
 
 # -- estimate ------------------------------------------------------------------------------
 needs_confirmation = False
+estimate_data: dict | None = None
 if report.valid and report.by_local_model:
     st.subheader("Estimate")
     prices = load_prices()
@@ -319,14 +320,14 @@ if report.valid and report.by_local_model:
             f"budget of {result.budget:,.2f}",
             key="budget_ok",
         )
-    st.session_state["estimate"] = result.to_dict()
+    estimate_data = st.session_state["estimate"] = result.to_dict()
 
 # -- downloads and the way on ------------------------------------------------------------------
 if report.lines:
     c1, c2 = st.columns(2)
     c1.download_button(
         "Download the report (JSON)",
-        json.dumps(report.to_dict(), ensure_ascii=False, indent=1),
+        json.dumps({**report.to_dict(), "estimate": estimate_data}, ensure_ascii=False, indent=1),
         file_name=f"{Path(display_name).stem}.report.json",
         mime="application/json",
         key="download_report",
