@@ -32,7 +32,14 @@ from core.jobs import (
     find_job,
     start_worker,
 )
-from core.ledger import read_ledger, reconcile, verify, write_combined, write_rerun_file
+from core.ledger import (
+    read_ledger,
+    reconcile,
+    shards,
+    verify,
+    write_combined,
+    write_rerun_file,
+)
 from core.models import ModelError, check_model_folder, prepare_default_model
 from core.queue import EngineLock
 from core.ray_executor import ray_settings
@@ -224,6 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             output_path=str(output),
             model_map=model_map,
+            shard_size=args.shard_size,
             ray=ray_settings(  # None: this machine
                 args.ray,
                 args.replicas,
@@ -237,9 +245,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_worker(job, output, retry=False)
 
 
-def _run_worker(job: JobFolder, output: Path | None, retry: bool) -> int:
+def _run_worker(job: JobFolder, output: Path | None, retry: bool, shard: int | None = None) -> int:
     """Starts the worker on a job, follows it, and writes the combined output file."""
-    worker = start_worker(job, retry=retry)
+    worker = start_worker(job, retry=retry, shard=shard)
     print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
     try:
         status = _follow(job, worker)
@@ -300,7 +308,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    return _run_worker(job, _output_of(job), retry=args.retry)
+    shard = getattr(args, "shard", None)
+    if shard is not None and not 0 <= shard < len(
+        shards(read_ledger(job), job.read_spec().shard_size)
+    ):
+        print(f"error: job {job.job_id} has no shard {shard}", file=sys.stderr)
+        return EXIT_USAGE
+    return _run_worker(job, _output_of(job), retry=args.retry, shard=shard)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -337,6 +351,13 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             print(f"  {label}: {len(ids)}, e.g. {', '.join(ids[:5])}")
     for failure, count in report.failures_by_class.items():
         print(f"  {count:6d} x {failure}")
+    parts = shards(read_ledger(job), job.read_spec().shard_size)
+    if len(parts) > 1:
+        for part in parts:
+            print(
+                f"  shard {part.number} ({part.first} .. {part.last}): {part.state}, "
+                f"{part.succeeded} succeeded, {part.failed} failed, {part.missing} without a result"
+            )
     return 0 if report.complete else EXIT_INVALID
 
 
@@ -508,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new job instead of continuing the last one for this file and output",
     )
     run.add_argument(
+        "--shard-size", type=int, default=10_000, help="requests per shard (a unit of retry)"
+    )
+    run.add_argument(
         "--skip-invalid",
         action="store_true",
         help="run the valid lines; invalid ones get an error line",
@@ -546,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     retry = commands.add_parser("retry", help="rerun a job's failed, expired and missing requests")
     retry.add_argument("job", help="job id")
+    retry.add_argument("--shard", type=int, help="only this shard (0-based; see reconcile)")
     retry.set_defaults(handler=cmd_resume, retry=True)
 
     cancel_cmd = commands.add_parser("cancel", help="stop a running job; its results stay")

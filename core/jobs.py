@@ -63,6 +63,7 @@ class JobSpec:
     skip_invalid: bool = False
     chunk_size: int | None = None  # requests inside the engine at once (None: max_num_seqs)
     completion_window_hours: float | None = 24.0
+    shard_size: int = 10_000  # requests per shard: the unit of progress and of a retry
     input_sha256: str = ""
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
@@ -101,6 +102,7 @@ class JobStatus:
     error: str | None = None
     history: list[dict[str, str]] = field(default_factory=list)  # [{"state", "at"}]
     retry: bool = False  # also rerun failed requests when the worker takes the job
+    retry_shard: int | None = None  # ...and only those of this shard
     in_flight: int = 0  # requests inside the engine at the last update
 
     @classmethod
@@ -217,6 +219,7 @@ def create_job(
     output_path: str | None = None,
     ray: dict[str, Any] | None = None,  # Ray cluster settings (core/ray_executor.py)
     model_map: dict[str, str] | None = None,
+    shard_size: int = 10_000,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``."""
     input_file = Path(input_file)
@@ -237,6 +240,7 @@ def create_job(
         output_path=output_path,
         ray=ray,
         model_map=dict(model_map or {}),
+        shard_size=shard_size,
         provenance=provenance(engine),
     )
     write_json_atomic(job.spec_file, asdict(spec))
@@ -246,7 +250,9 @@ def create_job(
     return job
 
 
-def start_worker(job: JobFolder, *, retry: bool = False) -> subprocess.Popen:
+def start_worker(
+    job: JobFolder, *, retry: bool = False, shard: int | None = None
+) -> subprocess.Popen:
     """Starts ``python -m core.worker JOB_DIR`` in its own session, so it outlives the UI.
 
     The status is reset to ``queued`` first, so nobody mistakes the previous run's final
@@ -255,6 +261,7 @@ def start_worker(job: JobFolder, *, retry: bool = False) -> subprocess.Popen:
     status = job.read_status()
     status.enter("queued", "waiting for the engine")
     status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
+    status.retry_shard = shard
     job.write_status(status)
     log = job.log_file.open("ab")
     return subprocess.Popen(

@@ -69,6 +69,53 @@ def read_ledger(job: JobFolder) -> Ledger:
 
 
 @dataclass
+class Shard:
+    """A run of consecutive requests of a job, with the state of their results."""
+
+    number: int
+    first: str
+    last: str
+    requests: int
+    succeeded: int
+    failed: int
+
+    @property
+    def missing(self) -> int:
+        return self.requests - self.succeeded - self.failed
+
+    @property
+    def state(self) -> str:
+        if self.succeeded == self.requests:
+            return "completed"
+        if not self.missing:
+            return "failed"
+        return "pending" if self.missing == self.requests else "partial"
+
+
+def shard_ids(ledger: Ledger, size: int, number: int) -> list[str]:
+    """The request ids of shard ``number`` (0-based) of ``size`` requests."""
+    return ledger.ids[number * size : (number + 1) * size]
+
+
+def shards(ledger: Ledger, size: int) -> list[Shard]:
+    """The job's requests cut into shards of ``size``, each with its counts and state."""
+    found = []
+    for number in range((len(ledger.ids) + size - 1) // size):
+        ids = shard_ids(ledger, size, number)
+        found.append(
+            Shard(
+                number=number,
+                first=ids[0],
+                last=ids[-1],
+                requests=len(ids),
+                succeeded=sum(i in ledger.succeeded for i in ids),
+                failed=sum(i in ledger.failed for i in ids),
+            )
+        )
+    return found
+
+
+@dataclass
 class Reconciliation:
     """Input lines against result lines, for a person and for scripts."""
 

@@ -36,7 +36,7 @@ from core.engine import EngineLoadError
 from core.estimate import record_throughput
 from core.executors import make_executor
 from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
-from core.ledger import read_ledger
+from core.ledger import read_ledger, shard_ids
 from core.monitoring import ResourceSampler, append_sample, progress_sample
 from core.output_file import OutputWriter
 from core.outputs import error_line, token_usage
@@ -155,16 +155,19 @@ def _expired(spec: JobSpec) -> bool:
     return time.time() > created + spec.completion_window_hours * 3600
 
 
-def run_job(job: JobFolder, retry: bool = False) -> JobStatus:
+def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> JobStatus:
     """Runs every request of the job without a final result; returns the final status.
 
     Args:
         job: the job folder.
         retry: also rerun failed requests (never those that failed as invalid input).
+        shard: with ``retry``, rerun only this shard's requests.
     """
     spec = job.read_spec()
     ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
     rerun = set(ledger.retryable()) if retry else set(ledger.missing)
+    if retry and shard is not None:
+        rerun &= set(shard_ids(ledger, spec.shard_size, shard))
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     seen: set[str] = set()
@@ -275,7 +278,8 @@ def serve(job: JobFolder) -> JobStatus | None:
                     queue = [job] + [j for j in queue if j.job_id != job.job_id]
                 if not queue:
                     break
-                status = run_job(queue[0], retry=queue[0].read_status().retry)
+                wanted = queue[0].read_status()
+                status = run_job(queue[0], retry=wanted.retry, shard=wanted.retry_shard)
                 if queue[0].job_id == job.job_id:
                     first = status
         finally:

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from core.jobs import JobFolder, start_worker
-from core.ledger import read_ledger, reconcile, verify, write_rerun_file
+from core.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.queue import priority, queued_jobs, set_priority
 from pages.shared import job_controls, jobs_or_stop, paths
 
@@ -82,6 +82,26 @@ if can_rerun and st.button(label, type="primary"):
     write_rerun_file(job, retryable, job.path / "rerun.jsonl")
     start_worker(job, retry=True)
     st.toast("Rerunning into the same job; the subset is saved as rerun.jsonl.")
+parts = shards(read_ledger(job), spec.shard_size)
+if len(parts) > 1:
+    st.subheader("Shards")
+    st.dataframe(
+        pd.DataFrame(
+            [{"shard": p.number, "state": p.state, "first": p.first, "last": p.last,
+              "succeeded": p.succeeded, "failed": p.failed, "without a result": p.missing}
+             for p in parts]
+        ),
+        hide_index=True,
+        width="stretch",
+    )  # fmt: skip
+    retryable_parts = [p.number for p in parts if p.state in ("failed", "partial", "pending")]
+    if retryable_parts and (status.is_final or status.interrupted):
+        c1, c2 = st.columns([1, 3])
+        number = c1.selectbox("Shard", retryable_parts, key="retry_shard")
+        if c2.button(f"Retry shard {number} alone", key="retry_shard_button"):
+            start_worker(job, retry=True, shard=int(number))
+            st.toast(f"Rerunning the failed and missing requests of shard {number}.")
+
 if st.button("Verify results (hash chain and completeness)"):
     result = verify(job)
     if result.ok:

@@ -84,6 +84,13 @@ with st.expander("Engine settings", expanded=False):
         0,
         key="chunk_size",
     )
+    shard_size = st.number_input(
+        "Requests per shard (the unit of progress and of a retry)",
+        1,
+        10_000_000,
+        10_000,
+        key="shard_size",
+    )
 
 defaults = JobDefaults(**st.session_state.get("job_defaults", {}))  # from Upload & check
 with st.expander("Defaults for fields a request leaves out"):
@@ -173,6 +180,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         chunk_size=int(chunk_size) or None,
         source=st.session_state.get("batch_name"),
         model_map=model_map,
+        shard_size=int(shard_size),
         ray=ray_spec,
     )
     start_worker(job)

@@ -93,3 +93,31 @@ def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monk
     worker.run_job(make_job(tmp_path, worker.MIN_REQUESTS_MEASURED))
     measured = measured_throughput("none", home=tmp_path)
     assert measured is not None and measured.requests_per_s > 0
+
+
+def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monkeypatch):
+    from dataclasses import asdict, replace
+
+    from core.jobs import write_json_atomic
+    from core.ledger import read_ledger, shards
+    from core.outputs import error_line
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    job = make_job(tmp_path, 6)
+    write_json_atomic(job.spec_file, asdict(replace(job.read_spec(), shard_size=2)))
+    with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
+        output.write(
+            [
+                success_line(f"r{i}", "m", Completion(2, [Choice("ok", "stop", 1)]))
+                for i in (0, 1, 2)
+            ]
+        )
+        errors.write([error_line(f"r{i}", "engine_error", "boom", 500) for i in (3, 4)])
+    parts = shards(read_ledger(job), 2)
+    assert [p.state for p in parts] == ["completed", "failed", "partial"]
+
+    worker.run_job(job, retry=True, shard=1)  # only r2 and r3: r4 stays failed, r5 missing
+
+    ledger = read_ledger(job)
+    assert "r3" in ledger.succeeded and "r4" in ledger.failed and "r5" not in ledger.succeeded
+    assert [p.state for p in shards(ledger, 2)] == ["completed", "completed", "partial"]
