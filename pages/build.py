@@ -109,7 +109,9 @@ report = whole or first
 if whole is not None:
     st.caption(f"{whole.written:,} of {whole.rows:,} rows become lines.")
 if report.problems:
-    st.warning(f"{len(report.problems)} rows have problems; rows with errors are left out.")
+    n = len(report.problems)
+    rows_have = "row has" if n == 1 else "rows have"
+    st.warning(f"{n} {rows_have} problems; rows with errors are left out.")
     st.dataframe(
         pd.DataFrame(
             [{"row": p.row, "severity": p.severity, "message": p.message} for p in report.problems]

@@ -120,6 +120,9 @@ def show(job: JobFolder) -> None:
             "only the requests that have no result yet."
         )
     job_controls(job, key="monitor")
+    after = job.read_status()
+    if (status.is_final or status.interrupted) and not (after.is_final or after.interrupted):
+        st.rerun()  # resumed or retried here: rerun the page so its refresh goes live again
     ray_section(job)
 
     if samples:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.config import REPO_ROOT
+from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
 
 
 @pytest.fixture

@@ -1,173 +1,263 @@
-"""End to end: the real app in headless chromium runs a sample batch on the real engine.
+"""End to end: the real app in headless chromium, on the real engine.
 
-Needs Debian's ``chromium`` and the prepared default model; takes a minute or two on CPU.
+Needs Debian's ``chromium`` and the prepared default model. Screenshots of each step and of
+every page land in ``test-output/screenshots/``. On a quiet 2-core machine the two
+tests take about 5 minutes together; the engine is loaded three times in all (each worker
+start loads it: about 25 s).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
-from core.config import REPO_ROOT, SAMPLE_DATA
+from core.config import SAMPLE_DATA
+from tests.browser_support import (
+    PAGES,
+    StreamlitServer,
+    choose,
+    expect_no_exception,
+    expect_title,
+    grid_rows,
+    monitor_progress,
+    open_expander,
+    open_page,
+    pick_radio,
+    screenshot,
+    type_into,
+    wait_for,
+    wait_idle,
+    worker_pids,
+)
 
-SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-SERVER_START_SECONDS = 60
-RUN_SECONDS = 240  # the CPU engine alone takes ~30 s to load
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, server: subprocess.Popen, log: Path) -> None:
-    """Waits until Streamlit's health endpoint answers ``ok``, or fails with the server log."""
-    deadline = time.monotonic() + SERVER_START_SECONDS
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"streamlit exited with {server.returncode}:\n{log.read_text()}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
-                if response.read().decode().strip() == "ok":
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"streamlit not healthy after {SERVER_START_SECONDS} s:\n{log.read_text()}")
+ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
+COPIES = 6  # review_sentiment.jsonl's 16 requests, 6 times: 96 requests
+OUTPUT_TOKENS = 24  # per request (min_tokens = max_tokens), so the run lasts a while
+ENGINE_WINDOW = re.compile(r"^Requests inside the engine at once")
 
 
-def kill_workers(home: Path) -> None:
-    """Kills every worker a job folder under ``home`` names, if it still runs."""
-    for status_file in (home / "jobs").glob("*/status.json"):
-        pid = json.loads(status_file.read_text(encoding="utf-8")).get("pid")
-        if not pid:
-            continue
-        try:
-            process = psutil.Process(pid)
-            if "core.worker" in process.cmdline():
-                process.kill()
-                process.wait(timeout=10)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.TimeoutExpired):
-            pass
+def long_batch(folder: Path) -> Path:
+    """The sentiment sample, ``COPIES`` times over with fixed-length answers: a run long
+    enough to restart the app, cancel and kill the worker in the middle of it."""
+    lines = (SAMPLE_DATA / "review_sentiment.jsonl").read_text(encoding="utf-8").splitlines()
+    path = folder / "review_sentiment_x6.jsonl"
+    with path.open("w", encoding="utf-8") as handle:
+        for copy in range(COPIES):
+            for raw in lines:
+                request = json.loads(raw)
+                request["custom_id"] += f"#{copy}"
+                request["body"]["max_tokens"] = OUTPUT_TOKENS
+                request["body"]["min_tokens"] = OUTPUT_TOKENS
+                handle.write(json.dumps(request, ensure_ascii=False) + "\n")
+    return path
 
 
-@pytest.fixture
-def app_url(tmp_path: Path) -> Iterator[str]:
-    """``streamlit run app.py`` on a free port with a private data folder; yields its URL."""
-    home = tmp_path / "home"
-    port = free_port()
-    log = tmp_path / "streamlit.log"
-    env = {**os.environ, "BATCH_STUDIO_HOME": str(home)}
-    command = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        "app.py",
-        "--server.port",
-        str(port),
-        "--server.address",
-        "127.0.0.1",
-        "--server.headless",
-        "true",
-    ]
-    with log.open("wb") as log_handle:
-        server = subprocess.Popen(
-            command, cwd=REPO_ROOT, env=env, stdout=log_handle, stderr=subprocess.STDOUT
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, server, log)
-        yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        kill_workers(home)
+def current_job(home: Path) -> Path:
+    """The newest job folder (job ids start with their creation time)."""
+    return max((home / "jobs").glob("job_*"))
 
 
-@pytest.fixture
-def chromium_page() -> Iterator[Page]:
-    """A page of headless Debian chromium, driven by Playwright."""
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("chromium is not installed: `apt-get install chromium` (Debian's package)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
-        try:
-            yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        finally:
-            browser.close()
+def job_status(job: Path) -> dict:
+    """A job's ``status.json``, read from its folder as the worker wrote it."""
+    return json.loads((job / "status.json").read_text(encoding="utf-8"))
 
 
-def screenshot(page: Page, name: str) -> None:
-    """Saves the whole page as ``test-output/screenshots/<name>.png``."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+def one_request_at_a_time(page: Page) -> None:
+    """On Run: one request inside the engine at a time, so results come one by one (a run
+    to act on half-way) instead of all at the end of one engine step."""
+    open_expander(page, "Engine settings")
+    type_into(page, ENGINE_WINDOW, "1")
+
+
+def wait_progress(page: Page, *, state: str, at_least: int, timeout: float) -> int:
+    """Waits until the Monitor's live progress shows ``state`` and ``at_least`` done."""
+
+    def reached() -> int | None:
+        shown, done, _ = monitor_progress(page)
+        return done if shown == state and done >= at_least else None
+
+    return int(wait_for(reached, timeout, f"Monitor to show {state} with {at_least} done"))
+
+
+@pytest.mark.browser
+def test_build_and_check_in_the_browser(studio_server: StreamlitServer, chromium_page) -> None:
+    """Build a batch file from the sample table, check it; then upload a broken file and
+    see its problems by line number."""
+    page = chromium_page
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+
+    open_page(page, "Build")
+    pick_radio(page, "Use the sample table")
+    expect(page.get_by_text("tickets.csv: 40 rows", exact=False)).to_be_visible()
+    choose(page, "Id column", "ticket_id")
+    type_into(page, "User prompt template (Jinja2)", "{{ subject }}: {{ body }}")
+    type_into(page, "max_tokens", "8")
+    expect(page.get_by_text("39 of 40 rows become lines.")).to_be_visible()
+    expect(page.get_by_text("1 row has problems", exact=False)).to_be_visible()
+    preview = page.get_by_test_id("stCode").first
+    expect(preview).to_contain_text('"custom_id": "tickets:T-2001"')
+    expect(preview).to_contain_text("Charged twice this month: I see two charges")
+    screenshot(page, "build_1_preview")
+
+    page.get_by_role("button", name="Save the batch file").click()
+    expect(page.get_by_text("Saved tickets.jsonl: 39 of 40 rows written.")).to_be_visible()
+    expect_no_exception(page)
+    built = studio_server.home / "uploads" / "tickets.jsonl"
+    lines = [json.loads(line) for line in built.read_text(encoding="utf-8").splitlines()]
+    assert len(lines) == 39
+    assert lines[0]["custom_id"] == "tickets:T-2001"
+    assert lines[0]["body"]["max_tokens"] == 8
+    screenshot(page, "build_2_saved")
+
+    page.get_by_role("button", name="Check it on Upload & check").click()
+    expect_title(page, "Upload & check")
+    server_path = page.get_by_role("textbox", name="Path of a batch file on this server")
+    expect(server_path).to_have_value(str(built))
+    expect(page.get_by_text("All 39 lines are valid.")).to_be_visible()
+    expect(page.get_by_role("link", name=re.compile("Continue to Run"))).to_be_visible()
+    screenshot(page, "build_3_checked")
+
+    pick_radio(page, "Upload a file")
+    page.locator("input[type=file]").set_input_files(SAMPLE_DATA / "broken_batch.jsonl")
+    expect(page.get_by_text("7 of 11 lines are invalid.", exact=False)).to_be_visible()
+    wait_idle(page)
+    expect_no_exception(page)
+    invalid = page.get_by_test_id("stMetric").filter(has_text="Invalid")
+    expect(invalid.get_by_test_id("stMetricValue")).to_have_text("7")
+    problems = page.get_by_test_id("stDataFrame").first  # the estimate's tables come later
+    expect(problems.locator("th").first).to_have_text("line")
+    expect(problems.locator("tbody tr")).to_have_count(7)
+    by_line = {row[0]: row for row in grid_rows(problems)}
+    assert sorted(by_line, key=int) == ["3", "4", "6", "7", "8", "9", "10"]
+    assert "not valid JSON" in by_line["3"][-1]
+    assert by_line["10"][2] == "ticket-summary:T-5010"
+    assert "'robot'" in by_line["10"][-1]
+    screenshot(page, "check_broken_file")
 
 
 @pytest.mark.browser
 @pytest.mark.engine
-def test_upload_run_and_read_results_in_the_browser(app_url: str, chromium_page: Page) -> None:
-    page = chromium_page
-    page.goto(app_url)
-    expect(page.get_by_role("heading", name="Upload & check")).to_be_visible(timeout=30_000)
-    page.locator("input[type=file]").set_input_files(SAMPLE_DATA / "review_sentiment.jsonl")
-    expect(page.get_by_text("All 16 lines are valid.")).to_be_visible(timeout=30_000)
-    screenshot(page, "1_upload")
+def test_restart_cancel_kill_resume_run_in_the_browser(
+    studio_server: StreamlitServer, chromium_page, tmp_path: Path
+) -> None:
+    """Two jobs on the default model, three engine loads in all:
 
+    A (a long batch): start → the app's server stops and starts again while the worker runs
+    on → the new server's Monitor catches up from the job folder → Cancel.
+    B (the sentiment sample): start → its worker is killed (interrupted) → Resume → 100% →
+    Results. Then every page of the sidebar in its state after the runs.
+    """
+    page, server, home = chromium_page, studio_server, studio_server.home
+    batch = long_batch(tmp_path)
+    total = COPIES * 16
+
+    # -- A: start a long run --------------------------------------------------------------------
+    page.goto(server.url)
+    expect_title(page, "Upload & check")
+    page.locator("input[type=file]").set_input_files(batch)
+    expect(page.get_by_text(f"All {total} lines are valid.")).to_be_visible()
+    screenshot(page, "run_1_upload")
     page.get_by_role("link", name=re.compile("Continue to Run")).click()
-    expect(page.get_by_role("heading", name="Run")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("16 valid of 16 lines")).to_be_visible()
-    screenshot(page, "2_run")
+    expect_title(page, "Run")
+    expect(page.get_by_text(f"{total} valid of {total} lines")).to_be_visible()
+    expect(page.get_by_role("combobox", name="Model")).to_have_value("SmolLM2-135M-Instruct")
+    one_request_at_a_time(page)
+    screenshot(page, "run_2_settings")
     page.get_by_role("button", name="Start run").click()
-    expect(page.get_by_text("completed: 16 / 16 requests")).to_be_visible(
-        timeout=RUN_SECONDS * 1000
+    expect_title(page, "Monitor")
+    job_a = current_job(home)
+    done = wait_progress(page, state="running", at_least=1, timeout=ENGINE_SECONDS)
+    screenshot(page, "run_3_monitor_running")
+
+    # -- the app's server stops and starts again; the worker runs on ------------------------------
+    (worker,) = worker_pids(home)
+    server.stop()
+    assert not server.running
+    assert worker_pids(home) == [worker], "the worker died with the app's server"
+    on_disk = wait_for(
+        lambda: job_status(job_a)["done"] if job_status(job_a)["done"] > done else None,
+        ENGINE_SECONDS,
+        "the worker to write results while the app is down",
     )
+    # The page notices the lost connection (a "Connection error" dialog, in time).
+    lost = page.get_by_text(re.compile("Connection error|Is Streamlit still running")).first
+    lost.wait_for(timeout=20_000)
+    screenshot(page, "run_4_server_stopped")
+    server.start()
+    page.goto(server.url)  # not /monitor: see the report on deep links after a restart
+    expect_title(page, "Upload & check")
+    open_page(page, "Monitor")
+    # The new server knows only the job folder: it shows what the worker did meanwhile.
+    state, shown, shown_total = monitor_progress(page)
+    assert (state, shown_total) == ("running", total)
+    assert shown >= on_disk
+    wait_progress(page, state="running", at_least=shown + 1, timeout=ENGINE_SECONDS)
+    assert worker_pids(home) == [worker]
+    screenshot(page, "run_5_monitor_after_restart")
+
+    # -- Cancel A ---------------------------------------------------------------------------------
+    page.get_by_role("button", name="Cancel").click()
+    cancelled = wait_progress(page, state="cancelled", at_least=1, timeout=60)
+    assert cancelled < total, "the job finished before it could be cancelled"
+    wait_for(lambda: not worker_pids(home), 30, "the worker to exit")
+    expect(page.get_by_role("button", name="Resume")).to_be_visible()
+    screenshot(page, "run_6_cancelled")
+
+    # -- B: a sample on the default model; its worker is killed; Resume; 100% ----------------------
+    open_page(page, "Upload & check")
+    pick_radio(page, "Use a sample")
+    choose(page, "Sample batch", "review_sentiment.jsonl")
+    expect(page.get_by_text("All 16 lines are valid.")).to_be_visible()
+    page.get_by_role("link", name=re.compile("Continue to Run")).click()
+    expect_title(page, "Run")
+    expect(page.get_by_text("16 valid of 16 lines")).to_be_visible()
+    one_request_at_a_time(page)  # results one by one, so the worker can die half-way
+    page.get_by_role("button", name="Start run").click()
+    expect_title(page, "Monitor")
+    job_b = current_job(home)
+    assert job_b != job_a
+    wait_for(lambda: job_status(job_b)["done"] >= 1, ENGINE_SECONDS, "B's first result")
+    (second,) = worker_pids(home)
+    psutil.Process(second).kill()
+    interrupted = wait_progress(page, state="interrupted", at_least=1, timeout=60)
+    assert interrupted < 16, "the job finished before its worker could be killed"
+    expect(page.get_by_text("The worker stopped without finishing", exact=False)).to_be_visible()
+    screenshot(page, "run_7_interrupted")
+    page.get_by_role("button", name="Resume").click()
+    wait_progress(page, state="completed", at_least=16, timeout=ENGINE_SECONDS)
+    bar = page.get_by_test_id("stProgress").first.get_by_role("progressbar")
+    expect(bar).to_have_attribute("aria-valuenow", "100")
+    expect(page.get_by_text("completed: 16 succeeded, 0 failed", exact=False)).to_be_visible()
     results_link = page.get_by_role("link", name=re.compile("Open results"))
-    expect(results_link).to_be_visible(timeout=30_000)
-    screenshot(page, "3_run_completed")
+    expect(results_link).to_be_visible()
+    screenshot(page, "run_8_completed")
+    states = [entry["state"] for entry in job_status(job_b)["history"]]
+    assert states[-1] == "completed" and "queued" in states[1:-1], states
+    output = (job_b / "output.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(
+        json.loads(line)["custom_id"]
+        for line in (SAMPLE_DATA / "review_sentiment.jsonl").read_text().splitlines()
+    ), "each request has exactly one result after the resume"
 
     results_link.click()
-    expect(page.get_by_role("heading", name="Results")).to_be_visible(timeout=30_000)
-    expect(page.get_by_text("16 results (first 16 shown)")).to_be_visible(timeout=30_000)
-    # st.dataframe is glide-data-grid: it paints cells on a canvas and mirrors only the cells
-    # in view (first rows, first columns) into a hidden accessibility table. So the table is
-    # checked by its first custom_id there (which also waits for the lazily loaded grid), and
-    # the rest by DOM text: the caption counts the job's rows in DuckDB, the metrics its state.
-    grid = page.get_by_test_id("stDataFrame")
-    expect(grid.get_by_text("review-sentiment:R-2001", exact=True)).to_have_count(1)
+    expect_title(page, "Results")
+    expect(page.get_by_text("16 results (rows 1–16 shown)")).to_be_visible()
+    grid = page.get_by_test_id("stDataFrame").first
+    expect(grid.locator("td", has_text="review-sentiment:R-2001")).to_have_count(1)
     succeeded = page.get_by_test_id("stMetric").filter(has_text="Succeeded")
     expect(succeeded.get_by_test_id("stMetricValue")).to_have_text("16")
     expect(page.get_by_role("button", name="Download output JSONL")).to_be_visible()
-    screenshot(page, "4_results")
+    screenshot(page, "run_9_results")
+
+    # -- every page after the runs ---------------------------------------------------------------
+    for number, label in enumerate(PAGES, start=1):
+        open_page(page, label)
+        slug = re.sub(r"\W+", "_", label.lower()).strip("_")
+        screenshot(page, f"page_{number:02d}_{slug}")
+        expect_no_exception(page)

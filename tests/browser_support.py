@@ -1,0 +1,330 @@
+"""What the browser tests share: a Streamlit server that can be stopped and started again on
+the same data folder, headless Debian chromium, screenshots, and a few Streamlit widgets.
+
+Its fixtures (``studio_server``, ``chromium_page``) are imported into ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from playwright.sync_api import Locator, Page, expect, sync_playwright
+
+from core.config import REPO_ROOT
+
+SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SERVER_START_SECONDS = 60
+
+# The sidebar's pages (app.py) and the title each shows.
+PAGES = {
+    "Build": "Build a batch file",
+    "Upload & check": "Upload & check",
+    "Run": "Run",
+    "Monitor": "Monitor",
+    "Results": "Results",
+    "Review": "Review",
+    "Compare": "Compare",
+    "Dashboards": "Dashboards",
+    "Jobs": "Jobs",
+    "Settings": "Settings",
+}
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class StreamlitServer:
+    """``streamlit run app.py`` on one port and one data folder, in its own process group.
+
+    ``stop`` signals the whole group, as a terminal's Ctrl-C or a service manager would: a
+    worker the app started in its own session must survive it.
+    """
+
+    def __init__(self, home: Path, log_dir: Path, port: int | None = None) -> None:
+        self.home = home
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.log_dir / f"streamlit-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        env = {**os.environ, "BATCH_STUDIO_HOME": str(self.home)}
+        command = [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.port",
+            str(self.port),
+            "--server.address",
+            "127.0.0.1",
+            "--server.headless",
+            "true",
+            "--browser.gatherUsageStats",
+            "false",
+        ]
+        with self.log.open("wb") as log_handle:
+            self.process = subprocess.Popen(
+                command,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log_handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._wait_healthy()
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + SERVER_START_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(
+                    f"streamlit exited with {self.process.returncode}:\n{self.log.read_text()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as response:
+                    if response.read().decode().strip() == "ok":
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.3)
+        log = self.log.read_text()
+        pytest.fail(f"streamlit not healthy after {SERVER_START_SECONDS} s:\n{log}")
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group; SIGKILL after 10 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        except ProcessLookupError:
+            pass
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def worker_pids(home: Path) -> list[int]:
+    """PIDs of the live ``core.worker`` processes named by job folders under ``home``."""
+    pids = []
+    for status_file in (home / "jobs").glob("*/status.json"):
+        pid = json.loads(status_file.read_text(encoding="utf-8")).get("pid")
+        try:
+            process = psutil.Process(pid) if pid else None
+            if (
+                process is not None
+                and "core.worker" in process.cmdline()
+                and process.status() != psutil.STATUS_ZOMBIE
+            ):
+                pids.append(pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return pids
+
+
+def kill_workers(home: Path) -> None:
+    """Kills every worker a job folder under ``home`` names, if it still runs."""
+    for pid in worker_pids(home):
+        try:
+            process = psutil.Process(pid)
+            process.kill()
+            process.wait(timeout=10)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.TimeoutExpired):
+            pass
+
+
+@pytest.fixture
+def studio_server(tmp_path: Path) -> Iterator[StreamlitServer]:
+    """The app on a free port with a private data folder; workers are killed at the end."""
+    server = StreamlitServer(tmp_path / "home", tmp_path)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        kill_workers(server.home)
+
+
+@pytest.fixture
+def chromium_page() -> Iterator[Page]:
+    """A page of headless Debian chromium, driven by Playwright."""
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("chromium is not installed: `apt-get install chromium` (Debian's package)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(30_000)
+            expect.set_options(timeout=30_000)  # a 2-core machine running an engine is slow
+            yield page
+        finally:
+            browser.close()
+
+
+# -- pages and widgets --------------------------------------------------------------------------
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Saves the whole page as ``test-output/screenshots/<name>.png``.
+
+    Streamlit scrolls inside its main block, not the document, so a full-page screenshot
+    would stop at the window: the window is made as tall as the content for the shot.
+    """
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    size = page.viewport_size or {"width": 1400, "height": 1000}
+    content = page.evaluate(
+        "() => document.querySelector('[data-testid=stMain]')?.scrollHeight ?? 0"
+    )
+    tall = min(max(int(content), size["height"]), 8000)
+    if tall > size["height"]:
+        page.set_viewport_size({"width": size["width"], "height": tall})
+        page.wait_for_timeout(500)
+    try:
+        page.screenshot(path=str(path), full_page=True)
+    finally:
+        if tall > size["height"]:
+            page.set_viewport_size(size)
+    return path
+
+
+def wait_idle(page: Page, timeout: float = 30) -> None:
+    """Waits until the app's script is not running (no "Running..." status) for a moment."""
+    status = page.get_by_test_id("stStatusWidget")
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        if status.count() and status.is_visible():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 0.6:
+            return
+        time.sleep(0.1)
+
+
+def expect_no_exception(page: Page) -> None:
+    """No Streamlit exception box (a page that raised shows one)."""
+    expect(page.get_by_test_id("stException")).to_have_count(0)
+
+
+def open_page(page: Page, label: str) -> None:
+    """Clicks ``label`` in the sidebar and waits for that page's title, without an error."""
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=label, exact=True).click()
+    expect_title(page, PAGES[label])
+
+
+def expect_title(page: Page, title: str, timeout: float = 30_000) -> None:
+    expect(page.get_by_role("heading", name=title, exact=True, level=1)).to_be_visible(
+        timeout=timeout
+    )
+    wait_idle(page)
+    expect_no_exception(page)
+
+
+def choose(page: Page, label: str, option: str) -> None:
+    """Picks ``option`` in the selectbox labelled ``label``."""
+    page.get_by_role("combobox", name=label, exact=True).click()
+    page.get_by_role("option", name=option, exact=True).click()
+    wait_idle(page)
+
+
+def pick_radio(page: Page, option: str) -> None:
+    """Clicks ``option`` of a radio group."""
+    page.get_by_test_id("stRadioGroup").get_by_text(option, exact=True).click()
+    wait_idle(page)
+
+
+def open_expander(page: Page, label: str) -> None:
+    """Opens the expander titled ``label``."""
+    expander = page.get_by_test_id("stExpander").filter(has_text=label).first
+    expander.locator("summary").click()
+    expect(expander.get_by_test_id("stExpanderDetails")).to_be_visible()
+
+
+def type_into(page: Page, label: str | re.Pattern, text: str) -> None:
+    """Types into a text input, text area or number input and commits it (Tab)."""
+    box = (
+        page.get_by_label(label, exact=True) if isinstance(label, str) else page.get_by_label(label)
+    )
+    box.fill(text)
+    box.press("Tab")
+    wait_idle(page)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
+    """Polls ``condition`` until it returns something true; fails with ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def progress_text(page: Page) -> str:
+    """The Monitor's progress line, e.g. ``running: 12 / 64 requests``."""
+    return page.get_by_test_id("stProgress").first.inner_text(timeout=30_000).strip()
+
+
+def grid_rows(grid: Locator) -> list[list[str]]:
+    """The rows of an ``st.dataframe`` as text, from the accessibility table the grid keeps
+    under its canvas (glide-data-grid paints cells; it mirrors the rows in view)."""
+    rows = []
+    for row in grid.locator("tbody tr").all():
+        rows.append([cell.inner_text().strip() for cell in row.locator("td").all()])
+    return rows
+
+
+PROGRESS = re.compile(r"(\w+): (\d+) / (\d+) requests")
+
+
+def monitor_progress(page: Page) -> tuple[str, int, int]:
+    """(state, done, total) as the Monitor's progress bar says."""
+    match = PROGRESS.search(progress_text(page))
+    assert match, progress_text(page)
+    return match.group(1), int(match.group(2)), int(match.group(3))
