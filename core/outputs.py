@@ -41,8 +41,18 @@ def _usage(completion: Completion) -> tuple[int, int]:
     return completion.prompt_tokens, sum(c.completion_tokens for c in completion.choices)
 
 
-def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
+def _completions_usage(completion: Completion) -> dict[str, Any]:
+    """The ``usage`` object of the chat and text completion endpoints."""
     prompt_tokens, completion_tokens = _usage(completion)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
+    }
+
+
+def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -58,17 +68,11 @@ def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
             }
             for index, choice in enumerate(completion.choices)
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": completion.cached_tokens},
-        },
+        "usage": _completions_usage(completion),
     }
 
 
 def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
-    prompt_tokens, completion_tokens = _usage(completion)
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -84,11 +88,7 @@ def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
             }
             for index, choice in enumerate(completion.choices)
         ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": _completions_usage(completion),
     }
 
 
