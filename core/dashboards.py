@@ -1,9 +1,9 @@
 """Plotly figures of jobs' results, each from one DuckDB aggregate (never a million rows).
 
 Charts group by job, model, prompt version or day, and can be narrowed to jobs and dates.
-Cost comes from a price table: per million tokens (hosted-API prices) or per GPU hour
-(run hours estimated from the answers' times). ``core/pricing.py`` did not exist when this
-was written, so :data:`DEFAULT_PRICES` is a minimal table the page lets users edit.
+Cost comes from the price table of ``core.pricing`` (the one Upload & check's estimate
+uses): per million tokens (hosted-API prices) or per GPU hour (run hours estimated from
+the answers' times).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
+from core.pricing import PriceTable
 from core.results import query
 from core.review import wilson
 from core.store import Store
@@ -26,12 +27,6 @@ GROUPS: dict[str, str] = {
     "prompt_version": "coalesce(r.prompt_version, '(none)')",
     "day": "strftime(coalesce(r.created_at, j.created_at), '%Y-%m-%d')",
 }
-# Minimal editable price table: USD per million tokens, or per GPU hour (0 = not used).
-DEFAULT_PRICES = pd.DataFrame(
-    [
-        {"model": "*", "input_per_million": 0.15, "output_per_million": 0.60, "gpu_hour": 0.0},
-    ]
-)
 DISTRIBUTION_ROWS = 100_000  # token histograms read a fixed-size sample of big jobs
 
 
@@ -88,20 +83,19 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
     )
 
 
-def with_cost(frame: pd.DataFrame, prices: pd.DataFrame) -> pd.DataFrame:
-    """Adds ``cost`` (USD) to a summary: token prices plus GPU hours, by model (``*`` is the
-    fallback row)."""
-    table = prices.set_index("model") if not prices.empty else DEFAULT_PRICES.set_index("model")
-    fallback = table.loc["*"] if "*" in table.index else table.iloc[0]
+def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
+    """Adds ``cost`` to a summary: token prices plus GPU hours, by model, from the saved
+    price table (``core.pricing``); model ``*`` prices the models not listed."""
+    fallback = prices.price("*")
 
     def cost(row: pd.Series) -> float:
-        price = table.loc[row["model"]] if row["model"] in table.index else fallback
+        price = prices.models.get(str(row.get("model")), fallback)
         tokens = (
-            row["tokens_in"] * float(price["input_per_million"] or 0)
-            + row["tokens_out"] * float(price["output_per_million"] or 0)
+            row["tokens_in"] * (price.input_per_1m or 0)
+            + row["tokens_out"] * (price.output_per_1m or 0)
         ) / 1e6
         hours = row["run_hours"] if pd.notna(row["run_hours"]) else 0.0
-        return tokens + hours * float(price["gpu_hour"] or 0)
+        return tokens + hours * (price.gpu_hour or 0)
 
     out = frame.copy()
     out["cost"] = [cost(row) for _, row in out.iterrows()] if len(out) else []

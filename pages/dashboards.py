@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from core import dashboards as dash
+from core.pricing import load_prices, price_rows, save_prices, table_from_rows
 from pages.shared import jobs_or_stop, store
 
 st.title("Dashboards")
@@ -19,17 +21,20 @@ end = c[2].date_input("To", value=None, key="dash_to")
 by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")
 scope = dash.Scope(job_ids=job_ids, start=start, end=end)
 
-with st.expander("Price table (USD; model `*` applies to models not listed)"):
-    prices = st.data_editor(
-        st.session_state.get("prices", dash.DEFAULT_PRICES),
-        num_rows="dynamic",
-        hide_index=True,
-        key="price_editor",
+saved = load_prices()
+with st.expander(f"Price table ({saved.currency}; model `*` prices the models not listed)"):
+    models = ["*", *sorted(set(jobs["model"].dropna()))]
+    edited = st.data_editor(
+        pd.DataFrame(price_rows(saved, models)), hide_index=True, key="price_editor"
     )
     st.caption(
         "Per million input/output tokens for hosted-API prices, or per GPU hour for your own "
-        "hardware (run hours are estimated from the first to the last answer time)."
+        "hardware (run hours are estimated from the first to the last answer time). The same "
+        "table prices the estimate on Upload & check."
     )
+    prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
+    if prices != saved:
+        save_prices(prices)
 
 summary = dash.with_cost(dash.summary(db, scope, by), prices)
 if summary.empty:
