@@ -71,8 +71,8 @@ def prepare_default_model(target: Path | None = None) -> Path:
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.torch_dtype = torch.bfloat16
-    model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    config.dtype = torch.bfloat16
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.load_state_dict(loaded.state_dict())
     if not tokenizer.chat_template:
         raise ModelError(f"{gguf.name} carries no chat template")
