@@ -101,3 +101,15 @@ def test_jobs_page_shows_the_queue_and_reorders_it(data_home):  # noqa: F811
     at.number_input(key=f"prio-{second.job_id}").set_value(3).run()
     order = [m.value for m in at.markdown if m.value.startswith(("1.", "2."))]
     assert order[0].startswith(f"1. `{second.job_id}`")
+
+
+def test_run_shows_the_estimate_made_on_upload_and_check():
+    estimate = {"input_tokens": 1234, "expected_output_tokens": 500, "max_output_tokens": 800,
+                "seconds": 90.0, "cost": 12.5, "currency": "USD", "over_budget": True,
+                "budget": 10.0}  # fmt: skip
+    at = open_page(
+        "run.py", batch_file=str(SAMPLE_DATA / "review_sentiment.jsonl"), estimate=estimate
+    )
+    assert metric(at, "Input tokens") == "1,234"
+    assert metric(at, "Cost") == "12.50 USD"
+    assert "over the budget of 10.00 USD" in texts(at)
