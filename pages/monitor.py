@@ -110,7 +110,7 @@ def show(job: JobFolder) -> None:
     c[1].metric("Failed", status.failed)
     c[2].metric("Model load", _duration(status.model_load_seconds))
     c[3].metric("First result after", _duration(status.first_result_seconds))
-    if status.message:
+    if status.message and not status.interrupted:  # a dead worker's last words mislead
         st.caption(status.message)
     if status.error:
         st.error(status.error)

@@ -59,10 +59,12 @@ def test_monitor_flags_an_interrupted_job_and_offers_resume(data_home):  # noqa:
     job = finished_job(data_home, {"a": "yes"})
     status = job.read_status()
     status.state, status.pid, status.heartbeat_at = "running", 2**22 + 7, time.time()
+    status.message = "running 1 requests on tiny"  # the dead worker's last words
     job.write_status(status)
     assert not os.path.exists(f"/proc/{status.pid}")
     at = open_page("monitor.py", job_id=job.job_id)
     assert "The worker stopped without finishing" in texts(at)
+    assert "running 1 requests on tiny" not in texts(at)
     assert [b.label for b in at.button] == ["Resume"]
 
 
