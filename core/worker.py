@@ -44,6 +44,7 @@ from core.queue import EngineLock, queued_jobs
 from core.requests import EngineRequest
 
 log = logging.getLogger("core.worker")
+RESERVE_BYTES = 1 << 20
 MIN_REQUESTS_MEASURED = 8
 
 
@@ -73,7 +74,20 @@ class StatusKeeper:
     def start(self, **changes: object) -> None:
         """Marks the job as taken by this process and starts the heartbeat."""
         self.update(pid=os.getpid(), started_at=now_iso(), **changes)
+        self._reserve_space()
         self._thread.start()
+
+    def _reserve_space(self) -> None:
+        """Holds a little disk space, so the reason can still be written on a full disk."""
+        try:
+            with self.reserve.open("wb") as handle:
+                os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)
+        except OSError:  # already short of space: nothing to hold
+            self.reserve.unlink(missing_ok=True)
+
+    @property
+    def reserve(self) -> Path:
+        return self.job.path / ".space-reserve"
 
     def update(self, state: str | None = None, **changes: object) -> None:
         with self._lock:
@@ -112,6 +126,7 @@ class StatusKeeper:
 
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
         self._stop.set()
+        self.reserve.unlink(missing_ok=True)  # frees room for this last status
         self.update(state=state, message=message, error=error, finished_at=now_iso())
 
     def _write(self) -> None:

@@ -47,6 +47,8 @@ def test_a_full_disk_fails_the_job_with_its_reason_and_keeps_what_was_written(
     assert "No space left on device" in status.error
     assert status.succeeded == 3
     assert verify_chain(job.output) == (3, [])  # the three lines written before are intact
+    assert job.read_status().error == status.error  # the reason reached status.json
+    assert not (job.path / ".space-reserve").exists()  # the space held for it was given back
 
 
 def test_a_job_resumed_after_the_disk_was_freed_completes_without_repeats(tmp_path, monkeypatch):
@@ -121,3 +123,18 @@ def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monk
     ledger = read_ledger(job)
     assert "r3" in ledger.succeeded and "r4" in ledger.failed and "r5" not in ledger.succeeded
     assert [p.state for p in shards(ledger, 2)] == ["completed", "completed", "partial"]
+
+
+def test_disk_space_is_held_while_the_job_runs(tmp_path, monkeypatch):
+    job = make_job(tmp_path, 2)
+    seen = []
+
+    class Watching(FakeExecutor):
+        def run(self, requests):
+            seen.append((job.path / ".space-reserve").stat().st_size)
+            yield from super().run(requests)
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec: Watching())
+    assert worker.run_job(job).state == "completed"
+    assert seen == [worker.RESERVE_BYTES]
+    assert not (job.path / ".space-reserve").exists()
