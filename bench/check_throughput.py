@@ -7,12 +7,15 @@
 It writes a realistic batch file (several tasks with their system prompts, ticket-like
 user texts, metadata, some multi-turn lines, some lines without max_tokens) unless given
 one, then runs each check in a fresh process and prints lines/s and the peak RSS of that
-process: the structural check alone, then the check with prompt-token counting on the
-model folder (default: the built-in model). Targets on a 2-core machine: structure
->= 100,000 lines/s with peak RSS < 500 MB; token counting >= 30,000 lines/s.
+process (and of each helper process): the structural check alone, then the check with
+prompt-token counting on the model folder (default: the built-in model). Each runs twice:
+in one process (the baseline) and as ``check`` runs by default (a large file is split over
+the cores), and the speed-up of the second over the first is printed. Targets on a
+2-core machine: structure >= 100,000 lines/s with peak RSS < 500 MB; token counting
+>= 30,000 lines/s.
 
-Figures are wall-clock; the CPU seconds beside them show what the process itself used
-(on a busy machine wall time grows, CPU time much less).
+Figures are wall-clock; the CPU seconds beside them show what the processes used (on a
+busy machine wall time grows, CPU time much less).
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ def write_batch(path: Path, lines: int, seed: int = 7) -> None:
             out.write(encode(line) + b"\n")
 
 
-def run_phase(path: Path, model: str | None) -> dict:
+def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
     """One check in this process; returns its figures (run in a fresh process)."""
     from core.checks import check_file
 
@@ -166,10 +169,12 @@ def run_phase(path: Path, model: str | None) -> dict:
         load_counter(model)  # loading the tokenizer is not part of the throughput
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    report = check_file(path, model_folder=model)
+    report = check_file(path, model_folder=model, processes=processes)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
+    helpers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the helper processes, if any
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    cpu += helpers.ru_utime + helpers.ru_stime
     peak_mb = after.ru_maxrss / 1024
     return {
         "lines": report.lines,
@@ -180,6 +185,7 @@ def run_phase(path: Path, model: str | None) -> dict:
         "cpu_seconds": round(cpu, 2),
         "lines_per_cpu_s": round(report.lines / cpu) if cpu else 0,
         "peak_rss_mb": round(peak_mb),
+        "helper_peak_rss_mb": round(helpers.ru_maxrss / 1024),
         "prompt_tokens": report.prompt_tokens,
     }
 
@@ -191,10 +197,12 @@ def main() -> int:
     parser.add_argument("--model", help="model folder for token counting (default: built-in)")
     parser.add_argument("--skip-tokens", action="store_true", help="structural check only")
     parser.add_argument("--phase", choices=["structure", "tokens"], help=argparse.SUPPRESS)
+    parser.add_argument("--processes", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.phase:
-        figures = run_phase(Path(args.file), args.model if args.phase == "tokens" else None)
+        model = args.model if args.phase == "tokens" else None
+        figures = run_phase(Path(args.file), model, args.processes)
         print(json.dumps(figures))
         return 0
 
@@ -213,18 +221,26 @@ def main() -> int:
     model = args.model or str(default_model_dir())
     phases = ["structure"] if args.skip_tokens else ["structure", "tokens"]
     for phase in phases:
-        command = [sys.executable, __file__, "--phase", phase, "--file", str(path)]
-        command += ["--model", model]
-        result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode:
-            print(f"{phase}: failed\n{result.stderr}")
-            return 1
-        f = json.loads(result.stdout)
+        seconds = {}
+        for label, processes in (("1 process", ["--processes", "1"]), ("default", [])):
+            command = [sys.executable, __file__, "--phase", phase, "--file", str(path)]
+            command += ["--model", model, *processes]
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode:
+                print(f"{phase}: failed\n{result.stderr}")
+                return 1
+            f = json.loads(result.stdout)
+            seconds[label] = f["seconds"]
+            print(
+                f"{phase:9} {label:9}: {f['lines']:,} lines in {f['seconds']} s = "
+                f"{f['lines_per_s']:,} lines/s ({f['mb_per_s']} MB/s; {f['cpu_seconds']} CPU s), "
+                f"peak RSS {f['peak_rss_mb']} MB"
+                + (f" + {f['helper_peak_rss_mb']} MB per helper" if processes == [] else "")
+                + (f", {f['prompt_tokens']:,} prompt tokens" if phase == "tokens" else "")
+            )
         print(
-            f"{phase:9}: {f['lines']:,} lines in {f['seconds']} s = {f['lines_per_s']:,} lines/s "
-            f"({f['mb_per_s']} MB/s; {f['cpu_seconds']} CPU s = {f['lines_per_cpu_s']:,} lines "
-            f"per CPU second), peak RSS {f['peak_rss_mb']} MB"
-            + (f", {f['prompt_tokens']:,} prompt tokens" if phase == "tokens" else "")
+            f"{phase:9} speed-up of the default over 1 process: "
+            f"{seconds['1 process'] / seconds['default']:.2f}x"
         )
     return 0
 

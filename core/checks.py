@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
+
+import msgspec
 
 from core.requests import (
     CHAT_URL,
@@ -332,6 +341,10 @@ class _Scanner:
         # decoded lines alive costs more memory traffic than the whole rest of the check).
         self.shapes: dict[tuple, int] | None = None
         self.default_lines: list[int] = []
+        # Set in a helper process that checks a later part of the file: its ids and their
+        # first lines there, so the parent can find ids repeated across parts.
+        self.ids: list[str] | None = None
+        self.id_lines = array("L")
 
     def _repeat(self, line_no: int, cid: str) -> Problem | None:
         # A 64-bit hash: two different ids collide with odds of about 1e-8 in a million
@@ -340,18 +353,31 @@ class _Scanner:
         first = self.first_line_of.get(key)
         if first is None:
             self.first_line_of[key] = line_no
+            if self.ids is not None:
+                self.ids.append(cid)
+                self.id_lines.append(line_no)
             return None
         message = f"custom_id {cid!r} repeats line {first}; ids must be unique"
         return Problem(line_no, "error", message, cid)
 
-    def batches(self, handle: BinaryIO, size: int = BATCH_LINES) -> Iterator[_Batch]:
+    def batches(
+        self,
+        handle: BinaryIO,
+        size: int = BATCH_LINES,
+        first_line: int = 1,
+        end: int | None = None,
+    ) -> Iterator[_Batch]:
         """Yields the file's non-blank lines, checked, in batches of up to ``size``.
+
+        Reading starts where ``handle`` stands (line number ``first_line``) and stops at
+        byte ``end`` (a line start), or at the end of the file.
 
         This is the hot loop of a large check: it stays lean on purpose (no calls on the
         happy path beyond the decoder).
         """
         defaults = self.defaults
-        first_line_of = self.first_line_of
+        first_line_of, ids, id_lines = self.first_line_of, self.ids, self.id_lines
+        end = sys.maxsize if end is None else end
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
         default_max, default_t, default_p = (
@@ -361,9 +387,11 @@ class _Scanner:
         )
         batch = _Batch()
         items, line_nos, raws, roles_of = batch.items, batch.line_nos, batch.raws, batch.roles
-        position = 0
-        for line_no, raw in enumerate(handle, start=1):
+        position = handle.tell()
+        for line_no, raw in enumerate(handle, start=first_line):
             offset = position
+            if offset >= end:
+                break
             position += len(raw)
             if len(items) >= size:
                 self.bytes_read = offset
@@ -396,6 +424,9 @@ class _Scanner:
                     key = hash(cid)
                     if key not in first_line_of:
                         first_line_of[key] = line_no
+                        if ids is not None:
+                            ids.append(cid)
+                            id_lines.append(line_no)
                         if shapes is None:
                             items.append(fast)
                             roles_of.append(roles)
@@ -447,7 +478,7 @@ class _Scanner:
             line_nos.append(line_no)
             raws.append(raw)
             roles_of.append(None)
-        self.bytes_read = position
+        self.bytes_read = min(position, end)
         if items:
             yield batch
 
@@ -750,13 +781,35 @@ class _Summary:
         report.valid = valid_lines
         report.invalid = report.lines - valid_lines
 
-    def finish(self, scanner: _Scanner) -> None:
+    def merge(self, part: _Part) -> None:
+        """Folds in the summary of a later part of the file, checked by a helper process."""
+        report, other = self.report, part.report
+        for name in SUMMED_FIELDS:
+            setattr(report, name, getattr(report, name) + getattr(other, name))
+        report.prompt_tokens_max = max(report.prompt_tokens_max, other.prompt_tokens_max)
+        report.token_histogram = [
+            a + b for a, b in zip(report.token_histogram, other.token_histogram, strict=True)
+        ]
+        for problem in other.problems:
+            report.add(problem)
+        for folder, theirs in other.by_local_model.items():
+            zero = dict.fromkeys(("lines", "prompt_tokens", "max_output_tokens"), 0)
+            ours = report.by_local_model.setdefault(folder, {**theirs, **zero})
+            for name in ("lines", "prompt_tokens", "max_output_tokens"):
+                ours[name] += theirs[name]
+        self.shapes.update(part.shapes)
+        self.default_lines += part.default_lines
+        if self.tokens is not None:
+            self.tokens.failed.update(part.token_failed)
+
+    def finish(self, bom: bool, crlf: bool) -> None:
+        """Adds the file-level notes and unfolds the distributions (call once, at the end)."""
         report = self.report
         self._unfold_shapes()
         notes = []
-        if scanner.bom:
+        if bom:
             notes.append("the file starts with a UTF-8 byte order mark (BOM); it is ignored")
-        if scanner.crlf:
+        if crlf:
             notes.append("the file has Windows line endings (CRLF); they are accepted")
         if report.default_max_lines:
             first = sorted(self.default_lines)[:LISTED_LINES]
@@ -780,7 +833,7 @@ class _Summary:
                 for name in report.models
             }
             for folder, local in report.by_local_model.items():
-                counter = self.tokens.counters.get(folder)
+                counter = self.tokens.counter(folder)  # loaded here if only a helper used it
                 local["context_length"] = counter.context_length if counter else None
         for note in notes + report.token_notes:
             report.problems.insert(0, Problem(0, "note", note))
@@ -789,6 +842,203 @@ class _Summary:
 
 
 Progress = Callable[[int, int, int], None]
+# Report counters a part of the file adds to the whole.
+SUMMED_FIELDS = (
+    "lines",
+    "warnings",
+    "duplicates",
+    "not_runnable",
+    "over_context",
+    "prompt_tokens",
+    "problems_dropped",
+)
+# A file this large is split into byte ranges checked side by side, one process per core.
+PARALLEL_CHECK_BYTES = 64 * 2**20
+MAX_CHECK_PROCESSES = 4
+
+
+@dataclass
+class _Part:
+    """What a helper process found in its byte range of the file (see :func:`check_file`)."""
+
+    report: CheckReport
+    shapes: Counter
+    default_lines: list[int]
+    crlf: bool
+    token_failed: dict[str, str]
+    ids: bytes  # the range's ids, as a msgpack list
+    id_lines: array  # each id's first line in the range
+
+
+@dataclass
+class _Options:
+    """The settings every process of one check shares."""
+
+    path: Path
+    defaults: JobDefaults
+    model_folder: str | None
+    model_map: dict[str, str]
+
+    def summary(self, valid_out: BinaryIO | None) -> tuple[_Summary, _Scanner]:
+        report = CheckReport(path=str(self.path), defaults=asdict(self.defaults))
+        tokens = _TokenCheck(self.model_folder, dict(self.model_map)) if self.model_folder else None
+        summary, scanner = (
+            _Summary(report, self.defaults, tokens, valid_out),
+            _Scanner(self.defaults),
+        )
+        if tokens is None:  # nothing is counted per line: the scanner folds lines in itself
+            scanner.shapes = summary.shapes
+            summary.default_lines = scanner.default_lines
+        return summary, scanner
+
+
+def _check_range(
+    options: _Options,
+    summary: _Summary,
+    scanner: _Scanner,
+    start: int,
+    end: int,
+    first_line: int,
+    on_batch: Callable[[int], bool],
+) -> bool:
+    """Checks the lines from byte ``start`` to ``end`` into ``summary``.
+
+    ``on_batch(bytes_done)`` is called after each batch; the check stops early when it
+    returns False. Returns whether the range was checked to its end.
+    """
+    with options.path.open("rb", buffering=1 << 20) as handle:
+        handle.seek(start)
+        for batch in scanner.batches(handle, first_line=first_line, end=end):
+            summary.add_batch(batch)
+            summary.report.bytes_read = scanner.bytes_read - start
+            if not on_batch(summary.report.bytes_read):
+                return False
+    return True
+
+
+def _lines_before(path: Path, offset: int) -> int:
+    """How many lines end before byte ``offset``."""
+    lines = 0
+    with path.open("rb") as handle:
+        while offset > 0:
+            block = handle.read(min(offset, 1 << 24))
+            if not block:
+                break
+            lines += block.count(b"\n")
+            offset -= len(block)
+    return lines
+
+
+def _split_points(path: Path, size: int, processes: int) -> list[int]:
+    """Byte offsets that cut the file into up to ``processes`` ranges at line starts."""
+    points = [0]
+    with path.open("rb") as handle:
+        for k in range(1, processes):
+            handle.seek(size * k // processes)
+            handle.readline()
+            if points[-1] < handle.tell() < size:
+                points.append(handle.tell())
+    return [*points, size]
+
+
+def check_part(conn: Any, options: _Options, start: int, end: int, valid_path: str | None) -> None:
+    """The work of a helper process (``python -m core.check_helper``): checks one byte range,
+    reporting ``(bytes, lines)`` after each batch, then sends its :class:`_Part`."""
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(Path(valid_path).open("wb")) if valid_path else None
+        summary, scanner = options.summary(out)
+        scanner.ids = []
+
+        def on_batch(done: int) -> bool:
+            conn.send((done, summary.report.lines))
+            return True
+
+        first_line = _lines_before(options.path, start) + 1
+        _check_range(options, summary, scanner, start, end, first_line, on_batch)
+    ids = msgspec.msgpack.encode(scanner.ids)
+    scanner.ids = None  # a large list: free it before the part is pickled
+    failed = summary.tokens.failed if summary.tokens else {}
+    conn.send(
+        _Part(
+            summary.report,
+            summary.shapes,
+            summary.default_lines,
+            scanner.crlf,
+            failed,
+            ids,
+            scanner.id_lines,
+        )
+    )
+
+
+class _Helper:
+    """A helper process checking one byte range of the file while this one checks another.
+
+    A plain subprocess (not ``multiprocessing``), so nothing of the caller's ``__main__``
+    (a Streamlit page, a user's script) runs again in it. It reports progress and then its
+    :class:`_Part` over a pipe; one that fails leaves its range to the caller.
+    """
+
+    def __init__(self, options: _Options, start: int, end: int, valid_path: str | None) -> None:
+        from multiprocessing.connection import Connection
+
+        self.start, self.end, self.valid_path = start, end, valid_path
+        self.done = self.lines = 0
+        self.part: _Part | None = None
+        read, write = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "core.check_helper", str(write)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # a failure shows as the range being checked here
+            pass_fds=(write,),
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        os.close(write)
+        self.conn = Connection(read, writable=False)
+        try:
+            with self.process.stdin:
+                pickle.dump((options, start, end, valid_path), self.process.stdin)
+        except OSError:  # it died at once; take() says so
+            pass
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Reads what the helper sent; True once its part (or its end) has arrived."""
+        try:
+            while self.part is None and self.conn.poll(timeout):
+                message = self.conn.recv()
+                if isinstance(message, _Part):
+                    self.part = message
+                else:
+                    self.done, self.lines = message
+                timeout = 0.0
+        except (EOFError, OSError):  # it ended without its part
+            return True
+        return self.part is not None
+
+    def take(self, wait: Callable[[], bool]) -> _Part | None:
+        """The helper's part once it has sent it; None when it failed or ``wait()``, called
+        while waiting, returned False."""
+        while not self.poll(timeout=0.2):
+            if not wait():
+                return None
+        return self.part
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.conn.close()
+        if self.valid_path is not None:
+            Path(self.valid_path).unlink(missing_ok=True)
+
+
+def _processes(size: int, processes: int | None) -> int:
+    if processes is not None:
+        return max(1, processes)
+    if size < PARALLEL_CHECK_BYTES:
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)), MAX_CHECK_PROCESSES))
 
 
 def check_file(
@@ -800,8 +1050,14 @@ def check_file(
     valid_out: str | Path | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
+    processes: int | None = None,
 ) -> CheckReport:
     """Checks a whole batch file and summarises it, streaming (memory stays flat).
+
+    A large file is cut into byte ranges at line starts, checked side by side: this
+    process takes the first, helper processes the others, and their summaries are merged
+    in file order. An id repeated across ranges is caught when merging: that range is then
+    checked again here, after the ones before it, so each repeat names its first line.
 
     Args:
         path: the batch JSONL file.
@@ -810,36 +1066,68 @@ def check_file(
             its tokenizer and chat template and checked against its context length.
         model_map: body ``model`` name -> local model folder; unmapped names use
             ``model_folder``.
-        valid_out: when given, the valid lines are written there (one pass, same order).
+        valid_out: when given, the valid lines are written there (same order).
         progress: called as ``progress(bytes_read, total_bytes, lines)`` after each batch.
         cancel: set it to stop early; the report then says ``cancelled``.
+        processes: how many processes check the file (default: one per core, up to 4,
+            for files of 64 MiB or more; one for smaller files).
     """
-    defaults = defaults or JobDefaults()
     started = time.monotonic()
-    path = Path(path)
-    total = path.stat().st_size
-    report = CheckReport(path=str(path), defaults=asdict(defaults))
-    tokens = (
-        _TokenCheck(str(model_folder), dict(model_map or {})) if model_folder is not None else None
+    options = _Options(
+        Path(path),
+        defaults or JobDefaults(),
+        str(model_folder) if model_folder is not None else None,
+        dict(model_map or {}),
     )
-    scanner = _Scanner(defaults)
+    total = options.path.stat().st_size
+    points = _split_points(options.path, total, _processes(total, processes))
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(Path(valid_out).open("wb")) if valid_out is not None else None
-        summary = _Summary(report, defaults, tokens, out)
-        if tokens is None:
-            scanner.shapes = summary.shapes
-            summary.default_lines = scanner.default_lines
-        with path.open("rb", buffering=1 << 20) as handle:
-            for batch in scanner.batches(handle):
-                summary.add_batch(batch)
-                report.bytes_read = scanner.bytes_read
-                if progress is not None:
-                    progress(scanner.bytes_read, total, report.lines)
-                if cancel is not None and cancel.is_set():
-                    report.cancelled = True
+        summary, scanner = options.summary(out)
+        report = summary.report
+        helpers: list[_Helper] = []
+        for k, (start, end) in enumerate(itertools.pairwise(points[1:])):
+            valid_path = f"{valid_out}.part{k + 1}" if valid_out is not None else None
+            helpers.append(_Helper(options, start, end, valid_path))
+            stack.callback(helpers[-1].close)
+        merged = 0  # bytes of the ranges already in the summary
+        pending = list(helpers)  # helpers whose part is not in the summary yet
+
+        def on_batch(done: int) -> bool:
+            if progress is not None:
+                for helper in pending:
+                    helper.poll()
+                more_bytes, more_lines = sum(h.done for h in pending), sum(h.lines for h in pending)
+                progress(merged + done + more_bytes, total, report.lines + more_lines)
+            return cancel is None or not cancel.is_set()
+
+        finished = _check_range(options, summary, scanner, 0, points[1], 1, on_batch)
+        merged = points[1]
+        for helper in helpers if finished else []:
+            part = helper.take(lambda: on_batch(0))
+            pending.remove(helper)
+            if cancel is not None and cancel.is_set():
+                finished = False
+                break
+            keys = [hash(cid) for cid in msgspec.msgpack.decode(part.ids)] if part else []
+            if part is not None and scanner.first_line_of.keys().isdisjoint(keys):
+                scanner.first_line_of.update(zip(keys, part.id_lines, strict=True))
+                scanner.crlf |= part.crlf
+                summary.merge(part)
+                if out is not None:
+                    with Path(helper.valid_path).open("rb") as piece:
+                        shutil.copyfileobj(piece, out, 1 << 20)
+            else:  # the helper failed, or an id repeats an earlier range: check it here
+                first_line = _lines_before(options.path, helper.start) + 1
+                finished = _check_range(
+                    options, summary, scanner, helper.start, helper.end, first_line, on_batch
+                )
+                if not finished:
                     break
-        report.bytes_read = total if not report.cancelled else scanner.bytes_read
-        summary.finish(scanner)
+            merged = helper.end
+        report.cancelled = not finished
+        report.bytes_read = total if finished else merged
+        summary.finish(scanner.bom, scanner.crlf)
     report.seconds = round(time.monotonic() - started, 3)
     if progress is not None:
         progress(report.bytes_read, total, report.lines)

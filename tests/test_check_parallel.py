@@ -1,0 +1,118 @@
+"""A large file is checked in byte ranges by several processes: the report must be the one a
+single process gives, line numbers, repeats across ranges and the valid-lines file included."""
+
+import json
+import threading
+
+import psutil
+import pytest
+
+from core.checks import check_file
+from core.config import default_model_dir
+
+MODEL = default_model_dir()
+
+
+def request(custom_id, content="Summarise the ticket, please.", **body):
+    return json.dumps(
+        {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "gpt-4o-mini",
+                "messages": [{"role": "user", "content": content}],
+                **body,
+            },
+        }
+    )
+
+
+def mixed_file(tmp_path, lines=600):
+    """Valid lines with faults spread over the whole file, so every range gets some."""
+    rows = []
+    for i in range(lines):
+        if i % 97 == 5:
+            rows.append("{not json")
+        elif i % 89 == 7:
+            rows.append("")  # blank lines are skipped but still counted as lines
+        elif i % 83 == 3:
+            rows.append(request(f"id-{i}", max_tokens=0))  # out of range
+        elif i % 71 == 9:
+            rows.append(request(f"id-{i}", n=2))  # no max_tokens: the job default applies
+        elif i % 61 == 11:
+            rows.append(request(f"id-{i - 50}"))  # repeats an id of the same range
+        else:
+            rows.append(request(f"id-{i}", content=f"Ticket {i}: refund for order #{i * 7}"))
+    rows[-3] = request("id-10")  # repeats an id of the first range, from the last one
+    path = tmp_path / "batch.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def helpers():
+    """This process's running check helpers."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if "core.check_helper" in child.cmdline() and child.status() != "zombie":
+                found.append(child)
+        except psutil.Error:  # it ended while we looked
+            pass
+    return found
+
+
+def comparable(report):
+    data = report.to_dict()
+    data.pop("seconds")
+    return data
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_ranges_checked_side_by_side_give_the_single_process_report(tmp_path, processes):
+    path = mixed_file(tmp_path)
+    one = check_file(path, processes=1, valid_out=tmp_path / "one.jsonl")
+    many = check_file(path, processes=processes, valid_out=tmp_path / "many.jsonl")
+    assert comparable(many) == comparable(one)
+    assert (tmp_path / "many.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    repeats = [p for p in many.problems if "repeats line" in p.message]
+    # The id of the first range repeated near the end names its first line (line 11).
+    assert any(p.line == 598 and "repeats line 11" in p.message for p in repeats)
+    assert many.duplicates == len(repeats) > 1
+    assert not list(tmp_path.glob("*.part*")), "helper files are removed"
+
+
+@pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), reason="model not prepared")
+def test_prompt_tokens_counted_side_by_side_add_up_to_the_single_process_count(tmp_path):
+    path = mixed_file(tmp_path, lines=900)
+    one = check_file(path, model_folder=MODEL, processes=1)
+    two = check_file(path, model_folder=MODEL, processes=2)
+    assert one.prompt_tokens > 0
+    assert comparable(two) == comparable(one)
+
+
+def test_a_killed_helper_loses_nothing(tmp_path):
+    """The parent checks a range itself when its helper dies."""
+    path = mixed_file(tmp_path, lines=3000)
+    killed = []
+
+    def kill_helpers(done, total, lines):
+        for child in helpers():
+            if child.pid not in killed:
+                killed.append(child.pid)
+                child.kill()
+
+    one = check_file(path, processes=1)
+    two = check_file(path, processes=2, progress=kill_helpers)
+    assert killed, "the helper process was running"
+    assert comparable(two) == comparable(one)
+
+
+def test_a_cancelled_parallel_check_says_so_and_stops_its_helpers(tmp_path):
+    path = mixed_file(tmp_path, lines=3000)
+    cancel = threading.Event()
+    cancel.set()
+    report = check_file(path, processes=2, cancel=cancel)
+    assert report.cancelled
+    assert report.lines < 3000
+    assert not helpers()
