@@ -7,7 +7,7 @@ import threading
 import psutil
 import pytest
 
-from core.checks import check_file
+from core.checks import BackgroundCheck, check_file
 from core.config import default_model_dir
 
 MODEL = default_model_dir()
@@ -28,7 +28,7 @@ def request(custom_id, content="Summarise the ticket, please.", **body):
     )
 
 
-def mixed_file(tmp_path, lines=600):
+def mixed_file(tmp_path, lines=600, repeat_across=True):
     """Valid lines with faults spread over the whole file, so every range gets some."""
     rows = []
     for i in range(lines):
@@ -40,11 +40,12 @@ def mixed_file(tmp_path, lines=600):
             rows.append(request(f"id-{i}", max_tokens=0))  # out of range
         elif i % 71 == 9:
             rows.append(request(f"id-{i}", n=2))  # no max_tokens: the job default applies
-        elif i % 61 == 11:
-            rows.append(request(f"id-{i - 50}"))  # repeats an id of the same range
+        elif i % 61 == 11 and repeat_across:
+            rows.append(request(f"id-{i - 50}"))  # repeats an earlier id
         else:
             rows.append(request(f"id-{i}", content=f"Ticket {i}: refund for order #{i * 7}"))
-    rows[-3] = request("id-10")  # repeats an id of the first range, from the last one
+    if repeat_across:
+        rows[-3] = request("id-10")  # repeats an id of the first range, from the last one
     path = tmp_path / "batch.jsonl"
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return path
@@ -116,3 +117,16 @@ def test_a_cancelled_parallel_check_says_so_and_stops_its_helpers(tmp_path):
     assert report.cancelled
     assert report.lines < 3000
     assert not helpers()
+
+
+def test_a_background_check_split_over_processes_reports_progress_to_the_end(tmp_path):
+    # No id repeats across ranges: such a range is checked again, and progress goes back.
+    path = mixed_file(tmp_path, lines=20_000, repeat_across=False)
+    seen = []
+    task = BackgroundCheck(path, "k", processes=2)
+    while not task.wait(0.01):
+        seen.append(task.fraction)
+    assert task.error is None
+    assert comparable(task.report) == comparable(check_file(path, processes=1))
+    assert task.fraction == 1.0
+    assert seen == sorted(seen), "progress never goes back"
