@@ -143,6 +143,7 @@ class CheckReport:
     by_local_model: dict[str, dict[str, Any]] = field(default_factory=dict)
     bytes_read: int = 0
     seconds: float = 0.0
+    processes: int = 1  # processes whose work is in the report (see check_file)
     cancelled: bool = False
 
     @property
@@ -971,6 +972,13 @@ def check_part(conn: Any, options: _Options, start: int, end: int, valid_path: s
     )
 
 
+def _helper_env() -> dict[str, str]:
+    """This environment, with the project on the import path (for ``-m core...``)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
 class _Helper:
     """A helper process checking one byte range of the file while this one checks another.
 
@@ -992,7 +1000,7 @@ class _Helper:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,  # a failure shows as the range being checked here
             pass_fds=(write,),
-            cwd=Path(__file__).resolve().parent.parent,
+            env=_helper_env(),  # same working folder, so relative paths mean the same
         )
         os.close(write)
         self.conn = Connection(read, writable=False)
@@ -1114,6 +1122,7 @@ def check_file(
                 scanner.first_line_of.update(zip(keys, part.id_lines, strict=True))
                 scanner.crlf |= part.crlf
                 summary.merge(part)
+                report.processes += 1
                 if out is not None:
                     with Path(helper.valid_path).open("rb") as piece:
                         shutil.copyfileobj(piece, out, 1 << 20)
@@ -1220,7 +1229,8 @@ def summary_lines(report: CheckReport) -> list[str]:
         lines.append("prompt token histogram: " + ", ".join(bins))
         if report.over_context:
             lines.append(f"lines that do not fit the context: {report.over_context}")
-    lines.append(f"checked in {report.seconds:.2f} s")
+    processes = f" ({report.processes} processes)" if report.processes > 1 else ""
+    lines.append(f"checked in {report.seconds:.2f} s{processes}")
     return lines
 
 

@@ -66,6 +66,7 @@ def helpers():
 def comparable(report):
     data = report.to_dict()
     data.pop("seconds")
+    data.pop("processes")
     return data
 
 
@@ -75,6 +76,8 @@ def test_ranges_checked_side_by_side_give_the_single_process_report(tmp_path, pr
     one = check_file(path, processes=1, valid_out=tmp_path / "one.jsonl")
     many = check_file(path, processes=processes, valid_out=tmp_path / "many.jsonl")
     assert comparable(many) == comparable(one)
+    # The last range repeats an id of the first, so this process checked it again.
+    assert many.processes == processes - 1
     assert (tmp_path / "many.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     repeats = [p for p in many.problems if "repeats line" in p.message]
     # The id of the first range repeated near the end names its first line (line 11).
@@ -85,11 +88,12 @@ def test_ranges_checked_side_by_side_give_the_single_process_report(tmp_path, pr
 
 @pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), reason="model not prepared")
 def test_prompt_tokens_counted_side_by_side_add_up_to_the_single_process_count(tmp_path):
-    path = mixed_file(tmp_path, lines=900)
+    path = mixed_file(tmp_path, lines=900, repeat_across=False)
     one = check_file(path, model_folder=MODEL, processes=1)
     two = check_file(path, model_folder=MODEL, processes=2)
     assert one.prompt_tokens > 0
     assert comparable(two) == comparable(one)
+    assert two.processes == 2
 
 
 def test_a_killed_helper_loses_nothing(tmp_path):
@@ -107,6 +111,7 @@ def test_a_killed_helper_loses_nothing(tmp_path):
     two = check_file(path, processes=2, progress=kill_helpers)
     assert killed, "the helper process was running"
     assert comparable(two) == comparable(one)
+    assert two.processes == 1, "this process checked the helper's range"
 
 
 def test_a_cancelled_parallel_check_says_so_and_stops_its_helpers(tmp_path):
@@ -129,4 +134,14 @@ def test_a_background_check_split_over_processes_reports_progress_to_the_end(tmp
     assert task.error is None
     assert comparable(task.report) == comparable(check_file(path, processes=1))
     assert task.fraction == 1.0
+    assert task.report.processes == 2
     assert seen == sorted(seen), "progress never goes back"
+
+
+def test_relative_paths_mean_the_same_file_to_the_helpers(tmp_path, monkeypatch):
+    path = mixed_file(tmp_path, repeat_across=False)
+    monkeypatch.chdir(tmp_path)
+    split = check_file(path.name, processes=2, valid_out="valid.jsonl")
+    assert comparable(split) == comparable(check_file(path.name, processes=1))
+    assert split.processes == 2
+    assert (tmp_path / "valid.jsonl").read_text().count("\n") == split.valid
