@@ -102,11 +102,15 @@ def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
     return out
 
 
-def _empty(title: str) -> go.Figure:
+NO_RESULTS = "no results in this scope"
+NO_LATENCY = "no latency recorded for these results (run before this version)"
+
+
+def _empty(title: str, text: str = NO_RESULTS) -> go.Figure:
     fig = go.Figure()
     fig.update_layout(
         title=title,
-        annotations=[{"text": "no results in this scope", "showarrow": False}],
+        annotations=[{"text": text, "showarrow": False}],
         xaxis={"visible": False},
         yaxis={"visible": False},
     )
@@ -207,34 +211,29 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     )
 
 
-def latency_figure(store: Store, scope: Scope) -> go.Figure:
-    """Time between consecutive answer chunks of a job: the worker records no per-request
-    latency, and a request waits for its whole chunk, so this is what a request saw."""
+def latency_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
+    """Histogram of per-request latency (``latency_ms``: entering the engine to the final
+    output) per group; a reservoir sample past 100k rows. Results written before the engine
+    recorded latency have none and are left out; if none has it, the chart says so."""
     clause, params = _where(scope)
     frame = query(
         store,
-        f"""
-        WITH chunks AS (
-            SELECT r.job_id, r.created_at, count(*) AS n {_FROM}
-            WHERE {clause} AND r.created_at IS NOT NULL GROUP BY 1, 2
-        )
-        SELECT job_id, n,
-               epoch(created_at) - epoch(lag(created_at) OVER (
-                   PARTITION BY job_id ORDER BY created_at)) AS seconds
-        FROM chunks QUALIFY seconds IS NOT NULL
-        """,
+        f"""SELECT {GROUPS[by]} AS "{by}", r.latency_ms / 1000 AS seconds
+            {_FROM} WHERE {clause} AND r.latency_ms IS NOT NULL
+            USING SAMPLE reservoir({DISTRIBUTION_ROWS} ROWS) REPEATABLE (1)""",
         params,
     )
     if frame.empty:
-        return _empty("Latency (chunk time)")
+        has_results = not query(store, f"SELECT 1 {_FROM} WHERE {clause} LIMIT 1", params).empty
+        return _empty("Latency per request", NO_LATENCY if has_results else NO_RESULTS)
     return px.histogram(
         frame,
         x="seconds",
-        y="n",
-        color="job_id",
+        color=by,
         nbins=40,
         barmode="overlay",
-        title="Latency: seconds per answer chunk, weighted by requests",
+        opacity=0.6,
+        title="Latency per request (seconds in the engine)",
     )
 
 

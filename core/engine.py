@@ -220,6 +220,10 @@ class Engine:
         refuses (e.g. its prompt is longer than the context) comes back at once as an
         :class:`EngineRequestError`. If the engine itself fails, requests still inside it
         are aborted before the exception propagates, so a caller may run them again.
+
+        Each :class:`Completion` carries its ``latency_ms``: monotonic time from the request
+        being added to the engine to the step that returned its final output (queueing
+        inside the engine included, waiting in ``requests`` before that not).
         """
         from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
@@ -227,6 +231,7 @@ class Engine:
         engine = self.llm.llm_engine
         queue = iter(requests)
         inside: dict[str, EngineRequest] = {}
+        added_at: dict[str, float] = {}  # request id -> monotonic time it entered the engine
         finished: list[tuple[EngineRequest, Completion | EngineRequestError]] = []
         last_flush = time.monotonic()
         exhausted = False
@@ -241,18 +246,24 @@ class Engine:
                         params = self._sampling_params(request)
                         params.output_kind = RequestOutputKind.FINAL_ONLY
                         request_id = f"{next(self._ids)}"
-                        engine.add_request(request_id, self._engine_input(request), params)
+                        engine_input = self._engine_input(request)
+                        entered = time.monotonic()
+                        engine.add_request(request_id, engine_input, params)
+                        added_at[request_id] = entered
                         inside[request_id] = request
                     except (VLLMClientError, ValueError, TypeError) as exc:
                         finished.append((request, EngineRequestError(str(exc))))
                 self.in_flight = len(inside)
                 if not inside:
                     break
-                for output in engine.step():
+                outputs = engine.step()
+                now = time.monotonic()
+                for output in outputs:
                     if output.finished:
                         request = inside.pop(output.request_id)
+                        latency = now - added_at.pop(output.request_id)
                         top = request.sampling.get("logprobs") or 0
-                        finished.append((request, _completion(output, top)))
+                        finished.append((request, _completion(output, top, latency)))
                 if finished and time.monotonic() - last_flush >= flush_seconds:
                     yield finished
                     finished, last_flush = [], time.monotonic()
@@ -297,10 +308,11 @@ def _logprobs(output: Any, top: int) -> list[dict[str, Any]] | None:
     return content
 
 
-def _completion(output: Any, top_logprobs: int) -> Completion:
+def _completion(output: Any, top_logprobs: int, latency_seconds: float) -> Completion:
     return Completion(
         prompt_tokens=len(output.prompt_token_ids or []),
         cached_tokens=output.num_cached_tokens or 0,
+        latency_ms=round(latency_seconds * 1000),
         choices=[
             Choice(
                 text=o.text,

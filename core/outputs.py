@@ -2,7 +2,10 @@
 
 A line is ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``;
 a success carries a ``chat.completion`` body, a failure ``body: null`` and an ``error``
-object ``{"code", "message"}``.
+object ``{"code", "message"}``. Where the engine measured it, a success also carries
+``latency_ms``: the milliseconds from the request entering the engine to its final output
+(an extra top-level field, as ``node_id`` and ``chain_sha256`` are; readers of the OpenAI
+format ignore it).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Completion:
     prompt_tokens: int
     choices: list[Choice] = field(default_factory=list)
     cached_tokens: int = 0
+    latency_ms: int | None = None  # entering the engine to the final output; None if unknown
 
 
 def _ids() -> tuple[str, str]:
@@ -134,7 +138,7 @@ def success_line(
 ) -> dict[str, Any]:
     """The output line of a request that ran; the body follows the endpoint's schema."""
     line_id, request_id = _ids()
-    return {
+    line: dict[str, Any] = {
         "id": line_id,
         "custom_id": custom_id,
         "response": {
@@ -144,6 +148,9 @@ def success_line(
         },
         "error": None,
     }
+    if completion.latency_ms is not None:
+        line["latency_ms"] = completion.latency_ms  # the writer appends the chain after it
+    return line
 
 
 def error_line(custom_id: str, code: str, message: str, status_code: int = 400) -> dict[str, Any]:

@@ -30,6 +30,7 @@ COLUMNS: dict[str, str] = {
     "prompt_version": "r.prompt_version",
     "prompt_tokens": "r.prompt_tokens",
     "completion_tokens": "r.completion_tokens",
+    "latency_ms": "r.latency_ms",
     "prompt": "r.prompt",
     "answer": "r.answer",
     "error_message": "r.error_message",
@@ -262,6 +263,14 @@ def detail(store: Store, job_id: str, custom_id: str) -> dict[str, Any] | None:
     for name in ("messages", "params", "metadata", "raw"):
         row[name] = _json(row.get(name))
     return {k: (None if _missing(v) else v) for k, v in row.items()}
+
+
+def latency_text(latency_ms: Any) -> str:
+    """A result's latency for people: ``850 ms``, ``2.41 s`` or ``not recorded``."""
+    if _missing(latency_ms):
+        return "not recorded"  # failures, and results from before it was recorded
+    ms = int(latency_ms)
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.2f} s"
 
 
 def _json(value: Any) -> Any:

@@ -132,6 +132,11 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, state, entered_at)
     );
     """,
+    # Per-request latency (``latency_ms`` of a result line: entering the engine to the final
+    # output). Lines written before the engine recorded it keep NULL; nothing to re-read.
+    """
+    ALTER TABLE results ADD COLUMN latency_ms INTEGER;
+    """,
 ]
 
 
@@ -142,6 +147,7 @@ RESULT_SHAPE = json.dumps(
     {
         "custom_id": "VARCHAR",
         "error": "JSON",
+        "latency_ms": "INTEGER",
         "response": {
             "status_code": "INTEGER",
             "body": {
@@ -185,7 +191,8 @@ RESULT_COLUMNS_SQL = """
          ELSE d.error->>'$.message' END AS error_message,
     raw::JSON AS raw,
     b.model AS model,
-    to_timestamp(coalesce(b.created, b.created_at)) AS created_at
+    to_timestamp(coalesce(b.created, b.created_at)) AS created_at,
+    d.latency_ms AS latency_ms
 """
 REQUEST_SHAPE = json.dumps(
     {
@@ -384,7 +391,7 @@ class Store:
             columns = [
                 "status", "status_code", "answer", "finish_reason", "prompt_tokens",
                 "completion_tokens", "error_code", "error_message", "raw", "model", "created_at",
-                "line_no", "prompt", "prompt_version", "metadata",
+                "line_no", "prompt", "prompt_version", "metadata", "latency_ms",
             ]  # fmt: skip
             updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
             # Request fields ride along (failures get the job's model) so reads need no join;

@@ -50,7 +50,7 @@ figures = {
     "token_distribution": dash.token_distribution_figure(db, scope, by),
     "cost": dash.cost_figure(summary, by),
     "throughput": dash.throughput_figure(db, scope),
-    "latency": dash.latency_figure(db, scope),
+    "latency": dash.latency_figure(db, scope, by),
     "pass_rate": dash.pass_rate_figure(db, scope, by),
 }
 columns = st.columns(2)

@@ -82,7 +82,9 @@ flt = res.ResultFilter(
 
 # -- the table ----------------------------------------------------------------------------------
 c = st.columns([2, 1, 1, 1])
-sort = c[0].selectbox("Sort by", list(res.COLUMNS), index=2, key="sort")
+sort = c[0].selectbox(
+    "Sort by", list(res.COLUMNS), index=list(res.COLUMNS).index("line_no"), key="sort"
+)
 descending = c[1].toggle("Descending", key="descending")
 size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_size")
 total = res.count(db, flt)
@@ -126,7 +128,7 @@ else:
             st.caption(
                 f"status {item['status']} · finish {item['finish_reason']} · "
                 f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
-                f"model {item['model']}"
+                f"latency {res.latency_text(item['latency_ms'])} · model {item['model']}"
             )
         with st.expander("Parameters and metadata"):
             st.json({"params": item["params"], "metadata": item["metadata"]})

@@ -19,14 +19,20 @@ def request_line(custom_id: str, prompt: str) -> str:
     )
 
 
-def finished_job(tmp_path: Path, answers: dict[str, str | None]) -> JobFolder:
-    """A completed job: each id's answer, or ``None`` for a failed request."""
+def finished_job(
+    tmp_path: Path, answers: dict[str, str | None], latencies: dict[str, int] | None = None
+) -> JobFolder:
+    """A completed job: each id's answer, or ``None`` for a failed request; ``latencies``
+    gives some ids a ``latency_ms`` (the others look like lines from before it existed)."""
+    latencies = latencies or {}
     tmp_path.mkdir(parents=True, exist_ok=True)
     batch = tmp_path / "batch.jsonl"
     batch.write_text("\n".join(request_line(cid, f"prompt {cid}") for cid in answers) + "\n")
     job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/tiny"))
     lines = [
-        success_line(cid, "tiny", Completion(5, [Choice(answer, "stop", 3)]))
+        success_line(
+            cid, "tiny", Completion(5, [Choice(answer, "stop", 3)], latency_ms=latencies.get(cid))
+        )
         if answer is not None
         else error_line(cid, "engine_rejected", "prompt too long")
         for cid, answer in answers.items()

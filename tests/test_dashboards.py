@@ -1,9 +1,11 @@
-"""Cost in the dashboards comes from the one saved price table."""
+"""Dashboards: cost comes from the one saved price table; latency from each request's own."""
 
 import pandas as pd
 
-from core.dashboards import with_cost
+from core.dashboards import NO_LATENCY, NO_RESULTS, Scope, latency_figure, with_cost
 from core.pricing import ModelPrice, PriceTable
+from core.store import Store
+from tests.factories import finished_job
 
 
 def summary():
@@ -24,3 +26,22 @@ def test_token_prices_and_gpu_hours_make_the_cost():
 def test_the_star_row_prices_models_not_listed():
     prices = PriceTable({"*": ModelPrice(1.0, 1.0, None)})
     assert with_cost(summary(), prices)["cost"].tolist() == [3.0, 1.0]
+
+
+def test_the_latency_chart_plots_each_requests_recorded_latency(tmp_path):
+    job = finished_job(tmp_path, {"a": "x", "b": "y", "old": "z"}, {"a": 1500, "b": 2250})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    fig = latency_figure(store, Scope(job_ids=[job.job_id]), by="model")
+    assert sorted(x for trace in fig.data for x in trace.x) == [1.5, 2.25]  # "old" has none
+    assert [trace.name for trace in fig.data] == ["tiny"]  # grouped as asked
+
+
+def test_the_latency_chart_says_when_no_result_recorded_latency(tmp_path):
+    job = finished_job(tmp_path, {"old": "z", "bad": None})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    fig = latency_figure(store, Scope(job_ids=[job.job_id]))
+    assert not fig.data and fig.layout.annotations[0].text == NO_LATENCY
+    fig = latency_figure(store, Scope(job_ids=["no-such-job"]))
+    assert fig.layout.annotations[0].text == NO_RESULTS

@@ -6,6 +6,7 @@ import pytest
 from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 
 from core.jobs import list_jobs
+from core.results import detail
 from core.store import Store
 from tests.conftest import run_cli
 
@@ -78,6 +79,8 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
         BatchRequestOutput.model_validate(line)
     by_id = {line["custom_id"]: line for line in lines}
 
+    for cid in ("en", "zh", "multi", "two", "cmpl", "resp"):  # the engine timed each request
+        assert isinstance(by_id[cid]["latency_ms"], int) and by_id[cid]["latency_ms"] > 0
     for cid in ("en", "zh", "multi", "two"):
         body = by_id[cid]["response"]["body"]
         assert by_id[cid]["response"]["status_code"] == 200 and by_id[cid]["error"] is None
@@ -114,6 +117,7 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
         rows.loc["en", "answer"]
         == by_id["en"]["response"]["body"]["choices"][0]["message"]["content"]
     )
+    assert detail(store, job.job_id, "en")["latency_ms"] == by_id["en"]["latency_ms"]
 
 
 def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_home, tmp_path):

@@ -84,6 +84,7 @@ def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
         ours, theirs = line["response"]["body"], local_lines[cid]["response"]["body"]
         assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
         assert ours["usage"] == theirs["usage"]
+        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
     job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
     assert verify(job).ok
     stats = read_ray_stats(job.path)

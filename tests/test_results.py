@@ -48,6 +48,7 @@ def analysed_job(
             Completion(
                 r.get("prompt_tokens", 5),
                 [Choice(r["answer"], r.get("finish", "stop"), r.get("tokens", 3))],
+                latency_ms=r.get("latency_ms"),
             ),
         )
         if r.get("answer") is not None
@@ -90,6 +91,7 @@ ROWS = [
         "answer": "<b>bold</b>\x07 end",
         "finish": "length",
         "tokens": 8,
+        "latency_ms": 2500,
         "metadata": {"label": "neg", "prompt_version": "v2"},
     },
     {"custom_id": "d", "prompt": "under_score", "answer": "The Answer", "tokens": 4},
@@ -194,6 +196,9 @@ def test_detail_has_conversation_parameters_and_raw_line(store):
     assert item["metadata"] == {"label": "neg", "prompt_version": "v2"}
     assert item["answer"] == "<b>bold</b>\x07 end"  # kept as text, control character too
     assert item["raw"]["custom_id"] == "c"
+    assert item["latency_ms"] == 2500 and R.latency_text(item["latency_ms"]) == "2.50 s"
+    assert R.detail(db, job_id, "a")["latency_ms"] is None  # a line from before latency
+    assert R.latency_text(None) == "not recorded" and R.latency_text(850) == "850 ms"
     assert R.detail(db, job_id, "missing") is None
 
 

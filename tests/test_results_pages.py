@@ -46,6 +46,7 @@ def test_results_page_filters_searches_and_shows_details(data_home):
     assert list(at.dataframe[0].value["custom_id"]) == ["c"]
     # the detail of the only row: answer shown as text, HTML and control character kept
     assert "<b>bold</b>\x07 end" in [t.value for t in at.text]
+    assert any("latency 2.50 s" in c.value for c in at.caption)  # the engine's own timing
     assert any('"custom_id": "c"' in c.value for c in at.code)
 
 

@@ -1,5 +1,7 @@
 """The DuckDB index: migrations and idempotent ingest from job folders."""
 
+from core.ledger import verify
+from core.results import detail
 from core.store import MIGRATIONS, Store
 from tests.factories import finished_job
 
@@ -66,3 +68,16 @@ def test_a_retried_success_replaces_the_failure_and_never_the_reverse(tmp_path):
         handle.write(job.errors.read_bytes())
     store.ingest(job)
     assert store.results(job.job_id).set_index("custom_id").loc["a", "answer"] == "fixed"
+
+
+def test_latency_is_ingested_where_a_line_has_it_and_null_where_it_does_not(tmp_path):
+    job = finished_job(tmp_path, {"new": "yes", "old": "yes", "bad": None}, {"new": 1234})
+    written = job.output.read_bytes()
+    assert b'"error": null, "latency_ms": 1234, "chain_sha256": "' in written  # chain last
+    assert written.count(b"latency_ms") == 1
+    assert verify(job).ok
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    assert detail(store, job.job_id, "new")["latency_ms"] == 1234
+    assert detail(store, job.job_id, "old")["latency_ms"] is None
+    assert detail(store, job.job_id, "bad")["latency_ms"] is None
