@@ -14,9 +14,10 @@ plain ``tokenizers`` result before it is trusted:
   a ``ByteLevel`` regex pre-tokenizer) merges never cross pre-token boundaries, and a
   space right after a non-space always starts a pre-token, so a text's count is the sum
   of its space-led chunks' counts (`` world,``), and those repeat a lot: each distinct
-  chunk is encoded once (in one batch call) and cached. The first texts of every file
-  are also counted with ``Tokenizer.encode_batch``; on any difference the counter falls
-  back to it for good.
+  chunk is counted once and cached. A new ASCII chunk is split into its pre-tokens with
+  GPT-2's pattern, and those are encoded once each. The first texts of every file are
+  also counted with ``Tokenizer.encode_batch``; on any difference the counter falls back
+  to it for good.
 
 Any other tokenizer uses ``Tokenizer.encode_batch`` on batches of rendered text.
 """
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
@@ -43,6 +44,13 @@ from core.requests import LEADING_ROLES, EngineRequest
 CHUNK_BOUNDARY = re.compile(r"(?<=\S)(?= )")
 # In ASCII text, a space after one of these (Unicode White_Space) is not a safe boundary.
 UNSAFE_SPACE = re.compile(r"[\t\n\v\f\r ] ").search
+# GPT-2's pre-tokenizer pattern restricted to ASCII text, where \p{L} is [A-Za-z], \p{N}
+# is [0-9] and Unicode White_Space is [\t\n\v\f\r ] (Python's \s would add \x1c-\x1f).
+_WS = r"[\t\n\v\f\r ]"
+ASCII_PRETOKENS = re.compile(
+    rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t\n\v\f\r A-Za-z0-9]+"
+    rf"|{_WS}+(?![^\t\n\v\f\r ])|{_WS}+"
+).findall
 CONTEXT_KEYS = (
     "max_position_embeddings",
     "n_positions",
@@ -51,7 +59,7 @@ CONTEXT_KEYS = (
     "max_sequence_length",
 )
 VERIFY_TEXTS = 64  # texts of each file counted both ways before the fast path is trusted
-PIECE_CACHE_LIMIT = 400_000  # distinct chunks kept; the cache is cleared beyond this
+PIECE_CACHE_LIMIT = 400_000  # distinct chunks (and pre-tokens) kept
 MESSAGE_CACHE_LIMIT = 20_000  # repeated system/developer messages kept
 PROBES: list[list[dict[str, str]]] = [
     [{"role": "user", "content": "Hi there"}],
@@ -188,6 +196,26 @@ class ChatRenderer:
         return self._chatml(messages, self.chatml_default_system)  # type: ignore[arg-type]
 
 
+class _Counts(dict):
+    """text -> token count, counted by ``count`` the first time a text is looked up.
+
+    Only the first ``PIECE_CACHE_LIMIT`` texts are kept: the common ones come early, and
+    keeping every rare one (ids, amounts) would let memory grow with the file.
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self, count: Callable[[str], int]) -> None:
+        super().__init__()
+        self.count = count
+
+    def __missing__(self, text: str) -> int:
+        value = self.count(text)
+        if len(self) < PIECE_CACHE_LIMIT:
+            self[text] = value
+        return value
+
+
 class TokenCounter:
     """Counts prompt tokens for one model folder. Thread-safe for one check at a time.
 
@@ -220,8 +248,9 @@ class TokenCounter:
         self.name = self.folder.name
         self.context_length = context_length(self.folder)
         self._lock = threading.Lock()
-        self._pieces: dict[str, int] = {"": 0}
-        self._after_space: dict[str, int] = {}
+        self._pieces = _Counts(self._count_chunk)
+        self._after_space = _Counts(lambda word: self._count_chunk(" " + word))
+        self._pretokens = _Counts(self._encode)
         self._messages: dict[str, int] = {}
         self._verify_left = 0
         self._specials_added = len(self.tokenizer.encode("a", add_special_tokens=True).ids) - len(
@@ -283,27 +312,21 @@ class TokenCounter:
         return self._count_pieces_many(PROBE_TEXTS) == self._encode_batch(PROBE_TEXTS, False)
 
     def _count_pieces_many(self, texts: Sequence[str]) -> list[int]:
-        """Counts of texts as sums of cached chunk counts; unknown chunks are encoded in one
-        batch call.
+        """Counts of texts as sums of chunk counts (each chunk counted once, then cached).
 
         Two kinds of key: ``_pieces`` maps a chunk to its count; ``_after_space`` maps a
         word ``w`` to the count of `` w``, so that an ASCII text whose spaces all follow a
         non-space splits with ``str.split(" ")`` and is summed without building a string.
         """
-        pieces, after_space = self._pieces, self._after_space
-        get, get_after = pieces.__getitem__, after_space.__getitem__
+        get, get_after = self._pieces.__getitem__, self._after_space.__getitem__
         added, split, mark = self._added, self._split, self._added_mark
         unsafe_space, chunks = UNSAFE_SPACE, self._chunks
         results = [0] * len(texts)
-        pending: list[tuple[int, list[str], int, bool]] = []
         for index, text in enumerate(texts):
             if split is None or (mark is not None and mark not in text):
                 if text.isascii() and unsafe_space(text) is None:
                     words = text.split(" ")
-                    try:
-                        results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
-                    except KeyError:
-                        pending.append((index, words, 0, True))
+                    results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
                     continue
                 words, specials = chunks(text), 0
             else:
@@ -313,33 +336,18 @@ class TokenCounter:
                         specials += 1
                     elif segment:
                         words += chunks(segment)
-            try:
-                results[index] = specials + sum(map(get, words))
-            except KeyError:
-                pending.append((index, words, specials, False))
-        if pending:
-            self._learn(pending)
-            for index, words, specials, spaced in pending:
-                if spaced:
-                    results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
-                else:
-                    results[index] = specials + sum(map(get, words))
+            results[index] = specials + sum(map(get, words))
         return results
 
-    def _learn(self, pending: list[tuple[int, list[str], int, bool]]) -> None:
-        """Encodes the chunks of ``pending`` texts that no cache knows, in one call."""
-        pieces, after_space = self._pieces, self._after_space
-        if len(pieces) + len(after_space) > PIECE_CACHE_LIMIT:
-            pieces.clear()
-            after_space.clear()
-        plain = {w for _, words, _, spaced in pending for w in (words[:1] if spaced else words)}
-        spaced_words = {w for _, words, _, spaced in pending if spaced for w in words[1:]}
-        plain = [w for w in plain if w not in pieces]
-        spaced_list = [w for w in spaced_words if w not in after_space]
-        texts = plain + [" " + w for w in spaced_list]
-        counts = self._encode_batch(texts, False) if texts else []
-        pieces.update(zip(plain, counts[: len(plain)], strict=True))
-        after_space.update(zip(spaced_list, counts[len(plain) :], strict=True))
+    def _count_chunk(self, chunk: str) -> int:
+        """A chunk's count. An ASCII chunk is the sum of its pre-tokens, which repeat far
+        more often than whole chunks (`` #48213,`` is `` #``, ``48213`` and ``,``)."""
+        if chunk.isascii():
+            return sum(map(self._pretokens.__getitem__, ASCII_PRETOKENS(chunk)))
+        return self._encode(chunk)
+
+    def _encode(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def _encode_batch(self, texts: Sequence[str], specials: bool) -> list[int]:
         encode = getattr(self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch)

@@ -101,3 +101,20 @@ def test_a_folder_without_tokenizer_or_template_is_named(tmp_path: Path) -> None
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
     with pytest.raises(TokenizerError, match="has no chat template"):
         TokenCounter(tmp_path)
+
+
+def test_counting_by_chunk_and_pre_token_agrees_with_the_tokenizer_on_awkward_text() -> None:
+    """Numbers, amounts, contractions, runs of white space and control characters: the
+    cached chunk path must give exactly what encoding the whole text gives."""
+    import random
+    import string
+
+    counter = TokenCounter(MODEL)
+    assert counter.mode == "pieces"
+    rng = random.Random(7)
+    alphabet = string.printable + "'''  \t\n\x0b\x0c\x1c\x1f" + string.digits * 3
+    words = ["don't", "I'll", "#48213,", "$4.50", "x--y", "a\n b", "  ", "'s", "9th", "A1b2"]
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 80))) for _ in range(2000)]
+    texts += [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(2000)]
+    texts += ["Ünïcödé ½ 你好 " + t for t in texts[:200]]
+    assert counter.count_texts(texts) == counter._encode_batch(texts, False)
