@@ -129,6 +129,12 @@ def main() -> int:
     return 0
 
 
+def page_and_total(store: Store, f: R.ResultFilter, size: int = 50) -> R.Total:
+    """What the Results page waits for: page 1, then its total (as cheap as the page allows)."""
+    rows = R.page(store, f, limit=size)
+    return R.total(store, f, offset=0, limit=size, shown=len(rows))
+
+
 def run(store: Store, job_ids: list[str], folder: Path) -> None:
     """Times the queries the pages and the CLI make."""
     every = R.ResultFilter(job_ids=job_ids)
@@ -152,8 +158,11 @@ def run(store: Store, job_ids: list[str], folder: Path) -> None:
     )
     timed("filter metadata+finish+tokens: count", lambda: R.count(store, meta))
     timed("filter metadata+finish+tokens: page 1", lambda: R.page(store, meta))
+    # A search's "count" is what the page asks for after reading page 1 (R.total: none when
+    # the page is not full, else up to R.SEARCH_COUNT_CAP); "exact count" is Count all.
     for label, f in [
         ("search common word, both fields", R.ResultFilter(job_ids, search="Wizards")),
+        ("search rare text (111 matches), both", R.ResultFilter(job_ids, search="question 1234")),
         ("search absent text, both fields", R.ResultFilter(job_ids, search="zebra crossing")),
         (
             "search absent text, answers",
@@ -164,8 +173,14 @@ def run(store: Store, job_ids: list[str], folder: Path) -> None:
             R.ResultFilter(job_ids, search="zebra", match_case=True),
         ),
     ]:
-        timed(f"{label}: count", lambda f=f: R.count(store, f))
-        timed(f"{label}: page 1", lambda f=f: R.page(store, f))
+        shown = len(timed(f"{label}: page 1", lambda f=f: R.page(store, f)))
+        total = timed(
+            f"{label}: count",
+            lambda f=f, n=shown: R.total(store, f, offset=0, limit=50, shown=n),
+        )
+        print(f"    shows {total} results")
+        timed(f"{label}: page 1 + count", lambda f=f: page_and_total(store, f))
+        timed(f"{label}: exact count", lambda f=f: R.count(store, f), repeat=1)
     timed("facets (filter choices), all jobs", lambda: R.facets(store, job_ids), repeat=1)
     for method, strata in [
         ("random", None),

@@ -39,6 +39,9 @@ COLUMNS: dict[str, str] = {
 PREVIEW_CHARS = 300  # the table shows the start of long texts; the detail view shows all
 SEARCH_FIELDS = ("prompt", "answer", "both")
 DEEP_PAGE = 5_000  # from this offset on, a page is found by its keys first
+# A search reads every prompt and answer to count all its matches (~300 ms at a million
+# rows); it counts up to this many, then says "more than", unless asked for the exact count.
+SEARCH_COUNT_CAP = 1_000
 
 
 @dataclass
@@ -195,10 +198,57 @@ def page(
     return query(store, sql, [*params, int(limit), int(offset)])
 
 
-def count(store: Store, f: ResultFilter) -> int:
-    """How many results match."""
+def count(store: Store, f: ResultFilter, cap: int | None = None) -> int:
+    """How many results match; with ``cap``, counting stops past it (at ``cap + 1``)."""
     clause, params = where(f)
-    return int(query(store, f"SELECT count(*) AS n {FROM} {clause}", params)["n"].iloc[0])
+    if cap is None:
+        sql = f"SELECT count(*) AS n {FROM} {clause}"
+    else:  # the scan stops as soon as cap + 1 matches are found
+        sql = f"SELECT count(*) AS n FROM (SELECT 1 {FROM} {clause} LIMIT ?)"
+        params = [*params, int(cap) + 1]
+    return int(query(store, sql, params)["n"].iloc[0])
+
+
+@dataclass(frozen=True)
+class Total:
+    """How many results match: exactly ``n``, or (``exact`` False) more than ``n``."""
+
+    n: int
+    exact: bool = True
+
+    def pages(self, size: int) -> int:
+        """Pages of ``size`` rows that hold the matches (those known so far)."""
+        return max(1, -(-(self.n + (0 if self.exact else 1)) // size))
+
+    def __str__(self) -> str:
+        return f"{self.n:,}" if self.exact else f"more than {self.n:,}"
+
+
+def total(
+    store: Store, f: ResultFilter, *, offset: int = 0, limit: int = 0, shown: int | None = None
+) -> Total:
+    """How many results match, as cheaply as it can be known for the page being shown.
+
+    A page that is not full (``0 < shown < limit``, or nothing at all on the first page)
+    ends the matches, so no query runs: a search for text that is absent or rare reads
+    the texts once (for the page), not twice. Otherwise filters without a search are
+    counted exactly (a few ms at a million rows); a search counts up to
+    :data:`SEARCH_COUNT_CAP` and says "more than" past it (5 ms instead of ~300 for a
+    common word); :func:`count` gives the exact figure on demand.
+
+    Args:
+        store: the store to read.
+        f: the filter of the page.
+        offset: the page's first row.
+        limit: the page's size.
+        shown: the rows the page query returned; None when no page was read.
+    """
+    if shown is not None and (0 < shown < limit or (shown == 0 and offset == 0)):
+        return Total(offset + shown)
+    if not f.search:
+        return Total(count(store, f))
+    n = count(store, f, cap=SEARCH_COUNT_CAP)
+    return Total(n) if n <= SEARCH_COUNT_CAP else Total(SEARCH_COUNT_CAP, exact=False)
 
 
 def filtered_sql(f: ResultFilter, columns: str | None = None) -> tuple[str, list[Any]]:

@@ -87,19 +87,42 @@ sort = c[0].selectbox(
 )
 descending = c[1].toggle("Descending", key="descending")
 size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_size")
-total = res.count(db, flt)
-pages = max(1, -(-total // size))
-page_no = c[3].number_input("Page", min_value=1, max_value=pages, value=1, key="page_no")
-table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(page_no - 1) * size)
+# The page is read first: a page that is not full also tells how many match, with no count.
+wanted = int(st.session_state.get("page_no") or 1)
+table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(wanted - 1) * size)
+# "Count all" keeps its exact count while the filter and the jobs' results stay the same.
+done = by_id.loc[job_ids, ["succeeded", "failed"]].fillna(0).to_numpy().sum()
+signature = json.dumps([flt.to_dict(), int(done)])
+counted = st.session_state.get("results_exact_count")
+if counted and counted[0] == signature:
+    total = res.Total(counted[1])
+else:
+    total = res.total(db, flt, offset=(wanted - 1) * size, limit=size, shown=len(table))
+page_no = c[3].number_input(
+    "Page", min_value=1, max_value=total.pages(size), value=1, key="page_no"
+)
+if page_no != wanted:  # the pager went back to 1 (its range changed): show that page
+    table = res.page(
+        db, flt, sort=sort, descending=descending, limit=size, offset=(page_no - 1) * size
+    )
 
-if total == 0:
+if total.n == 0:
     if db.count_results(job_id) == 0:
         st.info("This job has no results yet. They appear here as the worker writes them.")
     else:
         st.info("No results match these filters.")
 else:
     first = (page_no - 1) * size + 1
-    st.caption(f"{total:,} results (rows {first:,}–{first + len(table) - 1:,} shown)")
+    c = st.columns([4, 1])
+    c[0].caption(f"{total} results (rows {first:,}–{first + len(table) - 1:,} shown)")
+    if not total.exact and c[1].button(
+        "Count all",
+        key="count_all",
+        help=f"A search counts its matches up to {res.SEARCH_COUNT_CAP:,}; counting them all "
+        "reads every prompt and answer (a few tenths of a second per million results).",
+    ):
+        st.session_state["results_exact_count"] = (signature, res.count(db, flt))
+        st.rerun()
     shown = table.drop(columns=["job_id"]) if len(job_ids) == 1 else table
     st.dataframe(shown, hide_index=True, width="stretch")
 

@@ -153,6 +153,35 @@ def test_search_takes_quotes_regex_and_sql_literally(store, text, expected):
     assert R.count(db, R.ResultFilter([job_id])) == 4  # the table is still there
 
 
+def test_a_search_counts_up_to_the_cap_then_says_more_than(store, monkeypatch):
+    db, job_id = store
+    monkeypatch.setattr(R, "SEARCH_COUNT_CAP", 2)
+    search = R.ResultFilter([job_id], search="e")  # in all four rows
+    assert R.count(db, search) == 4 and R.count(db, search, cap=2) == 3  # stops at cap + 1
+    total = R.total(db, search)
+    assert (total.n, total.exact, str(total)) == (2, False, "more than 2")
+    assert total.pages(1) == 3  # one page past what was counted, to go on
+    assert R.total(db, R.ResultFilter([job_id], search="T", match_case=True)) == R.Total(2)
+    plain = R.total(db, R.ResultFilter([job_id], statuses=["succeeded"]))
+    assert plain == R.Total(3) and str(plain) == "3" and plain.pages(2) == 2  # counted exactly
+
+
+def test_a_page_that_is_not_full_gives_the_total_without_a_count(store, monkeypatch):
+    db, job_id = store
+
+    def no_count(*args, **kwargs):
+        raise AssertionError("counted")
+
+    monkeypatch.setattr(R, "count", no_count)
+    search = R.ResultFilter([job_id], search="e")
+    assert R.total(db, search, offset=2, limit=3, shown=2) == R.Total(4)
+    assert R.total(db, search, offset=0, limit=50, shown=0) == R.Total(0)
+    with pytest.raises(AssertionError, match="counted"):  # a full page: more may follow
+        R.total(db, search, offset=0, limit=2, shown=2)
+    with pytest.raises(AssertionError, match="counted"):  # past the end: count to say where
+        R.total(db, search, offset=50, limit=50, shown=0)
+
+
 def test_search_can_match_case_and_pick_the_field(store):
     db, job_id = store
     assert ids(R.page(db, R.ResultFilter([job_id], search="the answer", match_case=True))) == []

@@ -50,6 +50,32 @@ def test_results_page_filters_searches_and_shows_details(data_home):
     assert any('"custom_id": "c"' in c.value for c in at.code)
 
 
+def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(data_home, monkeypatch):
+    from core import results
+
+    rows = [{"custom_id": f"r{i:02}", "prompt": f"prompt {i}", "answer": "ok"} for i in range(30)]
+    job_in_home(data_home, rows)
+    monkeypatch.setattr(results, "SEARCH_COUNT_CAP", 26)
+    at = open_page("results.py")
+    at.selectbox(key="page_size").set_value(25).run()
+    at.text_input(key="q").set_value("prompt").run()  # all 30 match: page 1 is full
+    assert at.caption[0].value.startswith("more than 26 results (rows 1–25 shown)")
+    at.button(key="count_all").click().run()
+    assert not at.exception
+    assert at.caption[0].value.startswith("30 results (rows 1–25 shown)")
+    assert not [b for b in at.button if b.key == "count_all"]
+    at.number_input(key="page_no").set_value(2).run()  # the exact count stays while paging
+    assert at.caption[0].value.startswith("30 results (rows 26–30 shown)")
+    at.text_input(key="q").set_value("PROMPT").run()  # a new search: its short last page
+    assert at.caption[0].value.startswith("30 results (rows 26–30 shown)")  # ends the count
+    at.number_input(key="page_no").set_value(1).run()  # a full page: counted up to the cap
+    assert at.caption[0].value.startswith("more than 26 results (rows 1–25 shown)")
+    at.number_input(key="page_no").set_value(2).run()
+    at.text_input(key="q").set_value("prompt 2").run()  # 11 matches: page 2 is past the end,
+    assert at.caption[0].value.startswith("11 results (rows 1–11 shown)")  # so back to page 1
+    assert len(at.dataframe[0].value) == 11
+
+
 def test_results_page_with_no_match_and_with_a_job_without_results(data_home):
     job_in_home(data_home)
     at = open_page("results.py")
