@@ -575,8 +575,13 @@ class _Summary:
                 continue
             context = counter.context_length
             if context is not None:  # a prompt far beyond the context is not worth encoding
+                # A line holds at least as many bytes as its prompt has characters.
+                longest = (context + 1) * counter.max_token_chars
                 kept = []
                 for entry in entries:
+                    if len(batch.raws[entry[0]]) < longest:
+                        kept.append(entry)
+                        continue
                     bound = counter.lower_bound(entry[1], entry[2])
                     if bound > context:
                         index = entry[0]

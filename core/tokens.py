@@ -324,7 +324,10 @@ class TokenCounter:
         results = [0] * len(texts)
         for index, text in enumerate(texts):
             if split is None or (mark is not None and mark not in text):
-                if text.isascii() and unsafe_space(text) is None:
+                # In printable ASCII the only white space is " " itself: no regex needed.
+                if text.isascii() and (
+                    "  " not in text if text.isprintable() else unsafe_space(text) is None
+                ):
                     words = text.split(" ")
                     results[index] = get(words[0]) + sum(map(get_after, islice(words, 1, None)))
                     continue
