@@ -251,6 +251,8 @@ class TokenCounter:
         self._pieces = _Counts(self._count_chunk)
         self._after_space = _Counts(lambda word: self._count_chunk(" " + word))
         self._pretokens = _Counts(self._encode)
+        # Tokens of a role name and the newline after it (a ChatML turn's header).
+        self._role_counts = _Counts(lambda role: self._count_pieces_many([f"{role}\n"])[0])
         self._messages: dict[str, int] = {}
         self._verify_left = 0
         self._specials_added = len(self.tokenizer.encode("a", add_special_tokens=True).ids) - len(
@@ -389,7 +391,7 @@ class TokenCounter:
         cache = self._messages
         default = self.renderer.chatml_default_system
         base, gen = self._turn_overhead, self._generation_prompt
-        role_count = self._role_count
+        role_count = self._role_counts.__getitem__
         totals: list[int] = []
         todo: list[str] = []
         owners: list[tuple[int, tuple[str, str] | None]] = []
@@ -421,13 +423,6 @@ class TokenCounter:
                 extra = role_count(key[0]) if key[1] and not key[1][0].isspace() else 0
                 cache[key] = base + extra + count
         return totals
-
-    def _role_count(self, role: str) -> int:
-        """Tokens of ``role`` and the newline after it."""
-        counts = self.__dict__.setdefault("_role_counts", {})
-        if role not in counts:
-            counts[role] = self._count_pieces_many([f"{role}\n"])[0]
-        return counts[role]
 
     @property
     def _default_system(self) -> int:
