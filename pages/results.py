@@ -190,16 +190,26 @@ c = st.columns(2)
 if job.output.exists():
     c[0].download_button(
         "Download output JSONL",
-        data=job.output.read_bytes(),
+        data=job.output.read_bytes,  # read when clicked, not on every rerun of the page
         file_name=f"{job_id}_output.jsonl",
         mime="application/jsonl",
     )
-if int(row["failed"] or 0):
+failed = int(row["failed"] or 0)
+if failed:
+    # Written from DuckDB only on request (opening the page does no export work); a file
+    # prepared before more requests failed is prepared again.
     errors = paths().home / "exports" / f"{job_id}_errors.jsonl"
-    ex.export_errors(db, [job_id], errors)
-    c[1].download_button(
-        "Download error file",
-        data=errors.read_bytes(),
-        file_name=errors.name,
-        mime="application/jsonl",
-    )
+    prepared = st.session_state.get("errors_file") == [job_id, failed] and errors.exists()
+    slot = c[1].empty()  # the button, then the download in its place
+    if not prepared and slot.button("Prepare error file", key="errors_go"):
+        with st.spinner("Writing the error file…"):
+            ex.export_errors(db, [job_id], errors)
+        st.session_state["errors_file"] = [job_id, failed]
+        prepared = True
+    if prepared:
+        slot.download_button(
+            "Download error file",
+            data=errors.read_bytes(),
+            file_name=errors.name,
+            mime="application/jsonl",
+        )

@@ -261,3 +261,32 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
         slug = re.sub(r"\W+", "_", label.lower()).strip("_")
         screenshot(page, f"page_{number:02d}_{slug}")
         expect_no_exception(page)
+
+
+@pytest.mark.browser
+def test_results_files_are_read_and_written_only_when_clicked(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Opening Results writes no file; the output file is read on click, the error file is
+    prepared on click, and both downloads hold the job's lines (no engine: a made-up job)."""
+    from tests.test_results import ROWS, analysed_job
+
+    made = analysed_job(studio_server.home.parent / "build", ROWS)
+    (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
+    job = made.path.rename(studio_server.home / "jobs" / made.job_id)
+    page = chromium_page
+    page.goto(studio_server.url)
+    open_page(page, "Results")
+    expect(page.get_by_text("4 results (rows 1–4 shown)")).to_be_visible()
+    assert not list(studio_server.home.glob("exports/*"))
+
+    with page.expect_download() as output:
+        page.get_by_role("button", name="Download output JSONL").click()
+    assert Path(output.value.path()).read_bytes() == (job / "output.jsonl").read_bytes()
+
+    page.get_by_role("button", name="Prepare error file").click()
+    with page.expect_download() as errors:
+        page.get_by_role("button", name="Download error file").click()
+    lines = Path(errors.value.path()).read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["custom_id"] for line in lines] == ["b"]  # the one failure
+    expect_no_exception(page)

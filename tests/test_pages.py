@@ -264,7 +264,5 @@ def test_results_page_shows_a_finished_job(data_home: Path) -> None:
     assert table.loc["sky-1", "prompt"] == "What colour is the sky?"
     assert table.loc["long-2", "status"] == "failed"
     assert table.loc["long-2", "error_message"] == "the prompt is longer than the model allows"
-    assert [b.label for b in at.download_button] == [
-        "Download output JSONL",
-        "Download error file",  # the job has a failure
-    ]
+    assert [b.label for b in at.download_button] == ["Download output JSONL"]
+    assert at.button(key="errors_go").label == "Prepare error file"  # the job has a failure

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,8 +89,16 @@ def test_results_page_of_a_job_with_only_failures_offers_the_error_file(data_hom
     job_in_home(data_home, [{"custom_id": "x", "prompt": "p", "answer": None}])
     at = open_page("results.py")
     assert list(at.dataframe[0].value["status"]) == ["failed"]
+    assert [b.label for b in at.download_button] == ["Download output JSONL"]
+    at.selectbox(key="page_size").set_value(25).run()  # reruns write no error file either
+    assert not list(data_home.glob("exports/*"))
+    at.button(key="errors_go").click().run()
+    assert not at.exception
     labels = [b.label for b in at.download_button]
-    assert "Download output JSONL" in labels and "Download error file" in labels
+    assert labels == ["Download output JSONL", "Download error file"]
+    [errors] = data_home.glob("exports/*_errors.jsonl")
+    assert [json.loads(line)["custom_id"] for line in errors.read_text().splitlines()] == ["x"]
+    assert not [b for b in at.button if b.key == "errors_go"]  # prepared: download only
 
 
 def test_results_page_exports_the_filtered_rows(data_home):
