@@ -147,6 +147,7 @@ def run(store: Store, job_ids: list[str], folder: Path) -> None:
         "page 1 sorted by completion_tokens desc",
         lambda: R.page(store, every, sort="completion_tokens", descending=True),
     )
+    timed("page 1 sorted by metadata.label", lambda: R.page(store, every, sort="metadata.label"))
     failed = R.ResultFilter(job_ids=job_ids, statuses=["failed"])
     timed("filter status=failed: count", lambda: R.count(store, failed))
     timed("filter status=failed: page 1", lambda: R.page(store, failed))

@@ -82,8 +82,14 @@ flt = res.ResultFilter(
 
 # -- the table ----------------------------------------------------------------------------------
 c = st.columns([2, 1, 1, 1])
+sort_names = res.sort_options(facets["metadata_keys"])
 sort = c[0].selectbox(
-    "Sort by", list(res.COLUMNS), index=list(res.COLUMNS).index("line_no"), key="sort"
+    "Sort by",
+    sort_names,
+    index=sort_names.index("line_no"),
+    key="sort",
+    help="Orders every matching result (in DuckDB), not only this page; missing values come "
+    "last. metadata.KEY orders by one metadata field, as text.",
 )
 descending = c[1].toggle("Descending", key="descending")
 size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_size")
@@ -125,6 +131,10 @@ else:
         st.rerun()
     shown = table.drop(columns=["job_id"]) if len(job_ids) == 1 else table
     st.dataframe(shown, hide_index=True, width="stretch")
+    st.caption(
+        "Clicking a column header orders only the rows of this page; **Sort by** above "
+        "orders all matching results."
+    )
 
     # -- detail -------------------------------------------------------------------------------
     keys = list(zip(table["job_id"], table["custom_id"], strict=True))

@@ -194,8 +194,38 @@ def test_sort_any_column_both_ways_and_refuse_unknown_ones(store):
     f = R.ResultFilter([job_id])
     assert ids(R.page(db, f, sort="completion_tokens", descending=True)) == ["c", "d", "a", "b"]
     assert ids(R.page(db, f, sort="custom_id", descending=True)) == ["d", "c", "b", "a"]
-    with pytest.raises(ValueError, match="cannot sort by"):
-        R.page(db, f, sort="answer; DROP TABLE results")
+    assert ids(R.page(db, f, sort="latency_ms", descending=True)) == ["c", "a", "b", "d"]
+    assert ids(R.page(db, f, sort="metadata.label")) == ["b", "c", "a", "d"]  # neg, neg, pos
+    assert ids(R.page(db, f, sort="metadata.label", descending=True)) == ["a", "b", "c", "d"]
+    for bad in ("answer; DROP TABLE results", "metadata.", "raw"):
+        with pytest.raises(ValueError, match="cannot sort by"):
+            R.page(db, f, sort=bad)
+
+
+def test_every_sort_option_orders_all_results_both_ways_with_missing_values_last(
+    store, monkeypatch
+):
+    db, job_id = store
+    f = R.ResultFilter([job_id])
+    rows = R.page(db, f).to_dict("records")
+    keys = R.facets(db, [job_id])["metadata_keys"]
+    for row in rows:
+        metadata = R.detail(db, job_id, row["custom_id"])["metadata"] or {}
+        row.update({f"metadata.{key}": metadata.get(key) for key in keys})
+    names = R.sort_options(keys)
+    assert {"prompt_tokens", "completion_tokens", "latency_ms", "finish_reason", "model"} <= set(
+        names
+    ) and {"metadata", "metadata.label", "metadata.prompt_version"} <= set(names)
+    for name in names:
+        for descending in (False, True):
+            value = {r["custom_id"]: r.get(name) for r in rows}
+            present = [r["custom_id"] for r in rows if not R._missing(value[r["custom_id"]])]
+            missing = [r["custom_id"] for r in rows if R._missing(value[r["custom_id"]])]
+            present.sort(key=lambda cid: value[cid], reverse=descending)  # stable: input order
+            got = ids(R.page(db, f, sort=name, descending=descending))
+            assert got == present + missing, (name, descending)
+    monkeypatch.setattr(R, "DEEP_PAGE", 0)  # the keys-first path binds the key twice
+    assert ids(R.page(db, f, sort="metadata.label", limit=2, offset=2)) == ["a", "d"]
 
 
 def test_pages_split_the_rows_and_deep_pages_agree(store, monkeypatch):

@@ -77,6 +77,25 @@ def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(data_home
     assert len(at.dataframe[0].value) == 11
 
 
+def test_results_page_sorts_all_results_by_any_column_or_metadata_field(data_home):
+    one = job_in_home(data_home, name="one")
+    other = job_in_home(data_home, [{"custom_id": "z", "prompt": "p", "answer": "x"}], name="two")
+    at = open_page("results.py")
+    at.selectbox(key="results_job").set_value(one).run()
+    options = at.selectbox(key="sort").options
+    assert {"latency_ms", "completion_tokens", "finish_reason", "model", "metadata"} <= set(
+        options
+    ) and {"metadata.label", "metadata.prompt_version"} <= set(options)
+    assert any("orders only the rows of this page" in c.value for c in at.caption)
+    at.selectbox(key="sort").set_value("metadata.label").run()
+    assert list(at.dataframe[0].value["custom_id"]) == ["b", "c", "a", "d"]
+    at.toggle(key="descending").set_value(True).run()
+    assert list(at.dataframe[0].value["custom_id"]) == ["a", "b", "c", "d"]
+    at.selectbox(key="results_job").set_value(other).run()  # a job without that field
+    assert not at.exception
+    assert list(at.dataframe[0].value["custom_id"]) == ["z"]
+
+
 def test_results_page_with_no_match_and_with_a_job_without_results(data_home):
     job_in_home(data_home)
     at = open_page("results.py")
