@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core import export as E
 from core import results as R
 from core import samples as S
-from core.store import Store
+from core.store import SEARCH_TEXT_SQL, Store
 
 JOBS = 4
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing"
@@ -99,6 +99,8 @@ def fill(store: Store, rows: int) -> list[str]:
         FROM bench_rows
         """,
     )
+    search_text = SEARCH_TEXT_SQL.format(prompt_lower="lower(prompt)", answer="answer")
+    R.execute(store, f"UPDATE results SET search_text = {search_text}")  # as ingest does
     R.execute(store, "DROP TABLE bench_rows")
     return job_ids
 

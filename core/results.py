@@ -150,12 +150,18 @@ def where(f: ResultFilter) -> tuple[str, list[Any]]:
     if f.search:
         if f.search_in not in SEARCH_FIELDS:
             raise ValueError(f"search_in must be one of {', '.join(SEARCH_FIELDS)}")
-        names = ["prompt", "answer"] if f.search_in == "both" else [f.search_in]
         # contains() matches the text literally (no pattern characters) and beats ILIKE 3x.
-        wrap = "{}" if f.match_case else "lower({})"
-        found = [f"contains({wrap.format(COLUMNS[n])}, ?)" for n in names]
-        clauses.append("(" + " OR ".join(found) + ")")
-        params.extend([f.search if f.match_case else f.search.lower()] * len(names))
+        # The stored lowercase prompt-and-answer text is read first; it is the whole test
+        # for a search of both, in any case, without a line break (the texts' separator).
+        lowered = f.search.lower()
+        clauses.append("contains(r.search_text, ?)")
+        params.append(lowered)
+        if f.search_in != "both" or f.match_case or "\n" in lowered:
+            names = ["prompt", "answer"] if f.search_in == "both" else [f.search_in]
+            wrap = "{}" if f.match_case else "lower({})"
+            found = [f"contains({wrap.format(COLUMNS[n])}, ?)" for n in names]
+            clauses.append("(" + " OR ".join(found) + ")")
+            params.extend([f.search if f.match_case else lowered] * len(names))
     return "WHERE " + " AND ".join(clauses), params
 
 

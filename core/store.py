@@ -20,6 +20,11 @@ import pyarrow as pa
 
 from core.jobs import JobFolder, list_jobs
 
+# A result's searchable text: its prompt and answer, lowercased, on two lines. The prompt
+# is lowered once, when the job's requests are loaded (requests.prompt_lower), so that
+# results stream in at full speed.
+SEARCH_TEXT_SQL = "concat_ws(chr(10), {prompt_lower}, lower({answer}))"
+
 # Numbered migrations, applied in order at start-up; never edit one that has shipped.
 MIGRATIONS: list[str] = [
     """
@@ -136,6 +141,14 @@ MIGRATIONS: list[str] = [
     # output). Lines written before the engine recorded it keep NULL; nothing to re-read.
     """
     ALTER TABLE results ADD COLUMN latency_ms INTEGER;
+    """,
+    # Search: prompt and answer lowercased in one column, read by every search first (see
+    # core.results.where): lowering a million texts at each search cost most of its time.
+    """
+    ALTER TABLE requests ADD COLUMN prompt_lower VARCHAR;
+    UPDATE requests SET prompt_lower = lower(prompt);
+    ALTER TABLE results ADD COLUMN search_text VARCHAR;
+    UPDATE results SET search_text = concat_ws(chr(10), lower(prompt), lower(answer));
     """,
 ]
 
@@ -365,8 +378,8 @@ class Store:
                               AS user_content
                     FROM parsed
                 )
-                SELECT ? AS job_id, {REQUEST_COLUMNS_SQL}
-                FROM users
+                SELECT *, lower(prompt) AS prompt_lower
+                FROM (SELECT ? AS job_id, {REQUEST_COLUMNS_SQL} FROM users)
                 QUALIFY row_number() OVER (PARTITION BY custom_id ORDER BY line_no) = 1
                 """,
                 [REQUEST_SHAPE, job.job_id],
@@ -391,7 +404,7 @@ class Store:
             columns = [
                 "status", "status_code", "answer", "finish_reason", "prompt_tokens",
                 "completion_tokens", "error_code", "error_message", "raw", "model", "created_at",
-                "line_no", "prompt", "prompt_version", "metadata", "latency_ms",
+                "line_no", "prompt", "prompt_version", "metadata", "latency_ms", "search_text",
             ]  # fmt: skip
             updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
             # Request fields ride along (failures get the job's model) so reads need no join;
@@ -408,7 +421,9 @@ class Store:
                 )
                 SELECT ? AS job_id, f.* EXCLUDE (position, model),
                        coalesce(f.model, j.model) AS model,
-                       q.line_no, q.prompt, q.prompt_version, q.metadata
+                       q.line_no, q.prompt, q.prompt_version, q.metadata,
+                       {SEARCH_TEXT_SQL.format(prompt_lower="q.prompt_lower", answer="f.answer")}
+                           AS search_text
                 FROM rows f
                 LEFT JOIN requests q ON q.job_id = ? AND q.custom_id = f.custom_id
                 LEFT JOIN jobs j ON j.job_id = ?

@@ -264,3 +264,30 @@ def test_detail_has_conversation_parameters_and_raw_line(store):
 def test_a_filter_survives_a_round_trip_through_json():
     f = R.ResultFilter(["j"], statuses=["failed"], completion_tokens=(1, None), search="x")
     assert R.ResultFilter.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+
+
+def test_a_search_keeps_to_its_field_and_case_and_never_spans_prompt_and_answer(store):
+    db, job_id = store
+    f = R.ResultFilter
+    assert ids(R.page(db, f([job_id], search="say", search_in="prompt"))) == ["a"]
+    assert ids(R.page(db, f([job_id], search="say", search_in="answer"))) == []
+    assert ids(R.page(db, f([job_id], search="bold", search_in="answer"))) == ["c"]
+    assert ids(R.page(db, f([job_id], search="The Answer", match_case=True))) == ["d"]
+    assert ids(R.page(db, f([job_id], search="the answer", match_case=True))) == []
+    # "yes" ends a's prompt and is its answer: the two texts are searched apart.
+    assert ids(R.page(db, f([job_id], search="yes\nyes"))) == []
+    assert ids(R.page(db, f([job_id], search="yes"))) == ["a"]
+
+
+def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(tmp_path):
+    job = analysed_job(tmp_path, ROWS)
+    path = tmp_path / "studio.duckdb"
+    db = Store(path)
+    db.ingest(job)
+    version = db.schema_version  # pretend the last migration never ran on these rows
+    R.execute(db, "ALTER TABLE results DROP COLUMN search_text")
+    R.execute(db, "ALTER TABLE requests DROP COLUMN prompt_lower")
+    R.execute(db, "DELETE FROM schema_migrations WHERE version = ?", [version])
+    db.close()
+    db = Store(path)
+    assert ids(R.page(db, R.ResultFilter([job.job_id], search="BOLD"))) == ["c"]
