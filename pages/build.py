@@ -18,11 +18,12 @@ from core.builder import (
     safe_file_name,
 )
 from core.config import SAMPLE_DATA
-from pages.shared import paths
+from pages.shared import paths, through_app
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
 
+through_app()
 st.title("Build a batch file")
 st.caption(
     "Pick a table, write a system prompt and a user prompt template with the table's "

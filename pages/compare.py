@@ -6,8 +6,9 @@ import streamlit as st
 
 from core import compare as cmp
 from core.results import facets
-from pages.shared import jobs_or_stop, store
+from pages.shared import jobs_or_stop, store, through_app
 
+through_app()
 st.title("Compare")
 
 jobs = jobs_or_stop(

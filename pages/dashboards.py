@@ -7,8 +7,9 @@ import streamlit as st
 
 from core import dashboards as dash
 from core.pricing import load_prices, price_rows, save_prices, table_from_rows
-from pages.shared import jobs_or_stop, store
+from pages.shared import jobs_or_stop, store, through_app
 
+through_app()
 st.title("Dashboards")
 
 jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")

@@ -8,8 +8,9 @@ import streamlit as st
 from core.jobs import JobFolder, start_worker
 from core.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.queue import priority, queued_jobs, set_priority
-from pages.shared import job_controls, jobs_or_stop, paths
+from pages.shared import job_controls, jobs_or_stop, paths, through_app
 
+through_app()
 st.title("Jobs")
 
 jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")

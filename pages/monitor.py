@@ -10,10 +10,11 @@ from core.jobs import JobFolder, list_jobs
 from core.ledger import recent_lines
 from core.monitoring import rates, read_samples
 from core.outputs import answer_text, error_text
-from pages.shared import job_controls, paths, store
+from pages.shared import job_controls, paths, store, through_app
 
 REFRESH_SECONDS = 2.0
 
+through_app()
 st.title("Monitor")
 
 jobs = list_jobs(paths().jobs)

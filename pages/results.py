@@ -9,8 +9,9 @@ import streamlit as st
 from core import export as ex
 from core import results as res
 from core.jobs import JobFolder
-from pages.shared import jobs_or_stop, paths, store
+from pages.shared import jobs_or_stop, paths, store, through_app
 
+through_app()
 st.title("Results")
 
 jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")

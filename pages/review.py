@@ -8,8 +8,9 @@ from core import export as ex
 from core import review as rv
 from core import samples as sm
 from core.results import ResultFilter, facets
-from pages.shared import jobs_or_stop, paths, store
+from pages.shared import jobs_or_stop, paths, store, through_app
 
+through_app()
 st.title("Review")
 
 jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")

@@ -12,8 +12,9 @@ from core.estimate import format_duration
 from core.jobs import create_job, start_worker
 from core.models import ModelError, check_model_folder, model_folders
 from core.requests import JobDefaults
-from pages.shared import paths
+from pages.shared import paths, through_app
 
+through_app()
 st.title("Run")
 
 batch_file = st.session_state.get("batch_file")

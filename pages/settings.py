@@ -8,8 +8,9 @@ import streamlit as st
 from core.config import default_model_dir, models_dir
 from core.engine import gpu_count
 from core.models import is_model_folder, model_folders
-from pages.shared import paths
+from pages.shared import paths, through_app
 
+through_app()
 st.title("Settings")
 
 data = paths()

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import sys
+
 import pandas as pd
 import streamlit as st
 
 from core.config import DataPaths, data_paths
 from core.jobs import JobFolder, cancel, start_worker
 from core.store import Store
+
+
+def through_app() -> None:
+    """Makes sure this page runs inside app.py's navigation (call it first on each page).
+
+    On a freshly started server, Streamlit runs a page opened by its address the old way
+    of a ``pages/`` folder (a sidebar of file names, app.py not run) until app.py has run
+    once in the process. Turning that mode off and rerunning takes the session through
+    app.py to the same page. AppTest, which runs each page as its own script, is left
+    alone.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory and "streamlit.testing.v1" not in sys.modules:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 @st.cache_resource

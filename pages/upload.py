@@ -19,10 +19,11 @@ from core.models import model_folders
 from core.pricing import load_prices, price_rows, save_prices, table_from_rows
 from core.requests import JobDefaults
 from core.uploads import save_upload
-from pages.shared import paths
+from pages.shared import paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
+through_app()
 st.title("Upload & check")
 st.caption(
     "A batch file has one JSON request per line: `custom_id`, `method`, `url`, `body` "

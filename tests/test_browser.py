@@ -290,3 +290,19 @@ def test_results_files_are_read_and_written_only_when_clicked(
     lines = Path(errors.value.path()).read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["custom_id"] for line in lines] == ["b"]  # the one failure
     expect_no_exception(page)
+
+
+@pytest.mark.browser
+def test_a_page_opened_by_its_address_on_a_fresh_server_has_the_apps_navigation(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """A bookmark or a reload after a restart: the page shows inside app.py's navigation,
+    not Streamlit's old sidebar of the `pages/` folder's file names."""
+    page = chromium_page
+    page.goto(f"{studio_server.url}/results")
+    expect_title(page, "Results")
+    nav = page.get_by_test_id("stSidebarNav")
+    expect(nav.get_by_role("link", name="Upload & check", exact=True)).to_be_visible()
+    expect(nav.get_by_role("link", name="shared", exact=True)).to_have_count(0)
+    assert page.url.endswith("/results")
+    open_page(page, "Jobs")  # and the navigation works from there
