@@ -10,12 +10,13 @@ plain ``tokenizers`` result before it is trusted:
 - **ChatML rendered directly.** When the template renders probe conversations exactly as
   ChatML (``<|im_start|>role\\ncontent<|im_end|>``), lines are rendered by string joins
   instead of Jinja.
-- **Counting by chunk.** For a byte-level BPE tokenizer (GPT-2 style: no normalizer,
-  a ``ByteLevel`` regex pre-tokenizer) merges never cross pre-token boundaries, and a
+- **Counting by chunk.** For a byte-level BPE tokenizer (no normalizer; GPT-2's
+  ``ByteLevel`` regex pre-tokenizer, or a regex ``Split`` then a plain ``ByteLevel`` as
+  Llama 3 has) merges never cross pre-token boundaries, and with these patterns a
   space right after a non-space always starts a pre-token, so a text's count is the sum
   of its space-led chunks' counts (`` world,``), and those repeat a lot: each distinct
-  chunk is counted once and cached. A new ASCII chunk is split into its pre-tokens with
-  GPT-2's pattern, and those are encoded once each. The first texts of every file are
+  chunk is counted once and cached. Under GPT-2's pattern a new ASCII chunk is split
+  into its pre-tokens, and those are encoded once each. The first texts of every file are
   also counted with ``Tokenizer.encode_batch``; on any difference the counter falls back
   to it for good.
 
@@ -251,6 +252,7 @@ class TokenCounter:
         self._pieces = _Counts(self._count_chunk)
         self._after_space = _Counts(lambda word: self._count_chunk(" " + word))
         self._pretokens = _Counts(self._encode)
+        self._pretoken_split: Callable[[str], list[str]] | None = None  # see _pieces_apply
         # Tokens of a role name and the newline after it (a ChatML turn's header).
         self._role_counts = _Counts(lambda role: self._count_pieces_many([f"{role}\n"])[0])
         self._messages: dict[str, int] = {}
@@ -292,24 +294,49 @@ class TokenCounter:
         )
         return chars // self.max_token_chars
 
+    @staticmethod
+    def _pre_tokenizer_kind(pre: dict[str, Any]) -> str | None:
+        """``"gpt2"`` for GPT-2's byte-level pre-tokenizer, ``"split"`` for a regex split
+        followed by a plain byte-level mapping (Llama 3 style), None for anything else."""
+        if pre.get("type") == "ByteLevel":
+            plain = pre.get("use_regex", True) and not pre.get("add_prefix_space")
+            return "gpt2" if plain else None
+        steps = pre.get("pretokenizers") or []
+        if pre.get("type") != "Sequence" or len(steps) != 2:
+            return None
+        split, byte_level = steps
+        regex_split = (
+            split.get("type") == "Split"
+            and "Regex" in (split.get("pattern") or {})
+            and split.get("behavior") == "Isolated"
+            and not split.get("invert")
+        )
+        mapping_only = (
+            byte_level.get("type") == "ByteLevel"
+            and not byte_level.get("use_regex", True)
+            and not byte_level.get("add_prefix_space")
+        )
+        return "split" if regex_split and mapping_only else None
+
     def _pieces_apply(self, spec: dict[str, Any]) -> bool:
-        pre = spec.get("pre_tokenizer") or {}
         model = spec.get("model") or {}
         plain_added = all(
             not (t.get("lstrip") or t.get("rstrip") or t.get("single_word"))
             for t in spec.get("added_tokens") or []
         )
+        kind = self._pre_tokenizer_kind(spec.get("pre_tokenizer") or {})
         eligible = (
             spec.get("normalizer") is None
-            and pre.get("type") == "ByteLevel"
-            and pre.get("use_regex", True)
-            and not pre.get("add_prefix_space")
+            and kind is not None
             and model.get("type") == "BPE"
             and not model.get("dropout")
             and plain_added
         )
         if not eligible:
             return False
+        # New ASCII chunks are summed from GPT-2 pre-tokens only where GPT-2's pattern is
+        # the one in use; under another pattern a new chunk is encoded whole.
+        self._pretoken_split = ASCII_PRETOKENS if kind == "gpt2" else None
         self._chunks = CHUNK_BOUNDARY.split
         return self._count_pieces_many(PROBE_TEXTS) == self._encode_batch(PROBE_TEXTS, False)
 
@@ -347,8 +374,8 @@ class TokenCounter:
     def _count_chunk(self, chunk: str) -> int:
         """A chunk's count. An ASCII chunk is the sum of its pre-tokens, which repeat far
         more often than whole chunks (`` #48213,`` is `` #``, ``48213`` and ``,``)."""
-        if chunk.isascii():
-            return sum(map(self._pretokens.__getitem__, ASCII_PRETOKENS(chunk)))
+        if self._pretoken_split is not None and chunk.isascii():
+            return sum(map(self._pretokens.__getitem__, self._pretoken_split(chunk)))
         return self._encode(chunk)
 
     def _encode(self, text: str) -> int:

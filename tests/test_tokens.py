@@ -118,3 +118,49 @@ def test_counting_by_chunk_and_pre_token_agrees_with_the_tokenizer_on_awkward_te
     texts += [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(2000)]
     texts += ["Ünïcödé ½ 你好 " + t for t in texts[:200]]
     assert counter.count_texts(texts) == counter._encode_batch(texts, False)
+
+
+LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def test_a_llama3_style_split_pre_tokenizer_is_counted_by_chunk_exactly(tmp_path: Path) -> None:
+    """A regex Split then a plain ByteLevel (Llama 3's layout; here over the built-in
+    model's vocabulary) takes the chunk path, and agrees with the tokenizer."""
+    import random
+    import string
+
+    shutil.copytree(MODEL, tmp_path / "m", ignore=shutil.ignore_patterns("*.safetensors"))
+    spec_file = tmp_path / "m" / "tokenizer.json"
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {
+                "type": "Split",
+                "pattern": {"Regex": LLAMA3_PATTERN},
+                "behavior": "Isolated",
+                "invert": False,
+            },
+            {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": True,
+                "use_regex": False,
+            },
+        ],
+    }
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    counter = TokenCounter(tmp_path / "m")
+    assert counter.mode == "pieces"
+    rng = random.Random(11)
+    alphabet = string.printable + "'''  \t\n\x0b\x0c\x1c" + string.digits * 3
+    words = ["DON'T", "I'll", "#48213,", "$4.50", "(x)", "a\n b", "  ", "12345678", "naïve"]
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 80))) for _ in range(2000)]
+    texts += [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(2000)]
+    assert counter.count_texts(texts) == counter._encode_batch(texts, False)
+    # The layout took effect: the split keeps "." with the word, as Llama 3 does.
+    pieces = counter.tokenizer.pre_tokenizer.pre_tokenize_str("x.world")
+    assert [piece for piece, _ in pieces] == ["x", ".world"]
