@@ -10,9 +10,9 @@ plain ``tokenizers`` result before it is trusted:
 - **ChatML rendered directly.** When the template renders probe conversations exactly as
   ChatML (``<|im_start|>role\\ncontent<|im_end|>``), lines are rendered by string joins
   instead of Jinja.
-- **Counting by chunk.** For a byte-level BPE tokenizer (no normalizer; GPT-2's
+- **Counting by chunk.** For a byte-level BPE tokenizer (no normalizer or NFC; GPT-2's
   ``ByteLevel`` regex pre-tokenizer, or a regex ``Split`` then a plain ``ByteLevel`` as
-  Llama 3 has) merges never cross pre-token boundaries, and with these patterns a
+  Llama 3 and Qwen have) merges never cross pre-token boundaries, and with these patterns a
   space right after a non-space always starts a pre-token, so a text's count is the sum
   of its space-led chunks' counts (`` world,``), and those repeat a lot: each distinct
   chunk is counted once and cached. Under GPT-2's pattern a new ASCII chunk is split
@@ -320,13 +320,19 @@ class TokenCounter:
 
     def _pieces_apply(self, spec: dict[str, Any]) -> bool:
         model = spec.get("model") or {}
+        # An NFC normalizer (Qwen's) changes nothing across a chunk boundary: a space
+        # composes with nothing and ends any run of combining marks, so normalizing chunk
+        # by chunk (the tokenizer does it when a chunk is encoded) equals the whole text.
+        # Added tokens must then be matched before normalizing, as the texts are split here.
+        nfc = spec.get("normalizer") == {"type": "NFC"}
         plain_added = all(
             not (t.get("lstrip") or t.get("rstrip") or t.get("single_word"))
+            and not (nfc and t.get("normalized"))
             for t in spec.get("added_tokens") or []
         )
         kind = self._pre_tokenizer_kind(spec.get("pre_tokenizer") or {})
         eligible = (
-            spec.get("normalizer") is None
+            (spec.get("normalizer") is None or nfc)
             and kind is not None
             and model.get("type") == "BPE"
             and not model.get("dropout")

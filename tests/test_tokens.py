@@ -126,41 +126,64 @@ LLAMA3_PATTERN = (
 )
 
 
-def test_a_llama3_style_split_pre_tokenizer_is_counted_by_chunk_exactly(tmp_path: Path) -> None:
-    """A regex Split then a plain ByteLevel (Llama 3's layout; here over the built-in
-    model's vocabulary) takes the chunk path, and agrees with the tokenizer."""
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+
+
+def split_layout_counter(folder: Path, pattern: str, normalizer: dict | None) -> TokenCounter:
+    """The built-in model's tokenizer with a regex Split then a plain ByteLevel (the layout of
+    Llama 3 and Qwen) and the given normalizer, in a copy of the folder."""
+    shutil.copytree(MODEL, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    spec_file = folder / "tokenizer.json"
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    spec["normalizer"] = normalizer
+    split = {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated"}
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}
+    spec["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [{**split, "invert": False}, {**byte_level, "trim_offsets": True}],
+    }
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    return TokenCounter(folder)
+
+
+def awkward_texts(seed: int) -> list[str]:
+    """Random printable and control text, and word salads with contractions, amounts,
+    digit runs and (NFC-relevant) decomposed accents, jamo and combining marks."""
     import random
     import string
 
-    shutil.copytree(MODEL, tmp_path / "m", ignore=shutil.ignore_patterns("*.safetensors"))
-    spec_file = tmp_path / "m" / "tokenizer.json"
-    spec = json.loads(spec_file.read_text(encoding="utf-8"))
-    spec["pre_tokenizer"] = {
-        "type": "Sequence",
-        "pretokenizers": [
-            {
-                "type": "Split",
-                "pattern": {"Regex": LLAMA3_PATTERN},
-                "behavior": "Isolated",
-                "invert": False,
-            },
-            {
-                "type": "ByteLevel",
-                "add_prefix_space": False,
-                "trim_offsets": True,
-                "use_regex": False,
-            },
-        ],
-    }
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    counter = TokenCounter(tmp_path / "m")
-    assert counter.mode == "pieces"
-    rng = random.Random(11)
-    alphabet = string.printable + "'''  \t\n\x0b\x0c\x1c" + string.digits * 3
+    rng = random.Random(seed)
+    alphabet = string.printable + "'  \t\n\x0b\x0c\x1c" + string.digits * 3
     words = ["DON'T", "I'll", "#48213,", "$4.50", "(x)", "a\n b", "  ", "12345678", "naïve"]
+    words += ["cafe\u0301", "A\u030angstro\u0308m", "\u1100\u1161", ">\u0338", "x\u0338"]
     texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 80))) for _ in range(2000)]
     texts += [" ".join(rng.choices(words, k=rng.randint(1, 12))) for _ in range(2000)]
+    return texts + [t + "<|im_end|>\u0338 e\u0301" for t in texts[-100:]]
+
+
+def test_a_llama3_style_split_pre_tokenizer_is_counted_by_chunk_exactly(tmp_path: Path) -> None:
+    """A regex Split then a plain ByteLevel (Llama 3's layout; here over the built-in
+    model's vocabulary) takes the chunk path, and agrees with the tokenizer."""
+    counter = split_layout_counter(tmp_path / "m", LLAMA3_PATTERN, None)
+    assert counter.mode == "pieces"
+    texts = awkward_texts(11)
     assert counter.count_texts(texts) == counter._encode_batch(texts, False)
     # The layout took effect: the split keeps "." with the word, as Llama 3 does.
     pieces = counter.tokenizer.pre_tokenizer.pre_tokenize_str("x.world")
     assert [piece for piece, _ in pieces] == ["x", ".world"]
+
+
+def test_a_qwen_style_nfc_normalizer_is_counted_by_chunk_exactly(tmp_path: Path) -> None:
+    """Qwen's layout adds an NFC normalizer: decomposed accents, Hangul jamo and a combining
+    mark after a special token count as the tokenizer counts them."""
+    counter = split_layout_counter(tmp_path / "m", QWEN2_PATTERN, {"type": "NFC"})
+    assert counter.mode == "pieces"
+    texts = awkward_texts(12)
+    assert counter.count_texts(texts) == counter._encode_batch(texts, False)
+    assert counter.count_texts(["cafe\u0301"]) == counter.count_texts(["caf\u00e9"])
+    # Added tokens matched after normalizing cannot be split off first: the slow path.
+    spec_file = tmp_path / "m" / "tokenizer.json"
+    spec = json.loads(spec_file.read_text(encoding="utf-8"))
+    spec["added_tokens"] = [{**t, "normalized": True} for t in spec["added_tokens"]]
+    spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    assert TokenCounter(tmp_path / "m").mode == "encode_batch"
