@@ -174,21 +174,17 @@ def order_by(sort: str = "line_no", descending: bool = False) -> tuple[str, list
     """An ``ORDER BY`` and its parameters for one of :data:`COLUMNS` or ``metadata.KEY``
     (anything else is refused); missing values come last either way."""
     params: list[Any] = []
-    direction = "DESC" if descending else "ASC"
     if sort.startswith(METADATA_SORT) and len(sort) > len(METADATA_SORT):
-        # Numbers in numeric order (9 before 10), then the other values as text; the key
-        # travels as a parameter, like the filter's.
-        key = sort[len(METADATA_SORT) :]
-        value = "(r.metadata ->> ?)"
-        keys = f"TRY_CAST({value} AS DOUBLE) {direction} NULLS LAST, {value}"
-        params += [key, key]
+        expr = "(r.metadata ->> ?)"  # the key travels as a parameter, like the filter's
+        params.append(sort[len(METADATA_SORT) :])
     elif sort in COLUMNS:
-        keys = COLUMNS[sort]
+        expr = COLUMNS[sort]
     else:
         raise ValueError(
             f"cannot sort by {sort!r}; choose one of {', '.join(COLUMNS)} or metadata.KEY"
         )
-    sql = f"ORDER BY {keys} {direction} NULLS LAST, r.job_id, r.line_no, r.custom_id"
+    direction = "DESC" if descending else "ASC"
+    sql = f"ORDER BY {expr} {direction} NULLS LAST, r.job_id, r.line_no, r.custom_id"
     return sql, params
 
 

@@ -291,17 +291,3 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     db.close()
     db = Store(path)
     assert ids(R.page(db, R.ResultFilter([job.job_id], search="BOLD"))) == ["c"]
-
-
-def test_a_numeric_metadata_field_sorts_as_numbers_before_other_values(tmp_path):
-    ranks = {"a": 10, "b": 9, "c": "n/a", "d": 100, "e": None}
-    rows = [
-        {"custom_id": cid, "prompt": "p", "answer": "x", "metadata": {"rank": rank}}
-        for cid, rank in ranks.items()
-    ]
-    job = analysed_job(tmp_path, rows)
-    db = Store(tmp_path / "studio.duckdb")
-    db.ingest(job)
-    f = R.ResultFilter([job.job_id])
-    assert ids(R.page(db, f, sort="metadata.rank")) == ["b", "a", "d", "c", "e"]
-    assert ids(R.page(db, f, sort="metadata.rank", descending=True)) == ["d", "a", "b", "c", "e"]
