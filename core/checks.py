@@ -1107,9 +1107,9 @@ def check_file(
         pending = list(helpers)  # helpers whose part is not in the summary yet
 
         def on_batch(done: int) -> bool:
+            for helper in pending:  # read their progress, so that no helper waits on a full pipe
+                helper.poll()
             if progress is not None:
-                for helper in pending:
-                    helper.poll()
                 more_bytes, more_lines = sum(h.done for h in pending), sum(h.lines for h in pending)
                 progress(merged + done + more_bytes, total, report.lines + more_lines)
             return cancel is None or not cancel.is_set()
