@@ -8,11 +8,10 @@ import streamlit as st
 
 from core.checks import check_file
 from core.engine import EngineConfig, gpu_count, validate_engine_config
-from core.estimate import format_duration
 from core.jobs import create_job, start_worker
 from core.models import ModelError, check_model_folder, model_folders
 from core.requests import JobDefaults
-from pages.shared import paths, through_app
+from pages.shared import estimate_metrics, paths, through_app
 
 through_app()
 st.title("Run")
@@ -153,18 +152,9 @@ if report.invalid:
 estimate = st.session_state.get("estimate")  # made on Upload & check for this file
 if estimate:
     st.subheader("Estimate")
-    cols = st.columns(4)
-    cols[0].metric("Input tokens", f"{estimate['input_tokens']:,}")
-    cols[1].metric(
-        "Output tokens (expected)",
-        f"{estimate['expected_output_tokens']:,}",
-        help=f"At most {estimate['max_output_tokens']:,}",
-    )
-    cols[2].metric("Time", format_duration(estimate["seconds"]))
-    cost = estimate["cost"]
-    currency = estimate.get("currency", "USD")
-    cols[3].metric("Cost", f"{cost:,.2f} {currency}" if cost is not None else "unknown")
+    estimate_metrics(estimate)
     if estimate["over_budget"]:
+        currency = estimate.get("currency", "USD")
         st.warning(f"The expected cost is over the budget of {estimate['budget']:,.2f} {currency}.")
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")

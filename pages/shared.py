@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from core.config import DataPaths, data_paths
+from core.estimate import format_duration
 from core.jobs import JobFolder, cancel, start_worker
 from core.store import Store
 
@@ -85,3 +86,18 @@ def job_controls(job: JobFolder, key: str) -> None:
     ):
         start_worker(job, retry=True)
         st.toast("Retrying failed requests (invalid input is never retried).")
+
+
+def estimate_metrics(estimate: dict) -> None:
+    """Input tokens, expected output tokens, time and cost of an estimate (its ``to_dict()``),
+    as Upload & check and Run both show them."""
+    cols = st.columns(4)
+    cols[0].metric("Input tokens", f"{estimate['input_tokens']:,}")
+    cols[1].metric(
+        "Output tokens (expected)",
+        f"{estimate['expected_output_tokens']:,}",
+        help=f"At most {estimate['max_output_tokens']:,}",
+    )
+    cols[2].metric("Time", format_duration(estimate["seconds"]))
+    cost, currency = estimate["cost"], estimate.get("currency", "USD")
+    cols[3].metric("Cost", f"{cost:,.2f} {currency}" if cost is not None else "unknown")

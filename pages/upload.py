@@ -14,12 +14,12 @@ import streamlit as st
 from core import checks
 from core.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
 from core.config import SAMPLE_DATA
-from core.estimate import estimate, format_duration
+from core.estimate import estimate
 from core.models import model_folders
 from core.pricing import load_prices, price_rows, save_prices, table_from_rows
 from core.requests import JobDefaults
 from core.uploads import save_upload
-from pages.shared import paths, through_app
+from pages.shared import estimate_metrics, paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
@@ -298,16 +298,9 @@ if report.valid and report.by_local_model:
         key="expected_share",
     )
     result = estimate(report, prices, expected_share=share)
-    cols = st.columns(4)
-    cols[0].metric("Input tokens", f"{result.input_tokens:,}")
-    cols[1].metric(
-        "Output tokens (expected)",
-        f"{result.expected_output_tokens:,}",
-        help=f"At most {result.max_output_tokens:,}",
-    )
-    cols[2].metric("Time", format_duration(result.seconds))
+    estimate_data = st.session_state["estimate"] = result.to_dict()
+    estimate_metrics(estimate_data)
     cost = result.cost
-    cols[3].metric("Cost", f"{cost:,.2f} {result.currency}" if cost is not None else "unknown")
     for model_estimate in result.models:
         st.caption(
             f"{model_estimate.model}: expected output from {model_estimate.expected_basis}; "
@@ -321,7 +314,6 @@ if report.valid and report.by_local_model:
             f"budget of {result.budget:,.2f}",
             key="budget_ok",
         )
-    estimate_data = st.session_state["estimate"] = result.to_dict()
 
 # -- downloads and the way on ------------------------------------------------------------------
 if report.lines:
