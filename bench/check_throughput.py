@@ -161,10 +161,10 @@ def write_batch(path: Path, lines: int, seed: int = 7) -> None:
 
 def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
     """One check in this process; returns its figures (run in a fresh process)."""
-    from core.checks import check_file
+    from core.check.checks import check_file
 
     if model:
-        from core.tokens import load_counter
+        from core.check.tokens import load_counter
 
         load_counter(model)  # loading the tokenizer is not part of the throughput
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -27,8 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.jobs import list_jobs  # noqa: E402
-from core.ledger import reconcile, verify  # noqa: E402
+from core.jobs.folder import list_jobs  # noqa: E402
+from core.jobs.ledger import reconcile, verify  # noqa: E402
 
 
 def make_batch(path: Path, count: int) -> None:

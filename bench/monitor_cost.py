@@ -27,8 +27,8 @@ from playwright.sync_api import sync_playwright
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.jobs import JobStatus  # noqa: E402
-from core.monitoring import append_sample, progress_sample  # noqa: E402
+from core.jobs.folder import JobStatus  # noqa: E402
+from core.run.monitoring import append_sample, progress_sample  # noqa: E402
 from tests.factories import finished_job  # noqa: E402
 
 REFRESH = "2 s (st.fragment(run_every=2.0), pages/monitor.py)"
@@ -47,7 +47,7 @@ def free_port() -> int:
 
 def fake_worker(job_dir: Path, seconds: float) -> None:
     """Keeps a job looking alive: heartbeat, progress and samples every 2 s."""
-    from core.jobs import JobFolder
+    from core.jobs.folder import JobFolder
 
     job = JobFolder(job_dir)
     deadline = time.time() + seconds

@@ -58,5 +58,5 @@ def models_dir() -> Path:
 
 
 def default_model_dir() -> Path:
-    """The Hugging Face folder of the built-in default model (prepared by ``core.models``)."""
+    """The Hugging Face folder of the built-in model (prepared by ``core.model_folders``)."""
     return models_dir() / DEFAULT_MODEL_NAME

@@ -8,7 +8,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from core.builder import (
+from core.config import SAMPLE_DATA
+from core.plan.builder import (
     BuildError,
     BuildSpec,
     build_file,
@@ -17,7 +18,6 @@ from core.builder import (
     read_table,
     safe_file_name,
 )
-from core.config import SAMPLE_DATA
 from pages.shared import paths, through_app
 
 ROW_NUMBERS = "(row numbers)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import compare as cmp
-from core.results import facets
+from core.store import compare as cmp
+from core.store.results import facets
 from pages.shared import jobs_or_stop, store, through_app
 
 through_app()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core import dashboards as dash
-from core.pricing import load_prices, price_rows, save_prices, table_from_rows
+from core.plan.pricing import load_prices, price_rows, save_prices, table_from_rows
+from core.store import dashboards as dash
 from pages.shared import jobs_or_stop, store, through_app
 
 through_app()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.jobs import JobFolder, start_worker
-from core.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
-from core.queue import priority, queued_jobs, set_priority
+from core.jobs.folder import JobFolder, start_worker
+from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
+from core.jobs.queue import priority, queued_jobs, set_priority
 from pages.shared import job_controls, jobs_or_stop, paths, through_app
 
 through_app()

@@ -6,10 +6,10 @@ import pandas as pd
 import plotly.express as px
 import streamlit as st
 
-from core.jobs import JobFolder, list_jobs
-from core.ledger import recent_lines
-from core.monitoring import rates, read_samples
-from core.outputs import answer_text, error_text
+from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.ledger import recent_lines
+from core.run.monitoring import rates, read_samples
+from core.run.outputs import answer_text, error_text
 from pages.shared import job_controls, paths, store, through_app
 
 REFRESH_SECONDS = 2.0
@@ -40,7 +40,7 @@ def _duration(seconds: float | None) -> str:
 
 def ray_section(job: JobFolder) -> None:
     """Per-node and per-replica progress of a job on a Ray cluster (its ``ray.json``)."""
-    from core.ray_executor import read_ray_stats
+    from core.run.ray_cluster import read_ray_stats
 
     stats = read_ray_stats(job.path)
     if not stats:

@@ -6,9 +6,9 @@ import json
 
 import streamlit as st
 
-from core import export as ex
-from core import results as res
-from core.jobs import JobFolder
+from core.jobs.folder import JobFolder
+from core.store import export as ex
+from core.store import results as res
 from pages.shared import jobs_or_stop, paths, store, through_app
 
 through_app()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import export as ex
-from core import review as rv
-from core import samples as sm
-from core.results import ResultFilter, facets
+from core.store import export as ex
+from core.store import review as rv
+from core.store import samples as sm
+from core.store.results import ResultFilter, facets
 from pages.shared import jobs_or_stop, paths, store, through_app
 
 through_app()

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.checks import check_file
-from core.engine import EngineConfig, gpu_count, validate_engine_config
-from core.jobs import create_job, start_worker
-from core.models import ModelError, check_model_folder, model_folders
-from core.requests import JobDefaults
+from core.check.checks import check_file
+from core.check.requests import JobDefaults
+from core.jobs.folder import create_job, start_worker
+from core.model_folders import ModelError, check_model_folder, model_folders
+from core.run.engine import EngineConfig, gpu_count, validate_engine_config
 from pages.shared import estimate_metrics, paths, through_app
 
 through_app()
@@ -106,10 +106,10 @@ with st.expander("Defaults for fields a request leaves out"):
 
 
 def where_to_run() -> tuple[dict | None, list[str]]:
-    """This machine, or a Ray cluster (core/ray_executor.py): ``spec.ray`` and problems."""
+    """This machine, or a Ray cluster (core/run/ray_cluster.py): ``spec.ray`` and problems."""
     import json
 
-    from core.ray_executor import RaySettings, ray_installed, ray_settings, validate_ray_settings
+    from core.run.ray_cluster import RaySettings, ray_installed, ray_settings, validate_ray_settings
 
     where = st.radio(
         "Where to run", ["This machine", "Ray cluster"], horizontal=True, key="where_to_run"

@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from core.config import DataPaths, data_paths
-from core.estimate import format_duration
-from core.jobs import JobFolder, cancel, start_worker
-from core.store import Store
+from core.jobs.folder import JobFolder, cancel, start_worker
+from core.plan.estimate import format_duration
+from core.store.db import Store
 
 
 def through_app() -> None:
@@ -37,7 +37,7 @@ def _open_store(path: str) -> Store:
 @st.cache_resource
 def _watchers(home: str) -> list:
     """The inbox and job-folder watchers, started once per data folder in this process."""
-    from core.watchers import start_watchers
+    from core.store.watchers import start_watchers
 
     return start_watchers(data_paths(), _open_store(str(data_paths().database)))
 

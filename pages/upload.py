@@ -11,14 +11,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from core import checks
-from core.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
+from core.check import checks
+from core.check.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
+from core.check.requests import JobDefaults
 from core.config import SAMPLE_DATA
-from core.estimate import estimate
-from core.models import model_folders
-from core.pricing import load_prices, price_rows, save_prices, table_from_rows
-from core.requests import JobDefaults
-from core.uploads import save_upload
+from core.jobs.uploads import save_upload
+from core.model_folders import model_folders
+from core.plan.estimate import estimate
+from core.plan.pricing import load_prices, price_rows, save_prices, table_from_rows
 from pages.shared import estimate_metrics, paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download

@@ -145,7 +145,7 @@ class StreamlitServer:
 
 
 def worker_pids(home: Path) -> list[int]:
-    """PIDs of the live ``core.worker`` processes named by job folders under ``home``."""
+    """PIDs of the live ``core.run.worker`` processes named by job folders under ``home``."""
     pids = []
     for status_file in (home / "jobs").glob("*/status.json"):
         pid = json.loads(status_file.read_text(encoding="utf-8")).get("pid")
@@ -153,7 +153,7 @@ def worker_pids(home: Path) -> list[int]:
             process = psutil.Process(pid) if pid else None
             if (
                 process is not None
-                and "core.worker" in process.cmdline()
+                and "core.run.worker" in process.cmdline()
                 and process.status() != psutil.STATUS_ZOMBIE
             ):
                 pids.append(pid)

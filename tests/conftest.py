@@ -24,7 +24,7 @@ def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     """The built-in model's folder (converted by ``make test``'s set-up, or here)."""
-    from core.models import prepare_default_model
+    from core.model_folders import prepare_default_model
 
     return prepare_default_model()
 

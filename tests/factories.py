@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.engine import EngineConfig
-from core.jobs import JobFolder, JobStatus, create_job
-from core.output_file import OutputWriter
-from core.outputs import Choice, Completion, error_line, success_line
+from core.jobs.folder import JobFolder, JobStatus, create_job
+from core.jobs.output_file import OutputWriter
+from core.run.engine import EngineConfig
+from core.run.outputs import Choice, Completion, error_line, success_line
 
 
 def request_line(custom_id: str, prompt: str) -> str:

@@ -11,9 +11,9 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from core.builder import BuildError, BuildSpec, build_file, preview, read_table
-from core.checks import check_file
+from core.check.checks import check_file
 from core.config import REPO_ROOT, SAMPLE_DATA
+from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
 from tests.conftest import run_cli
 
 TICKETS = SAMPLE_DATA / "tickets.csv"

@@ -7,7 +7,7 @@ import threading
 import psutil
 import pytest
 
-from core.checks import BackgroundCheck, check_file
+from core.check.checks import BackgroundCheck, check_file
 from core.config import default_model_dir
 
 MODEL = default_model_dir()
@@ -56,7 +56,7 @@ def helpers():
     found = []
     for child in psutil.Process().children():
         try:
-            if "core.check_helper" in child.cmdline() and child.status() != "zombie":
+            if "core.check.helper" in child.cmdline() and child.status() != "zombie":
                 found.append(child)
         except psutil.Error:  # it ended while we looked
             pass

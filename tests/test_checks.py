@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from core.checks import BackgroundCheck, check_file, scan
+from core.check.checks import BackgroundCheck, check_file, scan
+from core.check.requests import JobDefaults
 from core.config import default_model_dir
-from core.requests import JobDefaults
 
 VALID = {
     "custom_id": "a",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from core.compare import (
+from core.store.compare import (
     CompareError,
     Side,
     comparison_id,
@@ -19,7 +19,7 @@ from core.compare import (
     split_values,
     word_diff,
 )
-from core.store import Store
+from core.store.db import Store
 from tests.test_results import analysed_job
 
 

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from core.dashboards import NO_LATENCY, NO_RESULTS, Scope, latency_figure, with_cost
-from core.pricing import ModelPrice, PriceTable
-from core.store import Store
+from core.plan.pricing import ModelPrice, PriceTable
+from core.store.dashboards import NO_LATENCY, NO_RESULTS, Scope, latency_figure, with_cost
+from core.store.db import Store
 from tests.factories import finished_job
 
 

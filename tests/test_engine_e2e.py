@@ -5,9 +5,9 @@ import json
 import pytest
 from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 
-from core.jobs import list_jobs
-from core.results import detail
-from core.store import Store
+from core.jobs.folder import list_jobs
+from core.store.db import Store
+from core.store.results import detail
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.engine

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from core.checks import CheckReport
-from core.estimate import (
+from core.check.checks import CheckReport
+from core.plan.estimate import (
     estimate,
     estimate_lines,
     format_duration,
     measured_throughput,
     record_throughput,
 )
-from core.pricing import ModelPrice, PriceTable, load_prices, save_prices, table_from_rows
+from core.plan.pricing import ModelPrice, PriceTable, load_prices, save_prices, table_from_rows
 
 MODEL = "SmolLM2-135M-Instruct"
 

@@ -2,10 +2,11 @@
 
 import pytest
 
-from core import executors
-from core.engine import EngineRequestError
-from core.outputs import Choice, Completion
-from core.requests import EngineRequest
+from core.check.requests import EngineRequest
+from core.run import local as executors
+from core.run import retry
+from core.run.engine import EngineRequestError
+from core.run.outputs import Choice, Completion
 
 
 class FlakyEngine:
@@ -17,16 +18,19 @@ class FlakyEngine:
         self.reject = set(reject)
         self.calls = []
 
-    def run(self, requests):
-        self.calls.append(len(requests))
-        if self.oom_above and len(requests) > self.oom_above:
+    def stream(self, requests, window):
+        self.calls.append(min(window, len(requests)))
+        if self.oom_above and window > self.oom_above:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         if self.failures:
             raise self.failures.pop(0)
-        return [
-            EngineRequestError("prompt too long")
-            if r.custom_id in self.reject
-            else Completion(3, [Choice("ok", "stop", 1)])
+        yield [
+            (
+                r,
+                EngineRequestError("prompt too long")
+                if r.custom_id in self.reject
+                else Completion(3, [Choice("ok", "stop", 1)]),
+            )
             for r in requests
         ]
 
@@ -37,19 +41,19 @@ def requests(count):
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch):
-    monkeypatch.setattr(executors, "BACKOFF_SECONDS", (0, 0, 0))
+    monkeypatch.setattr(retry, "BACKOFF_SECONDS", (0, 0, 0))
 
 
 def test_an_engine_fault_is_retried_then_succeeds():
     engine = FlakyEngine(failures=[RuntimeError("step failed"), RuntimeError("again")])
-    lines = executors.run_chunk(engine, requests(4), "m")
+    lines = retry.run_chunk(engine, requests(4), "m")
     assert [line["error"] for line in lines] == [None] * 4
     assert engine.calls == [4, 4, 4]
 
 
 def test_after_three_retries_the_requests_fail_as_engine_errors():
     engine = FlakyEngine(failures=[RuntimeError("dead")] * 4)
-    lines = executors.run_chunk(engine, requests(2), "m")
+    lines = retry.run_chunk(engine, requests(2), "m")
     assert {line["error"]["code"] for line in lines} == {"engine_error"}
     assert lines[0]["response"]["status_code"] == 500
     assert "after 3 retries" in lines[0]["error"]["message"]
@@ -57,14 +61,14 @@ def test_after_three_retries_the_requests_fail_as_engine_errors():
 
 def test_out_of_memory_halves_the_chunk_until_it_fits():
     engine = FlakyEngine(oom_above=2)
-    lines = executors.run_chunk(engine, requests(8), "m")
+    lines = retry.run_chunk(engine, requests(8), "m")
     assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(8)]
     assert all(line["error"] is None for line in lines)
     assert max(c for c in engine.calls if c <= 2) == 2
 
 
 def test_a_rejected_request_fails_alone():
-    lines = executors.run_chunk(FlakyEngine(reject={"r1"}), requests(3), "m")
+    lines = retry.run_chunk(FlakyEngine(reject={"r1"}), requests(3), "m")
     assert [line["error"] and line["error"]["code"] for line in lines] == [
         None, "engine_rejected", None,
     ]  # fmt: skip

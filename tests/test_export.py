@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core import export as E
-from core.results import ResultFilter
-from core.review import Label, save_label
-from core.samples import SampleDefinition, create_sample
-from core.store import Store
+from core.store.db import Store
+from core.store import export as E
+from core.store.results import ResultFilter
+from core.store.review import Label, save_label
+from core.store.samples import SampleDefinition, create_sample
 from tests.test_results import ROWS, analysed_job
 
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from core.config import REPO_ROOT
-from core.jobs import JobFolder, list_jobs
-from core.ledger import reconcile, verify
+from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.ledger import reconcile, verify
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.engine

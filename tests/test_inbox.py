@@ -4,8 +4,8 @@ import json
 import time
 
 from core.config import SAMPLE_DATA, data_paths
-from core.inbox import process_file, watch_inbox
-from core.jobs import list_jobs
+from core.jobs.folder import list_jobs
+from core.jobs.inbox import process_file, watch_inbox
 
 
 def test_a_broken_file_is_moved_aside_with_its_report(studio_home):
@@ -23,8 +23,8 @@ def test_a_broken_file_is_moved_aside_with_its_report(studio_home):
 
 def test_the_watcher_queues_a_valid_file_dropped_into_the_inbox(studio_home, tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr("core.inbox.start_worker", lambda job: started.append(job.job_id))
-    monkeypatch.setattr("core.inbox.prepare_default_model", lambda: tmp_path)
+    monkeypatch.setattr("core.jobs.inbox.start_worker", lambda job: started.append(job.job_id))
+    monkeypatch.setattr("core.jobs.inbox.prepare_default_model", lambda: tmp_path)
     paths = data_paths()
     observer = watch_inbox(paths)
     try:
@@ -46,8 +46,8 @@ def test_the_watcher_queues_a_valid_file_dropped_into_the_inbox(studio_home, tmp
 
 def test_the_ui_watcher_ingests_new_results_into_duckdb(tmp_path):
     from core.config import DataPaths
-    from core.store import Store
-    from core.watchers import start_watchers
+    from core.store.db import Store
+    from core.store.watchers import start_watchers
     from tests.factories import finished_job
 
     paths = DataPaths(tmp_path).ensure()

@@ -2,9 +2,9 @@
 
 import json
 
-from core.ledger import combined_lines, read_ledger, reconcile, verify, write_rerun_file
-from core.output_file import OutputWriter
-from core.outputs import error_line
+from core.jobs.ledger import combined_lines, read_ledger, reconcile, verify, write_rerun_file
+from core.jobs.output_file import OutputWriter
+from core.run.outputs import error_line
 from tests.conftest import run_cli
 from tests.factories import finished_job
 

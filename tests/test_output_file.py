@@ -1,6 +1,6 @@
 """Appending result lines durably, and repairing a torn last line."""
 
-from core.output_file import OutputWriter, finished_custom_ids, repair_torn_tail
+from core.jobs.output_file import OutputWriter, finished_custom_ids, repair_torn_tail
 
 
 def test_written_lines_are_read_back(tmp_path):

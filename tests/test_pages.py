@@ -16,9 +16,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
-from core.engine import EngineConfig
-from core.jobs import JobFolder, JobStatus, create_job
-from core.outputs import Choice, Completion, error_line, success_line
+from core.jobs.folder import JobFolder, JobStatus, create_job
+from core.run.engine import EngineConfig
+from core.run.outputs import Choice, Completion, error_line, success_line
 
 APP = REPO_ROOT / "app.py"
 TIMEOUT = 60
@@ -147,7 +147,7 @@ def test_a_missing_server_path_is_named() -> None:
 
 @needs_tokenizer
 def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
-    from core.pricing import ModelPrice, PriceTable, save_prices
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
 
     home = data_home
     home.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
 def test_a_large_file_is_checked_in_the_background(
     data_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from core import checks
+    from core.check import checks
 
     monkeypatch.setattr(checks, "SYNC_CHECK_BYTES", 0)
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}

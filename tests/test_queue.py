@@ -4,8 +4,8 @@ import subprocess
 import sys
 import time
 
-from core.jobs import JobStatus
-from core.queue import EngineLock, position, queued_jobs, set_priority
+from core.jobs.folder import JobStatus
+from core.jobs.queue import EngineLock, position, queued_jobs, set_priority
 from tests.factories import finished_job
 
 
@@ -27,7 +27,7 @@ def test_queued_jobs_run_by_priority_then_age(tmp_path):
 def test_one_worker_holds_the_engine_at_a_time(tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from core.queue import EngineLock; "
+         "import sys, time; from pathlib import Path; from core.jobs.queue import EngineLock; "
          "lock = EngineLock(Path(sys.argv[1])); assert lock.acquire(); print('held', flush=True);"
          " time.sleep(30)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True,

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from core.engine import EngineConfig
-from core.jobs import create_job, start_worker
-from core.ledger import reconcile
+from core.jobs.folder import create_job, start_worker
+from core.jobs.ledger import reconcile
+from core.run.engine import EngineConfig
 
 pytestmark = pytest.mark.engine
 

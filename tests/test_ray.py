@@ -18,9 +18,9 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from core.jobs import JobFolder, list_jobs, start_worker  # noqa: E402
-from core.ledger import reconcile, verify  # noqa: E402
-from core.ray_executor import read_ray_stats  # noqa: E402
+from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
+from core.jobs.ledger import reconcile, verify  # noqa: E402
+from core.run.ray_cluster import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]
@@ -96,9 +96,9 @@ def test_a_killed_replica_loses_nothing_and_duplicates_nothing(
     cluster, studio_home, tmp_path, default_model
 ):
     from core.config import data_paths
-    from core.engine import EngineConfig
-    from core.jobs import create_job
-    from core.ray_executor import ray_settings
+    from core.jobs.folder import create_job
+    from core.run.engine import EngineConfig
+    from core.run.ray_cluster import ray_settings
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     job = create_job(

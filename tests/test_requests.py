@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.requests import (
+from core.check.requests import (
     COMPLETIONS_URL,
     ENGINE_URLS,
     RESPONSES_URL,

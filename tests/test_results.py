@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from core import results as R
-from core.engine import EngineConfig
-from core.jobs import JobFolder, JobStatus, create_job
-from core.outputs import Choice, Completion, error_line, success_line
-from core.store import Store
+from core.jobs.folder import JobFolder, JobStatus, create_job
+from core.run.engine import EngineConfig
+from core.run.outputs import Choice, Completion, error_line, success_line
+from core.store.db import Store
+from core.store import results as R
 
 
 def analysed_job(

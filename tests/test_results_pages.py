@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.config import data_paths
-from core.review import Label, save_label
+from core.store.review import Label, save_label
 from tests.test_pages import open_page
 from tests.test_results import ROWS, analysed_job
 
@@ -52,7 +52,7 @@ def test_results_page_filters_searches_and_shows_details(data_home):
 
 
 def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(data_home, monkeypatch):
-    from core import results
+    from core.store import results
 
     rows = [{"custom_id": f"r{i:02}", "prompt": f"prompt {i}", "answer": "ok"} for i in range(30)]
     job_in_home(data_home, rows)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from core.results import ResultFilter
-from core.review import (
+from core.store.db import Store
+from core.store.results import ResultFilter
+from core.store.review import (
     Label,
     ReviewError,
     agreement,
@@ -21,8 +22,7 @@ from core.review import (
     tally,
     wilson,
 )
-from core.samples import SampleDefinition, create_sample, sample_items
-from core.store import Store
+from core.store.samples import SampleDefinition, create_sample, sample_items
 from tests.test_results import analysed_job
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from core.results import ResultFilter
-from core.samples import (
+from core.store.db import Store
+from core.store.results import ResultFilter
+from core.store.samples import (
     SampleDefinition,
     SampleError,
     create_sample,
@@ -17,7 +18,6 @@ from core.samples import (
     quotas,
     sample_items,
 )
-from core.store import Store
 from tests.test_results import analysed_job
 
 

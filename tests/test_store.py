@@ -1,8 +1,8 @@
 """The DuckDB index: migrations and idempotent ingest from job folders."""
 
-from core.ledger import verify
-from core.results import detail
-from core.store import MIGRATIONS, Store
+from core.jobs.ledger import verify
+from core.store.db import MIGRATIONS, Store
+from core.store.results import detail
 from tests.factories import finished_job
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from core.check.requests import EngineRequest
+from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from core.config import default_model_dir
-from core.requests import EngineRequest
-from core.tokens import TokenCounter, TokenizerError, load_counter
 
 MODEL = default_model_dir()
 pytestmark = pytest.mark.skipif(

@@ -2,10 +2,10 @@
 
 import errno
 
-from core import worker
-from core.ledger import verify_chain
-from core.output_file import OutputWriter
-from core.outputs import Choice, Completion, success_line
+from core.jobs.ledger import verify_chain
+from core.jobs.output_file import OutputWriter
+from core.run import worker
+from core.run.outputs import Choice, Completion, success_line
 from tests.factories import request_line
 
 
@@ -18,8 +18,8 @@ class FakeExecutor:
 
 
 def make_job(tmp_path, count):
-    from core.engine import EngineConfig
-    from core.jobs import create_job
+    from core.jobs.folder import create_job
+    from core.run.engine import EngineConfig
 
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
@@ -72,8 +72,8 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
 ):
     from dataclasses import asdict, replace
 
-    from core.jobs import write_json_atomic
-    from core.ledger import read_ledger
+    from core.files import write_json_atomic
+    from core.jobs.ledger import read_ledger
 
     monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
     job = make_job(tmp_path, 4)
@@ -88,7 +88,7 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
 
 
 def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monkeypatch):
-    from core.estimate import measured_throughput
+    from core.plan.estimate import measured_throughput
 
     monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
     assert measured_throughput("none", home=tmp_path) is None
@@ -100,9 +100,9 @@ def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monk
 def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monkeypatch):
     from dataclasses import asdict, replace
 
-    from core.jobs import write_json_atomic
-    from core.ledger import read_ledger, shards
-    from core.outputs import error_line
+    from core.files import write_json_atomic
+    from core.jobs.ledger import read_ledger, shards
+    from core.run.outputs import error_line
 
     monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
     job = make_job(tmp_path, 6)

@@ -11,16 +11,15 @@ throughput for the model on this machine: the worker records one after each run 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.checks import CheckReport
+from core.check.checks import CheckReport
 from core.config import data_paths
-from core.pricing import PriceTable
+from core.files import write_json_atomic
+from core.plan.pricing import PriceTable
 
 THROUGHPUT_FILE = "throughput.json"
 HISTORY = 20  # measurements kept per model
@@ -79,12 +78,7 @@ def record_throughput(
         }
     )
     data[model_name] = entries[-HISTORY:]
-    path = _throughput_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".throughput-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=1)
-    os.replace(temp, path)
+    write_json_atomic(_throughput_path(home), data)
 
 
 def measured_throughput(model_name: str, home: Path | None = None) -> Throughput | None:

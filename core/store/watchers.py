@@ -15,9 +15,9 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from core.config import DataPaths
-from core.inbox import watch_inbox
-from core.jobs import JobFolder
-from core.store import Store
+from core.jobs.folder import JobFolder
+from core.jobs.inbox import watch_inbox
+from core.store.db import Store
 
 WATCHED_FILES = ("output.jsonl", "errors.jsonl", "status.json")
 MIN_INTERVAL_SECONDS = 1.0

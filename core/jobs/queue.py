@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from core.jobs import JobFolder, list_jobs
+from core.jobs.folder import JobFolder, list_jobs
 
 LOCK_NAME = "engine.lock"
 

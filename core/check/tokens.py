@@ -36,7 +36,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from core.requests import LEADING_ROLES, EngineRequest
+from core.check.requests import LEADING_ROLES, EngineRequest
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
 # that comes right after a non-space (its patterns take at most one leading space, and a

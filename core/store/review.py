@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.results import execute, query
-from core.store import Store
+from core.store.db import Store
+from core.store.results import execute, query
 
 VERDICTS = ("pass", "fail", "unsure")
 

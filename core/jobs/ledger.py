@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.checks import scan
-from core.jobs import JobFolder
-from core.output_file import CHAIN_FIELD, chain_hash, read_lines, split_chain
+from core.check.checks import scan
+from core.jobs.folder import JobFolder
+from core.jobs.output_file import CHAIN_FIELD, chain_hash, read_lines, split_chain
 
 NEVER_RETRIED = ("invalid_request",)  # the same input fails the same way
 

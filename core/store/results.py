@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.store import Store
+from core.store.db import Store
 
 # Ingest copies the request's fields (line_no, prompt, metadata...) into `results`, and the
 # job's model into failures, so every query here reads one table: no join over a million rows.

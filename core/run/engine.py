@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from core.outputs import Choice, Completion
-from core.requests import EngineRequest
+from core.check.requests import EngineRequest
+from core.run.outputs import Choice, Completion
 
 log = logging.getLogger(__name__)
 

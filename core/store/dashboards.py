@@ -1,7 +1,7 @@
 """Plotly figures of jobs' results, each from one DuckDB aggregate (never a million rows).
 
 Charts group by job, model, prompt version or day, and can be narrowed to jobs and dates.
-Cost comes from the price table of ``core.pricing`` (the one Upload & check's estimate
+Cost comes from the price table of ``core.plan.pricing`` (the one Upload & check's estimate
 uses): per million tokens (hosted-API prices) or per GPU hour (run hours estimated from
 the answers' times).
 """
@@ -16,10 +16,10 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from core.pricing import PriceTable
-from core.results import query
-from core.review import wilson
-from core.store import Store
+from core.plan.pricing import PriceTable
+from core.store.db import Store
+from core.store.results import query
+from core.store.review import wilson
 
 GROUPS: dict[str, str] = {
     "job": "r.job_id",
@@ -85,7 +85,7 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
 
 def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
     """Adds ``cost`` to a summary: token prices plus GPU hours, by model, from the saved
-    price table (``core.pricing``); model ``*`` prices the models not listed."""
+    price table (``core.plan.pricing``); model ``*`` prices the models not listed."""
     fallback = prices.price("*")
 
     def cost(row: pd.Series) -> float:

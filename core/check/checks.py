@@ -7,7 +7,7 @@ given a model folder, the model-aware check: prompt tokens counted with the mode
 tokenizer and chat template, and lines that do not fit its context.
 
 Speed: a line of the common chat shape is decoded and validated in one msgspec call (see
-``core.requests.decode_fast_chat_line``); only other lines take the slower generic path
+``core.check.requests.decode_fast_chat_line``); only other lines take the slower generic path
 with its precise messages. Duplicate ids are found with a dict of id hashes.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, BinaryIO, Literal
 
 import msgspec
 
-from core.requests import (
+from core.check.requests import (
     CHAT_URL,
     DEFAULTED,
     ENGINE_URLS,
@@ -51,6 +51,7 @@ from core.requests import (
     parse_request,
     plain_turns,
 )
+from core.config import REPO_ROOT
 
 Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
@@ -513,7 +514,7 @@ class _TokenCheck:
     failed: dict[str, str] = field(default_factory=dict)
 
     def counter(self, folder: str) -> Any:
-        from core.tokens import TokenizerError, load_counter
+        from core.check.tokens import TokenizerError, load_counter
 
         if folder in self.counters or folder in self.failed:
             return self.counters.get(folder)
@@ -559,7 +560,7 @@ class _Summary:
 
     def _count_tokens(self, batch: _Batch) -> dict[int, tuple[int, int | None] | Problem]:
         """Prompt tokens and context length (or the template's refusal) per batch position."""
-        from core.tokens import TokenizerError
+        from core.check.tokens import TokenizerError
 
         tokens = self.tokens
         by_folder: dict[str, list[tuple[int, Any, str | None]]] = {}
@@ -611,7 +612,7 @@ class _Summary:
     @staticmethod
     def _count_one(counter: Any, pair: tuple) -> int | str:
         """One prompt's count, or the reason the chat template refused it."""
-        from core.tokens import TokenizerError
+        from core.check.tokens import TokenizerError
 
         try:
             return counter.count_prompts([pair])[0]
@@ -948,7 +949,7 @@ def _split_points(path: Path, size: int, processes: int) -> list[int]:
 
 
 def check_part(conn: Any, options: _Options, start: int, end: int, valid_path: str | None) -> None:
-    """The work of a helper process (``python -m core.check_helper``): checks one byte range,
+    """The work of a helper process (``python -m core.check.helper``): checks one byte range,
     reporting ``(bytes, lines)`` after each batch, then sends its :class:`_Part`."""
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(Path(valid_path).open("wb")) if valid_path else None
@@ -979,7 +980,7 @@ def check_part(conn: Any, options: _Options, start: int, end: int, valid_path: s
 
 def _helper_env() -> dict[str, str]:
     """This environment, with the project on the import path (for ``-m core...``)."""
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(REPO_ROOT)
     paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
@@ -1000,7 +1001,7 @@ class _Helper:
         self.part: _Part | None = None
         read, write = os.pipe()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "core.check_helper", str(write)],
+            [sys.executable, "-m", "core.check.helper", str(write)],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,  # a failure shows as the range being checked here

@@ -18,7 +18,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from core.jobs import JobFolder, list_jobs
+from core.jobs.folder import JobFolder, list_jobs
 
 # A result's searchable text: its prompt and answer, lowercased, on two lines. The prompt
 # is lowered once, when the job's requests are loaded (requests.prompt_lower), so that
@@ -143,7 +143,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE results ADD COLUMN latency_ms INTEGER;
     """,
     # Search: prompt and answer lowercased in one column, read by every search first (see
-    # core.results.where): lowering a million texts at each search cost most of its time.
+    # core.store.results.where): lowering a million texts at each search cost most of its time.
     """
     ALTER TABLE requests ADD COLUMN prompt_lower VARCHAR;
     UPDATE requests SET prompt_lower = lower(prompt);

@@ -2,7 +2,7 @@
 
 Each local model has either a price per million input and output tokens (what a hosted
 API would charge, to compare with) or a GPU-hour price, turned into a cost from the
-throughput measured on this machine (see :mod:`core.estimate`). The table also holds the
+throughput measured on this machine (see :mod:`core.plan.estimate`). The table also holds the
 budget threshold above which a run asks for an explicit confirmation.
 """
 
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.config import data_paths
+from core.files import write_json_atomic
 
 PRICES_FILE = "prices.json"
 
@@ -79,16 +78,12 @@ def load_prices(home: Path | None = None) -> PriceTable:
 def save_prices(table: PriceTable, home: Path | None = None) -> Path:
     """Writes the table atomically (a temporary file, then a rename)."""
     path = prices_path(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {
         "currency": table.currency,
         "budget": table.budget,
         "models": {name: asdict(p) for name, p in table.models.items() if not p.empty},
     }
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".prices-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(data, out, indent=1)
-    os.replace(temp, path)
+    write_json_atomic(path, data)
     return path
 
 

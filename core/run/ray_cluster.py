@@ -3,8 +3,8 @@
 The worker still owns the job folder; this executor only changes where requests run. The
 pending requests become a Ray Dataset of shards (one row per shard, the requests as JSON);
 ``map_batches`` hands each shard to a replica, an actor of an actor pool that builds
-:class:`core.engine.Engine` once and runs the shard with :func:`core.executors.run_chunk`,
-the same engine functions as :class:`core.executors.LocalExecutor`, so request mapping and
+:class:`core.run.engine.Engine` once and runs the shard with :func:`core.run.retry.run_chunk`:
+the same engine functions and retry policy as the local executor, so request mapping and
 output lines are identical. Each output line gets one extra top-level field, ``node_id``
 (the Ray node that produced it), so provenance shows where every result came from.
 
@@ -21,7 +21,7 @@ retryable ``engine_error``. A line for a request that already has one is dropped
      "resources": {"slot": 1}}
 
 ``gpus_per_replica`` is also each replica's tensor parallel size. On CPU nodes each replica
-runs vLLM in-process and eager (the settings of ``core.engine``) with as many OpenMP
+runs vLLM in-process and eager (the settings of ``core.run.engine``) with as many OpenMP
 threads as it has CPUs. Progress per node and replica, the cluster's resources and the
 dashboard link go to ``ray.json`` in the job folder, which Monitor shows.
 """
@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from core.engine import EngineConfig, EngineLoadError
-from core.jobs import JobSpec, now_iso, write_json_atomic
-from core.outputs import error_line
-from core.requests import EngineRequest
+from core.check.requests import EngineRequest
+from core.files import write_json_atomic
+from core.jobs.folder import JobSpec, now_iso
+from core.run.engine import EngineConfig, EngineLoadError
+from core.run.outputs import error_line
 
 log = logging.getLogger(__name__)
 MAX_PASSES = 3  # datasets run for one job before requests still without a line fail
@@ -120,7 +121,7 @@ def replica_env(config: EngineConfig, settings: RaySettings) -> dict[str, str]:
     """Environment of the replicas (Ray's runtime_env).
 
     On CPU nodes vLLM runs in-process and eager with a fixed KV cache (as in
-    ``core.engine``); it binds no threads in-process, so each replica gets as many OpenMP
+    ``core.run.engine``); it binds no threads in-process, so each replica gets as many OpenMP
     threads as it has CPUs (``nobind``: replicas that share a machine do not pin the same
     cores). ``VLLM_*`` variables set by the user here win.
     """
@@ -142,7 +143,7 @@ class Replica:
     def __init__(self, engine: dict[str, Any], model: str) -> None:
         import ray
 
-        from core.engine import Engine
+        from core.run.engine import Engine
 
         context = ray.get_runtime_context()
         self.node_id = context.get_node_id()
@@ -152,7 +153,7 @@ class Replica:
         self.load_seconds = self.engine.load_seconds
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
-        from core.executors import run_chunk
+        from core.run.retry import run_chunk
 
         out: dict[str, list[Any]] = {
             k: [] for k in ("lines", "node_id", "replica_id", "pid", "seconds", "resources")

@@ -1,4 +1,4 @@
-"""``python -m core.worker JOB_DIR``: runs a job folder to the end, then the queue.
+"""``python -m core.run.worker JOB_DIR``: runs a job folder to the end, then the queue.
 
 The worker loads the engine once and runs, in chunks, every request without a final
 result. Each chunk's lines are appended durably (successes to ``output.jsonl``, failures
@@ -6,16 +6,16 @@ to ``errors.jsonl``) before ``status.json`` counts them; a heartbeat thread keep
 ``status.json`` fresh while a chunk runs, so the UI can tell a busy worker from a dead one.
 
 Started again on the same folder it resumes: a request with a final result never runs
-twice. A job started with ``retry`` (see ``core.jobs.start_worker``) also reruns failed
+twice. A job started with ``retry`` (see ``core.jobs.folder.start_worker``) also reruns failed
 requests, except invalid input.
 
-One worker holds the machine's engine at a time (``core.queue``): a worker that finds
+One worker holds the machine's engine at a time (``core.jobs.queue``): a worker that finds
 the engine busy leaves its job queued and exits; the busy one runs it next, keeping the
 model loaded when the next job uses the same one. A job whose requests name several
 models (``body.model`` mapped to local folders) runs each model's requests in turn.
 
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
-business (core/executors.py); the worker owns the job folder. SIGTERM (Cancel) stops the
+business (core/run/local.py); the worker owns the job folder. SIGTERM (Cancel) stops the
 worker within seconds; results written stay.
 """
 
@@ -31,19 +31,19 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from core.checks import scan
-from core.engine import EngineLoadError
-from core.estimate import record_throughput
-from core.executors import make_executor
-from core.jobs import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
-from core.ledger import read_ledger, shard_ids
-from core.monitoring import ResourceSampler, append_sample, progress_sample
-from core.output_file import OutputWriter
-from core.outputs import error_line, token_usage
-from core.queue import EngineLock, queued_jobs
-from core.requests import EngineRequest
+from core.check.checks import scan
+from core.check.requests import EngineRequest
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
+from core.jobs.ledger import read_ledger, shard_ids
+from core.jobs.output_file import OutputWriter
+from core.jobs.queue import EngineLock, queued_jobs
+from core.plan.estimate import record_throughput
+from core.run.engine import EngineLoadError
+from core.run.local import make_executor
+from core.run.monitoring import ResourceSampler, append_sample, progress_sample
+from core.run.outputs import error_line, token_usage
 
-log = logging.getLogger("core.worker")
+log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
 MIN_REQUESTS_MEASURED = 8
 
@@ -309,7 +309,7 @@ def serve(job: JobFolder) -> JobStatus | None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m core.worker JOB_DIR", file=sys.stderr)
+        print("usage: python -m core.run.worker JOB_DIR", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -20,19 +20,19 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from core.checks import CheckReport, check_file
+from core.check.checks import CheckReport, check_file
+from core.check.requests import JobDefaults
 from core.config import data_paths, default_model_dir
-from core.engine import EngineConfig
-from core.jobs import (
+from core.files import file_sha256
+from core.jobs.folder import (
     JobFolder,
     JobStatus,
     cancel,
     create_job,
-    file_sha256,
     find_job,
     start_worker,
 )
-from core.ledger import (
+from core.jobs.ledger import (
     read_ledger,
     reconcile,
     shards,
@@ -40,10 +40,10 @@ from core.ledger import (
     write_combined,
     write_rerun_file,
 )
-from core.models import ModelError, check_model_folder, prepare_default_model
-from core.queue import EngineLock
-from core.ray_executor import ray_settings
-from core.requests import JobDefaults
+from core.jobs.queue import EngineLock
+from core.model_folders import ModelError, check_model_folder, prepare_default_model
+from core.run.engine import EngineConfig
+from core.run.ray_cluster import ray_settings
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -94,9 +94,9 @@ def _model_map(pairs: list[str]) -> dict[str, str] | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from core.checks import summary_lines
-    from core.estimate import estimate, estimate_lines
-    from core.pricing import load_prices
+    from core.check.checks import summary_lines
+    from core.plan.estimate import estimate, estimate_lines
+    from core.plan.pricing import load_prices
 
     file = _input_file(args.file)
     model_map = _model_map(args.map)
@@ -139,7 +139,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from core.builder import BuildError, BuildSpec, build_file, preview, read_table
+    from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
 
     table_file = _input_file(args.table)
     if table_file is None:
@@ -379,7 +379,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     """Watches the inbox until interrupted: dropped files become queued jobs or are refused."""
-    from core.inbox import watch_inbox
+    from core.jobs.inbox import watch_inbox
 
     paths = data_paths()
     observer = watch_inbox(paths, str(check_model_folder(args.model)) if args.model else None)
@@ -409,9 +409,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Writes results (filtered), the error file, a sample with labels, labels or tallies."""
     import duckdb  # the store is only opened here: other commands never touch DuckDB
 
-    from core import export
-    from core.results import ResultFilter
-    from core.store import Store
+    from core.store.db import Store, export
+    from core.store.results import ResultFilter
 
     fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"
     paths = data_paths()

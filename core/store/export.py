@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from core.results import FROM, ResultFilter, execute, query, where
-from core.store import Store
+from core.store.db import Store
+from core.store.results import FROM, ResultFilter, execute, query, where
 
 FORMATS = ("csv", "parquet", "jsonl", "xlsx")
 EXCEL_MAX_ROWS = 200_000
@@ -161,7 +161,7 @@ def export_labels(store: Store, path: str | Path, fmt: str = "csv") -> int:
 
 def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "job_id") -> int:
     """Review tallies (verdict counts, pass rate and its 95% interval) per ``by``."""
-    from core.review import tally  # the tally is small: computed in pandas, then written
+    from core.store.review import tally  # the tally is small: computed in pandas, then written
 
     fmt, path = _check_format(fmt), Path(path)
     frame = tally(store, by)

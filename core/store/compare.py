@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.results import execute, query
-from core.store import Store
+from core.store.db import Store
+from core.store.results import execute, query
 
 CHOICES = ("A", "B", "tie")
 SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"

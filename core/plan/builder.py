@@ -26,7 +26,7 @@ import pandas as pd
 from jinja2 import meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from core.requests import CHAT_URL
+from core.check.requests import CHAT_URL
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".xlsx")
 ROW_NUMBERS = None  # BuildSpec.id_column value meaning "use row numbers"

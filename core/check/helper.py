@@ -1,4 +1,4 @@
-"""``python -m core.check_helper FD``: a helper process of a parallel :func:`check_file`.
+"""``python -m core.check.helper FD``: a helper process of a parallel :func:`check_file`.
 
 It reads ``(options, start, end, valid_path)`` as a pickle on stdin, checks that byte range
 of the file and sends progress and its summary over the pipe ``FD``.
@@ -8,7 +8,7 @@ import pickle
 import sys
 from multiprocessing.connection import Connection
 
-from core.checks import check_part
+from core.check.checks import check_part
 
 
 def main() -> None:

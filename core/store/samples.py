@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.results import FROM, ResultFilter, execute, query, where
-from core.store import Store
+from core.store.db import Store
+from core.store.results import FROM, ResultFilter, execute, query, where
 
 METHODS = ("random", "stratified", "failures_first")
 # Stratify-by choices -> SQL; "metadata:<key>" is handled apart (the key is a parameter).

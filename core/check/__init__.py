@@ -1,0 +1,1 @@
+"""The batch check: request parsing, the line-by-line check, token counts."""

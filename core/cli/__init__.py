@@ -1,0 +1,1 @@
+"""``python -m core``: the headless command line."""

@@ -1,0 +1,44 @@
+"""Small file helpers every part shares: the one atomic write, and a file's SHA-256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Writes a file so a reader sees the old content or the new, never half of either.
+
+    A temporary file beside it (unique per writer, so two threads or processes never share
+    one) is written, fsynced and renamed over ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(raw)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """:func:`write_atomic` of ``data`` as indented JSON (UTF-8, not escaped)."""
+    write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1))
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,75 @@
+"""Executors run a job's requests and yield result lines as they finish.
+
+The worker owns the job folder (what to run, where lines go, the status); an executor owns
+how requests reach an engine. :class:`LocalExecutor` runs one engine in the worker's own
+process; :class:`core.run.ray_cluster.RayExecutor` spreads the same engine code over a
+cluster. Both follow the retry policy of :mod:`core.run.retry` and yield lists of output
+lines in the batch output format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from core.check.requests import EngineRequest
+from core.jobs.folder import JobSpec
+from core.run.engine import Engine, EngineConfig
+from core.run.retry import run_with_retries
+
+
+class Executor(Protocol):
+    load_seconds: float
+    description: str
+
+    @property
+    def in_flight(self) -> int:
+        """Requests running now, whose work a kill would lose."""
+        ...
+
+    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        """Yields output lines, in batches, until every request has exactly one."""
+        ...
+
+
+def make_executor(spec: JobSpec) -> Executor:
+    """The executor a job asks for: a Ray cluster if its spec names one, else local."""
+    if spec.ray:
+        from core.run.ray_cluster import RayExecutor
+
+        return RayExecutor(spec)
+    return LocalExecutor(spec)
+
+
+_loaded: dict[EngineConfig, Engine] = {}  # at most one: the engine this worker holds
+
+
+def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
+    """The engine for ``config``, kept between jobs; returns it and the seconds spent loading
+    (0 when it was already loaded). Another model's engine is released first."""
+    if config in _loaded:
+        return _loaded[config], 0.0
+    for old in list(_loaded):
+        _loaded.pop(old).close()
+    engine = Engine(config)
+    _loaded[config] = engine
+    return engine, engine.load_seconds
+
+
+class LocalExecutor:
+    """One engine in this process, fed continuously (no drain between batches)."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.engine, self.load_seconds = loaded_engine(spec.engine_config)
+        self.model = spec.engine_config.model_name
+        # As many as the engine runs at once: a finished request is replaced at the next step,
+        # so the batch stays full, and a kill loses at most one batch of work.
+        self.window = spec.chunk_size or self.engine.max_num_seqs
+        self.description = f"on {self.model}, up to {self.window} at a time"
+
+    @property
+    def in_flight(self) -> int:
+        return self.engine.in_flight
+
+    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        yield from run_with_retries(self.engine, requests, self.window, self.model)

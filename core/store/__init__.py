@@ -1,0 +1,1 @@
+"""The DuckDB index and everything that reads it: results, samples, reviews, exports."""
