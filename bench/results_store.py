@@ -18,10 +18,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.store.db import SEARCH_TEXT_SQL, Store
 from core.store import export as E
 from core.store import results as R
 from core.store import samples as S
+from core.store.db import SEARCH_TEXT_SQL, Store
 
 JOBS = 4
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.jobs.folder import JobFolder, start_worker
+from core.jobs.folder import JobFolder
 from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.jobs.queue import priority, queued_jobs, set_priority
-from pages.shared import job_controls, jobs_or_stop, paths, through_app
+from pages.shared import job_controls, jobs_or_stop, paths, restart, through_app
 
 through_app()
 st.title("Jobs")
@@ -81,8 +81,9 @@ can_rerun = bool(retryable) and (status.is_final or status.interrupted)
 label = f"Rerun the {len(retryable)} failed, expired or missing requests"
 if can_rerun and st.button(label, type="primary"):
     write_rerun_file(job, retryable, job.path / "rerun.jsonl")
-    start_worker(job, retry=True)
-    st.toast("Rerunning into the same job; the subset is saved as rerun.jsonl.")
+    restart(
+        job, retry=True, done="Rerunning into the same job; the subset is saved as rerun.jsonl."
+    )
 parts = shards(read_ledger(job), spec.shard_size)
 if len(parts) > 1:
     st.subheader("Shards")
@@ -100,8 +101,8 @@ if len(parts) > 1:
         c1, c2 = st.columns([1, 3])
         number = c1.selectbox("Shard", retryable_parts, key="retry_shard")
         if c2.button(f"Retry shard {number} alone", key="retry_shard_button"):
-            start_worker(job, retry=True, shard=int(number))
-            st.toast(f"Rerunning the failed and missing requests of shard {number}.")
+            done = f"Rerunning the failed and missing requests of shard {number}."
+            restart(job, retry=True, shard=int(number), done=done)
 
 if st.button("Verify results (hash chain and completeness)"):
     result = verify(job)

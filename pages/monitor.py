@@ -179,10 +179,14 @@ final = job.read_status().is_final or job.read_status().interrupted
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     status = job.read_status()
-    if status.state == "completed":
-        st.success(
-            f"Job {job_id} completed: {status.succeeded} succeeded, {status.failed} "
-            f"failed, {status.completion_tokens} output tokens in "
-            f"{_duration(status.elapsed_seconds)}."
-        )
+    summary = (
+        f"{status.succeeded} succeeded, {status.failed} failed, {status.completion_tokens} "
+        f"output tokens in {_duration(status.elapsed_seconds)}."
+    )
+    if status.outcome == "completed":
+        st.success(f"Job {job_id} completed: {summary}")
+    elif status.outcome == "completed_with_errors":
+        st.warning(f"Job {job_id} completed with errors: {summary}", icon=":material/warning:")
+    elif status.state == "failed":
+        st.error(f"Job {job_id} failed: {summary}", icon=":material/error:")
     st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")

@@ -8,9 +8,9 @@ import streamlit as st
 
 from core.check.checks import check_file
 from core.check.requests import JobDefaults
-from core.jobs.folder import create_job, start_worker
-from core.model_folders import ModelError, check_model_folder, model_folders
-from core.run.engine import EngineConfig, gpu_count, validate_engine_config
+from core.jobs.submit import Refused, Submission, submit
+from core.model_folders import model_folders
+from core.run.engine import EngineConfig, gpu_count
 from pages.shared import estimate_metrics, paths, through_app
 
 through_app()
@@ -160,13 +160,8 @@ else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 
 if st.button("Start run", type="primary", disabled=bool(report.invalid and not skip_invalid)):
-    try:
-        model = check_model_folder(model_path)
-    except ModelError as exc:
-        st.error(str(exc))
-        st.stop()
     config = EngineConfig(
-        model=str(model),
+        model=str(model_path or ""),
         dtype=dtype,
         max_model_len=int(max_model_len) or None,
         gpu_memory_utilization=float(gpu_util),
@@ -177,16 +172,11 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         quantization=None if quantization == "none" else quantization,
         seed=int(seed),
     )
-    problems = validate_engine_config(config, gpus) + ray_problems
-    if problems:
-        for problem in problems:
-            st.error(problem)
-        st.stop()
-    job = create_job(
-        batch_file,
-        paths().jobs,
-        config,
-        JobDefaults(max_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p)),
+    submission = Submission(
+        engine=config,
+        defaults=JobDefaults(
+            max_tokens=int(max_tokens), temperature=float(temperature), top_p=float(top_p)
+        ),
         skip_invalid=skip_invalid,
         chunk_size=int(chunk_size) or None,
         source=st.session_state.get("batch_name"),
@@ -194,6 +184,13 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         shard_size=int(shard_size),
         ray=ray_spec,
     )
-    start_worker(job)
+    try:
+        if ray_problems:
+            raise Refused(ray_problems)
+        job = submit(batch_file, submission, paths().jobs, gpus=gpus).job
+    except Refused as refused:
+        for problem in refused.problems:
+            st.error(problem, icon=":material/block:")
+        st.stop()
     st.session_state["job_id"] = job.job_id
     st.switch_page("pages/monitor.py")

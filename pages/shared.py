@@ -8,7 +8,8 @@ import pandas as pd
 import streamlit as st
 
 from core.config import DataPaths, data_paths
-from core.jobs.folder import JobFolder, cancel, start_worker
+from core.jobs.folder import JobFolder, cancel
+from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
 from core.store.db import Store
 
@@ -75,8 +76,7 @@ def job_controls(job: JobFolder, key: str) -> None:
     if (status.interrupted or status.state == "cancelled") and cols[1].button(
         "Resume", key=f"resume-{key}", type="primary", icon=":material/play_arrow:"
     ):
-        start_worker(job)
-        st.toast("Resumed: only requests without a result run.")
+        restart(job, retry=False, done="Resumed: only requests without a result run.")
     if (
         status.is_final
         and status.failed
@@ -84,8 +84,19 @@ def job_controls(job: JobFolder, key: str) -> None:
             f"Retry {status.failed} failed", key=f"retry-{key}", icon=":material/replay:"
         )
     ):
-        start_worker(job, retry=True)
-        st.toast("Retrying failed requests (invalid input is never retried).")
+        restart(job, retry=True, done="Retrying failed requests (invalid input is never retried).")
+
+
+def restart(job: JobFolder, *, retry: bool, done: str, shard: int | None = None) -> bool:
+    """Resume / retry / rerun through the one way in; shows why when it is refused."""
+    try:
+        resubmit(job, retry=retry, shard=shard)
+    except Refused as refused:
+        for problem in refused.problems:
+            st.error(problem, icon=":material/block:")
+        return False
+    st.toast(done)
+    return True
 
 
 def estimate_metrics(estimate: dict) -> None:

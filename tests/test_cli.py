@@ -49,7 +49,8 @@ def test_run_refuses_invalid_lines_unless_told_to_skip(studio_home, tmp_path):
     (model / "config.json").write_text("{}")
     result = run_cli("run", str(BROKEN), "-o", str(tmp_path / "out.jsonl"), "--model", str(model))
     assert result.returncode == 1
-    assert "refused: repeated custom_ids" in result.stderr
+    assert "repeat a custom_id of an earlier line" in result.stderr
+    assert "line 6: custom_id 'ticket-summary:T-5001' repeats line 1" in result.stderr
     assert not (tmp_path / "out.jsonl").exists()
     assert not (studio_home / "jobs").exists() or not any((studio_home / "jobs").iterdir())
 
@@ -60,4 +61,4 @@ def test_run_without_skip_invalid_names_the_way_out(studio_home, tmp_path, defau
     result = run_cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"))
     assert result.returncode == 1
     assert "line 1: error: method must be 'POST'" in result.stdout
-    assert "fix them or pass --skip-invalid" in result.stderr
+    assert "fix them, or skip them (--skip-invalid" in result.stderr

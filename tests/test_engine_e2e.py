@@ -61,7 +61,8 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
 
     result = run_cli("run", str(batch), "-o", str(out), "--skip-invalid")
 
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.returncode == 4, result.stderr[-2000:]  # completed, with 3 failed requests
+    assert "completed with errors: 6 succeeded, 3 failed" in result.stdout
     assert "worker pid" in result.stdout
     lines = [json.loads(raw) for raw in out.read_text(encoding="utf-8").splitlines()]
     assert [line["custom_id"] for line in lines] == [

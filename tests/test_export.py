@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core.store.db import Store
 from core.store import export as E
+from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import Label, save_label
 from core.store.samples import SampleDefinition, create_sample

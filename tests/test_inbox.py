@@ -23,8 +23,11 @@ def test_a_broken_file_is_moved_aside_with_its_report(studio_home):
 
 def test_the_watcher_queues_a_valid_file_dropped_into_the_inbox(studio_home, tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr("core.jobs.inbox.start_worker", lambda job: started.append(job.job_id))
-    monkeypatch.setattr("core.jobs.inbox.prepare_default_model", lambda: tmp_path)
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job: started.append(job.job_id))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr("core.jobs.inbox.prepare_default_model", lambda: model)
     paths = data_paths()
     observer = watch_inbox(paths)
     try:

@@ -48,7 +48,7 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(data_home):  # n
     at = open_page("monitor.py", job_id=job.job_id)
     assert metric(at, "Succeeded") == "2" and metric(at, "Failed") == "1"
     assert metric(at, "Requests/s") == "0.75"
-    assert "Job " + job.job_id + " completed: 2 succeeded, 1 failed" in texts(at)
+    assert "Job " + job.job_id + " completed with errors: 2 succeeded, 1 failed" in texts(at)
     assert "showing the worker process's memory and CPU" in texts(at)
     latest = at.dataframe[0].value
     assert "<script>x</script>" in list(latest["answer"])  # shown as text, not HTML

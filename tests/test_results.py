@@ -11,8 +11,8 @@ import pytest
 from core.jobs.folder import JobFolder, JobStatus, create_job
 from core.run.engine import EngineConfig
 from core.run.outputs import Choice, Completion, error_line, success_line
-from core.store.db import Store
 from core.store import results as R
+from core.store.db import Store
 
 
 def analysed_job(

@@ -62,16 +62,27 @@ HISTOGRAM_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 327
 LISTED_LINES = 20  # line numbers quoted in a summary finding
 CONTROL_NAMES = {0: "NUL", 8: "BS", 11: "VT", 12: "FF", 27: "ESC"}
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 13))
+# Problem codes that counters and the submission rules read.
+DUPLICATE_ID = "duplicate_custom_id"
+NOT_RUNNABLE = "url_not_runnable"
+CONTEXT_EXCEEDED = "context_length_exceeded"
+EMPTY_FILE = "empty_file"
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """One finding about one line (line 0 means the file as a whole)."""
+    """One finding about one line (line 0 means the file as a whole).
+
+    Like OpenAI's ``BatchError``: ``code`` names the kind of problem (counters and rules
+    read it, never the message) and ``param`` the field it is about, where there is one.
+    """
 
     line: int
     severity: Severity
     message: str
     custom_id: str | None = None
+    code: str = "invalid_request"
+    param: str | None = None
 
     def __str__(self) -> str:
         where = f"line {self.line}" if self.line else "file"
@@ -273,11 +284,14 @@ def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
         request = parse_request(url, custom_id, body, defaults)
     except RequestError as exc:
         return CheckedLine(
-            line_no, custom_id, None, [Problem(line_no, "error", str(exc), custom_id)]
+            line_no, custom_id, None, [Problem(line_no, "error", str(exc), custom_id, exc.code)]
         )
-    problems = [Problem(line_no, "warning", w, custom_id) for w in extra + request.warnings]
+    problems = [
+        Problem(line_no, "warning", w, custom_id, "ignored_field") for w in extra + request.warnings
+    ]
     if url not in ENGINE_URLS:
-        problems.insert(0, Problem(line_no, "error", _not_runnable(url), custom_id))
+        problem = Problem(line_no, "error", _not_runnable(url), custom_id, NOT_RUNNABLE, "url")
+        problems.insert(0, problem)
     return CheckedLine(line_no, custom_id, request, problems)
 
 
@@ -290,7 +304,8 @@ def _check_raw(line_no: int, raw: bytes, file_offset: int, defaults: JobDefaults
             f"not UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start} "
             f"(file byte {file_offset + exc.start}); save the file as UTF-8"
         )
-        return CheckedLine(line_no, None, None, [Problem(line_no, "error", message)])
+        problem = Problem(line_no, "error", message, code="invalid_encoding")
+        return CheckedLine(line_no, None, None, [problem])
     control = _control_character(raw)
     if control is not None:
         return CheckedLine(line_no, None, None, [Problem(line_no, "error", control)])
@@ -360,7 +375,7 @@ class _Scanner:
                 self.id_lines.append(line_no)
             return None
         message = f"custom_id {cid!r} repeats line {first}; ids must be unique"
-        return Problem(line_no, "error", message, cid)
+        return Problem(line_no, "error", message, cid, DUPLICATE_ID, "custom_id")
 
     def batches(
         self,
@@ -592,6 +607,8 @@ class _Summary:
                             f"the prompt has at least {bound:,} tokens; the model's context is "
                             f"{context:,}: shorten it",
                             batch.items[index].custom_id,
+                            CONTEXT_EXCEEDED,
+                            "body.messages",
                         )
                     else:
                         kept.append(entry)
@@ -632,6 +649,8 @@ class _Summary:
                 f"the prompt has {prompt} tokens; the model's context is {context}: shorten it "
                 f"by at least {prompt - context + 1} tokens",
                 cid,
+                CONTEXT_EXCEEDED,
+                "body.messages",
             )
         if prompt + max_out > context:
             over = prompt + max_out - context
@@ -642,6 +661,8 @@ class _Summary:
                 f"{context} by {over}; the answer stops after {context - prompt} tokens "
                 f"(set max_tokens to {context - prompt} or shorten the prompt)",
                 cid,
+                CONTEXT_EXCEEDED,
+                "body.max_tokens",
             )
         return None
 
@@ -649,12 +670,10 @@ class _Summary:
         report = self.report
         if problem.severity == "warning":
             report.warnings += 1
-        elif problem.severity == "error":
-            message = problem.message
-            if message.startswith("custom_id ") and "repeats line" in message:
-                report.duplicates += 1
-            elif message.startswith("url ") and "not yet runnable" in message:
-                report.not_runnable += 1
+        elif problem.code == DUPLICATE_ID:
+            report.duplicates += 1
+        elif problem.code == NOT_RUNNABLE:
+            report.not_runnable += 1
         report.add(problem)
 
     def add_batch(self, batch: _Batch) -> None:
@@ -678,7 +697,7 @@ class _Summary:
                 n = body.n or 1
                 valid = True
                 if refused is not None:
-                    report.over_context += "context" in refused.message
+                    report.over_context += refused.code == CONTEXT_EXCEEDED
                     self._problem(refused)
                     valid = False
                 elif counted is not None:
@@ -697,7 +716,7 @@ class _Summary:
             else:
                 request = item.request
                 if refused is not None:
-                    report.over_context += "context" in refused.message
+                    report.over_context += refused.code == CONTEXT_EXCEEDED
                     item.problems.append(refused)
                 elif counted is not None:
                     sampling = request.sampling
@@ -845,7 +864,8 @@ class _Summary:
         for note in notes + report.token_notes:
             report.problems.insert(0, Problem(0, "note", note))
         if report.lines == 0 and not report.cancelled:
-            report.add(Problem(0, "error", "the file has no request lines (it is empty or blank)"))
+            message = "the file has no request lines (it is empty or blank)"
+            report.add(Problem(0, "error", message, code=EMPTY_FILE))
 
 
 Progress = Callable[[int, int, int], None]

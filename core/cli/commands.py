@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
+from subprocess import Popen
 
 from tqdm import tqdm
 
@@ -24,14 +24,7 @@ from core.check.checks import CheckReport, check_file
 from core.check.requests import JobDefaults
 from core.config import data_paths, default_model_dir
 from core.files import file_sha256
-from core.jobs.folder import (
-    JobFolder,
-    JobStatus,
-    cancel,
-    create_job,
-    find_job,
-    start_worker,
-)
+from core.jobs.folder import JobFolder, JobStatus, cancel, find_job
 from core.jobs.ledger import (
     read_ledger,
     reconcile,
@@ -41,6 +34,7 @@ from core.jobs.ledger import (
     write_rerun_file,
 )
 from core.jobs.queue import EngineLock
+from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.model_folders import ModelError, check_model_folder, prepare_default_model
 from core.run.engine import EngineConfig
 from core.run.ray_cluster import ray_settings
@@ -48,6 +42,7 @@ from core.run.ray_cluster import ray_settings
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_JOB_FAILED = 3
+EXIT_WITH_ERRORS = 4  # the job completed, and some of its requests failed
 
 
 def _defaults_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,8 +177,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0 if result.written else EXIT_INVALID
 
 
-def _duplicates(report: CheckReport) -> list[str]:
-    return [str(p) for p in report.errors if "repeats line" in p.message]
+def _print_refusal(refused: Refused) -> None:
+    """Prints why a job was not started; a file's problems first, then every reason."""
+    if refused.report is not None and refused.report.problems:
+        _print_report(refused.report)
+    for problem in refused.problems:
+        print(f"refused: {problem}", file=sys.stderr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -193,61 +192,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         model = check_model_folder(args.model) if args.model else prepare_default_model()
-        model_map = {name: str(check_model_folder(f)) for name, f in model_map.items()}
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    report = check_file(file, _defaults(args))
-    if report.lines == 0 or (report.invalid and not args.skip_invalid) or _duplicates(report):
-        _print_report(report)
-        if _duplicates(report):
-            print(
-                "refused: repeated custom_ids would make results ambiguous; fix the file",
-                file=sys.stderr,
-            )
-        elif report.lines:
-            print(
-                "refused: the file has invalid lines; fix them or pass --skip-invalid",
-                file=sys.stderr,
-            )
-        return EXIT_INVALID
     output = Path(args.output).resolve()
-    jobs_dir = data_paths().jobs
-    job = None if args.restart else find_job(jobs_dir, file_sha256(file), str(output))
-    if (
-        job is not None
-        and job.read_status().state == "running"
-        and not job.read_status().interrupted
-    ):
-        print(f"job {job.job_id} is already running (pid {job.read_status().pid})", file=sys.stderr)
-        return EXIT_USAGE
-    if job is None:
-        job = create_job(
-            file,
-            jobs_dir,
-            EngineConfig(model=str(model)),
-            _defaults(args),
-            skip_invalid=args.skip_invalid,
-            chunk_size=args.chunk_size,
-            output_path=str(output),
-            model_map=model_map,
-            shard_size=args.shard_size,
-            ray=ray_settings(  # None: this machine
-                args.ray,
-                args.replicas,
-                args.replica_gpus,
-                args.replica_cpus,
-                args.replica_resources,
-            ),
-        )
-    else:
-        print(f"continuing job {job.job_id}: requests with a result are not run again")
-    return _run_worker(job, output, retry=False)
+    job = None if args.restart else find_job(data_paths().jobs, file_sha256(file), str(output))
+    try:
+        if job is not None:
+            print(f"continuing job {job.job_id}: requests with a result are not run again")
+            started = resubmit(job)
+        else:
+            submission = Submission(
+                engine=EngineConfig(model=str(model)),
+                defaults=_defaults(args),
+                skip_invalid=args.skip_invalid,
+                chunk_size=args.chunk_size,
+                shard_size=args.shard_size,
+                model_map=model_map,
+                output_path=str(output),
+                ray=ray_settings(  # None: this machine
+                    args.ray,
+                    args.replicas,
+                    args.replica_gpus,
+                    args.replica_cpus,
+                    args.replica_resources,
+                ),
+            )
+            started = submit(file, submission)
+    except Refused as refused:
+        _print_refusal(refused)
+        return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
+    return _follow_to_end(started.job, output, started.worker)
 
 
-def _run_worker(job: JobFolder, output: Path | None, retry: bool, shard: int | None = None) -> int:
-    """Starts the worker on a job, follows it, and writes the combined output file."""
-    worker = start_worker(job, retry=retry, shard=shard)
+def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
+    """Follows a started job to its end, writes the combined output file, and returns the
+    exit code that says how it ended."""
     print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
     try:
         status = _follow(job, worker)
@@ -259,16 +239,16 @@ def _run_worker(job: JobFolder, output: Path | None, retry: bool, shard: int | N
         output.parent.mkdir(parents=True, exist_ok=True)
         write_combined(job, output)
     print(
-        f"job {job.job_id} {status.state}: {status.succeeded} succeeded, {status.failed} failed"
-        + (f"; output in {output}" if output else "")
+        f"job {job.job_id} {status.display_state}: {status.succeeded} succeeded, "
+        f"{status.failed} failed" + (f"; output in {output}" if output else "")
     )
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)
         return EXIT_JOB_FAILED
-    return 0
+    return EXIT_WITH_ERRORS if status.failed else 0
 
 
-def _follow(job: JobFolder, worker: subprocess.Popen) -> JobStatus:
+def _follow(job: JobFolder, worker: Popen) -> JobStatus:
     """Shows the job's progress until it ends (it may first wait for another job)."""
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:
@@ -280,7 +260,7 @@ def _follow(job: JobFolder, worker: subprocess.Popen) -> JobStatus:
                 return status
             stranded = worker.poll() is not None and status.state == "queued"
             if stranded and EngineLock(job.path.parent).holder() is None:  # nobody took it
-                worker = start_worker(job, retry=status.retry)
+                worker = take_up(job)
             time.sleep(0.5)
 
 
@@ -301,20 +281,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     job = _job(args.job)
     if job is None:
         return EXIT_USAGE
-    status = job.read_status()
-    if not status.is_final and not status.interrupted and status.state != "created":
-        print(
-            f"job {job.job_id} is {status.state} (pid {status.pid}); nothing to resume",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    shard = getattr(args, "shard", None)
-    if shard is not None and not 0 <= shard < len(
-        shards(read_ledger(job), job.read_spec().shard_size)
-    ):
-        print(f"error: job {job.job_id} has no shard {shard}", file=sys.stderr)
-        return EXIT_USAGE
-    return _run_worker(job, _output_of(job), retry=args.retry, shard=shard)
+    try:
+        started = resubmit(job, retry=args.retry, shard=getattr(args, "shard", None))
+    except Refused as refused:
+        _print_refusal(refused)
+        return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
+    return _follow_to_end(job, _output_of(job), started.worker)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

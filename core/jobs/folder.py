@@ -36,6 +36,7 @@ from core.files import file_sha256, write_json_atomic
 from core.run.engine import EngineConfig
 
 FINAL_STATES = ("completed", "failed", "cancelled", "expired")
+COMPLETED_WITH_ERRORS = "completed with errors"
 HEARTBEAT_SECONDS = 2.0
 STALE_AFTER_SECONDS = 30.0
 
@@ -125,7 +126,17 @@ class JobStatus:
 
     @property
     def display_state(self) -> str:
-        return "interrupted" if self.interrupted else self.state
+        """The state as a person should read it: a dead worker's job is ``interrupted``,
+        and a completed job with failed requests says so."""
+        if self.interrupted:
+            return "interrupted"
+        return COMPLETED_WITH_ERRORS if self.outcome == "completed_with_errors" else self.state
+
+    @property
+    def outcome(self) -> str:
+        """The state, except that a completed job with failed requests is
+        ``completed_with_errors`` (written into ``status.json`` for scripts)."""
+        return "completed_with_errors" if self.state == "completed" and self.failed else self.state
 
     @property
     def progress(self) -> float:
@@ -157,7 +168,7 @@ class JobFolder:
             return JobStatus()
 
     def write_status(self, status: JobStatus) -> None:
-        write_json_atomic(self.status_file, asdict(status))
+        write_json_atomic(self.status_file, {**asdict(status), "outcome": status.outcome})
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_file.exists():

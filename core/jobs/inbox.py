@@ -8,7 +8,6 @@ stopped changing, so a file still being copied is never read half-way.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -18,9 +17,10 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from core.check.checks import check_file
 from core.config import DataPaths
-from core.jobs.folder import JobFolder, create_job, start_worker
+from core.files import write_json_atomic
+from core.jobs.folder import JobFolder
+from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import prepare_default_model
 from core.run.engine import EngineConfig
 
@@ -44,27 +44,24 @@ def _settled(path: Path, seconds: float = SETTLE_SECONDS) -> bool:
 
 
 def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobFolder | None:
-    """Checks one dropped file; queues it as a job, or moves it aside with its report.
+    """Submits one dropped file as a job, or moves it aside with the reasons it was refused.
 
     Returns the new job, or None when the file was refused.
     """
-    report = check_file(path)
-    refused = report.lines == 0 or report.invalid > 0
-    if refused:
+    folder = model or str(prepare_default_model())
+    submission = Submission(engine=EngineConfig(model=folder), source=f"inbox/{path.name}")
+    try:
+        job = submit(path, submission, paths.jobs).job
+    except Refused as refused:
         rejected = paths.inbox / "rejected"
         rejected.mkdir(parents=True, exist_ok=True)
-        target = rejected / path.name
-        shutil.move(str(path), target)
-        summary = report.to_dict()
-        (rejected / f"{path.name}.report.json").write_text(
-            json.dumps(summary, ensure_ascii=False, indent=1, default=str), encoding="utf-8"
-        )
-        log.info("inbox: %s refused (%d invalid lines)", path.name, report.invalid)
+        shutil.move(str(path), rejected / path.name)
+        summary = refused.report.to_dict() if refused.report is not None else {}
+        summary["refused"] = refused.problems
+        write_json_atomic(rejected / f"{path.name}.report.json", summary)
+        log.info("inbox: %s refused: %s", path.name, refused)
         return None
-    folder = model or str(prepare_default_model())
-    job = create_job(path, paths.jobs, EngineConfig(model=folder), source=f"inbox/{path.name}")
     path.unlink()
-    start_worker(job)
     log.info("inbox: %s queued as %s", path.name, job.job_id)
     return job
 

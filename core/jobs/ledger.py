@@ -21,14 +21,20 @@ from core.jobs.output_file import CHAIN_FIELD, chain_hash, read_lines, split_cha
 NEVER_RETRIED = ("invalid_request",)  # the same input fails the same way
 
 
-def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:
-    """``(line_no, custom_id)`` of each request line (``line-N`` where it has no id)."""
-    seen: set[str] = set()
+def input_lines(job: JobFolder) -> Iterator[tuple[int, str]]:
+    """``(line_no, custom_id)`` of every request line (``line-N`` where it has no id),
+    repeats included."""
     for checked in scan(job.input):
-        custom_id = checked.custom_id or f"line-{checked.line_no}"
+        yield checked.line_no, checked.custom_id or f"line-{checked.line_no}"
+
+
+def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:
+    """``(line_no, custom_id)`` of each request, at the first line that names it."""
+    seen: set[str] = set()
+    for line_no, custom_id in input_lines(job):
         if custom_id not in seen:
             seen.add(custom_id)
-            yield checked.line_no, custom_id
+            yield line_no, custom_id
 
 
 @dataclass
@@ -40,6 +46,26 @@ class Ledger:
     failed: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> final error
     duplicate_successes: list[str] = field(default_factory=list)
     unexpected: set[str] = field(default_factory=set)
+    repeated_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, id) repeats
+
+    def coverage_problems(self) -> list[str]:
+        """Why the result lines do not give every input line exactly one final result
+        (empty when they do): what a job must not end ``completed`` with."""
+        problems = []
+        if self.repeated_lines:
+            listed = ", ".join(f"line {n} ({cid!r})" for n, cid in self.repeated_lines[:10])
+            problems.append(
+                f"{len(self.repeated_lines)} input line(s) repeat the custom_id of an earlier "
+                f"line and can have no result of their own: {listed}"
+            )
+        for ids, what in (
+            (self.missing, "requests have no result"),
+            (sorted(set(self.duplicate_successes)), "requests succeeded twice"),
+            (sorted(self.unexpected), "results match no request"),
+        ):
+            if ids:
+                problems.append(f"{len(ids)} {what}: {', '.join(ids[:10])}")
+        return problems
 
     @property
     def missing(self) -> list[str]:
@@ -53,7 +79,14 @@ class Ledger:
 
 
 def read_ledger(job: JobFolder) -> Ledger:
-    ledger = Ledger(ids=[cid for _, cid in input_ids(job)])
+    ids: dict[str, int] = {}
+    repeated = []
+    for line_no, cid in input_lines(job):
+        if cid in ids:
+            repeated.append((line_no, cid))
+        else:
+            ids[cid] = line_no
+    ledger = Ledger(ids=list(ids), repeated_lines=repeated)
     known = set(ledger.ids)
     for line in read_lines(job.output):
         cid = line["custom_id"]
@@ -126,6 +159,7 @@ class Reconciliation:
     duplicates: list[str]
     unexpected: list[str]
     failures_by_class: dict[str, int]
+    repeated_lines: list[int] = field(default_factory=list)  # input lines that reuse an id
 
     @property
     def success_rate(self) -> float:
@@ -133,7 +167,12 @@ class Reconciliation:
 
     @property
     def complete(self) -> bool:
-        return not self.missing and not self.duplicates and not self.unexpected
+        return (
+            not self.missing
+            and not self.duplicates
+            and not self.unexpected
+            and not self.repeated_lines
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "success_rate": self.success_rate, "complete": self.complete}
@@ -153,6 +192,7 @@ def reconcile(job: JobFolder) -> Reconciliation:
         duplicates=sorted(set(ledger.duplicate_successes)),
         unexpected=sorted(ledger.unexpected),
         failures_by_class=dict(classes.most_common()),
+        repeated_lines=[line_no for line_no, _ in ledger.repeated_lines],
     )
 
 
@@ -231,6 +271,12 @@ def verify(job: JobFolder) -> Verification:
         lines += count
         problems += found
     report = reconcile(job)
+    if report.repeated_lines:
+        listed = ", ".join(map(str, report.repeated_lines[:5]))
+        problems.append(
+            f"{len(report.repeated_lines)} input lines repeat an earlier custom_id and have no "
+            f"result of their own (lines {listed})"
+        )
     for ids, what in (
         (report.missing, "requests have no result"),
         (report.duplicates, "requests succeeded twice"),

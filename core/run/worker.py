@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -217,12 +218,39 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         log.exception("job %s failed", job.job_id)
         keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
     else:
-        s = keeper.status
-        keeper.finish("completed", f"{s.succeeded} succeeded, {s.failed} failed")
+        if writers is not None:
+            writers.close()
+        _finish(job, keeper)
     finally:
         if writers is not None:
             writers.close()
     return keeper.status
+
+
+def _finish(job: JobFolder, keeper: StatusKeeper) -> None:
+    """Ends a run that went through: ``completed`` only when every input line has exactly
+    one final result (else ``failed``, naming what is missing), and ``failed`` when every
+    request failed, so no outcome reads as a success it is not."""
+    ledger = read_ledger(job)
+    problems = ledger.coverage_problems()
+    s = keeper.status
+    if problems:
+        log.error("job %s: results do not cover the input: %s", job.job_id, problems)
+        keeper.finish(
+            "failed",
+            "not every request has exactly one result"
+            + ("; Resume runs those without one" if ledger.missing else ""),
+            error="; ".join(problems),
+        )
+    elif s.failed and not s.succeeded:
+        codes = Counter(str((e or {}).get("code", "error")) for e in ledger.failed.values())
+        reasons = ", ".join(f"{n} {code}" for code, n in codes.most_common(3))
+        keeper.finish("failed", f"all {s.failed} requests failed ({reasons})", error=reasons)
+    elif s.failed:
+        message = f"completed with errors: {s.succeeded} succeeded, {s.failed} failed"
+        keeper.finish("completed", message)
+    else:
+        keeper.finish("completed", f"{s.succeeded} succeeded")
 
 
 def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[EngineRequest]]:

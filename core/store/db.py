@@ -315,7 +315,7 @@ class Store:
                     spec.source,
                     spec.engine_config.model_name,
                     str(job.path),
-                    "interrupted" if status.interrupted else status.state,
+                    status.display_state,
                     status.total,
                     status.succeeded,
                     status.failed,

@@ -1,0 +1,203 @@
+"""The one way in: every job is made by :func:`submit` and every rerun of one by
+:func:`resubmit`, so the rules on what may run live here and nowhere else.
+
+The Run page, ``python -m core run``, the inbox (hot folder), the Jobs and Monitor pages'
+Resume / Retry / rerun buttons, ``resume`` / ``retry`` and the Ray path all call these two
+functions. Either the job is created (or restarted) and its worker started, or nothing
+happens and :class:`Refused` lists every reason, each a line the user can act on.
+
+The rules:
+
+- the file has at least one request line;
+- every ``custom_id`` is unique: a repeated id is refused always, naming its lines (two
+  lines with one id would get one result between them, and one request would vanish);
+- invalid lines are refused unless the submitter asked to skip them, in which case each
+  gets an error result of its own;
+- the model folders exist and are model folders, the engine settings can work on this
+  machine, the Ray settings are well formed, and the job defaults are in range.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from core.check.checks import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
+from core.check.requests import JobDefaults, defaults_problems
+from core.config import data_paths
+from core.jobs.folder import JobFolder, create_job, start_worker
+from core.model_folders import ModelError, check_model_folder
+from core.run.engine import EngineConfig, validate_engine_config
+
+LISTED_PROBLEMS = 20  # problems of the file quoted in a refusal; the report has them all
+
+
+class Refused(Exception):
+    """A job was not created or restarted.
+
+    Attributes:
+        problems: every reason, each a sentence the user can act on.
+        report: the check of the file, when the file was checked.
+    """
+
+    def __init__(self, problems: list[str], report: CheckReport | None = None) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+        self.report = report
+
+
+class Started(NamedTuple):
+    """A job whose worker was just started."""
+
+    job: JobFolder
+    worker: subprocess.Popen
+
+
+@dataclass
+class Submission:
+    """Everything a job is made from besides its file.
+
+    ``engine.model`` is the model folder every line runs on unless ``model_map`` sends its
+    ``body.model`` elsewhere; ``ray`` (see ``core.run.ray_cluster.RaySettings``) runs the
+    job on a Ray cluster instead of this machine.
+    """
+
+    engine: EngineConfig
+    defaults: JobDefaults = field(default_factory=JobDefaults)
+    skip_invalid: bool = False
+    chunk_size: int | None = None
+    shard_size: int = 10_000
+    completion_window_hours: float | None = 24.0
+    model_map: dict[str, str] = field(default_factory=dict)
+    ray: dict | None = None
+    output_path: str | None = None
+    source: str | None = None
+
+
+def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
+    """The rules on the file's content, from its check report."""
+    if report.cancelled:
+        return ["the check of the file was stopped before its end; check it again"]
+    if report.lines == 0:
+        return ["the file has no request lines (it is empty or blank)"]
+    errors = [p for p in report.errors if p.code != EMPTY_FILE]
+    repeats = [p for p in errors if p.code == DUPLICATE_ID]
+    if repeats:
+        listed = "; ".join(f"line {p.line}: {p.message}" for p in repeats[:LISTED_PROBLEMS])
+        more = report.duplicates - min(len(repeats), LISTED_PROBLEMS)
+        return [
+            f"{report.duplicates} line(s) repeat a custom_id of an earlier line, and each "
+            f"request needs its own id to get its own result: {listed}"
+            + (f"; and {more} more" if more > 0 else "")
+        ]
+    if report.invalid and not skip_invalid:
+        listed = "; ".join(f"line {p.line}: {p.message}" for p in errors[:LISTED_PROBLEMS])
+        return [
+            f"{report.invalid} of {report.lines} lines are invalid; fix them, or skip them "
+            "(--skip-invalid; on Run, tick the box to run the valid lines): each invalid line "
+            f"then gets an error result. {listed}"
+        ]
+    if report.valid == 0 and not report.invalid:
+        return ["the file has no valid request lines"]
+    return []
+
+
+def settings_problems(submission: Submission, gpus: int | None = None) -> list[str]:
+    """The rules on the settings: model folders, engine, Ray and job defaults."""
+    problems = []
+    for folder in [submission.engine.model, *submission.model_map.values()]:
+        try:
+            check_model_folder(folder)
+        except ModelError as exc:
+            problems.append(str(exc))
+    problems += validate_engine_config(submission.engine, gpus)
+    problems += defaults_problems(submission.defaults)
+    if submission.shard_size < 1:
+        problems.append("requests per shard must be at least 1")
+    if submission.chunk_size is not None and submission.chunk_size < 1:
+        problems.append("requests inside the engine at once must be at least 1")
+    if submission.ray is not None:
+        from core.run.ray_cluster import RaySettings, ray_installed, validate_ray_settings
+
+        if not ray_installed():
+            problems.append("Ray is not installed here: pip install -r requirements-ray.txt")
+        problems += validate_ray_settings(RaySettings.from_dict(submission.ray))
+    return problems
+
+
+def submit(
+    file: str | Path,
+    submission: Submission,
+    jobs_dir: Path | None = None,
+    *,
+    gpus: int | None = None,
+) -> Started:
+    """Checks the file and the settings, then creates the job and starts its worker.
+
+    Raises:
+        Refused: with every reason, when the job may not run; nothing was created.
+    """
+    file = Path(file)
+    problems = settings_problems(submission, gpus)
+    report = check_file(file, submission.defaults)
+    problems += file_problems(report, submission.skip_invalid)
+    if problems:
+        raise Refused(problems, report)
+    s = submission
+    engine = EngineConfig.from_dict(
+        {**s.engine.to_dict(), "model": str(check_model_folder(s.engine.model))}
+    )
+    job = create_job(
+        file,
+        jobs_dir or data_paths().jobs,
+        engine,
+        s.defaults,
+        skip_invalid=s.skip_invalid,
+        chunk_size=s.chunk_size,
+        completion_window_hours=s.completion_window_hours,
+        source=s.source,
+        output_path=s.output_path,
+        ray=s.ray,
+        model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
+        shard_size=s.shard_size,
+    )
+    return Started(job, start_worker(job))
+
+
+def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -> Started:
+    """Starts a job's worker again (resume, retry, rerun of failures, one shard), by the
+    same rules as :func:`submit` on the job's own input.
+
+    Args:
+        job: the job folder.
+        retry: also rerun failed requests (never invalid input).
+        shard: with ``retry``, only this shard's requests (0-based).
+
+    Raises:
+        Refused: the job is running, the shard does not exist, or its input breaks a rule
+            (an old job whose file repeats an id is refused here, with the lines).
+    """
+    from core.jobs.ledger import read_ledger, shards
+
+    status = job.read_status()
+    if not status.is_final and not status.interrupted and status.state != "created":
+        raise Refused([f"job {job.job_id} is {status.state} (pid {status.pid}); wait or cancel"])
+    spec = job.read_spec()
+    report = check_file(job.input, spec.job_defaults)
+    problems = file_problems(report, spec.skip_invalid)
+    if shard is not None and not problems:
+        count = len(shards(read_ledger(job), spec.shard_size))
+        if not 0 <= shard < count:
+            problems.append(f"job {job.job_id} has no shard {shard} (it has {count})")
+    if problems:
+        raise Refused(problems, report)
+    return Started(job, start_worker(job, retry=retry, shard=shard))
+
+
+def take_up(job: JobFolder) -> subprocess.Popen:
+    """Starts a worker for an admitted job left ``queued`` with no worker to run it (its
+    own exited while another held the engine, and that one has ended since)."""
+    status = job.read_status()
+    return start_worker(job, retry=status.retry, shard=status.retry_shard)

@@ -1,0 +1,260 @@
+"""The one way in (core/jobs/submit.py) and what a job may end with (core/run/worker.py).
+
+The rules are tested once, on ``submit``; each entry point (CLI, inbox, Run page, resume)
+is then shown to go through them with the case that once lost a request: a file whose
+line 3 repeats line 1's ``custom_id``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from core.check.requests import JobDefaults
+from core.config import REPO_ROOT, data_paths
+from core.jobs.folder import JobStatus, create_job, list_jobs
+from core.jobs.inbox import process_file
+from core.jobs.ledger import read_ledger, reconcile, verify
+from core.jobs.submit import Refused, Submission, file_problems, resubmit, submit
+from core.run import worker
+from core.run.engine import EngineConfig
+from core.run.outputs import Choice, Completion, error_line, success_line
+from tests.conftest import run_cli
+from tests.factories import request_line
+
+REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A folder that passes the model-folder check (no engine runs in these tests)."""
+    folder = tmp_path / "tiny-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture
+def no_worker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records the jobs whose worker ``submit`` would start, instead of starting one."""
+    started: list[str] = []
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: started.append(job))
+    return started
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+# -- the rules, once -----------------------------------------------------------------------
+
+
+def test_repeated_ids_are_refused_even_when_invalid_lines_may_be_skipped(
+    tmp_path, model, no_worker
+):
+    batch = write(tmp_path / "b.jsonl", REPEATING)
+    submission = Submission(engine=EngineConfig(model=str(model)), skip_invalid=True)
+    with pytest.raises(Refused) as refused:
+        submit(batch, submission, tmp_path / "jobs")
+    [problem] = refused.value.problems
+    assert "line 3: custom_id 'a' repeats line 1" in problem
+    assert not no_worker and list_jobs(tmp_path / "jobs") == []
+
+
+def test_invalid_lines_are_refused_unless_skipped_then_the_job_is_made(tmp_path, model, no_worker):
+    batch = write(tmp_path / "b.jsonl", [request_line("a", "x"), '{"custom_id": "b"}'])
+    submission = Submission(engine=EngineConfig(model=str(model)))
+    with pytest.raises(Refused, match=r"1 of 2 lines are invalid.*line 2: method must be"):
+        submit(batch, submission, tmp_path / "jobs")
+    submission.skip_invalid = True
+    job = submit(batch, submission, tmp_path / "jobs").job
+    assert no_worker == [job] and job.read_spec().skip_invalid
+
+
+def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, no_worker):
+    batch = write(tmp_path / "b.jsonl", ["", "  "])
+    submission = Submission(
+        engine=EngineConfig(model=str(tmp_path / "nowhere"), tensor_parallel_size=0),
+        defaults=JobDefaults(max_tokens=-5, temperature=float("nan")),
+        model_map={"gpt-4o": str(tmp_path / "also-nowhere")},
+        shard_size=0,
+    )
+    with pytest.raises(Refused) as refused:
+        submit(batch, submission, tmp_path / "jobs", gpus=0)
+    text = "\n".join(refused.value.problems)
+    for expected in (
+        "nowhere does not exist",
+        "also-nowhere does not exist",
+        "tensor parallel size must be at least 1",
+        "the job default max_tokens must be at least 1, got -5",
+        "the job default temperature must be a number, got nan",
+        "requests per shard must be at least 1",
+        "the file has no request lines",
+    ):
+        assert expected in text
+    assert not no_worker
+
+
+def test_file_problems_name_each_repeat_by_its_line(tmp_path):
+    from core.check.checks import check_file
+
+    lines = [request_line(f"r{i % 3}", "x") for i in range(6)]
+    report = check_file(write(tmp_path / "b.jsonl", lines))
+    [problem] = file_problems(report, skip_invalid=True)
+    assert "3 line(s) repeat" in problem
+    for line_no, first in ((4, 1), (5, 2), (6, 3)):
+        assert f"line {line_no}: custom_id 'r{line_no - 4}' repeats line {first}" in problem
+
+
+# -- every entry point goes through them -----------------------------------------------------
+
+
+def test_cli_run_refuses_repeated_ids_with_skip_invalid(studio_home, tmp_path, model):
+    batch = write(tmp_path / "b.jsonl", REPEATING)
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", str(batch), "-o", str(out), "--model", str(model), "--skip-invalid")
+    assert result.returncode == 1
+    assert "line 3: custom_id 'a' repeats line 1" in result.stderr
+    assert not out.exists() and list_jobs(studio_home / "jobs") == []
+
+
+def test_cli_validates_its_defaults_before_any_model_loads(studio_home, tmp_path, model):
+    batch = write(tmp_path / "b.jsonl", [request_line("a", "x")])
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", str(batch), "-o", str(out), "--model", str(model), "--max-tokens", "-5")
+    assert result.returncode == 2
+    assert "the job default max_tokens must be at least 1, got -5" in result.stderr
+    assert list_jobs(studio_home / "jobs") == []
+
+
+def test_the_inbox_moves_a_file_with_repeated_ids_aside_with_the_reason(
+    studio_home, tmp_path, model, no_worker
+):
+    paths = data_paths()
+    dropped = write(paths.inbox / "repeats.jsonl", REPEATING)
+    assert process_file(dropped, paths, str(model)) is None
+    report = json.loads((paths.inbox / "rejected" / "repeats.jsonl.report.json").read_text())
+    assert "line 3: custom_id 'a' repeats line 1" in report["refused"][0]
+    assert list_jobs(paths.jobs) == [] and not no_worker
+
+
+def test_the_run_page_refuses_repeated_ids_even_with_skip_invalid_ticked(
+    studio_home, tmp_path, model, no_worker
+):
+    st.cache_resource.clear()
+    batch = write(tmp_path / "b.jsonl", REPEATING)
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.session_state["batch_file"] = str(batch)
+    at.switch_page("pages/run.py").run()
+    at.selectbox(key="model_choice").set_value("Another folder…").run()
+    at.text_input(key="model_path").input(str(model)).run()
+    at.checkbox(key="skip_invalid").check().run()
+    at.button[0].click().run()
+    assert not at.exception
+    assert any("line 3: custom_id 'a' repeats line 1" in e.value for e in at.error)
+    assert list_jobs(studio_home / "jobs") == [] and not no_worker
+    st.cache_resource.clear()
+
+
+def test_resume_of_an_old_job_that_repeats_an_id_is_refused_with_the_lines(tmp_path, no_worker):
+    batch = write(tmp_path / "b.jsonl", REPEATING)
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/old"))  # pre-rules
+    job.write_status(JobStatus(state="completed"))
+    with pytest.raises(Refused, match="line 3: custom_id 'a' repeats line 1"):
+        resubmit(job, retry=True)
+    with pytest.raises(Refused, match=r"job .* is running"):
+        job.write_status(JobStatus(state="running", pid=None, heartbeat_at=9e18))
+        resubmit(job)
+    assert not no_worker
+
+
+def test_only_the_submission_module_creates_jobs_or_starts_workers():
+    """The structural guard: the rules cannot drift into a second entry point again."""
+    callers = []
+    for path in [*REPO_ROOT.glob("core/**/*.py"), *REPO_ROOT.glob("pages/*.py")]:
+        if path.name in ("submit.py", "folder.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name | ast.Attribute):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                if name in ("create_job", "start_worker"):
+                    callers.append(f"{path.relative_to(REPO_ROOT)}: {name}")
+    assert callers == []
+
+
+# -- no request vanishes, and the outcome says what happened ---------------------------------
+
+
+def ok(custom_id: str) -> dict:
+    return success_line(custom_id, "m", Completion(2, [Choice("ok", "stop", 1)]))
+
+
+class Executor:
+    """A stand-in executor that answers each request with ``answer(custom_id)`` (a line,
+    or None to drop the request silently, as the lost-request bug did)."""
+
+    load_seconds, description, in_flight = 0.0, "on a stand-in", 0
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def run(self, requests):
+        for request in requests:
+            line = self.answer(request.custom_id)
+            if line is not None:
+                yield [line]
+
+
+def run_with(monkeypatch, tmp_path, lines, answer):
+    monkeypatch.setattr(worker, "make_executor", lambda spec: Executor(answer))
+    tmp_path.mkdir(exist_ok=True)
+    batch = write(tmp_path / "b.jsonl", lines)
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    return job, worker.run_job(job)
+
+
+def test_a_job_whose_input_repeats_an_id_cannot_end_completed(tmp_path, monkeypatch):
+    job, status = run_with(monkeypatch, tmp_path, REPEATING, ok)
+    assert status.state == "failed"
+    assert "input line(s) repeat the custom_id of an earlier line" in status.error
+    assert "line 3 ('a')" in status.error
+    assert json.loads(job.status_file.read_text())["state"] == "failed"
+    report = reconcile(job)
+    assert report.repeated_lines == [3] and not report.complete
+    assert not verify(job).ok
+
+
+def test_a_request_the_executor_drops_fails_the_job_naming_it(tmp_path, monkeypatch):
+    lines = [request_line(f"r{i}", "x") for i in range(4)]
+    job, status = run_with(monkeypatch, tmp_path, lines, lambda c: None if c == "r2" else ok(c))
+    assert status.state == "failed"
+    assert "1 requests have no result: r2" in status.error
+    assert "Resume runs those without one" in status.message
+    assert read_ledger(job).missing == ["r2"]
+
+
+def test_a_job_whose_requests_all_failed_ends_failed(tmp_path, monkeypatch):
+    lines = [request_line(f"r{i}", "x") for i in range(3)]
+    rejected = lambda c: error_line(c, "engine_rejected", "prompt too long")  # noqa: E731
+    job, status = run_with(monkeypatch, tmp_path, lines, rejected)
+    assert (status.state, status.failed, status.succeeded) == ("failed", 3, 0)
+    assert "all 3 requests failed (3 engine_rejected)" in status.message
+    assert json.loads(job.status_file.read_text())["outcome"] == "failed"
+    assert status.display_state == "failed"
+
+
+def test_a_job_with_some_failures_is_marked_completed_with_errors(tmp_path, monkeypatch):
+    lines = [request_line(f"r{i}", "x") for i in range(3)]
+    answer = lambda c: error_line(c, "engine_rejected", "no") if c == "r1" else ok(c)  # noqa: E731
+    job, status = run_with(monkeypatch, tmp_path, lines, answer)
+    assert (status.state, status.succeeded, status.failed) == ("completed", 2, 1)
+    assert status.display_state == "completed with errors"
+    assert json.loads(job.status_file.read_text())["outcome"] == "completed_with_errors"
+    _, clean = run_with(monkeypatch, tmp_path / "clean", lines, ok)
+    assert (clean.state, clean.display_state, clean.outcome) == ("completed",) * 3
