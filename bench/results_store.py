@@ -32,8 +32,7 @@ def fill(store: Store, rows: int) -> list[str]:
     job_ids = [f"job_bench_{i}" for i in range(JOBS)]
     words = WORDS.split()
     per_job = -(-rows // JOBS)
-    R.execute(
-        store,
+    store.execute(
         f"""
         INSERT INTO jobs (job_id, created_at, source, model, folder, state, total)
         SELECT 'job_bench_' || i, TIMESTAMPTZ '2026-11-01 09:00:00+00' + i * INTERVAL 1 DAY,
@@ -43,8 +42,7 @@ def fill(store: Store, rows: int) -> list[str]:
         """,
     )
     word_list = "[" + ", ".join(f"'{w}'" for w in words) + "]"  # constant, not user input
-    R.execute(
-        store,
+    store.execute(
         f"""
         CREATE TABLE bench_rows AS
         SELECT n, 'job_bench_' || (n % {JOBS}) AS job_id, 'req-' || n AS custom_id,
@@ -60,8 +58,7 @@ def fill(store: Store, rows: int) -> list[str]:
         FROM range({rows}) t(n)
         """,
     )
-    R.execute(
-        store,
+    store.execute(
         """
         INSERT INTO requests BY NAME
         SELECT job_id, custom_id, line_no, 'gpt-4o-mini' AS model, prompt,
@@ -72,8 +69,7 @@ def fill(store: Store, rows: int) -> list[str]:
         FROM bench_rows
         """,
     )
-    R.execute(
-        store,
+    store.execute(
         f"""
         INSERT INTO results BY NAME
         SELECT job_id, custom_id,
@@ -100,8 +96,8 @@ def fill(store: Store, rows: int) -> list[str]:
         """,
     )
     search_text = SEARCH_TEXT_SQL.format(prompt_lower="lower(prompt)", answer="answer")
-    R.execute(store, f"UPDATE results SET search_text = {search_text}")  # as ingest does
-    R.execute(store, "DROP TABLE bench_rows")
+    store.execute(f"UPDATE results SET search_text = {search_text}")  # as ingest does
+    store.execute("DROP TABLE bench_rows")
     return job_ids
 
 

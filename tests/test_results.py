@@ -285,9 +285,9 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     db = Store(path)
     db.ingest(job)
     version = db.schema_version  # pretend the last migration never ran on these rows
-    R.execute(db, "ALTER TABLE results DROP COLUMN search_text")
-    R.execute(db, "ALTER TABLE requests DROP COLUMN prompt_lower")
-    R.execute(db, "DELETE FROM schema_migrations WHERE version = ?", [version])
+    db.execute("ALTER TABLE results DROP COLUMN search_text")
+    db.execute("ALTER TABLE requests DROP COLUMN prompt_lower")
+    db.execute("DELETE FROM schema_migrations WHERE version = ?", [version])
     db.close()
     db = Store(path)
     assert ids(R.page(db, R.ResultFilter([job.job_id], search="BOLD"))) == ["c"]

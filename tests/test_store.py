@@ -23,7 +23,11 @@ def test_ingest_brings_results_with_their_prompts(tmp_path):
     assert rows.loc["b", "error_message"] == "prompt too long"
     assert rows.loc["c", "answer"] == "<b>bold</b>"
     job_row = store.jobs().set_index("job_id").loc[job.job_id]
-    assert (job_row["state"], job_row["succeeded"], job_row["failed"]) == ("completed with errors", 2, 1)
+    assert (job_row["state"], job_row["succeeded"], job_row["failed"]) == (
+        "completed with errors",
+        2,
+        1,
+    )
 
 
 def test_ingesting_twice_changes_nothing(tmp_path):

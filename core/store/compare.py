@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 
 from core.store.db import Store
-from core.store.results import execute, query
 
 CHOICES = ("A", "B", "tie")
 SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"
@@ -81,8 +80,7 @@ def pairs(
     params: list[Any] = []
     sql_a = _side_sql(a, key, params)
     sql_b = _side_sql(b, key, params)
-    frame = query(
-        store,
+    frame = store.query(
         f"""
         WITH a AS ({sql_a}), b AS ({sql_b})
         SELECT a.key, a.custom_id AS custom_id_a, b.custom_id AS custom_id_b,
@@ -107,8 +105,7 @@ def coverage(store: Store, a: Side, b: Side, key: str = "custom_id") -> dict[str
     params: list[Any] = []
     sql_a = _side_sql(a, key, params)
     sql_b = _side_sql(b, key, params)
-    row = query(
-        store,
+    row = store.query(
         f"""
         WITH a AS ({sql_a}), b AS ({sql_b})
         SELECT (SELECT count(DISTINCT key) FROM a) AS only_a_total,
@@ -176,8 +173,7 @@ def save_preference(
         raise CompareError("enter your reviewer name first")
     if choice not in CHOICES:
         raise CompareError(f"choice must be one of {', '.join(CHOICES)}")
-    execute(
-        store,
+    store.execute(
         """
         INSERT OR REPLACE INTO preferences
             (comparison, key, reviewer, job_a, custom_id_a, job_b, custom_id_b, choice, updated_at)
@@ -197,8 +193,7 @@ def save_preference(
 
 
 def preference_of(store: Store, comparison: str, key: str, reviewer: str) -> str | None:
-    frame = query(
-        store,
+    frame = store.query(
         "SELECT choice FROM preferences WHERE comparison = ? AND key = ? AND reviewer = ?",
         [comparison, str(key), reviewer.strip()],
     )
@@ -207,8 +202,7 @@ def preference_of(store: Store, comparison: str, key: str, reviewer: str) -> str
 
 def preference_tally(store: Store, comparison: str) -> dict[str, int]:
     """How often A, B and tie were chosen in a comparison (every reviewer)."""
-    frame = query(
-        store,
+    frame = store.query(
         "SELECT choice, count(*) AS n FROM preferences WHERE comparison = ? GROUP BY choice",
         [comparison],
     )
@@ -220,8 +214,7 @@ def split_values(store: Store, job_id: str, field: str, limit: int = 200) -> lis
     """The values a field takes in a job (to pick a side within one job)."""
     params: list[Any] = []
     expr = _field_sql(field, params)
-    frame = query(
-        store,
+    frame = store.query(
         f"SELECT DISTINCT {expr} AS v FROM results r WHERE r.job_id = ? AND v IS NOT NULL "
         "ORDER BY v LIMIT ?",
         [*params, job_id, int(limit)],

@@ -18,7 +18,6 @@ import plotly.graph_objects as go
 
 from core.plan.pricing import PriceTable
 from core.store.db import Store
-from core.store.results import query
 from core.store.review import wilson
 
 GROUPS: dict[str, str] = {
@@ -62,8 +61,7 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
     if by not in GROUPS:
         raise ValueError(f"group by one of {', '.join(GROUPS)}")
     clause, params = _where(scope)
-    return query(
-        store,
+    return store.query(
         f"""
         SELECT *, succeeded / requests AS success_rate, failed / requests AS failure_rate
         FROM (
@@ -151,8 +149,7 @@ def cost_figure(frame: pd.DataFrame, by: str) -> go.Figure:
 
 def finish_reasons_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     clause, params = _where(scope)
-    frame = query(
-        store,
+    frame = store.query(
         f"""SELECT {GROUPS[by]} AS "{by}", coalesce(r.finish_reason, '(failed)') AS reason,
                    count(*) AS n {_FROM} WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2""",
         params,
@@ -165,8 +162,7 @@ def finish_reasons_figure(store: Store, scope: Scope, by: str = "job") -> go.Fig
 def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     """Histograms of tokens out (and in) per request; a reservoir sample past 100k rows."""
     clause, params = _where(scope)
-    frame = query(
-        store,
+    frame = store.query(
         f"""SELECT {GROUPS[by]} AS "{by}", r.prompt_tokens AS tokens_in,
                    r.completion_tokens AS tokens_out
             {_FROM} WHERE {clause} AND r.status = 'succeeded'
@@ -191,8 +187,7 @@ def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go
 def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     """Output tokens and requests per minute over time, per job (from the answers' times)."""
     clause, params = _where(scope)
-    frame = query(
-        store,
+    frame = store.query(
         f"""SELECT r.job_id, date_trunc('minute', r.created_at) AS minute,
                    sum(r.completion_tokens) AS tokens_out, count(*) AS requests
             {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
@@ -216,15 +211,14 @@ def latency_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     output) per group; a reservoir sample past 100k rows. Results written before the engine
     recorded latency have none and are left out; if none has it, the chart says so."""
     clause, params = _where(scope)
-    frame = query(
-        store,
+    frame = store.query(
         f"""SELECT {GROUPS[by]} AS "{by}", r.latency_ms / 1000 AS seconds
             {_FROM} WHERE {clause} AND r.latency_ms IS NOT NULL
             USING SAMPLE reservoir({DISTRIBUTION_ROWS} ROWS) REPEATABLE (1)""",
         params,
     )
     if frame.empty:
-        has_results = not query(store, f"SELECT 1 {_FROM} WHERE {clause} LIMIT 1", params).empty
+        has_results = not store.query(f"SELECT 1 {_FROM} WHERE {clause} LIMIT 1", params).empty
         return _empty("Latency per request", NO_LATENCY if has_results else NO_RESULTS)
     return px.histogram(
         frame,
@@ -240,8 +234,7 @@ def latency_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
 def pass_rate_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     """Review pass rate per group with its 95% Wilson interval."""
     clause, params = _where(scope)
-    frame = query(
-        store,
+    frame = store.query(
         f"""SELECT {GROUPS[by]} AS "{by}",
                    count(*) FILTER (WHERE v.verdict = 'pass') AS passed,
                    count(*) FILTER (WHERE v.verdict = 'fail') AS failed

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -263,7 +264,9 @@ class Store:
         self._migrate()
 
     @contextmanager
-    def _cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor on the one connection, held under the store's lock (Streamlit runs each
+        session's script in its own thread); for several statements in one transaction."""
         with self._lock:
             cursor = self._con.cursor()
             try:
@@ -272,7 +275,7 @@ class Store:
                 cursor.close()
 
     def _migrate(self) -> None:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT now())"
@@ -290,11 +293,21 @@ class Store:
 
     @property
     def schema_version(self) -> int:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             return cur.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
 
     def close(self) -> None:
         self._con.close()
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+        """Runs one read and returns its rows as a frame."""
+        with self.cursor() as cur:
+            return cur.execute(sql, params or []).df()
+
+    def execute(self, sql: str, params: list[Any] | None = None) -> None:
+        """Runs one write (or COPY)."""
+        with self.cursor() as cur:
+            cur.execute(sql, params or [])
 
     # -- ingest ---------------------------------------------------------------------------
 
@@ -306,7 +319,7 @@ class Store:
         """Brings one job folder's state and new result lines into the store."""
         spec = job.read_spec()
         status = job.read_status()
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             cur.execute(
                 "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
@@ -437,12 +450,12 @@ class Store:
     # -- queries --------------------------------------------------------------------------
 
     def jobs(self) -> pd.DataFrame:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             return cur.execute("SELECT * FROM jobs ORDER BY created_at DESC").df()
 
     def results(self, job_id: str, limit: int = 1000, offset: int = 0) -> pd.DataFrame:
         """A page of a job's results in input order, with each request's prompt."""
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             return cur.execute(
                 """
                 SELECT r.custom_id, r.status, q.prompt, r.answer, r.finish_reason,
@@ -457,7 +470,7 @@ class Store:
             ).df()
 
     def count_results(self, job_id: str) -> int:
-        with self._cursor() as cur:
+        with self.cursor() as cur:
             return cur.execute(
                 "SELECT count(*) FROM results WHERE job_id = ?", [job_id]
             ).fetchone()[0]

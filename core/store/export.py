@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.store.db import Store
-from core.store.results import FROM, ResultFilter, execute, query, where
+from core.store.results import FROM, ResultFilter, where
 
 FORMATS = ("csv", "parquet", "jsonl", "xlsx")
 EXCEL_MAX_ROWS = 200_000
@@ -66,12 +66,12 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     }[fmt]
     # COPY takes its file name as a literal, not a parameter: quote it (quotes doubled).
     target = "'" + str(path).replace("'", "''") + "'"
-    execute(store, f"COPY ({sql}) TO {target} ({options})", params)
+    store.execute(f"COPY ({sql}) TO {target} ({options})", params)
     return _count(store, sql, params)
 
 
 def _count(store: Store, sql: str, params: list[Any]) -> int:
-    return int(query(store, f"SELECT count(*) AS n FROM ({sql})", params)["n"].iloc[0])
+    return int(store.query(f"SELECT count(*) AS n FROM ({sql})", params)["n"].iloc[0])
 
 
 def _raw_lines(store: Store, sql: str, params: list[Any], path: Path) -> int:
@@ -80,8 +80,7 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path) -> int:
     target = "'" + str(path).replace("'", "''") + "'"
     # A CSV with no quoting and a delimiter JSON never holds raw (control characters are
     # always escaped in JSON) writes each stored line unchanged.
-    execute(
-        store,
+    store.execute(
         f"COPY (SELECT raw FROM ({sql})) TO {target} "
         "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
         params,
@@ -96,7 +95,7 @@ def _excel(store: Store, sql: str, params: list[Any], path: Path) -> int:
             f"{rows:,} rows is more than the Excel export takes ({EXCEL_MAX_ROWS:,}); "
             "narrow the filter, or export CSV or Parquet (no limit)"
         )
-    frame = query(store, sql, params)
+    frame = store.query(sql, params)
     for column in frame.columns:
         if frame[column].dtype == object:
             frame[column] = frame[column].map(
@@ -165,7 +164,7 @@ def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "jo
 
     fmt, path = _check_format(fmt), Path(path)
     frame = tally(store, by)
-    with store._cursor() as cur:
+    with store.cursor() as cur:
         cur.register("tally_frame", frame)
         try:
             sql = "SELECT * FROM tally_frame"

@@ -102,19 +102,6 @@ class ResultFilter:
         return cls(**data)
 
 
-def query(store: Store, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-    """Runs a read on the store's connection (under its lock) and returns a frame."""
-    # The store owns the one connection; its cursor context keeps Streamlit threads apart.
-    with store._cursor() as cur:
-        return cur.execute(sql, params or []).df()
-
-
-def execute(store: Store, sql: str, params: list[Any] | None = None) -> None:
-    """Runs a write (or COPY) on the store's connection."""
-    with store._cursor() as cur:
-        cur.execute(sql, params or [])
-
-
 def _in_list(expr: str, values: list[str], params: list[Any]) -> str:
     params.append([str(v) for v in values])
     return f"list_contains(?, {expr})"  # one list parameter; faster than IN (?, ?, ...)
@@ -212,7 +199,7 @@ def page(
     window = [*params, *order_params, int(limit), int(offset)]
     if offset < DEEP_PAGE:
         sql = f"{_select(True)} {FROM} {clause} {order} LIMIT ? OFFSET ?"
-        return query(store, sql, window)
+        return store.query(sql, window)
     # Deep pages: sort only the keys, then fetch the page's rows (1M rows: ~100 ms, not ~800).
     sql = f"""
         WITH keys AS (SELECT r.job_id, r.custom_id {FROM} {clause} {order} LIMIT ? OFFSET ?)
@@ -220,7 +207,7 @@ def page(
         SEMI JOIN keys k ON k.job_id = r.job_id AND k.custom_id = r.custom_id
         {order}
     """
-    return query(store, sql, [*window, *order_params])
+    return store.query(sql, [*window, *order_params])
 
 
 def count(store: Store, f: ResultFilter, cap: int | None = None) -> int:
@@ -231,7 +218,7 @@ def count(store: Store, f: ResultFilter, cap: int | None = None) -> int:
     else:  # the scan stops as soon as cap + 1 matches are found
         sql = f"SELECT count(*) AS n FROM (SELECT 1 {FROM} {clause} LIMIT ?)"
         params = [*params, int(cap) + 1]
-    return int(query(store, sql, params)["n"].iloc[0])
+    return int(store.query(sql, params)["n"].iloc[0])
 
 
 @dataclass(frozen=True)
@@ -294,14 +281,12 @@ def facets(store: Store, job_ids: list[str]) -> dict[str, list[str]]:
         ("models", COLUMNS["model"]),
         ("prompt_versions", "r.prompt_version"),
     ):
-        frame = query(
-            store,
+        frame = store.query(
             f"SELECT DISTINCT {expr} AS v {FROM} {clause} AND {expr} IS NOT NULL ORDER BY v",
             params,
         )
         out[name] = [str(v) for v in frame["v"]]
-    keys = query(
-        store,
+    keys = store.query(
         f"SELECT DISTINCT unnest(json_keys(r.metadata)) AS k {FROM} {clause} "
         "AND r.metadata IS NOT NULL ORDER BY k",
         params,
@@ -313,8 +298,7 @@ def facets(store: Store, job_ids: list[str]) -> dict[str, list[str]]:
 def metadata_values(store: Store, job_ids: list[str], key: str, limit: int = 200) -> list[str]:
     """The distinct values of one metadata key, most common first."""
     clause, params = where(ResultFilter(job_ids=job_ids))
-    frame = query(
-        store,
+    frame = store.query(
         f"SELECT r.metadata ->> ? AS v, count(*) AS n {FROM} {clause} "
         "AND v IS NOT NULL GROUP BY v ORDER BY n DESC, v LIMIT ?",
         [key, *params, limit],
@@ -324,8 +308,7 @@ def metadata_values(store: Store, job_ids: list[str], key: str, limit: int = 200
 
 def detail(store: Store, job_id: str, custom_id: str) -> dict[str, Any] | None:
     """Everything about one result: conversation, answer, parameters, tokens, raw line."""
-    frame = query(
-        store,
+    frame = store.query(
         f"""
         {_select(False)}, q.messages, q.params, r.raw, r.status_code, r.error_code
         {FROM} LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id

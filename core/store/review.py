@@ -14,7 +14,6 @@ from typing import Any
 import pandas as pd
 
 from core.store.db import Store
-from core.store.results import execute, query
 
 VERDICTS = ("pass", "fail", "unsure")
 
@@ -59,8 +58,7 @@ def save_label(
         raise ReviewError(f"verdict must be one of {', '.join(VERDICTS)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
-    execute(
-        store,
+    store.execute(
         """
         INSERT OR REPLACE INTO reviews
             (job_id, custom_id, reviewer, verdict, score, tags, comment, corrected_answer,
@@ -82,8 +80,7 @@ def save_label(
 
 
 def get_label(store: Store, job_id: str, custom_id: str, reviewer: str) -> Label | None:
-    frame = query(
-        store,
+    frame = store.query(
         "SELECT * FROM reviews WHERE job_id = ? AND custom_id = ? AND reviewer = ?",
         [job_id, custom_id, reviewer.strip()],
     )
@@ -103,7 +100,7 @@ def get_label(store: Store, job_id: str, custom_id: str, reviewer: str) -> Label
 def reviewers(store: Store, sample_id: str | None = None) -> list[str]:
     """Everyone who labelled (items of the sample, when given)."""
     clause, params = _in_sample(sample_id)
-    frame = query(store, f"SELECT DISTINCT v.reviewer FROM reviews v {clause} ORDER BY 1", params)
+    frame = store.query(f"SELECT DISTINCT v.reviewer FROM reviews v {clause} ORDER BY 1", params)
     return list(frame["reviewer"])
 
 
@@ -166,8 +163,8 @@ def pass_rate(store: Store, sample_id: str | None = None, reviewer: str | None =
     if reviewer:
         clause += " WHERE v.reviewer = ?"
         params.append(reviewer)
-    frame = query(
-        store, f"SELECT v.verdict, count(*) AS n FROM reviews v {clause} GROUP BY 1", params
+    frame = store.query(
+        f"SELECT v.verdict, count(*) AS n FROM reviews v {clause} GROUP BY 1", params
     )
     counts = dict(zip(frame["verdict"], frame["n"], strict=True))
     return PassRate(
@@ -177,8 +174,7 @@ def pass_rate(store: Store, sample_id: str | None = None, reviewer: str | None =
 
 def progress(store: Store, sample_id: str, reviewer: str) -> tuple[int, int]:
     """(items of the sample this reviewer labelled, items in the sample)."""
-    frame = query(
-        store,
+    frame = store.query(
         """
         SELECT count(v.verdict) AS done, count(*) AS total
         FROM sample_items i
@@ -226,8 +222,7 @@ def agreement(
 ) -> Agreement:
     """Verdict agreement between two reviewers, with a confusion table."""
     clause, params = _in_sample(sample_id)
-    frame = query(
-        store,
+    frame = store.query(
         f"""
         SELECT v.verdict AS a, w.verdict AS b
         FROM reviews v
@@ -255,8 +250,7 @@ def agreement(
 def labels(store: Store, sample_id: str | None = None) -> pd.DataFrame:
     """All labels (of a sample's items, when given) with the labelled result's answer."""
     clause, params = _in_sample(sample_id)
-    return query(
-        store,
+    return store.query(
         f"""
         SELECT v.job_id, v.custom_id, v.reviewer, v.verdict, v.score,
                array_to_string(v.tags, ', ') AS tags, v.comment, v.corrected_answer,
@@ -279,8 +273,7 @@ def tally(store: Store, by: str = "job_id") -> pd.DataFrame:
     }
     if by not in groups:
         raise ReviewError(f"tally by one of {', '.join(groups)}")
-    frame = query(
-        store,
+    frame = store.query(
         f"""
         SELECT {groups[by]} AS {by},
                count(*) FILTER (WHERE v.verdict = 'pass') AS passed,

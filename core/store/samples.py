@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from core.store.db import Store
-from core.store.results import FROM, ResultFilter, execute, query, where
+from core.store.results import FROM, ResultFilter, where
 
 METHODS = ("random", "stratified", "failures_first")
 # Stratify-by choices -> SQL; "metadata:<key>" is handled apart (the key is a parameter).
@@ -135,7 +135,7 @@ def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
     if d.method == "random":
         sql = f"""SELECT r.job_id, r.custom_id, NULL AS stratum {FROM} {clause}
                   ORDER BY {rand} LIMIT ?"""
-        return query(store, sql, [*params, seed, d.size])
+        return store.query(sql, [*params, seed, d.size])
     if d.method == "failures_first":
         stratum = (
             "CASE WHEN r.status = 'failed' THEN 'failed' "
@@ -144,11 +144,10 @@ def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
         sql = f"""SELECT r.job_id, r.custom_id, {stratum} AS stratum {FROM} {clause}
                   ORDER BY CASE stratum WHEN 'failed' THEN 0 WHEN 'truncated' THEN 1 ELSE 2 END,
                            {rand} LIMIT ?"""
-        return query(store, sql, [*params, seed, d.size])
+        return store.query(sql, [*params, seed, d.size])
     stratum_params: list[Any] = []
     stratum = _stratum(d.stratify_by, stratum_params)
-    counts = query(
-        store,
+    counts = store.query(
         f"SELECT {stratum} AS s, count(*) AS n {FROM} {clause} GROUP BY s",
         [*stratum_params, *params],
     )
@@ -170,7 +169,7 @@ def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
     """
     keys = [str(k) for k in quota]
     params_all = [*stratum_params, seed, *params, keys, [int(v) for v in quota.values()]]
-    return query(store, sql, params_all)
+    return store.query(sql, params_all)
 
 
 def create_sample(store: Store, name: str, definition: SampleDefinition) -> Sample:
@@ -184,7 +183,7 @@ def create_sample(store: Store, name: str, definition: SampleDefinition) -> Samp
     sample_id = f"smp_{secrets.token_hex(4)}"
     items = items.assign(sample_id=sample_id, position=range(1, len(items) + 1))
     frame = items[["sample_id", "position", "job_id", "custom_id", "stratum"]]  # noqa: F841
-    with store._cursor() as cur:  # one transaction: a sample is saved whole or not at all
+    with store.cursor() as cur:  # one transaction: a sample is saved whole or not at all
         cur.execute("BEGIN")
         cur.execute(
             "INSERT INTO samples (sample_id, name, definition, size) VALUES (?, ?, ?, ?)",
@@ -197,20 +196,18 @@ def create_sample(store: Store, name: str, definition: SampleDefinition) -> Samp
 
 def list_samples(store: Store) -> pd.DataFrame:
     """Saved samples, newest first."""
-    return query(
-        store,
+    return store.query(
         "SELECT sample_id, name, size, created_at, definition FROM samples "
         "ORDER BY created_at DESC, sample_id",
     )
 
 
 def get_sample(store: Store, sample_id: str) -> Sample:
-    frame = query(store, "SELECT * FROM samples WHERE sample_id = ?", [sample_id])
+    frame = store.query("SELECT * FROM samples WHERE sample_id = ?", [sample_id])
     if frame.empty:
         raise SampleError(f"no sample {sample_id!r}")
     row = frame.iloc[0]
-    strata = query(
-        store,
+    strata = store.query(
         "SELECT coalesce(stratum, '') AS s, count(*) AS n FROM sample_items "
         "WHERE sample_id = ? GROUP BY s ORDER BY s",
         [sample_id],
@@ -227,8 +224,7 @@ def get_sample(store: Store, sample_id: str) -> Sample:
 
 def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
     """The sample's items in order, with their results (whole texts)."""
-    return query(
-        store,
+    return store.query(
         """
         SELECT i.position, i.job_id, i.custom_id, i.stratum, r.status, r.finish_reason,
                r.model, r.prompt_version, r.prompt, r.answer, r.error_message,
@@ -244,5 +240,5 @@ def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
 
 def delete_sample(store: Store, sample_id: str) -> None:
     """Removes a sample and its items (reviews of its items stay: they belong to results)."""
-    execute(store, "DELETE FROM sample_items WHERE sample_id = ?", [sample_id])
-    execute(store, "DELETE FROM samples WHERE sample_id = ?", [sample_id])
+    store.execute("DELETE FROM sample_items WHERE sample_id = ?", [sample_id])
+    store.execute("DELETE FROM samples WHERE sample_id = ?", [sample_id])
