@@ -21,10 +21,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.jobs.folder import JobStatus, create_job  # noqa: E402
+from core.jobs.folder import create_job  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
-from core.run.engine import EngineConfig  # noqa: E402
 from core.run.outputs import Choice, Completion, error_line, success_line  # noqa: E402
+from core.schemas import EngineConfig, JobStatus  # noqa: E402
 from core.store.db import Store  # noqa: E402
 
 

@@ -160,16 +160,22 @@ def run(store: Store, job_ids: list[str], folder: Path) -> None:
     # A search's "count" is what the page asks for after reading page 1 (R.total: none when
     # the page is not full, else up to R.SEARCH_COUNT_CAP); "exact count" is Count all.
     for label, f in [
-        ("search common word, both fields", R.ResultFilter(job_ids, search="Wizards")),
-        ("search rare text (111 matches), both", R.ResultFilter(job_ids, search="question 1234")),
-        ("search absent text, both fields", R.ResultFilter(job_ids, search="zebra crossing")),
+        ("search common word, both fields", R.ResultFilter(job_ids=job_ids, search="Wizards")),
+        (
+            "search rare text (111 matches), both",
+            R.ResultFilter(job_ids=job_ids, search="question 1234"),
+        ),
+        (
+            "search absent text, both fields",
+            R.ResultFilter(job_ids=job_ids, search="zebra crossing"),
+        ),
         (
             "search absent text, answers",
-            R.ResultFilter(job_ids, search="zebra", search_in="answer"),
+            R.ResultFilter(job_ids=job_ids, search="zebra", search_in="answer"),
         ),
         (
             "search absent text, both, match case",
-            R.ResultFilter(job_ids, search="zebra", match_case=True),
+            R.ResultFilter(job_ids=job_ids, search="zebra", match_case=True),
         ),
     ]:
         shown = len(timed(f"{label}: page 1", lambda f=f: R.page(store, f)))
@@ -187,7 +193,7 @@ def run(store: Store, job_ids: list[str], folder: Path) -> None:
         ("stratified", "prompt_length"),
         ("failures_first", None),
     ]:
-        d = S.SampleDefinition(every, method=method, size=200, seed=1, stratify_by=strata)
+        d = S.SampleDefinition(filter=every, method=method, size=200, seed=1, stratify_by=strata)
         timed(f"sample 200, {method} {strata or ''}", lambda d=d: S.draw(store, d), repeat=1)
     for fmt in ("csv", "parquet", "jsonl"):
         target = folder / f"export.{fmt}"

@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from core.config import default_model_dir  # noqa: E402
-from core.run.engine import configure_cpu_environment, gpu_count, resolve_dtype  # noqa: E402
+from core.devices import gpu_count  # noqa: E402
+from core.run.engine import configure_cpu_environment, resolve_dtype  # noqa: E402
 
 SYSTEM = (
     "You are a support analyst. Summarise the customer's ticket in one short sentence "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.plan.pricing import load_prices, price_rows, save_prices, table_from_rows
+from core.plan.pricing import PriceError, load_prices, price_rows, save_prices, table_from_rows
 from core.store import dashboards as dash
 from pages.shared import jobs_or_stop, store, through_app
 
@@ -33,7 +33,11 @@ with st.expander(f"Price table ({saved.currency}; model `*` prices the models no
         "hardware (run hours are estimated from the first to the last answer time). The same "
         "table prices the estimate on Upload & check."
     )
-    prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
+    try:
+        prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
+    except PriceError as exc:
+        st.error(str(exc), icon=":material/error:")
+        prices = saved
     if prices != saved:
         save_prices(prices)
 

@@ -99,7 +99,7 @@ wanted = int(st.session_state.get("page_no") or 1)
 table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(wanted - 1) * size)
 # "Count all" keeps its exact count while the filter and the jobs' results stay the same.
 done = by_id.loc[job_ids, ["succeeded", "failed"]].fillna(0).to_numpy().sum()
-signature = json.dumps([flt.to_dict(), int(done)])
+signature = json.dumps([flt.model_dump(mode="json"), int(done)])
 counted = st.session_state.get("results_exact_count")
 if counted and counted[0] == signature:
     total = res.Total(counted[1])

@@ -35,7 +35,7 @@ with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new
     name = st.text_input("Sample name", key="sample_name")
     if st.form_submit_button("Draw sample"):
         definition = sm.SampleDefinition(
-            ResultFilter(job_ids=job_ids, statuses=status),
+            filter=ResultFilter(job_ids=job_ids, statuses=status),
             method=method,
             size=int(size),
             seed=int(seed),

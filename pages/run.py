@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import streamlit as st
+from pydantic import ValidationError
 
 from core.check.checks import check_file
-from core.check.requests import JobDefaults
+from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import model_folders
-from core.run.engine import EngineConfig, gpu_count
+from core.schemas import EngineConfig, JobDefaults, RaySettings, problems_of
 from pages.shared import estimate_metrics, paths, through_app
 
 through_app()
@@ -105,11 +106,11 @@ with st.expander("Defaults for fields a request leaves out"):
     top_p = c3.number_input("Top p", 0.01, 1.0, defaults.top_p, step=0.05, key="default_top_p")
 
 
-def where_to_run() -> tuple[dict | None, list[str]]:
+def where_to_run() -> tuple[RaySettings | None, list[str]]:
     """This machine, or a Ray cluster (core/run/ray_cluster.py): ``spec.ray`` and problems."""
     import json
 
-    from core.run.ray_cluster import RaySettings, ray_installed, ray_settings, validate_ray_settings
+    from core.run.ray_cluster import ray_installed, ray_settings
 
     where = st.radio(
         "Where to run", ["This machine", "Ray cluster"], horizontal=True, key="where_to_run"
@@ -135,8 +136,10 @@ def where_to_run() -> tuple[dict | None, list[str]]:
         assert isinstance(resources, dict)
     except (ValueError, AssertionError):
         return None, ['custom resources must be a JSON object such as {"slot": 1}']
-    spec = ray_settings(address, int(replicas), int(gpus), float(cpus), resources)
-    return spec, validate_ray_settings(RaySettings.from_dict(spec or {}))
+    try:
+        return ray_settings(address, int(replicas), int(gpus), float(cpus), resources), []
+    except ValidationError as exc:
+        return None, [f"Ray settings: {problem}" for problem in problems_of(exc)]
 
 
 ray_spec, ray_problems = where_to_run()

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from core.config import default_model_dir, models_dir
+from core.devices import gpu_count
 from core.model_folders import is_model_folder, model_folders
-from core.run.engine import gpu_count
 from pages.shared import paths, through_app
 
 through_app()

@@ -4,7 +4,6 @@ will cost and how long it will take."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -13,12 +12,19 @@ import streamlit as st
 
 from core.check import checks
 from core.check.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
-from core.check.requests import JobDefaults
 from core.config import SAMPLE_DATA
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
 from core.plan.estimate import estimate
-from core.plan.pricing import load_prices, price_rows, save_prices, table_from_rows
+from core.plan.pricing import (
+    PriceError,
+    load_prices,
+    price_rows,
+    prices_path,
+    save_prices,
+    table_from_rows,
+)
+from core.schemas import JobDefaults
 from pages.shared import estimate_metrics, paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
@@ -97,7 +103,7 @@ with st.expander("Model, job defaults and model mapping"):
         temperature=float(c2.number_input("Temperature", 0.0, 2.0, 1.0, 0.1, key="jd_temp")),
         top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
     )
-    st.session_state["job_defaults"] = asdict(job_defaults)
+    st.session_state["job_defaults"] = job_defaults.model_dump()
     model_map: dict[str, str] = {}
     if previous is not None and previous.models:
         st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
@@ -286,10 +292,14 @@ if report.valid and report.by_local_model:
             value=float(prices.budget or 0.0),
             key="budget",
         )
-        prices = table_from_rows(edited.to_dict("records"), prices, budget or None)
-        if st.button("Save prices and budget", key="save_prices"):
-            save_prices(prices)
-            st.toast("Price table saved.")
+        try:
+            prices = table_from_rows(edited.to_dict("records"), prices, budget or None)
+        except PriceError as exc:
+            st.error(str(exc), icon=":material/error:")
+        else:
+            if st.button("Save prices and budget", key="save_prices"):
+                save_prices(prices)
+                st.toast(f"Price table saved to {prices_path()}.")
     share = st.slider(
         "Expected answer length (share of max_tokens, until a run is measured)",
         0.05,

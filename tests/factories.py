@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.jobs.folder import JobFolder, JobStatus, create_job
+from core.files import write_atomic
+from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
-from core.run.engine import EngineConfig
 from core.run.outputs import Choice, Completion, error_line, success_line
+from core.schemas import EngineConfig, JobStatus, to_json
 
 
 def request_line(custom_id: str, prompt: str) -> str:
@@ -51,3 +52,8 @@ def finished_job(
         )
     )
     return job
+
+
+def rewrite_spec(job: JobFolder, **changes: object) -> None:
+    """Changes settings in a job's ``job.json`` (a test's shortcut; jobs never change it)."""
+    write_atomic(job.spec_file, to_json(job.read_spec().model_copy(update=changes)))

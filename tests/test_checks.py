@@ -5,8 +5,8 @@ import json
 import pytest
 
 from core.check.checks import BackgroundCheck, check_file, scan
-from core.check.requests import JobDefaults
 from core.config import default_model_dir
+from core.schemas import JobDefaults
 
 VALID = {
     "custom_id": "a",

@@ -18,13 +18,15 @@ def summary():
 
 
 def test_token_prices_and_gpu_hours_make_the_cost():
-    prices = PriceTable({"tiny": ModelPrice(0.5, 2.0, 4.0)})
+    prices = PriceTable(
+        models={"tiny": ModelPrice(input_per_1m=0.5, output_per_1m=2.0, gpu_hour=4.0)}
+    )
     costs = with_cost(summary(), prices)["cost"].tolist()
     assert costs == [2_000_000 * 0.5 / 1e6 + 1_000_000 * 2.0 / 1e6 + 0.5 * 4.0, 0.0]
 
 
 def test_the_star_row_prices_models_not_listed():
-    prices = PriceTable({"*": ModelPrice(1.0, 1.0, None)})
+    prices = PriceTable(models={"*": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)})
     assert with_cost(summary(), prices)["cost"].tolist() == [3.0, 1.0]
 
 

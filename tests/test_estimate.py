@@ -15,7 +15,14 @@ from core.plan.estimate import (
     measured_throughput,
     record_throughput,
 )
-from core.plan.pricing import ModelPrice, PriceTable, load_prices, save_prices, table_from_rows
+from core.plan.pricing import (
+    ModelPrice,
+    PriceError,
+    PriceTable,
+    load_prices,
+    save_prices,
+    table_from_rows,
+)
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -63,11 +70,11 @@ def test_expected_output_never_exceeds_the_maximum(tmp_path: Path) -> None:
 
 
 def test_prices_per_token_and_per_gpu_hour(tmp_path: Path) -> None:
-    per_token = PriceTable({MODEL: ModelPrice(input_per_1m=2.0, output_per_1m=10.0)})
+    per_token = PriceTable(models={MODEL: ModelPrice(input_per_1m=2.0, output_per_1m=10.0)})
     result = estimate(report_for(), per_token, expected_share=0.5, home=tmp_path)
     assert result.cost == pytest.approx((5_000 * 2.0 + 10_000 * 10.0) / 1e6)
     assert result.models[0].max_cost == pytest.approx((5_000 * 2.0 + 20_000 * 10.0) / 1e6)
-    gpu = PriceTable({MODEL: ModelPrice(gpu_hour=3.6)}, budget=0.01)
+    gpu = PriceTable(models={MODEL: ModelPrice(gpu_hour=3.6)}, budget=0.01)
     unmeasured = estimate(report_for(), gpu, home=tmp_path)
     assert unmeasured.cost is None
     assert unmeasured.models[0].cost_basis == "a GPU-hour price needs a measured throughput"
@@ -97,15 +104,21 @@ def test_a_report_without_token_counts_has_no_estimate(tmp_path: Path) -> None:
 
 def test_the_price_table_survives_a_round_trip_and_edits(tmp_path: Path) -> None:
     assert load_prices(tmp_path) == PriceTable()
-    table = PriceTable({MODEL: ModelPrice(1.0, 2.0, None)}, budget=5.0)
+    table = PriceTable(models={MODEL: ModelPrice(input_per_1m=1.0, output_per_1m=2.0)}, budget=5.0)
     save_prices(table, tmp_path)
     assert load_prices(tmp_path) == table
+    # What st.data_editor hands back: NaN for an emptied cell, text for a typed one.
     rows = [
-        {"model": MODEL, "Input / 1M tokens": math.nan, "Output / 1M tokens": 4.0, "GPU hour": -1}
+        {"model": MODEL, "Input / 1M tokens": math.nan, "Output / 1M tokens": "4", "GPU hour": ""}
     ]
     edited = table_from_rows(rows, table, budget=None)
-    assert edited.models[MODEL] == ModelPrice(None, 4.0, None)
+    assert edited.models[MODEL] == ModelPrice(output_per_1m=4.0)
     assert edited.budget is None
+    save_prices(edited, tmp_path)
+    assert load_prices(tmp_path).models[MODEL].output_per_1m == 4.0  # saved, not dropped
+    rows[0]["GPU hour"] = -1
+    with pytest.raises(PriceError, match="GPU hour: input should be greater than or equal to 0"):
+        table_from_rows(rows, table, budget=None)
     (tmp_path / "prices.json").write_text("not json")
     assert load_prices(tmp_path) == PriceTable()
 

@@ -28,7 +28,7 @@ def db(tmp_path: Path):
 
 def test_csv_and_parquet_hold_the_filtered_results_with_labels(db, tmp_path):
     store, job = db
-    f = ResultFilter([job.job_id], statuses=["succeeded"])
+    f = ResultFilter(job_ids=[job.job_id], statuses=["succeeded"])
     assert E.export_results(store, f, tmp_path / "out.csv", "csv") == 3
     csv = pd.read_csv(tmp_path / "out.csv", keep_default_na=False).set_index("custom_id")
     assert list(csv.index) == ["a", "c", "d"]
@@ -44,7 +44,7 @@ def test_csv_and_parquet_hold_the_filtered_results_with_labels(db, tmp_path):
 
 def test_jsonl_is_the_openai_output_file_line_for_line(db, tmp_path):
     store, job = db
-    n = E.export_results(store, ResultFilter([job.job_id]), tmp_path / "out.jsonl", "jsonl")
+    n = E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "out.jsonl", "jsonl")
     assert n == 4
     written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     original = [json.loads(line) for line in job.output.read_text().splitlines()]
@@ -61,7 +61,10 @@ def test_the_error_file_holds_only_failures(db, tmp_path):
 
 def test_excel_export_drops_only_characters_excel_refuses(db, tmp_path):
     store, job = db
-    assert E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.xlsx", "xlsx") == 4
+    assert (
+        E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "x.xlsx", "xlsx")
+        == 4
+    )
     sheet = pd.read_excel(tmp_path / "x.xlsx").set_index("custom_id")
     assert sheet.loc["c", "answer"] == "<b>bold</b> end"
 
@@ -70,13 +73,15 @@ def test_excel_refuses_more_rows_than_its_cap_with_a_way_out(db, tmp_path, monke
     store, job = db
     monkeypatch.setattr(E, "EXCEL_MAX_ROWS", 2)
     with pytest.raises(E.ExportError, match="export CSV or Parquet"):
-        E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.xlsx", "xlsx")
+        E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "x.xlsx", "xlsx")
     assert not (tmp_path / "x.xlsx").exists()
 
 
 def test_samples_labels_and_tallies_export(db, tmp_path):
     store, job = db
-    sample = create_sample(store, "s", SampleDefinition(ResultFilter([job.job_id]), size=4))
+    sample = create_sample(
+        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job.job_id]), size=4)
+    )
     assert E.export_sample(store, sample.sample_id, tmp_path / "s.csv") == 4
     frame = pd.read_csv(tmp_path / "s.csv")
     assert list(frame["position"]) == [1, 2, 3, 4]
@@ -92,7 +97,7 @@ def test_samples_labels_and_tallies_export(db, tmp_path):
 def test_unknown_format_and_odd_file_names(db, tmp_path):
     store, job = db
     with pytest.raises(E.ExportError, match="unknown format"):
-        E.export_results(store, ResultFilter([job.job_id]), tmp_path / "x.doc", "doc")
+        E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "x.doc", "doc")
     odd = tmp_path / "it's a file.csv"
-    assert E.export_results(store, ResultFilter([job.job_id]), odd, "csv") == 4
+    assert E.export_results(store, ResultFilter(job_ids=[job.job_id]), odd, "csv") == 4
     assert odd.exists()

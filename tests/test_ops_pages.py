@@ -7,7 +7,8 @@ import os
 import time
 
 from core.config import SAMPLE_DATA
-from core.jobs.folder import JobFolder, JobStatus
+from core.jobs.folder import JobFolder
+from core.schemas import JobStatus
 from tests.factories import finished_job
 from tests.test_pages import data_home, open_page  # noqa: F401 (autouse fixture)
 

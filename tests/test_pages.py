@@ -16,9 +16,9 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
-from core.jobs.folder import JobFolder, JobStatus, create_job
-from core.run.engine import EngineConfig
+from core.jobs.folder import JobFolder, create_job
 from core.run.outputs import Choice, Completion, error_line, success_line
+from core.schemas import EngineConfig, JobStatus
 
 APP = REPO_ROOT / "app.py"
 TIMEOUT = 60
@@ -152,7 +152,7 @@ def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
     home = data_home
     home.mkdir(parents=True, exist_ok=True)
     prices = {default_model_dir().name: ModelPrice(input_per_1m=1000.0, output_per_1m=1000.0)}
-    save_prices(PriceTable(prices, budget=0.01), home)
+    save_prices(PriceTable(models=prices, budget=0.01), home)
     at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
     assert "Continue to Run" not in page_link_labels(at)
     assert "batch_file" not in at.session_state

@@ -4,8 +4,8 @@ import subprocess
 import sys
 import time
 
-from core.jobs.folder import JobStatus
 from core.jobs.queue import EngineLock, position, queued_jobs, set_priority
+from core.schemas import JobStatus
 from tests.factories import finished_job
 
 

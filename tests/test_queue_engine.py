@@ -8,7 +8,7 @@ import pytest
 
 from core.jobs.folder import create_job, start_worker
 from core.jobs.ledger import reconcile
-from core.run.engine import EngineConfig
+from core.schemas import EngineConfig
 
 pytestmark = pytest.mark.engine
 

@@ -97,8 +97,8 @@ def test_a_killed_replica_loses_nothing_and_duplicates_nothing(
 ):
     from core.config import data_paths
     from core.jobs.folder import create_job
-    from core.run.engine import EngineConfig
     from core.run.ray_cluster import ray_settings
+    from core.schemas import EngineConfig
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     job = create_job(

@@ -8,13 +8,13 @@ from core.check.requests import (
     COMPLETIONS_URL,
     ENGINE_URLS,
     RESPONSES_URL,
-    JobDefaults,
     RequestError,
     decode_fast_chat_line,
     fast_chat_request,
     parse_body,
     parse_request,
 )
+from core.schemas import JobDefaults
 
 USER = [{"role": "user", "content": "Hi"}]
 

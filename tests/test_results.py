@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from core.jobs.folder import JobFolder, JobStatus, create_job
-from core.run.engine import EngineConfig
+from core.jobs.folder import JobFolder, create_job
 from core.run.outputs import Choice, Completion, error_line, success_line
+from core.schemas import EngineConfig, JobStatus
 from core.store import results as R
 from core.store.db import Store
 
@@ -112,26 +112,26 @@ def ids(frame) -> list[str]:
 
 def test_a_page_lists_results_in_input_order_with_request_fields(store):
     db, job_id = store
-    page = R.page(db, R.ResultFilter([job_id]))
+    page = R.page(db, R.ResultFilter(job_ids=[job_id]))
     assert ids(page) == ["a", "b", "c", "d"]
     row = page.set_index("custom_id").loc["c"]
     assert (row["prompt_version"], row["finish_reason"], row["model"]) == ("v2", "length", "tiny")
     # a failure has no answer body: it still shows the job's model
     assert page.set_index("custom_id").loc["b", "model"] == "tiny"
-    assert R.count(db, R.ResultFilter([job_id])) == 4
+    assert R.count(db, R.ResultFilter(job_ids=[job_id])) == 4
 
 
 def test_filters_narrow_by_status_finish_metadata_and_tokens(store):
     db, job_id = store
     f = R.ResultFilter
-    assert ids(R.page(db, f([job_id], statuses=["failed"]))) == ["b"]
-    assert ids(R.page(db, f([job_id], finish_reasons=["length"]))) == ["c"]
-    assert ids(R.page(db, f([job_id], finish_reasons=["(none)"]))) == ["b"]
-    assert ids(R.page(db, f([job_id], metadata={"label": "neg"}))) == ["b", "c"]
-    assert ids(R.page(db, f([job_id], prompt_versions=["v1"]))) == ["a", "b"]
-    assert ids(R.page(db, f([job_id], completion_tokens=(2, None)))) == ["c", "d"]
-    assert ids(R.page(db, f([job_id], completion_tokens=(None, 4)))) == ["a", "d"]
-    assert R.count(db, f([])) == 0
+    assert ids(R.page(db, f(job_ids=[job_id], statuses=["failed"]))) == ["b"]
+    assert ids(R.page(db, f(job_ids=[job_id], finish_reasons=["length"]))) == ["c"]
+    assert ids(R.page(db, f(job_ids=[job_id], finish_reasons=["(none)"]))) == ["b"]
+    assert ids(R.page(db, f(job_ids=[job_id], metadata={"label": "neg"}))) == ["b", "c"]
+    assert ids(R.page(db, f(job_ids=[job_id], prompt_versions=["v1"]))) == ["a", "b"]
+    assert ids(R.page(db, f(job_ids=[job_id], completion_tokens=(2, None)))) == ["c", "d"]
+    assert ids(R.page(db, f(job_ids=[job_id], completion_tokens=(None, 4)))) == ["a", "d"]
+    assert R.count(db, f(job_ids=[])) == 0
 
 
 @pytest.mark.parametrize(
@@ -149,20 +149,20 @@ def test_filters_narrow_by_status_finish_metadata_and_tokens(store):
 )
 def test_search_takes_quotes_regex_and_sql_literally(store, text, expected):
     db, job_id = store
-    assert ids(R.page(db, R.ResultFilter([job_id], search=text))) == expected
-    assert R.count(db, R.ResultFilter([job_id])) == 4  # the table is still there
+    assert ids(R.page(db, R.ResultFilter(job_ids=[job_id], search=text))) == expected
+    assert R.count(db, R.ResultFilter(job_ids=[job_id])) == 4  # the table is still there
 
 
 def test_a_search_counts_up_to_the_cap_then_says_more_than(store, monkeypatch):
     db, job_id = store
     monkeypatch.setattr(R, "SEARCH_COUNT_CAP", 2)
-    search = R.ResultFilter([job_id], search="e")  # in all four rows
+    search = R.ResultFilter(job_ids=[job_id], search="e")  # in all four rows
     assert R.count(db, search) == 4 and R.count(db, search, cap=2) == 3  # stops at cap + 1
     total = R.total(db, search)
     assert (total.n, total.exact, str(total)) == (2, False, "more than 2")
     assert total.pages(1) == 3  # one page past what was counted, to go on
-    assert R.total(db, R.ResultFilter([job_id], search="T", match_case=True)) == R.Total(2)
-    plain = R.total(db, R.ResultFilter([job_id], statuses=["succeeded"]))
+    assert R.total(db, R.ResultFilter(job_ids=[job_id], search="T", match_case=True)) == R.Total(2)
+    plain = R.total(db, R.ResultFilter(job_ids=[job_id], statuses=["succeeded"]))
     assert plain == R.Total(3) and str(plain) == "3" and plain.pages(2) == 2  # counted exactly
 
 
@@ -173,7 +173,7 @@ def test_a_page_that_is_not_full_gives_the_total_without_a_count(store, monkeypa
         raise AssertionError("counted")
 
     monkeypatch.setattr(R, "count", no_count)
-    search = R.ResultFilter([job_id], search="e")
+    search = R.ResultFilter(job_ids=[job_id], search="e")
     assert R.total(db, search, offset=2, limit=3, shown=2) == R.Total(4)
     assert R.total(db, search, offset=0, limit=50, shown=0) == R.Total(0)
     with pytest.raises(AssertionError, match="counted"):  # a full page: more may follow
@@ -184,14 +184,21 @@ def test_a_page_that_is_not_full_gives_the_total_without_a_count(store, monkeypa
 
 def test_search_can_match_case_and_pick_the_field(store):
     db, job_id = store
-    assert ids(R.page(db, R.ResultFilter([job_id], search="the answer", match_case=True))) == []
-    assert ids(R.page(db, R.ResultFilter([job_id], search="Answer", search_in="prompt"))) == []
-    assert ids(R.page(db, R.ResultFilter([job_id], search="Answer", search_in="answer"))) == ["d"]
+    assert (
+        ids(R.page(db, R.ResultFilter(job_ids=[job_id], search="the answer", match_case=True)))
+        == []
+    )
+    assert (
+        ids(R.page(db, R.ResultFilter(job_ids=[job_id], search="Answer", search_in="prompt"))) == []
+    )
+    assert ids(
+        R.page(db, R.ResultFilter(job_ids=[job_id], search="Answer", search_in="answer"))
+    ) == ["d"]
 
 
 def test_sort_any_column_both_ways_and_refuse_unknown_ones(store):
     db, job_id = store
-    f = R.ResultFilter([job_id])
+    f = R.ResultFilter(job_ids=[job_id])
     assert ids(R.page(db, f, sort="completion_tokens", descending=True)) == ["c", "d", "a", "b"]
     assert ids(R.page(db, f, sort="custom_id", descending=True)) == ["d", "c", "b", "a"]
     assert ids(R.page(db, f, sort="latency_ms", descending=True)) == ["c", "a", "b", "d"]
@@ -206,7 +213,7 @@ def test_every_sort_option_orders_all_results_both_ways_with_missing_values_last
     store, monkeypatch
 ):
     db, job_id = store
-    f = R.ResultFilter([job_id])
+    f = R.ResultFilter(job_ids=[job_id])
     rows = R.page(db, f).to_dict("records")
     keys = R.facets(db, [job_id])["metadata_keys"]
     for row in rows:
@@ -230,7 +237,7 @@ def test_every_sort_option_orders_all_results_both_ways_with_missing_values_last
 
 def test_pages_split_the_rows_and_deep_pages_agree(store, monkeypatch):
     db, job_id = store
-    f = R.ResultFilter([job_id])
+    f = R.ResultFilter(job_ids=[job_id])
     assert ids(R.page(db, f, limit=2, offset=2)) == ["c", "d"]
     monkeypatch.setattr(R, "DEEP_PAGE", 0)  # the keys-first path gives the same page
     assert ids(R.page(db, f, limit=2, offset=2)) == ["c", "d"]
@@ -262,21 +269,21 @@ def test_detail_has_conversation_parameters_and_raw_line(store):
 
 
 def test_a_filter_survives_a_round_trip_through_json():
-    f = R.ResultFilter(["j"], statuses=["failed"], completion_tokens=(1, None), search="x")
-    assert R.ResultFilter.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+    f = R.ResultFilter(job_ids=["j"], statuses=["failed"], completion_tokens=(1, None), search="x")
+    assert R.ResultFilter.model_validate_json(f.model_dump_json()) == f
 
 
 def test_a_search_keeps_to_its_field_and_case_and_never_spans_prompt_and_answer(store):
     db, job_id = store
     f = R.ResultFilter
-    assert ids(R.page(db, f([job_id], search="say", search_in="prompt"))) == ["a"]
-    assert ids(R.page(db, f([job_id], search="say", search_in="answer"))) == []
-    assert ids(R.page(db, f([job_id], search="bold", search_in="answer"))) == ["c"]
-    assert ids(R.page(db, f([job_id], search="The Answer", match_case=True))) == ["d"]
-    assert ids(R.page(db, f([job_id], search="the answer", match_case=True))) == []
+    assert ids(R.page(db, f(job_ids=[job_id], search="say", search_in="prompt"))) == ["a"]
+    assert ids(R.page(db, f(job_ids=[job_id], search="say", search_in="answer"))) == []
+    assert ids(R.page(db, f(job_ids=[job_id], search="bold", search_in="answer"))) == ["c"]
+    assert ids(R.page(db, f(job_ids=[job_id], search="The Answer", match_case=True))) == ["d"]
+    assert ids(R.page(db, f(job_ids=[job_id], search="the answer", match_case=True))) == []
     # "yes" ends a's prompt and is its answer: the two texts are searched apart.
-    assert ids(R.page(db, f([job_id], search="yes\nyes"))) == []
-    assert ids(R.page(db, f([job_id], search="yes"))) == ["a"]
+    assert ids(R.page(db, f(job_ids=[job_id], search="yes\nyes"))) == []
+    assert ids(R.page(db, f(job_ids=[job_id], search="yes"))) == ["a"]
 
 
 def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(tmp_path):
@@ -290,4 +297,4 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     db.execute("DELETE FROM schema_migrations WHERE version = ?", [version])
     db.close()
     db = Store(path)
-    assert ids(R.page(db, R.ResultFilter([job.job_id], search="BOLD"))) == ["c"]
+    assert ids(R.page(db, R.ResultFilter(job_ids=[job.job_id], search="BOLD"))) == ["c"]

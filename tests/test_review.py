@@ -32,7 +32,9 @@ def db(tmp_path: Path):
     job = analysed_job(tmp_path, rows)
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(job)
-    sample = create_sample(store, "s", SampleDefinition(ResultFilter([job.job_id]), size=4))
+    sample = create_sample(
+        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job.job_id]), size=4)
+    )
     return store, job.job_id, sample.sample_id, tmp_path
 
 

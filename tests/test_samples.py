@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from core.store.db import Store
 from core.store.results import ResultFilter
@@ -47,17 +48,17 @@ def db(tmp_path: Path) -> tuple[Store, str]:
 
 def test_random_sample_is_reproducible_with_its_seed(db):
     store, job_id = db
-    d = SampleDefinition(ResultFilter([job_id]), size=10, seed=7)
+    d = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=10, seed=7)
     first = list(draw(store, d)["custom_id"])
     assert len(first) == 10 == len(set(first))
     assert list(draw(store, d)["custom_id"]) == first
-    other = SampleDefinition(ResultFilter([job_id]), size=10, seed=8)
+    other = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=10, seed=8)
     assert list(draw(store, other)["custom_id"]) != first
 
 
 def test_failures_and_truncations_come_first(db):
     store, job_id = db
-    d = SampleDefinition(ResultFilter([job_id]), method="failures_first", size=10)
+    d = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), method="failures_first", size=10)
     items = draw(store, d)
     assert list(items["stratum"]) == ["failed"] * 4 + ["truncated"] * 4 + ["other"] * 2
 
@@ -65,7 +66,9 @@ def test_failures_and_truncations_come_first(db):
 @pytest.mark.parametrize("field", ["metadata:label", "prompt_length", "finish_reason"])
 def test_stratified_sample_covers_every_stratum(db, field):
     store, job_id = db
-    d = SampleDefinition(ResultFilter([job_id]), method="stratified", size=8, stratify_by=field)
+    d = SampleDefinition(
+        filter=ResultFilter(job_ids=[job_id]), method="stratified", size=8, stratify_by=field
+    )
     items = draw(store, d)
     assert len(items) == 8
     counts = items["stratum"].value_counts()
@@ -82,7 +85,9 @@ def test_quotas_are_proportional_with_one_each_and_never_exceed_a_stratum():
 
 def test_a_saved_sample_reopens_with_its_definition_and_items(db, tmp_path):
     store, job_id = db
-    d = SampleDefinition(ResultFilter([job_id], statuses=["succeeded"]), size=5, seed=3)
+    d = SampleDefinition(
+        filter=ResultFilter(job_ids=[job_id], statuses=["succeeded"]), size=5, seed=3
+    )
     sample = create_sample(store, "first look", d)
     items = list(sample_items(store, sample.sample_id)["custom_id"])
     store.close()
@@ -97,10 +102,14 @@ def test_a_saved_sample_reopens_with_its_definition_and_items(db, tmp_path):
 def test_bad_sample_requests_get_clear_messages(db):
     store, job_id = db
     with pytest.raises(SampleError, match="name"):
-        create_sample(store, " ", SampleDefinition(ResultFilter([job_id])))
+        create_sample(store, " ", SampleDefinition(filter=ResultFilter(job_ids=[job_id])))
     with pytest.raises(SampleError, match="no results match"):
-        create_sample(store, "x", SampleDefinition(ResultFilter([job_id], search="zzz")))
+        create_sample(
+            store, "x", SampleDefinition(filter=ResultFilter(job_ids=[job_id], search="zzz"))
+        )
     with pytest.raises(SampleError, match="field to stratify"):
-        draw(store, SampleDefinition(ResultFilter([job_id]), method="stratified"))
-    with pytest.raises(SampleError, match="1 to"):
-        draw(store, SampleDefinition(ResultFilter([job_id]), size=0))
+        draw(store, SampleDefinition(filter=ResultFilter(job_ids=[job_id]), method="stratified"))
+    with pytest.raises(ValidationError, match="size"):
+        SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=0)
+    with pytest.raises(ValidationError, match="method"):
+        SampleDefinition(filter=ResultFilter(job_ids=[job_id]), method="everything")

@@ -15,15 +15,14 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from core.check.requests import JobDefaults
 from core.config import REPO_ROOT, data_paths
-from core.jobs.folder import JobStatus, create_job, list_jobs
+from core.jobs.folder import create_job, list_jobs
 from core.jobs.inbox import process_file
 from core.jobs.ledger import read_ledger, reconcile, verify
 from core.jobs.submit import Refused, Submission, file_problems, resubmit, submit
 from core.run import worker
-from core.run.engine import EngineConfig
 from core.run.outputs import Choice, Completion, error_line, success_line
+from core.schemas import EngineConfig, JobStatus
 from tests.conftest import run_cli
 from tests.factories import request_line
 
@@ -80,8 +79,7 @@ def test_invalid_lines_are_refused_unless_skipped_then_the_job_is_made(tmp_path,
 def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, no_worker):
     batch = write(tmp_path / "b.jsonl", ["", "  "])
     submission = Submission(
-        engine=EngineConfig(model=str(tmp_path / "nowhere"), tensor_parallel_size=0),
-        defaults=JobDefaults(max_tokens=-5, temperature=float("nan")),
+        engine=EngineConfig(model=str(tmp_path / "nowhere"), tensor_parallel_size=2),
         model_map={"gpt-4o": str(tmp_path / "also-nowhere")},
         shard_size=0,
     )
@@ -91,9 +89,7 @@ def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, 
     for expected in (
         "nowhere does not exist",
         "also-nowhere does not exist",
-        "tensor parallel size must be at least 1",
-        "the job default max_tokens must be at least 1, got -5",
-        "the job default temperature must be a number, got nan",
+        "tensor parallelism needs GPUs; this machine has none",
         "requests per shard must be at least 1",
         "the file has no request lines",
     ):
@@ -129,7 +125,12 @@ def test_cli_validates_its_defaults_before_any_model_loads(studio_home, tmp_path
     out = tmp_path / "out.jsonl"
     result = run_cli("run", str(batch), "-o", str(out), "--model", str(model), "--max-tokens", "-5")
     assert result.returncode == 2
-    assert "the job default max_tokens must be at least 1, got -5" in result.stderr
+    assert "job default max_tokens: input should be greater than or equal to 1" in result.stderr
+    assert list_jobs(studio_home / "jobs") == []
+    result = run_cli("run", str(batch), "-o", str(out), "--temperature", "nan")
+    assert result.returncode == 2 and "job default temperature: input should be" in result.stderr
+    result = run_cli("run", str(batch), "-o", str(out), "--ray", "local", "--replicas", "0")
+    assert result.returncode == 2 and "Ray setting replicas: input should be" in result.stderr
     assert list_jobs(studio_home / "jobs") == []
 
 

@@ -6,7 +6,7 @@ from core.jobs.ledger import verify_chain
 from core.jobs.output_file import OutputWriter
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
-from tests.factories import request_line
+from tests.factories import request_line, rewrite_spec
 
 
 class FakeExecutor:
@@ -19,7 +19,7 @@ class FakeExecutor:
 
 def make_job(tmp_path, count):
     from core.jobs.folder import create_job
-    from core.run.engine import EngineConfig
+    from core.schemas import EngineConfig
 
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
@@ -70,15 +70,11 @@ def test_a_job_resumed_after_the_disk_was_freed_completes_without_repeats(tmp_pa
 def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
     tmp_path, monkeypatch
 ):
-    from dataclasses import asdict, replace
-
-    from core.files import write_json_atomic
     from core.jobs.ledger import read_ledger
 
     monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
     job = make_job(tmp_path, 4)
-    spec = replace(job.read_spec(), completion_window_hours=1e-9)  # ended at once
-    write_json_atomic(job.spec_file, asdict(spec))
+    rewrite_spec(job, completion_window_hours=1e-9)  # ended at once
     status = worker.run_job(job)
     assert status.state == "expired"
     ledger = read_ledger(job)
@@ -98,15 +94,12 @@ def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monk
 
 
 def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monkeypatch):
-    from dataclasses import asdict, replace
-
-    from core.files import write_json_atomic
     from core.jobs.ledger import read_ledger, shards
     from core.run.outputs import error_line
 
     monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
     job = make_job(tmp_path, 6)
-    write_json_atomic(job.spec_file, asdict(replace(job.read_spec(), shard_size=2)))
+    rewrite_spec(job, shard_size=2)
     with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
         output.write(
             [

@@ -43,7 +43,6 @@ from core.check.requests import (
     SUPPORTED_URLS,
     EngineRequest,
     FastChatLine,
-    JobDefaults,
     RequestError,
     fast_chat_request,
     fast_chat_settings,
@@ -52,6 +51,7 @@ from core.check.requests import (
     plain_turns,
 )
 from core.config import REPO_ROOT
+from core.schemas import JobDefaults
 
 Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
@@ -907,7 +907,7 @@ class _Options:
     model_map: dict[str, str]
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[_Summary, _Scanner]:
-        report = CheckReport(path=str(self.path), defaults=asdict(self.defaults))
+        report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
         tokens = _TokenCheck(self.model_folder, dict(self.model_map)) if self.model_folder else None
         summary, scanner = (
             _Summary(report, self.defaults, tokens, valid_out),

@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from core.schemas import JobDefaults
+
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
@@ -73,33 +75,6 @@ class RequestError(ValueError):
     """A body the engine cannot run; the message names the field and what to change."""
 
     code = "invalid_request"
-
-
-@dataclass(frozen=True)
-class JobDefaults:
-    """Values used where a body leaves a field out; set once per job."""
-
-    max_tokens: int = 256
-    temperature: float = 1.0
-    top_p: float = 1.0
-
-
-def defaults_problems(defaults: JobDefaults) -> list[str]:
-    """Job defaults outside the bounds a body's own fields are checked against, each as a
-    message; empty when fine."""
-    values = {name: getattr(defaults, name) for name in ("max_tokens", "temperature", "top_p")}
-    checks = (
-        lambda: _integer(values, "max_tokens", 1),
-        lambda: _number(values, "temperature", 0, 2),
-        lambda: _number(values, "top_p", 0, 1, low_open=True),
-    )
-    problems = []
-    for check in checks:
-        try:
-            check()
-        except RequestError as exc:
-            problems.append("the job default " + str(exc).removeprefix("body."))
-    return problems
 
 
 @dataclass(slots=True)

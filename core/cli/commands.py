@@ -18,13 +18,13 @@ import time
 from pathlib import Path
 from subprocess import Popen
 
+from pydantic import ValidationError
 from tqdm import tqdm
 
 from core.check.checks import CheckReport, check_file
-from core.check.requests import JobDefaults
 from core.config import data_paths, default_model_dir
 from core.files import file_sha256
-from core.jobs.folder import JobFolder, JobStatus, cancel, find_job
+from core.jobs.folder import JobFolder, cancel, find_job
 from core.jobs.ledger import (
     read_ledger,
     reconcile,
@@ -36,8 +36,8 @@ from core.jobs.ledger import (
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.model_folders import ModelError, check_model_folder, prepare_default_model
-from core.run.engine import EngineConfig
 from core.run.ray_cluster import ray_settings
+from core.schemas import EngineConfig, JobDefaults, JobStatus, RaySettings, problems_of
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
@@ -47,13 +47,22 @@ EXIT_WITH_ERRORS = 4  # the job completed, and some of its requests failed
 
 def _defaults_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("job defaults (for fields a body leaves out)")
-    group.add_argument("--max-tokens", type=int, default=JobDefaults.max_tokens)
-    group.add_argument("--temperature", type=float, default=JobDefaults.temperature)
-    group.add_argument("--top-p", type=float, default=JobDefaults.top_p)
+    default = JobDefaults()
+    group.add_argument("--max-tokens", type=int, default=default.max_tokens)
+    group.add_argument("--temperature", type=float, default=default.temperature)
+    group.add_argument("--top-p", type=float, default=default.top_p)
 
 
-def _defaults(args: argparse.Namespace) -> JobDefaults:
-    return JobDefaults(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p)
+def _defaults(args: argparse.Namespace) -> JobDefaults | None:
+    """The job defaults given on the command line; None (after saying why) when out of range."""
+    try:
+        return JobDefaults(
+            max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p
+        )
+    except ValidationError as exc:
+        for problem in problems_of(exc):
+            print(f"error: job default {problem}", file=sys.stderr)
+        return None
 
 
 def _print_report(report: CheckReport, limit: int = 50) -> None:
@@ -95,7 +104,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     file = _input_file(args.file)
     model_map = _model_map(args.map)
-    if file is None or model_map is None:
+    defaults = _defaults(args)
+    if file is None or model_map is None or defaults is None:
         return EXIT_USAGE
     model = None
     if not args.no_tokens:
@@ -106,7 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 return EXIT_USAGE
             model = None  # the built-in model is not prepared: check the structure only
     report = check_file(
-        file, _defaults(args), model_folder=model, model_map=model_map, valid_out=args.valid_out
+        file, defaults, model_folder=model, model_map=model_map, valid_out=args.valid_out
     )
     prices = load_prices()
     if args.budget is not None:
@@ -185,10 +195,26 @@ def _print_refusal(refused: Refused) -> None:
         print(f"refused: {problem}", file=sys.stderr)
 
 
+def _ray(args: argparse.Namespace) -> tuple[RaySettings | None, bool]:
+    """The Ray settings given (None: this machine), and whether they are valid."""
+    try:
+        settings = ray_settings(
+            args.ray, args.replicas, args.replica_gpus, args.replica_cpus, args.replica_resources
+        )
+    except ValidationError as exc:
+        for problem in problems_of(exc):
+            print(f"error: Ray setting {problem}", file=sys.stderr)
+        return None, False
+    return settings, True
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    # Everything given is checked before the model is prepared or any job is made.
     file = _input_file(args.file)
     model_map = _model_map(args.map)
-    if file is None or model_map is None:
+    defaults = _defaults(args)
+    ray, ray_ok = _ray(args)
+    if file is None or model_map is None or defaults is None or not ray_ok:
         return EXIT_USAGE
     try:
         model = check_model_folder(args.model) if args.model else prepare_default_model()
@@ -204,19 +230,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             submission = Submission(
                 engine=EngineConfig(model=str(model)),
-                defaults=_defaults(args),
+                defaults=defaults,
                 skip_invalid=args.skip_invalid,
                 chunk_size=args.chunk_size,
                 shard_size=args.shard_size,
                 model_map=model_map,
                 output_path=str(output),
-                ray=ray_settings(  # None: this machine
-                    args.ray,
-                    args.replicas,
-                    args.replica_gpus,
-                    args.replica_cpus,
-                    args.replica_resources,
-                ),
+                ray=ray,
             )
             started = submit(file, submission)
     except Refused as refused:

@@ -15,132 +15,30 @@ ask a worker to stop with SIGTERM.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import time
-from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from core.check.requests import JobDefaults
 from core.config import REPO_ROOT
-from core.files import file_sha256, write_json_atomic
-from core.run.engine import EngineConfig
+from core.files import file_sha256, write_atomic
+from core.schemas import (
+    EngineConfig,
+    JobDefaults,
+    JobSpec,
+    JobStatus,
+    RaySettings,
+    now_iso,
+    to_json,
+    worker_alive,
+)
 
-FINAL_STATES = ("completed", "failed", "cancelled", "expired")
-COMPLETED_WITH_ERRORS = "completed with errors"
 HEARTBEAT_SECONDS = 2.0
-STALE_AFTER_SECONDS = 30.0
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
-@dataclass
-class JobSpec:
-    """What a job runs; ``job.json``."""
-
-    job_id: str
-    created_at: str
-    source: str
-    engine: dict[str, Any]
-    defaults: dict[str, Any] = field(default_factory=dict)
-    skip_invalid: bool = False
-    chunk_size: int | None = None  # requests inside the engine at once (None: max_num_seqs)
-    completion_window_hours: float | None = 24.0
-    shard_size: int = 10_000  # requests per shard: the unit of progress and of a retry
-    input_sha256: str = ""
-    input_lines: int = 0
-    output_path: str | None = None  # where `python -m core run` writes the combined file
-    model_map: dict[str, str] = field(default_factory=dict)  # body.model -> model folder
-    ray: dict[str, Any] | None = None  # a Ray cluster to run on (see core/run/ray_cluster.py)
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def engine_config(self) -> EngineConfig:
-        return EngineConfig.from_dict(self.engine)
-
-    @property
-    def job_defaults(self) -> JobDefaults:
-        return JobDefaults(**self.defaults)
-
-
-@dataclass
-class JobStatus:
-    """Where a job stands; ``status.json``."""
-
-    state: str = "queued"
-    total: int = 0
-    done: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    pid: int | None = None
-    started_at: str | None = None
-    heartbeat_at: float | None = None
-    finished_at: str | None = None
-    model_load_seconds: float | None = None
-    first_result_seconds: float | None = None
-    elapsed_seconds: float | None = None
-    message: str = ""
-    error: str | None = None
-    history: list[dict[str, str]] = field(default_factory=list)  # [{"state", "at"}]
-    retry: bool = False  # also rerun failed requests when the worker takes the job
-    retry_shard: int | None = None  # ...and only those of this shard
-    in_flight: int = 0  # requests inside the engine at the last update
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobStatus:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def enter(self, state: str, message: str = "") -> None:
-        """Moves to ``state``, keeping the transition's time in ``history``."""
-        if state != self.state or not self.history:
-            self.history.append({"state": state, "at": now_iso()})
-        self.state, self.message = state, message
-
-    @property
-    def is_final(self) -> bool:
-        return self.state in FINAL_STATES
-
-    @property
-    def interrupted(self) -> bool:
-        """A job whose worker died without saying so: not final, and its process is gone
-        or its heartbeat is stale."""
-        if self.is_final or self.state in ("created", "queued"):
-            return False
-        if self.pid is not None and not worker_alive(self.pid):
-            return True
-        return self.heartbeat_at is None or time.time() - self.heartbeat_at > STALE_AFTER_SECONDS
-
-    @property
-    def display_state(self) -> str:
-        """The state as a person should read it: a dead worker's job is ``interrupted``,
-        and a completed job with failed requests says so."""
-        if self.interrupted:
-            return "interrupted"
-        return COMPLETED_WITH_ERRORS if self.outcome == "completed_with_errors" else self.state
-
-    @property
-    def outcome(self) -> str:
-        """The state, except that a completed job with failed requests is
-        ``completed_with_errors`` (written into ``status.json`` for scripts)."""
-        return "completed_with_errors" if self.state == "completed" and self.failed else self.state
-
-    @property
-    def progress(self) -> float:
-        return self.done / self.total if self.total else 0.0
 
 
 class JobFolder:
@@ -159,29 +57,21 @@ class JobFolder:
     log_file = property(lambda self: self.path / "worker.log")
 
     def read_spec(self) -> JobSpec:
-        return JobSpec(**json.loads(self.spec_file.read_text(encoding="utf-8")))
+        return JobSpec.model_validate_json(self.spec_file.read_bytes())
 
     def read_status(self) -> JobStatus:
         try:
-            return JobStatus.from_dict(json.loads(self.status_file.read_text(encoding="utf-8")))
+            return JobStatus.model_validate_json(self.status_file.read_bytes())
         except FileNotFoundError:
             return JobStatus()
 
     def write_status(self, status: JobStatus) -> None:
-        write_json_atomic(self.status_file, {**asdict(status), "outcome": status.outcome})
+        write_atomic(self.status_file, status.to_json())
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_file.exists():
             return ""
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-
-
-def worker_alive(pid: int) -> bool:
-    """True while a worker process with this PID runs (a zombie counts as gone)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def cancel(job: JobFolder) -> str:
@@ -213,7 +103,7 @@ def create_job(
     completion_window_hours: float | None = 24.0,
     source: str | None = None,
     output_path: str | None = None,
-    ray: dict[str, Any] | None = None,  # Ray cluster settings (core/run/ray_cluster.py)
+    ray: RaySettings | None = None,
     model_map: dict[str, str] | None = None,
     shard_size: int = 10_000,
 ) -> JobFolder:
@@ -226,8 +116,8 @@ def create_job(
         job_id=job.job_id,
         created_at=now_iso(),
         source=source or input_file.name,
-        engine=engine.to_dict(),
-        defaults=asdict(defaults or JobDefaults()),
+        engine=engine,
+        defaults=defaults or JobDefaults(),
         skip_invalid=skip_invalid,
         chunk_size=chunk_size,
         completion_window_hours=completion_window_hours,
@@ -239,7 +129,7 @@ def create_job(
         shard_size=shard_size,
         provenance=provenance(engine),
     )
-    write_json_atomic(job.spec_file, asdict(spec))
+    write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")
     status.enter("created", "waiting for the worker to start")
     job.write_status(status)

@@ -22,7 +22,7 @@ from core.files import write_json_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import prepare_default_model
-from core.run.engine import EngineConfig
+from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
 SETTLE_SECONDS = 1.0

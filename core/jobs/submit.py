@@ -13,23 +13,24 @@ The rules:
   lines with one id would get one result between them, and one request would vanish);
 - invalid lines are refused unless the submitter asked to skip them, in which case each
   gets an error result of its own;
-- the model folders exist and are model folders, the engine settings can work on this
-  machine, the Ray settings are well formed, and the job defaults are in range.
+- the model folders exist and are model folders, and the engine settings can work on this
+  machine (the settings' own bounds are their models' field constraints, core/schemas.py).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from core.check.checks import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
-from core.check.requests import JobDefaults, defaults_problems
 from core.config import data_paths
+from core.devices import gpu_problems
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
-from core.run.engine import EngineConfig, validate_engine_config
+from core.schemas import EngineConfig, JobDefaults, RaySettings
 
 LISTED_PROBLEMS = 20  # problems of the file quoted in a refusal; the report has them all
 
@@ -60,7 +61,7 @@ class Submission:
     """Everything a job is made from besides its file.
 
     ``engine.model`` is the model folder every line runs on unless ``model_map`` sends its
-    ``body.model`` elsewhere; ``ray`` (see ``core.run.ray_cluster.RaySettings``) runs the
+    ``body.model`` elsewhere; ``ray`` runs the
     job on a Ray cluster instead of this machine.
     """
 
@@ -71,7 +72,7 @@ class Submission:
     shard_size: int = 10_000
     completion_window_hours: float | None = 24.0
     model_map: dict[str, str] = field(default_factory=dict)
-    ray: dict | None = None
+    ray: RaySettings | None = None
     output_path: str | None = None
     source: str | None = None
 
@@ -112,18 +113,13 @@ def settings_problems(submission: Submission, gpus: int | None = None) -> list[s
             check_model_folder(folder)
         except ModelError as exc:
             problems.append(str(exc))
-    problems += validate_engine_config(submission.engine, gpus)
-    problems += defaults_problems(submission.defaults)
+    problems += gpu_problems(submission.engine, gpus)
     if submission.shard_size < 1:
         problems.append("requests per shard must be at least 1")
     if submission.chunk_size is not None and submission.chunk_size < 1:
         problems.append("requests inside the engine at once must be at least 1")
-    if submission.ray is not None:
-        from core.run.ray_cluster import RaySettings, ray_installed, validate_ray_settings
-
-        if not ray_installed():
-            problems.append("Ray is not installed here: pip install -r requirements-ray.txt")
-        problems += validate_ray_settings(RaySettings.from_dict(submission.ray))
+    if submission.ray is not None and importlib.util.find_spec("ray") is None:
+        problems.append("Ray is not installed here: pip install -r requirements-ray.txt")
     return problems
 
 
@@ -146,9 +142,7 @@ def submit(
     if problems:
         raise Refused(problems, report)
     s = submission
-    engine = EngineConfig.from_dict(
-        {**s.engine.to_dict(), "model": str(check_model_folder(s.engine.model))}
-    )
+    engine = s.engine.model_copy(update={"model": str(check_model_folder(s.engine.model))})
     job = create_job(
         file,
         jobs_dir or data_paths().jobs,
@@ -185,7 +179,7 @@ def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -
     if not status.is_final and not status.interrupted and status.state != "created":
         raise Refused([f"job {job.job_id} is {status.state} (pid {status.pid}); wait or cancel"])
     spec = job.read_spec()
-    report = check_file(job.input, spec.job_defaults)
+    report = check_file(job.input, spec.defaults)
     problems = file_problems(report, spec.skip_invalid)
     if shard is not None and not problems:
         count = len(shards(read_ledger(job), spec.shard_size))

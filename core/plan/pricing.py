@@ -8,47 +8,58 @@ budget threshold above which a run asks for an explicit confirmation.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError
 
 from core.config import data_paths
-from core.files import write_json_atomic
+from core.files import write_atomic
+from core.schemas import Model, problems_of, to_json
 
 PRICES_FILE = "prices.json"
 
 
-@dataclass
-class ModelPrice:
+def _blank_is_none(value: Any) -> Any:
+    """An empty cell of the editable table (None, NaN or blank text) means "not set"."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
+Price = Annotated[
+    Annotated[float, Field(ge=0, allow_inf_nan=False)] | None, BeforeValidator(_blank_is_none)
+]
+
+
+class PriceError(ValueError):
+    """Prices that cannot be used; the message names the model and the column."""
+
+
+class ModelPrice(Model):
     """What one local model costs; ``None`` where the user has not said."""
 
-    input_per_1m: float | None = None
-    output_per_1m: float | None = None
-    gpu_hour: float | None = None
+    input_per_1m: Price = None
+    output_per_1m: Price = None
+    gpu_hour: Price = None
 
     @property
     def empty(self) -> bool:
         return self.input_per_1m is None and self.output_per_1m is None and self.gpu_hour is None
 
 
-@dataclass
-class PriceTable:
+class PriceTable(Model):
     """Prices by local model name, and the budget (in the same currency) a run may spend."""
 
-    models: dict[str, ModelPrice] = field(default_factory=dict)
-    budget: float | None = None
+    models: dict[str, ModelPrice] = Field(default_factory=dict)
+    budget: Price = None
     currency: str = "USD"
 
     def price(self, model: str) -> ModelPrice:
         return self.models.get(model) or ModelPrice()
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and value >= 0 else None
 
 
 def prices_path(home: Path | None = None) -> Path:
@@ -58,32 +69,16 @@ def prices_path(home: Path | None = None) -> Path:
 def load_prices(home: Path | None = None) -> PriceTable:
     """The saved table; an empty one when there is none or it cannot be read."""
     try:
-        data = json.loads(prices_path(home).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return PriceTable.model_validate_json(prices_path(home).read_bytes())
+    except (OSError, ValidationError):
         return PriceTable()
-    if not isinstance(data, dict):
-        return PriceTable()
-    models = {}
-    for name, entry in (data.get("models") or {}).items():
-        if isinstance(entry, dict):
-            models[str(name)] = ModelPrice(
-                _number(entry.get("input_per_1m")),
-                _number(entry.get("output_per_1m")),
-                _number(entry.get("gpu_hour")),
-            )
-    currency = data.get("currency") if isinstance(data.get("currency"), str) else "USD"
-    return PriceTable(models, _number(data.get("budget")), currency)
 
 
 def save_prices(table: PriceTable, home: Path | None = None) -> Path:
-    """Writes the table atomically (a temporary file, then a rename)."""
+    """Writes the table atomically (models with no price are left out)."""
     path = prices_path(home)
-    data = {
-        "currency": table.currency,
-        "budget": table.budget,
-        "models": {name: asdict(p) for name, p in table.models.items() if not p.empty},
-    }
-    write_json_atomic(path, data)
+    kept = {name: price for name, price in table.models.items() if not price.empty}
+    write_atomic(path, to_json(table.model_copy(update={"models": kept})))
     return path
 
 
@@ -108,12 +103,24 @@ def price_rows(table: PriceTable, models: list[str]) -> list[dict[str, Any]]:
 def table_from_rows(
     rows: list[dict[str, Any]], base: PriceTable, budget: float | None
 ) -> PriceTable:
-    """The price table after the user's edits (models not shown keep their prices)."""
+    """The price table after the user's edits (models not shown keep their prices).
+
+    Raises:
+        PriceError: a price that is not a number of zero or more, naming model and column.
+    """
     models = dict(base.models)
+    problems = []
     for row in rows:
         name = row.get("model")
-        if name:
-            models[str(name)] = ModelPrice(
-                *(_number(row.get(label)) for label in PRICE_COLUMNS.values())
-            )
-    return PriceTable(models, budget, base.currency)
+        if not name:
+            continue
+        values = {field: row.get(label) for field, label in PRICE_COLUMNS.items()}
+        try:
+            models[str(name)] = ModelPrice.model_validate(values)
+        except ValidationError as exc:
+            for problem in problems_of(exc):
+                field, _, reason = problem.partition(": ")
+                problems.append(f"{name}, {PRICE_COLUMNS.get(field, field)}: {reason}")
+    if problems:
+        raise PriceError("; ".join(problems))
+    return PriceTable(models=models, budget=budget, currency=base.currency)

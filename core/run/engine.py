@@ -12,61 +12,15 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from core.check.requests import EngineRequest
+from core.devices import cpu_has_bf16, gpu_count
 from core.run.outputs import Choice, Completion
+from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    """How to build the engine; stored in ``job.json`` so a job can be rerun alike.
-
-    ``None`` leaves a setting to vLLM's default for the device.
-    """
-
-    model: str
-    dtype: str = "auto"
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    tensor_parallel_size: int = 1
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    enable_prefix_caching: bool | None = None
-    quantization: str | None = None
-    seed: int = 0
-    cpu_kv_cache_gib: float = 1.0
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @property
-    def model_name(self) -> str:
-        """The name written into output lines: the model folder's name."""
-        return Path(self.model).name or self.model
-
-
-def gpu_count() -> int:
-    """Number of NVIDIA GPUs NVML sees (0 without a driver)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library: no GPU
-        return 0
 
 
 def configure_cpu_environment(kv_cache_gib: float) -> None:
@@ -79,39 +33,6 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
-
-
-def validate_engine_config(config: EngineConfig, gpus: int | None = None) -> list[str]:
-    """Settings that cannot work on this machine, each as a message; empty when fine."""
-    gpus = gpu_count() if gpus is None else gpus
-    problems = []
-    if config.tensor_parallel_size < 1:
-        problems.append("tensor parallel size must be at least 1")
-    elif gpus and config.tensor_parallel_size > gpus:
-        problems.append(
-            f"tensor parallel size {config.tensor_parallel_size} needs that many GPUs; "
-            f"this machine has {gpus}"
-        )
-    elif not gpus and config.tensor_parallel_size > 1:
-        problems.append("tensor parallelism needs GPUs; this machine has none")
-    if not 0 < config.gpu_memory_utilization <= 1:
-        problems.append("GPU memory utilisation must be in (0, 1]")
-    for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            problems.append(f"{name.replace('_', ' ')} must be at least 1")
-    if config.dtype not in ("auto", "float32", "float16", "bfloat16"):
-        problems.append(f"dtype {config.dtype!r} is not one of auto, float32, float16, bfloat16")
-    return problems
-
-
-def cpu_has_bf16() -> bool:
-    """True when the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:

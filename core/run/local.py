@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from core.check.requests import EngineRequest
-from core.jobs.folder import JobSpec
-from core.run.engine import Engine, EngineConfig
+from core.run.engine import Engine
 from core.run.retry import run_with_retries
+from core.schemas import EngineConfig, JobSpec
 
 
 class Executor(Protocol):
@@ -60,8 +60,8 @@ class LocalExecutor:
     """One engine in this process, fed continuously (no drain between batches)."""
 
     def __init__(self, spec: JobSpec) -> None:
-        self.engine, self.load_seconds = loaded_engine(spec.engine_config)
-        self.model = spec.engine_config.model_name
+        self.engine, self.load_seconds = loaded_engine(spec.engine)
+        self.model = spec.engine.model_name
         # As many as the engine runs at once: a finished request is replaced at the next step,
         # so the batch stays full, and a kill loses at most one batch of work.
         self.window = spec.chunk_size or self.engine.max_num_seqs

@@ -14,7 +14,7 @@ most) and its shards run again; if the dataset still fails, the requests without
 run again in a new dataset (three passes at most), and any still without one end as a
 retryable ``engine_error``. A line for a request that already has one is dropped.
 
-``spec.ray`` (see :class:`RaySettings`)::
+``spec.ray`` (see :class:`core.schemas.RaySettings`)::
 
     {"address": "local" | "auto" | "HOST:6379" | "ray://HOST:10001",
      "replicas": 2, "gpus_per_replica": 0, "cpus_per_replica": 1,
@@ -36,15 +36,15 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from core.check.requests import EngineRequest
 from core.files import write_json_atomic
-from core.jobs.folder import JobSpec, now_iso
-from core.run.engine import EngineConfig, EngineLoadError
+from core.run.engine import EngineLoadError
 from core.run.outputs import error_line
+from core.schemas import EngineConfig, JobSpec, RaySettings, now_iso
 
 log = logging.getLogger(__name__)
 MAX_PASSES = 3  # datasets run for one job before requests still without a line fail
@@ -56,42 +56,6 @@ RAY_MISSING = (
     "Ray is not installed: pip install -r requirements-ray.txt "
     "(ray[data]; never ray[llm] beside the CPU build of vLLM)"
 )
-
-
-@dataclass(frozen=True)
-class RaySettings:
-    """Where and how wide a job runs on Ray; ``job.json``'s ``ray``."""
-
-    address: str = "local"
-    replicas: int = 1
-    gpus_per_replica: float = 0
-    cpus_per_replica: float = 1
-    resources: dict[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RaySettings:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def validate_ray_settings(settings: RaySettings) -> list[str]:
-    """Settings that cannot work, each as a message; empty when fine."""
-    problems = []
-    if not settings.address.strip():
-        problems.append("give the Ray cluster's address (local starts a local instance)")
-    if settings.replicas < 1:
-        problems.append("a Ray job needs at least one replica")
-    if settings.gpus_per_replica < 0 or settings.cpus_per_replica < 0:
-        problems.append("GPUs and CPUs per replica cannot be negative")
-    if settings.gpus_per_replica and settings.gpus_per_replica != int(settings.gpus_per_replica):
-        problems.append("GPUs per replica is the tensor parallel size: a whole number")
-    for name, amount in settings.resources.items():
-        if not isinstance(amount, int | float) or amount < 0:
-            problems.append(f"custom resource {name!r} needs a non-negative number")
-    return problems
 
 
 def ray_installed() -> bool:
@@ -114,7 +78,7 @@ def request_from_dict(data: dict[str, Any]) -> EngineRequest:
 def replica_engine_config(config: EngineConfig, settings: RaySettings) -> EngineConfig:
     """The engine each replica builds: its GPUs are its tensor parallel size."""
     tp = int(settings.gpus_per_replica) or config.tensor_parallel_size
-    return EngineConfig.from_dict({**config.to_dict(), "tensor_parallel_size": tp})
+    return config.model_copy(update={"tensor_parallel_size": tp})
 
 
 def replica_env(config: EngineConfig, settings: RaySettings) -> dict[str, str]:
@@ -149,7 +113,7 @@ class Replica:
         self.node_id = context.get_node_id()
         self.replica_id = context.get_actor_id() or f"pid-{os.getpid()}"
         self.model = model
-        self.engine = Engine(EngineConfig.from_dict(engine))
+        self.engine = Engine(EngineConfig.model_validate(engine))
         self.load_seconds = self.engine.load_seconds
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -213,11 +177,10 @@ class RayExecutor:
     """Replicas of the engine on a Ray cluster, fed shards by Ray Data."""
 
     def __init__(self, spec: JobSpec, job_dir: str | Path | None = None) -> None:
-        self.settings = RaySettings.from_dict(spec.ray or {})
-        problems = validate_ray_settings(self.settings)
-        if problems:
-            raise EngineLoadError("; ".join(problems))
-        self.config = replica_engine_config(spec.engine_config, self.settings)
+        if spec.ray is None:
+            raise EngineLoadError("the job names no Ray cluster")
+        self.settings = spec.ray
+        self.config = replica_engine_config(spec.engine, self.settings)
         self.model = self.config.model_name
         self.chunk_size = spec.chunk_size
         self.stats = RayStats(_job_dir(spec, job_dir), self.settings)
@@ -340,7 +303,7 @@ class RayExecutor:
             warnings.filterwarnings("ignore", message=".*ray_remote_args")
             dataset = ray.data.from_items(shards, override_num_blocks=len(shards)).map_batches(
                 Replica,
-                fn_constructor_kwargs={"engine": self.config.to_dict(), "model": self.model},
+                fn_constructor_kwargs={"engine": self.config.model_dump(), "model": self.model},
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(
                     size=s.replicas, max_tasks_in_flight_per_actor=2
@@ -494,7 +457,7 @@ class RayStats:
             data = {
                 "updated_at": now_iso(),
                 "elapsed_seconds": round(time.monotonic() - self._started, 1),
-                "settings": self.settings.to_dict(),
+                "settings": self.settings.model_dump(),
                 "dashboard_url": self.dashboard_url,
                 "requests": self.total,
                 "reruns": self.reruns,
@@ -560,14 +523,18 @@ def ray_settings(
     gpus_per_replica: float = 0,
     cpus_per_replica: float = 1,
     resources: dict[str, float] | None = None,
-) -> dict[str, Any] | None:
-    """``spec.ray`` from a form or the command line; None (this machine) without address."""
+) -> RaySettings | None:
+    """``spec.ray`` from a form or the command line; None (this machine) without address.
+
+    Raises:
+        pydantic.ValidationError: a setting out of its bounds (see ``RaySettings``).
+    """
     if not address:
         return None
     return RaySettings(
-        address=address.strip(),
-        replicas=int(replicas),
+        address=address,
+        replicas=replicas,
         gpus_per_replica=gpus_per_replica,
         cpus_per_replica=cpus_per_replica,
         resources=dict(resources or {}),
-    ).to_dict()
+    )

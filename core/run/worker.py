@@ -28,13 +28,12 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from core.check.checks import scan
 from core.check.requests import EngineRequest
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobSpec, JobStatus, now_iso
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.output_file import OutputWriter
 from core.jobs.queue import EngineLock, queued_jobs
@@ -43,6 +42,7 @@ from core.run.engine import EngineLoadError
 from core.run.local import make_executor
 from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import error_line, token_usage
+from core.schemas import JobSpec, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
@@ -187,7 +187,7 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     seen: set[str] = set()
-    for checked in scan(job.input, spec.job_defaults):
+    for checked in scan(job.input, spec.defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
         if custom_id in seen or custom_id not in rerun:
             continue
@@ -257,7 +257,7 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
     groups: dict[str, list[EngineRequest]] = {}
     for request in pending:
-        folder = spec.model_map.get(request.model or "") or spec.engine["model"]
+        folder = spec.model_map.get(request.model or "") or spec.engine.model
         groups.setdefault(folder, []).append(request)
     return groups
 
@@ -268,7 +268,7 @@ def _run_pending(
     left = {r.custom_id for r in pending}
     groups = _by_model(spec, pending)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
-        executor = make_executor(replace(spec, engine={**spec.engine, "model": folder}))
+        executor = make_executor(spec.on_model(folder))
         part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
         keeper.update(
             state="running",

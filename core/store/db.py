@@ -326,7 +326,7 @@ class Store:
                     spec.job_id,
                     spec.created_at,
                     spec.source,
-                    spec.engine_config.model_name,
+                    spec.engine.model_name,
                     str(job.path),
                     status.display_state,
                     status.total,

@@ -8,11 +8,13 @@ Every query is built from fixed SQL fragments and bound parameters: what a user 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import pandas as pd
+from pydantic import Field
 
+from core.schemas import Model
 from core.store.db import Store
 
 # Ingest copies the request's fields (line_no, prompt, metadata...) into `results`, and the
@@ -47,9 +49,12 @@ DEEP_PAGE = 5_000  # from this offset on, a page is found by its keys first
 SEARCH_COUNT_CAP = 1_000
 
 
-@dataclass
-class ResultFilter:
-    """What a user narrowed the results to; empty fields do not filter.
+TokenRange = tuple[Annotated[int, Field(ge=0)] | None, Annotated[int, Field(ge=0)] | None]
+
+
+class ResultFilter(Model):
+    """What a user narrowed the results to; empty fields do not filter. Saved with a sample
+    (as JSON through pydantic), so a sample can be redrawn from it.
 
     Attributes:
         job_ids: the jobs to read (at least one).
@@ -66,40 +71,16 @@ class ResultFilter:
     """
 
     job_ids: list[str]
-    statuses: list[str] = field(default_factory=list)
-    finish_reasons: list[str] = field(default_factory=list)
-    models: list[str] = field(default_factory=list)
-    prompt_versions: list[str] = field(default_factory=list)
-    metadata: dict[str, str] = field(default_factory=dict)
-    prompt_tokens: tuple[int | None, int | None] = (None, None)
-    completion_tokens: tuple[int | None, int | None] = (None, None)
+    statuses: list[Literal["succeeded", "failed"]] = Field(default_factory=list)
+    finish_reasons: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+    prompt_versions: list[str] = Field(default_factory=list)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    prompt_tokens: TokenRange = (None, None)
+    completion_tokens: TokenRange = (None, None)
     search: str = ""
-    search_in: str = "both"
+    search_in: Literal["prompt", "answer", "both"] = "both"
     match_case: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy (a sample keeps the filter it was drawn from)."""
-        return {
-            "job_ids": list(self.job_ids),
-            "statuses": list(self.statuses),
-            "finish_reasons": list(self.finish_reasons),
-            "models": list(self.models),
-            "prompt_versions": list(self.prompt_versions),
-            "metadata": dict(self.metadata),
-            "prompt_tokens": list(self.prompt_tokens),
-            "completion_tokens": list(self.completion_tokens),
-            "search": self.search,
-            "search_in": self.search_in,
-            "match_case": self.match_case,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ResultFilter:
-        data = dict(data)
-        for name in ("prompt_tokens", "completion_tokens"):
-            if name in data:
-                data[name] = tuple(data[name])
-        return cls(**data)
 
 
 def _in_list(expr: str, values: list[str], params: list[Any]) -> str:

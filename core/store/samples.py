@@ -8,17 +8,19 @@ sample on any machine, whatever the storage order.
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import pandas as pd
+from pydantic import Field
 
+from core.schemas import Model
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
 
-METHODS = ("random", "stratified", "failures_first")
+Method = Literal["random", "stratified", "failures_first"]
+METHODS: tuple[str, ...] = get_args(Method)
 # Stratify-by choices -> SQL; "metadata:<key>" is handled apart (the key is a parameter).
 STRATA: dict[str, str] = {
     "model": "coalesce(r.model, '(none)')",
@@ -41,9 +43,8 @@ class SampleError(ValueError):
     """A sample definition that cannot be drawn; the message says why."""
 
 
-@dataclass
-class SampleDefinition:
-    """How a sample is drawn.
+class SampleDefinition(Model):
+    """How a sample is drawn; saved with the sample (JSON through pydantic).
 
     Attributes:
         filter: the results to draw from.
@@ -54,25 +55,10 @@ class SampleDefinition:
     """
 
     filter: ResultFilter
-    method: str = "random"
-    size: int = 50
+    method: Method = "random"
+    size: int = Field(50, ge=1, le=MAX_SIZE)
     seed: int = 0
     stratify_by: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "filter": self.filter.to_dict(),
-            "method": self.method,
-            "size": self.size,
-            "seed": self.seed,
-            "stratify_by": self.stratify_by,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SampleDefinition:
-        data = dict(data)
-        data["filter"] = ResultFilter.from_dict(data["filter"])
-        return cls(**data)
 
 
 @dataclass
@@ -124,11 +110,7 @@ def quotas(counts: dict[str, int], size: int) -> dict[str, int]:
 
 def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
     """The sample's items (``job_id``, ``custom_id``, ``stratum``) in review order."""
-    d = definition
-    if d.method not in METHODS:
-        raise SampleError(f"method must be one of {', '.join(METHODS)}")
-    if not 1 <= d.size <= MAX_SIZE:
-        raise SampleError(f"a sample holds 1 to {MAX_SIZE:,} items")
+    d = definition  # its method and size are checked by the model's constraints
     clause, params = where(d.filter)
     rand = "md5(concat_ws(':', ?, r.job_id, r.custom_id))"
     seed = str(int(d.seed))
@@ -187,7 +169,7 @@ def create_sample(store: Store, name: str, definition: SampleDefinition) -> Samp
         cur.execute("BEGIN")
         cur.execute(
             "INSERT INTO samples (sample_id, name, definition, size) VALUES (?, ?, ?, ?)",
-            [sample_id, name, json.dumps(definition.to_dict()), len(items)],
+            [sample_id, name, definition.model_dump_json(), len(items)],
         )
         cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM frame")
         cur.execute("COMMIT")
@@ -215,7 +197,7 @@ def get_sample(store: Store, sample_id: str) -> Sample:
     return Sample(
         sample_id=row["sample_id"],
         name=row["name"],
-        definition=SampleDefinition.from_dict(json.loads(row["definition"])),
+        definition=SampleDefinition.model_validate_json(row["definition"]),
         size=int(row["size"]),
         created_at=row["created_at"],
         strata={s: int(n) for s, n in zip(strata["s"], strata["n"], strict=True) if s},

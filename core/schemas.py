@@ -1,0 +1,259 @@
+"""The typed models of what goes to disk or between processes (pydantic).
+
+``job.json`` is a :class:`JobSpec` (with its :class:`EngineConfig`, :class:`JobDefaults`
+and optional :class:`RaySettings`), ``status.json`` a :class:`JobStatus`. The UI, the CLI
+and the worker read and write them only through these models: field constraints say what
+is valid, JSON goes in and out through pydantic, and a file written by an older version
+still loads (unknown keys are ignored, missing ones take their defaults).
+
+These models sit below every subpackage (they import nothing of ``core``), so the check,
+the job folder, the worker and the store can all share them without an import cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+STALE_AFTER_SECONDS = 30.0  # a heartbeat older than this means the worker is gone
+
+
+class Model(BaseModel):
+    """Base of the stored models: unknown keys (from a newer or older version) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class FrozenModel(Model):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+def problems_of(error: ValidationError) -> list[str]:
+    """A pydantic validation error as sentences a person can act on, one per field."""
+    found = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "value"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] != "value_error":  # pydantic's own words start a sentence: lower them
+            message = message[:1].lower() + message[1:]
+        found.append(f"{where}: {message} (got {item.get('input')!r})")
+    return found
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+# -- what a job runs ----------------------------------------------------------------------
+
+
+class JobDefaults(FrozenModel):
+    """Values used where a body leaves a field out; set once per job (the same bounds as a
+    body's own fields)."""
+
+    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, ge=0, le=2, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+
+
+Dtype = Literal["auto", "float32", "float16", "bfloat16"]
+
+
+class EngineConfig(FrozenModel):
+    """How to build the engine; stored in ``job.json`` so a job can be rerun alike.
+
+    ``None`` leaves a setting to vLLM's default for the device. Settings that depend on the
+    machine (enough GPUs for the tensor parallel size) are checked by
+    ``core.devices.gpu_problems``.
+    """
+
+    model: str
+    dtype: Dtype = "auto"
+    max_model_len: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enable_prefix_caching: bool | None = None
+    quantization: str | None = None
+    seed: int = 0
+    cpu_kv_cache_gib: float = Field(1.0, gt=0)
+
+    @property
+    def model_name(self) -> str:
+        """The name written into output lines: the model folder's name."""
+        return Path(self.model).name or self.model
+
+
+class RaySettings(FrozenModel):
+    """Where and how wide a job runs on a Ray cluster; ``job.json``'s ``ray``.
+
+    ``gpus_per_replica`` is also each replica's tensor parallel size, so a whole number.
+    """
+
+    address: Annotated[str, Field(min_length=1)] = "local"
+    replicas: int = Field(1, ge=1)
+    gpus_per_replica: float = Field(0, ge=0)
+    cpus_per_replica: float = Field(1, ge=0)
+    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("give the Ray cluster's address (local starts a local instance)")
+        return value.strip()
+
+    @field_validator("gpus_per_replica")
+    @classmethod
+    def _whole_gpus(cls, value: float) -> float:
+        if value != int(value):
+            raise ValueError("GPUs per replica is the tensor parallel size: a whole number")
+        return value
+
+
+class JobSpec(Model):
+    """What a job runs; ``job.json``, written once when the job is submitted."""
+
+    job_id: str
+    created_at: str
+    source: str = ""
+    engine: EngineConfig
+    defaults: JobDefaults = Field(default_factory=JobDefaults)
+    skip_invalid: bool = False
+    chunk_size: int | None = Field(None, ge=1)  # requests inside the engine at once
+    completion_window_hours: float | None = 24.0
+    shard_size: int = Field(10_000, ge=1)  # requests per shard: the unit of progress and retry
+    input_sha256: str = ""
+    input_lines: int = 0
+    output_path: str | None = None  # where `python -m core run` writes the combined file
+    model_map: dict[str, str] = Field(default_factory=dict)  # body.model -> model folder
+    ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+    def on_model(self, folder: str) -> JobSpec:
+        """The same job with its engine on another model folder (one group of an A/B job)."""
+        engine = self.engine.model_copy(update={"model": folder})
+        return self.model_copy(update={"engine": engine})
+
+
+# -- where a job stands ---------------------------------------------------------------------
+
+
+class JobState(StrEnum):
+    """A job's states, after OpenAI's batch states; ``interrupted`` is never stored: it is
+    how a job whose worker died shows (see :attr:`JobStatus.interrupted`)."""
+
+    CREATED = "created"
+    QUEUED = "queued"
+    LOADING = "loading"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+FINAL_STATES = frozenset(
+    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED}
+)
+WAITING_STATES = frozenset({JobState.CREATED, JobState.QUEUED})
+COMPLETED_WITH_ERRORS = "completed with errors"
+
+
+class JobStatus(Model):
+    """Where a job stands; ``status.json``, replaced atomically by the worker."""
+
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
+
+    state: JobState = JobState.QUEUED
+    total: int = 0
+    done: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    pid: int | None = None
+    started_at: str | None = None
+    heartbeat_at: float | None = None
+    finished_at: str | None = None
+    model_load_seconds: float | None = None
+    first_result_seconds: float | None = None
+    elapsed_seconds: float | None = None
+    message: str = ""
+    error: str | None = None
+    history: list[dict[str, str]] = Field(default_factory=list)  # [{"state", "at"}]
+    retry: bool = False  # also rerun failed requests when the worker takes the job
+    retry_shard: int | None = None  # ...and only those of this shard
+    in_flight: int = 0  # requests inside the engine at the last update
+
+    def enter(self, state: JobState | str, message: str = "") -> None:
+        """Moves to ``state``, keeping the transition's time in ``history``."""
+        state = JobState(state)
+        if state != self.state or not self.history:
+            self.history.append({"state": state.value, "at": now_iso()})
+        self.state, self.message = state, message
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    @property
+    def interrupted(self) -> bool:
+        """A job whose worker died without saying so: not final, and its process is gone
+        or its heartbeat is stale."""
+        if self.is_final or self.state in WAITING_STATES:
+            return False
+        if self.pid is not None and not worker_alive(self.pid):
+            return True
+        return self.heartbeat_at is None or time.time() - self.heartbeat_at > STALE_AFTER_SECONDS
+
+    @property
+    def outcome(self) -> str:
+        """The state, except that a completed job with failed requests is
+        ``completed_with_errors`` (written into ``status.json`` for scripts)."""
+        if self.state == JobState.COMPLETED and self.failed:
+            return "completed_with_errors"
+        return self.state.value
+
+    @property
+    def display_state(self) -> str:
+        """The state as a person should read it: a dead worker's job is ``interrupted``,
+        and a completed job with failed requests says so."""
+        if self.interrupted:
+            return "interrupted"
+        return COMPLETED_WITH_ERRORS if self.outcome == "completed_with_errors" else self.outcome
+
+    @property
+    def progress(self) -> float:
+        return self.done / self.total if self.total else 0.0
+
+    def to_json(self) -> str:
+        data = self.model_dump(mode="json")
+        data["outcome"] = self.outcome
+        return _json(data)
+
+
+def worker_alive(pid: int) -> bool:
+    """True while a worker process with this PID runs (a zombie counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, ensure_ascii=False, indent=1)
+
+
+def to_json(model: BaseModel) -> str:
+    """A stored model as the indented JSON of its file."""
+    return _json(model.model_dump(mode="json"))
