@@ -161,7 +161,7 @@ def write_batch(path: Path, lines: int, seed: int = 7) -> None:
 
 def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
     """One check in this process; returns its figures (run in a fresh process)."""
-    from core.check.checks import check_file
+    from core.check import check_file
 
     if model:
         from core.check.tokens import load_counter

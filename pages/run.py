@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 from pydantic import ValidationError
 
-from core.check.checks import check_file
+from core.check import check_file
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import model_folders

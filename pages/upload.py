@@ -10,8 +10,14 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from core.check import checks
-from core.check.checks import BackgroundCheck, CheckReport, check_file, check_key, histogram_labels
+from core.check import (
+    BackgroundCheck,
+    CheckReport,
+    background,
+    check_file,
+    check_key,
+    histogram_labels,
+)
 from core.config import SAMPLE_DATA
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
@@ -136,7 +142,7 @@ if st.session_state.get("check_key") != key:
     if task is not None and task.path != str(path):
         task.cancel()
         task = None
-    if path.stat().st_size <= checks.SYNC_CHECK_BYTES:
+    if path.stat().st_size <= background.SYNC_CHECK_BYTES:
         with st.spinner("Checking every line…"):
             report = check_file(path, valid_out=valid_path, **options)
         st.session_state.update(check_key=key, check_report=report, check_task=None)

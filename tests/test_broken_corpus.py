@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from core.check.checks import check_file
+from core.check import check_file
 from core.cli.commands import main
 from core.config import REPO_ROOT, default_model_dir
 from tests.conftest import run_cli

@@ -11,7 +11,7 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from core.check.checks import check_file
+from core.check import check_file
 from core.config import REPO_ROOT, SAMPLE_DATA
 from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
 from tests.conftest import run_cli

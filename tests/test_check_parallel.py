@@ -7,7 +7,7 @@ import threading
 import psutil
 import pytest
 
-from core.check.checks import BackgroundCheck, check_file
+from core.check import BackgroundCheck, check_file
 from core.config import default_model_dir
 
 MODEL = default_model_dir()

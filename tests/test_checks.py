@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from core.check.checks import BackgroundCheck, check_file, scan
+from core.check import BackgroundCheck, check_file, scan
 from core.config import default_model_dir
 from core.schemas import JobDefaults
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.check.checks import CheckReport
+from core.check import CheckReport
 from core.plan.estimate import (
     estimate,
     estimate_lines,

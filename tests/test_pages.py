@@ -165,9 +165,9 @@ def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
 def test_a_large_file_is_checked_in_the_background(
     data_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from core.check import checks
+    from core.check import background
 
-    monkeypatch.setattr(checks, "SYNC_CHECK_BYTES", 0)
+    monkeypatch.setattr(background, "SYNC_CHECK_BYTES", 0)
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     batch = write_batch(data_home.parent / "big.jsonl", [body] * 3000)
     at = check_server_file(open_page("upload.py"), batch)

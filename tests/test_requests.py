@@ -4,13 +4,12 @@ import json
 
 import pytest
 
+from core.check.fast_path import decode_fast_chat_line, fast_chat_request
 from core.check.requests import (
     COMPLETIONS_URL,
     ENGINE_URLS,
     RESPONSES_URL,
     RequestError,
-    decode_fast_chat_line,
-    fast_chat_request,
     parse_body,
     parse_request,
 )

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from core.check.checks import check_file
+from core.check import check_file
 from core.config import REPO_ROOT
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import reconcile, verify

@@ -98,7 +98,7 @@ def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, 
 
 
 def test_file_problems_name_each_repeat_by_its_line(tmp_path):
-    from core.check.checks import check_file
+    from core.check import check_file
 
     lines = [request_line(f"r{i % 3}", "x") for i in range(6)]
     report = check_file(write(tmp_path / "b.jsonl", lines))

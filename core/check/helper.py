@@ -8,7 +8,7 @@ import pickle
 import sys
 from multiprocessing.connection import Connection
 
-from core.check.checks import check_part
+from core.check.file_check import check_part
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from subprocess import Popen
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from core.check.checks import CheckReport, check_file
+from core.check import CheckReport, check_file
 from core.config import data_paths, default_model_dir
 from core.files import file_sha256
 from core.jobs.folder import JobFolder, cancel, find_job
@@ -98,7 +98,7 @@ def _model_map(pairs: list[str]) -> dict[str, str] | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from core.check.checks import summary_lines
+    from core.check import summary_lines
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.check.checks import scan
+from core.check import scan
 from core.jobs.folder import JobFolder
 from core.jobs.output_file import CHAIN_FIELD, chain_hash, read_lines, split_chain
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from core.check.checks import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
+from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.config import data_paths
 from core.devices import gpu_problems
 from core.jobs.folder import JobFolder, create_job, start_worker

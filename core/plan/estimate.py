@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.check.checks import CheckReport
+from core.check import CheckReport
 from core.config import data_paths
 from core.files import write_json_atomic
 from core.plan.pricing import PriceTable

@@ -31,7 +31,7 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from core.check.checks import scan
+from core.check import scan
 from core.check.requests import EngineRequest
 from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
 from core.jobs.ledger import read_ledger, shard_ids

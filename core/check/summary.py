@@ -1,0 +1,406 @@
+"""Folding checked lines into a :class:`CheckReport`: distributions, totals, prompt tokens
+counted with the model's tokenizer, and lines that do not fit its context."""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from core.check.fast_path import FastChatLine, fast_chat_settings
+from core.check.report import (
+    CONTEXT_EXCEEDED,
+    DUPLICATE_ID,
+    EMPTY_FILE,
+    HISTOGRAM_EDGES,
+    LISTED_LINES,
+    NOT_RUNNABLE,
+    CheckedLine,
+    CheckReport,
+    Problem,
+)
+from core.check.requests import CHAT_URL
+from core.check.scanner import Batch
+from core.schemas import JobDefaults
+
+
+def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
+    """The local model folder a body's ``model`` runs on (unmapped names: the default)."""
+    return model_map.get(name or "", default_folder) or default_folder
+
+
+@dataclass
+class TokenCheck:
+    """Token counting for the lines of one check, one counter per local model folder."""
+
+    default_folder: str
+    model_map: dict[str, str]
+    counters: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def counter(self, folder: str) -> Any:
+        from core.check.tokens import TokenizerError, load_counter
+
+        if folder in self.counters or folder in self.failed:
+            return self.counters.get(folder)
+        try:
+            counter = load_counter(folder)
+        except TokenizerError as exc:
+            self.failed[folder] = str(exc)
+            return None
+        counter.start_file()
+        self.counters[folder] = counter
+        return counter
+
+
+def _prompt_of(item: FastChatLine | CheckedLine) -> tuple[str | None, Any, str | None] | None:
+    """``(model, messages, prompt)`` of a line that has a request, for token counting."""
+    if type(item) is not CheckedLine:
+        body = item.body
+        return body.model, [{"role": m.role, "content": m.content} for m in body.messages], None
+    request = item.request
+    if request is None:
+        return None
+    return request.model, request.messages, request.prompt
+
+
+class Summary:
+    """Folds checked lines into a :class:`CheckReport`, a batch at a time."""
+
+    def __init__(
+        self,
+        report: CheckReport,
+        defaults: JobDefaults,
+        tokens: TokenCheck | None,
+        valid_out: BinaryIO | None,
+    ) -> None:
+        self.report = report
+        self.defaults = defaults
+        self.tokens = tokens
+        self.valid_out = valid_out
+        self.default_lines: list[int] = []
+        # (valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted) -> lines:
+        # one counter update per line; the distributions are unfolded from it at the end.
+        self.shapes: Counter = Counter()
+
+    def _count_tokens(self, batch: Batch) -> dict[int, tuple[int, int | None] | Problem]:
+        """Prompt tokens and context length (or the template's refusal) per batch position."""
+        from core.check.tokens import TokenizerError
+
+        tokens = self.tokens
+        by_folder: dict[str, list[tuple[int, Any, str | None]]] = {}
+        for index, item in enumerate(batch.items):
+            prompt = _prompt_of(item)
+            if prompt is not None:
+                folder = resolve_model(prompt[0], tokens.model_map, tokens.default_folder)
+                by_folder.setdefault(folder, []).append((index, prompt[1], prompt[2]))
+        counts: dict[int, tuple[int, int | None] | Problem] = {}
+        for folder, entries in by_folder.items():
+            counter = tokens.counter(folder)
+            if counter is None:
+                continue
+            context = counter.context_length
+            if context is not None:  # a prompt far beyond the context is not worth encoding
+                # A line holds at least as many bytes as its prompt has characters.
+                longest = (context + 1) * counter.max_token_chars
+                kept = []
+                for entry in entries:
+                    if len(batch.raws[entry[0]]) < longest:
+                        kept.append(entry)
+                        continue
+                    bound = counter.lower_bound(entry[1], entry[2])
+                    if bound > context:
+                        index = entry[0]
+                        counts[index] = Problem(
+                            batch.line_nos[index],
+                            "error",
+                            f"the prompt has at least {bound:,} tokens; the model's context is "
+                            f"{context:,}: shorten it",
+                            batch.items[index].custom_id,
+                            CONTEXT_EXCEEDED,
+                            "body.messages",
+                        )
+                    else:
+                        kept.append(entry)
+                entries = kept
+            pairs = [(messages, prompt) for _, messages, prompt in entries]
+            try:
+                numbers = counter.count_prompts(pairs)
+            except TokenizerError:  # a conversation the template refuses: count one by one
+                numbers = [self._count_one(counter, pair) for pair in pairs]
+            for (index, _, _), number in zip(entries, numbers, strict=True):
+                if isinstance(number, str):
+                    cid = batch.items[index].custom_id
+                    counts[index] = Problem(batch.line_nos[index], "error", number, cid)
+                else:
+                    counts[index] = (number, counter.context_length)
+        return counts
+
+    @staticmethod
+    def _count_one(counter: Any, pair: tuple) -> int | str:
+        """One prompt's count, or the reason the chat template refused it."""
+        from core.check.tokens import TokenizerError
+
+        try:
+            return counter.count_prompts([pair])[0]
+        except TokenizerError as exc:
+            return str(exc)
+
+    @staticmethod
+    def _context_problem(
+        line_no: int, cid: str | None, max_out: int, prompt: int, context: int | None
+    ) -> Problem | None:
+        if context is None:
+            return None
+        if prompt >= context:
+            return Problem(
+                line_no,
+                "error",
+                f"the prompt has {prompt} tokens; the model's context is {context}: shorten it "
+                f"by at least {prompt - context + 1} tokens",
+                cid,
+                CONTEXT_EXCEEDED,
+                "body.messages",
+            )
+        if prompt + max_out > context:
+            over = prompt + max_out - context
+            return Problem(
+                line_no,
+                "warning",
+                f"prompt {prompt} + max output {max_out} tokens exceeds the context of "
+                f"{context} by {over}; the answer stops after {context - prompt} tokens "
+                f"(set max_tokens to {context - prompt} or shorten the prompt)",
+                cid,
+                CONTEXT_EXCEEDED,
+                "body.max_tokens",
+            )
+        return None
+
+    def _problem(self, problem: Problem) -> None:
+        report = self.report
+        if problem.severity == "warning":
+            report.warnings += 1
+        elif problem.code == DUPLICATE_ID:
+            report.duplicates += 1
+        elif problem.code == NOT_RUNNABLE:
+            report.not_runnable += 1
+        report.add(problem)
+
+    def add_batch(self, batch: Batch) -> None:
+        report = self.report
+        counts = self._count_tokens(batch) if self.tokens is not None else None
+        shapes = self.shapes
+        defaults = self.defaults
+        for index, item in enumerate(batch.items):
+            if item is None:  # counted by the scanner: valid, nothing more to fold in
+                if self.valid_out is not None:
+                    self.valid_out.write(batch.raws[index].rstrip(b"\r\n") + b"\n")
+                continue
+            line_no, raw, roles = batch.line_nos[index], batch.raws[index], batch.roles[index]
+            counted = counts.get(index) if counts else None
+            refused = None
+            if type(counted) is Problem:
+                refused, counted = counted, None
+            if roles is not None:  # the common chat line: no problems so far
+                body = item.body
+                max_tokens, temperature, top_p, defaulted = fast_chat_settings(body, defaults)
+                n = body.n or 1
+                valid = True
+                if refused is not None:
+                    report.over_context += refused.code == CONTEXT_EXCEEDED
+                    self._problem(refused)
+                    valid = False
+                elif counted is not None:
+                    problem = self._context_problem(
+                        line_no, item.custom_id, max_tokens * n, *counted
+                    )
+                    if problem is not None:
+                        report.over_context += 1
+                        self._problem(problem)
+                        valid = problem.severity != "error"
+                key = (valid, CHAT_URL, body.model, roles, max_tokens, n, temperature, top_p)
+                shapes[(*key, defaulted)] += 1
+                if not valid:
+                    continue
+                model = body.model
+            else:
+                request = item.request
+                if refused is not None:
+                    report.over_context += refused.code == CONTEXT_EXCEEDED
+                    item.problems.append(refused)
+                elif counted is not None:
+                    sampling = request.sampling
+                    problem = self._context_problem(
+                        line_no,
+                        item.custom_id,
+                        sampling["max_tokens"] * sampling.get("n", 1),
+                        *counted,
+                    )
+                    if problem is not None:
+                        report.over_context += 1
+                        item.problems.append(problem)
+                for problem in item.problems:
+                    self._problem(problem)
+                if request is None:
+                    continue
+                valid = item.valid
+                sampling = request.sampling
+                defaulted = request.defaulted
+                max_tokens, n = sampling["max_tokens"], sampling.get("n", 1)
+                shapes[
+                    valid,
+                    request.url,
+                    request.model,
+                    tuple([m["role"] for m in request.messages]),
+                    max_tokens,
+                    n,
+                    sampling["temperature"],
+                    sampling["top_p"],
+                    defaulted,
+                ] += 1
+                if not valid:
+                    continue
+                model = request.model
+            if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
+                self.default_lines.append(line_no)
+            if self.valid_out is not None:
+                self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
+            if self.tokens is not None:
+                self._add_local(model, max_tokens * n, counted)
+        report.lines += len(batch)
+
+    def _add_local(
+        self, model: str | None, max_out: int, counted: tuple[int, int | None] | None
+    ) -> None:
+        """Adds a valid line to its local model's totals and the token histogram."""
+        report, tokens = self.report, self.tokens
+        folder = resolve_model(model, tokens.model_map, tokens.default_folder)
+        local = report.by_local_model.get(folder)
+        if local is None:
+            local = report.by_local_model[folder] = {
+                "folder": folder,
+                "name": Path(folder).name,
+                "lines": 0,
+                "prompt_tokens": 0,
+                "max_output_tokens": 0,
+            }
+        local["lines"] += 1
+        local["max_output_tokens"] += max_out
+        if counted is not None:
+            prompt = counted[0]
+            local["prompt_tokens"] += prompt
+            report.prompt_tokens += prompt
+            report.prompt_tokens_max = max(report.prompt_tokens_max, prompt)
+            report.token_histogram[bisect.bisect_right(HISTOGRAM_EDGES, prompt)] += 1
+
+    def _unfold_shapes(self) -> None:
+        report = self.report
+        effective = {name: Counter() for name in ("max_tokens", "temperature", "top_p")}
+        valid_lines = 0
+        for shape, lines in self.shapes.items():
+            valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted = shape
+            report.urls[url] += lines
+            report.models[model or ""] += lines
+            for role in roles:
+                report.roles[role] += lines
+            if not valid:
+                continue
+            valid_lines += lines
+            report.max_output_tokens += max_tokens * n * lines
+            values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
+            for name, value in values.items():
+                source = "job default" if name in defaulted else "body"
+                effective[name][f"{value} ({source})"] += lines
+            if "max_tokens" in defaulted:
+                report.default_max_lines += lines
+        report.effective = effective
+        report.valid = valid_lines
+        report.invalid = report.lines - valid_lines
+
+    def merge(self, part: Part) -> None:
+        """Folds in the summary of a later part of the file, checked by a helper process."""
+        report, other = self.report, part.report
+        for name in SUMMED_FIELDS:
+            setattr(report, name, getattr(report, name) + getattr(other, name))
+        report.prompt_tokens_max = max(report.prompt_tokens_max, other.prompt_tokens_max)
+        report.token_histogram = [
+            a + b for a, b in zip(report.token_histogram, other.token_histogram, strict=True)
+        ]
+        for problem in other.problems:
+            report.add(problem)
+        for folder, theirs in other.by_local_model.items():
+            zero = dict.fromkeys(("lines", "prompt_tokens", "max_output_tokens"), 0)
+            ours = report.by_local_model.setdefault(folder, {**theirs, **zero})
+            for name in ("lines", "prompt_tokens", "max_output_tokens"):
+                ours[name] += theirs[name]
+        self.shapes.update(part.shapes)
+        self.default_lines += part.default_lines
+        if self.tokens is not None:
+            self.tokens.failed.update(part.token_failed)
+
+    def finish(self, bom: bool, crlf: bool) -> None:
+        """Adds the file-level notes and unfolds the distributions (call once, at the end)."""
+        report = self.report
+        self._unfold_shapes()
+        notes = []
+        if bom:
+            notes.append("the file starts with a UTF-8 byte order mark (BOM); it is ignored")
+        if crlf:
+            notes.append("the file has Windows line endings (CRLF); they are accepted")
+        if report.default_max_lines:
+            first = sorted(self.default_lines)[:LISTED_LINES]
+            listed = ", ".join(str(n) for n in first)
+            more = " ..." if report.default_max_lines > len(first) else ""
+            lines_set = (
+                "1 line sets"
+                if report.default_max_lines == 1
+                else (f"{report.default_max_lines:,} lines set")
+            )
+            notes.append(
+                f"{lines_set} no max output tokens; the job default "
+                f"max_tokens={report.defaults.get('max_tokens')} applies (lines {listed}{more})"
+            )
+        if self.tokens is not None:
+            for folder, reason in self.tokens.failed.items():
+                report.token_notes.append(f"prompt tokens not counted for {folder}: {reason}")
+            report.tokens_counted = bool(self.tokens.counters)
+            report.model_map = {
+                name: resolve_model(name, self.tokens.model_map, self.tokens.default_folder)
+                for name in report.models
+            }
+            for folder, local in report.by_local_model.items():
+                counter = self.tokens.counter(folder)  # loaded here if only a helper used it
+                local["context_length"] = counter.context_length if counter else None
+        for note in notes + report.token_notes:
+            report.problems.insert(0, Problem(0, "note", note))
+        if report.lines == 0 and not report.cancelled:
+            message = "the file has no request lines (it is empty or blank)"
+            report.add(Problem(0, "error", message, code=EMPTY_FILE))
+
+
+# Report counters a part of the file adds to the whole.
+SUMMED_FIELDS = (
+    "lines",
+    "warnings",
+    "duplicates",
+    "not_runnable",
+    "over_context",
+    "prompt_tokens",
+    "problems_dropped",
+)
+
+
+@dataclass
+class Part:
+    """What a helper process found in its byte range of the file (see :func:`check_file`)."""
+
+    report: CheckReport
+    shapes: Counter
+    default_lines: list[int]
+    crlf: bool
+    token_failed: dict[str, str]
+    ids: bytes  # the range's ids, as a msgpack list
+    id_lines: array  # each id's first line in the range
