@@ -1,5 +1,5 @@
 """``python -m core``: the command line."""
 
-from core.cli.commands import main
+from core.cli.main import main
 
 raise SystemExit(main())

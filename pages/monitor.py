@@ -40,7 +40,7 @@ def _duration(seconds: float | None) -> str:
 
 def ray_section(job: JobFolder) -> None:
     """Per-node and per-replica progress of a job on a Ray cluster (its ``ray.json``)."""
-    from core.run.ray_cluster import read_ray_stats
+    from core.run.ray_stats import read_ray_stats
 
     stats = read_ray_stats(job.path)
     if not stats:

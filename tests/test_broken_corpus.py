@@ -12,7 +12,7 @@ import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.check import check_file
-from core.cli.commands import main
+from core.cli.main import main
 from core.config import REPO_ROOT, default_model_dir
 from tests.conftest import run_cli
 

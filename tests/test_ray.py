@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
-from core.run.ray_cluster import read_ray_stats  # noqa: E402
+from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]

@@ -36,6 +36,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from core.check.chat_template import ChatRenderer, TokenizerError, context_length, template_source
 from core.check.requests import LEADING_ROLES, EngineRequest
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
@@ -52,27 +53,9 @@ ASCII_PRETOKENS = re.compile(
     rf"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\t\n\v\f\r A-Za-z0-9]+"
     rf"|{_WS}+(?![^\t\n\v\f\r ])|{_WS}+"
 ).findall
-CONTEXT_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "max_sequence_length",
-)
 VERIFY_TEXTS = 64  # texts of each file counted both ways before the fast path is trusted
 PIECE_CACHE_LIMIT = 400_000  # distinct chunks (and pre-tokens) kept
 MESSAGE_CACHE_LIMIT = 20_000  # repeated system/developer messages kept
-PROBES: list[list[dict[str, str]]] = [
-    [{"role": "user", "content": "Hi there"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
-    [
-        {"role": "system", "content": "S"},
-        {"role": "user", "content": "a\nb"},
-        {"role": "assistant", "content": " x "},
-        {"role": "user", "content": "ok"},
-    ],
-    [{"role": "developer", "content": "D"}, {"role": "user", "content": "u"}],
-]
 PROBE_TEXTS = [
     "Hello, world! It's 2024-05-02T08:14:00Z; charge $49.00 twice?",
     "  leading spaces\n\n\ttabs and\r\nCRLF   trailing   ",
@@ -82,119 +65,6 @@ PROBE_TEXTS = [
     "a\x0bb\x0cc\x1cd  \x1f e\x85 f\xa0g x \x1c\x1d y",
     "tab\there  \n  x\n",
 ]
-
-
-class TokenizerError(ValueError):
-    """The folder has no tokenizer or chat template that can be used; the message says why."""
-
-
-def context_length(folder: Path) -> int | None:
-    """The model's context length from its ``config.json`` (None when not stated)."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    for source in (config, config.get("text_config") or {}):
-        for key in CONTEXT_KEYS:
-            if isinstance(source.get(key), int) and source[key] > 0:
-                return source[key]
-    return None
-
-
-def _template_source(folder: Path) -> tuple[str | None, dict[str, Any]]:
-    """The chat template text (or None) and the tokenizer config."""
-    config: dict[str, Any] = {}
-    config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except ValueError:
-            config = {}
-    jinja_file = folder / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8"), config
-    template = config.get("chat_template")
-    if isinstance(template, list):  # named templates: take the default one
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    return (template if isinstance(template, str) else None), config
-
-
-def _token_text(value: Any) -> str:
-    if isinstance(value, dict):
-        return str(value.get("content", ""))
-    return "" if value is None else str(value)
-
-
-class ChatRenderer:
-    """Renders messages with a model's chat template (ChatML by joins when it matches)."""
-
-    def __init__(self, template: str, tokenizer_config: dict[str, Any]) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        # The same environment settings transformers uses for chat templates.
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-        def raise_exception(message: str) -> None:
-            raise TokenizerError(f"the chat template refused the conversation: {message}")
-
-        env.globals["raise_exception"] = raise_exception
-        env.filters["tojson"] = lambda value, indent=None: json.dumps(
-            value, ensure_ascii=False, indent=indent
-        )
-        try:
-            self._template = env.from_string(template)
-        except Exception as exc:  # jinja2 raises several kinds; all mean "unusable here"
-            raise TokenizerError(f"the chat template does not compile: {exc}") from None
-        self._special = {
-            name: _token_text(tokenizer_config.get(name))
-            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
-        }
-        self.chatml_default_system = self._detect_chatml()
-
-    def render_jinja(self, messages: list[dict[str, str]]) -> str:
-        try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=True, **self._special
-            )
-        except TokenizerError:
-            raise
-        except Exception as exc:
-            raise TokenizerError(f"the chat template failed: {exc}") from None
-
-    @staticmethod
-    def _chatml(messages: list[dict[str, str]], default_system: str | None) -> str:
-        parts = []
-        if default_system is not None and messages[0]["role"] != "system":
-            parts.append(f"<|im_start|>system\n{default_system}<|im_end|>\n")
-        parts.extend(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        parts.append("<|im_start|>assistant\n")
-        return "".join(parts)
-
-    def _detect_chatml(self) -> str | bool | None:
-        """The default system text when the template is ChatML ("" for none), else False."""
-        try:
-            first = self.render_jinja(PROBES[0])
-        except TokenizerError:
-            return False
-        head = "<|im_start|>system\n"
-        default: str | None = None
-        if first.startswith(head):
-            default = first[len(head) : first.find("<|im_end|>")]
-        try:
-            same = all(self.render_jinja(p) == self._chatml(p, default) for p in PROBES)
-        except TokenizerError:
-            return False
-        return default if same else False
-
-    @property
-    def is_chatml(self) -> bool:
-        return self.chatml_default_system is not False
-
-    def render(self, messages: list[dict[str, str]]) -> str:
-        if self.chatml_default_system is False:
-            return self.render_jinja(messages)
-        return self._chatml(messages, self.chatml_default_system)  # type: ignore[arg-type]
 
 
 class _Counts(dict):
@@ -239,7 +109,7 @@ class TokenCounter:
             spec = json.loads(tokenizer_file.read_text(encoding="utf-8"))
         except Exception as exc:  # a corrupt file: say so instead of a traceback
             raise TokenizerError(f"{tokenizer_file} cannot be read: {exc}") from None
-        template, config = _template_source(self.folder)
+        template, config = template_source(self.folder)
         if template is None:
             raise TokenizerError(
                 f"{self.folder} has no chat template (chat_template.jinja or "

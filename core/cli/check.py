@@ -1,0 +1,160 @@
+"""``check`` and ``build``: a batch file checked line by line, or built from a table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.check import check_file
+from core.cli.common import (
+    EXIT_INVALID,
+    EXIT_USAGE,
+    defaults_arguments,
+    input_file,
+    job_defaults,
+    model_map_of,
+    print_report,
+)
+from core.config import default_model_dir
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from core.check import summary_lines
+    from core.plan.estimate import estimate, estimate_lines
+    from core.plan.pricing import load_prices
+
+    file = input_file(args.file)
+    model_map = model_map_of(args.map)
+    defaults = job_defaults(args)
+    if file is None or model_map is None or defaults is None:
+        return EXIT_USAGE
+    model = None
+    if not args.no_tokens:
+        model = Path(args.model).expanduser() if args.model else default_model_dir()
+        if not (model / "tokenizer.json").is_file():
+            if args.model:
+                print(f"error: {model} has no tokenizer.json", file=sys.stderr)
+                return EXIT_USAGE
+            model = None  # the built-in model is not prepared: check the structure only
+    report = check_file(
+        file, defaults, model_folder=model, model_map=model_map, valid_out=args.valid_out
+    )
+    prices = load_prices()
+    if args.budget is not None:
+        prices.budget = args.budget
+    result = estimate(report, prices)
+    data = report.to_dict()
+    data["estimate"] = result.to_dict()
+    if args.report:
+        Path(args.report).write_text(json.dumps(data, ensure_ascii=False, indent=1), "utf-8")
+    if args.json:
+        print(json.dumps(data, ensure_ascii=False, indent=1))
+        return 0 if report.ok else EXIT_INVALID
+    print_report(report)
+    print("summary:")
+    for line in summary_lines(report):
+        print(f"  {line}")
+    if model is None:
+        print("  prompt tokens not counted (no model folder with a tokenizer; see --model)")
+    print("estimate:")
+    for line in estimate_lines(result):
+        print(f"  {line}")
+    if args.valid_out:
+        print(f"valid lines written to {args.valid_out} ({report.valid})")
+    return 0 if report.ok else EXIT_INVALID
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
+
+    table_file = input_file(args.table)
+    if table_file is None:
+        return EXIT_USAGE
+    user_template = args.user_template
+    if args.user_template_file:
+        user_template = Path(args.user_template_file).read_text(encoding="utf-8")
+    if not user_template:
+        print("error: give --user-template or --user-template-file", file=sys.stderr)
+        return EXIT_USAGE
+    params = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p}
+    spec = BuildSpec(
+        user_template=user_template,
+        system_prompt=args.system or "",
+        id_column=args.id_column,
+        task=args.task,
+        model=args.model_name,
+        prompt_version=args.prompt_version,
+        job_id=args.job_id or "",
+        params=params,
+        skip_empty=not args.keep_empty,
+    )
+    try:
+        table = read_table(table_file)
+        if args.preview:
+            result = preview(table, spec, args.preview)
+            for line in result.lines:
+                print(json.dumps(line, ensure_ascii=False, indent=1))
+        else:
+            result = build_file(table, spec, args.output)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    for problem in result.problems[:50]:
+        print(f"  {problem}")
+    if len(result.problems) > 50:
+        print(f"  ... and {len(result.problems) - 50} more")
+    if not args.preview:
+        print(f"{result.written} of {result.rows} rows written to {args.output}")
+    return 0 if result.written else EXIT_INVALID
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    check = commands.add_parser("check", help="check a batch file line by line")
+    check.add_argument("file")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument(
+        "--model",
+        help=f"model folder whose tokenizer counts tokens (default: {default_model_dir()})",
+    )
+    check.add_argument("--no-tokens", action="store_true", help="check the structure only")
+    check.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="run body.model NAME on a local model folder (repeatable; default: --model)",
+    )
+    check.add_argument("--valid-out", metavar="FILE", help="write the valid lines to FILE")
+    check.add_argument("--report", metavar="FILE", help="write the JSON report to FILE")
+    check.add_argument("--budget", type=float, help="budget for this run (price table currency)")
+    defaults_arguments(check)
+    check.set_defaults(handler=cmd_check)
+
+    build = commands.add_parser(
+        "build", help="build a batch file from a CSV, Parquet or Excel table"
+    )
+    build.add_argument("table")
+    build.add_argument("-o", "--output", help="the batch JSONL to write")
+    build.add_argument("--user-template", default="", help="user prompt, Jinja2: {{ column }}")
+    build.add_argument("--user-template-file", help="read the user prompt template from a file")
+    build.add_argument("--system", help="system prompt (may use {{ column }} too)")
+    build.add_argument("--id-column", help="column with each row's id (default: row numbers)")
+    build.add_argument("--task", default="task", help="task name; custom_id is TASK:ID")
+    build.add_argument("--model-name", default="gpt-4o-mini", help="body.model of each line")
+    build.add_argument("--prompt-version", default="v1")
+    build.add_argument("--job-id", help="job_id put into each body's metadata")
+    build.add_argument("--max-tokens", type=int)
+    build.add_argument("--temperature", type=float)
+    build.add_argument("--top-p", type=float)
+    build.add_argument(
+        "--keep-empty",
+        action="store_true",
+        help="render empty cells as '' instead of leaving rows out",
+    )
+    build.add_argument(
+        "--preview", type=int, metavar="N", help="print the first N lines; write nothing"
+    )
+    build.set_defaults(handler=cmd_build)

@@ -1,0 +1,69 @@
+"""What every command group shares: exit codes, arguments and printing."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from core.check import CheckReport
+from core.schemas import JobDefaults, problems_of
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_JOB_FAILED = 3
+EXIT_WITH_ERRORS = 4  # the job completed, and some of its requests failed
+
+
+def defaults_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("job defaults (for fields a body leaves out)")
+    default = JobDefaults()
+    group.add_argument("--max-tokens", type=int, default=default.max_tokens)
+    group.add_argument("--temperature", type=float, default=default.temperature)
+    group.add_argument("--top-p", type=float, default=default.top_p)
+
+
+def job_defaults(args: argparse.Namespace) -> JobDefaults | None:
+    """The job defaults given on the command line; None (after saying why) when out of range."""
+    try:
+        return JobDefaults(
+            max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p
+        )
+    except ValidationError as exc:
+        for problem in problems_of(exc):
+            print(f"error: job default {problem}", file=sys.stderr)
+        return None
+
+
+def print_report(report: CheckReport, limit: int = 50) -> None:
+    print(
+        f"{report.path}: {report.lines} lines, {report.valid} valid, {report.invalid} invalid, "
+        f"{report.warnings} warnings"
+    )
+    for problem in report.problems[:limit]:
+        print(f"  {problem}")
+    hidden = len(report.problems) - limit + report.problems_dropped
+    if hidden > 0:
+        print(f"  ... and {hidden} more (use --json for all)")
+
+
+def input_file(path: str) -> Path | None:
+    file = Path(path)
+    if not file.is_file():
+        print(f"error: {file} does not exist or is not a file", file=sys.stderr)
+        return None
+    return file
+
+
+def model_map_of(pairs: list[str]) -> dict[str, str] | None:
+    """``NAME=FOLDER`` arguments as a dict; None (after a message) when one is malformed."""
+    mapping = {}
+    for pair in pairs:
+        name, sep, folder = pair.partition("=")
+        if not sep or not name or not folder:
+            print(f"error: --map {pair!r}: write NAME=FOLDER", file=sys.stderr)
+            return None
+        mapping[name] = str(Path(folder).expanduser())
+    return mapping

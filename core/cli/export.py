@@ -1,0 +1,88 @@
+"""``export``: results, errors, samples, labels and tallies from the DuckDB store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from core.cli.common import (
+    EXIT_USAGE,
+)
+from core.config import data_paths
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Writes results (filtered), the error file, a sample with labels, labels or tallies."""
+    import duckdb  # the store is only opened here: other commands never touch DuckDB
+
+    from core.store.db import Store, export
+    from core.store.results import ResultFilter
+
+    fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"
+    paths = data_paths()
+    try:
+        store = Store(paths.database)
+    except duckdb.IOException:
+        print(
+            "error: the database is open in the app; export from its pages, or stop the app",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        store.ingest_all(paths.jobs)
+        known = set(store.jobs()["job_id"])
+        missing = [j for j in args.jobs if j not in known]
+        if missing:
+            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.what == "results":
+            if not args.jobs:
+                print("error: name at least one job", file=sys.stderr)
+                return EXIT_USAGE
+            flt = ResultFilter(
+                job_ids=args.jobs,
+                statuses=args.status or [],
+                finish_reasons=args.finish_reason or [],
+                search=args.search or "",
+            )
+            rows = export.export_results(store, flt, args.output, fmt)
+        elif args.what == "errors":
+            rows = export.export_errors(store, args.jobs, args.output)
+        elif args.what == "sample":
+            if not args.sample:
+                print("error: --sample SAMPLE_ID is required", file=sys.stderr)
+                return EXIT_USAGE
+            rows = export.export_sample(store, args.sample, args.output, fmt)
+        elif args.what == "labels":
+            rows = export.export_labels(store, args.output, fmt)
+        else:
+            rows = export.export_tally(store, args.output, fmt)
+    except export.ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    print(f"{rows} rows written to {args.output}")
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    exp = commands.add_parser("export", help="export results, errors, samples, labels")
+    exp.add_argument("jobs", nargs="*", help="job ids (results and errors)")
+    exp.add_argument("-o", "--output", required=True, help="file to write")
+    exp.add_argument(
+        "--what",
+        choices=["results", "errors", "sample", "labels", "tally"],
+        default="results",
+        help="what to export (default: results, with their review labels)",
+    )
+    exp.add_argument(
+        "--format", choices=["csv", "parquet", "jsonl", "xlsx"], help="default: from -o suffix"
+    )
+    exp.add_argument("--status", action="append", help="only this status (repeatable)")
+    exp.add_argument("--finish-reason", action="append", help="only this finish reason")
+    exp.add_argument("--search", help="only results whose prompt or answer has this text")
+    exp.add_argument("--sample", help="the sample id (with --what sample)")
+    exp.set_defaults(handler=cmd_export)

@@ -1,0 +1,326 @@
+"""Jobs: ``run``, ``resume``, ``retry``, ``cancel``, ``reconcile``, ``verify`` and ``watch``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from subprocess import Popen
+
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from core.cli.common import (
+    EXIT_INVALID,
+    EXIT_JOB_FAILED,
+    EXIT_USAGE,
+    EXIT_WITH_ERRORS,
+    defaults_arguments,
+    input_file,
+    job_defaults,
+    model_map_of,
+    print_report,
+)
+from core.config import data_paths, default_model_dir
+from core.files import file_sha256
+from core.jobs.folder import JobFolder, cancel, find_job
+from core.jobs.ledger import (
+    read_ledger,
+    reconcile,
+    shards,
+    verify,
+    write_combined,
+    write_rerun_file,
+)
+from core.jobs.queue import EngineLock
+from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
+from core.model_folders import ModelError, check_model_folder, prepare_default_model
+from core.run.ray_cluster import ray_settings
+from core.schemas import EngineConfig, JobStatus, RaySettings, problems_of
+
+
+def _print_refusal(refused: Refused) -> None:
+    """Prints why a job was not started; a file's problems first, then every reason."""
+    if refused.report is not None and refused.report.problems:
+        print_report(refused.report)
+    for problem in refused.problems:
+        print(f"refused: {problem}", file=sys.stderr)
+
+
+def _ray(args: argparse.Namespace) -> tuple[RaySettings | None, bool]:
+    """The Ray settings given (None: this machine), and whether they are valid."""
+    try:
+        settings = ray_settings(
+            args.ray, args.replicas, args.replica_gpus, args.replica_cpus, args.replica_resources
+        )
+    except ValidationError as exc:
+        for problem in problems_of(exc):
+            print(f"error: Ray setting {problem}", file=sys.stderr)
+        return None, False
+    return settings, True
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # Everything given is checked before the model is prepared or any job is made.
+    file = input_file(args.file)
+    model_map = model_map_of(args.map)
+    defaults = job_defaults(args)
+    ray, ray_ok = _ray(args)
+    if file is None or model_map is None or defaults is None or not ray_ok:
+        return EXIT_USAGE
+    try:
+        model = check_model_folder(args.model) if args.model else prepare_default_model()
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    output = Path(args.output).resolve()
+    job = None if args.restart else find_job(data_paths().jobs, file_sha256(file), str(output))
+    try:
+        if job is not None:
+            print(f"continuing job {job.job_id}: requests with a result are not run again")
+            started = resubmit(job)
+        else:
+            submission = Submission(
+                engine=EngineConfig(model=str(model)),
+                defaults=defaults,
+                skip_invalid=args.skip_invalid,
+                chunk_size=args.chunk_size,
+                shard_size=args.shard_size,
+                model_map=model_map,
+                output_path=str(output),
+                ray=ray,
+            )
+            started = submit(file, submission)
+    except Refused as refused:
+        _print_refusal(refused)
+        return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
+    return _follow_to_end(started.job, output, started.worker)
+
+
+def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
+    """Follows a started job to its end, writes the combined output file, and returns the
+    exit code that says how it ended."""
+    print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
+    try:
+        status = _follow(job, worker)
+    except KeyboardInterrupt:
+        print(cancel(job), file=sys.stderr)
+        worker.wait()
+        status = job.read_status()
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_combined(job, output)
+    print(
+        f"job {job.job_id} {status.display_state}: {status.succeeded} succeeded, "
+        f"{status.failed} failed" + (f"; output in {output}" if output else "")
+    )
+    if status.state != "completed":
+        print(f"error: {status.error or status.message}", file=sys.stderr)
+        return EXIT_JOB_FAILED
+    return EXIT_WITH_ERRORS if status.failed else 0
+
+
+def _follow(job: JobFolder, worker: Popen) -> JobStatus:
+    """Shows the job's progress until it ends (it may first wait for another job)."""
+    with tqdm(total=0, unit="req", disable=None) as bar:
+        while True:
+            status = job.read_status()
+            bar.total = status.total
+            bar.set_postfix_str(status.state)
+            bar.update(status.done - bar.n)
+            if status.is_final or status.interrupted:
+                return status
+            stranded = worker.poll() is not None and status.state == "queued"
+            if stranded and EngineLock(job.path.parent).holder() is None:  # nobody took it
+                worker = take_up(job)
+            time.sleep(0.5)
+
+
+def _job(job_id: str) -> JobFolder | None:
+    job = JobFolder(data_paths().jobs / Path(job_id).name)
+    if not job.spec_file.is_file():
+        print(f"error: no job {job_id!r} in {data_paths().jobs}", file=sys.stderr)
+        return None
+    return job
+
+
+def _output_of(job: JobFolder) -> Path | None:
+    spec = job.read_spec()
+    return Path(spec.output_path) if spec.output_path else None
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    try:
+        started = resubmit(job, retry=args.retry, shard=getattr(args, "shard", None))
+    except Refused as refused:
+        _print_refusal(refused)
+        return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
+    return _follow_to_end(job, _output_of(job), started.worker)
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    print(cancel(job))
+    return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    report = reconcile(job)
+    if args.write_rerun:
+        ids = read_ledger(job).retryable()
+        count = write_rerun_file(job, ids, Path(args.write_rerun))
+        print(f"wrote {count} failed/expired/missing requests to {args.write_rerun}")
+    if args.json:
+        print(json.dumps(report.to_dict(), ensure_ascii=False, indent=1))
+        return 0 if report.complete else EXIT_INVALID
+    print(
+        f"job {job.job_id}: {report.requests} requests, {report.succeeded} succeeded, "
+        f"{report.failed} failed, {len(report.missing)} without a result "
+        f"({report.success_rate:.1%} success)"
+    )
+    for label, ids in (
+        ("duplicates", report.duplicates),
+        ("unexpected", report.unexpected),
+        ("missing", report.missing),
+    ):
+        if ids:
+            print(f"  {label}: {len(ids)}, e.g. {', '.join(ids[:5])}")
+    for failure, count in report.failures_by_class.items():
+        print(f"  {count:6d} x {failure}")
+    parts = shards(read_ledger(job), job.read_spec().shard_size)
+    if len(parts) > 1:
+        for part in parts:
+            print(
+                f"  shard {part.number} ({part.first} .. {part.last}): {part.state}, "
+                f"{part.succeeded} succeeded, {part.failed} failed, {part.missing} without a result"
+            )
+    return 0 if report.complete else EXIT_INVALID
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    result = verify(job)
+    if result.ok:
+        print(
+            f"job {job.job_id}: verified, {result.lines_checked} result lines, hash chains "
+            "intact, one result per request"
+        )
+        return 0
+    for problem in result.problems:
+        print(f"job {job.job_id}: {problem}")
+    return EXIT_INVALID
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Watches the inbox until interrupted: dropped files become queued jobs or are refused."""
+    from core.jobs.inbox import watch_inbox
+
+    paths = data_paths()
+    observer = watch_inbox(paths, str(check_model_folder(args.model)) if args.model else None)
+    print(
+        f"watching {paths.inbox} (valid files become queued jobs, invalid ones go to "
+        f"{paths.inbox / 'rejected'} with a report); Ctrl-C stops"
+    )
+    try:
+        while observer.is_alive():
+            observer.join(1)
+    except KeyboardInterrupt:
+        observer.stop()
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    run = commands.add_parser("run", help="run a batch file on the local engine")
+    run.add_argument("file")
+    run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
+    run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
+    run.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="NAME=FOLDER",
+        help="run body.model NAME on another model folder (repeatable; an A/B test in one job)",
+    )
+    run.add_argument(
+        "--restart",
+        action="store_true",
+        help="start a new job instead of continuing the last one for this file and output",
+    )
+    run.add_argument(
+        "--shard-size", type=int, default=10_000, help="requests per shard (a unit of retry)"
+    )
+    run.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="run the valid lines; invalid ones get an error line",
+    )
+    run.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        help="requests inside the engine at once (default: its max concurrent sequences)",
+    )
+    ray_group = run.add_argument_group("Ray cluster (needs requirements-ray.txt)")
+    ray_group.add_argument(
+        "--ray", metavar="ADDRESS", help="run on a Ray cluster: local, auto, HOST:6379, ray://..."
+    )
+    ray_group.add_argument("--replicas", type=int, default=1, help="engine replicas")
+    ray_group.add_argument(
+        "--replica-gpus", type=int, default=0, help="GPUs per replica (tensor parallel size)"
+    )
+    ray_group.add_argument("--replica-cpus", type=float, default=1, help="CPUs per replica")
+    ray_group.add_argument(
+        "--replica-resources",
+        type=json.loads,
+        default={},
+        metavar="JSON",
+        help="custom Ray resources per replica, e.g. '{\"slot\": 1}'",
+    )
+    defaults_arguments(run)
+    run.set_defaults(handler=cmd_run)
+
+    resume = commands.add_parser("resume", help="resume an interrupted or cancelled job")
+    resume.add_argument("job", help="job id")
+    resume.add_argument(
+        "--retry", action="store_true", help="also rerun failed requests (never invalid input)"
+    )
+    resume.set_defaults(handler=cmd_resume)
+
+    retry = commands.add_parser("retry", help="rerun a job's failed, expired and missing requests")
+    retry.add_argument("job", help="job id")
+    retry.add_argument("--shard", type=int, help="only this shard (0-based; see reconcile)")
+    retry.set_defaults(handler=cmd_resume, retry=True)
+
+    cancel_cmd = commands.add_parser("cancel", help="stop a running job; its results stay")
+    cancel_cmd.add_argument("job", help="job id")
+    cancel_cmd.set_defaults(handler=cmd_cancel)
+
+    rec = commands.add_parser("reconcile", help="compare a job's input and result lines")
+    rec.add_argument("job", help="job id")
+    rec.add_argument("--json", action="store_true", help="print the report as JSON")
+    rec.add_argument(
+        "--write-rerun",
+        metavar="FILE",
+        help="write the failed/expired/missing requests as a new batch file",
+    )
+    rec.set_defaults(handler=cmd_reconcile)
+
+    ver = commands.add_parser("verify", help="prove a job's results untampered and complete")
+    ver.add_argument("job", help="job id")
+    ver.set_defaults(handler=cmd_verify)
+    watch = commands.add_parser("watch", help="turn files dropped into the inbox into jobs")
+    watch.add_argument("--model", help="model folder for inbox jobs (default: built-in)")
+    watch.set_defaults(handler=cmd_watch)

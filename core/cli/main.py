@@ -1,0 +1,31 @@
+"""``python -m core``: the headless command line, for scripts and pipelines.
+
+python -m core check FILE.jsonl [--json] [--model DIR] [--map NAME=DIR] [--valid-out FILE]
+python -m core build TABLE.{csv,parquet,xlsx} -o OUT.jsonl --user-template "..." [options]
+python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--skip-invalid] [--restart]
+python -m core resume JOB [--retry] | retry JOB | cancel JOB
+python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
+python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
+python -m core models prepare
+
+One module per command group (check, jobs, export, models); each adds its commands here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from core.cli import check, export, jobs, models
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for group in (check, jobs, export, models):
+        group.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)

@@ -1,0 +1,185 @@
+"""``ray.json``: what a Ray job's replicas and nodes are doing, for Monitor.
+
+While a job runs on a Ray cluster, :class:`RayStats` keeps, per node and per replica, the
+requests done, each replica's state, memory, GPU memory, load and busy time, the nodes'
+resources and the dashboard link, and writes them to ``ray.json`` in the job folder every
+few seconds; :func:`read_ray_stats` reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from core.files import write_json_atomic
+from core.schemas import RaySettings, now_iso
+
+log = logging.getLogger(__name__)
+STATS_SECONDS = 5.0
+STATS_FILE = "ray.json"
+
+
+class RayStats:
+    """Per-node and per-replica progress and resources, written to ``ray.json``."""
+
+    def __init__(self, job_dir: Path | None, settings: RaySettings) -> None:
+        self.path = job_dir / STATS_FILE if job_dir is not None else None
+        self.settings = settings
+        self.dashboard_url: str | None = None
+        self.error: str | None = None
+        self.total = 0
+        self.reruns: list[int] = []
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.replicas: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = time.monotonic()
+
+    def start(self, total: int) -> None:
+        self.total = total
+        self._started = time.monotonic()
+        self._poll()
+        self._thread = threading.Thread(target=self._loop, name="ray-stats", daemon=True)
+        self._thread.start()
+
+    def rerun(self, count: int) -> None:
+        with self._lock:
+            self.reruns.append(count)
+        self.write()
+
+    def record(self, row: dict[str, Any], lines: list[dict]) -> None:
+        with self._lock:
+            done = len(lines)
+            failed = sum(1 for line in lines if line.get("error"))
+            node = self.nodes.setdefault(row["node_id"], {"node_id": row["node_id"]})
+            node["done"] = node.get("done", 0) + done
+            node["failed"] = node.get("failed", 0) + failed
+            replica = self.replicas.setdefault(
+                row["replica_id"], {"replica_id": row["replica_id"], "node_id": row["node_id"]}
+            )
+            replica["done"] = replica.get("done", 0) + done
+            replica["failed"] = replica.get("failed", 0) + failed
+            replica["shards"] = replica.get("shards", 0) + 1
+            replica["busy_seconds"] = round(replica.get("busy_seconds", 0) + row["seconds"], 2)
+            replica["pid"] = int(row["pid"])
+            replica.update(json.loads(row["resources"]))
+        self.write()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.write()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(STATS_SECONDS):
+            self._poll()
+
+    def _poll(self) -> None:
+        """Nodes and their resources from Ray's GCS; actor states from the state API."""
+        try:
+            import ray
+
+            total = ray.cluster_resources()
+            available = ray.available_resources()
+            nodes = ray.nodes()
+            actors = _replica_actors()
+        except Exception as exc:  # the cluster went away: keep what we know
+            log.debug("ray stats: %r", exc)
+            return
+        with self._lock:
+            self.cluster = {"total": total, "available": available}
+            for n in nodes:
+                node = self.nodes.setdefault(n["NodeID"], {"node_id": n["NodeID"]})
+                node.update(
+                    alive=bool(n.get("Alive")),
+                    address=n.get("NodeManagerAddress"),
+                    host=n.get("NodeManagerHostname"),
+                    resources={
+                        k: v
+                        for k, v in (n.get("Resources") or {}).items()
+                        if not k.startswith("node:")
+                    },
+                )
+            for actor in actors:
+                replica = self.replicas.setdefault(
+                    actor["replica_id"],
+                    {"replica_id": actor["replica_id"], "node_id": actor["node_id"]},
+                )
+                replica.update(
+                    state=actor["state"],
+                    node_id=actor["node_id"] or replica["node_id"],
+                    pid=actor["pid"] or replica.get("pid"),
+                )
+        self.write()
+
+    def write(self) -> None:
+        if self.path is None:
+            return
+        with self._lock:
+            data = {
+                "updated_at": now_iso(),
+                "elapsed_seconds": round(time.monotonic() - self._started, 1),
+                "settings": self.settings.model_dump(),
+                "dashboard_url": self.dashboard_url,
+                "requests": self.total,
+                "reruns": self.reruns,
+                "error": self.error,
+                "cluster": getattr(self, "cluster", {}),
+                "nodes": sorted(self.nodes.values(), key=lambda n: n["node_id"]),
+                "replicas": sorted(self.replicas.values(), key=lambda r: r["replica_id"]),
+            }
+        try:
+            write_json_atomic(self.path, data)
+        except OSError as exc:
+            log.warning("cannot write %s: %r", self.path, exc)
+
+
+def _replica_actors() -> list[dict[str, Any]]:
+    """The replica actors and their states: Ray's state API where the cluster runs its
+    dashboard (``ray[default]``), else the GCS actor table. Only this job's map workers."""
+    import ray
+
+    job_id = ray.get_runtime_context().get_job_id()
+    try:
+        from ray.util.state import list_actors
+
+        found = [
+            {
+                "replica_id": a.actor_id,
+                "node_id": a.node_id,
+                "state": a.state,
+                "cls": a.class_name,
+                "pid": a.pid,
+            }
+            for a in list_actors(
+                filters=[("job_id", "=", job_id)], limit=1000, raise_on_missing_output=False
+            )
+        ]
+    except Exception:  # no dashboard: the state API has no server to ask
+        table = ray._private.state.actors()  # the GCS table behind the state API
+        found = [
+            {
+                "replica_id": actor_id,
+                "node_id": (a.get("Address") or {}).get("NodeID"),
+                "state": a.get("State"),
+                "cls": a.get("ActorClassName", ""),
+                "pid": a.get("Pid"),
+            }
+            for actor_id, a in table.items()
+            if a.get("JobID") == job_id
+        ]
+    return [a for a in found if "MapWorker" in (a["cls"] or "")]
+
+
+def read_ray_stats(job_dir: str | Path) -> dict[str, Any] | None:
+    """A job's ``ray.json`` (None for a local job or before the cluster answered)."""
+    try:
+        return json.loads((Path(job_dir) / STATS_FILE).read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None

@@ -1,0 +1,130 @@
+"""The layout of core/ as README's "How it works" draws it, kept true by tests.
+
+Subpackages stand in layers and import only downwards: the command line and the store on
+top, then running jobs, the job folder, planning, the batch check, and at the ground the
+typed models and small helpers every layer shares. No module imports itself back through
+another, and none grows past about 500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from core.config import REPO_ROOT
+
+CORE = REPO_ROOT / "core"
+# Lower numbers are lower layers; a module may import its own layer or lower ones.
+LAYERS = {
+    "config": 0,
+    "schemas": 0,
+    "files": 0,
+    "devices": 0,
+    "model_folders": 0,
+    "core": 0,  # core/__init__.py: the version
+    "check": 1,
+    "plan": 2,
+    "jobs": 3,
+    "run": 4,
+    "store": 5,
+    "cli": 6,
+    "__main__": 7,
+}
+MAX_LINES = 500
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    path = REPO_ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports() -> dict[str, set[str]]:
+    """Every core module and the core modules it imports (lazy imports included)."""
+    graph: dict[str, set[str]] = {}
+    for path in CORE.rglob("*.py"):
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("core"):
+                found.add(node.module)
+                found.update(
+                    f"{node.module}.{a.name}"
+                    for a in node.names
+                    if is_module(f"{node.module}.{a.name}")
+                )
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.startswith("core"))
+        graph[module_name(path)] = found
+    return graph
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS[parts[1] if len(parts) > 1 else "core"]
+
+
+def test_every_import_runs_down_the_layers():
+    upward = [
+        f"{module} -> {target}"
+        for module, targets in imports().items()
+        for target in targets
+        if layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = imports()
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        for target in graph.get(module, ()):
+            if target in path:
+                cycles.append([*path[path.index(target):], target])
+            elif target in graph and target not in done:
+                visit(target, [*path, target])
+        done.add(module)
+
+    done: set[str] = set()
+    for module in graph:
+        visit(module, [module])
+    assert cycles == []
+
+
+def test_no_module_grows_past_about_five_hundred_lines():
+    sizes = {
+        str(path.relative_to(REPO_ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for folder in ("core", "pages")
+        for path in (REPO_ROOT / folder).rglob("*.py")
+    }
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_pages_hold_widgets_and_reach_the_store_only_through_public_methods():
+    for path in (REPO_ROOT / "pages").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+                assert node.attr.startswith("__"), f"{path.name} reaches into {node.attr}"
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
+                assert not {"duckdb", "subprocess"} & set(names), f"{path.name} imports {names}"
+
+
+def test_one_atomic_write_and_one_retry_policy():
+    """Files are replaced atomically by core/files.py alone, and engine faults are retried
+    by core/run/retry.py alone."""
+    replacing, retrying = [], []
+    for path in CORE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(REPO_ROOT))
+        if "mkstemp" in text or ".tmp" in text:
+            replacing.append(name)
+        if "BACKOFF" in text:
+            retrying.append(name)
+    assert replacing == ["core/files.py"]
+    assert retrying == ["core/run/retry.py"]
