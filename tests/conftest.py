@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,16 @@ from tests.browser_support import chromium_page, studio_server  # noqa: F401  (b
 
 
 @pytest.fixture
-def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh ``BATCH_STUDIO_HOME`` for this test (and the processes it starts)."""
+def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh ``BATCH_STUDIO_HOME`` for this test (and the processes it starts), and no
+    DuckDB store kept by the app's resource cache from another test."""
+    import streamlit as st
+
     home = tmp_path / "home"
     monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
-    return home
+    st.cache_resource.clear()
+    yield home
+    st.cache_resource.clear()
 
 
 @pytest.fixture(scope="session")

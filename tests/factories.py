@@ -1,56 +1,102 @@
-"""Job folders built by hand, for tests of the parts that read them (no engine)."""
+"""The one way tests make a finished job: the real worker runs it, answered by a script.
+
+:func:`finished_job` writes the batch file, creates the job folder as the product does,
+and runs :func:`core.run.worker.run_job` on it with a scripted executor in place of the
+engine, so ``output.jsonl``, ``errors.jsonl``, ``status.json`` and ``metrics.jsonl`` are
+exactly what a real run leaves (hash chains, successes and failures in their own files).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
+from core.check.requests import EngineRequest
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, create_job
-from core.jobs.output_file import OutputWriter
+from core.run import worker
 from core.run.outputs import Choice, Completion, error_line, success_line
-from core.schemas import EngineConfig, JobStatus, to_json
+from core.schemas import EngineConfig, to_json
 
 
-def request_line(custom_id: str, prompt: str) -> str:
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
+def request_line(custom_id: str, prompt: str, **body: Any) -> str:
+    """A chat request line of a batch file."""
+    body = {"model": "gpt-x", "messages": [{"role": "user", "content": prompt}], **body}
     return json.dumps(
         {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
         ensure_ascii=False,
     )
 
 
+class ScriptedExecutor:
+    """Stands in for the engine: answers each request as its row says.
+
+    A row is ``{custom_id, answer, finish, tokens, prompt_tokens, latency_ms, error}``;
+    ``answer`` None makes the request fail with ``error`` (default: engine_rejected).
+    """
+
+    load_seconds, description, in_flight = 0.0, "on a script", 0
+
+    def __init__(self, rows: dict[str, dict[str, Any]], model: str) -> None:
+        self.rows, self.model = rows, model
+
+    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        yield [self.line(request) for request in requests]
+
+    def line(self, request: EngineRequest) -> dict:
+        row = self.rows[request.custom_id]
+        if row.get("answer") is None:
+            code, message = row.get("error", ("engine_rejected", "prompt too long"))
+            return error_line(request.custom_id, code, message)
+        completion = Completion(
+            row.get("prompt_tokens", 5),
+            [Choice(row["answer"], row.get("finish", "stop"), row.get("tokens", 3))],
+            latency_ms=row.get("latency_ms"),
+        )
+        return success_line(request.custom_id, self.model, completion, request.url)
+
+
 def finished_job(
-    tmp_path: Path, answers: dict[str, str | None], latencies: dict[str, int] | None = None
+    folder: Path,
+    rows: dict[str, str | None] | list[dict[str, Any]],
+    latencies: dict[str, int] | None = None,
+    *,
+    model: str = "tiny",
+    name: str = "batch.jsonl",
 ) -> JobFolder:
-    """A completed job: each id's answer, or ``None`` for a failed request; ``latencies``
-    gives some ids a ``latency_ms`` (the others look like lines from before it existed)."""
+    """A job run to its end by the real worker, in ``folder/jobs``.
+
+    Args:
+        folder: where the batch file and the ``jobs`` folder go.
+        rows: ``{custom_id: answer or None}``, or rows as :class:`ScriptedExecutor` reads
+            them, with ``prompt`` and ``metadata`` for the request line.
+        latencies: ``latency_ms`` for some ids (the others look like lines written before
+            the engine timed requests).
+        model: the model folder's name (what output lines and the store call the model).
+        name: the batch file's name.
+    """
+    if isinstance(rows, dict):
+        rows = [{"custom_id": cid, "answer": answer} for cid, answer in rows.items()]
     latencies = latencies or {}
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    batch = tmp_path / "batch.jsonl"
-    batch.write_text("\n".join(request_line(cid, f"prompt {cid}") for cid in answers) + "\n")
-    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/tiny"))
-    lines = [
-        success_line(
-            cid, "tiny", Completion(5, [Choice(answer, "stop", 3)], latency_ms=latencies.get(cid))
-        )
-        if answer is not None
-        else error_line(cid, "engine_rejected", "prompt too long")
-        for cid, answer in answers.items()
-    ]
-    with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
-        output.write(line for line in lines if line["error"] is None)
-        errors.write(line for line in lines if line["error"] is not None)
-    failed = sum(a is None for a in answers.values())
-    job.write_status(
-        JobStatus(
-            state="completed",
-            total=len(answers),
-            done=len(answers),
-            succeeded=len(answers) - failed,
-            failed=failed,
-        )
-    )
+    by_id = {
+        row["custom_id"]: {"latency_ms": latencies.get(row["custom_id"]), **row} for row in rows
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = folder / name
+    lines = []
+    for row in rows:
+        extra: dict[str, Any] = {"max_tokens": 8, "temperature": 0.2}
+        if row.get("metadata"):
+            extra["metadata"] = row["metadata"]
+        prompt = row.get("prompt", f"prompt {row['custom_id']}")
+        lines.append(request_line(row["custom_id"], prompt, **extra))
+    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
+    with mock.patch.object(worker, "make_executor", lambda spec: ScriptedExecutor(by_id, model)):
+        worker.run_job(job)
     return job
 
 

@@ -84,7 +84,7 @@ def test_no_module_imports_itself_back_through_others():
     def visit(module: str, path: list[str]) -> None:
         for target in graph.get(module, ()):
             if target in path:
-                cycles.append([*path[path.index(target):], target])
+                cycles.append([*path[path.index(target) :], target])
             elif target in graph and target not in done:
                 visit(target, [*path, target])
         done.add(module)

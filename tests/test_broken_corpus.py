@@ -4,11 +4,9 @@ message, in the check, on the command line and on the page, and never a tracebac
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.check import check_file
@@ -201,14 +199,11 @@ def test_a_ten_megabyte_line_is_checked_without_a_traceback(ten_megabyte_line: P
 
 
 @pytest.fixture
-def page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[AppTest]:
-    monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
-    st.cache_resource.clear()
+def page(studio_home: Path) -> AppTest:
     at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
     at.switch_page("pages/upload.py").run()
     at.radio(key="source").set_value("A file on the server").run()
-    yield at
-    st.cache_resource.clear()
+    return at
 
 
 def test_the_page_shows_each_files_messages_without_a_traceback(page: AppTest) -> None:

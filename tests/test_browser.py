@@ -34,6 +34,7 @@ from tests.browser_support import (
     wait_idle,
     worker_pids,
 )
+from tests.factories import finished_job
 
 ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
 COPIES = 6  # review_sentiment.jsonl's 16 requests, 6 times: 96 requests
@@ -269,9 +270,9 @@ def test_results_files_are_read_and_written_only_when_clicked(
 ) -> None:
     """Opening Results writes no file; the output file is read on click, the error file is
     prepared on click, and both downloads hold the job's lines (no engine: a made-up job)."""
-    from tests.test_results import ROWS, analysed_job
+    from tests.test_results import ROWS
 
-    made = analysed_job(studio_server.home.parent / "build", ROWS)
+    made = finished_job(studio_server.home.parent / "build", ROWS)
     (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
     job = made.path.rename(studio_server.home / "jobs" / made.job_id)
     page = chromium_page

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.check import check_file
@@ -114,15 +112,6 @@ def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> No
 # -- the Build page -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "home"
-    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
-    st.cache_resource.clear()
-    yield home
-    st.cache_resource.clear()
-
-
 def open_build_page() -> AppTest:
     at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
     at.switch_page("pages/build.py").run()
@@ -131,7 +120,7 @@ def open_build_page() -> AppTest:
     return at
 
 
-def test_build_page_previews_reports_rows_and_saves(data_home: Path) -> None:
+def test_build_page_previews_reports_rows_and_saves(studio_home: Path) -> None:
     at = open_build_page()
     at.selectbox(key="build_id").set_value("ticket_id").run()
     at.text_area(key="build_user").set_value("{{ subject }}\n\n{{ body }}").run()
@@ -143,11 +132,11 @@ def test_build_page_previews_reports_rows_and_saves(data_home: Path) -> None:
     assert list(problems["row"]) == [16]
     at.button(key="build_save").click().run()
     saved = Path(at.session_state["built_file"])
-    assert saved.parent == data_home / "uploads" and len(saved.read_text().splitlines()) == 39
+    assert saved.parent == studio_home / "uploads" and len(saved.read_text().splitlines()) == 39
     assert at.success[0].value == "Saved tickets.jsonl: 39 of 40 rows written."
 
 
-def test_build_page_names_a_missing_column(data_home: Path) -> None:
+def test_build_page_names_a_missing_column(studio_home: Path) -> None:
     at = open_build_page()
     at.text_area(key="build_user").set_value("{{ priority }}").run()
     assert "'priority', which the table does not have" in at.error[0].value

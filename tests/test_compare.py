@@ -20,12 +20,12 @@ from core.store.compare import (
     word_diff,
 )
 from core.store.db import Store
-from tests.test_results import analysed_job
+from tests.factories import finished_job
 
 
 @pytest.fixture
 def two_jobs(tmp_path: Path):
-    a = analysed_job(
+    a = finished_job(
         tmp_path / "a",
         [
             {"custom_id": "q1", "prompt": "sky?", "answer": "The sky is blue.", "tokens": 5},
@@ -33,7 +33,7 @@ def two_jobs(tmp_path: Path):
             {"custom_id": "only-a", "prompt": "x", "answer": "x"},
         ],
     )
-    b = analysed_job(
+    b = finished_job(
         tmp_path / "b",
         [
             {"custom_id": "q1", "prompt": "sky?", "answer": "The sky is very blue.", "tokens": 6},
@@ -68,7 +68,7 @@ def test_one_job_split_by_prompt_version_pairs_on_a_metadata_key(tmp_path):
         for item in ("i1", "i2")
         for v in ("v1", "v2")
     ]
-    job = analysed_job(tmp_path, rows)
+    job = finished_job(tmp_path, rows)
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(job)
     assert split_values(store, job.job_id, "prompt_version") == ["v1", "v2"]

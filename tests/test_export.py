@@ -8,17 +8,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from core.jobs.ledger import combined_lines
 from core.store import export as E
 from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import Label, save_label
 from core.store.samples import SampleDefinition, create_sample
-from tests.test_results import ROWS, analysed_job
+from tests.factories import finished_job
+from tests.test_results import ROWS
 
 
 @pytest.fixture
 def db(tmp_path: Path):
-    job = analysed_job(tmp_path, ROWS)
+    job = finished_job(tmp_path, ROWS)
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(job)
     save_label(store, job.job_id, "a", "ana", Label("pass", 5, ("short",), "fine"))
@@ -47,7 +49,7 @@ def test_jsonl_is_the_openai_output_file_line_for_line(db, tmp_path):
     n = E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "out.jsonl", "jsonl")
     assert n == 4
     written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    original = [json.loads(line) for line in job.output.read_text().splitlines()]
+    original = list(combined_lines(job))  # each request's final line, in input order
     assert written == original
     assert written[2]["response"]["body"]["choices"][0]["message"]["content"].startswith("<b>")
 

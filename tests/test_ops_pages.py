@@ -6,11 +6,15 @@ import json
 import os
 import time
 
+import pytest
+
 from core.config import SAMPLE_DATA
 from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
 from tests.factories import finished_job
-from tests.test_pages import data_home, open_page  # noqa: F401 (autouse fixture)
+from tests.test_pages import open_page
+
+pytestmark = pytest.mark.usefixtures("studio_home")
 
 
 def texts(at) -> str:
@@ -37,8 +41,8 @@ def test_monitor_without_jobs_says_what_to_do_first():
     assert "No jobs yet" in texts(at)
 
 
-def test_monitor_shows_a_finished_job_with_its_rates_and_charts(data_home):  # noqa: F811
-    job = finished_job(data_home, {"a": "yes", "b": None, "c": "<script>x</script>"})
+def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
+    job = finished_job(studio_home, {"a": "yes", "b": None, "c": "<script>x</script>"})
     now = time.time()
     samples = [
         {"t": now - 4, "done": 0, "completion_tokens": 0, "rss_mib": 900, "cpu_percent": 150},
@@ -56,8 +60,8 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(data_home):  # n
     assert any(b.label.startswith("Retry 1 failed") for b in at.button)
 
 
-def test_monitor_flags_an_interrupted_job_and_offers_resume(data_home):  # noqa: F811
-    job = finished_job(data_home, {"a": "yes"})
+def test_monitor_flags_an_interrupted_job_and_offers_resume(studio_home):
+    job = finished_job(studio_home, {"a": "yes"})
     status = job.read_status()
     status.state, status.pid, status.heartbeat_at = "running", 2**22 + 7, time.time()
     status.message = "running 1 requests on tiny"  # the dead worker's last words
@@ -69,8 +73,8 @@ def test_monitor_flags_an_interrupted_job_and_offers_resume(data_home):  # noqa:
     assert [b.label for b in at.button] == ["Resume"]
 
 
-def test_jobs_page_reconciles_and_verifies(data_home):  # noqa: F811
-    job = finished_job(data_home, {"a": "yes", "b": None})
+def test_jobs_page_reconciles_and_verifies(studio_home):
+    job = finished_job(studio_home, {"a": "yes", "b": None})
     at = open_page("jobs.py")
     assert metric(at, "Requests") == "2" and metric(at, "Success rate") == "50.0%"
     verify = next(b for b in at.button if b.label.startswith("Verify"))
@@ -85,17 +89,17 @@ def test_jobs_page_reconciles_and_verifies(data_home):  # noqa: F811
     assert [b.label for b in at.button if b.label == "Cancel"] == ["Cancel"]
 
 
-def test_settings_lists_folders_and_the_built_in_model(data_home):  # noqa: F811
+def test_settings_lists_folders_and_the_built_in_model(studio_home):
     at = open_page("settings.py")
     folders = at.dataframe[0].value
-    assert str(data_home) in list(folders["path"])
+    assert str(studio_home) in list(folders["path"])
     models = at.dataframe[1].value
     assert "SmolLM2-135M-Instruct" in list(models["model"])
 
 
-def test_jobs_page_shows_the_queue_and_reorders_it(data_home):  # noqa: F811
-    first = finished_job(data_home, {"a": "yes"})
-    second = finished_job(data_home, {"b": "yes"})
+def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
+    first = finished_job(studio_home, {"a": "yes"})
+    second = finished_job(studio_home, {"b": "yes"})
     for job in (first, second):
         job.write_status(JobStatus(state="queued"))
     at = open_page("jobs.py")

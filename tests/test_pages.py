@@ -8,30 +8,19 @@ Each test opens ``app.py`` and switches to one page file: this Streamlit's ``App
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
-from core.jobs.folder import JobFolder, create_job
-from core.run.outputs import Choice, Completion, error_line, success_line
-from core.schemas import EngineConfig, JobStatus
+from core.jobs.folder import JobFolder
+from tests.factories import finished_job
 
 APP = REPO_ROOT / "app.py"
 TIMEOUT = 60
 
-
-@pytest.fixture(autouse=True)
-def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private ``BATCH_STUDIO_HOME`` per test, and no DuckDB store left over from another."""
-    home = tmp_path / "home"
-    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
-    st.cache_resource.clear()
-    yield home
-    st.cache_resource.clear()
+pytestmark = pytest.mark.usefixtures("studio_home")
 
 
 def open_page(page: str, **state: object) -> AppTest:
@@ -126,9 +115,9 @@ def test_check_shows_tokens_mapping_defaults_and_an_honest_estimate() -> None:
     ]
 
 
-def test_job_defaults_show_what_each_line_runs_with(data_home: Path) -> None:
+def test_job_defaults_show_what_each_line_runs_with(studio_home: Path) -> None:
     batch = write_batch(
-        data_home.parent / "no_max.jsonl",
+        studio_home.parent / "no_max.jsonl",
         [{"model": "m", "messages": [{"role": "user", "content": "Hi"}]}] * 1,
     )
     at = check_server_file(open_page("upload.py"), batch)
@@ -146,10 +135,10 @@ def test_a_missing_server_path_is_named() -> None:
 
 
 @needs_tokenizer
-def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
+def test_a_run_over_budget_asks_for_confirmation(studio_home: Path) -> None:
     from core.plan.pricing import ModelPrice, PriceTable, save_prices
 
-    home = data_home
+    home = studio_home
     home.mkdir(parents=True, exist_ok=True)
     prices = {default_model_dir().name: ModelPrice(input_per_1m=1000.0, output_per_1m=1000.0)}
     save_prices(PriceTable(models=prices, budget=0.01), home)
@@ -163,13 +152,13 @@ def test_a_run_over_budget_asks_for_confirmation(data_home: Path) -> None:
 
 
 def test_a_large_file_is_checked_in_the_background(
-    data_home: Path, monkeypatch: pytest.MonkeyPatch
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from core.check import background
 
     monkeypatch.setattr(background, "SYNC_CHECK_BYTES", 0)
     body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-    batch = write_batch(data_home.parent / "big.jsonl", [body] * 3000)
+    batch = write_batch(studio_home.parent / "big.jsonl", [body] * 3000)
     at = check_server_file(open_page("upload.py"), batch)
     assert at.session_state["check_task"].path == str(batch)
     task = at.session_state["check_task"]
@@ -226,33 +215,19 @@ def test_results_page_with_no_jobs_says_so() -> None:
     assert not at.download_button
 
 
-def make_finished_job(data_home: Path) -> JobFolder:
+def make_finished_job(studio_home: Path) -> JobFolder:
     """A completed two-request job folder, as a worker would leave it: one answer, one error."""
-    batch = data_home.parent / "two.jsonl"
-    requests = [
-        {
-            "custom_id": cid,
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {"model": "m", "messages": [{"role": "user", "content": prompt}]},
-        }
-        for cid, prompt in [("sky-1", "What colour is the sky?"), ("long-2", "Too long")]
-    ]
-    batch.write_text("".join(json.dumps(r) + "\n" for r in requests), encoding="utf-8")
-    job = create_job(batch, data_home / "jobs", EngineConfig(model="/nonexistent"))
-    lines = [
-        success_line("sky-1", "nonexistent", Completion(7, [Choice("Blue.", "stop", 2)])),
-        error_line("long-2", "engine_rejected", "the prompt is longer than the model allows"),
-    ]
-    job.output.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    job.write_status(
-        JobStatus(state="completed", total=2, done=2, succeeded=1, failed=1, completion_tokens=2)
-    )
-    return job
+    rows = [
+        {"custom_id": "sky-1", "prompt": "What colour is the sky?", "answer": "Blue.",
+         "prompt_tokens": 7, "tokens": 2},
+        {"custom_id": "long-2", "prompt": "Too long", "answer": None,
+         "error": ("engine_rejected", "the prompt is longer than the model allows")},
+    ]  # fmt: skip
+    return finished_job(studio_home, rows, model="nonexistent", name="two.jsonl")
 
 
-def test_results_page_shows_a_finished_job(data_home: Path) -> None:
-    job = make_finished_job(data_home)
+def test_results_page_shows_a_finished_job(studio_home: Path) -> None:
+    job = make_finished_job(studio_home)
     at = open_page("results.py")
     assert at.selectbox[0].value == job.job_id
     metrics = {m.label: m.value for m in at.metric}

@@ -2,74 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from core.jobs.folder import JobFolder, create_job
-from core.run.outputs import Choice, Completion, error_line, success_line
-from core.schemas import EngineConfig, JobStatus
 from core.store import results as R
 from core.store.db import Store
-
-
-def analysed_job(
-    folder: Path, rows: list[dict[str, Any]], model: str = "tiny", name: str = "batch.jsonl"
-) -> JobFolder:
-    """A finished job from rows ``{custom_id, prompt, answer|None, finish, metadata, tokens}``
-    (``answer`` None makes a failed request), as a worker would leave it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    batch = folder / name
-    lines = []
-    for row in rows:
-        body = {"model": "gpt-x", "messages": [{"role": "user", "content": row["prompt"]}]}
-        if row.get("metadata"):
-            body["metadata"] = row["metadata"]
-        body["temperature"] = 0.2
-        lines.append(
-            json.dumps(
-                {
-                    "custom_id": row["custom_id"],
-                    "method": "POST",
-                    "url": "/v1/chat/completions",
-                    "body": body,
-                },
-                ensure_ascii=False,
-            )
-        )
-    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
-    out = [
-        success_line(
-            r["custom_id"],
-            model,
-            Completion(
-                r.get("prompt_tokens", 5),
-                [Choice(r["answer"], r.get("finish", "stop"), r.get("tokens", 3))],
-                latency_ms=r.get("latency_ms"),
-            ),
-        )
-        if r.get("answer") is not None
-        else error_line(r["custom_id"], "engine_rejected", "prompt too long")
-        for r in rows
-    ]
-    job.output.write_text(
-        "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in out), encoding="utf-8"
-    )
-    failed = sum(r.get("answer") is None for r in rows)
-    job.write_status(
-        JobStatus(
-            state="completed",
-            total=len(rows),
-            done=len(rows),
-            succeeded=len(rows) - failed,
-            failed=failed,
-        )
-    )
-    return job
-
+from tests.factories import finished_job
 
 ROWS = [
     {
@@ -100,7 +39,7 @@ ROWS = [
 
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Store, str]:
-    job = analysed_job(tmp_path, ROWS)
+    job = finished_job(tmp_path, ROWS)
     db = Store(tmp_path / "studio.duckdb")
     db.ingest(job)
     return db, job.job_id
@@ -287,7 +226,7 @@ def test_a_search_keeps_to_its_field_and_case_and_never_spans_prompt_and_answer(
 
 
 def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(tmp_path):
-    job = analysed_job(tmp_path, ROWS)
+    job = finished_job(tmp_path, ROWS)
     path = tmp_path / "studio.duckdb"
     db = Store(path)
     db.ingest(job)

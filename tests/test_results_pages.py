@@ -9,31 +9,23 @@ import pytest
 
 from core.config import data_paths
 from core.store.review import Label, save_label
+from tests.factories import finished_job
 from tests.test_pages import open_page
-from tests.test_results import ROWS, analysed_job
+from tests.test_results import ROWS
 
-
-@pytest.fixture(autouse=True)
-def data_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import streamlit as st
-
-    home = tmp_path / "home"
-    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
-    st.cache_resource.clear()
-    yield home
-    st.cache_resource.clear()
+pytestmark = pytest.mark.usefixtures("studio_home")
 
 
 def job_in_home(home: Path, rows=ROWS, **kw):
     """A finished job placed in the data folder's jobs folder."""
-    job = analysed_job(home.parent / "build" / kw.pop("name", "one"), rows, **kw)
+    job = finished_job(home.parent / "build" / kw.pop("name", "one"), rows, **kw)
     target = data_paths().jobs / job.job_id
     job.path.rename(target)
     return target.name
 
 
-def test_results_page_filters_searches_and_shows_details(data_home):
-    job_id = job_in_home(data_home)
+def test_results_page_filters_searches_and_shows_details(studio_home):
+    job_id = job_in_home(studio_home)
     at = open_page("results.py")
     assert at.selectbox(key="results_job").value == job_id
     table = at.dataframe[0].value
@@ -51,11 +43,11 @@ def test_results_page_filters_searches_and_shows_details(data_home):
     assert any('"custom_id": "c"' in c.value for c in at.code)
 
 
-def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(data_home, monkeypatch):
+def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(studio_home, monkeypatch):
     from core.store import results
 
     rows = [{"custom_id": f"r{i:02}", "prompt": f"prompt {i}", "answer": "ok"} for i in range(30)]
-    job_in_home(data_home, rows)
+    job_in_home(studio_home, rows)
     monkeypatch.setattr(results, "SEARCH_COUNT_CAP", 26)
     at = open_page("results.py")
     at.selectbox(key="page_size").set_value(25).run()
@@ -77,9 +69,9 @@ def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(data_home
     assert len(at.dataframe[0].value) == 11
 
 
-def test_results_page_sorts_all_results_by_any_column_or_metadata_field(data_home):
-    one = job_in_home(data_home, name="one")
-    other = job_in_home(data_home, [{"custom_id": "z", "prompt": "p", "answer": "x"}], name="two")
+def test_results_page_sorts_all_results_by_any_column_or_metadata_field(studio_home):
+    one = job_in_home(studio_home, name="one")
+    other = job_in_home(studio_home, [{"custom_id": "z", "prompt": "p", "answer": "x"}], name="two")
     at = open_page("results.py")
     at.selectbox(key="results_job").set_value(one).run()
     options = at.selectbox(key="sort").options
@@ -96,32 +88,32 @@ def test_results_page_sorts_all_results_by_any_column_or_metadata_field(data_hom
     assert list(at.dataframe[0].value["custom_id"]) == ["z"]
 
 
-def test_results_page_with_no_match_and_with_a_job_without_results(data_home):
-    job_in_home(data_home)
+def test_results_page_with_no_match_and_with_a_job_without_results(studio_home):
+    job_in_home(studio_home)
     at = open_page("results.py")
     at.text_input(key="q").set_value("nothing like this").run()
     assert at.info[0].value == "No results match these filters."
     assert not at.dataframe
 
 
-def test_results_page_of_a_job_with_only_failures_offers_the_error_file(data_home):
-    job_in_home(data_home, [{"custom_id": "x", "prompt": "p", "answer": None}])
+def test_results_page_of_a_job_with_only_failures_offers_the_error_file(studio_home):
+    job_in_home(studio_home, [{"custom_id": "x", "prompt": "p", "answer": None}])
     at = open_page("results.py")
     assert list(at.dataframe[0].value["status"]) == ["failed"]
     assert [b.label for b in at.download_button] == ["Download output JSONL"]
     at.selectbox(key="page_size").set_value(25).run()  # reruns write no error file either
-    assert not list(data_home.glob("exports/*"))
+    assert not list(studio_home.glob("exports/*"))
     at.button(key="errors_go").click().run()
     assert not at.exception
     labels = [b.label for b in at.download_button]
     assert labels == ["Download output JSONL", "Download error file"]
-    [errors] = data_home.glob("exports/*_errors.jsonl")
+    [errors] = studio_home.glob("exports/*_errors.jsonl")
     assert [json.loads(line)["custom_id"] for line in errors.read_text().splitlines()] == ["x"]
     assert not [b for b in at.button if b.key == "errors_go"]  # prepared: download only
 
 
-def test_results_page_exports_the_filtered_rows(data_home):
-    job_id = job_in_home(data_home)
+def test_results_page_exports_the_filtered_rows(studio_home):
+    job_id = job_in_home(studio_home)
     at = open_page("results.py")
     at.multiselect(key="f_status").set_value(["succeeded"]).run()
     at.selectbox(key="export_format").set_value("csv").run()
@@ -130,8 +122,8 @@ def test_results_page_exports_the_filtered_rows(data_home):
     assert "Download " + f"{job_id}_results.csv (3 rows)" in [b.label for b in at.download_button]
 
 
-def test_review_page_draws_a_sample_and_saves_a_label(data_home):
-    job_id = job_in_home(data_home)
+def test_review_page_draws_a_sample_and_saves_a_label(studio_home):
+    job_id = job_in_home(studio_home)
     at = open_page("review.py")
     assert at.info[0].value == "No samples yet: draw one above."
     at.text_input(key="sample_name").set_value("check")
@@ -152,12 +144,12 @@ def test_review_page_draws_a_sample_and_saves_a_label(data_home):
     assert job_id
 
 
-def test_compare_page_two_jobs_side_by_side_with_a_diff(data_home):
+def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):
     job_in_home(
-        data_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is blue."}], name="a"
+        studio_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is blue."}], name="a"
     )
     job_in_home(
-        data_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is very blue."}], name="b"
+        studio_home, [{"custom_id": "q", "prompt": "sky?", "answer": "It is very blue."}], name="b"
     )
     at = open_page("compare.py")
     assert not at.exception
@@ -166,8 +158,8 @@ def test_compare_page_two_jobs_side_by_side_with_a_diff(data_home):
     assert any("{+very +}" in d for d in diffs)
 
 
-def test_dashboards_page_draws_every_chart(data_home):
-    job_in_home(data_home)
+def test_dashboards_page_draws_every_chart(studio_home):
+    job_in_home(studio_home)
     at = open_page("dashboards.py")
     assert not at.exception
     (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
@@ -181,8 +173,8 @@ def test_pages_without_jobs_say_what_to_do():
         assert at.info, page
 
 
-def test_review_labels_from_the_store_show_in_dashboards(data_home):
-    job_id = job_in_home(data_home)
+def test_review_labels_from_the_store_show_in_dashboards(studio_home):
+    job_id = job_in_home(studio_home)
     at = open_page("dashboards.py")  # the app's store is the only one that opens the file
     from pages.shared import store
 

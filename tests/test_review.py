@@ -23,13 +23,13 @@ from core.store.review import (
     wilson,
 )
 from core.store.samples import SampleDefinition, create_sample, sample_items
-from tests.test_results import analysed_job
+from tests.factories import finished_job
 
 
 @pytest.fixture
 def db(tmp_path: Path):
     rows = [{"custom_id": f"r{i}", "prompt": f"p{i}", "answer": f"a{i}"} for i in range(6)]
-    job = analysed_job(tmp_path, rows)
+    job = finished_job(tmp_path, rows)
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(job)
     sample = create_sample(

@@ -19,7 +19,7 @@ from core.store.samples import (
     quotas,
     sample_items,
 )
-from tests.test_results import analysed_job
+from tests.factories import finished_job
 
 
 def rows(n: int = 40) -> list[dict]:
@@ -40,7 +40,7 @@ def rows(n: int = 40) -> list[dict]:
 
 @pytest.fixture
 def db(tmp_path: Path) -> tuple[Store, str]:
-    job = analysed_job(tmp_path, rows())
+    job = finished_job(tmp_path, rows())
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(job)
     return store, job.job_id
