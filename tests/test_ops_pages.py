@@ -60,6 +60,19 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
     assert any(b.label.startswith("Retry 1 failed") for b in at.button)
 
 
+def test_a_job_whose_requests_all_failed_shows_as_failed_never_as_a_success(studio_home):
+    job = finished_job(studio_home, {"a": None, "b": None})
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert not at.success
+    assert [e.value for e in at.error][-1].startswith(f"Job {job.job_id} failed: 0 succeeded")
+    assert "failed: 2 / 2 requests" in at.get("progress")[0].proto.text
+    at.switch_page("pages/jobs.py").run()
+    assert not at.exception
+    assert f"{job.job_id}: failed" in [s.value for s in at.subheader]
+    table = at.dataframe[0].value.set_index("job_id")
+    assert table.loc[job.job_id, "state"] == "failed"
+
+
 def test_monitor_flags_an_interrupted_job_and_offers_resume(studio_home):
     job = finished_job(studio_home, {"a": "yes"})
     status = job.read_status()
