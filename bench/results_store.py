@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.store import export as E
 from core.store import results as R
 from core.store import samples as S
-from core.store.db import SEARCH_TEXT_SQL, Store
+from core.store.db import Store
+from core.store.schema import SEARCH_TEXT_SQL
 
 JOBS = 4
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing"

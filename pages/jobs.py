@@ -5,10 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.jobs.folder import JobFolder
 from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.jobs.queue import priority, queued_jobs, set_priority
-from pages.shared import job_controls, jobs_or_stop, paths, restart, through_app
+from pages.shared import job_controls, jobs_or_stop, open_job, paths, restart, through_app
 
 through_app()
 st.title("Jobs")
@@ -47,7 +46,7 @@ ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
 job_id = st.selectbox("Job", ids, index=ids.index(current) if current in ids else 0)
 st.session_state["job_id"] = job_id
-job = JobFolder(paths().jobs / job_id)
+job = open_job(job_id)
 status = job.read_status()
 spec = job.read_spec()
 

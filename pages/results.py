@@ -6,10 +6,9 @@ import json
 
 import streamlit as st
 
-from core.jobs.folder import JobFolder
 from core.store import export as ex
 from core.store import results as res
-from pages.shared import jobs_or_stop, paths, store, through_app
+from pages.shared import jobs_or_stop, open_job, paths, store, through_app
 
 through_app()
 st.title("Results")
@@ -196,7 +195,7 @@ if "export_file" in st.session_state:
             file_name=exported.name,
         )
 
-job = JobFolder(paths().jobs / job_id)
+job = open_job(job_id)
 c = st.columns(2)
 if job.output.exists():
     c[0].download_button(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -54,6 +55,7 @@ def jobs_or_stop(empty_message: str) -> pd.DataFrame:
     says what to do first (and the page stops there)."""
     db = store()
     db.ingest_all(paths().jobs)
+    unreadable_notice(db.unreadable)
     jobs = db.jobs()
     if jobs.empty:
         st.info(empty_message)
@@ -64,6 +66,37 @@ def jobs_or_stop(empty_message: str) -> pd.DataFrame:
 
 def paths() -> DataPaths:
     return data_paths()
+
+
+def unreadable_notice(unreadable: dict[str, str]) -> None:
+    """Names the job folders that cannot be read (their reasons shown as plain text)."""
+    if unreadable:
+        st.warning(
+            f"{len(unreadable)} job folder(s) cannot be read and are left out; every other "
+            "job works. Fix or remove them:",
+            icon=":material/warning:",
+        )
+        st.text("\n".join(f"job {job_id} is unreadable: {r}" for job_id, r in unreadable.items()))
+
+
+def open_job(job_id: str) -> JobFolder:
+    """The chosen job's folder, read; if it is gone or cannot be read, the page says so
+    (the reason as plain text) and stops there."""
+    job = JobFolder(paths().jobs / Path(job_id).name)
+    if not job.spec_file.is_file():
+        st.error(
+            "This job's folder is gone; it was removed from the studio.", icon=":material/error:"
+        )
+        store().ingest_all(paths().jobs)  # forget it
+        st.stop()
+    reason = job.readable()
+    if reason is not None:
+        st.error(
+            "This job's folder cannot be read; every other job works.", icon=":material/error:"
+        )
+        st.text(f"job {job.job_id} is unreadable: {reason}")
+        st.stop()
+    return job
 
 
 def job_controls(job: JobFolder, key: str) -> None:

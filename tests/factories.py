@@ -95,7 +95,8 @@ def finished_job(
         lines.append(request_line(row["custom_id"], prompt, **extra))
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
     job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
-    with mock.patch.object(worker, "make_executor", lambda spec: ScriptedExecutor(by_id, model)):
+    executor = ScriptedExecutor(by_id, model)
+    with mock.patch.object(worker, "make_executor", lambda spec, job_dir: executor):
         worker.run_job(job)
     return job
 

@@ -1,8 +1,9 @@
 """The DuckDB index: migrations and idempotent ingest from job folders."""
 
 from core.jobs.ledger import verify
-from core.store.db import MIGRATIONS, Store
+from core.store.db import Store
 from core.store.results import detail
+from core.store.schema import MIGRATIONS
 from tests.factories import finished_job
 
 

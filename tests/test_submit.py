@@ -213,7 +213,7 @@ class Executor:
 
 
 def run_with(monkeypatch, tmp_path, lines, answer):
-    monkeypatch.setattr(worker, "make_executor", lambda spec: Executor(answer))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Executor(answer))
     tmp_path.mkdir(exist_ok=True)
     batch = write(tmp_path / "b.jsonl", lines)
     job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))

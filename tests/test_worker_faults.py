@@ -29,7 +29,7 @@ def make_job(tmp_path, count):
 def test_a_full_disk_fails_the_job_with_its_reason_and_keeps_what_was_written(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
     real_write = OutputWriter.write
     written = []
 
@@ -52,7 +52,7 @@ def test_a_full_disk_fails_the_job_with_its_reason_and_keeps_what_was_written(
 
 
 def test_a_job_resumed_after_the_disk_was_freed_completes_without_repeats(tmp_path, monkeypatch):
-    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
     job = make_job(tmp_path, 4)
     with OutputWriter(job.output) as writer:  # two results survived the earlier run
         writer.write(
@@ -72,7 +72,7 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
 ):
     from core.jobs.ledger import read_ledger
 
-    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
     job = make_job(tmp_path, 4)
     rewrite_spec(job, completion_window_hours=1e-9)  # ended at once
     status = worker.run_job(job)
@@ -86,7 +86,7 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
 def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monkeypatch):
     from core.plan.estimate import measured_throughput
 
-    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
     assert measured_throughput("none", home=tmp_path) is None
     worker.run_job(make_job(tmp_path, worker.MIN_REQUESTS_MEASURED))
     measured = measured_throughput("none", home=tmp_path)
@@ -97,7 +97,7 @@ def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monk
     from core.jobs.ledger import read_ledger, shards
     from core.run.outputs import error_line
 
-    monkeypatch.setattr(worker, "make_executor", lambda spec: FakeExecutor())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
     job = make_job(tmp_path, 6)
     rewrite_spec(job, shard_size=2)
     with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
@@ -127,7 +127,7 @@ def test_disk_space_is_held_while_the_job_runs(tmp_path, monkeypatch):
             seen.append((job.path / ".space-reserve").stat().st_size)
             yield from super().run(requests)
 
-    monkeypatch.setattr(worker, "make_executor", lambda spec: Watching())
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Watching())
     assert worker.run_job(job).state == "completed"
     assert seen == [worker.RESERVE_BYTES]
     assert not (job.path / ".space-reserve").exists()

@@ -56,7 +56,14 @@ class FastChatLine(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
 
 FAST_DECODER = msgspec.json.Decoder(FastChatLine)
-FAST_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError)
+# A line the fast path cannot take (RecursionError: nested too deep for the decoder) goes to
+# the generic path, which says why.
+FAST_DECODE_ERRORS = (
+    msgspec.DecodeError,
+    msgspec.ValidationError,
+    UnicodeDecodeError,
+    RecursionError,
+)
 
 
 def decode_fast_chat_line(raw: bytes) -> FastChatLine | None:

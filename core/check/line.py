@@ -42,6 +42,11 @@ ARRAY_HINT = "the file looks like a JSON array: write one JSON object per line, 
 def _parse_object(line_no: int, text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise RequestError(
+            "the JSON is nested too deeply to read (more than about 1,000 levels of objects "
+            "or arrays); flatten it"
+        ) from None
     except json.JSONDecodeError as exc:
         hint = ""
         if line_no == 1 and text.lstrip().startswith("["):
@@ -58,6 +63,8 @@ def _parse_object(line_no: int, text: str) -> dict[str, Any]:
             hint = " (the line ends early: is the object cut off or split across lines?)"
         message = exc.msg.removesuffix(" at")
         raise RequestError(f"not valid JSON: {message} at column {exc.colno}{hint}") from None
+    if "\\u" in text:  # JSON escapes may spell half a UTF-16 pair, which no UTF-8 file can hold
+        _refuse_lone_surrogates(value)
     if not isinstance(value, dict):
         kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
             type(value), "a number"
@@ -65,6 +72,17 @@ def _parse_object(line_no: int, text: str) -> dict[str, Any]:
         hint = f" ({ARRAY_HINT})" if isinstance(value, list) and line_no == 1 else ""
         raise RequestError(f"a line must be a JSON object, got {kind}{hint}")
     return value
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(exc.object[exc.start])
+        raise RequestError(
+            f"the line holds an unpaired UTF-16 surrogate (\\u{code:04x}): half of an escaped "
+            "character pair, which is not text and cannot be written as UTF-8; fix the escape"
+        ) from None
 
 
 def _custom_id(obj: dict[str, Any]) -> str:

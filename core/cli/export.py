@@ -16,7 +16,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Writes results (filtered), the error file, a sample with labels, labels or tallies."""
     import duckdb  # the store is only opened here: other commands never touch DuckDB
 
-    from core.store.db import Store, export
+    from core.store import export
+    from core.store.db import Store
     from core.store.results import ResultFilter
 
     fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"

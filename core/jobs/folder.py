@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from core.config import REPO_ROOT
 from core.files import file_sha256, write_atomic
 from core.schemas import (
@@ -34,6 +36,7 @@ from core.schemas import (
     JobStatus,
     RaySettings,
     now_iso,
+    problems_of,
     to_json,
     worker_alive,
 )
@@ -41,8 +44,26 @@ from core.schemas import (
 HEARTBEAT_SECONDS = 2.0
 
 
+class JobUnreadable(Exception):
+    """A job folder whose ``job.json`` or ``status.json`` cannot be read: that job's error,
+    never the studio's (callers that walk every job skip it and say so)."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} is unreadable: {reason}")
+        self.job_id, self.reason = job_id, reason
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(problems_of(exc))
+    if isinstance(exc, FileNotFoundError):
+        return f"{Path(exc.filename or '').name or 'a file'} is missing"
+    return f"{type(exc).__name__}: {exc}"
+
+
 class JobFolder:
-    """Paths and reads of one job folder."""
+    """Paths and reads of one job folder. Its id is the folder's own name, never an id
+    written inside it."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -57,13 +78,30 @@ class JobFolder:
     log_file = property(lambda self: self.path / "worker.log")
 
     def read_spec(self) -> JobSpec:
-        return JobSpec.model_validate_json(self.spec_file.read_bytes())
+        """``job.json``; raises :class:`JobUnreadable` with the reason when it cannot be read."""
+        try:
+            return JobSpec.model_validate_json(self.spec_file.read_bytes())
+        except (OSError, ValueError) as exc:  # ValidationError is a ValueError
+            raise JobUnreadable(self.job_id, f"job.json: {_reason(exc)}") from None
 
     def read_status(self) -> JobStatus:
+        """``status.json`` (a fresh status before the first one is written); raises
+        :class:`JobUnreadable` with the reason when it cannot be read."""
         try:
             return JobStatus.model_validate_json(self.status_file.read_bytes())
         except FileNotFoundError:
             return JobStatus()
+        except (OSError, ValueError) as exc:
+            raise JobUnreadable(self.job_id, f"status.json: {_reason(exc)}") from None
+
+    def readable(self) -> str | None:
+        """None when both files read; else why not (for listings that go on past it)."""
+        try:
+            self.read_spec()
+            self.read_status()
+        except JobUnreadable as exc:
+            return exc.reason
+        return None
 
     def write_status(self, status: JobStatus) -> None:
         write_atomic(self.status_file, status.to_json())
@@ -184,7 +222,10 @@ def provenance(engine: EngineConfig) -> dict[str, Any]:
 def find_job(jobs_dir: Path, input_sha256: str, output_path: str) -> JobFolder | None:
     """The newest job made by ``run`` for this input file content and output path."""
     for job in list_jobs(jobs_dir):
-        spec = job.read_spec()
+        try:
+            spec = job.read_spec()
+        except JobUnreadable:  # another job's problem: not this run's
+            continue
         if spec.input_sha256 == input_sha256 and spec.output_path == output_path:
             return job
     return None

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 
 LOCK_NAME = "engine.lock"
 
@@ -34,8 +34,14 @@ def set_priority(job: JobFolder, value: int) -> None:
 
 def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
     """Queued jobs in the order they will run."""
-    waiting = [j for j in list_jobs(jobs_dir) if j.read_status().state == "queued"]
-    return sorted(waiting, key=lambda j: (-priority(j), j.read_spec().created_at))
+    waiting = []
+    for job in list_jobs(jobs_dir):
+        try:
+            if job.read_status().state == "queued":
+                waiting.append((-priority(job), job.read_spec().created_at, job))
+        except JobUnreadable:  # that job's problem; the queue goes on
+            continue
+    return [job for *_, job in sorted(waiting, key=lambda w: w[:2])]
 
 
 def position(job: JobFolder, jobs_dir: Path) -> int | None:

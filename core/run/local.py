@@ -10,6 +10,7 @@ lines in the batch output format.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 from core.check.requests import EngineRequest
@@ -32,12 +33,12 @@ class Executor(Protocol):
         ...
 
 
-def make_executor(spec: JobSpec) -> Executor:
+def make_executor(spec: JobSpec, job_dir: Path) -> Executor:
     """The executor a job asks for: a Ray cluster if its spec names one, else local."""
     if spec.ray:
         from core.run.ray_cluster import RayExecutor
 
-        return RayExecutor(spec)
+        return RayExecutor(spec, job_dir)
     return LocalExecutor(spec)
 
 

@@ -180,7 +180,7 @@ class RayExecutor:
         self.config = replica_engine_config(spec.engine, self.settings)
         self.model = self.config.model_name
         self.chunk_size = spec.chunk_size
-        self.stats = RayStats(_job_dir(spec, job_dir), self.settings)
+        self.stats = RayStats(Path(job_dir) if job_dir is not None else None, self.settings)
         started = time.monotonic()
         self._started_ray = False
         self._connect()
@@ -329,17 +329,6 @@ def shard_size(requests: int, replicas: int, chunk_size: int | None) -> int:
     replica gets at least two shards (a slow or lost shard then delays less)."""
     cap = chunk_size or 128
     return max(1, min(cap, math.ceil(requests / (2 * replicas))))
-
-
-def _job_dir(spec: JobSpec, job_dir: str | Path | None) -> Path | None:
-    """The job folder, where ``ray.json`` goes (the worker runs with the creator's data
-    folder, so the job id finds it)."""
-    if job_dir is not None:
-        return Path(job_dir)
-    from core.config import data_paths
-
-    folder = data_paths().jobs / spec.job_id
-    return folder if (folder / "job.json").is_file() else None
 
 
 def _dashboard_url(context: Any) -> str | None:

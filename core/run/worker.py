@@ -33,7 +33,7 @@ from pathlib import Path
 
 from core.check import scan
 from core.check.requests import EngineRequest
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.output_file import OutputWriter
 from core.jobs.queue import EngineLock, queued_jobs
@@ -268,7 +268,7 @@ def _run_pending(
     left = {r.custom_id for r in pending}
     groups = _by_model(spec, pending)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
-        executor = make_executor(spec.on_model(folder))
+        executor = make_executor(spec.on_model(folder), keeper.job.path)
         part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
         keeper.update(
             state="running",
@@ -304,6 +304,27 @@ def _raise_cancelled(signum: int, _frame: object) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
 
+def _waiting(job: JobFolder) -> bool:
+    try:
+        return job.read_status().state == "queued"
+    except JobUnreadable:
+        return True  # taken, so that it fails with its reason instead of waiting forever
+
+
+def _run_queued(job: JobFolder) -> JobStatus:
+    """Runs a job the queue hands over; one whose folder cannot be read fails alone, with
+    the reason, and the queue goes on."""
+    try:
+        wanted = job.read_status()
+        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard)
+    except JobUnreadable as exc:
+        log.error("%s", exc)
+        status = JobStatus(error=str(exc), finished_at=now_iso())
+        status.enter("failed", "the job folder cannot be read")
+        job.write_status(status)
+        return status
+
+
 def serve(job: JobFolder) -> JobStatus | None:
     """Runs ``job`` and then every queued job, holding the engine lock throughout.
 
@@ -317,12 +338,11 @@ def serve(job: JobFolder) -> JobStatus | None:
         try:
             while True:
                 queue = queued_jobs(jobs_dir)
-                if first is None and job.read_status().state == "queued":
+                if first is None and _waiting(job):  # the job this worker was started for
                     queue = [job] + [j for j in queue if j.job_id != job.job_id]
                 if not queue:
                     break
-                wanted = queue[0].read_status()
-                status = run_job(queue[0], retry=wanted.retry, shard=wanted.retry_shard)
+                status = _run_queued(queue[0])
                 if queue[0].job_id == job.job_id:
                     first = status
         finally:

@@ -15,7 +15,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from core.config import DataPaths
-from core.jobs.folder import JobFolder
+from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.inbox import watch_inbox
 from core.store.db import Store
 
@@ -38,7 +38,10 @@ class _JobsHandler(FileSystemEventHandler):
                 return
             self._last[job.job_id] = time.monotonic()
         if job.spec_file.exists():
-            self.store.ingest(job)
+            try:
+                self.store.ingest(job)
+            except JobUnreadable as exc:  # that job's problem: the watcher goes on
+                self.store.unreadable[job.job_id] = exc.reason
 
     def on_modified(self, event: FileSystemEvent) -> None:
         if not event.is_directory:

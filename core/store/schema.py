@@ -1,0 +1,230 @@
+"""The DuckDB tables (numbered migrations) and the SQL that turns job-folder lines into rows.
+
+Requests come from ``input.jsonl`` and results from ``output.jsonl`` / ``errors.jsonl``;
+each line is read with ``json_transform`` into the shapes below, so ingest runs inside
+DuckDB at full speed.
+"""
+
+from __future__ import annotations
+
+import json
+
+# A result's searchable text: its prompt and answer, lowercased, on two lines. The prompt
+# is lowered once, when the job's requests are loaded (requests.prompt_lower), so that
+# results stream in at full speed.
+SEARCH_TEXT_SQL = "concat_ws(chr(10), {prompt_lower}, lower({answer}))"
+
+# Numbered migrations, applied in order at start-up; never edit one that has shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE jobs (
+        job_id VARCHAR PRIMARY KEY,
+        created_at TIMESTAMPTZ,
+        source VARCHAR,
+        model VARCHAR,
+        folder VARCHAR,
+        state VARCHAR,
+        total INTEGER,
+        succeeded INTEGER,
+        failed INTEGER,
+        prompt_tokens BIGINT,
+        completion_tokens BIGINT,
+        error VARCHAR
+    );
+    CREATE TABLE requests (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        line_no INTEGER,
+        model VARCHAR,
+        prompt VARCHAR,
+        messages JSON,
+        PRIMARY KEY (job_id, custom_id)
+    );
+    CREATE TABLE results (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        status VARCHAR,
+        status_code INTEGER,
+        answer VARCHAR,
+        finish_reason VARCHAR,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        error_code VARCHAR,
+        error_message VARCHAR,
+        raw JSON,
+        PRIMARY KEY (job_id, custom_id)
+    );
+    CREATE TABLE ingest_state (
+        job_id VARCHAR PRIMARY KEY,
+        requests_loaded BOOLEAN,
+        output_offset BIGINT
+    );
+    """,
+    # Results that analysts judge: request metadata, answer times, samples and labels.
+    # Re-ingesting fills the new columns for jobs ingested before (ingest is idempotent).
+    """
+    ALTER TABLE requests ADD COLUMN metadata JSON;
+    ALTER TABLE requests ADD COLUMN prompt_version VARCHAR;
+    ALTER TABLE requests ADD COLUMN params JSON;
+    ALTER TABLE results ADD COLUMN model VARCHAR;
+    ALTER TABLE results ADD COLUMN created_at TIMESTAMPTZ;
+    -- copied from the request at ingest so that browsing a million rows needs no join
+    ALTER TABLE results ADD COLUMN line_no INTEGER;
+    ALTER TABLE results ADD COLUMN prompt VARCHAR;
+    ALTER TABLE results ADD COLUMN prompt_version VARCHAR;
+    ALTER TABLE results ADD COLUMN metadata JSON;
+    UPDATE ingest_state SET requests_loaded = false, output_offset = 0;
+    CREATE TABLE samples (
+        sample_id VARCHAR PRIMARY KEY,
+        name VARCHAR,
+        created_at TIMESTAMPTZ DEFAULT now(),
+        definition JSON,
+        size INTEGER
+    );
+    CREATE TABLE sample_items (
+        sample_id VARCHAR,
+        position INTEGER,
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        stratum VARCHAR,
+        PRIMARY KEY (sample_id, position)
+    );
+    CREATE TABLE reviews (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        reviewer VARCHAR,
+        verdict VARCHAR,
+        score INTEGER,
+        tags VARCHAR[],
+        comment VARCHAR,
+        corrected_answer VARCHAR,
+        sample_id VARCHAR,
+        updated_at TIMESTAMPTZ DEFAULT now(),
+        PRIMARY KEY (job_id, custom_id, reviewer)
+    );
+    CREATE TABLE preferences (
+        comparison VARCHAR,
+        key VARCHAR,
+        reviewer VARCHAR,
+        job_a VARCHAR,
+        custom_id_a VARCHAR,
+        job_b VARCHAR,
+        custom_id_b VARCHAR,
+        choice VARCHAR,
+        updated_at TIMESTAMPTZ DEFAULT now(),
+        PRIMARY KEY (comparison, key, reviewer)
+    );
+    """,
+    # The job ledger: failures live in errors.jsonl (read from their own offset), and each
+    # state a job passes through is kept with its time.
+    """
+    ALTER TABLE ingest_state ADD COLUMN errors_offset BIGINT DEFAULT 0;
+    CREATE TABLE job_events (
+        job_id VARCHAR,
+        state VARCHAR,
+        entered_at TIMESTAMPTZ,
+        PRIMARY KEY (job_id, state, entered_at)
+    );
+    """,
+    # Per-request latency (``latency_ms`` of a result line: entering the engine to the final
+    # output). Lines written before the engine recorded it keep NULL; nothing to re-read.
+    """
+    ALTER TABLE results ADD COLUMN latency_ms INTEGER;
+    """,
+    # Search: prompt and answer lowercased in one column, read by every search first (see
+    # core.store.results.where): lowering a million texts at each search cost most of its time.
+    """
+    ALTER TABLE requests ADD COLUMN prompt_lower VARCHAR;
+    UPDATE requests SET prompt_lower = lower(prompt);
+    ALTER TABLE results ADD COLUMN search_text VARCHAR;
+    UPDATE results SET search_text = concat_ws(chr(10), lower(prompt), lower(answer));
+    """,
+]
+
+
+# Requests and results are parsed by DuckDB's JSON functions, not line by line in Python:
+# ingest must keep up with the engine (20,000+ lines/s).
+# Each line is parsed once into a struct (json_transform); fields are read from it.
+RESULT_SHAPE = json.dumps(
+    {
+        "custom_id": "VARCHAR",
+        "error": "JSON",
+        "latency_ms": "INTEGER",
+        "response": {
+            "status_code": "INTEGER",
+            "body": {
+                "object": "VARCHAR",
+                "model": "VARCHAR",
+                "created": "DOUBLE",
+                "created_at": "DOUBLE",
+                "status": "VARCHAR",
+                "choices": [
+                    {
+                        "text": "VARCHAR",
+                        "finish_reason": "VARCHAR",
+                        "message": {"content": "VARCHAR"},
+                    }
+                ],
+                "output": [{"content": [{"text": "VARCHAR"}]}],
+                "usage": {
+                    "prompt_tokens": "INTEGER",
+                    "completion_tokens": "INTEGER",
+                    "input_tokens": "INTEGER",
+                    "output_tokens": "INTEGER",
+                },
+            },
+        },
+    }
+)
+RESULT_COLUMNS_SQL = """
+    d.custom_id AS custom_id,
+    CASE WHEN coalesce(json_type(d.error), 'NULL') = 'NULL'
+         THEN 'succeeded' ELSE 'failed' END AS status,
+    d.response.status_code AS status_code,
+    coalesce(b.choices[1].message.content, b.choices[1].text,
+             b.output[1].content[1].text) AS answer,
+    CASE WHEN b.object = 'response'
+         THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
+         ELSE b.choices[1].finish_reason END AS finish_reason,
+    coalesce(b.usage.prompt_tokens, b.usage.input_tokens) AS prompt_tokens,
+    coalesce(b.usage.completion_tokens, b.usage.output_tokens) AS completion_tokens,
+    d.error->>'$.code' AS error_code,
+    CASE WHEN json_type(d.error) = 'VARCHAR' THEN d.error->>'$'
+         ELSE d.error->>'$.message' END AS error_message,
+    raw::JSON AS raw,
+    b.model AS model,
+    to_timestamp(coalesce(b.created, b.created_at)) AS created_at,
+    d.latency_ms AS latency_ms
+"""
+REQUEST_SHAPE = json.dumps(
+    {
+        "custom_id": "VARCHAR",
+        "body": {
+            "model": "VARCHAR",
+            "prompt": "VARCHAR",
+            "input": "JSON",
+            "messages": "JSON",
+            "metadata": "JSON",
+        },
+    }
+)
+# The text a person reads as "the prompt": the last user turn (text parts joined), a
+# completions prompt, or a Responses input.
+REQUEST_COLUMNS_SQL = """
+    coalesce(d.custom_id, 'line-' || line_no) AS custom_id,
+    line_no,
+    d.body.model AS model,
+    coalesce(
+        CASE json_type(user_content)
+            WHEN 'ARRAY' THEN array_to_string(
+                list_transform(json_extract(user_content, '$[*]'), lambda p: p->>'text'), '')
+            ELSE user_content->>'$' END,
+        d.body.prompt,
+        CASE json_type(d.body.input) WHEN 'VARCHAR' THEN d.body.input->>'$' END
+    ) AS prompt,
+    coalesce(d.body.messages, d.body.input) AS messages,
+    d.body.metadata AS metadata,
+    d.body.metadata->>'$.prompt_version' AS prompt_version,
+    CASE WHEN d IS NOT NULL THEN
+        json_merge_patch(raw->'$.body', '{"messages": null, "metadata": null}') END AS params
+"""
