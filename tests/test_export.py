@@ -103,3 +103,56 @@ def test_unknown_format_and_odd_file_names(db, tmp_path):
     odd = tmp_path / "it's a file.csv"
     assert E.export_results(store, ResultFilter(job_ids=[job.job_id]), odd, "csv") == 4
     assert odd.exists()
+
+
+FORMULAS = {
+    '=HYPERLINK("http://x.test","open")': "=1+1",
+    "+cmd": "+SUM(A1:A9)",
+    "-2": "-3 degrees",
+    "@evil": "@SUM(1)",
+    "plain": "\tTAB first",
+}
+
+
+@pytest.fixture
+def formulas(tmp_path: Path):
+    rows = [{"custom_id": cid, "prompt": cid, "answer": answer} for cid, answer in FORMULAS.items()]
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    save_label(store, job.job_id, "-2", "=ana", Label("pass", 5, ("=tag",), "=comment"))
+    return store, job
+
+
+def test_csv_and_excel_cells_never_start_a_formula(formulas, tmp_path):
+    store, job = formulas
+    f = ResultFilter(job_ids=[job.job_id])
+    E.export_results(store, f, tmp_path / "out.csv", "csv")
+    csv = pd.read_csv(tmp_path / "out.csv", keep_default_na=False)
+    E.export_results(store, f, tmp_path / "out.xlsx", "xlsx")
+    sheet = pd.read_excel(tmp_path / "out.xlsx", keep_default_na=False)
+    E.export_labels(store, tmp_path / "labels.csv", "csv")
+    labels = pd.read_csv(tmp_path / "labels.csv", keep_default_na=False)
+    for table in (csv, sheet):
+        for cid, answer in FORMULAS.items():
+            row = table[table["prompt"].str.endswith(cid)].iloc[0]
+            assert row["custom_id"] == ("'" + cid if cid != "plain" else cid)
+            assert row["answer"] == "'" + answer  # the text kept, behind a quote
+        assert [v for v in table["review_verdicts"] if v] == ["'=ana=pass"]
+    assert list(labels["reviewer"]) == ["'=ana"] and list(labels["comment"]) == ["'=comment"]
+    assert list(labels["score"]) == [5]  # numbers stay numbers
+    from openpyxl import load_workbook
+
+    cells = [c for row in load_workbook(tmp_path / "out.xlsx").active.iter_rows() for c in row]
+    assert not [c.coordinate for c in cells if c.data_type == "f"]  # no live formula at all
+
+
+def test_jsonl_and_parquet_keep_the_data_unchanged(formulas, tmp_path):
+    store, job = formulas
+    f = ResultFilter(job_ids=[job.job_id])
+    E.export_results(store, f, tmp_path / "out.parquet", "parquet")
+    parquet = pd.read_parquet(tmp_path / "out.parquet").set_index("custom_id")
+    assert parquet.loc['=HYPERLINK("http://x.test","open")', "answer"] == "=1+1"
+    E.export_results(store, f, tmp_path / "out.jsonl", "jsonl")
+    ids = [json.loads(x)["custom_id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert ids == list(FORMULAS)

@@ -237,3 +237,37 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     db.close()
     db = Store(path)
     assert ids(R.page(db, R.ResultFilter(job_ids=[job.job_id], search="BOLD"))) == ["c"]
+
+
+ODD_KEYS = [
+    {"custom_id": "k1", "prompt": "p", "answer": "a", "metadata": {"$[": "open", "x": "plain"}},
+    {"custom_id": "k2", "prompt": "p", "answer": "b", "metadata": {"$.x": "dotted", "x": "x2"}},
+    {"custom_id": "k3", "prompt": "p", "answer": "c", "metadata": {'q"t': "quoted", "a.b": "ab"}},
+]
+
+
+def test_metadata_keys_are_keys_never_json_paths(tmp_path):
+    from core.store import compare, samples
+
+    db = Store(tmp_path / "studio.duckdb")
+    job = finished_job(tmp_path, ODD_KEYS)
+    db.ingest(job)
+    f = R.ResultFilter
+
+    def matching(metadata):
+        return ids(R.page(db, f(job_ids=[job.job_id], metadata=metadata)))
+
+    assert matching({"$[": "open"}) == ["k1"]
+    assert matching({"$.x": "dotted"}) == ["k2"]  # not the field "x"
+    assert matching({"$.x": "plain"}) == []
+    assert matching({'q"t': "quoted"}) == matching({"a.b": "ab"}) == ["k3"]
+    assert R.metadata_values(db, [job.job_id], "$[") == ["open"]
+    page = R.page(db, f(job_ids=[job.job_id]), sort="metadata.$.x", descending=True)
+    assert ids(page)[0] == "k2"
+    definition = samples.SampleDefinition(
+        filter=f(job_ids=[job.job_id]), method="stratified", size=3, stratify_by="metadata:$["
+    )
+    assert sorted(samples.draw(db, definition)["stratum"]) == ["(none)", "(none)", "open"]
+    side = compare.Side(job_id=job.job_id, field="metadata:$.x", value="dotted")
+    other = compare.Side(job_id=job.job_id, field="metadata:$[", value="open")
+    assert len(compare.pairs(db, side, other, key="model")) == 1  # k2 against k1

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from core.store.db import Store
+from core.store.results import metadata_path
 
 CHOICES = ("A", "B", "tie")
 SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"
@@ -41,7 +42,7 @@ class Side:
 
 def _field_sql(field: str, params: list[Any]) -> str:
     if field.startswith("metadata:"):
-        params.append(field.removeprefix("metadata:"))
+        params.append(metadata_path(field.removeprefix("metadata:")))
         return "(r.metadata ->> ?)"
     if field not in SPLIT_FIELDS:
         raise CompareError(f"cannot split by {field!r}")

@@ -4,6 +4,11 @@ CSV, Parquet and JSONL leave DuckDB straight for the file, so a million rows nev
 through pandas. JSONL of results is the OpenAI batch output format: each line is the
 stored raw output line, unchanged. Excel goes through pandas and openpyxl, so it is capped
 at :data:`EXCEL_MAX_ROWS` rows with a clear message past that.
+
+Text from a file or a model is data, never a formula: in CSV and Excel a text cell that a
+spreadsheet would run (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return) gets a leading ``'``, as OWASP advises against CSV injection. JSONL and Parquet
+keep the data unchanged (no spreadsheet reads them as formulas).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
 
@@ -19,6 +26,22 @@ FORMATS = ("csv", "parquet", "jsonl", "xlsx")
 EXCEL_MAX_ROWS = 200_000
 # Excel (openpyxl) refuses these control characters in cells; they are dropped there only.
 _ILLEGAL_EXCEL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# What makes a spreadsheet read a cell as a formula, at the start of a text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula, made plain text with a leading '."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+def _inert_sql(column: str) -> str:
+    """:func:`inert` as a DuckDB expression over a text column."""
+    starts = ", ".join(f"chr({ord(c)})" for c in FORMULA_STARTS)
+    return f"CASE WHEN left({column}, 1) IN ({starts}) THEN chr(39) || {column} ELSE {column} END"
+
 
 # Each result with its labels: one text per reviewer joined, so the file stays flat.
 _LABELS = """
@@ -66,8 +89,35 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     }[fmt]
     # COPY takes its file name as a literal, not a parameter: quote it (quotes doubled).
     target = "'" + str(path).replace("'", "''") + "'"
-    store.execute(f"COPY ({sql}) TO {target} ({options})", params)
+    copied = _inert_select(store, sql, params) if fmt == "csv" else sql
+    store.execute(f"COPY ({copied}) TO {target} ({options})", params)
     return _count(store, sql, params)
+
+
+def _inert_select(store: Store, sql: str, params: list[Any]) -> str:
+    """``sql`` with every text column passed through :func:`inert` (for CSV)."""
+    with store.cursor() as cur:
+        cur.execute(f"SELECT * FROM ({sql}) LIMIT 0", params)
+        columns = [(name, str(kind)) for name, kind, *_ in cur.description]
+    exprs = []
+    for name, kind in columns:
+        quoted = '"' + name.replace('"', '""') + '"'
+        exprs.append(f"{_inert_sql(quoted)} AS {quoted}" if kind == "VARCHAR" else quoted)
+    return f"SELECT {', '.join(exprs)} FROM ({sql})"
+
+
+def _write_excel(frame: pd.DataFrame, path: Path) -> None:
+    """A frame to .xlsx with text made inert and characters Excel refuses dropped."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            frame[column] = frame[column].map(
+                lambda v: inert(_ILLEGAL_EXCEL.sub("", v)) if isinstance(v, str) else v
+            )
+        elif hasattr(frame[column].dtype, "tz") and frame[column].dtype.tz is not None:
+            frame[column] = frame[column].dt.tz_localize(None)  # Excel has no time zones
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_excel(path, index=False, engine="openpyxl")
 
 
 def _count(store: Store, sql: str, params: list[Any]) -> int:
@@ -95,15 +145,7 @@ def _excel(store: Store, sql: str, params: list[Any], path: Path) -> int:
             f"{rows:,} rows is more than the Excel export takes ({EXCEL_MAX_ROWS:,}); "
             "narrow the filter, or export CSV or Parquet (no limit)"
         )
-    frame = store.query(sql, params)
-    for column in frame.columns:
-        if frame[column].dtype == object:
-            frame[column] = frame[column].map(
-                lambda v: _ILLEGAL_EXCEL.sub("", v) if isinstance(v, str) else v
-            )
-        elif hasattr(frame[column].dtype, "tz") and frame[column].dtype.tz is not None:
-            frame[column] = frame[column].dt.tz_localize(None)  # Excel has no time zones
-    frame.to_excel(path, index=False, engine="openpyxl")
+    _write_excel(store.query(sql, params), path)
     return rows
 
 
@@ -169,14 +211,13 @@ def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "jo
         try:
             sql = "SELECT * FROM tally_frame"
             if fmt == "xlsx":
+                _write_excel(frame, path)
+            elif fmt == "csv":
                 path.parent.mkdir(parents=True, exist_ok=True)
-                frame.to_excel(path, index=False, engine="openpyxl")
-            elif fmt == "jsonl":
-                target = "'" + str(path).replace("'", "''") + "'"
-                cur.execute(f"COPY ({sql}) TO {target} (FORMAT json)")
+                frame.map(inert).to_csv(path, index=False)
             else:
                 target = "'" + str(path).replace("'", "''") + "'"
-                options = "FORMAT csv, HEADER true" if fmt == "csv" else "FORMAT parquet"
+                options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
                 cur.execute(f"COPY ({sql}) TO {target} ({options})")
         finally:
             cur.unregister("tally_frame")

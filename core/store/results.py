@@ -83,6 +83,12 @@ class ResultFilter(Model):
     match_case: bool = False
 
 
+def metadata_path(key: str) -> str:
+    """The JSON path of one metadata key, quoted: DuckDB reads a bare string that starts
+    with ``$`` as a path, so a key such as ``$[`` would fail and ``$.x`` read another field."""
+    return '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _in_list(expr: str, values: list[str], params: list[Any]) -> str:
     params.append([str(v) for v in values])
     return f"list_contains(?, {expr})"  # one list parameter; faster than IN (?, ?, ...)
@@ -104,7 +110,7 @@ def where(f: ResultFilter) -> tuple[str, list[Any]]:
         clauses.append(_in_list("r.prompt_version", f.prompt_versions, params))
     for key, value in f.metadata.items():
         clauses.append("(r.metadata ->> ?) = ?")
-        params.extend([key, str(value)])
+        params.extend([metadata_path(key), str(value)])
     for name, (low, high) in (
         ("r.prompt_tokens", f.prompt_tokens),
         ("r.completion_tokens", f.completion_tokens),
@@ -144,7 +150,7 @@ def order_by(sort: str = "line_no", descending: bool = False) -> tuple[str, list
     params: list[Any] = []
     if sort.startswith(METADATA_SORT) and len(sort) > len(METADATA_SORT):
         expr = "(r.metadata ->> ?)"  # the key travels as a parameter, like the filter's
-        params.append(sort[len(METADATA_SORT) :])
+        params.append(metadata_path(sort[len(METADATA_SORT) :]))
     elif sort in COLUMNS:
         expr = COLUMNS[sort]
     else:
@@ -282,7 +288,7 @@ def metadata_values(store: Store, job_ids: list[str], key: str, limit: int = 200
     frame = store.query(
         f"SELECT r.metadata ->> ? AS v, count(*) AS n {FROM} {clause} "
         "AND v IS NOT NULL GROUP BY v ORDER BY n DESC, v LIMIT ?",
-        [key, *params, limit],
+        [metadata_path(key), *params, limit],
     )
     return [str(v) for v in frame["v"]]
 

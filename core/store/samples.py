@@ -17,7 +17,7 @@ from pydantic import Field
 
 from core.schemas import Model
 from core.store.db import Store
-from core.store.results import FROM, ResultFilter, where
+from core.store.results import FROM, ResultFilter, metadata_path, where
 
 Method = Literal["random", "stratified", "failures_first"]
 METHODS: tuple[str, ...] = get_args(Method)
@@ -77,7 +77,7 @@ def _stratum(stratify_by: str | None, params: list[Any]) -> str:
     if stratify_by is None:
         raise SampleError("choose a field to stratify by")
     if stratify_by.startswith("metadata:"):
-        params.append(stratify_by.removeprefix("metadata:"))
+        params.append(metadata_path(stratify_by.removeprefix("metadata:")))
         return "coalesce(r.metadata ->> ?, '(none)')"
     if stratify_by not in STRATA:
         raise SampleError(f"cannot stratify by {stratify_by!r}")
