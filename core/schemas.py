@@ -81,6 +81,8 @@ class EngineConfig(FrozenModel):
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     enable_prefix_caching: bool | None = None
+    # None: vLLM's default (chunked prefill on); see core.run.engine.fit_to_requests.
+    enable_chunked_prefill: bool | None = None
     quantization: str | None = None
     seed: int = 0
     cpu_kv_cache_gib: float = Field(1.0, gt=0)

@@ -135,3 +135,32 @@ def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_
     [job] = list_jobs(studio_home / "jobs")
     assert job.read_status().state == "failed"
     assert "vLLM could not load" in job.read_status().error
+
+
+def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer(
+    studio_home, tmp_path, default_model
+):
+    """The CPU build fails seeded requests whose prefill is split over steps (200 such
+    chats failed whole); the worker runs seeded jobs without chunked prefill there."""
+    ticket = "The printer on floor three keeps jamming and the toner light blinks. " * 3
+    lines = [
+        chat(f"s{i}", f"Summarise in one sentence: {ticket} ({i})", max_tokens=8,
+             temperature=0.8, seed=i)
+        for i in range(200)
+    ]  # fmt: skip
+    batch = tmp_path / "seeded.jsonl"
+    batch.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = run_cli("run", str(batch), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    answers = {
+        line["custom_id"]: line["response"]["body"]["choices"][0]["message"]["content"]
+        for line in map(json.loads, out.read_text().splitlines())
+    }
+    assert len(answers) == 200 and all(answers.values())
+    alone = tmp_path / "alone.jsonl"
+    alone.write_text(lines[7] + "\n")
+    result = run_cli("run", str(alone), "-o", str(tmp_path / "alone_out.jsonl"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    [line] = map(json.loads, (tmp_path / "alone_out.jsonl").read_text().splitlines())
+    assert line["response"]["body"]["choices"][0]["message"]["content"] == answers["s7"]

@@ -120,3 +120,17 @@ def test_an_engine_that_keeps_failing_fails_only_what_has_no_result():
     lines = [line for batch in local_executor(engine).run(requests(6)) for line in batch]
     codes = {line["custom_id"]: line["error"] and line["error"]["code"] for line in lines}
     assert codes == {"r0": None, "r1": None, **{f"r{i}": "engine_error" for i in range(2, 6)}}
+
+
+def test_seeded_requests_run_without_chunked_prefill_on_cpu_only():
+    from core.run.engine import fit_to_requests
+    from core.schemas import EngineConfig
+
+    config = EngineConfig(model="/models/m")
+    seeded = [EngineRequest("s", [{"role": "user", "content": "x"}], {"seed": 3})]
+    plain = requests(2)
+    assert fit_to_requests(config, plain + seeded, on_gpu=False).enable_chunked_prefill is False
+    assert fit_to_requests(config, plain, on_gpu=False) == config
+    assert fit_to_requests(config, seeded, on_gpu=True) == config
+    chosen = config.model_copy(update={"enable_chunked_prefill": True})
+    assert fit_to_requests(chosen, seeded, on_gpu=False) == chosen  # the user's choice stays

@@ -35,6 +35,25 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
 
 
+def fit_to_requests(
+    config: EngineConfig, requests: list[EngineRequest], on_gpu: bool
+) -> EngineConfig:
+    """The engine settings for these requests: the job's, except where the engine build
+    cannot run them.
+
+    On the CPU build of vLLM (0.32), a seeded request whose prefill is split over engine
+    steps (chunked prefill, 4,096 tokens a step by default) fails with "CPU Generator does
+    not use offset", and with it every request in the engine: 200 seeded chats failed
+    whole while 4 or 20 ran. Without chunked prefill no prefill is split, so a job with
+    seeded requests runs with it off on CPU (measured on 200 chats: about 10% fewer
+    tokens/s, so unseeded jobs keep it on). A setting the user chose is kept.
+    """
+    seeded = any("seed" in request.sampling for request in requests)
+    if on_gpu or not seeded or config.enable_chunked_prefill is not None:
+        return config
+    return config.model_copy(update={"enable_chunked_prefill": False})
+
+
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:
     """``auto`` on a CPU without native bf16 means float32: vLLM's bf16 path there falls back
     to slow kernels (measured on an AVX2-only EPYC: 15 tokens/s in bf16, 79 in float32)."""
@@ -86,6 +105,7 @@ class Engine:
             "max_num_seqs": c.max_num_seqs,
             "max_num_batched_tokens": c.max_num_batched_tokens,
             "enable_prefix_caching": c.enable_prefix_caching,
+            "enable_chunked_prefill": c.enable_chunked_prefill,
             "quantization": c.quantization,
         }
         kwargs.update({k: v for k, v in optional.items() if v is not None})

@@ -33,12 +33,13 @@ from pathlib import Path
 
 from core.check import scan
 from core.check.requests import EngineRequest
+from core.devices import gpu_count
 from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.output_file import OutputWriter
 from core.jobs.queue import EngineLock, queued_jobs
 from core.plan.estimate import record_throughput
-from core.run.engine import EngineLoadError
+from core.run.engine import EngineLoadError, fit_to_requests
 from core.run.local import make_executor
 from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import error_line, token_usage
@@ -268,7 +269,10 @@ def _run_pending(
     left = {r.custom_id for r in pending}
     groups = _by_model(spec, pending)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
-        executor = make_executor(spec.on_model(folder), keeper.job.path)
+        group = spec.on_model(folder)
+        on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
+        engine = fit_to_requests(group.engine, requests, on_gpu)
+        executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
         part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
         keeper.update(
             state="running",
