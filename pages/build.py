@@ -18,7 +18,7 @@ from core.plan.builder import (
     read_table,
     safe_file_name,
 )
-from pages.shared import paths, through_app
+from pages.shared import escape, paths, through_app
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
@@ -49,14 +49,17 @@ try:
         if sample:
             table, table_name = read_table(SAMPLE_DATA / sample), sample
 except BuildError as exc:
-    st.error(str(exc))
+    st.error(escape(exc))
     st.stop()
 
 if table is None:
     st.info("Upload a table, or use the sample table, to build a batch file from it.")
     st.stop()
 
-st.caption(f"**{table_name}**: {len(table):,} rows, columns: {', '.join(table.columns)}")
+st.caption(
+    f"**{escape(table_name)}**: {len(table):,} rows, columns: "
+    + escape(", ".join(map(str, table.columns)))
+)
 st.dataframe(table.head(5), hide_index=True, width="stretch", key="table_head")
 
 columns = list(table.columns)
@@ -97,7 +100,7 @@ try:
     first = preview(table, spec, rows=3)
     whole = dry_run(table, spec) if len(table) <= DRY_RUN_ROWS else None
 except BuildError as exc:
-    st.error(str(exc))
+    st.error(escape(exc))
     st.stop()
 
 st.subheader("Preview")
@@ -131,7 +134,7 @@ if st.button("Save the batch file", type="primary", key="build_save"):
 
 built = st.session_state.get("built_file")
 if built and Path(built).is_file():
-    st.success(f"Saved {Path(built).name}: {st.session_state.get('built_summary', '')}.")
+    st.success(f"Saved {escape(Path(built).name)}: {st.session_state.get('built_summary', '')}.")
     c1, c2 = st.columns(2)
     c1.download_button(
         "Download the batch file",

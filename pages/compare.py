@@ -6,7 +6,7 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
-from pages.shared import jobs_or_stop, store, through_app
+from pages.shared import escape, jobs_or_stop, store, through_app
 
 through_app()
 st.title("Compare")
@@ -33,7 +33,7 @@ else:
     field = c[0].selectbox("Split by", [*cmp.SPLIT_FIELDS, *meta], key="cmp_field")
     values = cmp.split_values(db, job, field)
     if len(values) < 2:
-        st.info(f"{field} has fewer than two values in this job; choose another field.")
+        st.info(f"{escape(field)} has fewer than two values in this job; choose another field.")
         st.stop()
     value_a = c[1].selectbox("A", values, index=0, key="cmp_va")
     value_b = c[2].selectbox("B", values, index=1, key="cmp_vb")
@@ -47,7 +47,7 @@ try:
     pairs = cmp.pairs(db, side_a, side_b, key)
     cover = cmp.coverage(db, side_a, side_b, key)
 except cmp.CompareError as exc:
-    st.warning(str(exc))
+    st.warning(escape(exc))
     st.stop()
 
 st.caption(
@@ -83,13 +83,13 @@ if nav[1].button("Next →", disabled=pos >= len(keys) - 1, key="cmp_next"):
     pos += 1
 st.session_state["cmp_pos"] = pos
 pair = pairs.iloc[pos].to_dict()
-nav[2].markdown(f"**Pair {pos + 1} of {len(keys)}** · `{pair['key']}`")
+nav[2].markdown(f"**Pair {pos + 1} of {len(keys)}** · {escape(pair['key'])}")
 st.caption("Prompt")
 st.text(pair["prompt"] or "")
 left, right = st.columns(2)
-left.caption(f"A · {side_a.label()} · {pair['status_a']} · {pair['tokens_a']} tokens")
+left.caption(escape(f"A · {side_a.label()} · {pair['status_a']} · {pair['tokens_a']} tokens"))
 left.text(pair["answer_a"] or "(no answer)")
-right.caption(f"B · {side_b.label()} · {pair['status_b']} · {pair['tokens_b']} tokens")
+right.caption(escape(f"B · {side_b.label()} · {pair['status_b']} · {pair['tokens_b']} tokens"))
 right.text(pair["answer_b"] or "(no answer)")
 st.caption(
     f"Word diff A → B ([-removed-] {{+added+}}); "
@@ -106,7 +106,7 @@ for col, choice in zip(choice_cols, cmp.CHOICES, strict=True):
         try:
             cmp.save_preference(db, comparison, pair["key"], reviewer, choice, pair, side_a, side_b)
         except cmp.CompareError as exc:
-            st.error(str(exc))
+            st.error(escape(exc))
         else:
             st.session_state["cmp_pos"] = min(pos + 1, len(keys) - 1)
             st.rerun()

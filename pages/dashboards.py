@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.plan.pricing import PriceError, load_prices, price_rows, save_prices, table_from_rows
 from core.store import dashboards as dash
-from pages.shared import jobs_or_stop, store, through_app
+from pages.shared import escape, jobs_or_stop, store, through_app
 
 through_app()
 st.title("Dashboards")
@@ -36,7 +36,7 @@ with st.expander(f"Price table ({saved.currency}; model `*` prices the models no
     try:
         prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
     except PriceError as exc:
-        st.error(str(exc), icon=":material/error:")
+        st.error(escape(exc), icon=":material/error:")
         prices = saved
     if prices != saved:
         save_prices(prices)

@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.jobs.queue import priority, queued_jobs, set_priority
-from pages.shared import job_controls, jobs_or_stop, open_job, paths, restart, through_app
+from pages.shared import escape, job_controls, jobs_or_stop, open_job, paths, restart, through_app
 
 through_app()
 st.title("Jobs")
@@ -29,7 +29,7 @@ if waiting:
     )
     for place, queued in enumerate(waiting, start=1):
         c1, c2 = st.columns([3, 1])
-        c1.write(f"{place}. `{queued.job_id}` · {queued.read_spec().source}")
+        c1.write(f"{place}. {escape(queued.job_id)} · {escape(queued.read_spec().source)}")
         new = c2.number_input(
             "Priority",
             -100,
@@ -50,7 +50,7 @@ job = open_job(job_id)
 status = job.read_status()
 spec = job.read_spec()
 
-st.subheader(f"{job_id}: {status.display_state}")
+st.subheader(f"{escape(job_id)}: {status.display_state}")
 job_controls(job, key="jobs")
 cols = st.columns(2)
 cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")
@@ -111,7 +111,7 @@ if st.button("Verify results (hash chain and completeness)"):
         )
     else:
         for problem in result.problems:
-            st.error(problem)
+            st.error(escape(problem))
 
 files = [(job.output, "output.jsonl"), (job.errors, "errors.jsonl"), (job.input, "input.jsonl")]
 cols = st.columns(len(files))

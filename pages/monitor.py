@@ -10,7 +10,7 @@ from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import recent_lines
 from core.run.monitoring import rates, read_samples
 from core.run.outputs import answer_text, error_text
-from pages.shared import job_controls, open_job, paths, store, through_app
+from pages.shared import escape, job_controls, open_job, paths, store, through_app
 
 REFRESH_SECONDS = 2.0
 
@@ -112,9 +112,9 @@ def show(job: JobFolder) -> None:
     c[2].metric("Model load", _duration(status.model_load_seconds))
     c[3].metric("First result after", _duration(status.first_result_seconds))
     if status.message and not status.interrupted:  # a dead worker's last words mislead
-        st.caption(status.message)
+        st.caption(escape(status.message))
     if status.error:
-        st.error(status.error)
+        st.error(escape(status.error))
     if status.interrupted:
         st.warning(
             "The worker stopped without finishing (killed or crashed). Resume runs "
@@ -184,9 +184,9 @@ if final:
         f"output tokens in {_duration(status.elapsed_seconds)}."
     )
     if status.outcome == "completed":
-        st.success(f"Job {job_id} completed: {summary}")
+        st.success(f"Job {escape(job_id)} completed: {summary}")
     elif status.outcome == "completed_with_errors":
-        st.warning(f"Job {job_id} completed with errors: {summary}", icon=":material/warning:")
+        st.warning(f"Job {escape(job_id)} completed with errors: {summary}", icon="⚠️")
     elif status.state == "failed":
-        st.error(f"Job {job_id} failed: {summary}", icon=":material/error:")
+        st.error(f"Job {escape(job_id)} failed: {summary}", icon=":material/error:")
     st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")

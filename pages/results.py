@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.store import export as ex
 from core.store import results as res
-from pages.shared import jobs_or_stop, open_job, paths, store, through_app
+from pages.shared import escape, jobs_or_stop, open_job, paths, store, through_app
 
 through_app()
 st.title("Results")
@@ -38,7 +38,7 @@ cols[1].metric("Requests", int(row["total"] or 0))
 cols[2].metric("Succeeded", int(row["succeeded"] or 0))
 cols[3].metric("Failed", int(row["failed"] or 0))
 if row["error"]:
-    st.error(row["error"])
+    st.error(escape(row["error"]))
 
 # -- filters ----------------------------------------------------------------------------------
 facets = res.facets(db, job_ids)
@@ -150,12 +150,12 @@ else:
         with left:
             st.subheader("Conversation")
             for message in item["messages"] or []:
-                st.caption(message.get("role", ""))
+                st.caption(escape(message.get("role", "")))
                 st.text(message.get("content", ""))
         with right:
             st.subheader("Answer")
             if item["status"] == "failed":
-                st.error(f"{item['error_code']}: {item['error_message']}")
+                st.error(escape(f"{item['error_code']}: {item['error_message']}"))
             else:
                 st.text(item["answer"] or "")
             st.caption(
@@ -182,7 +182,7 @@ if st.button("Prepare export", key="export_go"):
         with st.spinner("Writing the file…"):
             rows = ex.export_results(db, flt, target, fmt)
     except ex.ExportError as exc:
-        st.error(str(exc))
+        st.error(escape(exc))
     else:
         st.session_state["export_file"] = (str(target), rows)
 if "export_file" in st.session_state:

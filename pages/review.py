@@ -8,7 +8,7 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.shared import jobs_or_stop, paths, store, through_app
+from pages.shared import escape, jobs_or_stop, paths, store, through_app
 
 through_app()
 st.title("Review")
@@ -44,11 +44,11 @@ with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new
         try:
             made = sm.create_sample(db, name, definition)
         except sm.SampleError as exc:
-            st.error(str(exc))
+            st.error(escape(exc))
         else:
             st.session_state["sample_id"] = made.sample_id
             st.session_state["review_pos"] = 0
-            st.success(f"Sample {made.name!r} drawn: {made.size} items.")
+            st.success(f"Sample {escape(made.name)} drawn: {made.size} items.")
 
 samples = sm.list_samples(db)
 if samples.empty:
@@ -98,7 +98,7 @@ with tab_review:
                     break
         st.session_state["review_pos"] = pos
         item = items.iloc[pos]
-        nav[3].markdown(f"**Item {pos + 1} of {len(items)}** · `{item['custom_id']}`")
+        nav[3].markdown(f"**Item {pos + 1} of {len(items)}** · {escape(item['custom_id'])}")
         left, right = st.columns(2)
         left.caption("Prompt")
         left.text(item["prompt"] or "")
@@ -107,7 +107,7 @@ with tab_review:
             f"{item['completion_tokens']} tokens"
         )
         if item["status"] == "failed":
-            right.error(item["error_message"] or "failed")
+            right.error(escape(item["error_message"] or "failed"))
         else:
             right.text(item["answer"] or "")
         old = rv.get_label(db, item["job_id"], item["custom_id"], reviewer)
@@ -139,7 +139,7 @@ with tab_review:
                         sample_id,
                     )
                 except rv.ReviewError as exc:
-                    st.error(str(exc))
+                    st.error(escape(exc))
                 else:
                     st.session_state["review_pos"] = min(pos + 1, len(items) - 1)
                     st.rerun()
@@ -198,7 +198,7 @@ with tab_export:
                 target = folder / f"review_tally.{fmt}"
                 n = ex.export_tally(db, target, fmt)
         except ex.ExportError as exc:
-            st.error(str(exc))
+            st.error(escape(exc))
         else:
             st.download_button(
                 f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name

@@ -12,7 +12,7 @@ from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import model_folders
 from core.schemas import EngineConfig, JobDefaults, RaySettings, problems_of
-from pages.shared import estimate_metrics, paths, through_app
+from pages.shared import escape, estimate_metrics, paths, through_app
 
 through_app()
 st.title("Run")
@@ -193,7 +193,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         job = submit(batch_file, submission, paths().jobs, gpus=gpus).job
     except Refused as refused:
         for problem in refused.problems:
-            st.error(problem, icon=":material/block:")
+            st.error(escape(problem), icon=":material/block:")
         st.stop()
     st.session_state["job_id"] = job.job_id
     st.switch_page("pages/monitor.py")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -62,6 +63,18 @@ def jobs_or_stop(empty_message: str) -> pd.DataFrame:
         st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
         st.stop()
     return jobs
+
+
+# Every ASCII punctuation mark markdown may read (CommonMark lets each be escaped), and $
+# for Streamlit's LaTeX: escaped, a text from a file or a model shows as it is written.
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~:$&=\"'])")
+
+
+def escape(text: object) -> str:
+    """Untrusted text (an id, a file or model name, a message) made safe for a markdown
+    sink such as a label, caption or alert: no link, image, HTML or formatting survives.
+    Longer texts go to ``st.text`` or ``st.code`` instead, which never read markdown."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def paths() -> DataPaths:
@@ -126,7 +139,7 @@ def restart(job: JobFolder, *, retry: bool, done: str, shard: int | None = None)
         resubmit(job, retry=retry, shard=shard)
     except Refused as refused:
         for problem in refused.problems:
-            st.error(problem, icon=":material/block:")
+            st.error(escape(problem), icon=":material/block:")
         return False
     st.toast(done)
     return True

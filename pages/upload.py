@@ -31,7 +31,7 @@ from core.plan.pricing import (
     table_from_rows,
 )
 from core.schemas import JobDefaults
-from pages.shared import estimate_metrics, paths, through_app
+from pages.shared import escape, estimate_metrics, paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
@@ -81,7 +81,7 @@ else:
         if candidate.is_file():
             path, display_name = candidate, candidate.name
         else:
-            st.error(f"No file at {candidate}. Give the full path of a JSONL file.")
+            st.error(f"No file at {escape(candidate)}. Give the full path of a JSONL file.")
 
 if path is None:
     st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
@@ -115,7 +115,7 @@ with st.expander("Model, job defaults and model mapping"):
         st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
         for name in sorted(previous.models):
             choice = st.selectbox(
-                f"`{name or '(none)'}` runs on",
+                f"{escape(name or '(none)')} runs on",
                 ["(the model above)", *folders],
                 format_func=lambda p: p if p.startswith("(") else Path(p).name,
                 key=f"map::{name}",
@@ -158,7 +158,7 @@ if st.session_state.get("check_key") != key:
             running: BackgroundCheck = st.session_state["check_task"]
             if running.done:
                 if running.error:
-                    st.error(running.error)
+                    st.error(escape(running.error))
                     return
                 st.session_state.update(check_key=running.key, check_report=running.report)
                 st.rerun()
@@ -301,7 +301,7 @@ if report.valid and report.by_local_model:
         try:
             prices = table_from_rows(edited.to_dict("records"), prices, budget or None)
         except PriceError as exc:
-            st.error(str(exc), icon=":material/error:")
+            st.error(escape(exc), icon=":material/error:")
         else:
             if st.button("Save prices and budget", key="save_prices"):
                 save_prices(prices)
@@ -323,7 +323,7 @@ if report.valid and report.by_local_model:
             f"cost: {model_estimate.cost_basis}."
         )
     for note in result.notes:
-        st.info(note)
+        st.info(escape(note))
     if result.over_budget:
         needs_confirmation = not st.checkbox(
             f"Run anyway: the expected cost {cost:,.2f} {result.currency} is over the "

@@ -13,6 +13,7 @@ from core.check import check_file
 from core.config import REPO_ROOT, SAMPLE_DATA
 from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
 from tests.conftest import run_cli
+from tests.test_pages import shown
 
 TICKETS = SAMPLE_DATA / "tickets.csv"
 SPEC = BuildSpec(
@@ -133,11 +134,11 @@ def test_build_page_previews_reports_rows_and_saves(studio_home: Path) -> None:
     at.button(key="build_save").click().run()
     saved = Path(at.session_state["built_file"])
     assert saved.parent == studio_home / "uploads" and len(saved.read_text().splitlines()) == 39
-    assert at.success[0].value == "Saved tickets.jsonl: 39 of 40 rows written."
+    assert shown(at.success[0].value) == "Saved tickets.jsonl: 39 of 40 rows written."
 
 
 def test_build_page_names_a_missing_column(studio_home: Path) -> None:
     at = open_build_page()
     at.text_area(key="build_user").set_value("{{ priority }}").run()
-    assert "'priority', which the table does not have" in at.error[0].value
+    assert "'priority', which the table does not have" in shown(at.error[0].value)
     assert not at.code

@@ -12,7 +12,7 @@ from core.config import SAMPLE_DATA
 from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
 from tests.factories import finished_job
-from tests.test_pages import open_page
+from tests.test_pages import open_page, shown
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -21,7 +21,7 @@ def texts(at) -> str:
     parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
     parts += [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
     parts += [str(s.value) for s in at.success] + [str(i.value) for i in at.info]
-    return "\n".join(parts)
+    return shown("\n".join(parts))
 
 
 def metric(at, label: str) -> str:
@@ -64,11 +64,13 @@ def test_a_job_whose_requests_all_failed_shows_as_failed_never_as_a_success(stud
     job = finished_job(studio_home, {"a": None, "b": None})
     at = open_page("monitor.py", job_id=job.job_id)
     assert not at.success
-    assert [e.value for e in at.error][-1].startswith(f"Job {job.job_id} failed: 0 succeeded")
+    assert shown([e.value for e in at.error][-1]).startswith(
+        f"Job {job.job_id} failed: 0 succeeded"
+    )
     assert "failed: 2 / 2 requests" in at.get("progress")[0].proto.text
     at.switch_page("pages/jobs.py").run()
     assert not at.exception
-    assert f"{job.job_id}: failed" in [s.value for s in at.subheader]
+    assert f"{job.job_id}: failed" in [shown(s.value) for s in at.subheader]
     table = at.dataframe[0].value.set_index("job_id")
     assert table.loc[job.job_id, "state"] == "failed"
 
@@ -116,11 +118,11 @@ def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     for job in (first, second):
         job.write_status(JobStatus(state="queued"))
     at = open_page("jobs.py")
-    order = [m.value for m in at.markdown if m.value.startswith(("1.", "2."))]
-    assert order[0].startswith(f"1. `{first.job_id}`")
+    order = [shown(m.value) for m in at.markdown if m.value.startswith(("1.", "2."))]
+    assert order[0].startswith(f"1. {first.job_id}")
     at.number_input(key=f"prio-{second.job_id}").set_value(3).run()
-    order = [m.value for m in at.markdown if m.value.startswith(("1.", "2."))]
-    assert order[0].startswith(f"1. `{second.job_id}`")
+    order = [shown(m.value) for m in at.markdown if m.value.startswith(("1.", "2."))]
+    assert order[0].startswith(f"1. {second.job_id}")
 
 
 def test_run_shows_the_estimate_made_on_upload_and_check():

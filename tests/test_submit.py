@@ -25,6 +25,7 @@ from core.run.outputs import Choice, Completion, error_line, success_line
 from core.schemas import EngineConfig, JobStatus
 from tests.conftest import run_cli
 from tests.factories import request_line
+from tests.test_pages import shown
 
 REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]
 
@@ -158,7 +159,7 @@ def test_the_run_page_refuses_repeated_ids_even_with_skip_invalid_ticked(
     at.checkbox(key="skip_invalid").check().run()
     at.button[0].click().run()
     assert not at.exception
-    assert any("line 3: custom_id 'a' repeats line 1" in e.value for e in at.error)
+    assert any("line 3: custom_id 'a' repeats line 1" in shown(e.value) for e in at.error)
     assert list_jobs(studio_home / "jobs") == [] and not no_worker
     st.cache_resource.clear()
 
