@@ -142,3 +142,49 @@ def test_build_page_names_a_missing_column(studio_home: Path) -> None:
     at.text_area(key="build_user").set_value("{{ priority }}").run()
     assert "'priority', which the table does not have" in shown(at.error[0].value)
     assert not at.code
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{% for i in range(9000) %}{% for j in range(9000) %}{% endfor %}{% endfor %}x",
+         "ran for more than"),
+        ("{{ 'a' * 10**9 }}", "a repetition would make 1,000,000,000 characters"),
+        ("{% for i in range(9000) %}{{ text * 200 }}{% endfor %}",
+         "makes more than 1,000,000 characters"),
+        ("{{ range(10**7) | length }}", "range of 10,000,000 items"),
+    ],
+)  # fmt: skip
+def test_a_runaway_template_is_that_rows_error_and_stops_within_seconds(template, expected):
+    import time
+
+    from core.plan import bounded_render
+
+    table = pd.DataFrame({"text": ["hello", "world"], "id": ["a", "b"]})
+    spec = BuildSpec(user_template="{{ text }} " + template, id_column="id")
+    started = time.monotonic()
+    result = preview(table, spec, rows=2)
+    took = time.monotonic() - started
+    assert result.written == 0
+    assert [p.row for p in result.problems] == [1, 2]
+    assert all(expected in p.message for p in result.problems), result.problems
+    assert took < 2 * (bounded_render.MAX_RENDER_SECONDS + 1)  # each row stopped, not run out
+
+
+def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
+    table = pd.DataFrame({"n": [9000, 1, 2]})
+    slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}row {{ n }}"
+    result = preview(table, BuildSpec(user_template=slow), rows=3)
+    assert [p.row for p in result.problems] == [1]
+    assert [line["body"]["messages"][-1]["content"] for line in result.lines] == ["row 1", "row 2"]
+
+
+def test_a_template_too_slow_on_every_row_stops_the_build_after_three_rows():
+    import time
+
+    table = pd.DataFrame({"n": [9000] * 1000})
+    slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
+    started = time.monotonic()
+    with pytest.raises(BuildError, match="ran past 2 s on 3 rows"):
+        preview(table, BuildSpec(user_template=slow), rows=1000)
+    assert time.monotonic() - started < 12  # three rows' worth, not a thousand

@@ -24,13 +24,20 @@ from typing import Any, Literal
 import jinja2
 import pandas as pd
 from jinja2 import meta
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from core.check.requests import CHAT_URL
+from core.plan.bounded_render import (
+    BoundedSandbox,
+    RenderLimit,
+    RenderTimeout,
+    RenderWatch,
+    render,
+)
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".xlsx")
 ROW_NUMBERS = None  # BuildSpec.id_column value meaning "use row numbers"
 MAX_PROBLEMS = 10_000
+MAX_SLOW_ROWS = 3  # rows stopped for time before the whole build stops
 
 
 class BuildError(ValueError):
@@ -110,9 +117,9 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
     return table
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    # A sandbox: a template from a user must not reach Python internals.
-    return ImmutableSandboxedEnvironment(
+def _environment() -> BoundedSandbox:
+    # A sandbox: a template from a user must not reach Python internals, nor run without end.
+    return BoundedSandbox(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False
     )
 
@@ -198,58 +205,76 @@ def build_lines(
     ids = _source_ids(table, spec)
     first_row_of: dict[str, int] = {}
     columns = list(table.columns)
-    for index, values in enumerate(table.itertuples(index=False, name=None)):
-        row_no = index + 1
-        if limit is not None and row_no > limit:
-            return
-        problems: list[BuildProblem] = []
-        cells = {c: _plain(v) for c, v in zip(columns, values, strict=True)}
-        source_id = ids[index]
-        if not source_id:
-            problems.append(
-                BuildProblem(row_no, "error", f"the id column {spec.id_column!r} is empty")
-            )
-        elif source_id in first_row_of:
-            problems.append(
-                BuildProblem(
-                    row_no,
-                    "error",
-                    f"id {source_id!r} repeats row {first_row_of[source_id]}; custom_ids must be "
-                    "unique",
-                )
-            )
+    watch = RenderWatch()  # stops a row's render that runs too long
+    slow_rows = 0
+    try:
+        for index, values in enumerate(table.itertuples(index=False, name=None)):
+            row_no = index + 1
+            if limit is not None and row_no > limit:
+                return
+            cells = {c: _plain(v) for c, v in zip(columns, values, strict=True)}
+            problems = _row_problems(spec, row_no, ids[index], first_row_of, cells, used)
+            if any(p.severity == "error" for p in problems):
+                yield row_no, None, problems
+                continue
+            context = {c: ("" if v is None else v) for c, v in cells.items()}
+            try:
+                user_text = render(user, watch, **context, row=context).strip()
+                system_text = render(system, watch, **context, row=context) if system else ""
+            except Exception as exc:  # a user's template may fail in any way on one row
+                reason = exc if isinstance(exc, jinja2.TemplateError) else _reason(exc)
+                problems.append(BuildProblem(row_no, "error", f"template error: {reason}"))
+                yield row_no, None, problems
+                slow_rows += isinstance(exc, RenderTimeout)
+                if slow_rows >= MAX_SLOW_ROWS:  # the template, not the rows: stop the build
+                    raise BuildError(
+                        f"the template ran past {watch.seconds:g} s on {slow_rows} rows; "
+                        "make its loops smaller before building"
+                    ) from None
+                continue
+            if not user_text:
+                problems.append(BuildProblem(row_no, "error", "the user prompt renders empty"))
+                yield row_no, None, problems
+                continue
+            line = _line(spec, ids[index], system_text.strip(), user_text)
+            yield row_no, line, problems
+    finally:
+        watch.close()
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, RenderLimit) else f"{type(exc).__name__}: {exc}"
+
+
+def _row_problems(
+    spec: BuildSpec,
+    row_no: int,
+    source_id: str,
+    first_row_of: dict[str, int],
+    cells: dict[str, Any],
+    used: set[str],
+) -> list[BuildProblem]:
+    """What keeps a row from becoming a line before its templates are rendered."""
+    problems: list[BuildProblem] = []
+    if not source_id:
+        message = f"the id column {spec.id_column!r} is empty"
+        problems.append(BuildProblem(row_no, "error", message))
+    elif source_id in first_row_of:
+        message = (
+            f"id {source_id!r} repeats row {first_row_of[source_id]}; custom_ids must be unique"
+        )
+        problems.append(BuildProblem(row_no, "error", message))
+    else:
+        first_row_of[source_id] = row_no
+    empty = sorted(c for c in used if c in cells and cells[c] is None)
+    if empty:
+        listed = ", ".join(repr(c) for c in empty)
+        if spec.skip_empty:
+            problems.append(BuildProblem(row_no, "error", f"empty cell in {listed}; row left out"))
         else:
-            first_row_of[source_id] = row_no
-        empty = sorted(c for c in used if c in cells and cells[c] is None)
-        if empty:
-            listed = ", ".join(repr(c) for c in empty)
-            if spec.skip_empty:
-                problems.append(
-                    BuildProblem(row_no, "error", f"empty cell in {listed}; row left out")
-                )
-            else:
-                problems.append(
-                    BuildProblem(row_no, "warning", f"empty cell in {listed}; rendered as ''")
-                )
-        if any(p.severity == "error" for p in problems):
-            yield row_no, None, problems
-            continue
-        context = {c: ("" if v is None else v) for c, v in cells.items()}
-        try:
-            user_text = user.render(**context, row=context).strip()
-            system_text = system.render(**context, row=context).strip() if system else ""
-        except Exception as exc:  # a user's template may fail in any way on one row
-            reason = (
-                f"{type(exc).__name__}: {exc}" if not isinstance(exc, jinja2.TemplateError) else exc
-            )
-            problems.append(BuildProblem(row_no, "error", f"template error: {reason}"))
-            yield row_no, None, problems
-            continue
-        if not user_text:
-            problems.append(BuildProblem(row_no, "error", "the user prompt renders empty"))
-            yield row_no, None, problems
-            continue
-        yield row_no, _line(spec, source_id, system_text, user_text), problems
+            message = f"empty cell in {listed}; rendered as ''"
+            problems.append(BuildProblem(row_no, "warning", message))
+    return problems
 
 
 def _line(spec: BuildSpec, source_id: str, system_text: str, user_text: str) -> dict[str, Any]:
