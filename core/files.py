@@ -5,24 +5,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
+def write_atomic(path: Path, data: str | bytes | BinaryIO) -> None:
     """Writes a file so a reader sees the old content or the new, never half of either.
 
     A temporary file beside it (unique per writer, so two threads or processes never share
-    one) is written, fsynced and renamed over ``path``.
+    one) is written, fsynced and renamed over ``path``. ``data`` may be a binary stream,
+    copied in blocks (an upload of gigabytes is not copied in memory first).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            out.write(raw)
+            if isinstance(data, str | bytes):
+                out.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                shutil.copyfileobj(data, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)

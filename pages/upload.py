@@ -57,7 +57,7 @@ if source == "Upload a file":
         saved = st.session_state.setdefault("saved_uploads", {})
         if uploaded.file_id not in saved:
             saved[uploaded.file_id] = str(
-                save_upload(paths().uploads, uploaded.name, uploaded.getvalue())
+                save_upload(paths().uploads, uploaded.name, uploaded)  # streamed to disk
             )
         path = Path(saved[uploaded.file_id])
         display_name = uploaded.name

@@ -158,3 +158,20 @@ def test_a_deleted_job_folder_is_forgotten_by_the_store_and_the_pages(studio_hom
     assert not at.exception
     at = open_page("jobs.py", job_id=gone.job_id)
     assert at.selectbox[0].value == keep.job_id  # the gone job is no longer offered
+
+
+def test_an_upload_is_streamed_to_disk_under_a_generated_name(tmp_path):
+    import io
+    import tracemalloc
+
+    from core.jobs.uploads import save_upload
+
+    data = b'{"custom_id": "x"}\n' * ((8 << 20) // 19)  # about 8 MiB
+    stream = io.BytesIO(data)
+    tracemalloc.start()
+    saved = save_upload(tmp_path / "uploads", "../../etc/passwd.jsonl", stream)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert saved.parent == tmp_path / "uploads" and saved.name.endswith("_passwd.jsonl")
+    assert saved.read_bytes() == data
+    assert peak < len(data) / 2  # copied in blocks, never held a second time whole
