@@ -176,6 +176,17 @@ def test_resume_of_an_old_job_that_repeats_an_id_is_refused_with_the_lines(tmp_p
     assert not no_worker
 
 
+def test_cli_resume_and_retry_of_an_old_job_that_repeats_an_id_are_refused(studio_home, tmp_path):
+    batch = write(tmp_path / "b.jsonl", REPEATING)
+    job = create_job(batch, data_paths().jobs, EngineConfig(model="/models/old"))  # pre-rules
+    job.write_status(JobStatus(state="completed"))
+    for command in ("resume", "retry"):
+        result = run_cli(command, job.job_id)
+        assert result.returncode == 1, result.stderr
+        assert "line 3: custom_id 'a' repeats line 1" in result.stderr
+    assert job.read_status().state == "completed"  # no worker was started
+
+
 def test_only_the_submission_module_creates_jobs_or_starts_workers():
     """The structural guard: the rules cannot drift into a second entry point again."""
     callers = []
