@@ -11,7 +11,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	$(PY) -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+	$(PY) -m core serve --host $(HOST) --port $(PORT)
 
 test:
 	bash scripts/setup.sh --test

@@ -2,7 +2,10 @@
 
 import streamlit as st
 
+from pages.shared import guard
+
 st.set_page_config(page_title="Batch Studio", page_icon=":material/stacks:", layout="wide")
+st.session_state["signed_in_user"] = guard()  # stops here for a visitor who may not come in
 
 pages = [
     st.Page("pages/build.py", title="Build", icon=":material/construction:"),

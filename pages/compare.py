@@ -6,7 +6,7 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
-from pages.shared import escape, jobs_or_stop, store, through_app
+from pages.shared import escape, jobs_or_stop, reviewer_name, store, through_app
 
 through_app()
 st.title("Compare")
@@ -97,7 +97,7 @@ st.caption(
 )
 st.code(cmp.diff_text(pair["answer_a"], pair["answer_b"]), language=None, wrap_lines=True)
 
-reviewer = st.text_input("Your name", key="reviewer").strip()
+reviewer = reviewer_name("Your name")
 old = cmp.preference_of(db, comparison, pair["key"], reviewer) if reviewer else None
 choice_cols = st.columns(3)
 for col, choice in zip(choice_cols, cmp.CHOICES, strict=True):

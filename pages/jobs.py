@@ -125,8 +125,8 @@ with st.expander("Provenance"):
     st.json(
         {
             "input": {"file": spec.source, "sha256": spec.input_sha256, "lines": spec.input_lines},
-            "engine": spec.engine,
-            "defaults": spec.defaults,
+            "engine": spec.engine.model_dump(),
+            "defaults": spec.defaults.model_dump(),
             **spec.provenance,
         }
     )

@@ -8,7 +8,7 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.shared import escape, jobs_or_stop, paths, store, through_app
+from pages.shared import escape, jobs_or_stop, paths, reviewer_name, store, through_app
 
 through_app()
 st.title("Review")
@@ -16,7 +16,7 @@ st.title("Review")
 jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")
 db = store()
 
-reviewer = st.text_input("Your name (labels are kept per reviewer)", key="reviewer").strip()
+reviewer = reviewer_name("Your name (labels are kept per reviewer)")
 
 # -- a new sample -------------------------------------------------------------------------------
 with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new_sample"):

@@ -12,7 +12,7 @@ from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import model_folders
 from core.schemas import EngineConfig, JobDefaults, RaySettings, problems_of
-from pages.shared import escape, estimate_metrics, paths, through_app
+from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
 
 through_app()
 st.title("Run")
@@ -186,6 +186,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         model_map=model_map,
         shard_size=int(shard_size),
         ray=ray_spec,
+        owner=signed_in_user(),
     )
     try:
         if ray_problems:

@@ -67,8 +67,17 @@ class StreamlitServer:
     worker the app started in its own session must survive it.
     """
 
-    def __init__(self, home: Path, log_dir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        log_dir: Path,
+        port: int | None = None,
+        address: str = "127.0.0.1",
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.home = home
+        self.address, self.extra_args, self.env = address, extra_args, env or {}
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_dir = log_dir
@@ -81,7 +90,7 @@ class StreamlitServer:
 
     def start(self) -> None:
         self.starts += 1
-        env = {**os.environ, "BATCH_STUDIO_HOME": str(self.home)}
+        env = {**os.environ, "BATCH_STUDIO_HOME": str(self.home), **self.env}
         command = [
             sys.executable,
             "-m",
@@ -91,11 +100,12 @@ class StreamlitServer:
             "--server.port",
             str(self.port),
             "--server.address",
-            "127.0.0.1",
+            self.address,
             "--server.headless",
             "true",
             "--browser.gatherUsageStats",
             "false",
+            *self.extra_args,
         ]
         with self.log.open("wb") as log_handle:
             self.process = subprocess.Popen(

@@ -21,6 +21,7 @@ LAYERS = {
     "files": 0,
     "devices": 0,
     "model_folders": 0,
+    "access": 0,
     "core": 0,  # core/__init__.py: the version
     "check": 1,
     "plan": 2,

@@ -7,21 +7,22 @@ python -m core resume JOB [--retry] | retry JOB | cancel JOB
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
 python -m core models prepare
+python -m core serve [--host 127.0.0.1] [--port 8501]
 
-One module per command group (check, jobs, export, models); each adds its commands here.
+One module per command group (check, jobs, export, models, serve); each adds its commands.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from core.cli import check, export, jobs, models
+from core.cli import check, export, jobs, models, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, models):
+    for group in (check, jobs, export, models, serve):
         group.add_commands(commands)
     return parser
 

@@ -15,6 +15,7 @@ ask a worker to stop with SIGTERM.
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import shutil
@@ -144,8 +145,10 @@ def create_job(
     ray: RaySettings | None = None,
     model_map: dict[str, str] | None = None,
     shard_size: int = 10_000,
+    owner: str | None = None,
 ) -> JobFolder:
-    """Makes a job folder with a copy of the input and its ``job.json``."""
+    """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
+    signed-in user, else this machine's user) goes into its provenance."""
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())
     job.path.mkdir(parents=True)
@@ -165,7 +168,7 @@ def create_job(
         ray=ray,
         model_map=dict(model_map or {}),
         shard_size=shard_size,
-        provenance=provenance(engine),
+        provenance={**provenance(engine), "owner": owner or getpass.getuser()},
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

@@ -75,6 +75,7 @@ class Submission:
     ray: RaySettings | None = None
     output_path: str | None = None
     source: str | None = None
+    owner: str | None = None  # the signed-in user; None: this machine's user
 
 
 def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
@@ -156,6 +157,7 @@ def submit(
         ray=s.ray,
         model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
         shard_size=s.shard_size,
+        owner=s.owner,
     )
     return Started(job, start_worker(job))
 
