@@ -175,3 +175,34 @@ def test_an_upload_is_streamed_to_disk_under_a_generated_name(tmp_path):
     assert saved.parent == tmp_path / "uploads" and saved.name.endswith("_passwd.jsonl")
     assert saved.read_bytes() == data
     assert peak < len(data) / 2  # copied in blocks, never held a second time whole
+
+
+CORPUS = sorted(HOSTILE.glob("*.jsonl"))
+INVALID_LINES = {"deep_nesting.jsonl": 1, "lone_surrogate.jsonl": 1}
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_the_hostile_corpus_walks_through_the_cli_the_inbox_and_the_upload_page(
+    studio_home, tmp_path, monkeypatch, path
+):
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: None)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    invalid = INVALID_LINES.get(path.name, 0)
+    result = run_cli("check", str(path), "--no-tokens", "--json")
+    assert result.returncode == (1 if invalid else 0), result.stderr
+    report = json.loads(result.stdout)
+    assert (report["invalid"], report["valid"] + report["invalid"]) == (invalid, report["lines"])
+    paths = data_paths()
+    dropped = paths.inbox / path.name
+    shutil.copy(path, dropped)
+    taken = process_file(dropped, paths, str(model))
+    assert (taken is None) == bool(invalid)  # an invalid file is set aside, a valid one queued
+    assert not dropped.exists()
+    at = open_page("upload.py")
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").input(str(path)).run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Invalid"] == str(invalid)

@@ -20,10 +20,11 @@ from tests.test_pages import open_page, shown
 
 IMAGE = "![pixel](http://127.0.0.1:9/pixel.png)"
 LINK = "[click me](http://127.0.0.1:9/x)"
-ROWS = [
+ROWS = [  # the failed one first: its error message is what Results shows on opening
+    {"custom_id": "plain", "prompt": "hi", "answer": None,
+     "error": ("engine_rejected", f"{LINK} {IMAGE}")},
     {"custom_id": LINK, "prompt": IMAGE, "answer": IMAGE + " **bold**", "metadata": {"k": LINK}},
-    {"custom_id": "plain", "prompt": "hi", "answer": None, "error": ("engine_rejected", LINK)},
-]
+]  # fmt: skip
 MARKDOWN_ELEMENTS = ("markdown", "caption", "error", "warning", "info", "success", "subheader",
                      "title", "header", "toast")  # fmt: skip
 WIDGETS = ("selectbox", "radio", "button", "checkbox", "text_input", "multiselect")
@@ -61,10 +62,10 @@ def test_results_show_hostile_text_only_as_text(hostile_jobs):
     at = open_page("results.py", job_id=first.job_id)
     at.selectbox(key="results_job").set_value(first.job_id).run()
     assert live_markdown(at) == []
-    assert IMAGE in plain_texts(at)  # the answer is shown, as written
-    at.selectbox(key="detail_pick").set_value(1).run()  # the failed one: its error message
+    assert any(LINK in shown(e.value) for e in at.error)  # the failure, as the text it is
+    at.selectbox(key="detail_pick").set_value(1).run()  # the answered one
     assert live_markdown(at) == []
-    assert any(LINK in shown(e.value) for e in at.error)  # shown as the text it is
+    assert IMAGE in plain_texts(at)  # the answer is shown, as written
 
 
 @pytest.mark.parametrize("page", ["jobs.py", "monitor.py", "dashboards.py", "compare.py"])
@@ -83,3 +84,22 @@ def test_review_shows_the_hostile_item_as_text(hostile_jobs):
     at.button(key="next").click().run()
     assert live_markdown(at) == []
     assert IMAGE in seen + plain_texts(at)  # the answer of the hostile item, as text
+
+
+@pytest.mark.browser
+def test_no_page_fetches_what_a_hostile_batch_points_to(studio_server, chromium_page):
+    from tests.browser_support import expect_no_exception, open_page, screenshot
+
+    page = chromium_page
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    finished_job(studio_server.home, ROWS)
+    page.goto(studio_server.url)
+    for label in ("Results", "Jobs", "Monitor", "Dashboards", "Compare", "Review"):
+        open_page(page, label)
+        page.wait_for_timeout(500)  # images and links render after the script's last delta
+        expect_no_exception(page)
+        if label == "Results":
+            screenshot(page, "hostile-results")
+            assert page.get_by_text(LINK).count() >= 1  # the error message, as text
+    assert [url for url in fetched if "127.0.0.1:9/" in url] == []
