@@ -6,7 +6,7 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
-from pages.shared import escape, jobs_or_stop, reviewer_name, store, through_app
+from pages.shared import escape, jobs_or_stop, reviewer_name, show_conversation, store, through_app
 
 through_app()
 st.title("Compare")
@@ -84,13 +84,12 @@ if nav[1].button("Next →", disabled=pos >= len(keys) - 1, key="cmp_next"):
 st.session_state["cmp_pos"] = pos
 pair = pairs.iloc[pos].to_dict()
 nav[2].markdown(f"**Pair {pos + 1} of {len(keys)}** · {escape(pair['key'])}")
-st.caption("Prompt")
-st.text(pair["prompt"] or "")
 left, right = st.columns(2)
-left.caption(escape(f"A · {side_a.label()} · {pair['status_a']} · {pair['tokens_a']} tokens"))
-left.text(pair["answer_a"] or "(no answer)")
-right.caption(escape(f"B · {side_b.label()} · {pair['status_b']} · {pair['tokens_b']} tokens"))
-right.text(pair["answer_b"] or "(no answer)")
+for column, side, name in ((left, side_a, "a"), (right, side_b, "b")):
+    column.subheader(f"{name.upper()} · {escape(side.label())}")
+    show_conversation(column, pair[f"messages_{name}"], pair[f"prompt_{name}"])  # its own prompt
+    column.caption(escape(f"Answer · {pair[f'status_{name}']} · {pair[f'tokens_{name}']} tokens"))
+    column.text(pair[f"answer_{name}"] or "(no answer)")
 st.caption(
     f"Word diff A → B ([-removed-] {{+added+}}); "
     f"{cmp.similarity(pair['answer_a'], pair['answer_b']):.0%} of words in common"

@@ -8,7 +8,15 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.shared import escape, jobs_or_stop, paths, reviewer_name, store, through_app
+from pages.shared import (
+    escape,
+    jobs_or_stop,
+    paths,
+    reviewer_name,
+    show_conversation,
+    store,
+    through_app,
+)
 
 through_app()
 st.title("Review")
@@ -85,11 +93,11 @@ with tab_review:
         st.progress(done / total if total else 0.0, text=f"{done} of {total} labelled")
         pos = min(st.session_state.get("review_pos", 0), len(items) - 1)
         nav = st.columns([1, 1, 1, 3])
-        if nav[0].button("← Previous", disabled=pos == 0, key="prev"):
+        if nav[0].button("Previous", disabled=pos == 0, key="prev", shortcut="Left"):
             pos -= 1
-        if nav[1].button("Next →", disabled=pos >= len(items) - 1, key="next"):
+        if nav[1].button("Next", disabled=pos >= len(items) - 1, key="next", shortcut="Right"):
             pos += 1
-        if nav[2].button("Next unlabelled", key="next_open"):
+        if nav[2].button("Next unlabelled", key="next_open", shortcut="N"):
             for i in range(len(items)):
                 j = (pos + 1 + i) % len(items)
                 item = items.iloc[j]
@@ -100,11 +108,14 @@ with tab_review:
         item = items.iloc[pos]
         nav[3].markdown(f"**Item {pos + 1} of {len(items)}** · {escape(item['custom_id'])}")
         left, right = st.columns(2)
-        left.caption("Prompt")
-        left.text(item["prompt"] or "")
+        left.subheader("Conversation")
+        show_conversation(left, item["messages"], item["prompt"])
+        right.subheader("Answer")
         right.caption(
-            f"Answer · {item['status']} · finish {item['finish_reason']} · "
-            f"{item['completion_tokens']} tokens"
+            escape(
+                f"{item['status']} · finish {item['finish_reason']} · "
+                f"{item['completion_tokens']} tokens"
+            )
         )
         if item["status"] == "failed":
             right.error(escape(item["error_message"] or "failed"))
@@ -113,29 +124,35 @@ with tab_review:
         old = rv.get_label(db, item["job_id"], item["custom_id"], reviewer)
         key = f"{sample_id}_{pos}"
         with st.form(f"label_{key}"):
-            c = st.columns([2, 1, 2])
-            verdict = c[0].radio(
-                "Verdict",
-                rv.VERDICTS,
-                index=rv.VERDICTS.index(old.verdict) if old else 0,
-                horizontal=True,
+            c = st.columns([1, 2])
+            score = c[0].pills(
+                "Score (optional)", [1, 2, 3, 4, 5], default=old.score if old else None
             )
-            score = c[1].select_slider(
-                "Score", [1, 2, 3, 4, 5], value=old.score if old and old.score else 3
-            )
-            tags = c[2].text_input("Tags (comma-separated)", ", ".join(old.tags) if old else "")
+            tags = c[1].text_input("Tags (comma-separated)", ", ".join(old.tags) if old else "")
             comment = st.text_area("Comment", old.comment if old else "", height=68)
             corrected = st.text_area(
                 "Corrected answer (optional)", old.corrected_answer if old else "", height=68
             )
-            if st.form_submit_button("Save & next", type="primary"):
+            st.caption("The verdict saves the label and moves on: keys P, F and U.")
+            chosen = None
+            buttons = st.columns(len(rv.VERDICTS))
+            for column, verdict in zip(buttons, rv.VERDICTS, strict=True):
+                current = old is not None and old.verdict == verdict
+                if column.form_submit_button(
+                    verdict.capitalize(),
+                    type="primary" if current else "secondary",
+                    shortcut=verdict[0].upper(),
+                    width="stretch",
+                ):
+                    chosen = verdict
+            if chosen is not None:
                 try:
                     rv.save_label(
                         db,
                         item["job_id"],
                         item["custom_id"],
                         reviewer,
-                        rv.Label(verdict, int(score), rv.parse_tags(tags), comment, corrected),
+                        rv.Label(chosen, score, rv.parse_tags(tags), comment, corrected),
                         sample_id,
                     )
                 except rv.ReviewError as exc:

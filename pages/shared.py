@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -15,6 +16,7 @@ from core.jobs.folder import JobFolder, cancel
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
 from core.store.db import Store
+from core.store.results import conversation
 
 
 def guard() -> str | None:
@@ -68,7 +70,19 @@ def reviewer_name(label: str) -> str:
     if user is not None:
         st.text_input(label, value=user, disabled=True, key="reviewer_signed_in")
         return user
-    return st.text_input(label, key="reviewer").strip()
+    # A widget's state is dropped when its page is left: the name is kept apart, restored.
+    if "reviewer" not in st.session_state and st.session_state.get("reviewer_name"):
+        st.session_state["reviewer"] = st.session_state["reviewer_name"]
+    name = st.text_input(label, key="reviewer").strip()
+    st.session_state["reviewer_name"] = name
+    return name
+
+
+def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:
+    """Every turn of a request (the system prompt included), each as plain text."""
+    for role, text in conversation(messages, prompt):
+        container.caption(escape(role))
+        container.text(text)
 
 
 def through_app() -> None:

@@ -22,9 +22,11 @@ from core.run.outputs import Choice, Completion, error_line, success_line
 from core.schemas import EngineConfig, to_json
 
 
-def request_line(custom_id: str, prompt: str, **body: Any) -> str:
-    """A chat request line of a batch file."""
-    body = {"model": "gpt-x", "messages": [{"role": "user", "content": prompt}], **body}
+def request_line(custom_id: str, prompt: str, system: str | None = None, **body: Any) -> str:
+    """A chat request line of a batch file (with a system prompt when ``system`` is given)."""
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": prompt})
+    body = {"model": "gpt-x", "messages": messages, **body}
     return json.dumps(
         {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body},
         ensure_ascii=False,
@@ -72,7 +74,7 @@ def finished_job(
     Args:
         folder: where the batch file and the ``jobs`` folder go.
         rows: ``{custom_id: answer or None}``, or rows as :class:`ScriptedExecutor` reads
-            them, with ``prompt`` and ``metadata`` for the request line.
+            them, with ``prompt``, ``system`` and ``metadata`` for the request line.
         latencies: ``latency_ms`` for some ids (the others look like lines written before
             the engine timed requests).
         model: the model folder's name (what output lines and the store call the model).
@@ -92,7 +94,7 @@ def finished_job(
         if row.get("metadata"):
             extra["metadata"] = row["metadata"]
         prompt = row.get("prompt", f"prompt {row['custom_id']}")
-        lines.append(request_line(row["custom_id"], prompt, **extra))
+        lines.append(request_line(row["custom_id"], prompt, row.get("system"), **extra))
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
     job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
     executor = ScriptedExecutor(by_id, model)

@@ -132,16 +132,39 @@ def test_review_page_draws_a_sample_and_saves_a_label(studio_home):
     assert "Sample check drawn: 4 items." in [s.value for s in at.success]
     assert at.info[0].value == "Enter your name above to start labelling."
     at.text_input(key="reviewer").set_value("ana").run()
-    assert "Item 1 of 4" in at.markdown[0].value or any(
-        "Item 1 of 4" in m.value for m in at.markdown
-    )
-    save = next(b for b in at.button if b.label == "Save & next")
-    save.click().run()
+    assert any("Item 1 of 4" in m.value for m in at.markdown)
+    verdicts = [b for b in at.button if b.label in ("Pass", "Fail", "Unsure")]
+    assert [b.label for b in verdicts] == ["Pass", "Fail", "Unsure"]  # no verdict pre-chosen
+    assert all(b.proto.type != "primary" for b in verdicts)
+    assert at.get("button_group")[0].value in ([], None)  # no score until one is chosen
+    next(b for b in at.button if b.label == "Fail").click().run()
     assert not at.exception
     assert any("Item 2 of 4" in m.value for m in at.markdown)
     at.button(key="prev").click().run()
-    assert any(c.value == "You labelled this item: pass." for c in at.caption)
+    assert any(c.value == "You labelled this item: fail." for c in at.caption)
+    labelled = next(b for b in at.button if b.label == "Fail")
+    assert labelled.proto.type == "primary"  # the saved verdict is the one marked
+    at.switch_page("pages/results.py").run()
+    at.switch_page("pages/review.py").run()
+    assert at.text_input(key="reviewer").value == "ana"  # the name kept across pages
     assert job_id
+
+
+def test_review_and_compare_show_the_whole_conversation_of_each_side(studio_home):
+    system = "You label reviews as positive or negative."
+    for name, prompt in (("a", "Prompt A: classify"), ("b", "Prompt B: classify")):
+        row = {"custom_id": "q", "system": f"{system} {name}", "prompt": prompt, "answer": "pos"}
+        job_in_home(studio_home, [row], name=name)
+    at = open_page("compare.py")
+    texts = [t.value for t in at.text]
+    assert f"{system} a" in texts and f"{system} b" in texts  # the system prompts, per side
+    assert "Prompt A: classify" in texts and "Prompt B: classify" in texts  # B's own prompt
+    at.switch_page("pages/review.py").run()
+    at.text_input(key="sample_name").set_value("look")
+    at.button[0].click().run()
+    at.text_input(key="reviewer").set_value("ana").run()
+    shown_texts = [t.value for t in at.text]
+    assert any(s.startswith(system) for s in shown_texts)  # the task's instructions, shown
 
 
 def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):

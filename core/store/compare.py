@@ -61,8 +61,11 @@ def _side_sql(side: Side, key: str, params: list[Any]) -> str:
     params.extend(key_params)  # the key appears again in the WHERE clause
     return f"""
         SELECT {key_sql} AS key, r.job_id, r.custom_id, r.status, r.answer, r.finish_reason,
-               r.prompt, r.prompt_tokens, r.completion_tokens, r.model
-        FROM results r WHERE {where} AND {key_sql} IS NOT NULL
+               r.prompt, r.prompt_tokens, r.completion_tokens, r.model,
+               CAST(q.messages AS VARCHAR) AS messages
+        FROM results r
+        LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
+        WHERE {where} AND {key_sql} IS NOT NULL
     """
 
 
@@ -86,6 +89,8 @@ def pairs(
         WITH a AS ({sql_a}), b AS ({sql_b})
         SELECT a.key, a.custom_id AS custom_id_a, b.custom_id AS custom_id_b,
                coalesce(a.prompt, b.prompt) AS prompt,
+               a.prompt AS prompt_a, b.prompt AS prompt_b,
+               a.messages AS messages_a, b.messages AS messages_b,
                a.status AS status_a, b.status AS status_b,
                a.answer AS answer_a, b.answer AS answer_b,
                a.finish_reason AS finish_a, b.finish_reason AS finish_b,

@@ -311,6 +311,27 @@ def detail(store: Store, job_id: str, custom_id: str) -> dict[str, Any] | None:
     return {k: (None if _missing(v) else v) for k, v in row.items()}
 
 
+def conversation(messages: Any, prompt: str | None = None) -> list[tuple[str, str]]:
+    """A request's whole conversation as ``(role, text)`` turns: chat messages (text parts
+    joined), a Responses input, or else the prompt alone. ``messages`` may be JSON text."""
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except ValueError:
+            messages = None
+    if isinstance(messages, str):  # a Responses input given as one string
+        return [("user", messages)]
+    turns = []
+    for message in messages if isinstance(messages, list) else []:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        turns.append((str(message.get("role", "")), "" if content is None else str(content)))
+    return turns or ([("user", prompt)] if prompt else [])
+
+
 def latency_text(latency_ms: Any) -> str:
     """A result's latency for people: ``850 ms``, ``2.41 s`` or ``not recorded``."""
     if _missing(latency_ms):

@@ -205,14 +205,16 @@ def get_sample(store: Store, sample_id: str) -> Sample:
 
 
 def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
-    """The sample's items in order, with their results (whole texts)."""
+    """The sample's items in order, with their results (whole texts) and each request's
+    whole conversation (``messages``, JSON text: the system prompt holds the task)."""
     return store.query(
         """
         SELECT i.position, i.job_id, i.custom_id, i.stratum, r.status, r.finish_reason,
                r.model, r.prompt_version, r.prompt, r.answer, r.error_message,
-               r.prompt_tokens, r.completion_tokens
+               r.prompt_tokens, r.completion_tokens, CAST(q.messages AS VARCHAR) AS messages
         FROM sample_items i
         LEFT JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
+        LEFT JOIN requests q ON q.job_id = i.job_id AND q.custom_id = i.custom_id
         WHERE i.sample_id = ?
         ORDER BY i.position
         """,
