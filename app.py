@@ -1,10 +1,15 @@
 """Batch Studio: the Streamlit entry point (``streamlit run app.py``)."""
 
+from pathlib import Path
+
 import streamlit as st
 
 from pages.shared import guard
 
-st.set_page_config(page_title="Batch Studio", page_icon=":material/stacks:", layout="wide")
+# The icon is a file of ours: a :material/...: page icon is fetched from Google's servers,
+# and the studio runs offline.
+FAVICON = Path(__file__).parent / "assets" / "favicon.png"
+st.set_page_config(page_title="Batch Studio", page_icon=str(FAVICON), layout="wide")
 st.session_state["signed_in_user"] = guard()  # stops here for a visitor who may not come in
 
 pages = [

@@ -87,7 +87,9 @@ def test_review_shows_the_hostile_item_as_text(hostile_jobs):
 
 
 @pytest.mark.browser
-def test_no_page_fetches_what_a_hostile_batch_points_to(studio_server, chromium_page):
+def test_no_page_fetches_what_a_hostile_batch_points_to_or_anything_outside(
+    studio_server, chromium_page
+):
     from tests.browser_support import expect_no_exception, open_page, screenshot
 
     page = chromium_page
@@ -95,7 +97,8 @@ def test_no_page_fetches_what_a_hostile_batch_points_to(studio_server, chromium_
     page.on("request", lambda request: fetched.append(request.url))
     finished_job(studio_server.home, ROWS)
     page.goto(studio_server.url)
-    for label in ("Results", "Jobs", "Monitor", "Dashboards", "Compare", "Review"):
+    pages = ("Results", "Jobs", "Monitor", "Dashboards", "Compare", "Review", "Build", "Run")
+    for label in (*pages, "Upload & check", "Settings"):
         open_page(page, label)
         page.wait_for_timeout(500)  # images and links render after the script's last delta
         expect_no_exception(page)
@@ -103,3 +106,6 @@ def test_no_page_fetches_what_a_hostile_batch_points_to(studio_server, chromium_
             screenshot(page, "hostile-results")
             assert page.get_by_text(LINK).count() >= 1  # the error message, as text
     assert [url for url in fetched if "127.0.0.1:9/" in url] == []
+    # The studio runs offline: nothing, not even an icon, is fetched from another host.
+    local = (studio_server.url, "data:", "blob:")
+    assert [url for url in fetched if not url.startswith(local)] == []
