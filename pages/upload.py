@@ -83,9 +83,17 @@ else:
         else:
             st.error(f"No file at {escape(candidate)}. Give the full path of a JSONL file.")
 
+last = st.session_state.get("last_checked")  # kept apart: widgets reset when a page is left
+if path is None and last and Path(last[0]).is_file():
+    path, display_name = Path(last[0]), last[1]
+    st.caption(
+        f"Showing the last file you checked, {escape(display_name)}; choose another above to "
+        "replace it."
+    )
 if path is None:
     st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
     st.stop()
+st.session_state["last_checked"] = (str(path), display_name)
 
 # -- how to check it ---------------------------------------------------------------------------
 previous: CheckReport | None = st.session_state.get("check_report")

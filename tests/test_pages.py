@@ -90,6 +90,18 @@ HAS_TOKENIZER = (default_model_dir() / "tokenizer.json").is_file()
 needs_tokenizer = pytest.mark.skipif(not HAS_TOKENIZER, reason="the default model is not prepared")
 
 
+def test_coming_back_to_upload_and_check_keeps_the_report() -> None:
+    """As the browser's Back button from Run does: the page's widgets start afresh."""
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    at.switch_page("pages/run.py").run()
+    at.switch_page("pages/upload.py").run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert (metrics["Lines"], metrics["Valid"]) == ("16", "16")
+    assert any("last file you checked, review" in shown(c.value) for c in at.caption)
+    assert "Continue to Run" in page_link_labels(at)
+
+
 def check_server_file(at: AppTest, path: Path) -> AppTest:
     """Chooses "A file on the server" and types ``path``."""
     at.radio(key="source").set_value("A file on the server").run()
