@@ -176,24 +176,25 @@ c[1].caption(
     "The filtered results with their review labels. JSONL is the OpenAI batch output "
     f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
 )
-if st.button("Prepare export", key="export_go"):
+too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # counted for Excel only
+
+
+def write_export() -> bytes:
+    """Runs when the button is clicked, on the filter shown then (never a stale file)."""
     target = paths().home / "exports" / f"{job_id}_results.{fmt}"
-    try:
-        with st.spinner("Writing the file…"):
-            rows = ex.export_results(db, flt, target, fmt)
-    except ex.ExportError as exc:
-        st.error(escape(exc))
-    else:
-        st.session_state["export_file"] = (str(target), rows)
-if "export_file" in st.session_state:
-    path, rows = st.session_state["export_file"]
-    exported = paths().home / "exports" / path.rsplit("/", 1)[-1]
-    if exported.exists():
-        st.download_button(
-            f"Download {exported.name} ({rows:,} rows)",
-            data=exported.read_bytes(),
-            file_name=exported.name,
-        )
+    ex.export_results(db, flt, target, fmt)
+    return target.read_bytes()
+
+
+st.download_button(
+    f"Export {fmt.upper()}",
+    data=write_export,
+    file_name=f"{job_id}_results.{fmt}",
+    disabled=too_many,
+    key="export_go",
+)
+if too_many:
+    st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV.")
 
 job = open_job(job_id)
 c = st.columns(2)
@@ -206,20 +207,17 @@ if job.output.exists():
     )
 failed = int(row["failed"] or 0)
 if failed:
-    # Written from DuckDB only on request (opening the page does no export work); a file
-    # prepared before more requests failed is prepared again.
-    errors = paths().home / "exports" / f"{job_id}_errors.jsonl"
-    prepared = st.session_state.get("errors_file") == [job_id, failed] and errors.exists()
-    slot = c[1].empty()  # the button, then the download in its place
-    if not prepared and slot.button("Prepare error file", key="errors_go"):
-        with st.spinner("Writing the error file…"):
-            ex.export_errors(db, [job_id], errors)
-        st.session_state["errors_file"] = [job_id, failed]
-        prepared = True
-    if prepared:
-        slot.download_button(
-            "Download error file",
-            data=errors.read_bytes(),
-            file_name=errors.name,
-            mime="application/jsonl",
-        )
+
+    def write_errors() -> bytes:
+        """Written from DuckDB when clicked (opening the page does no export work)."""
+        errors = paths().home / "exports" / f"{job_id}_errors.jsonl"
+        ex.export_errors(db, [job_id], errors)
+        return errors.read_bytes()
+
+    c[1].download_button(
+        "Download error file",
+        data=write_errors,
+        file_name=f"{job_id}_errors.jsonl",
+        mime="application/jsonl",
+        key="errors_go",
+    )

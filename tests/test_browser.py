@@ -285,11 +285,18 @@ def test_results_files_are_read_and_written_only_when_clicked(
         page.get_by_role("button", name="Download output JSONL").click()
     assert Path(output.value.path()).read_bytes() == (job / "output.jsonl").read_bytes()
 
-    page.get_by_role("button", name="Prepare error file").click()
-    with page.expect_download() as errors:
+    with page.expect_download() as errors:  # written when clicked: one click
         page.get_by_role("button", name="Download error file").click()
     lines = Path(errors.value.path()).read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["custom_id"] for line in lines] == ["b"]  # the one failure
+
+    choose(page, "Status", "succeeded")  # narrow the filter: the export follows it
+    page.keyboard.press("Escape")
+    expect(page.get_by_text("3 results (rows 1–3 shown)")).to_be_visible()
+    with page.expect_download() as export:
+        page.get_by_role("button", name="Export CSV").click()  # one click
+    exported = Path(export.value.path()).read_text(encoding="utf-8").splitlines()
+    assert len(exported) == 1 + 3  # the header and the three successes
     expect_no_exception(page)
 
 

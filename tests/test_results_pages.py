@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -100,16 +99,10 @@ def test_results_page_of_a_job_with_only_failures_offers_the_error_file(studio_h
     job_in_home(studio_home, [{"custom_id": "x", "prompt": "p", "answer": None}])
     at = open_page("results.py")
     assert list(at.dataframe[0].value["status"]) == ["failed"]
-    assert [b.label for b in at.download_button] == ["Download output JSONL"]
-    at.selectbox(key="page_size").set_value(25).run()  # reruns write no error file either
-    assert not list(studio_home.glob("exports/*"))
-    at.button(key="errors_go").click().run()
-    assert not at.exception
     labels = [b.label for b in at.download_button]
-    assert labels == ["Download output JSONL", "Download error file"]
-    [errors] = studio_home.glob("exports/*_errors.jsonl")
-    assert [json.loads(line)["custom_id"] for line in errors.read_text().splitlines()] == ["x"]
-    assert not [b for b in at.button if b.key == "errors_go"]  # prepared: download only
+    assert labels == ["Export CSV", "Download output JSONL", "Download error file"]
+    at.selectbox(key="page_size").set_value(25).run()  # reruns write no file
+    assert not list(studio_home.glob("exports/*"))  # each is written when its button is clicked
 
 
 def test_results_page_exports_the_filtered_rows(studio_home):
@@ -117,9 +110,10 @@ def test_results_page_exports_the_filtered_rows(studio_home):
     at = open_page("results.py")
     at.multiselect(key="f_status").set_value(["succeeded"]).run()
     at.selectbox(key="export_format").set_value("csv").run()
-    at.button(key="export_go").click().run()
     assert not at.exception
-    assert "Download " + f"{job_id}_results.csv (3 rows)" in [b.label for b in at.download_button]
+    export = next(b for b in at.download_button if b.label == "Export CSV")  # one click
+    assert not export.proto.disabled and job_id
+    assert not list(studio_home.glob("exports/*"))  # written when clicked, not before
 
 
 def test_review_page_draws_a_sample_and_saves_a_label(studio_home):
