@@ -143,7 +143,10 @@ def escape(text: object) -> str:
     """Untrusted text (an id, a file or model name, a message) made safe for a markdown
     sink such as a label, caption or alert: no link, image, HTML or formatting survives.
     Longer texts go to ``st.text`` or ``st.code`` instead, which never read markdown."""
-    return _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))
+    escaped = _MARKDOWN.sub(r"\\\1", " ".join(str(text).split()))
+    # A bare address is made a link by GFM even with its punctuation escaped: an invisible
+    # word joiner after the scheme's colon (and in www.) keeps it plain text.
+    return escaped.replace("\\:", "\\:\u2060").replace("www\\.", "www\u2060\\.")
 
 
 def paths() -> DataPaths:

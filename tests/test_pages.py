@@ -37,7 +37,7 @@ def open_page(page: str, **state: object) -> AppTest:
 def shown(markdown: object) -> str:
     """What a person reads of a markdown source: its backslash escapes undone (pages escape
     text from files and models before it reaches a markdown element)."""
-    return re.sub(r"\\(.)", r"\1", str(markdown))
+    return re.sub(r"\\(.)", r"\1", str(markdown)).replace("\u2060", "")  # joiner: invisible
 
 
 def pick_sample(at: AppTest, name: str) -> AppTest:
@@ -263,5 +263,5 @@ def test_results_page_shows_a_finished_job(studio_home: Path) -> None:
     assert table.loc["sky-1", "prompt"] == "What colour is the sky?"
     assert table.loc["long-2", "status"] == "failed"
     assert table.loc["long-2", "error_message"] == "the prompt is longer than the model allows"
-    assert [b.label for b in at.download_button] == ["Download output JSONL"]
-    assert at.button(key="errors_go").label == "Prepare error file"  # the job has a failure
+    labels = [b.label for b in at.download_button]  # the job has a failure: its error file
+    assert labels == ["Export CSV", "Download output JSONL", "Download error file"]
