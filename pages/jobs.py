@@ -51,7 +51,7 @@ status = job.read_status()
 spec = job.read_spec()
 
 st.subheader(f"{escape(job_id)}: {status.display_state}")
-job_controls(job, key="jobs")
+job_controls(job, key="jobs", retry=False)  # the rerun below covers failed requests
 cols = st.columns(2)
 cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")
 cols[1].page_link("pages/results.py", label="Results", icon=":material/table_view:")

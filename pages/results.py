@@ -130,6 +130,8 @@ else:
         st.session_state["results_exact_count"] = (signature, res.count(db, flt))
         st.rerun()
     shown = table.drop(columns=["job_id"]) if len(job_ids) == 1 else table
+    first = [c for c in ("custom_id", "answer", "prompt", "status") if c in shown.columns]
+    shown = shown[[*first, *(c for c in shown.columns if c not in first)]]  # the answer in view
     st.dataframe(shown, hide_index=True, width="stretch")
     st.caption(
         "Clicking a column header orders only the rows of this page; **Sort by** above "

@@ -184,8 +184,9 @@ def open_job(job_id: str) -> JobFolder:
     return job
 
 
-def job_controls(job: JobFolder, key: str) -> None:
-    """Cancel, Resume and Retry-failed buttons, each shown only when it applies."""
+def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
+    """Cancel, Resume and Retry-failed buttons, each shown only when it applies (the Jobs
+    page has its own rerun of failed, expired and missing requests: ``retry=False``)."""
     status = job.read_status()
     cols = st.columns(3)
     running = not status.is_final and not status.interrupted
@@ -196,7 +197,8 @@ def job_controls(job: JobFolder, key: str) -> None:
     ):
         restart(job, retry=False, done="Resumed: only requests without a result run.")
     if (
-        status.is_final
+        retry
+        and status.is_final
         and status.failed
         and cols[2].button(
             f"Retry {status.failed} failed", key=f"retry-{key}", icon=":material/replay:"

@@ -97,6 +97,7 @@ def test_jobs_page_reconciles_and_verifies(studio_home):
     assert "Verified: 2 result lines, chains intact" in texts(at)
     rerun = next(b for b in at.button if b.label.startswith("Rerun the 1 failed"))
     assert rerun is not None
+    assert not [b for b in at.button if b.label.startswith("Retry")]  # one way to rerun them
     JobFolder(job.path).write_status(
         JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time())
     )

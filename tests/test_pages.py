@@ -257,6 +257,7 @@ def test_results_page_shows_a_finished_job(studio_home: Path) -> None:
         "Failed": "1",
     }
     assert at.caption[0].value == "2 results (rows 1–2 shown)"
+    assert list(at.dataframe[0].value.columns[:3]) == ["custom_id", "answer", "prompt"]
     table = at.dataframe[0].value.set_index("custom_id")
     assert list(table.index) == ["sky-1", "long-2"]
     assert table.loc["sky-1", "answer"] == "Blue."
