@@ -91,10 +91,10 @@ for column, side, name in ((left, side_a, "a"), (right, side_b, "b")):
     column.caption(escape(f"Answer · {pair[f'status_{name}']} · {pair[f'tokens_{name}']} tokens"))
     column.text(pair[f"answer_{name}"] or "(no answer)")
 st.caption(
-    f"Word diff A → B ([-removed-] {{+added+}}); "
+    "Word diff A → B (:red-background[removed] :green-background[added]); "
     f"{cmp.similarity(pair['answer_a'], pair['answer_b']):.0%} of words in common"
 )
-st.code(cmp.diff_text(pair["answer_a"], pair["answer_b"]), language=None, wrap_lines=True)
+st.html(cmp.diff_html(pair["answer_a"], pair["answer_b"]))
 
 reviewer = reviewer_name("Your name")
 old = cmp.preference_of(db, comparison, pair["key"], reviewer) if reviewer else None

@@ -11,6 +11,7 @@ from core.store.compare import (
     Side,
     comparison_id,
     coverage,
+    diff_html,
     diff_text,
     pairs,
     preference_of,
@@ -107,3 +108,10 @@ def test_comparing_a_side_with_itself_is_refused(two_jobs):
     store, a, _ = two_jobs
     with pytest.raises(CompareError, match="two different"):
         pairs(store, a, a)
+
+
+def test_the_coloured_diff_marks_words_and_keeps_answers_as_text():
+    html = diff_html("Say <b>hi</b> now", "Say <script>x</script> now")
+    assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>" not in html
+    assert 'line-through">&lt;b&gt;hi&lt;/b&gt;</span>' in html  # removed, struck through
+    assert '#055d20">&lt;script&gt;x&lt;/script&gt;</span>' in html  # added, in green

@@ -171,8 +171,8 @@ def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):
     at = open_page("compare.py")
     assert not at.exception
     assert "1 pair up on custom_id" in at.caption[0].value
-    diffs = [c.value for c in at.code]
-    assert any("{+very +}" in d for d in diffs)
+    [diff] = [h.proto.body for h in at.get("html")]
+    assert "very " in diff and "#055d20" in diff  # the added word, coloured
 
 
 def test_dashboards_page_draws_every_chart(studio_home):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import html
 import json
 import re
 from dataclasses import asdict, dataclass
@@ -154,6 +155,22 @@ def diff_text(a: str | None, b: str | None) -> str:
     for op, text in word_diff(a, b):
         parts.append(text if op == "=" else f"[-{text}-]" if op == "-" else f"{{+{text}+}}")
     return "".join(parts)
+
+
+DIFF_STYLES = {
+    "-": "background:#ffd7d5;color:#82071e;text-decoration:line-through",
+    "+": "background:#ccffd8;color:#055d20",
+}
+
+
+def diff_html(a: str | None, b: str | None) -> str:
+    """The diff coloured for a page: removed words struck through on red, added ones on
+    green. Every word is HTML-escaped: an answer is shown as the text it is."""
+    parts = []
+    for op, text in word_diff(a, b):
+        escaped = html.escape(text)
+        parts.append(escaped if op == "=" else f'<span style="{DIFF_STYLES[op]}">{escaped}</span>')
+    return '<div style="white-space:pre-wrap;line-height:1.6">' + "".join(parts) + "</div>"
 
 
 def similarity(a: str | None, b: str | None) -> float:
