@@ -13,12 +13,13 @@ from core.plan.builder import (
     BuildError,
     BuildSpec,
     build_file,
+    default_id_column,
     dry_run,
     preview,
     read_table,
     safe_file_name,
 )
-from pages.shared import escape, paths, through_app
+from pages.shared import drafted, escape, keep, kept, paths, through_app
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
@@ -31,9 +32,15 @@ st.caption(
     "first lines, and save the batch file. Then check it on *Upload & check*."
 )
 
+SOURCES = ["Upload a table", "Use the sample table"]
 source = st.radio(
-    "Table", ["Upload a table", "Use the sample table"], horizontal=True, key="build_source"
+    "Table",
+    SOURCES,
+    index=SOURCES.index(kept("build_source", SOURCES[0])),
+    horizontal=True,
+    key="build_source",
 )
+keep("build_source", source)
 table: pd.DataFrame | None = None
 table_name = ""
 try:
@@ -52,6 +59,11 @@ except BuildError as exc:
     st.error(escape(exc))
     st.stop()
 
+if table is None and source == "Upload a table" and kept("build_table", None) is not None:
+    table, table_name = kept("build_table", None)  # the draft's table: the uploader forgets
+    st.caption(f"The table of your draft, {escape(table_name)}; upload another to replace it.")
+if table is not None:
+    keep("build_table", (table, table_name))
 if table is None:
     st.info("Upload a table, or use the sample table, to build a batch file from it.")
     st.stop()
@@ -62,27 +74,48 @@ st.caption(
 )
 st.dataframe(table.head(5), hide_index=True, width="stretch", key="table_head")
 
+# Every field of the draft is kept for the session: leaving the page forgets nothing.
 columns = list(table.columns)
+ids = [ROW_NUMBERS, *columns]
+id_default = kept("build_id", default_id_column(columns))
 c1, c2, c3, c4 = st.columns(4)
-id_choice = c1.selectbox("Id column", [ROW_NUMBERS, *columns], key="build_id")
-task = c2.text_input("Task", value=Path(table_name).stem or "task", key="build_task")
-prompt_version = c3.text_input("Prompt version", value="v1", key="build_version")
-job_id = c4.text_input("Job id (optional)", key="build_job_id")
-system_prompt = st.text_area(
-    "System prompt", "You are a careful assistant. Answer in one sentence.", key="build_system"
+id_choice = keep(
+    "build_id",
+    c1.selectbox(
+        "Id column", ids, index=ids.index(id_default) if id_default in ids else 0, key="build_id"
+    ),
+)
+task = drafted(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
+prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
+job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
+system_prompt = drafted(
+    st.text_area,
+    "System prompt",
+    "You are a careful assistant. Answer in one sentence.",
+    "build_system",
 )
 first_text = next((c for c in columns if c != id_choice), columns[0])
-user_template = st.text_area(
-    "User prompt template (Jinja2)",
-    f"{{{{ {first_text} }}}}" if first_text.isidentifier() else f"{{{{ row['{first_text}'] }}}}",
-    height=140,
-    key="build_user",
+user_default = (
+    f"{{{{ {first_text} }}}}" if first_text.isidentifier() else f"{{{{ row['{first_text}'] }}}}"
+)
+user_template = drafted(
+    st.text_area, "User prompt template (Jinja2)", user_default, "build_user", height=140
 )
 c1, c2, c3, c4 = st.columns(4)
-model_name = c1.text_input("body.model", "gpt-4o-mini", key="build_model")
-max_tokens = c2.number_input("max_tokens", 1, 1_000_000, 256, key="build_max_tokens")
-temperature = c3.number_input("temperature", 0.0, 2.0, 0.0, 0.1, key="build_temperature")
-keep_empty = c4.checkbox("Keep rows with empty cells", key="build_keep_empty")
+model_name = drafted(c1.text_input, "body.model", "gpt-4o-mini", "build_model")
+max_tokens = drafted(
+    c2.number_input, "max_tokens", 256, "build_max_tokens", min_value=1, max_value=1_000_000
+)
+temperature = drafted(
+    c3.number_input,
+    "temperature",
+    0.0,
+    "build_temperature",
+    min_value=0.0,
+    max_value=2.0,
+    step=0.1,
+)
+keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
 
 spec = BuildSpec(
     user_template=user_template,
@@ -135,6 +168,8 @@ if st.button("Save the batch file", type="primary", key="build_save"):
 built = st.session_state.get("built_file")
 if built and Path(built).is_file():
     st.success(f"Saved {escape(Path(built).name)}: {st.session_state.get('built_summary', '')}.")
+    st.caption("It is on the server at:")
+    st.code(built, language=None)
     c1, c2 = st.columns(2)
     c1.download_button(
         "Download the batch file",

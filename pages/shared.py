@@ -78,6 +78,23 @@ def reviewer_name(label: str) -> str:
     return name
 
 
+def kept(key: str, default: Any) -> Any:
+    """What a widget held when its page was last left (Streamlit drops a widget's state
+    then), else ``default``: pass it as the widget's default, then :func:`keep` its value."""
+    return st.session_state.get(f"kept::{key}", default)
+
+
+def keep(key: str, value: Any) -> Any:
+    st.session_state[f"kept::{key}"] = value
+    return value
+
+
+def drafted(widget: Any, label: str, default: Any, key: str, **options: Any) -> Any:
+    """A text input, text area, number input or checkbox (``widget``, e.g. ``st.text_input``
+    or a column's) whose value is kept for the session, also when its page is left."""
+    return keep(key, widget(label, value=kept(key, default), key=key, **options))
+
+
 def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:
     """Every turn of a request (the system prompt included), each as plain text."""
     for role, text in conversation(messages, prompt):

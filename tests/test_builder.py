@@ -135,6 +135,27 @@ def test_build_page_previews_reports_rows_and_saves(studio_home: Path) -> None:
     saved = Path(at.session_state["built_file"])
     assert saved.parent == studio_home / "uploads" and len(saved.read_text().splitlines()) == 39
     assert shown(at.success[0].value) == "Saved tickets.jsonl: 39 of 40 rows written."
+    assert str(saved) in [c.value for c in at.code]  # where the file is, on the server
+
+
+def test_the_build_draft_survives_leaving_the_page_and_ids_default_to_an_id_column(
+    studio_home: Path,
+) -> None:
+    at = open_build_page()
+    assert at.selectbox(key="build_id").value == "ticket_id"  # the table's *_id column
+    at.text_input(key="build_task").set_value("triage").run()
+    at.text_area(key="build_user").set_value("Triage: {{ subject }}").run()
+    at.number_input(key="build_max_tokens").set_value(32).run()
+    at.switch_page("pages/upload.py").run()
+    at.switch_page("pages/build.py").run()
+    assert not at.exception
+    assert at.radio(key="build_source").value == "Use the sample table"
+    assert at.text_input(key="build_task").value == "triage"
+    assert at.text_area(key="build_user").value == "Triage: {{ subject }}"
+    assert at.number_input(key="build_max_tokens").value == 32
+    first = json.loads(at.code[0].value)
+    assert first["custom_id"] == "triage:T-2001"
+    assert first["body"]["messages"][-1]["content"].startswith("Triage: ")
 
 
 def test_build_page_names_a_missing_column(studio_home: Path) -> None:

@@ -117,6 +117,16 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
     return table
 
 
+def default_id_column(columns: list[str]) -> str | None:
+    """The column a table most likely keeps its ids in: ``id``, else one named ``*_id``
+    (None: row numbers)."""
+    names = [str(c) for c in columns]
+    lowered = [n.lower() for n in names]
+    if "id" in lowered:
+        return names[lowered.index("id")]
+    return next((n for n, low in zip(names, lowered, strict=True) if low.endswith("_id")), None)
+
+
 def _environment() -> BoundedSandbox:
     # A sandbox: a template from a user must not reach Python internals, nor run without end.
     return BoundedSandbox(
