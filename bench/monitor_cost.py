@@ -27,8 +27,8 @@ from playwright.sync_api import sync_playwright
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.jobs.folder import JobStatus  # noqa: E402
 from core.run.monitoring import append_sample, progress_sample  # noqa: E402
+from core.schemas import JobStatus  # noqa: E402
 from tests.factories import finished_job  # noqa: E402
 
 REFRESH = "2 s (st.fragment(run_every=2.0), pages/monitor.py)"
