@@ -118,7 +118,11 @@ cols = st.columns(len(files))
 for col, (path, name) in zip(cols, files, strict=True):
     if path.exists():
         col.download_button(
-            f"Download {name}", path.read_bytes(), file_name=f"{job_id}_{name}", key=f"dl-{name}"
+            f"Download {name}",
+            path.read_bytes,  # read when clicked, not on every rerun of the page
+            file_name=f"{job_id}_{name}",
+            key=f"dl-{name}",
+            on_click="ignore",
         )
 
 with st.expander("Provenance"):

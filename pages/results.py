@@ -194,6 +194,7 @@ st.download_button(
     file_name=f"{job_id}_results.{fmt}",
     disabled=too_many,
     key="export_go",
+    on_click="ignore",  # a download needs no rerun of the page
 )
 if too_many:
     st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV.")
@@ -206,6 +207,7 @@ if job.output.exists():
         data=job.output.read_bytes,  # read when clicked, not on every rerun of the page
         file_name=f"{job_id}_output.jsonl",
         mime="application/jsonl",
+        on_click="ignore",
     )
 failed = int(row["failed"] or 0)
 if failed:
@@ -222,4 +224,5 @@ if failed:
         file_name=f"{job_id}_errors.jsonl",
         mime="application/jsonl",
         key="errors_go",
+        on_click="ignore",
     )
