@@ -53,7 +53,7 @@ figures = {
     "finish_reasons": dash.finish_reasons_figure(db, scope, by),
     "tokens": dash.tokens_figure(summary, by),
     "token_distribution": dash.token_distribution_figure(db, scope, by),
-    "cost": dash.cost_figure(summary, by),
+    "cost": dash.cost_figure(summary, by, prices.currency),
     "throughput": dash.throughput_figure(db, scope),
     "latency": dash.latency_figure(db, scope, by),
     "pass_rate": dash.pass_rate_figure(db, scope, by),

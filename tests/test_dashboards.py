@@ -1,9 +1,20 @@
 """Dashboards: cost comes from the one saved price table; latency from each request's own."""
 
+import math
+
 import pandas as pd
 
 from core.plan.pricing import ModelPrice, PriceTable
-from core.store.dashboards import NO_LATENCY, NO_RESULTS, Scope, latency_figure, with_cost
+from core.store.dashboards import (
+    NO_LATENCY,
+    NO_PRICES,
+    NO_RESULTS,
+    Scope,
+    cost_figure,
+    latency_figure,
+    throughput_figure,
+    with_cost,
+)
 from core.store.db import Store
 from tests.factories import finished_job
 
@@ -22,7 +33,8 @@ def test_token_prices_and_gpu_hours_make_the_cost():
         models={"tiny": ModelPrice(input_per_1m=0.5, output_per_1m=2.0, gpu_hour=4.0)}
     )
     costs = with_cost(summary(), prices)["cost"].tolist()
-    assert costs == [2_000_000 * 0.5 / 1e6 + 1_000_000 * 2.0 / 1e6 + 0.5 * 4.0, 0.0]
+    assert costs[0] == 2_000_000 * 0.5 / 1e6 + 1_000_000 * 2.0 / 1e6 + 0.5 * 4.0
+    assert math.isnan(costs[1])  # no price for "other": unknown, never free
 
 
 def test_the_star_row_prices_models_not_listed():
@@ -47,3 +59,20 @@ def test_the_latency_chart_says_when_no_result_recorded_latency(tmp_path):
     assert not fig.data and fig.layout.annotations[0].text == NO_LATENCY
     fig = latency_figure(store, Scope(job_ids=["no-such-job"]))
     assert fig.layout.annotations[0].text == NO_RESULTS
+
+
+def test_a_cost_chart_without_prices_says_so_instead_of_plotting_zeros():
+    unpriced = with_cost(summary(), PriceTable())
+    fig = cost_figure(unpriced.assign(job="j"), "job")
+    assert not fig.data and fig.layout.annotations[0].text == NO_PRICES
+    priced = with_cost(summary(), PriceTable(models={"tiny": ModelPrice(input_per_1m=1.0)}))
+    fig = cost_figure(priced.assign(job=["a", "b"]), "job", "EUR")
+    assert list(fig.data[0].x) == ["a"] and "EUR" in fig.layout.title.text  # priced rows only
+
+
+def test_a_short_jobs_throughput_is_a_bar_not_a_lone_dot(tmp_path):
+    job = finished_job(tmp_path, {"a": "x", "b": "y"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    fig = throughput_figure(store, Scope(job_ids=[job.job_id]))
+    assert fig.data[0].type == "bar" and list(fig.data[0].y) == [6]  # 3 tokens per answer

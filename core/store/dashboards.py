@@ -8,6 +8,7 @@ the answers' times).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
@@ -88,6 +89,8 @@ def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
 
     def cost(row: pd.Series) -> float:
         price = prices.models.get(str(row.get("model")), fallback)
+        if price.empty:
+            return math.nan  # unknown, not free: no price was set for this model
         tokens = (
             row["tokens_in"] * (price.input_per_1m or 0)
             + row["tokens_out"] * (price.output_per_1m or 0)
@@ -101,6 +104,7 @@ def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
 
 
 NO_RESULTS = "no results in this scope"
+NO_PRICES = "no price set for these models: set one in the price table above"
 NO_LATENCY = "no latency recorded for these results (run before this version)"
 
 
@@ -139,12 +143,13 @@ def tokens_figure(frame: pd.DataFrame, by: str) -> go.Figure:
     return px.bar(long, x=by, y="value", color="tokens", barmode="group", title="Tokens in/out")
 
 
-def cost_figure(frame: pd.DataFrame, by: str) -> go.Figure:
+def cost_figure(frame: pd.DataFrame, by: str, currency: str = "USD") -> go.Figure:
     if frame.empty or "cost" not in frame:
         return _empty("Cost")
-    fig = px.bar(frame, x=by, y="cost", title="Cost (USD, from the price table)")
-    fig.update_yaxes(tickprefix="$")
-    return fig
+    priced = frame[frame["cost"].notna()]
+    if priced.empty:
+        return _empty("Cost", NO_PRICES)
+    return px.bar(priced, x=by, y="cost", title=f"Cost ({currency}, from the price table)")
 
 
 def finish_reasons_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
@@ -196,6 +201,14 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     )
     if frame.empty:
         return _empty("Throughput")
+    if frame["minute"].nunique() < 3:  # a short job: one dot on a millisecond axis says nothing
+        per_job = frame.groupby("job_id", as_index=False)[["tokens_out", "requests"]].sum()
+        return px.bar(
+            per_job,
+            x="job_id",
+            y="tokens_out",
+            title="Output tokens (the jobs ran for under three minutes)",
+        )
     return px.line(
         frame,
         x="minute",
