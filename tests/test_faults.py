@@ -16,6 +16,10 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.engine
 CHUNK = 8
+# Enough work that a resumed run is still running when the test looks and cancels: every
+# answer is OUTPUT_TOKENS long (min_tokens), 8 at a time.
+COUNT = 120
+OUTPUT_TOKENS = 24
 
 
 def batch(tmp_path, count):
@@ -29,7 +33,8 @@ def batch(tmp_path, count):
                 "body": {
                     "model": "m",
                     "messages": [{"role": "user", "content": f"Count to {i % 7 + 2}."}],
-                    "max_tokens": 12,
+                    "max_tokens": OUTPUT_TOKENS,
+                    "min_tokens": OUTPUT_TOKENS,
                     "temperature": 0,
                 },
             }
@@ -78,7 +83,7 @@ def success_ids(job: JobFolder) -> list[str]:
 def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
     studio_home, tmp_path, default_model
 ):
-    path, out = batch(tmp_path, 40), tmp_path / "out.jsonl"
+    path, out = batch(tmp_path, COUNT), tmp_path / "out.jsonl"
     jobs_dir = studio_home / "jobs"
 
     # 1. kill -9 the worker once results have been written.
@@ -111,8 +116,8 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
     result = run_cli("resume", job.job_id)
     assert result.returncode == 0, result.stderr[-2000:]
     ids = success_ids(job)
-    assert sorted(ids) == [f"q{i:03d}" for i in range(40)]  # none missing, none twice
+    assert sorted(ids) == [f"q{i:03d}" for i in range(COUNT)]  # none missing, none twice
     final = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [x["custom_id"] for x in final] == [f"q{i:03d}" for i in range(40)]
+    assert [x["custom_id"] for x in final] == [f"q{i:03d}" for i in range(COUNT)]
     assert verify(job).ok
-    assert job.read_status().succeeded == 40
+    assert job.read_status().succeeded == COUNT
