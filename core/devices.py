@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from core.schemas import EngineConfig
@@ -35,6 +36,11 @@ def gpu_problems(config: EngineConfig, gpus: int | None = None) -> list[str]:
     if not gpus and tp > 1:
         return ["tensor parallelism needs GPUs; this machine has none"]
     return []
+
+
+def ray_installed() -> bool:
+    """Whether Ray (requirements-ray.txt) can be imported here."""
+    return importlib.util.find_spec("ray") is not None
 
 
 def cpu_has_bf16() -> bool:

@@ -110,7 +110,8 @@ def where_to_run() -> tuple[RaySettings | None, list[str]]:
     """This machine, or a Ray cluster (core/run/ray_cluster.py): ``spec.ray`` and problems."""
     import json
 
-    from core.run.ray_cluster import ray_installed, ray_settings
+    from core.devices import ray_installed
+    from core.run.ray_cluster import ray_settings
 
     where = st.radio(
         "Where to run", ["This machine", "Ray cluster"], horizontal=True, key="where_to_run"

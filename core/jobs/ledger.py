@@ -64,7 +64,7 @@ class Ledger:
             (sorted(self.unexpected), "results match no request"),
         ):
             if ids:
-                problems.append(f"{len(ids)} {what}: {', '.join(ids[:10])}")
+                problems.append(f"{len(ids)} {what}, e.g. {', '.join(ids[:10])}")
         return problems
 
     @property
@@ -270,20 +270,7 @@ def verify(job: JobFolder) -> Verification:
         count, found = verify_chain(path)
         lines += count
         problems += found
-    report = reconcile(job)
-    if report.repeated_lines:
-        listed = ", ".join(map(str, report.repeated_lines[:5]))
-        problems.append(
-            f"{len(report.repeated_lines)} input lines repeat an earlier custom_id and have no "
-            f"result of their own (lines {listed})"
-        )
-    for ids, what in (
-        (report.missing, "requests have no result"),
-        (report.duplicates, "requests succeeded twice"),
-        (report.unexpected, "results match no request"),
-    ):
-        if ids:
-            problems.append(f"{len(ids)} {what}, e.g. {', '.join(ids[:3])}")
+    problems += read_ledger(job).coverage_problems()  # the rule the worker ends a job by
     return Verification(ok=not problems, problems=problems, lines_checked=lines)
 
 

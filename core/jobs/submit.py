@@ -19,7 +19,6 @@ The rules:
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.config import data_paths
-from core.devices import gpu_problems
+from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import EngineConfig, JobDefaults, RaySettings
@@ -119,7 +118,7 @@ def settings_problems(submission: Submission, gpus: int | None = None) -> list[s
         problems.append("requests per shard must be at least 1")
     if submission.chunk_size is not None and submission.chunk_size < 1:
         problems.append("requests inside the engine at once must be at least 1")
-    if submission.ray is not None and importlib.util.find_spec("ray") is None:
+    if submission.ray is not None and not ray_installed():
         problems.append("Ray is not installed here: pip install -r requirements-ray.txt")
     return problems
 

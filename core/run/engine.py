@@ -215,13 +215,6 @@ class Engine:
         if finished:
             yield finished
 
-    def run(self, requests: list[EngineRequest]) -> list[Completion | EngineRequestError]:
-        """Runs requests to the end; returns one result per request, in order."""
-        results: dict[int, Completion | EngineRequestError] = {}
-        for batch in self.stream(requests, window=max(len(requests), 1)):
-            results.update((id(request), result) for request, result in batch)
-        return [results[id(r)] for r in requests]
-
 
 class EngineLoadError(RuntimeError):
     """The model could not be loaded; the message is vLLM's reason."""

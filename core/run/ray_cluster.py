@@ -55,12 +55,6 @@ RAY_MISSING = (
 )
 
 
-def ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
 # -- what travels to the replicas -------------------------------------------------------------
 
 
