@@ -156,6 +156,7 @@ class JobState(StrEnum):
     QUEUED = "queued"
     LOADING = "loading"
     RUNNING = "running"
+    CANCELLING = "cancelling"  # nothing new starts; requests in the engine finish
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -194,6 +195,19 @@ class JobStatus(Model):
     retry: bool = False  # also rerun failed requests when the worker takes the job
     retry_shard: int | None = None  # ...and only those of this shard
     in_flight: int = 0  # requests inside the engine at the last update
+    # Live output: tokens generated so far, running requests' included (the engine's own
+    # counter), and the expected total: finished answers' tokens plus, for each request
+    # still to finish, the length measured answers of its model predict under its limit
+    # (its limit where none were measured: then ``expected_is_bound``).
+    generated_tokens: int = 0
+    expected_output_tokens: int | None = None
+    expected_is_bound: bool = False
+    measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
+
+    @property
+    def left(self) -> int:
+        """Requests without a final result: what a resume runs."""
+        return max(self.total - self.done, 0)
 
     def enter(self, state: JobState | str, message: str = "") -> None:
         """Moves to ``state``, keeping the transition's time in ``history``."""

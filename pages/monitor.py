@@ -8,8 +8,9 @@ import streamlit as st
 
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import recent_lines
-from core.run.monitoring import rates, read_samples
+from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
+from core.schemas import JobStatus
 from pages.shared import escape, job_controls, open_job, paths, store, through_app
 
 REFRESH_SECONDS = 2.0
@@ -87,24 +88,54 @@ def ray_section(job: JobFolder) -> None:
     cols[1].dataframe(pd.DataFrame(replicas), hide_index=True, width="stretch")
 
 
+def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
+    """The ETA metric's value and its help."""
+    if status.state == "completed":
+        return "done", "The job has finished."
+    if status.is_final or status.interrupted:
+        return "–", "Nothing is running: a resume runs the requests without a result."
+    if status.state == "cancelling":
+        return "–", "Cancelling: the requests in the engine finish; nothing new starts."
+    if speed.eta_seconds is None:
+        return "estimating", "Known once the engine has generated its first tokens."
+    if speed.eta_is_bound:
+        help = (
+            "At most: no answer of this model was measured yet, so every answer is taken "
+            "to reach its max_tokens. Later runs use the measured lengths."
+        )
+        return f"≤ {_duration(speed.eta_seconds)}", help
+    help = "The output still expected (measured answer lengths under each line's limit) at "
+    help += "the current speed."
+    return _duration(speed.eta_seconds), help
+
+
 def show(job: JobFolder) -> None:
     status = job.read_status()
     samples = read_samples(job.metrics)
-    speed = rates(samples, status.total)
+    speed = rates(samples, status)
     state = status.display_state
-    st.progress(status.progress, text=f"{state}: {status.done} / {status.total} requests")
+    text = f"{state}: {status.done:,} / {status.total:,} requests"
+    work = status.progress
+    if speed.work_done is not None and not status.is_final:
+        work = speed.work_done
+        bound = " at most" if speed.eta_is_bound else " expected"
+        text += f" · {speed.work_done:.0%} of the{bound} output tokens generated"
+    st.progress(work, text=text)
+    final = status.is_final or status.interrupted
     c = st.columns(4)
     c[0].metric(
-        "Requests/s",
+        "Requests/s" + (" (average)" if final else ""),
         f"{speed.requests_per_s:.2f}",
         help=f"average {speed.average_requests_per_s:.2f}",
     )
     c[1].metric(
-        "Output tokens/s",
+        "Output tokens/s" + (" (average)" if final else ""),
         f"{speed.tokens_per_s:.0f}",
-        help=f"average {speed.average_tokens_per_s:.0f}",
+        help=f"average {speed.average_tokens_per_s:.0f}; running requests' tokens count "
+        "as the engine generates them",
     )
-    c[2].metric("ETA", _duration(speed.eta_seconds) if not status.is_final else "done")
+    eta, eta_help = _eta(status, speed)
+    c[2].metric("ETA", eta, help=eta_help)
     c[3].metric("Elapsed", _duration(status.elapsed_seconds))
     c = st.columns(4)
     c[0].metric("Succeeded", status.succeeded)
@@ -115,10 +146,12 @@ def show(job: JobFolder) -> None:
         st.caption(escape(status.message))
     if status.error:
         st.error(escape(status.error))
+    if status.in_flight and not final:
+        st.caption(f"{status.in_flight:,} requests in the engine now.")
     if status.interrupted:
         st.warning(
             "The worker stopped without finishing (killed or crashed). Resume runs "
-            "only the requests that have no result yet."
+            f"only the {status.left:,} requests that have no result yet."
         )
     job_controls(job, key="monitor")
     after = job.read_status()

@@ -207,10 +207,27 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
     status = job.read_status()
     cols = st.columns(3)
     running = not status.is_final and not status.interrupted
-    if running and cols[0].button("Cancel", key=f"cancel-{key}", icon=":material/stop:"):
+    if status.state == "cancelling" and running:
+        if cols[0].button(
+            "Stop now",
+            key=f"stop-{key}",
+            icon=":material/cancel:",
+            help="Drop the requests still in the engine; a resume runs them.",
+        ):
+            st.toast(cancel(job, now=True))
+    elif running and cols[0].button(
+        "Cancel",
+        key=f"cancel-{key}",
+        icon=":material/stop:",
+        help="Start nothing new; the requests in the engine finish and are kept.",
+    ):
         st.toast(cancel(job))
     if (status.interrupted or status.state == "cancelled") and cols[1].button(
-        "Resume", key=f"resume-{key}", type="primary", icon=":material/play_arrow:"
+        f"Resume ({status.left:,} to run)",
+        key=f"resume-{key}",
+        type="primary",
+        icon=":material/play_arrow:",
+        help="Runs only the requests without a result.",
     ):
         restart(job, retry=False, done="Resumed: only requests without a result run.")
     if (

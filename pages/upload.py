@@ -19,6 +19,7 @@ from core.check import (
     histogram_labels,
 )
 from core.config import SAMPLE_DATA
+from core.jobs.queue import models_loaded
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
 from core.plan.estimate import estimate
@@ -321,7 +322,7 @@ if report.valid and report.by_local_model:
         0.5,
         key="expected_share",
     )
-    result = estimate(report, prices, expected_share=share)
+    result = estimate(report, prices, expected_share=share, loaded=models_loaded(paths().jobs))
     estimate_data = st.session_state["estimate"] = result.to_dict()
     estimate_metrics(estimate_data)
     cost = result.cost

@@ -33,14 +33,25 @@ def request_line(custom_id: str, prompt: str, system: str | None = None, **body:
     )
 
 
-class ScriptedExecutor:
+class StandIn:
+    """What every stand-in executor shares: nothing to load, no engine counters to read,
+    and a drain flag (a cancel) that its ``run`` may honour."""
+
+    load_seconds, description, draining = 0.0, "on a stand-in", False
+
+    def drain(self) -> None:
+        self.draining = True
+
+    def activity(self) -> None:
+        return None
+
+
+class ScriptedExecutor(StandIn):
     """Stands in for the engine: answers each request as its row says.
 
     A row is ``{custom_id, answer, finish, tokens, prompt_tokens, latency_ms, error}``;
     ``answer`` None makes the request fail with ``error`` (default: engine_rejected).
     """
-
-    load_seconds, description, in_flight = 0.0, "on a script", 0
 
     def __init__(self, rows: dict[str, dict[str, Any]], model: str) -> None:
         self.rows, self.model = rows, model

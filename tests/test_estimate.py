@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import pytest
 
 from core.check import CheckReport
-from core.plan.estimate import (
-    estimate,
-    estimate_lines,
-    format_duration,
-    measured_throughput,
-    record_throughput,
-)
+from core.plan.estimate import estimate, estimate_lines
+from core.plan.measured import Answer, model_record, record_run
 from core.plan.pricing import (
     ModelPrice,
     PriceError,
@@ -35,8 +31,24 @@ def report_for(lines: int = 100, prompt: int = 5_000, max_out: int = 20_000) -> 
         "lines": lines,
         "prompt_tokens": prompt,
         "max_output_tokens": max_out,
+        "limits": {str(max_out // lines): lines},
     }
     return report
+
+
+def measured(
+    home: Path, tokens_per_s: float, answers: list[Answer], load_seconds: float | None = None
+) -> None:
+    """Records a run of ``MODEL``: 100 requests at ``tokens_per_s`` with these answers."""
+    record_run(
+        MODEL,
+        output_tokens=round(tokens_per_s * 10),
+        requests=100,
+        seconds=10.0,
+        answers=answers,
+        load_seconds=load_seconds,
+        home=home,
+    )
 
 
 def test_without_a_measurement_the_estimate_says_so_plainly(tmp_path: Path) -> None:
@@ -45,28 +57,48 @@ def test_without_a_measurement_the_estimate_says_so_plainly(tmp_path: Path) -> N
     assert (result.max_output_tokens, result.expected_output_tokens) == (20_000, 5_000)
     assert result.seconds is None and result.cost is None
     assert result.notes == [
-        f"no throughput measured yet for {MODEL} on this machine: no time estimate "
+        f"no run of {MODEL} measured yet on this machine: no time estimate "
         "(a finished run records one)"
     ]
     assert "total: time unknown, cost unknown" in estimate_lines(result)
 
 
-def test_a_recorded_run_gives_time_and_the_expected_answer_length(tmp_path: Path) -> None:
-    assert measured_throughput(MODEL, tmp_path) is None
-    record_throughput(MODEL, output_tokens_per_s=80.0, requests_per_s=2.0, home=tmp_path)
-    record_throughput(MODEL, output_tokens_per_s=100.0, requests_per_s=2.0, home=tmp_path)
-    measured = measured_throughput(MODEL, tmp_path)
-    assert measured.output_tokens_per_s == 100.0 and measured.output_tokens_per_request == 50
+def test_time_is_the_expected_output_at_the_measured_speed_plus_the_model_load(
+    tmp_path: Path,
+) -> None:
+    measured(tmp_path, 100.0, [Answer(tokens=50, limit=200, truncated=False)] * 4, 21.0)
     result = estimate(report_for(), PriceTable(), home=tmp_path)
-    assert result.expected_output_tokens == 100 * 50
-    assert result.seconds == pytest.approx(50.0)
-    assert format_duration(result.seconds) == "50 s"
+    assert result.expected_output_tokens == 100 * 50  # 100 lines, 50 tokens each
+    assert result.seconds == pytest.approx(50.0 + 21.0)  # 5,000 tokens at 100/s, then load
+    assert "model load 21 s included" in estimate_lines(result)[0]
+    # A worker holding the model loaded skips the load.
+    loaded = estimate(report_for(), PriceTable(), loaded=frozenset({MODEL}), home=tmp_path)
+    assert loaded.seconds == pytest.approx(50.0)
 
 
-def test_expected_output_never_exceeds_the_maximum(tmp_path: Path) -> None:
-    record_throughput(MODEL, output_tokens_per_s=1000.0, requests_per_s=1.0, home=tmp_path)
-    result = estimate(report_for(max_out=300), PriceTable(), home=tmp_path)
-    assert result.expected_output_tokens == 300
+def test_measured_answers_are_replayed_against_each_lines_own_limit(tmp_path: Path) -> None:
+    # A max_tokens=8 run where every answer hit its limit says only "at least 8 tokens".
+    measured(tmp_path, 100.0, [Answer(tokens=8, limit=8, truncated=True)] * 10)
+    result = estimate(report_for(lines=10, max_out=640), PriceTable(), home=tmp_path)
+    assert result.expected_output_tokens == 640  # 64 each, never 8
+    # Answers that ended on their own at 30 tokens under a limit of 64: 30 under a higher
+    # limit, cut at a lower one; lines with different limits are each scaled by their own.
+    (tmp_path / "throughput.json").unlink()
+    measured(tmp_path, 100.0, [Answer(tokens=30, limit=64, truncated=False)] * 10)
+    report = report_for(lines=20, max_out=10 * 16 + 10 * 128)
+    report.by_local_model["/models/" + MODEL]["limits"] = {"16": 10, "128": 10}
+    assert estimate(report, PriceTable(), home=tmp_path).expected_output_tokens == 160 + 300
+
+
+def test_measurements_keep_the_newest_runs_and_read_the_first_format(tmp_path: Path) -> None:
+    assert model_record(MODEL, tmp_path).throughput is None
+    first_format = {MODEL: [{"output_tokens_per_s": 80, "requests_per_s": 2}, {"x": 1}]}
+    (tmp_path / "throughput.json").write_text(json.dumps(first_format))
+    assert model_record(MODEL, tmp_path).throughput.output_tokens_per_s == 80
+    measured(tmp_path, 100.0, [Answer(tokens=5, limit=9, truncated=False)])
+    record = model_record(MODEL, tmp_path)
+    assert [r.output_tokens_per_s for r in record.runs] == [80, 100]
+    assert record.expected_tokens(9) == 5 and record.expected_tokens(3) == 3
 
 
 def test_prices_per_token_and_per_gpu_hour(tmp_path: Path) -> None:
@@ -78,15 +110,16 @@ def test_prices_per_token_and_per_gpu_hour(tmp_path: Path) -> None:
     unmeasured = estimate(report_for(), gpu, home=tmp_path)
     assert unmeasured.cost is None
     assert unmeasured.models[0].cost_basis == "a GPU-hour price needs a measured throughput"
-    record_throughput(MODEL, output_tokens_per_s=10.0, requests_per_s=1.0, home=tmp_path)
-    measured = estimate(report_for(), gpu, home=tmp_path)
-    assert measured.seconds == pytest.approx(100.0)
-    assert measured.cost == pytest.approx(0.1)
+    measured(tmp_path, 10.0, [])
+    measured_gpu = estimate(report_for(), gpu, expected_share=0.5, home=tmp_path)
+    assert measured_gpu.seconds == pytest.approx(1000.0)  # 10,000 expected tokens at 10/s
+    assert measured_gpu.cost == pytest.approx(1.0)
     assert "(= 100.00 per 1M output tokens at the measured 10 tokens/s)" in (
-        measured.models[0].cost_basis
+        measured_gpu.models[0].cost_basis
     )
-    assert measured.over_budget
-    assert "OVER budget: a run needs explicit confirmation" in " ".join(estimate_lines(measured))
+    assert measured_gpu.over_budget
+    lines = " ".join(estimate_lines(measured_gpu))
+    assert "OVER budget: a run needs explicit confirmation" in lines
 
 
 def test_an_unknown_cost_is_never_over_budget(tmp_path: Path) -> None:
@@ -123,8 +156,11 @@ def test_the_price_table_survives_a_round_trip_and_edits(tmp_path: Path) -> None
     assert load_prices(tmp_path) == PriceTable()
 
 
-def test_a_bad_throughput_file_reads_as_no_measurement(tmp_path: Path) -> None:
+def test_a_bad_measurements_file_reads_as_no_measurement(tmp_path: Path) -> None:
     (tmp_path / "throughput.json").write_text('{"' + MODEL + '": [{"output_tokens_per_s": "x"}]}')
-    assert measured_throughput(MODEL, tmp_path) is None
-    record_throughput(MODEL, 0.0, 0.0, tmp_path)  # a run that produced nothing is not kept
-    assert measured_throughput(MODEL, tmp_path) is None
+    assert model_record(MODEL, tmp_path).throughput is None
+    (tmp_path / "throughput.json").write_text("not json")
+    assert model_record(MODEL, tmp_path).answers == []
+    # A run that produced nothing records no speed.
+    record_run(MODEL, output_tokens=0, requests=0, seconds=1.0, answers=[], home=tmp_path)
+    assert model_record(MODEL, tmp_path).throughput is None

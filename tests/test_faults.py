@@ -100,17 +100,21 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
     job2 = wait_for(jobs_dir, lambda s: s.state == "running" and s.done > written_before)
     assert job2.job_id == job.job_id
 
-    # 3. Cancel while it runs: the worker stops within seconds and keeps what it wrote.
+    # 3. Cancel while it runs: nothing new starts, the CHUNK requests in the engine finish
+    # and are kept (OpenAI's "cancelling"), and the worker stops within seconds.
+    done_before = job.read_status().done
     asked = time.monotonic()
     result = run_cli("cancel", job.job_id)
-    assert "cancel requested" in result.stdout
+    assert "cancelling: nothing new starts" in result.stdout
     cli.communicate(timeout=60)
     assert time.monotonic() - asked < 30
     status = job.read_status()
     assert status.state == "cancelled" and not status.interrupted
-    assert [e["state"] for e in status.history][-2:] == ["running", "cancelled"]
+    assert [e["state"] for e in status.history][-3:] == ["running", "cancelling", "cancelled"]
+    assert status.done >= done_before + CHUNK  # what was in the engine was not thrown away
+    assert f"a resume runs the {status.left}" in status.message
     cancelled_report = reconcile(job)
-    assert cancelled_report.missing  # the rest are cancelled, to be resumed
+    assert len(cancelled_report.missing) == status.left > 0  # to be resumed
 
     # 4. Resume by job id finishes the job.
     result = run_cli("resume", job.job_id)

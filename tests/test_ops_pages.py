@@ -52,7 +52,10 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
     job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
     at = open_page("monitor.py", job_id=job.job_id)
     assert metric(at, "Succeeded") == "2" and metric(at, "Failed") == "1"
-    assert metric(at, "Requests/s") == "0.75"
+    # A finished job's speed is its average over the run (never "0.00" once it stopped).
+    assert metric(at, "Requests/s (average)") == "0.75"
+    assert metric(at, "Output tokens/s (average)") == "4"
+    assert metric(at, "ETA") == "done"
     assert "Job " + job.job_id + " completed with errors: 2 succeeded, 1 failed" in texts(at)
     assert "showing the worker process's memory and CPU" in texts(at)
     latest = at.dataframe[0].value
@@ -76,16 +79,19 @@ def test_a_job_whose_requests_all_failed_shows_as_failed_never_as_a_success(stud
 
 
 def test_monitor_flags_an_interrupted_job_and_offers_resume(studio_home):
-    job = finished_job(studio_home, {"a": "yes"})
+    job = finished_job(studio_home, {"a": "yes", "b": "no", "c": "maybe"})
     status = job.read_status()
     status.state, status.pid, status.heartbeat_at = "running", 2**22 + 7, time.time()
-    status.message = "running 1 requests on tiny"  # the dead worker's last words
+    status.done = status.succeeded = 1  # as if it died after its first result
+    status.message = "running 3 requests on tiny"  # the dead worker's last words
     job.write_status(status)
     assert not os.path.exists(f"/proc/{status.pid}")
     at = open_page("monitor.py", job_id=job.job_id)
     assert "The worker stopped without finishing" in texts(at)
-    assert "running 1 requests on tiny" not in texts(at)
-    assert [b.label for b in at.button] == ["Resume"]
+    assert "only the 2 requests that have no result yet" in texts(at)
+    assert "running 3 requests on tiny" not in texts(at)
+    assert metric(at, "ETA") == "–"  # nothing runs: no time to wait for, and not "done"
+    assert [b.label for b in at.button] == ["Resume (2 to run)"]
 
 
 def test_jobs_page_reconciles_and_verifies(studio_home):

@@ -24,7 +24,7 @@ from core.run import worker
 from core.run.outputs import Choice, Completion, error_line, success_line
 from core.schemas import EngineConfig, JobStatus
 from tests.conftest import run_cli
-from tests.factories import request_line
+from tests.factories import StandIn, request_line
 from tests.test_pages import shown
 
 REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]
@@ -208,11 +208,9 @@ def ok(custom_id: str) -> dict:
     return success_line(custom_id, "m", Completion(2, [Choice("ok", "stop", 1)]))
 
 
-class Executor:
+class Executor(StandIn):
     """A stand-in executor that answers each request with ``answer(custom_id)`` (a line,
     or None to drop the request silently, as the lost-request bug did)."""
-
-    load_seconds, description, in_flight = 0.0, "on a stand-in", 0
 
     def __init__(self, answer):
         self.answer = answer

@@ -6,12 +6,11 @@ from core.jobs.ledger import verify_chain
 from core.jobs.output_file import OutputWriter
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
-from tests.factories import request_line, rewrite_spec
+from core.run.status_keeper import RESERVE_BYTES
+from tests.factories import StandIn, request_line, rewrite_spec
 
 
-class FakeExecutor:
-    load_seconds, description = 0.0, "on a stand-in"
-
+class FakeExecutor(StandIn):
     def run(self, requests):
         for request in requests:
             yield [success_line(request.custom_id, "m", Completion(2, [Choice("ok", "stop", 1)]))]
@@ -83,14 +82,19 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
     assert sorted(ledger.retryable()) == ["r1", "r2", "r3"]
 
 
-def test_a_finished_run_records_the_throughput_that_estimates_use(tmp_path, monkeypatch):
-    from core.plan.estimate import measured_throughput
+def test_a_finished_run_records_what_estimates_use(tmp_path, monkeypatch):
+    from core.plan.measured import Answer, model_record
 
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
-    assert measured_throughput("none", home=tmp_path) is None
+    assert model_record("none", home=tmp_path).throughput is None
     worker.run_job(make_job(tmp_path, worker.MIN_REQUESTS_MEASURED))
-    measured = measured_throughput("none", home=tmp_path)
-    assert measured is not None and measured.requests_per_s > 0
+    record = model_record("none", home=tmp_path)
+    assert record.throughput is not None and record.throughput.requests_per_s > 0
+    # Each answer with the limit it ran under (the job default max_tokens here).
+    from core.schemas import JobDefaults
+
+    limit = JobDefaults().max_tokens
+    assert record.answers == [Answer(tokens=1, limit=limit, truncated=False)] * 8
 
 
 def test_shards_have_their_own_state_and_one_can_be_retried_alone(tmp_path, monkeypatch):
@@ -129,5 +133,5 @@ def test_disk_space_is_held_while_the_job_runs(tmp_path, monkeypatch):
 
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Watching())
     assert worker.run_job(job).state == "completed"
-    assert seen == [worker.RESERVE_BYTES]
+    assert seen == [RESERVE_BYTES]
     assert not (job.path / ".space-reserve").exists()

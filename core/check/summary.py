@@ -269,13 +269,14 @@ class Summary:
             if self.valid_out is not None:
                 self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
             if self.tokens is not None:
-                self._add_local(model, max_tokens * n, counted)
+                self._add_local(model, max_tokens, n, counted)
         report.lines += len(batch)
 
     def _add_local(
-        self, model: str | None, max_out: int, counted: tuple[int, int | None] | None
+        self, model: str | None, max_tokens: int, n: int, counted: tuple[int, int | None] | None
     ) -> None:
-        """Adds a valid line to its local model's totals and the token histogram."""
+        """Adds a valid line to its local model's totals and the token histogram; ``limits``
+        counts answers per ``max_tokens``, which the estimate scales answer lengths by."""
         report, tokens = self.report, self.tokens
         folder = resolve_model(model, tokens.model_map, tokens.default_folder)
         local = report.by_local_model.get(folder)
@@ -286,9 +287,12 @@ class Summary:
                 "lines": 0,
                 "prompt_tokens": 0,
                 "max_output_tokens": 0,
+                "limits": {},
             }
         local["lines"] += 1
-        local["max_output_tokens"] += max_out
+        local["max_output_tokens"] += max_tokens * n
+        limits = local["limits"]
+        limits[str(max_tokens)] = limits.get(str(max_tokens), 0) + n
         if counted is not None:
             prompt = counted[0]
             local["prompt_tokens"] += prompt
@@ -333,9 +337,11 @@ class Summary:
             report.add(problem)
         for folder, theirs in other.by_local_model.items():
             zero = dict.fromkeys(("lines", "prompt_tokens", "max_output_tokens"), 0)
-            ours = report.by_local_model.setdefault(folder, {**theirs, **zero})
+            ours = report.by_local_model.setdefault(folder, {**theirs, **zero, "limits": {}})
             for name in ("lines", "prompt_tokens", "max_output_tokens"):
                 ours[name] += theirs[name]
+            for limit, answers in theirs["limits"].items():
+                ours["limits"][limit] = ours["limits"].get(limit, 0) + answers
         self.shapes.update(part.shapes)
         self.default_lines += part.default_lines
         if self.tokens is not None:

@@ -17,11 +17,12 @@ from core.cli.common import (
     model_map_of,
     print_report,
 )
-from core.config import default_model_dir
+from core.config import data_paths, default_model_dir
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from core.check import summary_lines
+    from core.jobs.queue import models_loaded
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
 
@@ -44,7 +45,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     prices = load_prices()
     if args.budget is not None:
         prices.budget = args.budget
-    result = estimate(report, prices)
+    result = estimate(report, prices, loaded=models_loaded(data_paths().jobs))
     data = report.to_dict()
     data["estimate"] = result.to_dict()
     if args.report:

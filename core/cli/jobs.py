@@ -107,7 +107,11 @@ def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
         status = _follow(job, worker)
     except KeyboardInterrupt:
         print(cancel(job), file=sys.stderr)
-        worker.wait()
+        try:
+            worker.wait()
+        except KeyboardInterrupt:  # a second Ctrl-C: stop at once
+            print(cancel(job, now=True), file=sys.stderr)
+            worker.wait()
         status = job.read_status()
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -167,7 +171,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     job = _job(args.job)
     if job is None:
         return EXIT_USAGE
-    print(cancel(job))
+    print(cancel(job, now=args.now))
     return 0
 
 
@@ -306,6 +310,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     cancel_cmd = commands.add_parser("cancel", help="stop a running job; its results stay")
     cancel_cmd.add_argument("job", help="job id")
+    cancel_cmd.add_argument(
+        "--now",
+        action="store_true",
+        help="stop at once, dropping the requests in the engine (default: let them finish)",
+    )
     cancel_cmd.set_defaults(handler=cmd_cancel)
 
     rec = commands.add_parser("reconcile", help="compare a job's input and result lines")

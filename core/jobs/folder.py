@@ -10,7 +10,7 @@
         worker.log    the worker's own log
 
 Only the worker writes the result files and ``status.json``; the UI and CLI read them, and
-ask a worker to stop with SIGTERM.
+ask a worker to stop with a signal (see :func:`cancel`).
 """
 
 from __future__ import annotations
@@ -113,14 +113,26 @@ class JobFolder:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
-def cancel(job: JobFolder) -> str:
-    """Asks the job's worker to stop; finished results stay. Returns what happened."""
+def cancel(job: JobFolder, now: bool = False) -> str:
+    """Asks the job's worker to stop; finished results stay. Returns what happened.
+
+    The first cancel drains (SIGTERM): nothing new starts and the requests in the engine
+    finish and are kept, as OpenAI's ``cancelling``. ``now``, or a cancel of a job already
+    cancelling, stops at once (SIGINT): the requests in the engine are dropped, and a
+    resume runs them.
+    """
     status = job.read_status()
     if status.is_final:
         return f"job is already {status.state}"
     if status.pid is not None and worker_alive(status.pid):
+        if now or status.state == "cancelling":
+            os.kill(status.pid, signal.SIGINT)
+            return "stopping now: requests in the engine are dropped; a resume runs them"
         os.kill(status.pid, signal.SIGTERM)
-        return "cancel requested: the worker stops after writing what it has finished"
+        return (
+            "cancelling: nothing new starts, and the requests in the engine finish and are "
+            "kept (cancel again to stop at once)"
+        )
     status.enter("cancelled", "cancelled")
     status.finished_at = now_iso()
     job.write_status(status)

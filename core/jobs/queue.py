@@ -44,6 +44,20 @@ def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
     return [job for *_, job in sorted(waiting, key=lambda w: w[:2])]
 
 
+def models_loaded(jobs_dir: Path) -> frozenset[str]:
+    """Names of the models a live worker holds now: a job queued behind it on the same
+    model runs without loading it again."""
+    names = set()
+    for job in list_jobs(jobs_dir):
+        try:
+            status = job.read_status()
+            if status.state in ("loading", "running", "cancelling") and not status.interrupted:
+                names.add(Path(job.read_spec().engine.model).name)
+        except JobUnreadable:
+            continue
+    return frozenset(names)
+
+
 def position(job: JobFolder, jobs_dir: Path) -> int | None:
     """1 for the next job to run; None when the job is not waiting."""
     order = [j.job_id for j in queued_jobs(jobs_dir)]

@@ -1,97 +1,37 @@
 """What a checked batch will cost and how long it will take, before it runs.
 
 Input tokens come from the check (counted with the model's tokenizer). Output tokens have
-two figures: the maximum (every answer as long as ``max_tokens`` allows) and an expected
-one: the average answer length measured on earlier runs of the same model, or a share of
-the maximum the user chooses while no run has been measured. Time needs a measured
-throughput for the model on this machine: the worker records one after each run with
-:func:`record_throughput`; until then the estimate says plainly that it has none.
+two figures: the maximum (every answer as long as its line's ``max_tokens`` allows) and an
+expected one: the answers measured on earlier runs of the same model replayed against each
+line's own limit (:mod:`core.plan.measured`), or a share of the maximum the user chooses
+while no answer of the model has been measured. Time is the expected output at the model's
+measured speed, plus its measured load time unless a worker has it loaded now; until a run
+of the model has been measured, the estimate says plainly that it has no time.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from core.check import CheckReport
-from core.config import data_paths
-from core.files import write_json_atomic
+from core.plan.measured import ModelRecord, RunMeasurement, model_record
 from core.plan.pricing import PriceTable
 
-THROUGHPUT_FILE = "throughput.json"
-HISTORY = 20  # measurements kept per model
 DEFAULT_EXPECTED_SHARE = 0.5
 
 
-@dataclass(frozen=True)
-class Throughput:
-    """A throughput measured on a real run of one model on this machine."""
-
-    model: str
-    output_tokens_per_s: float
-    requests_per_s: float
-    measured_at: str
-
-    @property
-    def output_tokens_per_request(self) -> float:
-        return self.output_tokens_per_s / self.requests_per_s if self.requests_per_s else 0.0
-
-
-def _throughput_path(home: Path | None) -> Path:
-    return (home or data_paths().home) / THROUGHPUT_FILE
-
-
-def _read_all(home: Path | None) -> dict[str, list[dict[str, Any]]]:
-    try:
-        data = json.loads(_throughput_path(home).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def record_throughput(
-    model_name: str,
-    output_tokens_per_s: float,
-    requests_per_s: float,
-    home: Path | None = None,
-) -> None:
-    """Stores a measurement from a finished run (the newest is the one estimates use).
-
-    Args:
-        model_name: the local model's name (its folder's name, as in output lines).
-        output_tokens_per_s: generated tokens per second of wall time, model load excluded.
-        requests_per_s: requests finished per second over the same time.
-        home: the data folder (default: ``BATCH_STUDIO_HOME``).
-    """
-    if output_tokens_per_s <= 0 or requests_per_s <= 0:
-        return  # a run that produced nothing says nothing about speed
-    data = _read_all(home)
-    entries = [e for e in data.get(model_name, []) if isinstance(e, dict)]
-    entries.append(
-        {
-            "output_tokens_per_s": float(output_tokens_per_s),
-            "requests_per_s": float(requests_per_s),
-            "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        }
-    )
-    data[model_name] = entries[-HISTORY:]
-    write_json_atomic(_throughput_path(home), data)
-
-
-def measured_throughput(model_name: str, home: Path | None = None) -> Throughput | None:
-    """The newest measurement for a model, or None when no run has been measured yet."""
-    for entry in reversed(_read_all(home).get(model_name) or []):
-        try:
-            otps = float(entry["output_tokens_per_s"])
-            rps = float(entry["requests_per_s"])
-        except (KeyError, TypeError, ValueError):
-            continue
-        if otps > 0 and rps > 0:
-            return Throughput(model_name, otps, rps, str(entry.get("measured_at", "")))
-    return None
+def expected_output_tokens(record: ModelRecord, limits: dict[str, int]) -> float | None:
+    """Expected output tokens of answers under the given limits (``{max_tokens: answers}``),
+    from the model's measured answers; None when none were measured."""
+    total = 0.0
+    for limit, answers in limits.items():
+        per_answer = record.expected_tokens(int(limit))
+        if per_answer is None:
+            return None
+        total += per_answer * answers
+    return total
 
 
 @dataclass
@@ -104,7 +44,8 @@ class ModelEstimate:
     max_output_tokens: int
     expected_output_tokens: int
     expected_basis: str
-    throughput: Throughput | None
+    throughput: RunMeasurement | None
+    load_seconds: float
     seconds: float | None
     cost: float | None
     max_cost: float | None
@@ -167,7 +108,7 @@ def _cost(
     input_tokens: int,
     output_tokens: int,
     seconds: float | None,
-    throughput: Throughput | None = None,
+    throughput: RunMeasurement | None = None,
 ) -> tuple[float | None, str]:
     if price.input_per_1m is not None or price.output_per_1m is not None:
         cost = (
@@ -194,6 +135,7 @@ def estimate(
     prices: PriceTable,
     *,
     expected_share: float = DEFAULT_EXPECTED_SHARE,
+    loaded: frozenset[str] = frozenset(),
     home: Path | None = None,
 ) -> JobEstimate:
     """Tokens, time and cost of the valid lines of a checked file.
@@ -202,8 +144,9 @@ def estimate(
         report: a report from ``check_file`` with a model folder (tokens counted).
         prices: the price table (and budget).
         expected_share: the share of ``max_tokens`` an answer is expected to use while
-            no run of the model has been measured.
-        home: the data folder holding the throughput measurements.
+            no answer of the model has been measured.
+        loaded: names of the models a worker holds loaded now (no load time for them).
+        home: the data folder holding the measurements.
     """
     result = JobEstimate(budget=prices.budget, currency=prices.currency)
     if not report.valid:
@@ -215,42 +158,57 @@ def estimate(
         )
         return result
     for local in report.by_local_model.values():
-        name = local["name"]
-        lines, max_out = local["lines"], local["max_output_tokens"]
-        measured = measured_throughput(name, home)
-        if measured is not None:
-            per_request = measured.output_tokens_per_request
-            expected = min(max_out, round(lines * per_request))
-            basis = f"{per_request:.0f} tokens per answer, measured {measured.measured_at}"
-            seconds = expected / measured.output_tokens_per_s
-        else:
-            expected = round(max_out * expected_share)
-            basis = f"{expected_share:.0%} of max_tokens (no run of {name} measured yet)"
-            seconds = None
+        result.models.append(_model_estimate(local, prices, expected_share, loaded, home))
+        if result.models[-1].throughput is None:
             result.notes.append(
-                f"no throughput measured yet for {name} on this machine: no time estimate "
+                f"no run of {local['name']} measured yet on this machine: no time estimate "
                 "(a finished run records one)"
             )
-        price = prices.price(name)
-        cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds, measured)
-        max_seconds = seconds * max_out / expected if seconds is not None and expected else None
-        max_cost, _ = _cost(price, local["prompt_tokens"], max_out, max_seconds)
-        result.models.append(
-            ModelEstimate(
-                name,
-                lines,
-                local["prompt_tokens"],
-                max_out,
-                expected,
-                basis,
-                measured,
-                seconds,
-                cost,
-                max_cost,
-                cost_basis,
-            )
-        )
     return result
+
+
+def _model_estimate(
+    local: dict[str, Any],
+    prices: PriceTable,
+    expected_share: float,
+    loaded: frozenset[str],
+    home: Path | None,
+) -> ModelEstimate:
+    name, lines, max_out = local["name"], local["lines"], local["max_output_tokens"]
+    # A report kept from before limits were counted: every line at the average limit.
+    limits = local.get("limits") or {str(max(1, max_out // max(lines, 1))): lines}
+    record = model_record(name, home)
+    measured = expected_output_tokens(record, limits)
+    if measured is not None:
+        expected = min(max_out, round(measured))
+        basis = (
+            f"{len(record.answers):,} measured answers of {name}, each replayed against "
+            "the line's max_tokens"
+        )
+    else:
+        expected = round(max_out * expected_share)
+        basis = f"{expected_share:.0%} of max_tokens (no answer of {name} measured yet)"
+    speed = record.throughput
+    load = 0.0 if name in loaded else (record.load_seconds or 0.0)
+    seconds = expected / speed.output_tokens_per_s + load if speed is not None else None
+    price = prices.price(name)
+    cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds, speed)
+    max_seconds = max_out / speed.output_tokens_per_s + load if speed is not None else None
+    max_cost, _ = _cost(price, local["prompt_tokens"], max_out, max_seconds)
+    return ModelEstimate(
+        name,
+        lines,
+        local["prompt_tokens"],
+        max_out,
+        expected,
+        basis,
+        speed,
+        load,
+        seconds,
+        cost,
+        max_cost,
+        cost_basis,
+    )
 
 
 def format_duration(seconds: float | None) -> str:
@@ -270,10 +228,12 @@ def estimate_lines(result: JobEstimate) -> list[str]:
     lines = []
     for m in result.models:
         cost = f"{m.cost:,.4f} {result.currency}" if m.cost is not None else m.cost_basis
+        load = f" (model load {format_duration(m.load_seconds)} included)" if m.load_seconds else ""
         lines.append(
             f"{m.model}: {m.lines:,} requests, {m.input_tokens:,} input tokens, output "
             f"{m.expected_output_tokens:,} expected ({m.expected_basis}) / "
-            f"{m.max_output_tokens:,} at most; time {format_duration(m.seconds)}; cost {cost}"
+            f"{m.max_output_tokens:,} at most; time {format_duration(m.seconds)}{load}; "
+            f"cost {cost}"
         )
     if result.models:
         total = f"{result.cost:,.4f} {result.currency}" if result.cost is not None else "unknown"

@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ class Engine:
         self.load_seconds = time.monotonic() - started
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
-        self.in_flight = 0  # requests inside the engine now: what a kill would make rerun
+        self.draining = False  # set by a cancel: admit nothing new, finish what is inside
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
@@ -99,6 +100,9 @@ class Engine:
             "dtype": resolve_dtype(c.dtype, self.on_gpu),
             "seed": c.seed,
             "tensor_parallel_size": c.tensor_parallel_size,
+            # The engine's own counters (tokens generated so far, requests running) feed the
+            # live progress; they cost one small record per engine step.
+            "disable_log_stats": False,
         }
         optional = {
             "max_model_len": c.max_model_len,
@@ -115,6 +119,16 @@ class Engine:
             # Compiled mode costs 60-90 s at every start on CPU for little gain.
             kwargs["enforce_eager"] = True
         return kwargs
+
+    def activity(self) -> EngineActivity:
+        """What the engine is doing now, from its own counters (safe from another thread):
+        tokens generated since it loaded, finished requests' and running ones' alike."""
+        values = {m.name: m.value for m in self.llm.get_metrics() if m.name in ACTIVITY_METRICS}
+        return EngineActivity(
+            generated_tokens=int(values.get("vllm:generation_tokens", 0)),
+            running=int(values.get("vllm:num_requests_running", 0)),
+            waiting=int(values.get("vllm:num_requests_waiting", 0)),
+        )
 
     def _sampling_params(self, request: EngineRequest) -> Any:
         from vllm import SamplingParams
@@ -156,11 +170,13 @@ class Engine:
         """Runs requests with continuous batching and yields them as they finish.
 
         Up to ``window`` requests are inside the engine at once; as each finishes the next
-        one is added, so the engine never drains between batches. Finished requests are
-        yielded about every ``flush_seconds`` (and at the end). A request the engine
-        refuses (e.g. its prompt is longer than the context) comes back at once as an
-        :class:`EngineRequestError`. If the engine itself fails, requests still inside it
-        are aborted before the exception propagates, so a caller may run them again.
+        one is added, so the engine never drains between batches. Once :attr:`draining` is
+        set (a cancel), nothing new is added: the requests inside finish and are yielded.
+        Finished requests are yielded about every ``flush_seconds`` (and at the end). A
+        request the engine refuses (e.g. its prompt is longer than the context) comes back
+        at once as an :class:`EngineRequestError`. If the engine itself fails, requests
+        still inside it are aborted before the exception propagates, so a caller may run
+        them again.
 
         Each :class:`Completion` carries its ``latency_ms``: monotonic time from the request
         being added to the engine to the step that returned its final output (queueing
@@ -178,7 +194,7 @@ class Engine:
         exhausted = False
         try:
             while True:
-                while not exhausted and len(inside) < window:
+                while not exhausted and not self.draining and len(inside) < window:
                     request = next(queue, None)
                     if request is None:
                         exhausted = True
@@ -194,7 +210,6 @@ class Engine:
                         inside[request_id] = request
                     except (VLLMClientError, ValueError, TypeError) as exc:
                         finished.append((request, EngineRequestError(str(exc))))
-                self.in_flight = len(inside)
                 if not inside:
                     break
                 outputs = engine.step()
@@ -211,9 +226,22 @@ class Engine:
         finally:
             if inside:
                 engine.abort_request(list(inside))
-            self.in_flight = 0
         if finished:
             yield finished
+
+
+ACTIVITY_METRICS = frozenset(
+    {"vllm:generation_tokens", "vllm:num_requests_running", "vllm:num_requests_waiting"}
+)
+
+
+@dataclass(frozen=True)
+class EngineActivity:
+    """The engine's counters at one moment."""
+
+    generated_tokens: int = 0  # since the engine loaded, requests still running included
+    running: int = 0
+    waiting: int = 0
 
 
 class EngineLoadError(RuntimeError):

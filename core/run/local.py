@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.check.requests import EngineRequest
-from core.run.engine import Engine
+from core.run.engine import Engine, EngineActivity
 from core.run.retry import run_with_retries
 from core.schemas import EngineConfig, JobSpec
 
@@ -23,13 +23,17 @@ class Executor(Protocol):
     load_seconds: float
     description: str
 
-    @property
-    def in_flight(self) -> int:
-        """Requests running now, whose work a kill would lose."""
+    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        """Yields output lines, in batches, until every request has exactly one, or, after
+        :meth:`drain`, until the requests already running have theirs."""
         ...
 
-    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
-        """Yields output lines, in batches, until every request has exactly one."""
+    def drain(self) -> None:
+        """Starts no new request; those running finish (a cancel)."""
+        ...
+
+    def activity(self) -> EngineActivity | None:
+        """The engine's counters since this executor started (None where it cannot tell)."""
         ...
 
 
@@ -62,15 +66,20 @@ class LocalExecutor:
 
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
+        self.engine.draining = False
+        self._base = self.engine.activity().generated_tokens
         self.model = spec.engine.model_name
         # As many as the engine runs at once: a finished request is replaced at the next step,
         # so the batch stays full, and a kill loses at most one batch of work.
         self.window = spec.chunk_size or self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
 
-    @property
-    def in_flight(self) -> int:
-        return self.engine.in_flight
-
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         yield from run_with_retries(self.engine, requests, self.window, self.model)
+
+    def drain(self) -> None:
+        self.engine.draining = True
+
+    def activity(self) -> EngineActivity:
+        now = self.engine.activity()
+        return EngineActivity(now.generated_tokens - self._base, now.running, now.waiting)

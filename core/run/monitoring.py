@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from core.schemas import JobStatus
+
 
 class ResourceSampler:
     """Reads this process's CPU/RSS and, when NVML finds GPUs, each GPU's memory and load."""
@@ -74,43 +76,70 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
 
 @dataclass
 class Rates:
-    """Throughput now (over the last ``window`` seconds) and on average, and the ETA."""
+    """Speed now (over the last ``window`` seconds) and on average, the ETA, and the share
+    of the expected output generated so far; a finished job's speed is its average."""
 
     requests_per_s: float = 0.0
     tokens_per_s: float = 0.0
     average_requests_per_s: float = 0.0
     average_tokens_per_s: float = 0.0
     eta_seconds: float | None = None
+    eta_is_bound: bool = False  # no answer of the model measured: the ETA is at most this
+    work_done: float | None = None  # generated / expected output tokens
 
 
-def rates(samples: list[dict[str, Any]], total: int, window: float = 20.0) -> Rates:
-    """Rates from progress samples ``{"t", "done", "completion_tokens"}``.
+def _tokens(sample: dict[str, Any]) -> int:
+    # Samples before the engine's counters were read hold finished requests' tokens only.
+    return sample.get("output_tokens", sample.get("completion_tokens", 0))
 
-    Averages count from the first sample with a result, so model loading does not drag
-    them down; the ETA uses the recent rate, falling back to the average.
+
+def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0) -> Rates:
+    """Rates from progress samples ``{"t", "done", "output_tokens"}`` and the status.
+
+    Tokens are those the engine generated, running requests' included, so the speed moves
+    while long answers are still being written. Averages count from the first sample that
+    moved, so model loading does not drag them down. The ETA is the expected output still
+    to come (:attr:`JobStatus.expected_output_tokens`) at the recent speed, else the
+    average, else the model's speed measured on earlier runs.
     """
+    result = Rates()
     running = [s for s in samples if s.get("done") is not None]
-    if len(running) < 2:
-        return Rates()
-    last = running[-1]
-    recent = [s for s in running if s["t"] >= last["t"] - window]
-    first = recent[0] if len(recent) > 1 else running[-2]
-    span = max(last["t"] - first["t"], 1e-9)
-    now = Rates(
-        requests_per_s=(last["done"] - first["done"]) / span,
-        tokens_per_s=(last["completion_tokens"] - first["completion_tokens"]) / span,
-    )
-    started = next((s for s in running if s["done"] > running[0]["done"]), None)
-    if started is not None:
-        base = running[running.index(started) - 1]
-        elapsed = max(last["t"] - base["t"], 1e-9)
-        now.average_requests_per_s = (last["done"] - base["done"]) / elapsed
-        now.average_tokens_per_s = (last["completion_tokens"] - base["completion_tokens"]) / elapsed
-    speed = now.requests_per_s or now.average_requests_per_s
-    if speed > 0:
-        now.eta_seconds = max(total - last["done"], 0) / speed
-    return now
+    if len(running) >= 2:
+        last = running[-1]
+        moved = next((i for i, s in enumerate(running) if (s["done"], _tokens(s)) != (0, 0)), None)
+        # The recent window never reaches back before the engine started working.
+        base = running[max(moved - 1, 0)] if moved is not None else running[0]
+        recent = [s for s in running if s["t"] >= max(last["t"] - window, base["t"])]
+        first = recent[0] if len(recent) > 1 else running[-2]
+        span = max(last["t"] - first["t"], 1e-9)
+        result.requests_per_s = (last["done"] - first["done"]) / span
+        result.tokens_per_s = (_tokens(last) - _tokens(first)) / span
+        if moved is not None:
+            elapsed = max(last["t"] - base["t"], 1e-9)
+            result.average_requests_per_s = (last["done"] - base["done"]) / elapsed
+            result.average_tokens_per_s = (_tokens(last) - _tokens(base)) / elapsed
+    if status.is_final or status.interrupted:
+        result.requests_per_s = result.average_requests_per_s
+        result.tokens_per_s = result.average_tokens_per_s
+        result.work_done = status.progress
+        return result
+    expected = status.expected_output_tokens
+    if expected:
+        result.work_done = min(status.generated_tokens / expected, 1.0)
+        result.eta_is_bound = status.expected_is_bound
+        speed = result.tokens_per_s or result.average_tokens_per_s
+        speed = speed or status.measured_tokens_per_s or 0.0
+        if speed > 0:
+            # At least one token per request still without a result: never "0 s" early.
+            remaining = max(expected - status.generated_tokens, status.left)
+            result.eta_seconds = remaining / speed
+    else:
+        speed = result.requests_per_s or result.average_requests_per_s
+        if speed > 0:
+            result.eta_seconds = status.left / speed
+    return result
 
 
-def progress_sample(done: int, completion_tokens: int, resources: dict[str, Any]) -> dict:
-    return {"t": time.time(), "done": done, "completion_tokens": completion_tokens, **resources}
+def progress_sample(done: int, output_tokens: int, resources: dict[str, Any]) -> dict:
+    """One heartbeat's sample: requests done and output tokens generated so far."""
+    return {"t": time.time(), "done": done, "output_tokens": output_tokens, **resources}

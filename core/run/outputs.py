@@ -191,6 +191,20 @@ def token_usage(line: dict[str, Any]) -> tuple[int, int] | None:
     return usage["prompt_tokens"], usage["completion_tokens"]
 
 
+def answer_lengths(line: dict[str, Any]) -> list[tuple[int, bool]]:
+    """``(tokens, truncated)`` of each answer of a success line of any endpoint; ``usage``
+    counts the ``n`` answers of a request together, so each gets an equal share."""
+    usage = token_usage(line)
+    if usage is None:
+        return []
+    body = line["response"]["body"]
+    if body.get("object") == "response":
+        return [(usage[1], body.get("status") == "incomplete")]
+    choices = body.get("choices") or [{}]
+    share = usage[1] // len(choices)
+    return [(share, choice.get("finish_reason") == "length") for choice in choices]
+
+
 def error_text(line: dict[str, Any]) -> str | None:
     error = line.get("error")
     if not error:

@@ -184,6 +184,7 @@ class RayExecutor:
             self.close()
             raise
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
+        self._draining = False
         s = self.settings
         self.description = (
             f"on {self.model}: {s.replicas} replica(s) on the Ray cluster at {s.address} "
@@ -248,12 +249,20 @@ class RayExecutor:
                 "every Ray node (a shared file system, or a copy on each node); " + "; ".join(bad)
             )
 
+    def drain(self) -> None:
+        """Stops taking results: Ray Data gives no way to let a shard in progress finish
+        while starting no other, so a cancel on a cluster keeps what has come back."""
+        self._draining = True
+
+    def activity(self) -> None:
+        return None  # the replicas' engines are in other processes; progress is per shard
+
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         left = {r.custom_id: r for r in requests}
         self.stats.start(len(left))
         try:
             for attempt in range(1, MAX_PASSES + 1):
-                if not left:
+                if not left or self._draining:
                     break
                 if attempt > 1:
                     log.warning("Ray pass %d: %d requests without a result", attempt, len(left))
@@ -264,12 +273,14 @@ class RayExecutor:
                         fresh = [line for line in lines if left.pop(line["custom_id"], None)]
                         if fresh:
                             yield fresh
+                        if self._draining:
+                            break
                 except Exception as exc:  # a replica or the dataset failed: run the rest again
                     log.warning("Ray pass %d ended with %r", attempt, exc)
                     self.stats.error = repr(exc)[:500]
                     if len(left) == before:  # nothing ran: the replicas cannot start or load
                         raise EngineLoadError(f"the Ray replicas did not run: {exc}") from exc
-            if left:
+            if left and not self._draining:
                 message = f"no result after {MAX_PASSES} passes on the Ray cluster"
                 yield [error_line(cid, "engine_error", message, 500) for cid in left]
         finally:

@@ -15,17 +15,16 @@ model loaded when the next job uses the same one. A job whose requests name seve
 models (``body.model`` mapped to local folders) runs each model's requests in turn.
 
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
-business (core/run/local.py); the worker owns the job folder. SIGTERM (Cancel) stops the
-worker within seconds; results written stay.
+business (core/run/local.py); the worker owns the job folder. A Cancel (SIGTERM) drains:
+nothing new starts and the requests in the engine finish; a second one (or SIGINT) stops at
+once (core/run/stopping.py). Results written always stay.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -34,135 +33,19 @@ from pathlib import Path
 from core.check import scan
 from core.check.requests import EngineRequest
 from core.devices import gpu_count
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
+from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.ledger import read_ledger, shard_ids
-from core.jobs.output_file import OutputWriter
 from core.jobs.queue import EngineLock, queued_jobs
-from core.plan.estimate import record_throughput
+from core.plan.measured import Answer, model_record, record_run
 from core.run.engine import EngineLoadError, fit_to_requests
 from core.run.local import make_executor
-from core.run.monitoring import ResourceSampler, append_sample, progress_sample
-from core.run.outputs import error_line, token_usage
+from core.run.outputs import answer_lengths, error_line
+from core.run.status_keeper import ResultWriters, StatusKeeper
+from core.run.stopping import DRAINING, STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
-RESERVE_BYTES = 1 << 20
 MIN_REQUESTS_MEASURED = 8
-
-
-class Cancelled(BaseException):
-    """Raised in the main thread when the worker is asked to stop (SIGTERM/SIGINT).
-
-    A BaseException, so that no ``except Exception`` on the way (engine retries) swallows it.
-    """
-
-
-class StatusKeeper:
-    """Owns ``status.json``: counts, state changes and the heartbeat."""
-
-    def __init__(self, job: JobFolder) -> None:
-        self.job = job
-        previous = job.read_status()
-        self.status = JobStatus(
-            history=previous.history, first_result_seconds=previous.first_result_seconds
-        )
-        self.succeeded: set[str] = set()
-        self.failed: set[str] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._started = time.monotonic()
-        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
-
-    def start(self, **changes: object) -> None:
-        """Marks the job as taken by this process and starts the heartbeat."""
-        self.update(pid=os.getpid(), started_at=now_iso(), **changes)
-        self._reserve_space()
-        self._thread.start()
-
-    def _reserve_space(self) -> None:
-        """Holds a little disk space, so the reason can still be written on a full disk."""
-        try:
-            with self.reserve.open("wb") as handle:
-                os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)
-        except OSError:  # already short of space: nothing to hold
-            self.reserve.unlink(missing_ok=True)
-
-    @property
-    def reserve(self) -> Path:
-        return self.job.path / ".space-reserve"
-
-    def update(self, state: str | None = None, **changes: object) -> None:
-        with self._lock:
-            if state is not None:
-                self.status.enter(state, str(changes.pop("message", self.status.message)))
-            for name, value in changes.items():
-                setattr(self.status, name, value)
-            self._write()
-
-    def count(self, lines: list[dict]) -> None:
-        """Adds written result lines to the counts (a retried success replaces a failure)."""
-        with self._lock:
-            s = self.status
-            for line in lines:
-                cid = line["custom_id"]
-                if line["error"] is None:
-                    prompt_tokens, completion_tokens = token_usage(line)
-                    s.prompt_tokens += prompt_tokens
-                    s.completion_tokens += completion_tokens
-                    self.succeeded.add(cid)
-                    self.failed.discard(cid)
-                elif cid not in self.succeeded:
-                    self.failed.add(cid)
-            s.succeeded, s.failed = len(self.succeeded), len(self.failed)
-            s.done = s.succeeded + s.failed
-            self._write()
-
-    def seed(self, succeeded: set[str], failed: set[str]) -> None:
-        """Starts the counts from the result files, whatever the last status said."""
-        self.succeeded, self.failed = set(succeeded), failed - succeeded
-        self.count([])
-
-    def first_result(self) -> None:
-        if self.status.first_result_seconds is None:
-            self.update(first_result_seconds=round(time.monotonic() - self._started, 2))
-
-    def finish(self, state: str, message: str = "", error: str | None = None) -> None:
-        self._stop.set()
-        self.reserve.unlink(missing_ok=True)  # frees room for this last status
-        self.update(state=state, message=message, error=error, finished_at=now_iso())
-
-    def _write(self) -> None:
-        self.status.heartbeat_at = time.time()
-        self.status.elapsed_seconds = round(time.monotonic() - self._started, 2)
-        self.job.write_status(self.status)
-
-    def _beat(self) -> None:
-        sampler = ResourceSampler()
-        while not self._stop.wait(HEARTBEAT_SECONDS):
-            resources = sampler.sample()
-            with self._lock:
-                self._write()
-                s = self.status
-                sample = progress_sample(s.done, s.completion_tokens, resources)
-            append_sample(self.job.metrics, sample)
-
-
-class ResultWriters:
-    """Successes to ``output.jsonl``, failures to ``errors.jsonl``; counted once durable."""
-
-    def __init__(self, job: JobFolder, keeper: StatusKeeper) -> None:
-        self.output = OutputWriter(job.output)
-        self.errors = OutputWriter(job.errors)
-        self.keeper = keeper
-
-    def write(self, lines: list[dict]) -> None:
-        self.output.write(line for line in lines if line["error"] is None)
-        self.errors.write(line for line in lines if line["error"] is not None)
-        self.keeper.count(lines)
-
-    def close(self) -> None:
-        self.output.close()
-        self.errors.close()
 
 
 def _expired(spec: JobSpec) -> bool:
@@ -203,16 +86,21 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
 
     keeper = StatusKeeper(job)
     writers = None
+    STOP.reset()
     try:
         keeper.start(state="loading", total=len(ledger.ids), message="loading the model")
         writers = ResultWriters(job, keeper)
         keeper.seed(ledger.succeeded, set(ledger.failed))
         writers.write(invalid)
-        if pending and _run_pending(spec, pending, writers, keeper) == "expired":
+        ended = _run_pending(spec, pending, writers, keeper) if pending else "completed"
+        if ended == "expired":
             keeper.finish("expired", "the completion window ended; pending requests expired")
             return keeper.status
+        if ended == "cancelled":
+            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=True))
+            return keeper.status
     except Cancelled:
-        keeper.finish("cancelled", "cancelled; finished results are kept")
+        keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
     except EngineLoadError as exc:
         keeper.finish("failed", "the model could not be loaded", error=str(exc))
     except Exception as exc:  # the job fails with the reason; results written stay
@@ -263,12 +151,45 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     return groups
 
 
+def _cancelled_message(status: JobStatus, drained: bool) -> str:
+    how = "the requests in the engine finished first" if drained else "stopped at once"
+    return (
+        f"cancelled ({how}): {status.done:,} of {status.total:,} requests have a result; "
+        f"a resume runs the {status.left:,} without one"
+    )
+
+
+def _expect(keeper: StatusKeeper, groups: dict[str, list[EngineRequest]], home: Path) -> None:
+    """Gives the keeper each request's expected answer length: measured answers of its model
+    replayed against its limit, or the limit itself where none were measured."""
+    expected: dict[str, int] = {}
+    bound, speed = False, None
+    for folder, requests in groups.items():
+        record = model_record(Path(folder).name, home)
+        bound = bound or not record.answers
+        speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
+        by_limit: dict[int, int] = {}
+        for request in requests:
+            limit = int(request.sampling.get("max_tokens") or 0)
+            n = int(request.sampling.get("n") or 1)
+            if limit not in by_limit:
+                by_limit[limit] = round(record.expected_tokens(limit) or limit)
+            expected[request.custom_id] = by_limit[limit] * n
+    keeper.expect(expected, bound, speed)
+
+
 def _run_pending(
     spec: JobSpec, pending: list[EngineRequest], writers: ResultWriters, keeper: StatusKeeper
 ) -> str:
+    """Runs the requests, model by model; returns how it ended: ``completed``, ``expired``
+    or ``cancelled`` (a cancel drained the engine)."""
+    home = keeper.job.path.parent.parent
     left = {r.custom_id for r in pending}
     groups = _by_model(spec, pending)
+    _expect(keeper, groups, home)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
+        if STOP.draining:
+            return "cancelled"
         group = spec.on_model(folder)
         on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
         engine = fit_to_requests(group.engine, requests, on_gpu)
@@ -279,33 +200,60 @@ def _run_pending(
             model_load_seconds=round(executor.load_seconds, 2),
             message=f"running {len(requests)} requests {executor.description}{part}",
         )
-        started, tokens, finished = time.monotonic(), 0, 0
-        for lines in executor.run(requests):
-            keeper.status.in_flight = getattr(executor, "in_flight", 0)
-            writers.write(lines)
-            keeper.first_result()
-            left.difference_update(line["custom_id"] for line in lines)
-            finished += len(lines)
-            tokens += sum((token_usage(line) or (0, 0))[1] for line in lines)
-            if left and _expired(spec):
-                message = "the job's completion window ended before this request ran"
-                writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
-                return "expired"
-        _record_throughput(keeper.job, folder, tokens, finished, time.monotonic() - started)
-    return "completed"
+        keeper.watch(executor)
+        STOP.executor = executor
+        measure = RunMeasure(requests)
+        try:
+            for lines in executor.run(requests):
+                writers.write(lines)
+                keeper.first_result()
+                left.difference_update(line["custom_id"] for line in lines)
+                measure.add(lines)
+                if STOP.draining:
+                    keeper.update(state="cancelling", message=DRAINING)
+                if left and _expired(spec):
+                    message = "the job's completion window ended before this request ran"
+                    writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
+                    return "expired"
+        finally:
+            STOP.executor = None
+            keeper.watch(None)
+        if not STOP.draining:  # a drained run's speed is its tail's, not the model's
+            measure.record(Path(folder).name, executor.load_seconds, home)
+    return "cancelled" if STOP.draining else "completed"
 
 
-def _record_throughput(
-    job: JobFolder, folder: str, tokens: int, requests: int, seconds: float
-) -> None:
-    """Keeps the measured speed for estimates (only from runs long enough to mean it)."""
-    if requests >= MIN_REQUESTS_MEASURED and tokens and seconds > 0:
-        home = job.path.parent.parent
-        record_throughput(Path(folder).name, tokens / seconds, requests / seconds, home=home)
+class RunMeasure:
+    """What a run of one model measured, for estimates: its speed and its answers' lengths
+    under their limits (only from runs long enough to mean it)."""
 
+    def __init__(self, requests: list[EngineRequest]) -> None:
+        self.limits = {r.custom_id: int(r.sampling.get("max_tokens") or 0) for r in requests}
+        self.started = time.monotonic()
+        self.tokens = self.finished = 0
+        self.answers: list[Answer] = []
 
-def _raise_cancelled(signum: int, _frame: object) -> None:
-    raise Cancelled(signal.Signals(signum).name)
+    def add(self, lines: list[dict]) -> None:
+        self.finished += len(lines)
+        for line in lines:
+            limit = self.limits.get(line["custom_id"], 0)
+            for tokens, truncated in answer_lengths(line):
+                self.tokens += tokens
+                if limit > 0:
+                    self.answers.append(Answer(tokens=tokens, limit=limit, truncated=truncated))
+
+    def record(self, model_name: str, load_seconds: float, home: Path) -> None:
+        if self.finished < MIN_REQUESTS_MEASURED or not self.tokens:
+            return
+        record_run(
+            model_name,
+            output_tokens=self.tokens,
+            requests=self.finished,
+            seconds=time.monotonic() - self.started,
+            answers=self.answers,
+            load_seconds=load_seconds or None,
+            home=home,
+        )
 
 
 def _waiting(job: JobFolder) -> bool:
@@ -366,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    signal.signal(signal.SIGTERM, _raise_cancelled)
-    signal.signal(signal.SIGINT, _raise_cancelled)
+    signal.signal(signal.SIGTERM, STOP.on_signal)
+    signal.signal(signal.SIGINT, STOP.on_signal)
     status = serve(JobFolder(Path(argv[0])))
     return 0 if status is None or status.state == "completed" else 1
 

@@ -1,0 +1,155 @@
+"""What earlier runs measured, per model on this machine: speed, load time, answer lengths.
+
+The worker records each run of a model (:func:`record_run`); estimates and the Monitor's
+ETA read them back (:func:`model_record`). Answer lengths are kept as measured, with the
+limit they ran under, so an answer length can be predicted for another limit: each
+measured answer is replayed against the new limit (:meth:`ModelRecord.expected_tokens`).
+A ``max_tokens=8`` run therefore says nothing wrong about a ``max_tokens=64`` file: its
+truncated answers only tell that an answer is at least 8 tokens long.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError
+
+from core.config import data_paths
+from core.files import write_json_atomic
+
+MEASURED_FILE = "throughput.json"
+RUNS_KEPT = 20
+ANSWERS_KEPT = 2_000
+
+
+class RunMeasurement(BaseModel):
+    """The speed of one finished run (model load excluded)."""
+
+    output_tokens_per_s: float = Field(gt=0)
+    requests_per_s: float = Field(gt=0)
+    requests: int = 0
+    measured_at: str = ""
+
+    @property
+    def output_tokens_per_request(self) -> float:
+        return self.output_tokens_per_s / self.requests_per_s
+
+
+class Answer(BaseModel):
+    """One measured answer: its length, the limit it ran under, and whether it hit it."""
+
+    tokens: int = Field(ge=0)
+    limit: int = Field(ge=1)
+    truncated: bool
+
+    def replayed(self, limit: int) -> float:
+        """This answer's length had it run under ``limit``.
+
+        A complete answer keeps its length (cut at the new limit); a truncated one is at
+        least as long as it got, so under a higher limit it counts as reaching that limit
+        (the estimate errs long, never short)."""
+        if not self.truncated or limit <= self.tokens:
+            return min(self.tokens, limit)
+        return limit
+
+
+class ModelRecord(BaseModel):
+    """Everything measured for one model (keyed by its folder's name)."""
+
+    runs: list[RunMeasurement] = Field(default_factory=list)
+    load_seconds: float | None = None
+    answers: list[Answer] = Field(default_factory=list)
+
+    @property
+    def throughput(self) -> RunMeasurement | None:
+        """The newest run's speed, or None when no run was measured."""
+        return self.runs[-1] if self.runs else None
+
+    def expected_tokens(self, limit: int) -> float | None:
+        """The expected length of one answer under ``limit``; None without measured answers."""
+        if not self.answers:
+            return None
+        return sum(a.replayed(limit) for a in self.answers) / len(self.answers)
+
+
+def _path(home: Path | None) -> Path:
+    return (home or data_paths().home) / MEASURED_FILE
+
+
+def _read_all(home: Path | None) -> dict[str, object]:
+    try:
+        data = json.loads(_path(home).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _parse(raw: object) -> ModelRecord:
+    """A stored record; the first format (a bare list of runs) and bad entries are read as
+    far as they go, so one damaged value never hides the rest."""
+    if isinstance(raw, list):
+        raw = {"runs": raw}
+    if not isinstance(raw, dict):
+        return ModelRecord()
+    runs = []
+    for entry in raw.get("runs") or []:
+        try:
+            runs.append(RunMeasurement.model_validate(entry))
+        except ValidationError:
+            continue
+    answers = []
+    for entry in raw.get("answers") or []:
+        try:
+            answers.append(Answer.model_validate(entry))
+        except ValidationError:
+            continue
+    load = raw.get("load_seconds")
+    load = float(load) if isinstance(load, int | float) and load >= 0 else None
+    return ModelRecord(runs=runs, load_seconds=load, answers=answers)
+
+
+def model_record(model_name: str, home: Path | None = None) -> ModelRecord:
+    """What was measured for a model (empty when nothing was)."""
+    return _parse(_read_all(home).get(model_name))
+
+
+def record_run(
+    model_name: str,
+    *,
+    output_tokens: int,
+    requests: int,
+    seconds: float,
+    answers: list[Answer],
+    load_seconds: float | None = None,
+    home: Path | None = None,
+) -> None:
+    """Adds a finished run's measurements for a model.
+
+    Args:
+        model_name: the local model's name (its folder's name, as in output lines).
+        output_tokens: tokens generated in the run.
+        requests: requests finished in the run.
+        seconds: the run's wall time, model load excluded.
+        answers: the lengths of its answers with their limits.
+        load_seconds: the time the model took to load, when this run loaded it.
+        home: the data folder (default: ``BATCH_STUDIO_HOME``).
+    """
+    data = _read_all(home)
+    record = _parse(data.get(model_name))
+    if output_tokens > 0 and requests > 0 and seconds > 0:
+        record.runs.append(
+            RunMeasurement(
+                output_tokens_per_s=output_tokens / seconds,
+                requests_per_s=requests / seconds,
+                requests=requests,
+                measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+        )
+    if load_seconds:
+        record.load_seconds = load_seconds
+    record.runs = record.runs[-RUNS_KEPT:]
+    record.answers = (record.answers + answers)[-ANSWERS_KEPT:]
+    data[model_name] = record.model_dump()
+    write_json_atomic(_path(home), data)

@@ -1,0 +1,170 @@
+"""Live numbers and cancel, without the engine: the rates the Monitor shows, the worker's
+bookkeeping of generated and expected tokens, and a cancel that drains the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from core.jobs.folder import create_job
+from core.jobs.ledger import read_ledger
+from core.run import worker
+from core.run.engine import EngineActivity
+from core.run.monitoring import rates
+from core.run.outputs import Choice, Completion, success_line
+from core.schemas import EngineConfig, JobStatus
+from tests.factories import StandIn, request_line
+from tests.test_ops_pages import metric
+from tests.test_pages import open_page
+
+
+def running_status(**fields) -> JobStatus:
+    """A running job whose worker is this (live) process."""
+    return JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time(), **fields)
+
+
+def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
+    # 200 requests all in the engine: none finished after 20 s, but 3,000 tokens written.
+    status = running_status(total=200, generated_tokens=3_000, expected_output_tokens=12_800)
+    samples = [
+        {"t": 100.0, "done": 0, "output_tokens": 0},
+        {"t": 110.0, "done": 0, "output_tokens": 1_500},
+        {"t": 120.0, "done": 0, "output_tokens": 3_000},
+    ]
+    speed = rates(samples, status)
+    assert speed.requests_per_s == 0 and speed.tokens_per_s == pytest.approx(150.0)
+    assert speed.work_done == pytest.approx(3_000 / 12_800)
+    assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / 150.0)
+
+
+def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
+    status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
+    assert rates([], status).eta_seconds == pytest.approx(20.0)
+    assert rates([], running_status(total=10, expected_output_tokens=1_000)).eta_seconds is None
+
+
+def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_measured(
+    studio_home,
+) -> None:
+    studio_home.mkdir()
+    batch = studio_home / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    job = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+    now = time.time()
+    samples = [
+        {"t": now - 10, "done": 0, "output_tokens": 0, "rss_mib": 900, "cpu_percent": 190},
+        {"t": now, "done": 0, "output_tokens": 1_000, "rss_mib": 900, "cpu_percent": 190},
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    status = running_status(
+        total=200, generated_tokens=1_000, expected_output_tokens=4_000, expected_is_bound=True
+    )
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    progress = at.get("progress")[0].proto
+    assert "running: 0 / 200 requests · 25% of the at most output tokens" in progress.text
+    assert progress.value == 25
+    assert metric(at, "Output tokens/s") == "100"
+    assert metric(at, "ETA") == "≤ 0:30"  # 3,000 tokens to go at 100/s, at most
+    assert [b.label for b in at.button] == ["Cancel"]
+    status.enter("cancelling")
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "ETA") == "–"
+    assert [b.label for b in at.button] == ["Stop now"]
+
+
+def ok(custom_id: str, tokens: int = 4) -> dict:
+    return success_line(custom_id, "m", Completion(2, [Choice("ok", "stop", tokens)]))
+
+
+def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_total(
+    tmp_path,
+) -> None:
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(c, "hi") + "\n" for c in "ab"))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+    class Counting(StandIn):
+        def activity(self):
+            return EngineActivity(generated_tokens=7, running=2)
+
+    keeper = worker.StatusKeeper(job)
+    keeper.expect({"a": 10, "b": 10}, bound=False, tokens_per_s=None)
+    keeper.watch(Counting())
+    keeper._read_engine()
+    keeper.update()
+    s = job.read_status()
+    assert (s.generated_tokens, s.expected_output_tokens, s.in_flight) == (7, 20, 2)
+    # "a" finished with 4 tokens: 3 of the 7 belong to "b", still running; a's expectation
+    # of 10 becomes its real 4.
+    keeper.count([ok("a")])
+    s = job.read_status()
+    assert (s.completion_tokens, s.generated_tokens, s.expected_output_tokens) == (4, 7, 14)
+
+
+class Windowed(StandIn):
+    """Three requests in its engine at a time, finishing in order; ``signals`` arrive
+    right after the first result, as a Cancel click would."""
+
+    def __init__(self, signals: int) -> None:
+        self.signals = signals
+
+    def run(self, requests):
+        inside, waiting = list(requests[:3]), list(requests[3:])
+        first = True
+        while inside:
+            yield [ok(inside.pop(0).custom_id)]
+            if first:
+                first = False
+                for _ in range(self.signals):
+                    worker.STOP.on_signal(signal.SIGTERM, None)
+            if waiting and not self.draining:
+                inside.append(waiting.pop(0))
+
+
+def ten_request_job(tmp_path):
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(10)))
+    return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+
+def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_rest(
+    tmp_path, monkeypatch
+) -> None:
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
+    status = worker.run_job(job)
+    assert status.state == "cancelled"
+    assert "cancelling" in [h["state"] for h in status.history]
+    # The first result, then the two requests that were in the engine: nothing thrown away.
+    assert status.done == 3 and status.left == 7
+    assert "the requests in the engine finished first" in status.message
+    assert "a resume runs the 7 without one" in status.message
+    assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(3, 10)]
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=0))
+    resumed = worker.run_job(job)
+    assert resumed.state == "completed" and resumed.succeeded == 10
+    assert read_ledger(job).coverage_problems() == []
+
+
+def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=2))
+    status = worker.run_job(job)
+    assert status.state == "cancelled" and status.done == 1
+    assert "stopped at once" in status.message and "a resume runs the 9" in status.message
+
+
+def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> None:
+    def loading(spec, job_dir):
+        worker.STOP.on_signal(signal.SIGTERM, None)  # nothing runs yet: nothing to drain
+
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", loading)
+    status = worker.run_job(job)
+    assert status.state == "cancelled" and status.done == 0 and status.left == 10
