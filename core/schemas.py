@@ -203,6 +203,8 @@ class JobStatus(Model):
     expected_output_tokens: int | None = None
     expected_is_bound: bool = False
     measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
+    eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
+    eta_at: float | None = None  # ...made at this time (seconds since the epoch)
 
     @property
     def left(self) -> int:

@@ -37,7 +37,7 @@ class StandIn:
     """What every stand-in executor shares: nothing to load, no engine counters to read,
     and a drain flag (a cancel) that its ``run`` may honour."""
 
-    load_seconds, description, draining = 0.0, "on a stand-in", False
+    load_seconds, description, draining, window = 0.0, "on a stand-in", False, 1
 
     def drain(self) -> None:
         self.draining = True

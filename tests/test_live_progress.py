@@ -94,7 +94,7 @@ def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_tota
             return EngineActivity(generated_tokens=7, running=2)
 
     keeper = worker.StatusKeeper(job)
-    keeper.expect({"a": 10, "b": 10}, bound=False, tokens_per_s=None)
+    keeper.expect({"a": (10, 16), "b": (10, 16)}, bound=False, tokens_per_s=None)
     keeper.watch(Counting())
     keeper._read_engine()
     keeper.update()

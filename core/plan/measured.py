@@ -61,6 +61,9 @@ class ModelRecord(BaseModel):
     runs: list[RunMeasurement] = Field(default_factory=list)
     load_seconds: float | None = None
     answers: list[Answer] = Field(default_factory=list)
+    # Seconds per engine step: step_base + step_per_request x requests running.
+    step_base: float | None = None
+    step_per_request: float | None = None
 
     @property
     def throughput(self) -> RunMeasurement | None:
@@ -105,9 +108,18 @@ def _parse(raw: object) -> ModelRecord:
             answers.append(Answer.model_validate(entry))
         except ValidationError:
             continue
-    load = raw.get("load_seconds")
-    load = float(load) if isinstance(load, int | float) and load >= 0 else None
-    return ModelRecord(runs=runs, load_seconds=load, answers=answers)
+
+    def number(name: str) -> float | None:
+        value = raw.get(name)
+        return float(value) if isinstance(value, int | float) and value >= 0 else None
+
+    return ModelRecord(
+        runs=runs,
+        load_seconds=number("load_seconds"),
+        answers=answers,
+        step_base=number("step_base"),
+        step_per_request=number("step_per_request"),
+    )
 
 
 def model_record(model_name: str, home: Path | None = None) -> ModelRecord:
@@ -123,6 +135,7 @@ def record_run(
     seconds: float,
     answers: list[Answer],
     load_seconds: float | None = None,
+    step_time: tuple[float, float] | None = None,
     home: Path | None = None,
 ) -> None:
     """Adds a finished run's measurements for a model.
@@ -134,6 +147,7 @@ def record_run(
         seconds: the run's wall time, model load excluded.
         answers: the lengths of its answers with their limits.
         load_seconds: the time the model took to load, when this run loaded it.
+        step_time: ``(base, per request)`` seconds of an engine step, fitted on this run.
         home: the data folder (default: ``BATCH_STUDIO_HOME``).
     """
     data = _read_all(home)
@@ -149,6 +163,8 @@ def record_run(
         )
     if load_seconds:
         record.load_seconds = load_seconds
+    if step_time is not None:
+        record.step_base, record.step_per_request = step_time
     record.runs = record.runs[-RUNS_KEPT:]
     record.answers = (record.answers + answers)[-ANSWERS_KEPT:]
     data[model_name] = record.model_dump()

@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,10 @@ class Engine:
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
         self.draining = False  # set by a cancel: admit nothing new, finish what is inside
+        self.steps = 0  # engine steps taken
+        self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
+        self._held = 0  # requests finished in the engine, not yet yielded
+        self._inside: dict[str, tuple[int, int]] = {}  # request id -> (step admitted, limit)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
@@ -124,10 +129,18 @@ class Engine:
         """What the engine is doing now, from its own counters (safe from another thread):
         tokens generated since it loaded, finished requests' and running ones' alike."""
         values = {m.name: m.value for m in self.llm.get_metrics() if m.name in ACTIVITY_METRICS}
+        steps = self.steps
         return EngineActivity(
             generated_tokens=int(values.get("vllm:generation_tokens", 0)),
+            prompt_tokens=int(values.get("vllm:prompt_tokens", 0)),
+            steps=steps,
             running=int(values.get("vllm:num_requests_running", 0)),
             waiting=int(values.get("vllm:num_requests_waiting", 0)),
+            # list() of a dict's values is one step for the interpreter: safe while the
+            # engine loop adds and removes entries.
+            progress=tuple((steps - at, limit) for at, limit in list(self._inside.values())),
+            held=self._held,
+            recent_steps=tuple(self.step_log),
         )
 
     def _sampling_params(self, request: EngineRequest) -> Any:
@@ -208,30 +221,44 @@ class Engine:
                         engine.add_request(request_id, engine_input, params)
                         added_at[request_id] = entered
                         inside[request_id] = request
+                        self._inside[request_id] = (self.steps, params.max_tokens or 0)
                     except (VLLMClientError, ValueError, TypeError) as exc:
                         finished.append((request, EngineRequestError(str(exc))))
                 if not inside:
                     break
+                running, started = len(inside), time.monotonic()
                 outputs = engine.step()
                 now = time.monotonic()
+                self.steps += 1
+                self.step_log.append((self.steps, running, now - started))
                 for output in outputs:
                     if output.finished:
+                        self._inside.pop(output.request_id, None)
                         request = inside.pop(output.request_id)
                         latency = now - added_at.pop(output.request_id)
                         top = request.sampling.get("logprobs") or 0
                         finished.append((request, _completion(output, top, latency)))
+                self._held = len(finished)
                 if finished and time.monotonic() - last_flush >= flush_seconds:
                     yield finished
-                    finished, last_flush = [], time.monotonic()
+                    finished, last_flush, self._held = [], time.monotonic(), 0
         finally:
             if inside:
                 engine.abort_request(list(inside))
+            self._inside.clear()
+            self._held = 0
         if finished:
             yield finished
 
 
+STEPS_LOGGED = 4_096
 ACTIVITY_METRICS = frozenset(
-    {"vllm:generation_tokens", "vllm:num_requests_running", "vllm:num_requests_waiting"}
+    {
+        "vllm:generation_tokens",
+        "vllm:prompt_tokens",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+    }
 )
 
 
@@ -240,8 +267,13 @@ class EngineActivity:
     """The engine's counters at one moment."""
 
     generated_tokens: int = 0  # since the engine loaded, requests still running included
+    prompt_tokens: int = 0  # prompt tokens processed since the engine loaded
+    steps: int = 0  # engine steps since it loaded
     running: int = 0
     waiting: int = 0
+    progress: tuple[tuple[int, int], ...] = ()  # (tokens written, limit) per request inside
+    held: int = 0  # finished, not yet handed back (they are written within a second)
+    recent_steps: tuple[tuple[int, int, float], ...] = ()  # (step, requests in it, seconds)
 
 
 class EngineLoadError(RuntimeError):

@@ -10,6 +10,7 @@ lines in the batch output format.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -22,6 +23,7 @@ from core.schemas import EngineConfig, JobSpec
 class Executor(Protocol):
     load_seconds: float
     description: str
+    window: int  # requests inside one engine at once (0: not known here)
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one, or, after
@@ -82,4 +84,4 @@ class LocalExecutor:
 
     def activity(self) -> EngineActivity:
         now = self.engine.activity()
-        return EngineActivity(now.generated_tokens - self._base, now.running, now.waiting)
+        return replace(now, generated_tokens=now.generated_tokens - self._base)

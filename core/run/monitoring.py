@@ -98,23 +98,26 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
 
     Tokens are those the engine generated, running requests' included, so the speed moves
     while long answers are still being written. Averages count from the first sample that
-    moved, so model loading does not drag them down. The ETA is the expected output still
-    to come (:attr:`JobStatus.expected_output_tokens`) at the recent speed, else the
-    average, else the model's speed measured on earlier runs.
+    moved, so model loading does not drag them down. The ETA is the worker's forecast
+    (:mod:`core.run.eta`); where it has none (a Ray cluster), the expected output still to
+    come (:attr:`JobStatus.expected_output_tokens`) at the recent speed, else the average,
+    else the model's speed measured on earlier runs.
     """
     result = Rates()
     running = [s for s in samples if s.get("done") is not None]
     if len(running) >= 2:
         last = running[-1]
         moved = next((i for i, s in enumerate(running) if (s["done"], _tokens(s)) != (0, 0)), None)
-        # The recent window never reaches back before the engine started working.
-        base = running[max(moved - 1, 0)] if moved is not None else running[0]
-        recent = [s for s in running if s["t"] >= max(last["t"] - window, base["t"])]
+        # The recent rate counts from the first sample that moved: the one before it spans
+        # time spent loading or on prompts, which would drag the rate down long after.
+        start = running[moved] if moved is not None and moved < len(running) - 1 else running[0]
+        recent = [s for s in running if s["t"] >= max(last["t"] - window, start["t"])]
         first = recent[0] if len(recent) > 1 else running[-2]
         span = max(last["t"] - first["t"], 1e-9)
         result.requests_per_s = (last["done"] - first["done"]) / span
         result.tokens_per_s = (_tokens(last) - _tokens(first)) / span
-        if moved is not None:
+        if moved is not None:  # averages over all the work, from the sample before it
+            base = running[max(moved - 1, 0)]
             elapsed = max(last["t"] - base["t"], 1e-9)
             result.average_requests_per_s = (last["done"] - base["done"]) / elapsed
             result.average_tokens_per_s = (_tokens(last) - _tokens(base)) / elapsed
@@ -127,6 +130,10 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     if expected:
         result.work_done = min(status.generated_tokens / expected, 1.0)
         result.eta_is_bound = status.expected_is_bound
+    if status.eta_seconds is not None:  # the worker's forecast, less the time since
+        since = time.time() - (status.eta_at or time.time())
+        result.eta_seconds = max(status.eta_seconds - max(since, 0.0), 0.0)
+    elif expected:
         speed = result.tokens_per_s or result.average_tokens_per_s
         speed = speed or status.measured_tokens_per_s or 0.0
         if speed > 0:

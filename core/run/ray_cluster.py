@@ -185,6 +185,7 @@ class RayExecutor:
             raise
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
         self._draining = False
+        self.window = 0  # each replica has its own engine
         s = self.settings
         self.description = (
             f"on {self.model}: {s.replicas} replica(s) on the Ray cluster at {s.address} "

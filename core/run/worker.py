@@ -38,6 +38,7 @@ from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.plan.measured import Answer, model_record, record_run
 from core.run.engine import EngineLoadError, fit_to_requests
+from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line
 from core.run.status_keeper import ResultWriters, StatusKeeper
@@ -160,9 +161,9 @@ def _cancelled_message(status: JobStatus, drained: bool) -> str:
 
 
 def _expect(keeper: StatusKeeper, groups: dict[str, list[EngineRequest]], home: Path) -> None:
-    """Gives the keeper each request's expected answer length: measured answers of its model
-    replayed against its limit, or the limit itself where none were measured."""
-    expected: dict[str, int] = {}
+    """Gives the keeper each request's expected answer length, in run order: measured
+    answers of its model replayed against its limit, or the limit where none were measured."""
+    pending: dict[str, tuple[int, int]] = {}
     bound, speed = False, None
     for folder, requests in groups.items():
         record = model_record(Path(folder).name, home)
@@ -174,8 +175,8 @@ def _expect(keeper: StatusKeeper, groups: dict[str, list[EngineRequest]], home: 
             n = int(request.sampling.get("n") or 1)
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
-            expected[request.custom_id] = by_limit[limit] * n
-    keeper.expect(expected, bound, speed)
+            pending[request.custom_id] = (by_limit[limit] * n, limit)
+    keeper.expect(pending, bound, speed)
 
 
 def _run_pending(
@@ -200,7 +201,8 @@ def _run_pending(
             model_load_seconds=round(executor.load_seconds, 2),
             message=f"running {len(requests)} requests {executor.description}{part}",
         )
-        keeper.watch(executor)
+        forecast = Forecast(model_record(Path(folder).name, home), executor.window)
+        keeper.watch(executor, forecast)
         STOP.executor = executor
         measure = RunMeasure(requests)
         try:
@@ -219,7 +221,7 @@ def _run_pending(
             STOP.executor = None
             keeper.watch(None)
         if not STOP.draining:  # a drained run's speed is its tail's, not the model's
-            measure.record(Path(folder).name, executor.load_seconds, home)
+            measure.record(Path(folder).name, executor.load_seconds, forecast.step_time(), home)
     return "cancelled" if STOP.draining else "completed"
 
 
@@ -242,7 +244,9 @@ class RunMeasure:
                 if limit > 0:
                     self.answers.append(Answer(tokens=tokens, limit=limit, truncated=truncated))
 
-    def record(self, model_name: str, load_seconds: float, home: Path) -> None:
+    def record(
+        self, model_name: str, load_seconds: float, step: StepTime | None, home: Path
+    ) -> None:
         if self.finished < MIN_REQUESTS_MEASURED or not self.tokens:
             return
         record_run(
@@ -252,6 +256,7 @@ class RunMeasure:
             seconds=time.monotonic() - self.started,
             answers=self.answers,
             load_seconds=load_seconds or None,
+            step_time=(step.base, step.per_request) if step is not None else None,
             home=home,
         )
 

@@ -1,0 +1,223 @@
+"""How long a running job still needs: its remaining requests replayed through a model of
+the engine.
+
+Counting tokens alone misleads at the end of a job: the engine gives every running request
+one token per step, so the last minutes are set by the longest answers still being
+written, at the speed of a small batch. The worker therefore simulates what is left, as
+continuous batching runs it: ``window`` requests at a time, each as long as an answer
+drawn from the model's measured answers (replayed against the request's limit, and longer
+than what a running request has written already), the next one admitted as one finishes,
+each step taking as long as a step of that many requests took (a line fitted to the
+engine's own steps). Several draws are averaged; only the last ``TAIL`` requests are
+simulated, the ones before them count at the current token rate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.plan.measured import ModelRecord
+from core.run.engine import EngineActivity
+
+TAIL = 2_000  # requests simulated one by one; those before them go at the token rate
+DRAWS = 5
+SMOOTHING = 0.5  # weight of a new forecast against the previous one
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per engine step as a line in the number of running requests."""
+
+    base: float
+    per_request: float
+
+    def __call__(self, running: int) -> float:
+        return self.base + self.per_request * running
+
+
+class StepTimer:
+    """Fits :class:`StepTime` to the engine's decode steps: least squares over running
+    sums, each older step weighing ``decay`` times less (a machine's load changes)."""
+
+    def __init__(self, decay: float = 0.97) -> None:
+        self.decay = decay
+        self.n = self.sum_b = self.sum_t = self.sum_bb = self.sum_bt = 0.0
+        self.low, self.high = float("inf"), 0.0
+
+    def add(self, running: int, seconds: float) -> None:
+        if running <= 0 or seconds <= 0:
+            return
+        d = self.decay
+        self.n, self.sum_b, self.sum_t = self.n * d, self.sum_b * d, self.sum_t * d
+        self.sum_bb, self.sum_bt = self.sum_bb * d, self.sum_bt * d
+        self.n += 1
+        self.sum_b += running
+        self.sum_t += seconds
+        self.sum_bb += running * running
+        self.sum_bt += running * seconds
+        self.low, self.high = min(self.low, running), max(self.high, running)
+
+    def fit(self, shape: StepTime | None = None) -> StepTime | None:
+        """The line, or None before any step was timed.
+
+        Until the batch size has varied by a tenth, the slope is noise: then the line is
+        ``shape`` (a line measured on an earlier run) scaled to today's steps, or a
+        constant step time (decoding is bound by reading the weights, whatever the batch).
+        """
+        if self.n == 0:
+            return None
+        mean_b, mean_t = self.sum_b / self.n, self.sum_t / self.n
+        slope = None
+        if self.high - self.low >= 0.1 * self.high:
+            spread = self.n * self.sum_bb - self.sum_b**2
+            slope = (self.n * self.sum_bt - self.sum_b * self.sum_t) / spread
+        if slope is not None and slope >= 0 and mean_t - slope * mean_b >= 0:
+            return StepTime(mean_t - slope * mean_b, slope)
+        if shape is not None and shape(mean_b) > 0:
+            scale = mean_t / shape(mean_b)
+            return StepTime(shape.base * scale, shape.per_request * scale)
+        return StepTime(mean_t, 0.0)
+
+
+class LengthDraws:
+    """Answer lengths drawn from a model's measured answers; a request's limit when none
+    were measured (then every estimate is an upper bound)."""
+
+    def __init__(self, record: ModelRecord, seed: int = 0) -> None:
+        self.answers = record.answers
+        self.random = random.Random(seed)
+
+    @property
+    def bound(self) -> bool:
+        return not self.answers
+
+    def draw(self, limit: int, written: int = 0) -> int:
+        """One answer length under ``limit``, longer than the ``written`` tokens so far."""
+        if not self.answers:
+            return max(limit, written + 1)
+        for _ in range(8):
+            length = round(self.random.choice(self.answers).replayed(limit))
+            if length > written:
+                return length
+        return max(limit, written + 1)  # longer than the measured answers: to its limit
+
+
+def simulate(
+    running: Sequence[tuple[int, int]],
+    waiting: Sequence[int],
+    window: int,
+    lengths: LengthDraws,
+    step: StepTime,
+) -> float:
+    """Seconds until the last request finishes, in one draw.
+
+    Args:
+        running: ``(tokens written, limit)`` of each request in the engine now.
+        waiting: the limits of the requests not yet admitted, in admission order.
+        window: how many requests the engine runs at once.
+        lengths: where answer lengths come from.
+        step: seconds per step for a number of running requests.
+    """
+    ends = [lengths.draw(limit, written) - written for written, limit in running]
+    heapq.heapify(ends)
+    slots = max(window, 1)
+    finish_steps = list(ends)
+    for limit in waiting:
+        start = heapq.heappop(ends) if len(ends) >= slots else 0
+        end = start + lengths.draw(limit)
+        heapq.heappush(ends, end)
+        finish_steps.append(end)
+    if not finish_steps:
+        return 0.0
+    # Running requests per step: +1 where one starts, -1 where it ends; each step costs
+    # the step time of that many.
+    finish_steps.sort()
+    seconds, running_now, previous = 0.0, len(finish_steps), 0
+    for end in finish_steps:
+        if end > previous:
+            seconds += (end - previous) * step(min(running_now, slots))
+            previous = end
+        running_now -= 1
+    return seconds
+
+
+def remaining_seconds(
+    running: Sequence[tuple[int, int]],
+    waiting: Sequence[int],
+    window: int,
+    lengths: LengthDraws,
+    step: StepTime,
+    tokens_per_s: float,
+) -> float:
+    """The expected seconds left: the requests before the last :data:`TAIL` at the token
+    rate, the rest simulated (an average of :data:`DRAWS` draws)."""
+    early, tail = waiting[: max(len(waiting) - TAIL, 0)], waiting[-TAIL:] if waiting else []
+    seconds = 0.0
+    if early:
+        tokens = sum(lengths.draw(limit) for limit in early[:TAIL])
+        tokens *= len(early) / min(len(early), TAIL)  # a sample of them, scaled
+        seconds = tokens / tokens_per_s if tokens_per_s > 0 else 0.0
+        running = []  # by the time the tail is reached, today's running requests are done
+    runs = [simulate(running, tail, window, lengths, step) for _ in range(DRAWS)]
+    return seconds + sum(runs) / len(runs)
+
+
+class Forecast:
+    """The ETA of one model's run, from the engine's activity read at each heartbeat.
+
+    Between two readings where no prompt was processed, the engine only decoded: the
+    steps it logged in between (requests in each, seconds) feed the :class:`StepTimer`.
+    The token rate counts from the first reading with tokens generated, so the time spent
+    on prompts before does not dilute it.
+    """
+
+    def __init__(self, record: ModelRecord, window: int, rate_seconds: float = 20.0) -> None:
+        self.lengths = LengthDraws(record)
+        self.window = window
+        self.timer = StepTimer()
+        self.fallback = (
+            StepTime(record.step_base, record.step_per_request)
+            if record.step_base is not None and record.step_per_request is not None
+            else None
+        )
+        self.rate_seconds = rate_seconds
+        self.readings: list[tuple[float, EngineActivity]] = []  # since tokens started
+        self.last: tuple[float, float] | None = None  # (when, seconds left) last forecast
+
+    def step_time(self) -> StepTime | None:
+        return self.timer.fit(self.fallback) or self.fallback
+
+    def _read(self, now: float, activity: EngineActivity) -> float:
+        """Takes a reading; returns the token rate over the last ``rate_seconds``."""
+        if self.readings:
+            _, before = self.readings[-1]
+            if activity.prompt_tokens == before.prompt_tokens:  # only decode steps since
+                for step, running, seconds in activity.recent_steps:
+                    if before.steps < step <= activity.steps:
+                        self.timer.add(running, seconds)
+        if self.readings or activity.generated_tokens > 0:
+            self.readings.append((now, activity))
+        recent = [r for r in self.readings if r[0] >= now - self.rate_seconds]
+        self.readings = recent or self.readings[-1:]
+        (t0, first), (t1, last) = self.readings[0], self.readings[-1]
+        return (last.generated_tokens - first.generated_tokens) / (t1 - t0) if t1 > t0 else 0.0
+
+    def seconds(self, now: float, activity: EngineActivity, waiting: Sequence[int]) -> float | None:
+        """Seconds left, or None while nothing tells the engine's speed yet. Each forecast
+        is averaged with the previous one (less the time since), so one noisy reading
+        does not make the ETA jump."""
+        rate = self._read(now, activity)
+        step = self.step_time()
+        if step is None:
+            if rate <= 0 or not activity.progress:
+                return None
+            step = StepTime(0.0, 1.0 / rate)  # every request as fast as the full batch
+        eta = remaining_seconds(activity.progress, waiting, self.window, self.lengths, step, rate)
+        if self.last is not None:
+            then, previous = self.last
+            eta = SMOOTHING * eta + (1 - SMOOTHING) * max(previous - (now - then), 0.0)
+        self.last = (now, eta)
+        return eta

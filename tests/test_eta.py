@@ -1,0 +1,70 @@
+"""The ETA's model of the engine (core/run/eta.py), against hand-computed cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.plan.measured import Answer, ModelRecord
+from core.run.eta import LengthDraws, StepTime, StepTimer, remaining_seconds, simulate
+
+
+def lengths(*answers: Answer) -> LengthDraws:
+    return LengthDraws(ModelRecord(answers=list(answers)))
+
+
+def test_the_step_time_line_is_fitted_from_the_engines_steps() -> None:
+    timer = StepTimer(decay=1.0)
+    assert timer.fit() is None
+    for running in (160, 120, 80, 40, 10, 1):
+        timer.add(running, 0.1 + 0.002 * running)
+    fit = timer.fit()
+    assert fit.base == pytest.approx(0.1) and fit.per_request == pytest.approx(0.002)
+    assert fit(50) == pytest.approx(0.2)
+
+
+def test_the_step_time_follows_the_recent_steps() -> None:
+    timer = StepTimer(decay=0.5)
+    timer.add(100, 0.4)  # the first, slow steps of a run
+    for _ in range(6):
+        timer.add(100, 0.2)
+    assert timer.fit()(100) == pytest.approx(0.2, rel=0.02)
+    # One batch size only: a constant step time, or an earlier run's line rescaled.
+    assert timer.fit().per_request == 0
+    shaped = timer.fit(StepTime(0.05, 0.001))
+    assert shaped(100) == pytest.approx(0.2, rel=0.02) and shaped(10) < shaped(100)
+
+
+def test_waves_of_requests_through_the_window() -> None:
+    # Every answer 10 tokens; 4 requests, 2 at a time, 1 s a step: two waves of 10 steps.
+    draws = lengths(Answer(tokens=10, limit=100, truncated=False))
+    assert simulate([], [100] * 4, 2, draws, StepTime(1.0, 0.0)) == pytest.approx(20.0)
+
+
+def test_a_running_request_needs_only_what_it_has_not_written() -> None:
+    draws = lengths(Answer(tokens=50, limit=100, truncated=False))
+    assert simulate([(5, 100)], [], 8, draws, StepTime(0.5, 0.0)) == pytest.approx(45 * 0.5)
+
+
+def test_the_longest_answer_sets_the_end_at_a_small_batchs_speed() -> None:
+    # Nine requests finishing within 2 steps and one with 60 tokens to go: 62 tokens, so a
+    # token count at the full batch's 10 tokens per 0.3 s step says ~2 s; the engine needs
+    # 60 steps, 58 of them with one request (0.1 s each).
+    answers = [Answer(tokens=62, limit=62, truncated=False)]
+    running = [(60, 62)] * 9 + [(2, 62)]
+    step = StepTime(0.1, 0.02)  # 0.3 s with 10 running
+    seconds = simulate(running, [], 10, lengths(*answers), step)
+    assert seconds == pytest.approx(2 * 0.3 + 58 * 0.12)
+
+
+def test_without_measured_answers_every_answer_reaches_its_limit() -> None:
+    draws = lengths()
+    assert draws.bound
+    assert simulate([(3, 8)], [16], 1, draws, StepTime(1.0, 0.0)) == pytest.approx(5 + 16)
+
+
+def test_requests_before_the_tail_count_at_the_token_rate(monkeypatch) -> None:
+    monkeypatch.setattr("core.run.eta.TAIL", 2)
+    draws = lengths(Answer(tokens=10, limit=100, truncated=False))
+    # 6 waiting: the first 4 (40 tokens at 20/s = 2 s), then 2 simulated (10 steps of 1 s).
+    seconds = remaining_seconds([(1, 100)], [100] * 6, 2, draws, StepTime(1.0, 0.0), 20.0)
+    assert seconds == pytest.approx(2.0 + 10.0)

@@ -1,0 +1,114 @@
+"""The Monitor's live numbers against the truth, on the real engine.
+
+A first job of the model records what it measured; a second job, other prompts with the
+same limits and the default window (every request in the engine at once, so no request
+finishes for a long while), is watched as the Monitor watches it: its status and samples
+read every half second and turned into numbers by the same :func:`rates`. Once a tenth of
+its output is written, each number must be within 25 % of what the finished job shows was
+true at that moment: the share of its output tokens, the engine's speed (tokens from its
+first to the end), and the time left until it finished.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from core.config import REPO_ROOT
+from core.jobs.folder import list_jobs
+from core.run.monitoring import rates, read_samples
+from core.schemas import worker_alive
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine
+LINES = 160
+MAX_TOKENS = 96
+STALE_SECONDS = 2.0  # the heartbeat writes status and samples every 2 s
+
+
+def batch(path, topic: str) -> None:
+    lines = [
+        json.dumps(
+            {
+                "custom_id": f"{topic}-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": "m",
+                    "messages": [{"role": "user", "content": f"Write about {topic} number {i}."}],
+                    "max_tokens": MAX_TOKENS,
+                    "temperature": 0.7,
+                },
+            }
+        )
+        for i in range(LINES)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_progress_speed_and_eta_are_within_a_quarter_of_the_truth(
+    studio_home, tmp_path, default_model
+):
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    batch(first, "rivers")
+    batch(second, "mountains")
+    # The first job records the model's answers and speed.
+    assert run_cli("run", str(first), "-o", str(tmp_path / "first.out")).returncode in (0, 4)
+    # Its worker exits after the job ends; on two cores its teardown would slow the next.
+    first_pid = list_jobs(studio_home / "jobs")[0].read_status().pid
+    deadline = time.monotonic() + 60
+    while worker_alive(first_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "core", "run", str(second), "-o", str(tmp_path / "out.jsonl")],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    seen = []  # (time, done, generated tokens, what the Monitor shows)
+    job = None
+    while watcher.poll() is None:
+        jobs = [j for j in list_jobs(studio_home / "jobs") if "second" in j.read_spec().source]
+        if jobs:
+            job = jobs[0]
+            status = job.read_status()
+            if status.state == "running":
+                shown = rates(read_samples(job.metrics), status)
+                seen.append((time.time(), status.generated_tokens, shown))
+        time.sleep(0.5)
+    assert watcher.returncode in (0, 4)
+    final = job.read_status()
+    end = time.time() if not final.finished_at else _timestamp(final.finished_at)
+    total_tokens = final.completion_tokens
+    assert final.generated_tokens == total_tokens  # the live counter ends on the truth
+    # The engine's speed: all tokens over the time from its first token to the end.
+    first_token = next(t for t, generated, _ in seen if generated > 0)
+    speed = total_tokens / (end - first_token)
+    print(f"\n{total_tokens} tokens in {end - first_token:.1f} s: {speed:.0f} tokens/s")
+    print("    t  left   ETA | output  shown | tokens/s")
+    for t, generated, shown in seen:
+        print(
+            f"{t - seen[0][0]:5.1f} {end - t:5.1f} {shown.eta_seconds or 0:5.1f} | "
+            f"{generated / total_tokens:6.0%} {shown.work_done or 0:6.0%} | "
+            f"{shown.tokens_per_s:.0f}"
+        )
+    # Judged once a tenth of the job's output exists (its first tenth of work, prompts
+    # included, is behind it).
+    judged = [s for s in seen if s[1] >= 0.1 * total_tokens]
+    assert len(judged) >= 10, "the job ran too briefly to judge its live numbers"
+    for t, generated, shown in judged:
+        assert shown.work_done == pytest.approx(generated / total_tokens, rel=0.25)
+        assert shown.tokens_per_s == pytest.approx(speed, rel=0.25)
+        # The Monitor reads a status written up to a heartbeat ago.
+        assert shown.eta_seconds == pytest.approx(end - t, rel=0.25, abs=STALE_SECONDS)
+
+
+def _timestamp(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).timestamp()
