@@ -139,6 +139,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE results ADD COLUMN search_text VARCHAR;
     UPDATE results SET search_text = concat_ws(chr(10), lower(prompt), lower(answer));
     """,
+    # Job names (job.json's, or a rename's name.txt), so pages label jobs without opening
+    # each folder; every ingest writes the job's row again, so the next one fills it.
+    """
+    ALTER TABLE jobs ADD COLUMN name VARCHAR DEFAULT '';
+    """,
 ]
 
 
