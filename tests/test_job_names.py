@@ -250,3 +250,19 @@ def test_the_run_page_shows_the_default_name_and_a_typed_name_wins(tmp_path, mod
     [job] = list_jobs(data_paths().jobs)
     assert job.name == "Ticket triage trial"
     assert at.session_state["job_id"] == job.job_id
+
+
+def test_dashboards_group_jobs_by_the_same_label_as_the_pickers(studio_home):
+    from core.store.dashboards import Scope, summary, throughput_figure
+
+    named = finished_job(studio_home, {"a": "yes"})
+    named.rename("English · answers")
+    unnamed = finished_job(studio_home, {"b": "no"})
+    db = Store(data_paths().database)
+    db.ingest_all(data_paths().jobs)
+    expected = {job_label(j.job_id, j.name) for j in (named, unnamed)}
+    assert set(summary(db, Scope(), "job")["job"]) == expected
+    assert unnamed.job_id in expected  # a job without a name: its id
+    figure = throughput_figure(db, Scope())
+    assert {str(x) for trace in figure.data for x in trace.x} == expected
+    db.close()

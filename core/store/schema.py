@@ -147,6 +147,13 @@ MIGRATIONS: list[str] = [
 ]
 
 
+# A job's label as core.schemas.job_label makes it ("name · end-of-id", or the id), in SQL
+# over results r joined with jobs j: charts grouped by job name their groups by it.
+JOB_LABEL_SQL = (
+    "CASE WHEN coalesce(j.name, '') = '' THEN r.job_id "
+    "ELSE j.name || ' · ' || regexp_extract(r.job_id, '[^_]*$') END"
+)
+
 # Requests and results are parsed by DuckDB's JSON functions, not line by line in Python:
 # ingest must keep up with the engine (20,000+ lines/s).
 # Each line is parsed once into a struct (json_transform); fields are read from it.
