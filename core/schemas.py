@@ -124,7 +124,7 @@ class RaySettings(FrozenModel):
 # -- a job's name -----------------------------------------------------------------------
 
 NAME_MAX = 120  # characters of a job's name
-_HIDDEN = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}  # control, format, unassigned, breaks
+_HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}  # control, format, surrogate, line/paragraph breaks
 _JOINER = "\u200d"  # the zero-width joiner of emoji sequences stays
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from core.config import REPO_ROOT, data_paths
-from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.submit import Refused, Submission, submit
 from core.schemas import NAME_MAX, EngineConfig, JobSpec, job_label, tidy_name
 from core.store.db import Store
@@ -170,6 +170,14 @@ def test_a_long_stored_name_is_cut_and_control_characters_dropped_on_reading(stu
     spec = JobSpec.model_validate({**data, "name": "a\tb\x00c" + "z" * 300})
     assert spec.name == ("a b c" + "z" * 300)[:NAME_MAX]
     assert tidy_name("\u202eevil\u200d👍\u2028x") == "evil\u200d👍 x"
+    job.name_file.unlink()
+    job.name_file.mkdir()  # a name file that cannot be read: that job's problem only
+    with pytest.raises(JobUnreadable, match=r"name\.txt"):
+        job.name  # noqa: B018
+    db = Store(data_paths().database)
+    db.ingest_all(data_paths().jobs)
+    assert "name.txt" in db.unreadable[job.job_id]
+    db.close()
 
 
 def test_an_old_job_without_a_name_shows_its_id():

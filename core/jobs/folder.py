@@ -85,11 +85,14 @@ class JobFolder:
     @property
     def name(self) -> str:
         """What people call the job: its rename (``name.txt``), else the name it was
-        submitted with (``job.json``); "" when it has none (a job made before names)."""
+        submitted with (``job.json``); "" when it has none (a job made before names).
+        Raises :class:`JobUnreadable` when a file cannot be read."""
         try:
             renamed = read_name(self.name_file.read_text(encoding="utf-8", errors="replace"))
         except FileNotFoundError:
             renamed = ""
+        except OSError as exc:
+            raise JobUnreadable(self.job_id, f"name.txt: {_reason(exc)}") from None
         return renamed or self.read_spec().name
 
     def rename(self, text: str) -> str:
@@ -121,10 +124,11 @@ class JobFolder:
             raise JobUnreadable(self.job_id, f"status.json: {_reason(exc)}") from None
 
     def readable(self) -> str | None:
-        """None when both files read; else why not (for listings that go on past it)."""
+        """None when its files read; else why not (for listings that go on past it)."""
         try:
             self.read_spec()
             self.read_status()
+            self.name  # noqa: B018 (name.txt, after a rename)
         except JobUnreadable as exc:
             return exc.reason
         return None

@@ -139,6 +139,7 @@ class Store:
         """Brings one job folder's state and new result lines into the store."""
         spec = job.read_spec()  # raises JobUnreadable, before anything is written
         status = job.read_status()
+        name = job.name  # a rename's name.txt, else job.json's (also raises JobUnreadable)
         job_id = job.job_id  # the folder's name, never an id written inside it
         with self.cursor() as cur:
             cur.execute(
@@ -157,7 +158,7 @@ class Store:
                     status.prompt_tokens,
                     status.completion_tokens,
                     status.error,
-                    job.name,
+                    name,
                 ],
             )
             for event in status.history:
