@@ -94,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if job is not None:
             print(f"continuing job {job.job_id}: requests with a result are not run again")
+            if args.name is not None:  # a name given now wins over the one it was made with
+                job.rename(args.name)
             started = resubmit(job)
         else:
             submission = Submission(
