@@ -13,6 +13,7 @@ the job folder, the worker and the store can all share them without an import cy
 from __future__ import annotations
 
 import time
+import unicodedata
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -120,11 +121,57 @@ class RaySettings(FrozenModel):
         return value
 
 
+# -- a job's name -----------------------------------------------------------------------
+
+NAME_MAX = 120  # characters of a job's name
+_HIDDEN = {"Cc", "Cf", "Cs", "Zl", "Zp"}  # control, format, surrogate, line/paragraph breaks
+_JOINER = "\u200d"  # the zero-width joiner of emoji sequences stays
+
+
+def tidy_name(text: str) -> str:
+    """A job's name as it is kept: control and format characters (newlines, tabs, escapes,
+    direction overrides) become spaces, runs of space one, and the ends are stripped."""
+    shown = "".join(
+        " " if unicodedata.category(c) in _HIDDEN and c != _JOINER else c for c in str(text)
+    )
+    return " ".join(shown.split())
+
+
+def check_name(text: str) -> str:
+    """A name a person gave a job, tidied (:func:`tidy_name`).
+
+    Raises:
+        ValueError: the name is empty or longer than :data:`NAME_MAX` characters.
+    """
+    name = tidy_name(text)
+    if not name:
+        raise ValueError("a job's name cannot be empty; type a few words that say what it is")
+    if len(name) > NAME_MAX:
+        raise ValueError(
+            f"a job's name has at most {NAME_MAX} characters; this one has {len(name)}"
+        )
+    return name
+
+
+def read_name(text: str) -> str:
+    """A stored name as it is shown (tidied and cut to :data:`NAME_MAX`; never refused:
+    a hand-edited file must not make its job unreadable)."""
+    return tidy_name(text)[:NAME_MAX].rstrip()
+
+
+def job_label(job_id: str, name: str = "") -> str:
+    """How a job is named wherever one is picked or shown: its name and the end of its id
+    (``tickets, prompt v1 · e41d7b``), or its id alone when it has no name."""
+    name = read_name(name)
+    return f"{name} · {job_id.rsplit('_', 1)[-1]}" if name else job_id
+
+
 class JobSpec(Model):
     """What a job runs; ``job.json``, written once when the job is submitted."""
 
     job_id: str
     created_at: str
+    name: str = ""  # what people call the job ("": none; shown by its id). See JobFolder.name
     source: str = ""
     engine: EngineConfig
     defaults: JobDefaults = Field(default_factory=JobDefaults)
@@ -138,6 +185,11 @@ class JobSpec(Model):
     model_map: dict[str, str] = Field(default_factory=dict)  # body.model -> model folder
     ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
     provenance: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return read_name(value)
 
     def on_model(self, folder: str) -> JobSpec:
         """The same job with its engine on another model folder (one group of an A/B job)."""

@@ -6,7 +6,15 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
-from pages.shared import escape, jobs_or_stop, reviewer_name, show_conversation, store, through_app
+from pages.shared import (
+    escape,
+    job_labels,
+    jobs_or_stop,
+    reviewer_name,
+    show_conversation,
+    store,
+    through_app,
+)
 
 through_app()
 st.title("Compare")
@@ -17,17 +25,18 @@ jobs = jobs_or_stop(
 db = store()
 
 ids = list(jobs["job_id"])
+labelled = job_labels()
 mode = st.radio("Compare", ["Two jobs", "Two slices of one job"], horizontal=True, key="cmp_mode")
 if mode == "Two jobs":
     if len(ids) < 2:
         st.info("There is only one job. Run another, or compare two slices of this one.")
         st.stop()
     c = st.columns(2)
-    job_a = c[0].selectbox("A", ids, index=1, key="cmp_a")
-    job_b = c[1].selectbox("B", ids, index=0, key="cmp_b")
+    job_a = c[0].selectbox("A", ids, index=1, format_func=labelled, key="cmp_a")
+    job_b = c[1].selectbox("B", ids, index=0, format_func=labelled, key="cmp_b")
     side_a, side_b, key = cmp.Side(job_a), cmp.Side(job_b), "custom_id"
 else:
-    job = st.selectbox("Job", ids, key="cmp_job")
+    job = st.selectbox("Job", ids, format_func=labelled, key="cmp_job")
     meta = [f"metadata:{k}" for k in facets(db, [job])["metadata_keys"]]
     c = st.columns(4)
     field = c[0].selectbox("Split by", [*cmp.SPLIT_FIELDS, *meta], key="cmp_field")
@@ -86,7 +95,7 @@ pair = pairs.iloc[pos].to_dict()
 nav[2].markdown(f"**Pair {pos + 1} of {len(keys)}** · {escape(pair['key'])}")
 left, right = st.columns(2)
 for column, side, name in ((left, side_a, "a"), (right, side_b, "b")):
-    column.subheader(f"{name.upper()} · {escape(side.label())}")
+    column.subheader(f"{name.upper()} · {escape(side.label(labelled(side.job_id)))}")
     show_conversation(column, pair[f"messages_{name}"], pair[f"prompt_{name}"])  # its own prompt
     column.caption(escape(f"Answer · {pair[f'status_{name}']} · {pair[f'tokens_{name}']} tokens"))
     column.text(pair[f"answer_{name}"] or "(no answer)")

@@ -7,7 +7,7 @@ import streamlit as st
 
 from core.plan.pricing import PriceError, load_prices, price_rows, save_prices, table_from_rows
 from core.store import dashboards as dash
-from pages.shared import escape, jobs_or_stop, store, through_app
+from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
 
 through_app()
 st.title("Dashboards")
@@ -16,7 +16,9 @@ jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
 db = store()
 
 c = st.columns([3, 1, 1, 1])
-job_ids = c[0].multiselect("Jobs (all when empty)", list(jobs["job_id"]), key="dash_jobs")
+job_ids = c[0].multiselect(
+    "Jobs (all when empty)", list(jobs["job_id"]), format_func=job_labels(), key="dash_jobs"
+)
 start = c[1].date_input("From", value=None, key="dash_from")
 end = c[2].date_input("To", value=None, key="dash_to")
 by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")

@@ -7,15 +7,28 @@ import streamlit as st
 
 from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
 from core.jobs.queue import priority, queued_jobs, set_priority
-from pages.shared import escape, job_controls, jobs_or_stop, open_job, paths, restart, through_app
+from core.schemas import NAME_MAX
+from pages.shared import (
+    escape,
+    job_controls,
+    job_label,
+    job_labels,
+    jobs_or_stop,
+    open_job,
+    paths,
+    restart,
+    store,
+    through_app,
+)
 
 through_app()
 st.title("Jobs")
 
 jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")
 
+COLUMNS = ["name", "job_id", "source", "model", "state", "total", "succeeded", "failed"]
 st.dataframe(
-    jobs[["job_id", "source", "model", "state", "total", "succeeded", "failed", "created_at"]],
+    jobs[[*COLUMNS, "created_at"]],
     hide_index=True,
     width="stretch",
 )
@@ -29,7 +42,8 @@ if waiting:
     )
     for place, queued in enumerate(waiting, start=1):
         c1, c2 = st.columns([3, 1])
-        c1.write(f"{place}. {escape(queued.job_id)} · {escape(queued.read_spec().source)}")
+        source = queued.read_spec().source
+        c1.write(f"{place}. {escape(job_label(queued.job_id))} · {escape(source)}")
         new = c2.number_input(
             "Priority",
             -100,
@@ -44,13 +58,29 @@ if waiting:
 
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
-job_id = st.selectbox("Job", ids, index=ids.index(current) if current in ids else 0)
+job_id = st.selectbox(
+    "Job", ids, index=ids.index(current) if current in ids else 0, format_func=job_labels()
+)
 st.session_state["job_id"] = job_id
 job = open_job(job_id)
 status = job.read_status()
 spec = job.read_spec()
 
-st.subheader(f"{escape(job_id)}: {status.display_state}")
+st.subheader(f"{escape(job_label(job_id))}: {status.display_state}")
+with st.form("rename", border=False):
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    new_name = c1.text_input(
+        "Name", job.name, NAME_MAX, key=f"name-{job_id}", placeholder="no name yet: give one"
+    )
+    if c2.form_submit_button("Rename", icon=":material/edit:"):
+        try:
+            kept_name = job.rename(new_name)
+        except ValueError as exc:
+            st.error(escape(exc), icon=":material/block:")
+        else:
+            store().ingest(job)  # the index shows the new name at once
+            st.toast(f"Renamed to {escape(kept_name)}")
+            st.rerun()
 job_controls(job, key="jobs", retry=False)  # the rerun below covers failed requests
 cols = st.columns(2)
 cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")

@@ -11,7 +11,7 @@ from core.jobs.ledger import recent_lines
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus
-from pages.shared import escape, job_controls, open_job, paths, store, through_app
+from pages.shared import escape, job_controls, job_labels, open_job, paths, store, through_app
 
 REFRESH_SECONDS = 2.0
 
@@ -26,7 +26,9 @@ if not jobs:
 
 ids = [j.job_id for j in jobs]
 current = st.session_state.get("job_id")
-job_id = st.selectbox("Job", ids, index=ids.index(current) if current in ids else 0)
+job_id = st.selectbox(
+    "Job", ids, index=ids.index(current) if current in ids else 0, format_func=job_labels()
+)
 st.session_state["job_id"] = job_id
 job = open_job(job_id)
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from core.store import export as ex
 from core.store import results as res
-from pages.shared import escape, jobs_or_stop, open_job, paths, store, through_app
+from pages.shared import escape, job_labels, jobs_or_stop, open_job, paths, store, through_app
 
 through_app()
 st.title("Results")
@@ -19,15 +19,19 @@ db = store()
 by_id = jobs.set_index("job_id")
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
+label = job_labels()
 job_id = st.selectbox(
     "Job",
     ids,
     index=ids.index(current) if current in ids else 0,
-    format_func=lambda j: f"{j} · {by_id.at[j, 'source']}",
+    format_func=label,
     key="results_job",
 )
 more = st.multiselect(
-    "Add other jobs to the table", [j for j in ids if j != job_id], key="results_more_jobs"
+    "Add other jobs to the table",
+    [j for j in ids if j != job_id],
+    format_func=label,
+    key="results_more_jobs",
 )
 job_ids = [job_id, *more]
 

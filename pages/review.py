@@ -10,6 +10,7 @@ from core.store import samples as sm
 from core.store.results import ResultFilter, facets
 from pages.shared import (
     escape,
+    job_labels,
     jobs_or_stop,
     paths,
     reviewer_name,
@@ -23,12 +24,15 @@ st.title("Review")
 
 jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")
 db = store()
+label = job_labels()
 
 reviewer = reviewer_name("Your name (labels are kept per reviewer)")
 
 # -- a new sample -------------------------------------------------------------------------------
 with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new_sample"):
-    job_ids = st.multiselect("Jobs", list(jobs["job_id"]), default=list(jobs["job_id"])[:1])
+    job_ids = st.multiselect(
+        "Jobs", list(jobs["job_id"]), default=list(jobs["job_id"])[:1], format_func=label
+    )
     c = st.columns(4)
     method = c[0].selectbox("Method", sm.METHODS, key="sample_method")
     size = c[1].number_input("Size", 1, sm.MAX_SIZE, 50, key="sample_size")
@@ -79,7 +83,7 @@ d = sample.definition
 st.caption(
     f"{sample.size} items · {d.method}"
     + (f" by {d.stratify_by}" if d.stratify_by else "")
-    + f" · seed {d.seed} · jobs {', '.join(d.filter.job_ids)}"
+    + f" · seed {d.seed} · jobs {', '.join(escape(label(j)) for j in d.filter.job_ids)}"
 )
 items = sm.sample_items(db, sample_id)
 

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from core.check import check_file
 from core.devices import gpu_count
-from core.jobs.submit import Refused, Submission, submit
+from core.jobs.submit import Refused, Submission, default_name, submit
 from core.model_folders import model_folders
-from core.schemas import EngineConfig, JobDefaults, RaySettings, problems_of
+from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
 
 through_app()
@@ -27,6 +27,14 @@ report = check_file(batch_file)
 st.write(
     f"**{st.session_state.get('batch_name', Path(batch_file).name)}**: {report.valid} valid "
     f"of {report.lines} lines"
+)
+job_name = st.text_input(
+    "Job name",
+    max_chars=NAME_MAX,
+    placeholder=default_name(Path(batch_file), st.session_state.get("batch_name")),
+    help="What the job is called on every page; left empty, it is named after its file "
+    "(and prompt version). It can be renamed later on Jobs.",
+    key="run_job_name",
 )
 
 CUSTOM = "Another folder…"
@@ -188,6 +196,7 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         shard_size=int(shard_size),
         ray=ray_spec,
         owner=signed_in_user(),
+        name=job_name if job_name.strip() else None,
     )
     try:
         if ray_problems:

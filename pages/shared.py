@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,10 @@ import streamlit as st
 
 from core.access import allowed, exposure_problem, open_override
 from core.config import DataPaths, data_paths
-from core.jobs.folder import JobFolder, cancel
+from core.jobs.folder import JobFolder, JobUnreadable, cancel
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
+from core.schemas import job_label as label_of
 from core.store.db import Store
 from core.store.results import conversation
 
@@ -149,6 +151,30 @@ def jobs_or_stop(empty_message: str) -> pd.DataFrame:
         st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
         st.stop()
     return jobs
+
+
+def job_labels() -> Callable[[str], str]:
+    """The ``format_func`` of every selectbox and multiselect of job ids: a job's name and
+    the end of its id, or its id alone (``core.schemas.job_label``). Names come from the
+    index in one read; a job not indexed yet is read from its folder. Labels are plain
+    text for a widget: pass one through :func:`escape` before it goes into markdown."""
+    names = store().job_names()
+
+    def label(job_id: str) -> str:
+        name = names.get(job_id)
+        if name is None:
+            try:
+                name = JobFolder(paths().jobs / Path(job_id).name).name
+            except JobUnreadable:
+                name = ""
+        return label_of(job_id, name)
+
+    return label
+
+
+def job_label(job_id: str) -> str:
+    """One job's label (see :func:`job_labels`)."""
+    return job_labels()(job_id)
 
 
 # Every ASCII punctuation mark markdown may read (CommonMark lets each be escaped), and $

@@ -338,3 +338,36 @@ def monitor_progress(page: Page) -> tuple[str, int, int]:
     match = PROGRESS.search(progress_text(page))
     assert match, progress_text(page)
     return match.group(1), int(match.group(2)), int(match.group(3))
+
+
+GRID_ROW_PX = 35  # the height of a row (and of the header) in Streamlit's data grid
+
+
+def edit_grid_cell(grid: Locator, row: int, column: int, text: str) -> None:
+    """Types ``text`` into a cell of an ``st.data_editor`` as a person does.
+
+    The grid (glide-data-grid) paints its cells on a canvas, so there is no element to
+    click: the first cell of ``row`` (0 = the first row under the header) is clicked by
+    position, the arrow keys move ``column`` cells right, Enter opens the cell's editor,
+    the text is typed into it, and Enter commits it.
+    """
+    expect(grid.locator("canvas").first).to_be_visible()
+    grid.click(position={"x": 12, "y": GRID_ROW_PX * (row + 1) + GRID_ROW_PX // 2})
+    keyboard = grid.page.keyboard
+    for _ in range(column):
+        keyboard.press("ArrowRight")
+    keyboard.press("Enter")
+    editor = grid.page.get_by_test_id("portal").locator(".gdg-clip-region")
+    expect(editor).to_be_visible()
+    field = editor.locator("input, textarea").first
+    field.fill(text)
+    field.press("Enter")
+    expect(editor).to_have_count(0)
+
+
+def metric_value(page: Page, label: str) -> Locator:
+    """The value of the ``st.metric`` labelled ``label``."""
+    metric = page.get_by_test_id("stMetric").filter(
+        has=page.get_by_test_id("stMetricLabel").get_by_text(label, exact=True)
+    )
+    return metric.get_by_test_id("stMetricValue")

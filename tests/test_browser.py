@@ -17,14 +17,16 @@ import pytest
 from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from core.config import SAMPLE_DATA
+from core.config import SAMPLE_DATA, default_model_dir
 from tests.browser_support import (
     PAGES,
     StreamlitServer,
     choose,
+    edit_grid_cell,
     expect_no_exception,
     expect_title,
     grid_rows,
+    metric_value,
     monitor_progress,
     open_expander,
     open_page,
@@ -327,3 +329,46 @@ def test_a_page_opened_by_its_address_on_a_fresh_server_has_the_apps_navigation(
     expect(nav.get_by_role("link", name="shared", exact=True)).to_have_count(0)
     assert page.url.endswith("/results")
     open_page(page, "Jobs")  # and the navigation works from there
+
+
+@pytest.mark.browser
+def test_prices_typed_into_the_price_table_are_saved(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 13: prices typed into the table once vanished on saving, visible only in the
+    browser. Type an input and an output price for the default model into the grid, save,
+    and find them in prices.json; a fresh session prices the estimate from that file."""
+    model = default_model_dir().name
+    page = chromium_page
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+    pick_radio(page, "Use a sample")
+    choose(page, "Sample batch", "review_sentiment.jsonl")
+    expect(metric_value(page, "Cost")).to_have_text("unknown")  # no price yet
+
+    open_expander(page, "Price table and budget")
+    grid = page.get_by_test_id("stDataFrame").filter(has_text=model).first
+    edit_grid_cell(grid, 0, 1, "1000")  # Input / 1M tokens
+    wait_idle(page)
+    edit_grid_cell(grid, 0, 2, "2000")  # Output / 1M tokens
+    wait_idle(page)
+    expect(metric_value(page, "Cost")).not_to_have_text("unknown")  # the edit took
+    screenshot(page, "prices_1_typed")
+    page.get_by_role("button", name="Save prices and budget").click()
+    wait_idle(page)
+    expect_no_exception(page)
+
+    saved = json.loads((studio_server.home / "prices.json").read_text(encoding="utf-8"))
+    assert saved["models"][model]["input_per_1m"] == 1000
+    assert saved["models"][model]["output_per_1m"] == 2000
+
+    page.goto(studio_server.url)  # a new session: only the saved file knows the prices
+    expect_title(page, "Upload & check")
+    pick_radio(page, "Use a sample")
+    choose(page, "Sample batch", "review_sentiment.jsonl")
+    tokens_in = int(metric_value(page, "Input tokens").inner_text().replace(",", ""))
+    tokens_out = int(metric_value(page, "Output tokens (expected)").inner_text().replace(",", ""))
+    cost = (tokens_in * 1000 + tokens_out * 2000) / 1_000_000
+    expect(metric_value(page, "Cost")).to_have_text(f"{cost:,.2f} USD")
+    expect(page.get_by_text("cost: price per 1M tokens")).to_be_visible()
+    screenshot(page, "prices_2_saved_estimate")

@@ -1,10 +1,10 @@
 """Text from a file or a model is shown as text on every page, never as markdown.
 
 A hostile batch carries a markdown image (which a browser would fetch) and a link in its
-custom_id, prompt, answer, metadata and error message. On every page those texts may
-appear in plain-text elements (st.text, st.code, tables); in any element that reads
-markdown (alerts, captions, headings, labels) they must arrive escaped, so no link or
-image is ever made.
+custom_id, prompt, answer, metadata and error message, and in its job's name. On every
+page those texts may appear in plain-text elements (st.text, st.code, tables); in any
+element that reads markdown (alerts, captions, headings, labels) they must arrive escaped,
+so no link or image is ever made.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def plain_texts(at) -> str:
 @pytest.fixture
 def hostile_jobs(studio_home):
     first = finished_job(studio_home, ROWS)
+    first.rename(f"{LINK} {IMAGE} <b>bold</b>")  # a job's name is user text too
     second = finished_job(studio_home / "second", ROWS, name="second.jsonl")
     target = data_paths().jobs / second.job_id
     second.path.rename(target)

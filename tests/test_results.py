@@ -8,6 +8,7 @@ import pytest
 
 from core.store import results as R
 from core.store.db import Store
+from core.store.schema import MIGRATIONS
 from tests.factories import finished_job
 
 ROWS = [
@@ -230,7 +231,8 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     path = tmp_path / "studio.duckdb"
     db = Store(path)
     db.ingest(job)
-    version = db.schema_version  # pretend the last migration never ran on these rows
+    # pretend the search migration never ran on these rows (later ones did)
+    version = next(n for n, sql in enumerate(MIGRATIONS, 1) if "ADD COLUMN search_text" in sql)
     db.execute("ALTER TABLE results DROP COLUMN search_text")
     db.execute("ALTER TABLE requests DROP COLUMN prompt_lower")
     db.execute("DELETE FROM schema_migrations WHERE version = ?", [version])

@@ -1,4 +1,5 @@
-"""Jobs: ``run``, ``resume``, ``retry``, ``cancel``, ``reconcile``, ``verify`` and ``watch``."""
+"""Jobs: ``run``, ``resume``, ``retry``, ``cancel``, ``reconcile``, ``verify``, ``watch``, and
+``jobs list`` / ``jobs rename``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from core.cli.common import (
 )
 from core.config import data_paths, default_model_dir
 from core.files import file_sha256
-from core.jobs.folder import JobFolder, cancel, find_job
+from core.jobs.folder import JobFolder, JobUnreadable, cancel, find_job, list_jobs
 from core.jobs.ledger import (
     read_ledger,
     reconcile,
@@ -38,7 +39,14 @@ from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.model_folders import ModelError, check_model_folder, prepare_default_model
 from core.run.ray_cluster import ray_settings
-from core.schemas import EngineConfig, JobStatus, RaySettings, problems_of
+from core.schemas import (
+    NAME_MAX,
+    EngineConfig,
+    JobStatus,
+    RaySettings,
+    check_name,
+    problems_of,
+)
 
 
 def _print_refusal(refused: Refused) -> None:
@@ -71,6 +79,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if file is None or model_map is None or defaults is None or not ray_ok:
         return EXIT_USAGE
     try:
+        if args.name is not None:
+            check_name(args.name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         model = check_model_folder(args.model) if args.model else prepare_default_model()
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -80,6 +94,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if job is not None:
             print(f"continuing job {job.job_id}: requests with a result are not run again")
+            if args.name is not None:  # a name given now wins over the one it was made with
+                job.rename(args.name)
             started = resubmit(job)
         else:
             submission = Submission(
@@ -91,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 model_map=model_map,
                 output_path=str(output),
                 ray=ray,
+                name=args.name,
             )
             started = submit(file, submission)
     except Refused as refused:
@@ -245,12 +262,48 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    """Every job, newest first: id, state, requests and name (scripts: ``--json``)."""
+    rows = []
+    for job in list_jobs(data_paths().jobs):
+        try:
+            spec, status = job.read_spec(), job.read_status()
+            row = {"job_id": job.job_id, "name": job.name, "state": status.display_state}
+            rows.append({**row, "requests": spec.input_lines, "created_at": spec.created_at})
+        except JobUnreadable as exc:  # that job's problem: the others are listed
+            rows.append({"job_id": job.job_id, "name": "", "state": "unreadable"})
+            print(f"warning: {exc}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False, indent=1))
+        return 0
+    for row in rows:
+        requests = row.get("requests", "")
+        print(f"{row['job_id']}  {row['state']:<21}  {requests:>9}  {row['name'] or '-'}")
+    return 0
+
+
+def cmd_jobs_rename(args: argparse.Namespace) -> int:
+    job = _job(args.job)
+    if job is None:
+        return EXIT_USAGE
+    try:
+        name = job.rename(args.name)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"job {job.job_id} is now named {name!r}")
+    return 0
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Adds this group's commands to the parser."""
     run = commands.add_parser("run", help="run a batch file on the local engine")
     run.add_argument("file")
     run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
     run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
+    run.add_argument(
+        "--name", help="the job's name (default: the file's name and its prompt version)"
+    )
     run.add_argument(
         "--map",
         action="append",
@@ -333,3 +386,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     watch = commands.add_parser("watch", help="turn files dropped into the inbox into jobs")
     watch.add_argument("--model", help="model folder for inbox jobs (default: built-in)")
     watch.set_defaults(handler=cmd_watch)
+
+    jobs = commands.add_parser("jobs", help="list jobs and name them")
+    jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True)
+    listing = jobs_commands.add_parser("list", help="every job, newest first, with its name")
+    listing.add_argument("--json", action="store_true", help="print the jobs as JSON")
+    listing.set_defaults(handler=cmd_jobs_list)
+    rename = jobs_commands.add_parser("rename", help="give a job a new name")
+    rename.add_argument("job", help="job id")
+    rename.add_argument("name", help=f"the new name (at most {NAME_MAX} characters)")
+    rename.set_defaults(handler=cmd_jobs_rename)

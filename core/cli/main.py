@@ -2,8 +2,9 @@
 
 python -m core check FILE.jsonl [--json] [--model DIR] [--map NAME=DIR] [--valid-out FILE]
 python -m core build TABLE.{csv,parquet,xlsx} -o OUT.jsonl --user-template "..." [options]
-python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--skip-invalid] [--restart]
+python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--name NAME] [--skip-invalid] [--restart]
 python -m core resume JOB [--retry] | retry JOB | cancel JOB
+python -m core jobs list [--json] | jobs rename JOB NAME
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
 python -m core models prepare

@@ -1,7 +1,8 @@
 """The job folder: the truth on disk, shared by the UI, the CLI and the worker.
 
     jobs/<job_id>/
-        job.json      what to run (engine settings, job defaults), written once
+        job.json      what to run (engine settings, job defaults, its name), written once
+        name.txt      the job's name as renamed later (it wins over job.json's)
         input.jsonl   the batch file, copied in
         output.jsonl  one success line per request, appended and fsynced in chunks
         errors.jsonl  failure lines (OpenAI's layout); a retried request may appear again
@@ -36,8 +37,10 @@ from core.schemas import (
     JobSpec,
     JobStatus,
     RaySettings,
+    check_name,
     now_iso,
     problems_of,
+    read_name,
     to_json,
     worker_alive,
 )
@@ -77,6 +80,31 @@ class JobFolder:
     spec_file = property(lambda self: self.path / "job.json")
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")
+    name_file = property(lambda self: self.path / "name.txt")
+
+    @property
+    def name(self) -> str:
+        """What people call the job: its rename (``name.txt``), else the name it was
+        submitted with (``job.json``); "" when it has none (a job made before names).
+        Raises :class:`JobUnreadable` when a file cannot be read."""
+        try:
+            renamed = read_name(self.name_file.read_text(encoding="utf-8", errors="replace"))
+        except FileNotFoundError:
+            renamed = ""
+        except OSError as exc:
+            raise JobUnreadable(self.job_id, f"name.txt: {_reason(exc)}") from None
+        return renamed or self.read_spec().name
+
+    def rename(self, text: str) -> str:
+        """Gives the job a new name (``job.json`` is written once, so the name goes into
+        ``name.txt``, atomically); returns the name as kept.
+
+        Raises:
+            ValueError: the name is empty or too long (see ``core.schemas.check_name``).
+        """
+        name = check_name(text)
+        write_atomic(self.name_file, name + "\n")
+        return name
 
     def read_spec(self) -> JobSpec:
         """``job.json``; raises :class:`JobUnreadable` with the reason when it cannot be read."""
@@ -96,10 +124,11 @@ class JobFolder:
             raise JobUnreadable(self.job_id, f"status.json: {_reason(exc)}") from None
 
     def readable(self) -> str | None:
-        """None when both files read; else why not (for listings that go on past it)."""
+        """None when its files read; else why not (for listings that go on past it)."""
         try:
             self.read_spec()
             self.read_status()
+            self.name  # noqa: B018 (name.txt, after a rename)
         except JobUnreadable as exc:
             return exc.reason
         return None
@@ -158,6 +187,7 @@ def create_job(
     model_map: dict[str, str] | None = None,
     shard_size: int = 10_000,
     owner: str | None = None,
+    name: str = "",
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -168,6 +198,7 @@ def create_job(
     spec = JobSpec(
         job_id=job.job_id,
         created_at=now_iso(),
+        name=name,
         source=source or input_file.name,
         engine=engine,
         defaults=defaults or JobDefaults(),

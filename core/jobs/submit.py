@@ -14,11 +14,14 @@ The rules:
 - invalid lines are refused unless the submitter asked to skip them, in which case each
   gets an error result of its own;
 - the model folders exist and are model folders, and the engine settings can work on this
-  machine (the settings' own bounds are their models' field constraints, core/schemas.py).
+  machine (the settings' own bounds are their models' field constraints, core/schemas.py);
+- a name given for the job is not empty and not too long (``core.schemas.check_name``);
+  without one, the job is named after its file (:func:`default_name`).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +32,10 @@ from core.config import data_paths
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
-from core.schemas import EngineConfig, JobDefaults, RaySettings
+from core.schemas import EngineConfig, JobDefaults, RaySettings, check_name, read_name
 
 LISTED_PROBLEMS = 20  # problems of the file quoted in a refusal; the report has them all
+VERSION_LINES = 1_000  # lines read for the prompt version of a default name
 
 
 class Refused(Exception):
@@ -73,8 +77,9 @@ class Submission:
     model_map: dict[str, str] = field(default_factory=dict)
     ray: RaySettings | None = None
     output_path: str | None = None
-    source: str | None = None
+    source: str | None = None  # the file's name as the user knows it (an upload's own name)
     owner: str | None = None  # the signed-in user; None: this machine's user
+    name: str | None = None  # the job's name; None: made from the file (see default_name)
 
 
 def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
@@ -120,7 +125,41 @@ def settings_problems(submission: Submission, gpus: int | None = None) -> list[s
         problems.append("requests inside the engine at once must be at least 1")
     if submission.ray is not None and not ray_installed():
         problems.append("Ray is not installed here: pip install -r requirements-ray.txt")
+    if submission.name is not None:
+        try:
+            check_name(submission.name)
+        except ValueError as exc:
+            problems.append(str(exc))
     return problems
+
+
+def prompt_version(file: Path) -> str | None:
+    """The ``metadata.prompt_version`` the builder writes into every line, when the file's
+    first lines (up to :data:`VERSION_LINES`) all carry the same one; else None."""
+    found: set[str] = set()
+    with file.open("rb") as handle:
+        for number, raw in enumerate(handle):
+            if number >= VERSION_LINES:
+                break
+            if not raw.strip():
+                continue
+            try:
+                metadata = json.loads(raw)["body"]["metadata"]
+                found.add(str(metadata["prompt_version"]))
+            except (ValueError, KeyError, TypeError):
+                return None
+            if len(found) > 1:
+                return None
+    return found.pop() if found and next(iter(found)).strip() else None
+
+
+def default_name(file: Path, source: str | None = None) -> str:
+    """A job's name when the submitter gives none: the input file's name without its
+    suffix (an upload's own name, from ``source``) and the prompt version the builder
+    recorded, e.g. ``tickets, prompt v1``."""
+    stem = Path(source or file.name).stem or file.name
+    version = prompt_version(file)
+    return read_name(f"{stem}, prompt {version}" if version else stem)
 
 
 def submit(
@@ -157,6 +196,7 @@ def submit(
         model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
         shard_size=s.shard_size,
         owner=s.owner,
+        name=check_name(s.name) if s.name is not None else default_name(file, s.source),
     )
     return Started(job, start_worker(job))
 

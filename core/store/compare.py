@@ -37,8 +37,9 @@ class Side:
     field: str | None = None
     value: str | None = None
 
-    def label(self) -> str:
-        return self.job_id + (f" [{self.field}={self.value}]" if self.field else "")
+    def label(self, job: str | None = None) -> str:
+        """The side as text: its job (``job``, e.g. the job's label, else its id) and slice."""
+        return (job or self.job_id) + (f" [{self.field}={self.value}]" if self.field else "")
 
 
 def _field_sql(field: str, params: list[Any]) -> str:

@@ -20,9 +20,10 @@ import plotly.graph_objects as go
 from core.plan.pricing import PriceTable
 from core.store.db import Store
 from core.store.review import wilson
+from core.store.schema import JOB_LABEL_SQL
 
 GROUPS: dict[str, str] = {
-    "job": "r.job_id",
+    "job": JOB_LABEL_SQL,  # the job's name and the end of its id
     "model": "r.model",
     "prompt_version": "coalesce(r.prompt_version, '(none)')",
     "day": "strftime(coalesce(r.created_at, j.created_at), '%Y-%m-%d')",
@@ -193,7 +194,7 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     """Output tokens and requests per minute over time, per job (from the answers' times)."""
     clause, params = _where(scope)
     frame = store.query(
-        f"""SELECT r.job_id, date_trunc('minute', r.created_at) AS minute,
+        f"""SELECT {JOB_LABEL_SQL} AS job, date_trunc('minute', r.created_at) AS minute,
                    sum(r.completion_tokens) AS tokens_out, count(*) AS requests
             {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
             GROUP BY 1, 2 ORDER BY 2""",
@@ -202,10 +203,10 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     if frame.empty:
         return _empty("Throughput")
     if frame["minute"].nunique() < 3:  # a short job: one dot on a millisecond axis says nothing
-        per_job = frame.groupby("job_id", as_index=False)[["tokens_out", "requests"]].sum()
+        per_job = frame.groupby("job", as_index=False)[["tokens_out", "requests"]].sum()
         return px.bar(
             per_job,
-            x="job_id",
+            x="job",
             y="tokens_out",
             title="Output tokens (the jobs ran for under three minutes)",
         )
@@ -213,7 +214,7 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
         frame,
         x="minute",
         y="tokens_out",
-        color="job_id",
+        color="job",
         markers=True,
         title="Throughput (output tokens per minute)",
     )

@@ -29,6 +29,10 @@ from core.store.schema import (
 )
 
 BATCH_LINES = 50_000
+JOB_COLUMNS = (
+    "job_id", "created_at", "source", "model", "folder", "state", "total", "succeeded",
+    "failed", "prompt_tokens", "completion_tokens", "error", "name",
+)  # fmt: skip
 
 
 def _complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
@@ -135,10 +139,12 @@ class Store:
         """Brings one job folder's state and new result lines into the store."""
         spec = job.read_spec()  # raises JobUnreadable, before anything is written
         status = job.read_status()
+        name = job.name  # a rename's name.txt, else job.json's (also raises JobUnreadable)
         job_id = job.job_id  # the folder's name, never an id written inside it
         with self.cursor() as cur:
             cur.execute(
-                "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO jobs ({', '.join(JOB_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
                 [
                     job_id,
                     spec.created_at,
@@ -152,6 +158,7 @@ class Store:
                     status.prompt_tokens,
                     status.completion_tokens,
                     status.error,
+                    name,
                 ],
             )
             for event in status.history:
@@ -269,6 +276,12 @@ class Store:
     def jobs(self) -> pd.DataFrame:
         with self.cursor() as cur:
             return cur.execute("SELECT * FROM jobs ORDER BY created_at DESC").df()
+
+    def job_names(self) -> dict[str, str]:
+        """Each indexed job's name ("" for a job without one), by job id."""
+        with self.cursor() as cur:
+            rows = cur.execute("SELECT job_id, coalesce(name, '') FROM jobs").fetchall()
+        return dict(rows)
 
     def results(self, job_id: str, limit: int = 1000, offset: int = 0) -> pd.DataFrame:
         """A page of a job's results in input order, with each request's prompt."""

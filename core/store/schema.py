@@ -139,8 +139,20 @@ MIGRATIONS: list[str] = [
     ALTER TABLE results ADD COLUMN search_text VARCHAR;
     UPDATE results SET search_text = concat_ws(chr(10), lower(prompt), lower(answer));
     """,
+    # Job names (job.json's, or a rename's name.txt), so pages label jobs without opening
+    # each folder; every ingest writes the job's row again, so the next one fills it.
+    """
+    ALTER TABLE jobs ADD COLUMN name VARCHAR DEFAULT '';
+    """,
 ]
 
+
+# A job's label as core.schemas.job_label makes it ("name · end-of-id", or the id), in SQL
+# over results r joined with jobs j: charts grouped by job name their groups by it.
+JOB_LABEL_SQL = (
+    "CASE WHEN coalesce(j.name, '') = '' THEN r.job_id "
+    "ELSE j.name || ' · ' || regexp_extract(r.job_id, '[^_]*$') END"
+)
 
 # Requests and results are parsed by DuckDB's JSON functions, not line by line in Python:
 # ingest must keep up with the engine (20,000+ lines/s).

@@ -1,8 +1,8 @@
 """Background watchers of the UI process: the inbox, and job folders to ingest.
 
 Both use watchdog. The jobs watcher ingests a job into DuckDB when its result or status
-files change, at most once a second per job, so pages read fresh results without each
-page polling the folders.
+files or its name (a rename's ``name.txt``) change, at most once a second per job, so pages
+read fresh results without each page polling the folders.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.inbox import watch_inbox
 from core.store.db import Store
 
-WATCHED_FILES = ("output.jsonl", "errors.jsonl", "status.json")
+WATCHED_FILES = ("output.jsonl", "errors.jsonl", "status.json", "name.txt")
 MIN_INTERVAL_SECONDS = 1.0
 
 
