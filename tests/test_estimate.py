@@ -71,6 +71,7 @@ def test_time_is_the_expected_output_at_the_measured_speed_plus_the_model_load(
     assert result.expected_output_tokens == 100 * 50  # 100 lines, 50 tokens each
     assert result.seconds == pytest.approx(50.0 + 21.0)  # 5,000 tokens at 100/s, then load
     assert "model load 21 s included" in estimate_lines(result)[0]
+    assert json.dumps(result.to_dict())  # the report download carries it
     # A worker holding the model loaded skips the load.
     loaded = estimate(report_for(), PriceTable(), loaded=frozenset({MODEL}), home=tmp_path)
     assert loaded.seconds == pytest.approx(50.0)

@@ -44,7 +44,7 @@ class ModelEstimate:
     max_output_tokens: int
     expected_output_tokens: int
     expected_basis: str
-    throughput: RunMeasurement | None
+    tokens_per_s: float | None  # measured on this machine; None before a run
     load_seconds: float
     seconds: float | None
     cost: float | None
@@ -159,7 +159,7 @@ def estimate(
         return result
     for local in report.by_local_model.values():
         result.models.append(_model_estimate(local, prices, expected_share, loaded, home))
-        if result.models[-1].throughput is None:
+        if result.models[-1].tokens_per_s is None:
             result.notes.append(
                 f"no run of {local['name']} measured yet on this machine: no time estimate "
                 "(a finished run records one)"
@@ -202,7 +202,7 @@ def _model_estimate(
         max_out,
         expected,
         basis,
-        speed,
+        speed.output_tokens_per_s if speed is not None else None,
         load,
         seconds,
         cost,

@@ -1,0 +1,234 @@
+"""Every page's rerun time with a million-request job: first render and a rerun, per page.
+
+Usage::
+
+    .venv/bin/python bench/pages.py [--finished 1000000] [--running 200000] [--keep DIR]
+
+Builds, in a fresh data folder, a finished job of ``--finished`` requests (1% failed) and a
+running one of ``--running`` requests, through the product's own writers (``create_job``,
+``OutputWriter``, ``JobStatus``, ``append_sample``) and ingested as the app ingests, so the
+files and tables are what a real run leaves; no engine runs. A stand-in worker process then
+appends ~200 results a second to the running job, with its heartbeat, for the whole
+benchmark. Each page is then opened with ``AppTest`` in a fresh session, with the big job
+selected: the time of its first render, and of a rerun (what every widget change costs
+before the widget's own work); Monitor also on the running job. Last, the peak RSS of this
+process (which is the UI process here) and one line ``slowest page: NAME N ms``.
+
+The data folder is built once per size and kept (``--keep``, default under /tmp); building
+a million requests takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from core.jobs.folder import JobFolder, create_job  # noqa: E402
+from core.jobs.output_file import OutputWriter  # noqa: E402
+from core.run.monitoring import append_sample, progress_sample  # noqa: E402
+from core.run.outputs import Choice, Completion, error_line, success_line  # noqa: E402
+from core.schemas import EngineConfig, JobStatus, now_iso  # noqa: E402
+
+MODEL = "SmolLM2-135M-Instruct"
+CHUNK = 20_000
+FEED_PER_SECOND = 200
+PAGES = [
+    "upload.py",
+    "build.py",
+    "run.py",
+    "monitor.py",
+    "results.py",
+    "review.py",
+    "dashboards.py",
+    "compare.py",
+    "jobs.py",
+    "settings.py",
+]
+
+
+def request(i: int) -> str:
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Label the ticket: billing, bug or other."},
+            {"role": "user", "content": f"Ticket {i}: the invoice for order {i * 7} is wrong."},
+        ],
+        "max_tokens": 16,
+        "metadata": {"prompt_version": "v1", "source_id": str(i)},
+    }
+    line = {"custom_id": f"t-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    return json.dumps(line)
+
+
+def result(i: int) -> dict:
+    if i % 100 == 99:
+        return error_line(f"t-{i}", "engine_rejected", "prompt too long")
+    answer = ("billing", "bug", "other")[i % 3]
+    completion = Completion(31, [Choice(answer, "stop", 2)], latency_ms=40 + i % 90)
+    return success_line(f"t-{i}", MODEL, completion)
+
+
+def write_results(job: JobFolder, start: int, stop: int) -> tuple[int, int]:
+    """Appends results ``start..stop`` as the worker does; returns (succeeded, failed)."""
+    output, errors = OutputWriter(job.output), OutputWriter(job.errors)
+    ok = failed = 0
+    try:
+        for first in range(start, stop, CHUNK):
+            lines = [result(i) for i in range(first, min(first + CHUNK, stop))]
+            good = [x for x in lines if x["error"] is None]
+            output.write(good)
+            errors.write([x for x in lines if x["error"] is not None])
+            ok, failed = ok + len(good), failed + len(lines) - len(good)
+    finally:
+        output.close()
+        errors.close()
+    return ok, failed
+
+
+def build_job(home: Path, name: str, requests: int, written: int, state: str) -> JobFolder:
+    batch = home / f"{name}.jsonl"
+    with batch.open("w") as out:
+        for first in range(0, requests, CHUNK):
+            out.write(
+                "".join(request(i) + "\n" for i in range(first, min(first + CHUNK, requests)))
+            )
+    job = create_job(batch, home / "jobs", EngineConfig(model=f"/models/{MODEL}"))
+    ok, failed = write_results(job, 0, written)
+    status = JobStatus(total=requests, done=ok + failed, succeeded=ok, failed=failed)
+    status.completion_tokens, status.prompt_tokens = 2 * ok, 31 * ok
+    status.enter("running", "running")
+    if state == "completed":
+        status.enter("completed", "completed with errors")
+        status.finished_at = now_iso()
+    job.write_status(status)
+    for k in range(600):  # ten minutes of heartbeats
+        sample = progress_sample(k * written // 600, 2 * k * written // 600, {"rss_mib": 900.0})
+        sample["t"] = time.time() - 600 + k
+        append_sample(job.metrics, sample)
+    return job
+
+
+def feed(job_dir: Path) -> None:
+    """The stand-in worker: appends ~FEED_PER_SECOND results a second with a heartbeat."""
+    job = JobFolder(job_dir)
+    status = job.read_status()
+    status.pid = os.getpid()
+    i = status.done
+    while i < status.total:
+        started = time.monotonic()
+        ok, failed = write_results(job, i, min(i + FEED_PER_SECOND // 4, status.total))
+        i += ok + failed
+        status.done, status.succeeded, status.failed = (
+            i,
+            status.succeeded + ok,
+            status.failed + failed,
+        )
+        status.heartbeat_at = time.time()
+        job.write_status(status)
+        append_sample(job.metrics, progress_sample(i, 2 * i, {"rss_mib": 900.0}))
+        time.sleep(max(0.25 - (time.monotonic() - started), 0))
+
+
+def build(home: Path, finished: int, running: int) -> None:
+    marker = home / f"built-{finished}-{running}"
+    if marker.exists():
+        return
+    from core.store.db import Store
+
+    home.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    build_job(home, "finished", finished, finished, "completed")
+    build_job(home, "running", running, running // 2, "running")
+    print(f"built the jobs in {time.monotonic() - started:.0f} s", flush=True)
+    started = time.monotonic()
+    store = Store(home / "studio.duckdb")
+    store.ingest_all(home / "jobs")
+    store.close()
+    print(f"ingested in {time.monotonic() - started:.0f} s", flush=True)
+    marker.touch()
+
+
+def timed(at, action) -> float:
+    started = time.perf_counter()
+    action()
+    elapsed = (time.perf_counter() - started) * 1000
+    if at.exception:
+        raise SystemExit(f"the page failed: {[e.message for e in at.exception]}")
+    return elapsed
+
+
+def page_times(page: str, state: dict) -> tuple[float, float]:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600).run()
+    for key, value in state.items():
+        at.session_state[key] = value
+    first = timed(at, lambda: at.switch_page(f"pages/{page}").run())
+    rerun = min(timed(at, at.run) for _ in range(3))
+    return first, rerun
+
+
+def report(row: tuple[str, str, float, float]) -> None:
+    page, job, first, rerun = row
+    print(f"{page:16} {job:10} first {first:8.0f} ms  rerun {rerun:8.0f} ms", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--running", type=int, default=200_000)
+    parser.add_argument("--keep", type=Path, default=Path("/tmp/batch-studio-bench-pages"))
+    parser.add_argument("--feed", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.feed:
+        feed(args.feed)
+        return
+    home = args.keep / f"{args.finished}-{args.running}"
+    build(home, args.finished, args.running)
+    os.environ["BATCH_STUDIO_HOME"] = str(home)
+    jobs = {JobFolder(p).read_spec().source: JobFolder(p) for p in (home / "jobs").glob("job_*")}
+    big = next(j for s, j in jobs.items() if s.endswith("finished.jsonl"))
+    live = next(j for s, j in jobs.items() if s.endswith("running.jsonl"))
+    feeder = subprocess.Popen([sys.executable, __file__, "--feed", str(live.path)])
+    rows = []
+    try:
+        time.sleep(2)  # the feeder is writing
+        big_state = {"job_id": big.job_id, "batch_file": str(big.input)}
+        for page in PAGES:
+            first, rerun = page_times(page, big_state)
+            rows.append((page, "1M finished", first, rerun))
+            print(
+                f"{page:16} {'finished':10} first {first:8.0f} ms  rerun {rerun:8.0f} ms",
+                flush=True,
+            )
+        for page in ("monitor.py", "jobs.py"):
+            first, rerun = page_times(page, {"job_id": live.job_id})
+            rows.append((page, "running", first, rerun))
+            print(
+                f"{page:16} {'running':10} first {first:8.0f} ms  rerun {rerun:8.0f} ms", flush=True
+            )
+    finally:
+        feeder.terminate()
+        feeder.wait()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print()
+    print("| page | job | first render (ms) | rerun (ms) |")
+    print("| --- | --- | ---: | ---: |")
+    for page, job, first, rerun in rows:
+        print(f"| {page} | {job} | {first:,.0f} | {rerun:,.0f} |")
+    print(f"\nUI process peak RSS: {rss:,.0f} MiB")
+    page, job, first, rerun = max(rows, key=lambda r: max(r[2], r[3]))
+    print(f"slowest page: {page} ({job}) {max(first, rerun):.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
