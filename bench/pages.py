@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# This file is called pages.py: the app's pages package must win over it.
+sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
 
 from core.jobs.folder import JobFolder, create_job  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
@@ -41,6 +42,7 @@ from core.schemas import EngineConfig, JobStatus, now_iso  # noqa: E402
 MODEL = "SmolLM2-135M-Instruct"
 CHUNK = 20_000
 FEED_PER_SECOND = 200
+RESOURCES = {"rss_mib": 900.0, "cpu_percent": 190.0}  # what a worker's sampler adds
 PAGES = [
     "upload.py",
     "build.py",
@@ -111,7 +113,9 @@ def build_job(home: Path, name: str, requests: int, written: int, state: str) ->
         status.finished_at = now_iso()
     job.write_status(status)
     for k in range(600):  # ten minutes of heartbeats
-        sample = progress_sample(k * written // 600, 2 * k * written // 600, {"rss_mib": 900.0})
+        sample = progress_sample(
+            k * written // 600, 2 * k * written // 600, {"rss_mib": 900.0, "cpu_percent": 190.0}
+        )
         sample["t"] = time.time() - 600 + k
         append_sample(job.metrics, sample)
     return job
@@ -134,7 +138,9 @@ def feed(job_dir: Path) -> None:
         )
         status.heartbeat_at = time.time()
         job.write_status(status)
-        append_sample(job.metrics, progress_sample(i, 2 * i, {"rss_mib": 900.0}))
+        append_sample(
+            job.metrics, progress_sample(i, 2 * i, {"rss_mib": 900.0, "cpu_percent": 190.0})
+        )
         time.sleep(max(0.25 - (time.monotonic() - started), 0))
 
 

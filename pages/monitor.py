@@ -187,13 +187,10 @@ def show(job: JobFolder) -> None:
             )
         else:
             st.caption("No GPU on this machine: showing the worker process's memory and CPU.")
-            cols = st.columns(2)
-            cols[0].plotly_chart(
-                px.line(frame, x="time", y="rss_mib", title="Worker RSS (MiB)"), key="rss"
-            )
-            cols[1].plotly_chart(
-                px.line(frame, x="time", y="cpu_percent", title="Worker CPU %"), key="cpu"
-            )
+            charts = [("rss_mib", "Worker RSS (MiB)"), ("cpu_percent", "Worker CPU %")]
+            for col, (column, title) in zip(st.columns(2), charts, strict=True):
+                if column in frame:  # a sample written without it charts nothing, never fails
+                    col.plotly_chart(px.line(frame, x="time", y=column, title=title), key=column)
 
     recent = recent_lines(job.output) + recent_lines(job.errors, 3)
     if recent:
