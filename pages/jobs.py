@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.jobs.ledger import read_ledger, reconcile, shards, verify, write_rerun_file
+from core.jobs.ledger import read_ledger, summary, verify, write_rerun_file
 from core.jobs.queue import priority, queued_jobs, set_priority
 from core.schemas import NAME_MAX
 from pages.shared import (
@@ -87,7 +87,8 @@ cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitorin
 cols[1].page_link("pages/results.py", label="Results", icon=":material/table_view:")
 
 st.subheader("Reconciliation")
-report = reconcile(job)
+known = summary(job, spec.shard_size)  # read once per change of the job's files
+report = known.reconciliation
 c = st.columns(5)
 c[0].metric("Requests", report.requests)
 c[1].metric("Succeeded", report.succeeded)
@@ -105,15 +106,14 @@ if report.failures_by_class:
         hide_index=True,
         width="stretch",
     )
-retryable = read_ledger(job).retryable()
-can_rerun = bool(retryable) and (status.is_final or status.interrupted)
-label = f"Rerun the {len(retryable)} failed, expired or missing requests"
+can_rerun = bool(known.retryable) and (status.is_final or status.interrupted)
+label = f"Rerun the {known.retryable} failed, expired or missing requests"
 if can_rerun and st.button(label, type="primary"):
-    write_rerun_file(job, retryable, job.path / "rerun.jsonl")
+    write_rerun_file(job, read_ledger(job).retryable(), job.path / "rerun.jsonl")
     restart(
         job, retry=True, done="Rerunning into the same job; the subset is saved as rerun.jsonl."
     )
-parts = shards(read_ledger(job), spec.shard_size)
+parts = known.shards
 if len(parts) > 1:
     st.subheader("Shards")
     st.dataframe(

@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 from pydantic import ValidationError
 
-from core.check import check_file
+from core.check import checked, file_signature
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, default_name, submit
 from core.model_folders import model_folders
@@ -23,7 +23,11 @@ if not batch_file or not Path(batch_file).is_file():
     st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
     st.stop()
 
-report = check_file(batch_file)
+# The report Upload & check made for this very file (same path, size and time), else a
+# structural check made once per file in this process: a click here never rechecks.
+report = st.session_state.get("check_report")
+if report is None or st.session_state.get("check_file") != file_signature(batch_file):
+    report = checked(batch_file)
 st.write(
     f"**{st.session_state.get('batch_name', Path(batch_file).name)}**: {report.valid} valid "
     f"of {report.lines} lines"

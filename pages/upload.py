@@ -16,6 +16,7 @@ from core.check import (
     background,
     check_file,
     check_key,
+    file_signature,
     histogram_labels,
 )
 from core.config import SAMPLE_DATA
@@ -154,7 +155,9 @@ if st.session_state.get("check_key") != key:
     if path.stat().st_size <= background.SYNC_CHECK_BYTES:
         with st.spinner("Checking every line…"):
             report = check_file(path, valid_out=valid_path, **options)
-        st.session_state.update(check_key=key, check_report=report, check_task=None)
+        st.session_state.update(
+            check_key=key, check_report=report, check_task=None, check_file=file_signature(path)
+        )
     else:
         if task is None or task.key != key:
             if task is not None:
@@ -169,7 +172,11 @@ if st.session_state.get("check_key") != key:
                 if running.error:
                     st.error(escape(running.error))
                     return
-                st.session_state.update(check_key=running.key, check_report=running.report)
+                st.session_state.update(
+                    check_key=running.key,
+                    check_report=running.report,
+                    check_file=file_signature(running.path),
+                )
                 st.rerun()
             st.progress(
                 running.fraction,

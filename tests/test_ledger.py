@@ -2,9 +2,21 @@
 
 import json
 
-from core.jobs.ledger import combined_lines, read_ledger, reconcile, verify, write_rerun_file
+import pytest
+
+from core.config import REPO_ROOT, SAMPLE_DATA
+from core.jobs.folder import JobFolder
+from core.jobs.ledger import (
+    LedgerReader,
+    combined_lines,
+    input_lines,
+    read_ledger,
+    reconcile,
+    verify,
+    write_rerun_file,
+)
 from core.jobs.output_file import OutputWriter
-from core.run.outputs import error_line
+from core.run.outputs import Choice, Completion, error_line, success_line
 from tests.conftest import run_cli
 from tests.factories import finished_job
 
@@ -75,3 +87,38 @@ def test_reconcile_cli_writes_the_rerun_file(studio_home, tmp_path):
     assert "2 requests, 1 succeeded, 1 failed" in result.stdout
     assert "1 x engine_rejected: prompt too long" in result.stdout
     assert [json.loads(x)["custom_id"] for x in rerun.read_text().splitlines()] == ["b"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((REPO_ROOT / "tests" / "broken").glob("*.jsonl"))
+    + sorted((REPO_ROOT / "tests" / "hostile").glob("*.jsonl"))
+    + sorted(SAMPLE_DATA.glob("*.jsonl")),
+    ids=lambda p: p.name,
+)
+def test_the_ledger_reads_each_lines_id_as_the_check_does(path, tmp_path):
+    """The ledger reads only ids (fast, for a million lines); the check reads everything:
+    on every broken and hostile file they must agree, line by line."""
+    from core.check import scan
+
+    job = JobFolder(tmp_path)
+    job.input.write_bytes(path.read_bytes())
+    by_check = [(c.line_no, c.custom_id or f"line-{c.line_no}") for c in scan(job.input)]
+    assert list(input_lines(job)) == by_check
+
+
+def test_the_ledger_follows_a_growing_file_and_reads_only_what_was_added(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": None, "c": "no"})
+    reader = LedgerReader(job)
+    ledger = reader.read()
+    assert ledger.succeeded == {"a", "c"} and set(ledger.failed) == {"b"}
+    version = reader.version
+    assert reader.read() is ledger and reader.version == version  # nothing new: no work
+    with OutputWriter(job.output) as writer:  # b retried and succeeded; then a torn line
+        writer.write([success_line("b", "m", Completion(1, [Choice("ok", "stop", 1)]))])
+    with job.output.open("ab") as handle:
+        handle.write(b'{"custom_id": "zz"')
+    ledger = reader.read()
+    assert ledger.succeeded == {"a", "b", "c"} and ledger.failed == {}
+    assert reader.version > version and not ledger.unexpected
+    assert reader.read().succeeded == read_ledger(job).succeeded  # same as a fresh read

@@ -168,3 +168,28 @@ def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(worker, "make_executor", loading)
     status = worker.run_job(job)
     assert status.state == "cancelled" and status.done == 0 and status.left == 10
+
+
+def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
+    studio_home.mkdir()
+    batch = studio_home / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    job = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+    now = time.time()
+    gpus = [
+        {
+            "index": i,
+            "memory_used_mib": 1000.0 * (i + 1),
+            "memory_total_mib": 8e4,
+            "utilization": 50,
+        }
+        for i in range(2)
+    ]
+    samples = [{"t": now - 2 * k, "done": 0, "output_tokens": 0, "gpus": gpus} for k in (2, 1)]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=1))
+    at = open_page("monitor.py", job_id=job.job_id)
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert [c["layout"]["title"]["text"] for c in charts] == ["GPU memory (MiB)", "GPU %"]
+    memory = {trace["name"]: trace["y"] for trace in charts[0]["data"]}
+    assert memory == {"GPU 0": [1000.0, 1000.0], "GPU 1": [2000.0, 2000.0]}

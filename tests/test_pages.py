@@ -266,3 +266,26 @@ def test_results_page_shows_a_finished_job(studio_home: Path) -> None:
     assert table.loc["long-2", "error_message"] == "the prompt is longer than the model allows"
     labels = [b.label for b in at.download_button]  # the job has a failure: its error file
     assert labels == ["Export CSV", "Download output JSONL", "Download error file"]
+
+
+def test_run_reuses_the_check_upload_made_and_never_rechecks_on_a_click(monkeypatch) -> None:
+    import core.check
+    import core.check.file_check
+
+    calls = []
+    real = core.check.file_check.check_file
+
+    def counting(*args, **kwargs):
+        if Path(args[0]).name == "review_sentiment.jsonl":
+            calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core.check.file_check, "check_file", counting)
+    monkeypatch.setattr(core.check, "check_file", counting)
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    assert len(calls) == 1  # Upload & check checked it
+    at.switch_page("pages/run.py").run()
+    at.run()
+    at.text_input(key="run_job_name").input("x").run()  # a widget change
+    assert not at.exception and len(calls) == 1  # Run showed Upload's report, three times
+    assert "16 valid of 16 lines" in shown(at.markdown[0].value)

@@ -12,7 +12,13 @@
 Callers outside this package use the names below.
 """
 
-from core.check.background import SYNC_CHECK_BYTES, BackgroundCheck, check_key
+from core.check.background import (
+    SYNC_CHECK_BYTES,
+    BackgroundCheck,
+    check_key,
+    checked,
+    file_signature,
+)
 from core.check.file_check import check_file
 from core.check.report import (
     CONTEXT_EXCEEDED,
@@ -39,6 +45,8 @@ __all__ = [
     "Problem",
     "check_file",
     "check_key",
+    "checked",
+    "file_signature",
     "histogram_labels",
     "scan",
     "summary_lines",

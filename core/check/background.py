@@ -73,3 +73,27 @@ def check_key(path: str | Path, **options: Any) -> str:
         [str(path), stat.st_size, stat.st_mtime_ns, options], sort_keys=True, default=str
     )
     return hashlib.blake2b(data.encode(), digest_size=8).hexdigest()
+
+
+def file_signature(path: str | Path) -> tuple[str, int, int]:
+    """Which file, at which size and modification time: a report made for one signature
+    holds for the file until it changes."""
+    stat = Path(path).stat()
+    return str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns
+
+
+REPORTS_KEPT = 8
+_reports: dict[tuple[str, int, int], Any] = {}
+
+
+def checked(path: str | Path) -> Any:
+    """The structural check of a file (no token counts), made once per file signature in
+    this process: a page that redraws on every click never checks the same file twice."""
+    from core.check.file_check import check_file
+
+    signature = file_signature(path)
+    report = _reports.pop(signature, None) or check_file(path)
+    _reports[signature] = report  # newest last
+    while len(_reports) > REPORTS_KEPT:
+        _reports.pop(next(iter(_reports)))
+    return report

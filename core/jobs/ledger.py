@@ -8,24 +8,61 @@ request's final result is its success line if it has one, else its latest error 
 from __future__ import annotations
 
 import json
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.check import scan
+import msgspec
+
 from core.jobs.folder import JobFolder
-from core.jobs.output_file import CHAIN_FIELD, chain_hash, read_lines, split_chain
+from core.jobs.output_file import (
+    CHAIN_FIELD,
+    chain_hash,
+    complete_lines,
+    read_lines,
+    split_chain,
+)
+
+BOM = b"\xef\xbb\xbf"
 
 NEVER_RETRIED = ("invalid_request",)  # the same input fails the same way
 
 
+class _Line(msgspec.Struct):
+    """What the ledger reads of a line: its ``custom_id`` (and a result's ``error``); the
+    rest is skipped by the decoder without being built."""
+
+    custom_id: Any = None
+    error: Any = None
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
+def _request_id(raw: bytes) -> str | None:
+    """A request line's ``custom_id`` as the check reads it: a non-blank string, else None
+    (the check reports such a line; the ledger counts it as ``line-N``)."""
+    try:
+        if not raw.isascii():
+            raw.decode("utf-8")  # a line that is not UTF-8 is invalid as a whole
+        cid = _decode_line(raw).custom_id
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    return cid if isinstance(cid, str) and cid.strip() else None
+
+
 def input_lines(job: JobFolder) -> Iterator[tuple[int, str]]:
     """``(line_no, custom_id)`` of every request line (``line-N`` where it has no id),
-    repeats included."""
-    for checked in scan(job.input):
-        yield checked.line_no, checked.custom_id or f"line-{checked.line_no}"
+    repeats included; blank lines are not requests but keep their numbers."""
+    with job.input.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            if line_no == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM) :]
+            if raw.strip():
+                yield line_no, _request_id(raw) or f"line-{line_no}"
 
 
 def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:
@@ -39,7 +76,7 @@ def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:
 
 @dataclass
 class Ledger:
-    """The final state of each request of a job."""
+    """The final state of each request of a job, built up as result lines are added."""
 
     ids: list[str]
     succeeded: set[str] = field(default_factory=set)
@@ -47,6 +84,23 @@ class Ledger:
     duplicate_successes: list[str] = field(default_factory=list)
     unexpected: set[str] = field(default_factory=set)
     repeated_lines: list[tuple[int, str]] = field(default_factory=list)  # (line, id) repeats
+
+    def __post_init__(self) -> None:
+        self.known = set(self.ids)
+
+    def add_success(self, cid: str) -> None:
+        if cid in self.succeeded:
+            self.duplicate_successes.append(cid)
+        self.succeeded.add(cid)
+        self.failed.pop(cid, None)  # a success is final, whatever failed before it
+        if cid not in self.known:
+            self.unexpected.add(cid)
+
+    def add_failure(self, cid: str, error: Any) -> None:
+        if cid not in self.succeeded:
+            self.failed[cid] = error if isinstance(error, dict) else {}  # the latest one
+        if cid not in self.known:
+            self.unexpected.add(cid)
 
     def coverage_problems(self) -> list[str]:
         """Why the result lines do not give every input line exactly one final result
@@ -78,7 +132,54 @@ class Ledger:
         return self.missing + failed
 
 
-def read_ledger(job: JobFolder) -> Ledger:
+def _signature(path: Path) -> tuple[int, int]:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return 0, 0
+    return stat.st_size, stat.st_mtime_ns
+
+
+class LedgerReader:
+    """A job's ledger, kept current by reading only the result lines appended since the
+    last read: the input never changes under a job, and result files only grow (a writer
+    that cuts a torn last line makes a file shorter: then it is read again)."""
+
+    def __init__(self, job: JobFolder) -> None:
+        self.job = job
+        self.lock = threading.Lock()
+        self.version = 0  # changes whenever the ledger does
+        self._input: tuple[int, int] | None = None
+        self._offsets = {"output": 0, "errors": 0}
+        self.ledger = Ledger(ids=[])
+
+    def read(self) -> Ledger:
+        """The ledger as the files stand now (callers hold :attr:`lock` while using it)."""
+        job = self.job
+        if _signature(job.input) != self._input or any(
+            _signature(path)[0] < self._offsets[name]
+            for name, path in (("output", job.output), ("errors", job.errors))
+        ):
+            self._input = _signature(job.input)
+            self._offsets = {"output": 0, "errors": 0}
+            self.ledger = _input_ledger(job)
+            self.version += 1
+        for name, path, add in (
+            ("output", job.output, lambda line: self.ledger.add_success(line.custom_id)),
+            (
+                "errors",
+                job.errors,
+                lambda line: self.ledger.add_failure(line.custom_id, line.error),
+            ),
+        ):
+            raws, self._offsets[name] = complete_lines(path, self._offsets[name])
+            for raw in raws:
+                add(_decode_line(raw))
+            self.version += bool(raws)
+        return self.ledger
+
+
+def _input_ledger(job: JobFolder) -> Ledger:
     ids: dict[str, int] = {}
     repeated = []
     for line_no, cid in input_lines(job):
@@ -86,19 +187,12 @@ def read_ledger(job: JobFolder) -> Ledger:
             repeated.append((line_no, cid))
         else:
             ids[cid] = line_no
-    ledger = Ledger(ids=list(ids), repeated_lines=repeated)
-    known = set(ledger.ids)
-    for line in read_lines(job.output):
-        cid = line["custom_id"]
-        if cid in ledger.succeeded:
-            ledger.duplicate_successes.append(cid)
-        ledger.succeeded.add(cid)
-    for line in read_lines(job.errors):
-        ledger.failed[line["custom_id"]] = line.get("error") or {}
-    for cid in ledger.succeeded:
-        ledger.failed.pop(cid, None)
-    ledger.unexpected = (ledger.succeeded | set(ledger.failed)) - known
-    return ledger
+    return Ledger(ids=list(ids), repeated_lines=repeated)
+
+
+def read_ledger(job: JobFolder) -> Ledger:
+    """The job's ledger, read from its files now (a torn last line is skipped)."""
+    return LedgerReader(job).read()
 
 
 @dataclass
@@ -179,7 +273,11 @@ class Reconciliation:
 
 
 def reconcile(job: JobFolder) -> Reconciliation:
-    ledger = read_ledger(job)
+    """The job's input lines against its result lines, read now."""
+    return _reconciliation(read_ledger(job))
+
+
+def _reconciliation(ledger: Ledger) -> Reconciliation:
     classes = Counter(
         f"{e.get('code', 'error')}: {str(e.get('message', ''))[:120]}"
         for e in ledger.failed.values()
@@ -284,3 +382,43 @@ def recent_lines(path: Path, count: int = 5, tail_bytes: int = 262_144) -> list[
         data = handle.read()
     raws = [r for r in data.split(b"\n")[1 if size > tail_bytes else 0 : -1] if r.strip()]
     return [json.loads(r) for r in raws[-count:]]
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What a page shows of a job's ledger, computed once per change of its files."""
+
+    reconciliation: Reconciliation
+    retryable: int  # failed or missing requests a rerun may fix
+    shards: list[Shard]
+
+
+READERS_KEPT = 4  # jobs whose ledgers a process keeps in memory, most recently used
+_readers: OrderedDict[Path, LedgerReader] = OrderedDict()
+_readers_lock = threading.Lock()
+_summaries: dict[Path, tuple[tuple[int, int], JobSummary]] = {}
+
+
+def summary(job: JobFolder, shard_size: int) -> JobSummary:
+    """The job's reconciliation, rerun count and shards, for pages that redraw often.
+
+    The ledger stays in memory between calls (for the last few jobs) and reads only what
+    was appended since, so a finished job costs nothing after its first read and a running
+    one only its new lines; the derived figures are recomputed only when those change.
+    """
+    with _readers_lock:
+        reader = _readers.pop(job.path, None) or LedgerReader(job)
+        _readers[job.path] = reader
+        while len(_readers) > READERS_KEPT:
+            _summaries.pop(_readers.popitem(last=False)[0], None)
+    with reader.lock:
+        ledger = reader.read()
+        key = (reader.version, shard_size)
+        cached = _summaries.get(job.path)
+        if cached is None or cached[0] != key:
+            retryable = len(ledger.missing) + sum(
+                (e or {}).get("code") not in NEVER_RETRIED for e in ledger.failed.values()
+            )
+            found = JobSummary(_reconciliation(ledger), retryable, shards(ledger, shard_size))
+            cached = _summaries[job.path] = (key, found)
+        return cached[1]

@@ -75,6 +75,18 @@ def repair_torn_tail(path: Path) -> int:
     return size - keep
 
 
+def complete_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
+    """The complete, non-blank lines after byte ``offset`` (a torn last line is left for
+    the next read) and the offset after them: how readers follow a file being appended."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    return [raw for raw in complete.splitlines() if raw.strip()], offset + len(complete)
+
+
 def read_lines(path: Path) -> Iterator[dict[str, Any]]:
     """The complete result lines of an output file (a torn last line is skipped)."""
     if not path.exists():

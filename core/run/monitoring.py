@@ -9,6 +9,7 @@ monitor can chart a run after it ended.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import psutil
 
+from core.jobs.output_file import complete_lines
 from core.schemas import JobStatus
 
 
@@ -63,15 +65,25 @@ def append_sample(path: Path, sample: dict[str, Any]) -> None:
         handle.write(json.dumps(sample) + "\n")
 
 
+_samples: dict[Path, tuple[int, list[dict[str, Any]]]] = {}  # path -> (bytes read, samples)
+_samples_lock = threading.Lock()
+SAMPLE_FILES_KEPT = 8
+
+
 def read_samples(path: Path) -> list[dict[str, Any]]:
-    """The samples written so far (a torn last line is skipped)."""
-    if not path.exists():
-        return []
-    samples = []
-    for raw in path.read_bytes().splitlines(keepends=True):
-        if raw.endswith(b"\n"):
-            samples.append(json.loads(raw))
-    return samples
+    """The samples written so far (a torn last line is skipped). The Monitor asks every
+    2 s: each call reads only the lines appended since the last one (the last few jobs'
+    samples stay in memory); do not change the list returned."""
+    with _samples_lock:
+        offset, samples = _samples.pop(path, (0, []))
+        if not path.exists() or path.stat().st_size < offset:  # replaced: read it again
+            offset, samples = 0, []
+        raws, offset = complete_lines(path, offset)
+        samples = samples + [json.loads(raw) for raw in raws] if raws else samples
+        _samples[path] = (offset, samples)
+        while len(_samples) > SAMPLE_FILES_KEPT:
+            _samples.pop(next(iter(_samples)))
+        return samples
 
 
 @dataclass

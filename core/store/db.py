@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
+from core.jobs.output_file import complete_lines
 from core.store.schema import (
     MIGRATIONS,
     REQUEST_COLUMNS_SQL,
@@ -33,16 +34,6 @@ JOB_COLUMNS = (
     "job_id", "created_at", "source", "model", "folder", "state", "total", "succeeded",
     "failed", "prompt_tokens", "completion_tokens", "error", "name",
 )  # fmt: skip
-
-
-def _complete_lines(path: Path, offset: int) -> tuple[list[str], int]:
-    """The complete lines after ``offset`` and the offset after them."""
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
-    complete = data[: data.rfind(b"\n") + 1]
-    lines = [raw.decode("utf-8", "replace") for raw in complete.splitlines() if raw.strip()]
-    return lines, offset + len(complete)
 
 
 class Store:
@@ -232,7 +223,8 @@ class Store:
         offset = offset or 0
         if path.stat().st_size < offset:  # repaired or restarted: read it again (idempotent)
             offset = 0
-        raws, offset = _complete_lines(path, offset)
+        found, offset = complete_lines(path, offset)
+        raws = [raw.decode("utf-8", "replace") for raw in found]
         for start in range(0, len(raws), BATCH_LINES):
             lines = pa.table(  # noqa: F841 (read by DuckDB by name)
                 {"position": range(start, min(start + BATCH_LINES, len(raws))),
