@@ -52,9 +52,22 @@ else:
     key = c[3].selectbox("Pair items on", meta, key="cmp_key")
     side_a, side_b = cmp.Side(job, field, value_a), cmp.Side(job, field, value_b)
 
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def paired(_db: object, a: tuple, b: tuple, key: str, version: tuple) -> tuple:
+    """The pairs and coverage, once per comparison and state of the index."""
+    side_a, side_b = cmp.Side(*a), cmp.Side(*b)
+    return cmp.pairs(_db, side_a, side_b, key), cmp.coverage(_db, side_a, side_b, key)
+
+
 try:
-    pairs = cmp.pairs(db, side_a, side_b, key)
-    cover = cmp.coverage(db, side_a, side_b, key)
+    pairs, cover = paired(
+        db,
+        (side_a.job_id, side_a.field, side_a.value),
+        (side_b.job_id, side_b.field, side_b.value),
+        key,
+        db.data_version(),
+    )
 except cmp.CompareError as exc:
     st.warning(escape(exc))
     st.stop()

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from core.plan.pricing import PriceError, load_prices, price_rows, save_prices, table_from_rows
+from core.plan.pricing import (
+    PriceError,
+    PriceTable,
+    load_prices,
+    price_rows,
+    save_prices,
+    table_from_rows,
+)
 from core.store import dashboards as dash
 from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
 
@@ -43,23 +50,37 @@ with st.expander(f"Price table ({saved.currency}; model `*` prices the models no
     if prices != saved:
         save_prices(prices)
 
-summary = dash.with_cost(dash.summary(db, scope, by), prices)
+
+@st.cache_data(max_entries=16, show_spinner="Computing the charts…")
+def charts(
+    _db: object, scope_key: tuple, by: str, prices_json: str, version: tuple
+) -> tuple[pd.DataFrame, dict]:
+    """The summary and every figure, computed once per scope, grouping, price table and
+    state of the index (``version``): a rerun that changes none of them costs nothing."""
+    scope = dash.Scope(list(scope_key[0]), *scope_key[1:])
+    priced = PriceTable.model_validate_json(prices_json)
+    frame = dash.with_cost(dash.summary(_db, scope, by), priced)
+    if frame.empty:
+        return frame, {}
+    return frame, {
+        "requests": dash.requests_figure(frame, by),
+        "rates": dash.rates_figure(frame, by),
+        "finish_reasons": dash.finish_reasons_figure(_db, scope, by),
+        "tokens": dash.tokens_figure(frame, by),
+        "token_distribution": dash.token_distribution_figure(_db, scope, by),
+        "cost": dash.cost_figure(frame, by, priced.currency),
+        "throughput": dash.throughput_figure(_db, scope),
+        "latency": dash.latency_figure(_db, scope, by),
+        "pass_rate": dash.pass_rate_figure(_db, scope, by),
+    }
+
+
+scope_key = (tuple(scope.job_ids), scope.start, scope.end)
+summary, figures = charts(db, scope_key, by, prices.model_dump_json(), db.data_version())
 if summary.empty:
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()
 st.dataframe(summary, hide_index=True, width="stretch")
-
-figures = {
-    "requests": dash.requests_figure(summary, by),
-    "rates": dash.rates_figure(summary, by),
-    "finish_reasons": dash.finish_reasons_figure(db, scope, by),
-    "tokens": dash.tokens_figure(summary, by),
-    "token_distribution": dash.token_distribution_figure(db, scope, by),
-    "cost": dash.cost_figure(summary, by, prices.currency),
-    "throughput": dash.throughput_figure(db, scope),
-    "latency": dash.latency_figure(db, scope, by),
-    "pass_rate": dash.pass_rate_figure(db, scope, by),
-}
 columns = st.columns(2)
 for i, (name, fig) in enumerate(figures.items()):
     with columns[i % 2]:
@@ -72,7 +93,8 @@ c = st.columns([2, 1])
 chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
 c[1].download_button(
     "Download HTML",
-    dash.figure_html(figures[chosen]),
+    lambda: dash.figure_html(figures[chosen]),  # made when clicked: ~4 MB of HTML
+    on_click="ignore",
     file_name=f"{chosen}.html",
     mime="text/html",
     key="html_download",

@@ -45,7 +45,15 @@ if row["error"]:
     st.error(escape(row["error"]))
 
 # -- filters ----------------------------------------------------------------------------------
-facets = res.facets(db, job_ids)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict:
+    """The filters' values, once per state of the index (five scans of every result)."""
+    return res.facets(_db, list(job_ids))
+
+
+facets = cached_facets(db, tuple(job_ids), db.data_version())
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
     c = st.columns([2, 1])

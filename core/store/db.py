@@ -269,6 +269,17 @@ class Store:
         with self.cursor() as cur:
             return cur.execute("SELECT * FROM jobs ORDER BY created_at DESC").df()
 
+    def data_version(self) -> tuple:
+        """Changes whenever the index does (lines ingested, jobs, labels), and costs a few
+        milliseconds: the key under which pages keep what they computed from the index."""
+        with self.cursor() as cur:
+            return cur.execute(
+                """SELECT (SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0)
+                           FROM ingest_state),
+                          (SELECT count(*) FROM jobs), (SELECT max(name) FROM jobs),
+                          (SELECT count(*) FROM reviews), (SELECT max(updated_at) FROM reviews)"""
+            ).fetchone()
+
     def job_names(self) -> dict[str, str]:
         """Each indexed job's name ("" for a job without one), by job id."""
         with self.cursor() as cur:

@@ -2,11 +2,14 @@
 
 Both use watchdog. The jobs watcher ingests a job into DuckDB when its result or status
 files or its name (a rename's ``name.txt``) change, at most once a second per job, so pages
-read fresh results without each page polling the folders.
+read fresh results without each page polling the folders; it also reads the new lines into
+the job's ledger kept in memory (``core.jobs.ledger.summary``), as a thread does for the
+newest jobs when the watchers start.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -15,31 +18,55 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from core.config import DataPaths
-from core.jobs.folder import JobFolder, JobUnreadable
+from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.inbox import watch_inbox
+from core.jobs.ledger import READERS_KEPT, summary
 from core.store.db import Store
+
+log = logging.getLogger(__name__)
 
 WATCHED_FILES = ("output.jsonl", "errors.jsonl", "status.json", "name.txt")
 MIN_INTERVAL_SECONDS = 1.0
 
 
 class _JobsHandler(FileSystemEventHandler):
+    """Ingests a job whose files changed, at most once a second per job; a change inside
+    that second is ingested when it ends (never dropped: a job's last status may be it)."""
+
     def __init__(self, store: Store, jobs_dir: Path) -> None:
         self.store, self.jobs_dir = store, jobs_dir
         self._last: dict[str, float] = {}
+        self._waiting: set[str] = set()
         self._lock = threading.Lock()
+        self._ingesting = threading.Lock()  # one ingest at a time: they share offsets
 
     def _changed(self, path: Path) -> None:
         if path.name not in WATCHED_FILES or path.parent.parent != self.jobs_dir:
             return
         job = JobFolder(path.parent)
         with self._lock:
-            if time.monotonic() - self._last.get(job.job_id, 0) < MIN_INTERVAL_SECONDS:
-                return
+            if job.job_id in self._waiting:
+                return  # an ingest is already due: it will read this change too
+            wait = self._last.get(job.job_id, -MIN_INTERVAL_SECONDS) + MIN_INTERVAL_SECONDS
+            wait -= time.monotonic()
+            self._waiting.add(job.job_id)
+        if wait > 0:
+            timer = threading.Timer(wait, self._ingest, [job])
+            timer.daemon = True
+            timer.start()
+        else:
+            self._ingest(job)
+
+    def _ingest(self, job: JobFolder) -> None:
+        with self._lock:
+            self._waiting.discard(job.job_id)
             self._last[job.job_id] = time.monotonic()
-        if job.spec_file.exists():
+        if not job.spec_file.exists():
+            return
+        with self._ingesting:
             try:
                 self.store.ingest(job)
+                warm_ledger(job)
             except JobUnreadable as exc:  # that job's problem: the watcher goes on
                 self.store.unreadable[job.job_id] = exc.reason
 
@@ -52,10 +79,21 @@ class _JobsHandler(FileSystemEventHandler):
             self._changed(Path(str(event.dest_path)))
 
 
+def warm_ledger(job: JobFolder) -> None:
+    """Reads the job's new result lines into the ledger kept in memory, here in the
+    background, so the page that shows it next has nothing left to read."""
+    try:
+        summary(job, job.read_spec().shard_size)
+    except (JobUnreadable, OSError) as exc:
+        log.warning("ledger of %s not read ahead: %s", job.job_id, exc)
+
+
 def start_watchers(paths: DataPaths, store: Store) -> list[Observer]:
     """Starts the inbox and jobs watchers; returns their observers (daemon threads)."""
     jobs = Observer()
     jobs.schedule(_JobsHandler(store, paths.jobs), str(paths.jobs), recursive=True)
     jobs.daemon = True
     jobs.start()
+    newest = list_jobs(paths.jobs)[:READERS_KEPT]  # what Jobs and Monitor show first
+    threading.Thread(target=lambda: [warm_ledger(j) for j in newest], daemon=True).start()
     return [watch_inbox(paths), jobs]
