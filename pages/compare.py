@@ -66,7 +66,7 @@ try:
         (side_a.job_id, side_a.field, side_a.value),
         (side_b.job_id, side_b.field, side_b.value),
         key,
-        db.data_version(),
+        db.data_version([side_a.job_id, side_b.job_id]),
     )
 except cmp.CompareError as exc:
     st.warning(escape(exc))

@@ -76,7 +76,8 @@ def charts(
 
 
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
-summary, figures = charts(db, scope_key, by, prices.model_dump_json(), db.data_version())
+version = db.data_version(job_ids or None)
+summary, figures = charts(db, scope_key, by, prices.model_dump_json(), version)
 if summary.empty:
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()

@@ -53,7 +53,7 @@ def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict
     return res.facets(_db, list(job_ids))
 
 
-facets = cached_facets(db, tuple(job_ids), db.data_version())
+facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
     c = st.columns([2, 1])

@@ -9,6 +9,7 @@ twice changes nothing, and a deleted database is rebuilt from the job folders.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,13 +37,18 @@ JOB_COLUMNS = (
 )  # fmt: skip
 
 
+MEMORY_LIMIT = "512MB"
+
+
 class Store:
     """One DuckDB file; safe to share between Streamlit's script threads."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._con = duckdb.connect(str(self.path))
+        # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
+        # queries stream, so a fixed share keeps the UI process small (it spills past it).
+        self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
         self._lock = threading.RLock()
         self._migrate()
@@ -269,16 +275,36 @@ class Store:
         with self.cursor() as cur:
             return cur.execute("SELECT * FROM jobs ORDER BY created_at DESC").df()
 
-    def data_version(self) -> tuple:
-        """Changes whenever the index does (lines ingested, jobs, labels), and costs a few
-        milliseconds: the key under which pages keep what they computed from the index."""
+    def data_version(self, job_ids: list[str] | None = None, live_seconds: float = 10.0) -> tuple:
+        """A key that changes when the index does for these jobs (all when None): lines
+        ingested, their states and names, and review labels; a few milliseconds to read.
+
+        While one of them is still running its results change all the time: the key then
+        moves on at most every ``live_seconds``, so a page redrawn on each click shows
+        live figures without recomputing them on every click.
+        """
+        scope, params = "", []
+        if job_ids:
+            scope = f"WHERE job_id IN ({', '.join('?' * len(job_ids))})"
+            params = list(job_ids)
         with self.cursor() as cur:
-            return cur.execute(
-                """SELECT (SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0)
-                           FROM ingest_state),
-                          (SELECT count(*) FROM jobs), (SELECT max(name) FROM jobs),
-                          (SELECT count(*) FROM reviews), (SELECT max(updated_at) FROM reviews)"""
+            jobs = cur.execute(
+                f"SELECT count(*), max(name), string_agg(state, ',' ORDER BY job_id), "
+                f"bool_or(state NOT IN ('completed', 'failed', 'cancelled', 'expired')) "
+                f"FROM jobs {scope}",
+                params,
             ).fetchone()
+            labels = cur.execute(
+                f"SELECT count(*), max(updated_at) FROM reviews {scope}", params
+            ).fetchone()
+            if jobs[3]:  # running: a time bucket instead of the offsets
+                return (*jobs[:3], *labels, int(time.time() // live_seconds))
+            lines = cur.execute(
+                f"SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
+                f"FROM ingest_state {scope}",
+                params,
+            ).fetchone()
+        return (*jobs[:3], *labels, *lines)
 
     def job_names(self) -> dict[str, str]:
         """Each indexed job's name ("" for a job without one), by job id."""
