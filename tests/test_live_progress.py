@@ -28,17 +28,21 @@ def running_status(**fields) -> JobStatus:
 
 
 def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
-    # 200 requests all in the engine: none finished after 20 s, but 3,000 tokens written.
+    # 200 requests all in the engine: none finished after 30 s, but 3,000 tokens written.
     status = running_status(total=200, generated_tokens=3_000, expected_output_tokens=12_800)
     samples = [
         {"t": 100.0, "done": 0, "output_tokens": 0},
+        {"t": 105.0, "done": 0, "output_tokens": 10},  # the engine warming up
         {"t": 110.0, "done": 0, "output_tokens": 1_500},
         {"t": 120.0, "done": 0, "output_tokens": 3_000},
     ]
-    speed = rates(samples, status)
-    assert speed.requests_per_s == 0 and speed.tokens_per_s == pytest.approx(150.0)
+    # Two samples into generation the speed is shown, but no ETA is made from it yet.
+    early = rates(samples[:3], status)
+    assert early.tokens_per_s == pytest.approx(298.0) and early.eta_seconds is None
+    speed = rates(samples, status)  # from the first sample that moved: (3,000 - 10) / 15 s
+    assert speed.requests_per_s == 0 and speed.tokens_per_s == pytest.approx(2_990 / 15)
     assert speed.work_done == pytest.approx(3_000 / 12_800)
-    assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / 150.0)
+    assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / (2_990 / 15))
 
 
 def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
@@ -56,8 +60,8 @@ def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_mea
     job = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
     now = time.time()
     samples = [
-        {"t": now - 10, "done": 0, "output_tokens": 0, "rss_mib": 900, "cpu_percent": 190},
-        {"t": now, "done": 0, "output_tokens": 1_000, "rss_mib": 900, "cpu_percent": 190},
+        {"t": now - age, "done": 0, "output_tokens": tokens, "rss_mib": 900}
+        for age, tokens in ((30, 0), (20, 200), (10, 600), (0, 1_000))
     ]
     job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
     status = running_status(
@@ -68,8 +72,8 @@ def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_mea
     progress = at.get("progress")[0].proto
     assert "running: 0 / 200 requests · 25% of the at most output tokens" in progress.text
     assert progress.value == 25
-    assert metric(at, "Output tokens/s") == "100"
-    assert metric(at, "ETA") == "≤ 0:30"  # 3,000 tokens to go at 100/s, at most
+    assert metric(at, "Output tokens/s") == "40"  # from the first sample that moved
+    assert metric(at, "ETA") == "≤ 1:15"  # 3,000 tokens to go at 40/s, at most
     assert [b.label for b in at.button] == ["Cancel"]
     status.enter("cancelling")
     job.write_status(status)

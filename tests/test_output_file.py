@@ -27,3 +27,18 @@ def test_a_file_that_is_one_torn_line_becomes_empty(tmp_path):
     path.write_bytes(b'{"custom_id": "a"')
     repair_torn_tail(path)
     assert path.read_bytes() == b""
+
+
+def test_a_file_is_followed_a_bounded_piece_at_a_time(tmp_path):
+    from core.jobs.output_file import complete_lines
+
+    path = tmp_path / "out.jsonl"
+    path.write_bytes(b'{"a": 1}\n' * 10 + b'{"long": "' + b"x" * 100 + b'"}\n{"torn"')
+    offset, seen = 0, []
+    while True:  # 20 bytes at a time: each piece ends on a whole line, the long one too
+        raws, after = complete_lines(path, offset, max_bytes=20)
+        if after == offset:
+            break
+        seen, offset = seen + raws, after
+    assert len(seen) == 11 and seen[-1].startswith(b'{"long"')
+    assert offset == path.stat().st_size - len(b'{"torn"')  # the torn line waits

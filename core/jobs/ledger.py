@@ -164,18 +164,20 @@ class LedgerReader:
             self._offsets = {"output": 0, "errors": 0}
             self.ledger = _input_ledger(job)
             self.version += 1
-        for name, path, add in (
-            ("output", job.output, lambda line: self.ledger.add_success(line.custom_id)),
-            (
-                "errors",
-                job.errors,
-                lambda line: self.ledger.add_failure(line.custom_id, line.error),
-            ),
-        ):
-            raws, self._offsets[name] = complete_lines(path, self._offsets[name])
-            for raw in raws:
-                add(_decode_line(raw))
-            self.version += bool(raws)
+        ledger = self.ledger
+        for name, path in (("output", job.output), ("errors", job.errors)):
+            while True:  # a bounded piece at a time: a million lines never sit in memory
+                raws, after = complete_lines(path, self._offsets[name])
+                if after == self._offsets[name]:
+                    break
+                self._offsets[name] = after
+                for raw in raws:
+                    line = _decode_line(raw)
+                    if name == "output":
+                        ledger.add_success(line.custom_id)
+                    else:
+                        ledger.add_failure(line.custom_id, line.error)
+                self.version += 1
         return self.ledger
 
 

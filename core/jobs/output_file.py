@@ -75,14 +75,20 @@ def repair_torn_tail(path: Path) -> int:
     return size - keep
 
 
-def complete_lines(path: Path, offset: int) -> tuple[list[bytes], int]:
-    """The complete, non-blank lines after byte ``offset`` (a torn last line is left for
-    the next read) and the offset after them: how readers follow a file being appended."""
+READ_BYTES = 32 * 2**20  # what a reader holds of a file at once
+
+
+def complete_lines(path: Path, offset: int, max_bytes: int = READ_BYTES) -> tuple[list[bytes], int]:
+    """The complete, non-blank lines in about ``max_bytes`` after byte ``offset`` (a torn
+    last line is left for the next read) and the offset after them: how readers follow a
+    file being appended, a bounded piece at a time (call again until no line comes)."""
     if not path.exists():
         return [], offset
     with path.open("rb") as handle:
         handle.seek(offset)
-        data = handle.read()
+        data = handle.read(max_bytes)
+        if len(data) == max_bytes and not data.endswith(b"\n"):
+            data += handle.readline()  # the line the piece ends in, whole
     complete = data[: data.rfind(b"\n") + 1]
     return [raw for raw in complete.splitlines() if raw.strip()], offset + len(complete)
 

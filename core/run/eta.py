@@ -25,6 +25,7 @@ from core.run.engine import EngineActivity
 TAIL = 2_000  # requests simulated one by one; those before them go at the token rate
 DRAWS = 5
 SMOOTHING = 0.5  # weight of a new forecast against the previous one
+MIN_READINGS = 3  # readings with tokens before the token rate alone may set the speed
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,9 @@ class Forecast:
         rate = self._read(now, activity)
         step = self.step_time()
         if step is None:
-            if rate <= 0 or not activity.progress:
+            # The first seconds of generation are slow (the engine warms up): a speed read
+            # over fewer than three readings would promise hours for minutes of work.
+            if rate <= 0 or not activity.progress or len(self.readings) < MIN_READINGS:
                 return None
             step = StepTime(0.0, 1.0 / rate)  # every request as fast as the full batch
         eta = remaining_seconds(activity.progress, waiting, self.window, self.lengths, step, rate)

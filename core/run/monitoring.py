@@ -78,12 +78,18 @@ def read_samples(path: Path) -> list[dict[str, Any]]:
         offset, samples = _samples.pop(path, (0, []))
         if not path.exists() or path.stat().st_size < offset:  # replaced: read it again
             offset, samples = 0, []
-        raws, offset = complete_lines(path, offset)
-        samples = samples + [json.loads(raw) for raw in raws] if raws else samples
+        while True:
+            raws, after = complete_lines(path, offset)
+            if after == offset:
+                break
+            samples, offset = samples + [json.loads(raw) for raw in raws], after
         _samples[path] = (offset, samples)
         while len(_samples) > SAMPLE_FILES_KEPT:
             _samples.pop(next(iter(_samples)))
         return samples
+
+
+MIN_MOVING_SAMPLES = 3  # samples with progress before a speed is trusted for an ETA
 
 
 @dataclass
@@ -116,6 +122,7 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     else the model's speed measured on earlier runs.
     """
     result = Rates()
+    moved = None
     running = [s for s in samples if s.get("done") is not None]
     if len(running) >= 2:
         last = running[-1]
@@ -146,7 +153,10 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
         since = time.time() - (status.eta_at or time.time())
         result.eta_seconds = max(status.eta_seconds - max(since, 0.0), 0.0)
     elif expected:
-        speed = result.tokens_per_s or result.average_tokens_per_s
+        # An early speed (the engine warming up) would promise hours for minutes of work:
+        # until a few samples moved, the model's speed measured on earlier runs stands in.
+        trusted = moved is not None and len(running) - moved >= MIN_MOVING_SAMPLES
+        speed = (result.tokens_per_s or result.average_tokens_per_s) if trusted else 0.0
         speed = speed or status.measured_tokens_per_s or 0.0
         if speed > 0:
             # At least one token per request still without a result: never "0 s" early.

@@ -229,8 +229,17 @@ class Store:
         offset = offset or 0
         if path.stat().st_size < offset:  # repaired or restarted: read it again (idempotent)
             offset = 0
-        found, offset = complete_lines(path, offset)
-        raws = [raw.decode("utf-8", "replace") for raw in found]
+        total = 0
+        while True:  # a bounded piece of the file at a time
+            found, after = complete_lines(path, offset)
+            if after == offset:
+                return total, offset
+            total += self._upsert_results(cur, job, [r.decode("utf-8", "replace") for r in found])
+            offset = after
+
+    def _upsert_results(
+        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, raws: list[str]
+    ) -> int:
         for start in range(0, len(raws), BATCH_LINES):
             lines = pa.table(  # noqa: F841 (read by DuckDB by name)
                 {"position": range(start, min(start + BATCH_LINES, len(raws))),
@@ -267,7 +276,7 @@ class Store:
                 """,
                 [RESULT_SHAPE, job.job_id, job.job_id, job.job_id],
             )
-        return len(raws), offset
+        return len(raws)
 
     # -- queries --------------------------------------------------------------------------
 
