@@ -12,7 +12,8 @@ appends ~200 results a second to the running job, with its heartbeat, for the wh
 benchmark. After a warm-up (a server's imports, and what its watchers read ahead of the
 first visitor), each page is opened with ``AppTest`` in a fresh session, with the big job
 selected: the time of its first render, and of a rerun (what every widget change costs
-before the widget's own work; for Monitor what its 2 s refresh costs at most); Monitor and
+before the widget's own work; for Monitor what its 2 s refresh costs at most), and the
+first render with the pages' caches of DuckDB results emptied; Monitor and
 Jobs also on the running job. Last, the peak RSS of this process (which is the UI process
 here) and one line ``slowest page: NAME N ms``.
 
@@ -174,15 +175,22 @@ def timed(at, action) -> float:
     return elapsed
 
 
-def page_times(page: str, state: dict) -> tuple[float, float]:
+def page_times(page: str, state: dict) -> tuple[float, float, float]:
+    """First render with the pages' caches empty, first render in a fresh session, and
+    the best of three reruns."""
+    import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600).run()
-    for key, value in state.items():
-        at.session_state[key] = value
-    first = timed(at, lambda: at.switch_page(f"pages/{page}").run())
+    times = []
+    for clear in (True, False):
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600).run()
+        for key, value in state.items():
+            at.session_state[key] = value
+        if clear:
+            st.cache_data.clear()  # what the index gave the pages; the ledgers stay read
+        times.append(timed(at, lambda at=at: at.switch_page(f"pages/{page}").run()))
     rerun = min(timed(at, at.run) for _ in range(3))
-    return first, rerun
+    return times[0], times[1], rerun
 
 
 def warm_up(state: dict, live: JobFolder) -> None:
@@ -193,9 +201,9 @@ def warm_up(state: dict, live: JobFolder) -> None:
     summary(live, live.read_spec().shard_size)
 
 
-def report(row: tuple[str, str, float, float]) -> None:
-    page, job, first, rerun = row
-    print(f"{page:16} {job:10} first {first:8.0f} ms  rerun {rerun:8.0f} ms", flush=True)
+def report(row: tuple[str, str, float, float, float]) -> None:
+    page, job, cold, first, rerun = row
+    print(f"{page:16} {job:9} cold {cold:7.0f} ms  first {first:7.0f} ms  rerun {rerun:6.0f} ms")
 
 
 def main() -> None:

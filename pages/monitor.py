@@ -11,7 +11,16 @@ from core.jobs.ledger import recent_lines
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus
-from pages.shared import escape, job_controls, job_labels, open_job, paths, store, through_app
+from pages.shared import (
+    escape,
+    job_controls,
+    job_label,
+    job_labels,
+    open_job,
+    paths,
+    store,
+    through_app,
+)
 
 REFRESH_SECONDS = 2.0
 
@@ -225,9 +234,9 @@ if final:
         f"output tokens in {_duration(status.elapsed_seconds)}."
     )
     if status.outcome == "completed":
-        st.success(f"Job {escape(job_id)} completed: {summary}")
+        st.success(f"Job {escape(job_label(job_id))} completed: {summary}")
     elif status.outcome == "completed_with_errors":
-        st.warning(f"Job {escape(job_id)} completed with errors: {summary}", icon="⚠️")
+        st.warning(f"Job {escape(job_label(job_id))} completed with errors: {summary}", icon="⚠️")
     elif status.state == "failed":
-        st.error(f"Job {escape(job_id)} failed: {summary}", icon=":material/error:")
+        st.error(f"Job {escape(job_label(job_id))} failed: {summary}", icon=":material/error:")
     st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")

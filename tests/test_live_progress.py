@@ -197,3 +197,20 @@ def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
     assert [c["layout"]["title"]["text"] for c in charts] == ["GPU memory (MiB)", "GPU %"]
     memory = {trace["name"]: trace["y"] for trace in charts[0]["data"]}
     assert memory == {"GPU 0": [1000.0, 1000.0], "GPU 1": [2000.0, 2000.0]}
+
+
+def test_a_resumed_jobs_speed_counts_only_this_run() -> None:
+    from datetime import UTC, datetime
+
+    t0 = 1_000_000.0
+    status = JobStatus(state="completed", total=15, done=15, succeeded=15)
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    samples = [
+        {"t": t0 - 100, "done": 0, "output_tokens": 0},  # the first run, killed
+        {"t": t0 - 90, "done": 5, "output_tokens": 50},
+        {"t": t0 + 1, "done": 5, "output_tokens": 50},  # resumed 90 s later
+        {"t": t0 + 11, "done": 15, "output_tokens": 150},
+    ]
+    speed = rates(samples, status)
+    assert speed.requests_per_s == pytest.approx(1.0)  # 10 requests in this run's 10 s
+    assert speed.tokens_per_s == pytest.approx(10.0)

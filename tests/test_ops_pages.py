@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 
 import pytest
 
@@ -50,6 +51,9 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
         {"t": now, "done": 3, "completion_tokens": 16, "rss_mib": 950, "cpu_percent": 180},
     ]
     job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    status = job.read_status()
+    status.started_at = datetime.fromtimestamp(now - 5, UTC).isoformat()  # the run's start
+    job.write_status(status)
     at = open_page("monitor.py", job_id=job.job_id)
     assert metric(at, "Succeeded") == "2" and metric(at, "Failed") == "1"
     # A finished job's speed is its average over the run (never "0.00" once it stopped).
@@ -142,3 +146,11 @@ def test_run_shows_the_estimate_made_on_upload_and_check():
     assert metric(at, "Input tokens") == "1,234"
     assert metric(at, "Cost") == "12.50 USD"
     assert "over the budget of 10.00 USD" in texts(at)
+
+
+def test_the_monitors_verdict_names_the_job_by_its_name(studio_home):
+    job = finished_job(studio_home, {"a": "yes"})
+    job.rename("March refunds")
+    at = open_page("monitor.py", job_id=job.job_id)
+    verdict = shown(at.success[0].value)
+    assert verdict.startswith(f"Job March refunds · {job.job_id[-6:]} completed")

@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,10 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     """
     result = Rates()
     moved = None
-    running = [s for s in samples if s.get("done") is not None]
+    # This run's samples only: a resumed job's earlier runs (and the gap between) would
+    # blend into its speed.
+    since = datetime.fromisoformat(status.started_at).timestamp() if status.started_at else 0
+    running = [s for s in samples if s.get("done") is not None and s["t"] >= since - 1]
     if len(running) >= 2:
         last = running[-1]
         moved = next((i for i, s in enumerate(running) if (s["done"], _tokens(s)) != (0, 0)), None)
