@@ -208,9 +208,10 @@ def test_a_resumed_jobs_speed_counts_only_this_run() -> None:
     samples = [
         {"t": t0 - 100, "done": 0, "output_tokens": 0},  # the first run, killed
         {"t": t0 - 90, "done": 5, "output_tokens": 50},
-        {"t": t0 + 1, "done": 5, "output_tokens": 50},  # resumed 90 s later
-        {"t": t0 + 11, "done": 15, "output_tokens": 150},
+        {"t": t0 + 1, "done": 5, "output_tokens": 50},  # resumed 90 s later; loading
+        {"t": t0 + 21, "done": 5, "output_tokens": 50},  # loaded
+        {"t": t0 + 31, "done": 15, "output_tokens": 150},
     ]
     speed = rates(samples, status)
-    assert speed.requests_per_s == pytest.approx(1.0)  # 10 requests in this run's 10 s
+    assert speed.requests_per_s == pytest.approx(1.0)  # 10 requests in 10 s of running
     assert speed.tokens_per_s == pytest.approx(10.0)

@@ -130,7 +130,10 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     running = [s for s in samples if s.get("done") is not None and s["t"] >= since - 1]
     if len(running) >= 2:
         last = running[-1]
-        moved = next((i for i, s in enumerate(running) if (s["done"], _tokens(s)) != (0, 0)), None)
+        at_start = (running[0]["done"], _tokens(running[0]))  # a resumed run starts above 0
+        moved = next(
+            (i for i, s in enumerate(running) if (s["done"], _tokens(s)) != at_start), None
+        )
         # The recent rate counts from the first sample that moved: the one before it spans
         # time spent loading or on prompts, which would drag the rate down long after.
         start = running[moved] if moved is not None and moved < len(running) - 1 else running[0]
