@@ -18,6 +18,8 @@ from core.check import (
     check_key,
     file_signature,
     histogram_labels,
+    recall,
+    remember,
 )
 from core.config import SAMPLE_DATA
 from core.jobs.queue import models_loaded
@@ -152,9 +154,14 @@ if st.session_state.get("check_key") != key:
     if task is not None and task.path != str(path):
         task.cancel()
         task = None
-    if path.stat().st_size <= background.SYNC_CHECK_BYTES:
-        with st.spinner("Checking every line…"):
-            report = check_file(path, valid_out=valid_path, **options)
+    earlier = recall(key) if valid_path.exists() else None  # checked alike in this process
+    if earlier is not None or path.stat().st_size <= background.SYNC_CHECK_BYTES:
+        if earlier is None:
+            with st.spinner("Checking every line…"):
+                report = check_file(path, valid_out=valid_path, **options)
+            remember(key, report)
+        else:
+            report = earlier
         st.session_state.update(
             check_key=key, check_report=report, check_task=None, check_file=file_signature(path)
         )

@@ -289,3 +289,6 @@ def test_run_reuses_the_check_upload_made_and_never_rechecks_on_a_click(monkeypa
     at.text_input(key="run_job_name").input("x").run()  # a widget change
     assert not at.exception and len(calls) == 1  # Run showed Upload's report, three times
     assert "16 valid of 16 lines" in shown(at.markdown[0].value)
+    # Another visitor checking the same file with the same settings gets the same report.
+    other = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    assert len(calls) == 1 and other.metric[1].value == "16"

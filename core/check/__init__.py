@@ -18,6 +18,8 @@ from core.check.background import (
     check_key,
     checked,
     file_signature,
+    recall,
+    remember,
 )
 from core.check.file_check import check_file
 from core.check.report import (
@@ -48,6 +50,8 @@ __all__ = [
     "checked",
     "file_signature",
     "histogram_labels",
+    "recall",
+    "remember",
     "scan",
     "summary_lines",
 ]

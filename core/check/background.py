@@ -43,6 +43,8 @@ class BackgroundCheck:
             self.report = check_file(
                 self.path, progress=self._progress, cancel=self._cancel, **options
             )
+            if self.key and not self.report.cancelled:
+                remember(self.key, self.report)
         except OSError as exc:
             self.error = f"the file could not be read: {exc}"
         except Exception as exc:  # shown on the page instead of killing the thread silently
@@ -97,3 +99,20 @@ def checked(path: str | Path) -> Any:
     while len(_reports) > REPORTS_KEPT:
         _reports.pop(next(iter(_reports)))
     return report
+
+
+_by_key: dict[str, Any] = {}  # check_key -> the report a check with those options made
+
+
+def remember(key: str, report: Any) -> None:
+    """Keeps a finished check's report under its :func:`check_key` (the newest few)."""
+    _by_key.pop(key, None)
+    _by_key[key] = report
+    while len(_by_key) > REPORTS_KEPT:
+        _by_key.pop(next(iter(_by_key)))
+
+
+def recall(key: str) -> Any | None:
+    """The report a check of the same file (path, size, time) with the same options made
+    in this process, whichever session asked: a file is never checked twice alike."""
+    return _by_key.get(key)
