@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from core.plan.measured import Answer, ModelRecord
-from core.run.eta import LengthDraws, StepTime, StepTimer, remaining_seconds, simulate
+from core.run.eta import (
+    LengthDraws,
+    StepTime,
+    StepTimer,
+    Waiting,
+    remaining_seconds,
+    simulate,
+)
 
 
 def lengths(*answers: Answer) -> LengthDraws:
@@ -66,5 +73,8 @@ def test_requests_before_the_tail_count_at_the_token_rate(monkeypatch) -> None:
     monkeypatch.setattr("core.run.eta.TAIL", 2)
     draws = lengths(Answer(tokens=10, limit=100, truncated=False))
     # 6 waiting: the first 4 (40 tokens at 20/s = 2 s), then 2 simulated (10 steps of 1 s).
-    seconds = remaining_seconds([(1, 100)], [100] * 6, 2, draws, StepTime(1.0, 0.0), 20.0)
+    pending = {f"r{i}": (10, 100 + i) for i in range(7)}  # one in the engine, six waiting
+    waiting = Waiting.of(pending, admitted=1)
+    assert waiting == Waiting(6, (101, 102), (105, 106))  # a count and two ends, no copy
+    seconds = remaining_seconds([(1, 100)], waiting, 2, draws, StepTime(1.0, 0.0), 20.0)
     assert seconds == pytest.approx(2.0 + 10.0)

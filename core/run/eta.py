@@ -18,6 +18,7 @@ import heapq
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from core.plan.measured import ModelRecord
 from core.run.engine import EngineActivity
@@ -145,24 +146,47 @@ def simulate(
     return seconds
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """The requests not yet admitted, as the forecast needs them: how many, the limits of
+    the first :data:`TAIL` (a sample of those that run at the token rate) and of the last
+    :data:`TAIL` (simulated one by one). Never a copy of a million limits."""
+
+    count: int = 0
+    first: tuple[int, ...] = ()
+    last: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, pending: dict[str, tuple[int, int]], admitted: int) -> Waiting:
+        """From ``custom_id -> (expected tokens, limit)`` in run order, of which the first
+        ``admitted`` are in the engine or done."""
+        count = max(len(pending) - admitted, 0)
+        first = islice(pending.values(), admitted, admitted + min(count, TAIL))
+        last = islice(reversed(pending.values()), min(count, TAIL))
+        return cls(
+            count,
+            tuple(limit for _, limit in first),
+            tuple(limit for _, limit in reversed(list(last))),
+        )
+
+
 def remaining_seconds(
     running: Sequence[tuple[int, int]],
-    waiting: Sequence[int],
+    waiting: Waiting,
     window: int,
     lengths: LengthDraws,
     step: StepTime,
     tokens_per_s: float,
 ) -> float:
     """The expected seconds left: the requests before the last :data:`TAIL` at the token
-    rate, the rest simulated (an average of :data:`DRAWS` draws)."""
-    early, tail = waiting[: max(len(waiting) - TAIL, 0)], waiting[-TAIL:] if waiting else []
-    seconds = 0.0
-    if early:
-        tokens = sum(lengths.draw(limit) for limit in early[:TAIL])
-        tokens *= len(early) / min(len(early), TAIL)  # a sample of them, scaled
+    rate (from a sample of them), the rest simulated (an average of :data:`DRAWS` draws)."""
+    seconds, early = 0.0, waiting.count - len(waiting.last)
+    if early > 0:
+        sample = waiting.first[:early]
+        tokens = sum(lengths.draw(limit) for limit in sample) * early / len(sample)
         seconds = tokens / tokens_per_s if tokens_per_s > 0 else 0.0
         running = []  # by the time the tail is reached, today's running requests are done
-    runs = [simulate(running, tail, window, lengths, step) for _ in range(DRAWS)]
+    runs = [simulate(running, waiting.last, window, lengths, step) for _ in range(DRAWS)]
     return seconds + sum(runs) / len(runs)
 
 
@@ -206,7 +230,7 @@ class Forecast:
         (t0, first), (t1, last) = self.readings[0], self.readings[-1]
         return (last.generated_tokens - first.generated_tokens) / (t1 - t0) if t1 > t0 else 0.0
 
-    def seconds(self, now: float, activity: EngineActivity, waiting: Sequence[int]) -> float | None:
+    def seconds(self, now: float, activity: EngineActivity, waiting: Waiting) -> float | None:
         """Seconds left, or None while nothing tells the engine's speed yet. Each forecast
         is averaged with the previous one (less the time since), so one noisy reading
         does not make the ETA jump."""

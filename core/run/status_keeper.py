@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
 from core.jobs.output_file import OutputWriter
-from core.run.eta import Forecast
+from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import token_usage
@@ -126,21 +126,11 @@ class StatusKeeper:
             return
         eta = None
         if forecast is not None:
+            # Run order: the requests in the engine, and those it finished but has not
+            # handed back yet, come first; the rest wait.
             with self._lock:
-                limits = [limit for _, limit in self._pending.values()]
-            # Run order: the requests in the engine and those it finished but has not handed
-            # back yet come first; the rest wait.
-            waiting = limits[len(activity.progress) + activity.held :]
+                waiting = Waiting.of(self._pending, len(activity.progress) + activity.held)
             eta = forecast.seconds(time.monotonic(), activity, waiting)
-            log.info(
-                eta,
-                forecast.step_time(),
-                forecast.timer.n,
-                sorted(activity.progress)[:3] + sorted(activity.progress)[-3:],
-                activity.steps,
-                activity.generated_tokens,
-                activity.prompt_tokens,
-            )
         with self._lock:
             if executor is self._executor:
                 self._engine_tokens = activity.generated_tokens
