@@ -27,6 +27,23 @@ def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     st.cache_resource.clear()
 
 
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A folder that passes the model-folder check (no engine runs in these tests)."""
+    folder = tmp_path / "tiny-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+@pytest.fixture
+def no_worker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records the jobs whose worker ``submit`` would start, instead of starting one."""
+    started: list[str] = []
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: started.append(job))
+    return started
+
+
 @pytest.fixture(scope="session")
 def default_model() -> Path:
     """The built-in model's folder (converted by ``make test``'s set-up, or here)."""

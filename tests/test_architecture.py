@@ -22,6 +22,7 @@ LAYERS = {
     "devices": 0,
     "model_folders": 0,
     "access": 0,
+    "recent": 0,
     "core": 0,  # core/__init__.py: the version
     "check": 1,
     "plan": 2,

@@ -30,20 +30,6 @@ HOSTILE = "**x** <b>y</b> [a](http://127.0.0.1:9/x)\nsecond line\x1b[31m\u202e"
 pytestmark = pytest.mark.usefixtures("studio_home")
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    """A folder that passes the model-folder check (no engine runs in these tests)."""
-    folder = tmp_path / "tiny-model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    return folder
-
-
-@pytest.fixture
-def no_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: None)
-
-
 def batch(path: Path, version: str | None = None, lines: int = 3) -> Path:
     metadata = {"metadata": {"task": "t", "prompt_version": version}} if version else {}
     rows = [request_line(f"t:{i}", f"prompt {i}", **metadata) for i in range(lines)]

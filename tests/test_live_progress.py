@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from core.jobs.folder import create_job
+from core.jobs.folder import JobFolder, create_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.engine import EngineActivity
@@ -51,13 +51,19 @@ def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None
     assert rates([], running_status(total=10, expected_output_tokens=1_000)).eta_seconds is None
 
 
-def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_measured(
-    studio_home,
-) -> None:
+def monitored_job(studio_home) -> JobFolder:
+    """A one-request job in the data folder, for the Monitor to show (status and samples
+    written by the test)."""
     studio_home.mkdir()
     batch = studio_home / "b.jsonl"
     batch.write_text(request_line("a", "hi") + "\n")
-    job = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+    return create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+
+
+def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_measured(
+    studio_home,
+) -> None:
+    job = monitored_job(studio_home)
     now = time.time()
     samples = [
         {"t": now - age, "done": 0, "output_tokens": tokens, "rss_mib": 900}
@@ -175,10 +181,7 @@ def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> 
 
 
 def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
-    studio_home.mkdir()
-    batch = studio_home / "b.jsonl"
-    batch.write_text(request_line("a", "hi") + "\n")
-    job = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+    job = monitored_job(studio_home)
     now = time.time()
     gpus = [
         {

@@ -30,23 +30,6 @@ from tests.test_pages import shown
 REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]
 
 
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    """A folder that passes the model-folder check (no engine runs in these tests)."""
-    folder = tmp_path / "tiny-model"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}")
-    return folder
-
-
-@pytest.fixture
-def no_worker(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records the jobs whose worker ``submit`` would start, instead of starting one."""
-    started: list[str] = []
-    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: started.append(job))
-    return started
-
-
 def write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path

@@ -10,6 +10,7 @@ from typing import Any
 
 from core.check.file_check import check_file
 from core.check.report import CheckReport
+from core.recent import Recent
 
 
 class BackgroundCheck:
@@ -85,34 +86,22 @@ def file_signature(path: str | Path) -> tuple[str, int, int]:
 
 
 REPORTS_KEPT = 8
-_reports: dict[tuple[str, int, int], Any] = {}
+_reports: Recent[str, CheckReport] = Recent(REPORTS_KEPT)  # check_key -> its report
 
 
-def checked(path: str | Path) -> Any:
-    """The structural check of a file (no token counts), made once per file signature in
-    this process: a page that redraws on every click never checks the same file twice."""
-    from core.check.file_check import check_file
-
-    signature = file_signature(path)
-    report = _reports.pop(signature, None) or check_file(path)
-    _reports[signature] = report  # newest last
-    while len(_reports) > REPORTS_KEPT:
-        _reports.pop(next(iter(_reports)))
-    return report
-
-
-_by_key: dict[str, Any] = {}  # check_key -> the report a check with those options made
-
-
-def remember(key: str, report: Any) -> None:
+def remember(key: str, report: CheckReport) -> CheckReport:
     """Keeps a finished check's report under its :func:`check_key` (the newest few)."""
-    _by_key.pop(key, None)
-    _by_key[key] = report
-    while len(_by_key) > REPORTS_KEPT:
-        _by_key.pop(next(iter(_by_key)))
+    return _reports.put(key, report)
 
 
-def recall(key: str) -> Any | None:
+def recall(key: str) -> CheckReport | None:
     """The report a check of the same file (path, size, time) with the same options made
     in this process, whichever session asked: a file is never checked twice alike."""
-    return _by_key.get(key)
+    return _reports.get(key)
+
+
+def checked(path: str | Path) -> CheckReport:
+    """The structural check of a file (no token counts), made once per file and time in
+    this process: a page that redraws on every click never checks the same file twice."""
+    key = check_key(path)
+    return recall(key) or remember(key, check_file(path))

@@ -102,6 +102,11 @@ class EngineRequest:
     prompt: str | None = None
     defaulted: tuple[str, ...] = ()
 
+    @property
+    def max_tokens(self) -> int:
+        """The longest an answer may be (the job default applies where the body sets none)."""
+        return int(self.sampling.get("max_tokens") or 0)
+
 
 # -- field checks ---------------------------------------------------------------------------
 

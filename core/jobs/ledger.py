@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +25,7 @@ from core.jobs.output_file import (
     read_lines,
     split_chain,
 )
+from core.recent import Recent
 
 BOM = b"\xef\xbb\xbf"
 
@@ -152,6 +153,7 @@ class LedgerReader:
         self._input: tuple[int, int] | None = None
         self._offsets = {"output": 0, "errors": 0}
         self.ledger = Ledger(ids=[])
+        self.summary: tuple[tuple[int, int], JobSummary] | None = None  # for summary()
 
     def read(self) -> Ledger:
         """The ledger as the files stand now (callers hold :attr:`lock` while using it)."""
@@ -396,9 +398,7 @@ class JobSummary:
 
 
 READERS_KEPT = 4  # jobs whose ledgers a process keeps in memory, most recently used
-_readers: OrderedDict[Path, LedgerReader] = OrderedDict()
-_readers_lock = threading.Lock()
-_summaries: dict[Path, tuple[tuple[int, int], JobSummary]] = {}
+_readers: Recent[Path, LedgerReader] = Recent(READERS_KEPT)
 
 
 def summary(job: JobFolder, shard_size: int) -> JobSummary:
@@ -408,19 +408,14 @@ def summary(job: JobFolder, shard_size: int) -> JobSummary:
     was appended since, so a finished job costs nothing after its first read and a running
     one only its new lines; the derived figures are recomputed only when those change.
     """
-    with _readers_lock:
-        reader = _readers.pop(job.path, None) or LedgerReader(job)
-        _readers[job.path] = reader
-        while len(_readers) > READERS_KEPT:
-            _summaries.pop(_readers.popitem(last=False)[0], None)
+    reader = _readers.get_or_make(job.path, lambda: LedgerReader(job))
     with reader.lock:
         ledger = reader.read()
         key = (reader.version, shard_size)
-        cached = _summaries.get(job.path)
-        if cached is None or cached[0] != key:
+        if reader.summary is None or reader.summary[0] != key:
             retryable = len(ledger.missing) + sum(
                 (e or {}).get("code") not in NEVER_RETRIED for e in ledger.failed.values()
             )
             found = JobSummary(_reconciliation(ledger), retryable, shards(ledger, shard_size))
-            cached = _summaries[job.path] = (key, found)
-        return cached[1]
+            reader.summary = (key, found)
+        return reader.summary[1]

@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
 from core.config import data_paths
 from core.files import write_json_atomic
 
+M = TypeVar("M", bound=BaseModel)
 MEASURED_FILE = "throughput.json"
 RUNS_KEPT = 20
 ANSWERS_KEPT = 2_000
@@ -96,27 +98,24 @@ def _parse(raw: object) -> ModelRecord:
         raw = {"runs": raw}
     if not isinstance(raw, dict):
         return ModelRecord()
-    runs = []
-    for entry in raw.get("runs") or []:
-        try:
-            runs.append(RunMeasurement.model_validate(entry))
-        except ValidationError:
-            continue
-    answers = []
-    for entry in raw.get("answers") or []:
-        try:
-            answers.append(Answer.model_validate(entry))
-        except ValidationError:
-            continue
+
+    def valid(model: type[M], name: str) -> list[M]:
+        found = []
+        for entry in raw.get(name) or []:
+            try:
+                found.append(model.model_validate(entry))
+            except ValidationError:
+                continue
+        return found
 
     def number(name: str) -> float | None:
         value = raw.get(name)
         return float(value) if isinstance(value, int | float) and value >= 0 else None
 
     return ModelRecord(
-        runs=runs,
+        runs=valid(RunMeasurement, "runs"),
         load_seconds=number("load_seconds"),
-        answers=answers,
+        answers=valid(Answer, "answers"),
         step_base=number("step_base"),
         step_per_request=number("step_per_request"),
     )

@@ -9,7 +9,6 @@ monitor can chart a run after it ended.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +18,7 @@ from typing import Any
 import psutil
 
 from core.jobs.output_file import complete_lines
+from core.recent import Recent
 from core.schemas import JobStatus
 
 
@@ -66,28 +66,24 @@ def append_sample(path: Path, sample: dict[str, Any]) -> None:
         handle.write(json.dumps(sample) + "\n")
 
 
-_samples: dict[Path, tuple[int, list[dict[str, Any]]]] = {}  # path -> (bytes read, samples)
-_samples_lock = threading.Lock()
 SAMPLE_FILES_KEPT = 8
+_samples: Recent[Path, tuple[int, list[dict[str, Any]]]] = Recent(SAMPLE_FILES_KEPT)
 
 
 def read_samples(path: Path) -> list[dict[str, Any]]:
     """The samples written so far (a torn last line is skipped). The Monitor asks every
     2 s: each call reads only the lines appended since the last one (the last few jobs'
     samples stay in memory); do not change the list returned."""
-    with _samples_lock:
-        offset, samples = _samples.pop(path, (0, []))
-        if not path.exists() or path.stat().st_size < offset:  # replaced: read it again
-            offset, samples = 0, []
-        while True:
-            raws, after = complete_lines(path, offset)
-            if after == offset:
-                break
-            samples, offset = samples + [json.loads(raw) for raw in raws], after
-        _samples[path] = (offset, samples)
-        while len(_samples) > SAMPLE_FILES_KEPT:
-            _samples.pop(next(iter(_samples)))
-        return samples
+    offset, samples = _samples.get(path) or (0, [])
+    if not path.exists() or path.stat().st_size < offset:  # replaced: read it again
+        offset, samples = 0, []
+    while True:
+        raws, after = complete_lines(path, offset)
+        if after == offset:
+            break
+        samples, offset = samples + [json.loads(raw) for raw in raws], after
+    _samples.put(path, (offset, samples))
+    return samples
 
 
 MIN_MOVING_SAMPLES = 3  # samples with progress before a speed is trusted for an ETA

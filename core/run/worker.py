@@ -36,7 +36,7 @@ from core.devices import gpu_count
 from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
-from core.plan.measured import Answer, model_record, record_run
+from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.run.engine import EngineLoadError, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
@@ -160,19 +160,22 @@ def _cancelled_message(status: JobStatus, drained: bool) -> str:
     )
 
 
-def _expect(keeper: StatusKeeper, groups: dict[str, list[EngineRequest]], home: Path) -> None:
+def _expect(
+    keeper: StatusKeeper,
+    groups: dict[str, list[EngineRequest]],
+    records: dict[str, ModelRecord],
+) -> None:
     """Gives the keeper each request's expected answer length, in run order: measured
     answers of its model replayed against its limit, or the limit where none were measured."""
     pending: dict[str, tuple[int, int]] = {}
     bound, speed = False, None
     for folder, requests in groups.items():
-        record = model_record(Path(folder).name, home)
+        record = records[folder]
         bound = bound or not record.answers
         speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
         by_limit: dict[int, int] = {}
         for request in requests:
-            limit = int(request.sampling.get("max_tokens") or 0)
-            n = int(request.sampling.get("n") or 1)
+            limit, n = request.max_tokens, int(request.sampling.get("n") or 1)
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
             pending[request.custom_id] = (by_limit[limit] * n, limit)
@@ -187,7 +190,8 @@ def _run_pending(
     home = keeper.job.path.parent.parent
     left = {r.custom_id for r in pending}
     groups = _by_model(spec, pending)
-    _expect(keeper, groups, home)
+    records = {folder: model_record(Path(folder).name, home) for folder in groups}
+    _expect(keeper, groups, records)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
         if STOP.draining:
             return "cancelled"
@@ -201,7 +205,7 @@ def _run_pending(
             model_load_seconds=round(executor.load_seconds, 2),
             message=f"running {len(requests)} requests {executor.description}{part}",
         )
-        forecast = Forecast(model_record(Path(folder).name, home), executor.window)
+        forecast = Forecast(records[folder], executor.window)
         keeper.watch(executor, forecast)
         STOP.executor = executor
         measure = RunMeasure(requests)
@@ -230,7 +234,7 @@ class RunMeasure:
     under their limits (only from runs long enough to mean it)."""
 
     def __init__(self, requests: list[EngineRequest]) -> None:
-        self.limits = {r.custom_id: int(r.sampling.get("max_tokens") or 0) for r in requests}
+        self.limits = {r.custom_id: r.max_tokens for r in requests}
         self.started = time.monotonic()
         self.tokens = self.finished = 0
         self.answers: list[Answer] = []
