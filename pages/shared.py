@@ -120,12 +120,20 @@ def through_app() -> None:
         st.rerun()
 
 
-@st.cache_resource
+def _stop_watchers(observers: list) -> None:
+    from core.store.watchers import stop_watchers
+
+    stop_watchers(observers)
+
+
+# Released (closed, stopped) when the cache is cleared: a watcher holds an inotify instance,
+# of which a user has only 128.
+@st.cache_resource(on_release=Store.close)
 def _open_store(path: str) -> Store:
     return Store(path)
 
 
-@st.cache_resource
+@st.cache_resource(on_release=_stop_watchers)
 def _watchers(home: str) -> list:
     """The inbox and job-folder watchers, started once per data folder in this process."""
     from core.store.watchers import start_watchers

@@ -88,6 +88,14 @@ def warm_ledger(job: JobFolder) -> None:
         log.warning("ledger of %s not read ahead: %s", job.job_id, exc)
 
 
+def stop_watchers(observers: list[Observer]) -> None:
+    """Stops what :func:`start_watchers` started and releases its inotify instances."""
+    for observer in observers:
+        observer.stop()
+    for observer in observers:
+        observer.join(timeout=5)
+
+
 def start_watchers(paths: DataPaths, store: Store) -> list[Observer]:
     """Starts the inbox and jobs watchers; returns their observers (daemon threads)."""
     jobs = Observer()
