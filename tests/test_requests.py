@@ -94,12 +94,35 @@ def test_multi_turn_and_text_parts_become_plain_text():
             "'image_url' part; the model reads text only",
         ),
         ({"messages": [*USER, {"role": "assistant", "content": "x"}]}, "ends with an assistant"),
+        (
+            {"max_tokens": 3, "min_tokens": 9},
+            "body.min_tokens (9) is above body.max_tokens (3)",
+        ),
+        ({"min_tokens": 300}, "body.min_tokens (300) is above the job's default max_tokens (256)"),
+        ({"logit_bias": {"5": 101}}, "body.logit_bias[5] is 101.0; a bias must be in [-100, 100]"),
+        ({"logit_bias": {"-1": 1}}, "body.logit_bias has token id -1"),
+        ({"logit_bias": {"x": 1}}, "body.logit_bias must map token ids to numbers"),
     ],
 )
 def test_bad_bodies_name_the_field_and_the_fix(body, expected):
     with pytest.raises(RequestError, match=None) as info:
         parse(**body)
     assert expected in str(info.value)
+    # The error's param names the field the message is about (an output line's error.param).
+    assert info.value.param.startswith("body.")
+    assert info.value.param.split(".")[1] in str(info.value)
+
+
+def test_min_tokens_up_to_the_limit_and_greedy_n_pass_the_check():
+    assert parse(max_tokens=3, min_tokens=3).sampling["min_tokens"] == 3
+    # OpenAI serves n > 1 at temperature 0; the engine runs it once and copies the answer.
+    assert parse(n=3, temperature=0).sampling["n"] == 3
+
+
+def test_a_responses_line_asking_for_several_answers_is_refused():
+    body = {"model": "m", "input": "Hi", "n": 2}
+    with pytest.raises(RequestError, match="a response holds one answer"):
+        parse_request(RESPONSES_URL, "r", body, JobDefaults())
 
 
 def test_unknown_fields_are_warned_about_not_dropped_silently():

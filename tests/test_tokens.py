@@ -187,3 +187,33 @@ def test_a_qwen_style_nfc_normalizer_is_counted_by_chunk_exactly(tmp_path: Path)
     spec["added_tokens"] = [{**t, "normalized": True} for t in spec["added_tokens"]]
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     assert TokenCounter(tmp_path / "m").mode == "encode_batch"
+
+
+def test_logit_bias_on_a_token_the_model_lacks_is_refused_with_its_line(tmp_path: Path) -> None:
+    from core.check import check_file
+
+    vocab = json.loads((MODEL / "config.json").read_text())["vocab_size"]
+    path = tmp_path / "bias.jsonl"
+    lines = [
+        {"logit_bias": {str(vocab - 1): 5}},  # the last id: the engine takes it
+        {"logit_bias": {"17": 1, str(vocab): 5}},  # one past it: the engine refuses the line
+    ]
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"b{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}], **b},
+                }
+            )
+            + "\n"
+            for i, b in enumerate(lines)
+        )
+    )
+    report = check_file(path, model_folder=MODEL)
+    assert (report.valid, report.invalid) == (1, 1)
+    (error,) = report.errors
+    assert (error.line, error.param) == (2, "body.logit_bias")
+    assert f"token id {vocab}; the model's ids run from 0 to {vocab - 1}" in error.message

@@ -36,12 +36,25 @@ class TokenizerError(ValueError):
 
 def context_length(folder: Path) -> int | None:
     """The model's context length from its ``config.json`` (None when not stated)."""
+    return _config_int(folder, CONTEXT_KEYS)
+
+
+def vocab_size(folder: Path) -> int | None:
+    """How many token ids the model has (``config.json``'s ``vocab_size``, as vLLM reads it;
+    it may exceed the tokenizer's own vocabulary where the embedding table is padded)."""
+    return _config_int(folder, ("vocab_size",))
+
+
+def _config_int(folder: Path, keys: tuple[str, ...]) -> int | None:
+    """The first positive integer under ``keys`` in ``config.json`` or its ``text_config``."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if not isinstance(config, dict):
+        return None
     for source in (config, config.get("text_config") or {}):
-        for key in CONTEXT_KEYS:
+        for key in keys:
             if isinstance(source.get(key), int) and source[key] > 0:
                 return source[key]
     return None

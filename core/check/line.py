@@ -138,7 +138,10 @@ def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
         request = parse_request(url, custom_id, body, defaults)
     except RequestError as exc:
         return CheckedLine(
-            line_no, custom_id, None, [Problem(line_no, "error", str(exc), custom_id, exc.code)]
+            line_no,
+            custom_id,
+            None,
+            [Problem(line_no, "error", str(exc), custom_id, exc.code, exc.param)],
         )
     problems = [
         Problem(line_no, "warning", w, custom_id, "ignored_field") for w in extra + request.warnings

@@ -17,10 +17,10 @@ falls back to the generic path here, which has the precise messages.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.check.sampling import RequestError, Sampling, integer
 from core.schemas import JobDefaults
 
 CHAT_URL = "/v1/chat/completions"
@@ -32,8 +32,6 @@ ENGINE_URLS: tuple[str, ...] = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
 ROLES = ("system", "developer", "user", "assistant")
 LEADING_ROLES = ("system", "developer")
 
-# Fields a body may carry that change nothing about generation.
-PASSIVE_FIELDS = {"model", "metadata", "user", "store", "service_tier", "stream"}
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.
 UNSUPPORTED_FIELDS = {
     "tools": "tool calling is not supported by the batch engine",
@@ -67,12 +65,6 @@ RESPONSES_UNSUPPORTED = {
     "include": "include is not supported by the batch engine",
     "prompt": "stored prompts are not available offline; put the text in input",
 }
-
-
-class RequestError(ValueError):
-    """A body the engine cannot run; the message names the field and what to change."""
-
-    code = "invalid_request"
 
 
 @dataclass(slots=True)
@@ -109,26 +101,6 @@ class EngineRequest:
 
 
 # -- field checks ---------------------------------------------------------------------------
-
-
-def _number(body: dict, name: str, low: float, high: float, *, low_open: bool = False) -> float:
-    value = body[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise RequestError(f"body.{name} must be a number, got {value!r}")
-    if value > high or value < low or (low_open and value == low):
-        bracket = "(" if low_open else "["
-        raise RequestError(f"body.{name} must be in {bracket}{low}, {high}], got {value}")
-    return float(value)
-
-
-def _integer(body: dict, name: str, low: int, high: int | None = None) -> int:
-    value = body[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(f"body.{name} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        upper = f" and at most {high}" if high is not None else ""
-        raise RequestError(f"body.{name} must be at least {low}{upper}, got {value}")
-    return value
 
 
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -241,82 +213,6 @@ def _text_format(value: Any) -> dict[str, Any] | None:
     return fmt["schema"]
 
 
-class _Sampling:
-    """Collects sampling fields from a body and remembers which fields it read."""
-
-    def __init__(self, body: dict[str, Any], defaults: JobDefaults) -> None:
-        self.body = body
-        self.handled = set(PASSIVE_FIELDS)
-        self.defaulted: list[str] = []
-        self.values: dict[str, Any] = {
-            "max_tokens": defaults.max_tokens,
-            "temperature": defaults.temperature,
-            "top_p": defaults.top_p,
-        }
-
-    def present(self, *names: str) -> str | None:
-        """The first of ``names`` the body sets (not null), or None."""
-        self.handled.update(names)
-        return next((n for n in names if self.body.get(n) is not None), None)
-
-    def common(self, *max_names: str) -> None:
-        body, values = self.body, self.values
-        name = self.present(*max_names)
-        if name:
-            values["max_tokens"] = _integer(body, name, 1)
-        else:
-            self.defaulted.append("max_tokens")
-        if self.present("temperature"):
-            values["temperature"] = _number(body, "temperature", 0, 2)
-        else:
-            self.defaulted.append("temperature")
-        if self.present("top_p"):
-            values["top_p"] = _number(body, "top_p", 0, 1, low_open=True)
-        else:
-            self.defaulted.append("top_p")
-
-    def penalties_and_more(self) -> None:
-        body, values = self.body, self.values
-        if self.present("top_k"):
-            values["top_k"] = _integer(body, "top_k", -1)
-        if self.present("min_p"):
-            values["min_p"] = _number(body, "min_p", 0, 1)
-        if self.present("presence_penalty"):
-            values["presence_penalty"] = _number(body, "presence_penalty", -2, 2)
-        if self.present("frequency_penalty"):
-            values["frequency_penalty"] = _number(body, "frequency_penalty", -2, 2)
-        name = self.present("repetition_penalty", "repeat_penalty")
-        if name:
-            values["repetition_penalty"] = _number(body, name, 0, 2, low_open=True)
-        if self.present("seed"):
-            values["seed"] = _integer(body, "seed", -(2**63), 2**63 - 1)
-        if self.present("n"):
-            values["n"] = _integer(body, "n", 1, 16)
-        if self.present("min_tokens"):
-            values["min_tokens"] = _integer(body, "min_tokens", 0)
-        if self.present("stop"):
-            stop = body["stop"]
-            if isinstance(stop, str):
-                stop = [stop]
-            if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-                raise RequestError("body.stop must be a string or a list of non-empty strings")
-            values["stop"] = stop
-        if self.present("logit_bias"):
-            bias = body["logit_bias"]
-            try:
-                values["logit_bias"] = {int(k): float(v) for k, v in bias.items()}
-            except (AttributeError, TypeError, ValueError):
-                raise RequestError(
-                    'body.logit_bias must map token ids to numbers, e.g. {"1234": -100}'
-                ) from None
-
-    def unknown_field_warnings(self) -> list[str]:
-        return [
-            f"body.{name} is not a field the engine knows; it is ignored"
-            for name in sorted(set(self.body) - self.handled)
-        ]
-
-
 def _refuse(body: dict[str, Any], unsupported: dict[str, str]) -> None:
     if body.get("stream") not in (None, False):
         raise RequestError("body.stream must be false or absent: a batch returns whole answers")
@@ -337,13 +233,13 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
     """
     _refuse(body, UNSUPPORTED_FIELDS)
     messages = parse_messages(body.get("messages"))
-    sampling = _Sampling(body, defaults)
+    sampling = Sampling(body, defaults)
     sampling.handled.add("messages")
     sampling.common("max_completion_tokens", "max_tokens")
     sampling.penalties_and_more()
     values = sampling.values
     if sampling.present("logprobs", "top_logprobs"):
-        top = _integer(body, "top_logprobs", 0, 20) if body.get("top_logprobs") is not None else 0
+        top = integer(body, "top_logprobs", 0, 20) if body.get("top_logprobs") is not None else 0
         if body.get("logprobs") is not True:
             raise RequestError("body.top_logprobs needs body.logprobs set to true")
         values["logprobs"] = top
@@ -381,12 +277,12 @@ def parse_completions_body(
         )
     if not isinstance(prompt, str) or not prompt:
         raise RequestError("body.prompt is missing; /v1/completions needs a prompt string")
-    sampling = _Sampling(body, defaults)
+    sampling = Sampling(body, defaults)
     sampling.handled.add("prompt")
     sampling.common("max_tokens")
     sampling.penalties_and_more()
     if sampling.present("logprobs"):
-        sampling.values["logprobs"] = _integer(body, "logprobs", 0, 20)
+        sampling.values["logprobs"] = integer(body, "logprobs", 0, 20)
     warnings = sampling.unknown_field_warnings()
     return EngineRequest(
         custom_id,
@@ -437,12 +333,17 @@ def parse_responses_body(
     """
     _refuse(body, RESPONSES_UNSUPPORTED)
     messages = _responses_messages(body)
-    sampling = _Sampling(body, defaults)
+    sampling = Sampling(body, defaults)
     sampling.handled.update(("input", "instructions", "truncation"))
     sampling.common("max_output_tokens")
     sampling.penalties_and_more()
+    if sampling.values.get("n", 1) > 1:
+        raise RequestError(
+            "body.n: a response holds one answer; write one line per answer, or use "
+            "/v1/chat/completions, which has n"
+        )
     if sampling.present("top_logprobs"):
-        sampling.values["logprobs"] = _integer(body, "top_logprobs", 0, 20)
+        sampling.values["logprobs"] = integer(body, "top_logprobs", 0, 20)
     json_schema = _text_format(body["text"]) if sampling.present("text") else None
     warnings = _role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()

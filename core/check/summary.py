@@ -102,6 +102,7 @@ class Summary:
             counter = tokens.counter(folder)
             if counter is None:
                 continue
+            entries = self._known_tokens(batch, entries, counter.vocab_size, counts)
             context = counter.context_length
             if context is not None:  # a prompt far beyond the context is not worth encoding
                 # A line holds at least as many bytes as its prompt has characters.
@@ -138,6 +139,30 @@ class Summary:
                 else:
                     counts[index] = (number, counter.context_length)
         return counts
+
+    @staticmethod
+    def _known_tokens(
+        batch: Batch, entries: list, vocab: int | None, counts: dict[int, Any]
+    ) -> list:
+        """The entries whose ``logit_bias`` names only ids the model has; each other one
+        gets its problem in ``counts`` (the engine would refuse it)."""
+        kept = []
+        for entry in entries:
+            item = batch.items[entry[0]]
+            bias = item.request.sampling.get("logit_bias") if type(item) is CheckedLine else None
+            unknown = sorted(t for t in bias or () if vocab is not None and t >= vocab)
+            if unknown:
+                counts[entry[0]] = Problem(
+                    batch.line_nos[entry[0]],
+                    "error",
+                    f"body.logit_bias names token id {unknown[0]}; the model's ids run from 0 "
+                    f"to {vocab - 1}",
+                    item.custom_id,
+                    param="body.logit_bias",
+                )
+            else:
+                kept.append(entry)
+        return kept
 
     @staticmethod
     def _count_one(counter: Any, pair: tuple) -> int | str:
@@ -214,9 +239,7 @@ class Summary:
                     self._problem(refused)
                     valid = False
                 elif counted is not None:
-                    problem = self._context_problem(
-                        line_no, item.custom_id, max_tokens * n, *counted
-                    )
+                    problem = self._context_problem(line_no, item.custom_id, max_tokens, *counted)
                     if problem is not None:
                         report.over_context += 1
                         self._problem(problem)
@@ -236,7 +259,7 @@ class Summary:
                     problem = self._context_problem(
                         line_no,
                         item.custom_id,
-                        sampling["max_tokens"] * sampling.get("n", 1),
+                        sampling["max_tokens"],
                         *counted,
                     )
                     if problem is not None:

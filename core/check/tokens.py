@@ -36,7 +36,13 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from core.check.chat_template import ChatRenderer, TokenizerError, context_length, template_source
+from core.check.chat_template import (
+    ChatRenderer,
+    TokenizerError,
+    context_length,
+    template_source,
+    vocab_size,
+)
 from core.check.requests import LEADING_ROLES, EngineRequest
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
@@ -94,6 +100,7 @@ class TokenCounter:
         folder: the model folder.
         name: the folder's name (the name results and measurements use).
         context_length: the model's context length, or None when its config does not say.
+        vocab_size: how many token ids the model has, or None when its config does not say.
         mode: ``"pieces"`` (cached chunks) or ``"encode_batch"``.
     """
 
@@ -118,6 +125,7 @@ class TokenCounter:
         self.renderer = ChatRenderer(template, config)
         self.name = self.folder.name
         self.context_length = context_length(self.folder)
+        self.vocab_size = vocab_size(self.folder)
         self._lock = threading.Lock()
         self._pieces = _Counts(self._count_chunk)
         self._after_space = _Counts(lambda word: self._count_chunk(" " + word))

@@ -148,6 +148,8 @@ class Engine:
         from vllm.sampling_params import StructuredOutputsParams
 
         kwargs = dict(request.sampling)
+        if copies(request) > 1:
+            kwargs["n"] = 1
         if request.json_schema is not None:
             kwargs["structured_outputs"] = (
                 StructuredOutputsParams(json=request.json_schema)
@@ -236,8 +238,10 @@ class Engine:
                         self._inside.pop(output.request_id, None)
                         request = inside.pop(output.request_id)
                         latency = now - added_at.pop(output.request_id)
-                        top = request.sampling.get("logprobs") or 0
-                        finished.append((request, _completion(output, top, latency)))
+                        completion = _completion(output, request.sampling.get("logprobs") or 0)
+                        completion.latency_ms = round(latency * 1000)
+                        completion.choices *= copies(request)
+                        finished.append((request, completion))
                 self._held = len(finished)
                 if finished and time.monotonic() - last_flush >= flush_seconds:
                     yield finished
@@ -302,11 +306,19 @@ def _logprobs(output: Any, top: int) -> list[dict[str, Any]] | None:
     return content
 
 
-def _completion(output: Any, top_logprobs: int, latency_seconds: float) -> Completion:
+def copies(request: EngineRequest) -> int:
+    """How many times the engine's one answer is copied: vLLM refuses ``n`` > 1 with greedy
+    decoding (temperature 0), where every answer is the same text, and OpenAI serves it; so
+    such a request runs once and its answer is copied ``n`` times (usage counts each copy,
+    as OpenAI bills it)."""
+    n = request.sampling.get("n") or 1
+    return n if n > 1 and request.sampling.get("temperature") == 0 else 1
+
+
+def _completion(output: Any, top_logprobs: int) -> Completion:
     return Completion(
         prompt_tokens=len(output.prompt_token_ids or []),
         cached_tokens=output.num_cached_tokens or 0,
-        latency_ms=round(latency_seconds * 1000),
         choices=[
             Choice(
                 text=o.text,

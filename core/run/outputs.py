@@ -1,8 +1,11 @@
 """Output lines in the format OpenAI's Batch API and vLLM's ``run_batch`` write.
 
 A line is ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``;
-a success carries a ``chat.completion`` body, a failure ``body: null`` and an ``error``
-object ``{"code", "message"}``. Where the engine measured it, a success also carries
+a success carries the endpoint's body (``chat.completion``, ``text_completion``,
+``response``), a failure ``body: null`` and an ``error`` object (OpenAI's error fields:
+``code``, ``message``, ``param``, ``type``, and the input ``line`` where known).
+``tests/test_conformance.py`` validates real output against the ``openai`` SDK's types and
+vLLM's own output models. Where the engine measured it, a success also carries
 ``latency_ms``: the milliseconds from the request entering the engine to its final output
 (an extra top-level field, as ``node_id`` and ``chain_sha256`` are; readers of the OpenAI
 format ignore it).
@@ -12,8 +15,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+Sampling = Mapping[str, Any]  # what a request ran with: ``EngineRequest.sampling``
 
 
 @dataclass
@@ -56,7 +62,7 @@ def _completions_usage(completion: Completion) -> dict[str, Any]:
     }
 
 
-def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
+def _chat_body(model: str, completion: Completion, sampling: Sampling) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -76,7 +82,7 @@ def _chat_body(model: str, completion: Completion) -> dict[str, Any]:
     }
 
 
-def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
+def _text_completion_body(model: str, completion: Completion, sampling: Sampling) -> dict:
     return {
         "id": f"cmpl-{uuid.uuid4().hex}",
         "object": "text_completion",
@@ -86,7 +92,7 @@ def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
             {
                 "index": index,
                 "text": choice.text,
-                "logprobs": None,
+                "logprobs": _completions_logprobs(choice.logprobs),
                 "finish_reason": choice.finish_reason,
                 "stop_reason": choice.stop_reason,
             }
@@ -96,16 +102,41 @@ def _text_completion_body(model: str, completion: Completion) -> dict[str, Any]:
     }
 
 
-def _response_body(model: str, completion: Completion) -> dict[str, Any]:
-    """OpenAI's Responses object: one assistant message with the (first) answer."""
+def _completions_logprobs(content: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The legacy completions ``logprobs`` (parallel lists) from the chat-shaped entries;
+    ``text_offset`` counts characters from the start of the answer."""
+    if content is None:
+        return None
+    offsets, at = [], 0
+    for item in content:
+        offsets.append(at)
+        at += len(item["token"])
+    return {
+        "tokens": [item["token"] for item in content],
+        "token_logprobs": [item["logprob"] for item in content],
+        "top_logprobs": [
+            {top["token"]: top["logprob"] for top in item["top_logprobs"]} for item in content
+        ],
+        "text_offset": offsets,
+    }
+
+
+def _response_body(model: str, completion: Completion, sampling: Sampling) -> dict:
+    """OpenAI's Responses object: one assistant message with the answer (the check allows
+    one answer per Responses request). It echoes the settings the request ran with, as
+    OpenAI does, and says that no tool could be called."""
     prompt_tokens, completion_tokens = _usage(completion)
     choice = completion.choices[0]
     truncated = choice.finish_reason == "length"
-    return {
+    text: dict[str, Any] = {"type": "output_text", "text": choice.text, "annotations": []}
+    if choice.logprobs is not None:
+        text["logprobs"] = choice.logprobs
+    body = {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
         "created_at": int(time.time()),
         "status": "incomplete" if truncated else "completed",
+        "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if truncated else None,
         "model": model,
         "output": [
@@ -114,16 +145,32 @@ def _response_body(model: str, completion: Completion) -> dict[str, Any]:
                 "id": f"msg_{uuid.uuid4().hex}",
                 "status": "incomplete" if truncated else "completed",
                 "role": "assistant",
-                "content": [{"type": "output_text", "text": choice.text, "annotations": []}],
+                "content": [text],
             }
         ],
+        "parallel_tool_calls": False,
+        "tool_choice": "none",
+        "tools": [],
+        "temperature": sampling.get("temperature", 1.0),
+        "top_p": sampling.get("top_p", 1.0),
+        "max_output_tokens": sampling.get("max_tokens"),
+        "background": False,
+        "service_tier": "default",
+        "truncation": "disabled",
         "usage": {
             "input_tokens": prompt_tokens,
+            "input_tokens_details": {
+                "cached_tokens": completion.cached_tokens,
+                "cache_write_tokens": 0,
+            },
             "output_tokens": completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt_tokens + completion_tokens,
-            "input_tokens_details": {"cached_tokens": completion.cached_tokens},
         },
     }
+    if choice.logprobs is not None:
+        body["top_logprobs"] = sampling.get("logprobs") or 0
+    return body
 
 
 BODIES = {
@@ -131,12 +178,27 @@ BODIES = {
     "/v1/completions": _text_completion_body,
     "/v1/responses": _response_body,
 }
+# The type of OpenAI's error object, by the status of the failure.
+ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_error"}
 
 
 def success_line(
-    custom_id: str, model: str, completion: Completion, url: str = "/v1/chat/completions"
+    custom_id: str,
+    model: str,
+    completion: Completion,
+    url: str = "/v1/chat/completions",
+    sampling: Sampling | None = None,
 ) -> dict[str, Any]:
-    """The output line of a request that ran; the body follows the endpoint's schema."""
+    """The output line of a request that ran; the body follows the endpoint's schema.
+
+    Args:
+        custom_id: the request's id.
+        model: the model name the body names.
+        completion: what the engine produced.
+        url: the endpoint the request named.
+        sampling: the settings it ran with (``EngineRequest.sampling``), which a Responses
+            body echoes.
+    """
     line_id, request_id = _ids()
     line: dict[str, Any] = {
         "id": line_id,
@@ -144,7 +206,7 @@ def success_line(
         "response": {
             "status_code": 200,
             "request_id": request_id,
-            "body": BODIES[url](model, completion),
+            "body": BODIES[url](model, completion, sampling or {}),
         },
         "error": None,
     }
@@ -153,21 +215,43 @@ def success_line(
     return line
 
 
-def error_line(custom_id: str, code: str, message: str, status_code: int = 400) -> dict[str, Any]:
+def error_line(
+    custom_id: str,
+    code: str,
+    message: str,
+    status_code: int = 400,
+    *,
+    line: int | None = None,
+    param: str | None = None,
+) -> dict[str, Any]:
     """The output line of a request that did not run.
+
+    As vLLM's ``run_batch`` writes it: ``response.body`` null and the failure in ``error``,
+    with the fields of OpenAI's error object (``code``, ``message``, ``param``, ``type``)
+    and of its batch error (``line``). OpenAI itself puts an HTTP failure's error object in
+    ``response.body.error``; vLLM's output model allows only a response body there.
 
     Args:
         custom_id: the request's id (``line-N`` where the line had none).
         code: a machine-readable class, e.g. ``invalid_request`` or ``engine_error``.
         message: what went wrong, for a person.
         status_code: the HTTP-style status (400 for bad input, 500 for engine faults).
+        line: the input line, where the failure is the line's own.
+        param: the body field at fault, where there is one.
     """
     line_id, request_id = _ids()
+    error_type = ERROR_TYPES.get(status_code, "server_error" if status_code >= 500 else None)
     return {
         "id": line_id,
         "custom_id": custom_id,
         "response": {"status_code": status_code, "request_id": request_id, "body": None},
-        "error": {"code": code, "message": message},
+        "error": {
+            "code": code,
+            "message": message,
+            "param": param,
+            "type": error_type or "invalid_request_error",
+            "line": line,
+        },
     }
 
 

@@ -35,7 +35,7 @@ def result_line(request: EngineRequest, model: str, result: Completion | Excepti
     """A request's output line: its success, or the engine's refusal of it."""
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
-    return success_line(request.custom_id, model, result, request.url)
+    return success_line(request.custom_id, model, result, request.url, request.sampling)
 
 
 def _out_of_memory(exc: BaseException) -> bool:

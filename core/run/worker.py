@@ -37,7 +37,7 @@ from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
-from core.run.engine import EngineLoadError, fit_to_requests
+from core.run.engine import EngineLoadError, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line
@@ -80,9 +80,11 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         if checked.valid:
             pending.append(checked.request)
         elif custom_id not in ledger.failed:
-            errors = "; ".join(p.message for p in checked.problems if p.severity == "error")
+            errors = [p for p in checked.problems if p.severity == "error"]
+            message = f"line {checked.line_no}: " + "; ".join(p.message for p in errors)
+            param = errors[0].param if errors else None
             invalid.append(
-                error_line(custom_id, "invalid_request", f"line {checked.line_no}: {errors}")
+                error_line(custom_id, "invalid_request", message, line=checked.line_no, param=param)
             )
 
     keeper = StatusKeeper(job)
@@ -175,7 +177,8 @@ def _expect(
         speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
         by_limit: dict[int, int] = {}
         for request in requests:
-            limit, n = request.max_tokens, int(request.sampling.get("n") or 1)
+            # The answers the engine generates (a greedy request's copies cost nothing).
+            limit, n = request.max_tokens, int(request.sampling.get("n") or 1) // copies(request)
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
             pending[request.custom_id] = (by_limit[limit] * n, limit)
