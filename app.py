@@ -19,6 +19,7 @@ pages = [
     st.Page("pages/monitor.py", title="Monitor", icon=":material/speed:"),
     st.Page("pages/results.py", title="Results", icon=":material/table_view:"),
     st.Page("pages/review.py", title="Review", icon=":material/rate_review:"),
+    st.Page("pages/checks.py", title="Checks", icon=":material/fact_check:"),
     st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
     st.Page("pages/jobs.py", title="Jobs", icon=":material/list_alt:"),

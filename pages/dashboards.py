@@ -1,4 +1,5 @@
-"""Dashboards: requests, rates, finish reasons, tokens, cost, throughput, latency, pass rates."""
+"""Dashboards: requests, rates, finish reasons, tokens, cost, throughput, latency, review pass
+rates and the checks' pass rates."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from core.plan.pricing import (
     save_prices,
     table_from_rows,
 )
+from core.qa.grading import refresh
 from core.store import dashboards as dash
 from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
 
@@ -72,9 +74,11 @@ def charts(
         "throughput": dash.throughput_figure(_db, scope),
         "latency": dash.latency_figure(_db, scope, by),
         "pass_rate": dash.pass_rate_figure(_db, scope, by),
+        "checks": dash.checks_figure(_db, scope, by),
     }
 
 
+refresh(db, job_ids or list(jobs["job_id"]))  # checks of results that came since
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
 summary, figures = charts(db, scope_key, by, prices.model_dump_json(), version)

@@ -6,6 +6,8 @@ import json
 
 import streamlit as st
 
+from core.qa.grading import refresh
+from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
 from pages.shared import escape, job_labels, jobs_or_stop, open_job, paths, store, through_app
@@ -53,6 +55,9 @@ def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict
     return res.facets(_db, list(job_ids))
 
 
+for stale_job, problem in refresh(db, job_ids).items():  # checks of results that came since
+    st.warning(f"The saved rules of {escape(label(stale_job))} cannot be used:")
+    st.text(problem)
 facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
@@ -78,6 +83,15 @@ with st.expander("Filter and search", expanded=True):
             metadata = {meta_key: value}
     low = c[2].number_input("Tokens out ≥", min_value=0, value=None, step=1, key="f_tok_lo")
     high = c[3].number_input("Tokens out ≤", min_value=0, value=None, step=1, key="f_tok_hi")
+    checks = {}
+    if facets["checks"]:  # the rules of the Checks page, when these jobs were checked
+        c = st.columns(4)
+        if st.session_state.get("f_check") not in ["(any)", *facets["checks"]]:
+            st.session_state["f_check"] = "(any)"  # a rule of other jobs
+        rule = c[0].selectbox("Check", ["(any)", *facets["checks"]], key="f_check")
+        outcome = c[1].selectbox("outcome", ck.FAILED_FIRST, key="f_check_outcome")
+        if rule != "(any)":
+            checks = {rule: outcome}
 
 flt = res.ResultFilter(
     job_ids=job_ids,
@@ -90,6 +104,7 @@ flt = res.ResultFilter(
     search=search,
     search_in=search_in,
     match_case=match_case,
+    checks=checks,
 )
 
 # -- the table ----------------------------------------------------------------------------------

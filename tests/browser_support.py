@@ -46,6 +46,7 @@ PAGES = {
     "Monitor": "Monitor",
     "Results": "Results",
     "Review": "Review",
+    "Checks": "Checks",
     "Compare": "Compare",
     "Dashboards": "Dashboards",
     "Jobs": "Jobs",

@@ -29,8 +29,9 @@ LAYERS = {
     "jobs": 3,
     "run": 4,
     "store": 5,
-    "cli": 6,
-    "__main__": 7,
+    "qa": 6,
+    "cli": 7,
+    "__main__": 8,
 }
 MAX_LINES = 500
 

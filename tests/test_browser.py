@@ -372,3 +372,38 @@ def test_prices_typed_into_the_price_table_are_saved(
     expect(metric_value(page, "Cost")).to_have_text(f"{cost:,.2f} USD")
     expect(page.get_by_text("cost: price per 1M tokens")).to_be_visible()
     screenshot(page, "prices_2_saved_estimate")
+
+
+@pytest.mark.browser
+def test_rules_edited_and_run_on_the_checks_page_show_a_pass_rate(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 17: write rules on the Checks page, run them, read each rule's pass rate, and
+    find the rules saved in the job's folder (no engine: a made-up job)."""
+    from tests.test_grading_ui import ROWS, RULES
+
+    made = finished_job(studio_server.home.parent / "build", ROWS)
+    (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
+    job = made.path.rename(studio_server.home / "jobs" / made.job_id)
+    page = chromium_page
+    page.goto(studio_server.url)
+    open_page(page, "Checks")
+    type_into(page, "Rules (YAML or JSON)", "rules:\n  - name: x\n    type: nope\n")
+    expect(page.get_by_text("unknown type 'nope'")).to_be_visible()
+    expect(page.get_by_role("button", name="Run checks")).to_be_disabled()
+    type_into(page, "Rules (YAML or JSON)", RULES)
+    expect(page.get_by_text("3 rule(s):")).to_be_visible()
+    page.get_by_role("button", name="Run checks").click()
+    expect(page.get_by_text("saved in each job's folder")).to_be_visible()
+    wait_idle(page)
+    grid = page.get_by_test_id("stDataFrame").first
+    rows = wait_for(
+        lambda: [r for r in grid_rows(grid) if r and "mentions_refund" in r], 30, "pass rates"
+    )
+    screenshot(page, "checks_pass_rates")
+    # passed, failed, not graded (the failed request), then the pass rate: 2 of 3 graded
+    # answers mention a refund (the grid's text mirror holds the number it shows as 66.67%)
+    assert rows[0][2:5] == ["2", "1", "1"], rows
+    assert float(rows[0][5]) == pytest.approx(2 / 3)
+    assert (job / "rules.yaml").read_text(encoding="utf-8") == RULES
+    expect_no_exception(page)

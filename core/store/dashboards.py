@@ -18,6 +18,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 
 from core.plan.pricing import PriceTable
+from core.schemas import job_label
+from core.store import checks
 from core.store.db import Store
 from core.store.review import wilson
 from core.store.schema import JOB_LABEL_SQL
@@ -272,6 +274,54 @@ def pass_rate_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
         error_y_minus="err_low",
         title="Review pass rate (95% CI)",
         hover_data=["passed", "failed"],
+    )
+    fig.update_yaxes(tickformat=".0%", range=[0, 1])
+    return fig
+
+
+NO_CHECKS = "no checks have run on these jobs (see the Checks page)"
+
+
+def checks_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
+    """Each rule's pass rate (from the Checks page or ``core grade``) per group, with its 95%
+    Wilson interval. Grouped by day, it shows them per job; dates pick the jobs started
+    within them."""
+    clauses, params = ["true"], []
+    if scope.job_ids:
+        clauses.append("list_contains(?, job_id)")
+        params.append(list(scope.job_ids))
+    if scope.start:
+        clauses.append("created_at >= ?")
+        params.append(pd.Timestamp(scope.start, tz="UTC"))
+    if scope.end:
+        clauses.append("created_at < ?")
+        params.append(pd.Timestamp(scope.end + timedelta(days=1), tz="UTC"))
+    ids = store.query(
+        f"SELECT job_id, coalesce(name, '') AS name FROM jobs WHERE {' AND '.join(clauses)}",
+        params,
+    )
+    group = by if by in checks.GROUPS else "job"
+    frame = checks.pass_rates(store, list(ids["job_id"]), group)
+    frame = frame[frame["pass_rate"].notna()]
+    if frame.empty:
+        return _empty("Checks: pass rate per rule", NO_CHECKS)
+    if group == "job":
+        names = dict(zip(ids["job_id"], ids["name"], strict=True))
+        frame = frame.assign(job=[job_label(j, names.get(j, "")) for j in frame["job"]])
+    frame = frame.assign(
+        err_low=frame["pass_rate"] - frame["ci_low"],
+        err_high=frame["ci_high"] - frame["pass_rate"],
+    )
+    fig = px.bar(
+        frame,
+        x=group,
+        y="pass_rate",
+        color="rule",
+        barmode="group",
+        error_y="err_high",
+        error_y_minus="err_low",
+        title="Checks: pass rate per rule (95% CI)",
+        hover_data=["passed", "failed", "not_graded"],
     )
     fig.update_yaxes(tickformat=".0%", range=[0, 1])
     return fig

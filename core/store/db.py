@@ -128,7 +128,8 @@ class Store:
                 for job_id, folder in cur.execute("SELECT job_id, folder FROM jobs").fetchall()
                 if job_id not in present and Path(folder).parent == jobs_dir
             ]
-            for table in ("results", "requests", "ingest_state", "job_events", "jobs"):
+            tables = ("results", "requests", "ingest_state", "job_events", "jobs")
+            for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 if gone:
                     cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
 
@@ -305,6 +306,9 @@ class Store:
             ).fetchone()
             labels = cur.execute(
                 f"SELECT count(*), max(updated_at) FROM reviews {scope}", params
+            ).fetchone()
+            labels += cur.execute(  # checks graded again
+                f"SELECT count(*), max(graded_at) FROM rule_runs {scope}", params
             ).fetchone()
             if jobs[3]:  # running: a time bucket instead of the offsets
                 return (*jobs[:3], *labels, int(time.time() // live_seconds))

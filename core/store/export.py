@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.store.checks import export_checks
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
 
@@ -150,7 +151,10 @@ def _excel(store: Store, sql: str, params: list[Any], path: Path) -> int:
 
 
 def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "csv") -> int:
-    """Filtered results (with their labels) to a file; JSONL is the OpenAI output format.
+    """Filtered results (with their labels, and a ``check_<rule>`` column per rule the jobs
+    were graded with) to a file. JSONL is the OpenAI output format: each stored line, with
+    the checks' outcomes added as one more top-level field, ``checks`` (a line's fields
+    are kept as they were, byte for byte, so readers of OpenAI's format read it).
 
     Returns:
         The number of rows written.
@@ -158,11 +162,18 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
     fmt, path = _check_format(fmt), Path(path)
     clause, params = where(f)
     order = "ORDER BY r.job_id, r.line_no, r.custom_id"
+    checks = export_checks(store, f.job_ids)
     if fmt == "jsonl":
-        return _raw_lines(store, f"SELECT r.raw {FROM} {clause} {order}", params, path)
-    return _copy(
-        store, f"SELECT {_RESULT_COLUMNS} {FROM} {_LABELS} {clause} {order}", params, path, fmt
-    )
+        raw = "r.raw"
+        if checks.join:
+            line = "rtrim(CAST(r.raw AS VARCHAR))"
+            raw = f"""left({line}, -1) || ', "checks": ' || CAST({checks.as_json} AS VARCHAR)
+                      || '}}' AS raw"""
+        sql = f"SELECT {raw} {FROM} {checks.join} {clause} {order}"
+        return _raw_lines(store, sql, [*checks.params, *params], path)
+    columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
+    sql = f"SELECT {columns} {FROM} {_LABELS} {checks.join} {clause} {order}"
+    return _copy(store, sql, [*checks.params, *params], path, fmt)
 
 
 def export_errors(store: Store, job_ids: list[str], path: str | Path) -> int:

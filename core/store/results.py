@@ -15,6 +15,7 @@ import pandas as pd
 from pydantic import Field
 
 from core.schemas import Model
+from core.store.checks import Outcome, outcome_clause, rule_names
 from core.store.db import Store
 
 # Ingest copies the request's fields (line_no, prompt, metadata...) into `results`, and the
@@ -68,6 +69,8 @@ class ResultFilter(Model):
         search: text to find, case-insensitive, taken literally.
         search_in: ``prompt``, ``answer`` or ``both``.
         match_case: exact case (about twice as fast on a million rows).
+        checks: rule name -> the outcome required (``passed``, ``failed``, ``not_graded``):
+            e.g. the failures of one rule, to read or to sample for review.
     """
 
     job_ids: list[str]
@@ -81,6 +84,7 @@ class ResultFilter(Model):
     search: str = ""
     search_in: Literal["prompt", "answer", "both"] = "both"
     match_case: bool = False
+    checks: dict[str, Outcome] = Field(default_factory=dict)
 
 
 def metadata_path(key: str) -> str:
@@ -121,6 +125,8 @@ def where(f: ResultFilter) -> tuple[str, list[Any]]:
         if high is not None:
             clauses.append(f"{name} <= ?")
             params.append(int(high))
+    for rule, outcome in f.checks.items():
+        clauses.append(outcome_clause(rule, outcome, params))
     if f.search:
         if f.search_in not in SEARCH_FIELDS:
             raise ValueError(f"search_in must be one of {', '.join(SEARCH_FIELDS)}")
@@ -279,6 +285,7 @@ def facets(store: Store, job_ids: list[str]) -> dict[str, list[str]]:
         params,
     )
     out["metadata_keys"] = [str(k) for k in keys["k"]]
+    out["checks"] = rule_names(store, job_ids)
     return out
 
 

@@ -144,6 +144,30 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN name VARCHAR DEFAULT '';
     """,
+    # Checks (core/qa): per result, each rule's outcome in the order of the job's rules
+    # (passed NULL: not graded), with the result's model and prompt version so that pass
+    # rates need no join; and per job, the rules it was graded with (their names in order)
+    # and how many results there were then. One row per result, not per result and rule:
+    # a million results by five rules write a million rows. No key: a job's outcomes are
+    # replaced whole. Rebuilt from each job folder's rules.yaml when missing or stale.
+    """
+    CREATE TABLE rule_outcomes (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        passed BOOLEAN[],
+        model VARCHAR,
+        prompt_version VARCHAR
+    );
+    CREATE TABLE rule_runs (
+        job_id VARCHAR PRIMARY KEY,
+        rules_digest VARCHAR,
+        rules JSON,
+        names VARCHAR[],
+        results BIGINT,
+        succeeded BIGINT,
+        graded_at TIMESTAMPTZ
+    );
+    """,
 ]
 
 

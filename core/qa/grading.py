@@ -1,0 +1,203 @@
+"""Grading: every result of some jobs against a rule set, inside DuckDB, into
+``rule_outcomes``; and the rules saved in each job's folder so a rerun grades alike.
+
+The job folder is the truth here too: ``rules.yaml`` beside the job's results holds the
+rules it was last graded with, and the outcomes in DuckDB are rebuilt from it whenever they
+are missing (a deleted database) or stale (other rules, or results that changed since).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from core.files import write_atomic
+from core.qa.evaluate import Item, python_outcome, python_rows, sql_expression
+from core.qa.rules import FILE_NAME, RulesError, RuleSet, load_rules
+from core.schemas import COMPLETED_WITH_ERRORS, FINAL_STATES
+from core.store.db import Store
+
+PY_BATCH = 50_000  # rows a Python-graded rule reads at a time
+RUNNING_REGRADE_SECONDS = 30.0  # a running job's outcomes are brought up to date this often
+# Jobs whose results no longer change by themselves (an interrupted one waits for a resume)
+FINAL = {s.value for s in FINAL_STATES} | {COMPLETED_WITH_ERRORS, "interrupted"}
+
+# A result's answer as the rules read it: never NULL (a success without text is "").
+_RESULTS = "(SELECT *, coalesce(answer, '') AS a FROM results WHERE list_contains(?, job_id)) r"
+
+
+def _python_outcomes(cur: Any, job_ids: list[str], rule: Any, rows: str) -> pa.Table:
+    """The outcomes of the rows that ``rows`` picks, graded in Python, as a table."""
+    reader = cur.execute(
+        f"SELECT r.job_id, r.custom_id, r.a FROM {_RESULTS} "
+        f"WHERE r.status = 'succeeded' AND {rows}",
+        [job_ids],
+    ).fetch_record_batch(PY_BATCH)
+    keys: dict[str, list] = {"job_id": [], "custom_id": [], "passed": []}
+    for batch in reader:
+        for job_id, custom_id, answer in zip(*(c.to_pylist() for c in batch.columns), strict=True):
+            keys["job_id"].append(job_id)
+            keys["custom_id"].append(custom_id)
+            keys["passed"].append(python_outcome(rule, Item(answer=answer)))
+    return pa.table(
+        keys,
+        schema=pa.schema(
+            [
+                ("job_id", pa.string()),
+                ("custom_id", pa.string()),
+                ("passed", pa.bool_()),
+            ]
+        ),
+    )
+
+
+def grade(store: Store, job_ids: Iterable[str], rules: RuleSet) -> None:
+    """Grades every result of these jobs by every rule, replacing their outcomes."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return
+    with store.cursor() as cur:
+        exprs, joins, params, registered = [], [], [], []
+        try:
+            for k, rule in enumerate(rules.rules):
+                expr = sql_expression(rule, params)
+                rows = python_rows(rule)
+                if rows is not None:  # those rows are graded in Python, the rest by SQL
+                    cur.register(f"py{k}", _python_outcomes(cur, job_ids, rule, rows))
+                    registered.append(f"py{k}")
+                    joins.append(
+                        f"LEFT JOIN py{k} ON py{k}.job_id = r.job_id "
+                        f"AND py{k}.custom_id = r.custom_id"
+                    )
+                    expr = f"coalesce(py{k}.passed, {expr})"
+                exprs.append(f"CASE WHEN r.status = 'succeeded' THEN {expr} END AS c{k}")
+            outcomes = ", ".join(f"c{k}" for k in range(len(rules.rules)))
+            cur.execute("BEGIN")
+            cur.execute("DELETE FROM rule_outcomes WHERE list_contains(?, job_id)", [job_ids])
+            # One scan of the results; one row per result, its outcomes in the rules' order.
+            cur.execute(
+                f"""
+                INSERT INTO rule_outcomes (job_id, custom_id, passed, model, prompt_version)
+                SELECT job_id, custom_id, [{outcomes}], model, prompt_version
+                FROM (
+                    SELECT r.job_id, r.custom_id, r.model, r.prompt_version, {", ".join(exprs)}
+                    FROM {_RESULTS} {" ".join(joins)}
+                )
+                """,
+                [*params, job_ids],
+            )
+            cur.execute(
+                """
+                INSERT OR REPLACE INTO rule_runs
+                SELECT j.job_id, ?, ?, ?, count(r.custom_id),
+                       count(r.custom_id) FILTER (WHERE r.status = 'succeeded'), now()
+                FROM (SELECT unnest(?::VARCHAR[]) AS job_id) j
+                LEFT JOIN results r ON r.job_id = j.job_id
+                GROUP BY j.job_id
+                """,
+                [rules.digest(), rules.model_dump_json(by_alias=True), rules.names, job_ids],
+            )
+            cur.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(Exception):  # no transaction was open yet
+                cur.execute("ROLLBACK")
+            raise
+        finally:
+            for name in registered:
+                cur.unregister(name)
+
+
+# -- the rules saved with each job ----------------------------------------------------------
+
+
+def rules_file(folder: str | Path) -> Path:
+    return Path(folder) / FILE_NAME
+
+
+def save_rules(folder: str | Path, rules: RuleSet, text: str | None = None) -> Path:
+    """Writes the rules into a job folder (atomically): the file as given when it is YAML
+    (its comments kept), else the rules as YAML."""
+    keep = text is not None and not text.lstrip().startswith(("{", "["))
+    path = rules_file(folder)
+    write_atomic(path, text if keep else rules.to_yaml())
+    return path
+
+
+def saved_rules_text(folder: str | Path) -> str | None:
+    """The rules file saved in a job folder, or None."""
+    path = rules_file(folder)
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def job_folders(store: Store, job_ids: Iterable[str]) -> dict[str, Path]:
+    """Each indexed job's folder, by job id."""
+    frame = store.query(
+        "SELECT job_id, folder FROM jobs WHERE list_contains(?, job_id)", [list(job_ids)]
+    )
+    return {str(j): Path(f) for j, f in zip(frame["job_id"], frame["folder"], strict=True)}
+
+
+def grade_jobs(store: Store, job_ids: list[str], rules: RuleSet, text: str | None = None) -> None:
+    """Saves the rules into each job's folder (the truth), then grades the jobs."""
+    for folder in job_folders(store, job_ids).values():
+        save_rules(folder, rules, text)
+    grade(store, job_ids, rules)
+
+
+def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
+    """Grades again, from its saved rules, each of these jobs whose outcomes are missing or
+    stale (other rules, or results that changed since); a running job at most every
+    :data:`RUNNING_REGRADE_SECONDS`. Returns job id -> problem for saved rules that no
+    longer load (the job keeps its last outcomes)."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return {}
+    runs = store.query(
+        """
+        SELECT j.job_id, j.state, u.rules_digest, u.results, u.succeeded,
+               epoch(now()) - epoch(u.graded_at) AS age,
+               (SELECT count(*) FROM results r WHERE r.job_id = j.job_id) AS results_now,
+               (SELECT count(*) FROM results r WHERE r.job_id = j.job_id
+                AND r.status = 'succeeded') AS succeeded_now
+        FROM jobs j LEFT JOIN rule_runs u ON u.job_id = j.job_id
+        WHERE list_contains(?, j.job_id)
+        """,
+        [job_ids],
+    )
+    folders = job_folders(store, job_ids)
+    problems: dict[str, str] = {}
+    stale: dict[str, tuple[RuleSet, list[str]]] = {}
+    for run in runs.itertuples(index=False):
+        text = saved_rules_text(folders[run.job_id])
+        if text is None:
+            continue
+        try:
+            rules = load_rules(text)
+        except RulesError as exc:
+            problems[run.job_id] = f"{FILE_NAME}: {exc}"
+            continue
+        same = run.rules_digest == rules.digest()
+        current = same and (run.results, run.succeeded) == (run.results_now, run.succeeded_now)
+        if current:
+            continue
+        running = run.state not in FINAL
+        if same and running and run.age is not None and run.age < RUNNING_REGRADE_SECONDS:
+            continue
+        stale.setdefault(rules.digest(), (rules, []))[1].append(run.job_id)
+    for rules, jobs in stale.values():
+        grade(store, jobs, rules)
+    return problems
+
+
+def timed_grade_jobs(
+    store: Store, job_ids: list[str], rules: RuleSet, text: str | None = None
+) -> float:
+    """:func:`grade_jobs`, returning the seconds it took (the page says so)."""
+    start = time.perf_counter()
+    grade_jobs(store, job_ids, rules, text)
+    return time.perf_counter() - start

@@ -1,0 +1,128 @@
+"""What both ways of grading agree on: whitespace, words, lower case, strict JSON.
+
+Rules are graded in DuckDB (RE2 regular expressions, utf8proc's lower case) and, as a
+reference and for what SQL cannot do, in Python. Where the two differ by default (``\\s``
+and ``\\w`` are ASCII in RE2 and Unicode in Python; ``str.lower`` applies the Greek final
+sigma and turns ``İ`` into two characters; DuckDB's ``json_valid`` takes ``NaN`` and
+trailing commas) the definitions here are written out so both give the same answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# Whitespace, for words and trimming: Unicode's space separators, line and paragraph
+# separators and the ASCII controls that break lines, written out (the same set for both).
+SPACES = (
+    " \t\n\r\f\v\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+COMMON_SPACES = " \t\n\r"  # what nearly every answer holds: the fast path of word counts
+RARE_SPACES = "".join(c for c in SPACES if c not in COMMON_SPACES)
+WORD_RUN = f"[^{SPACES}]+"  # a word: a run of anything but whitespace (both engines)
+# A whole word's edges: no letter, digit or _ beside it. RE2 spells letters \pL\pN;
+# Python's \w is the same set (str.isalnum or _).
+SQL_EDGE_BEFORE, SQL_EDGE_AFTER = r"(?:^|[^\pL\pN_])", r"(?:[^\pL\pN_]|$)"
+PY_EDGE_BEFORE, PY_EDGE_AFTER = r"(?:^|\W)", r"(?:\W|$)"
+_SPECIAL = set("\\.^$|?*+()[]{}")
+
+
+def escape(literal: str) -> str:
+    """A literal text as a pattern both engines read the same (punctuation escaped only)."""
+    return "".join("\\" + c if c in _SPECIAL else c for c in literal)
+
+
+def simple_lower(text: str) -> str:
+    """Lower case one character at a time, as DuckDB's ``lower`` does: no final-sigma
+    context, and ``İ`` becomes ``i`` (Python's ``str.lower`` makes it ``i`` + a dot)."""
+    return "".join(c.lower()[:1] for c in text)
+
+
+def strip_spaces(text: str) -> str:
+    return text.strip(SPACES)
+
+
+def word_count(text: str) -> int:
+    return len(re.findall(WORD_RUN, text))
+
+
+def strict_json(text: str) -> Any:
+    """The JSON value of a text, or raises ValueError: RFC 8259 only (no NaN or Infinity,
+    no unpaired surrogate escapes; Python's json already refuses trailing commas)."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    value = json.loads(text, parse_constant=refuse)
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("an unpaired surrogate is not JSON text") from None
+    return value
+
+
+def is_json(text: str) -> bool:
+    try:
+        strict_json(text)
+    except ValueError:
+        return False
+    return True
+
+
+# DuckDB's json_valid also takes NaN, Infinity, inf and nan (any case, signed) as values,
+# and trailing commas. A text it takes that strict JSON does not has one of these where a
+# value or a closing bracket starts (or inside a string): such rows are decided in Python,
+# every other row by json_valid alone.
+LENIENT_JSON_HINT = r"(?i)(?:^|[\[:,])[ \t\n\r]*[-+]?(?:nan|inf)|,[ \t\n\r]*[\]}]"
+
+
+# RE2's shorthand classes are ASCII; spelled out for Python's re (\s has no \v in RE2).
+_OUTSIDE = {
+    "d": "[0-9]",
+    "D": "[^0-9]",
+    "w": "[0-9A-Za-z_]",
+    "W": "[^0-9A-Za-z_]",
+    "s": "[\\t\\n\\f\\r ]",
+    "S": "[^\\t\\n\\f\\r ]",
+    "b": "(?a:\\b)",
+    "B": "(?a:\\B)",
+}
+_INSIDE = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
+
+
+def python_pattern(pattern: str) -> str:
+    """A regular expression as RE2 (DuckDB) reads it, spelled for Python's ``re``: ``\\d``,
+    ``\\w``, ``\\s`` and ``\\b`` ASCII, and ``$`` the very end of the text (Python's also
+    matches before a final line break) unless the pattern turns on ``(?m)``."""
+    multiline = re.match(r"\(\?[a-zA-Z]*m", pattern) is not None
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if in_class:
+                out.append(_INSIDE.get(nxt, ch + nxt))
+            else:
+                out.append(_OUTSIDE.get(nxt, ch + nxt))
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+            out.append(ch)
+        elif ch == "[":
+            in_class = True
+            out.append(ch)
+            # a "]" right after "[" or "[^" is a literal member, not the end
+            rest = pattern[i + 1 :]
+            lead = "^]" if rest.startswith("^]") else "]" if rest.startswith("]") else ""
+            out.append(lead)
+            i += len(lead)
+        elif ch == "$" and not multiline:
+            out.append(r"\Z")
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)

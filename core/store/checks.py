@@ -1,0 +1,125 @@
+"""Reading the checks' outcomes (table ``rule_outcomes``, written by ``core.qa.grading``):
+pass rates with their 95% interval, the rules of jobs, and the filter by outcome.
+
+An outcome is passed, failed or not graded (a failed request has no answer to grade; an
+``equals_metadata`` rule does not grade a request without that field). A pass rate is
+passed / (passed + failed), with the Wilson interval of ``core.store.review``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import pandas as pd
+
+from core.store.db import Store
+from core.store.review import wilson
+
+Outcome = Literal["passed", "failed", "not_graded"]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+FAILED_FIRST = ("failed", "passed", "not_graded")  # what a person looks for first
+_IS = {"passed": "{v}", "failed": "NOT {v}", "not_graded": "{v} IS NULL"}
+GROUPS: dict[str, str] = {
+    "all": "'all'",
+    "job": "o.job_id",
+    "model": "coalesce(o.model, '(none)')",
+    "prompt_version": "coalesce(o.prompt_version, '(none)')",
+}
+# A result's outcome of the rule named by a parameter: its place in the job's rules.
+_OF_RULE = "o.passed[list_position(u.names, ?)]"
+
+
+def outcome_clause(rule: str, outcome: str, params: list[Any]) -> str:
+    """A condition on ``results r``: the result's outcome of ``rule`` is ``outcome`` (a job
+    not graded by that rule has no outcome of it: none of its results match)."""
+    if outcome not in _IS:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
+    params.extend([rule, rule])
+    return (
+        "EXISTS (SELECT 1 FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id "
+        "WHERE o.job_id = r.job_id AND o.custom_id = r.custom_id "
+        f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE)})"
+    )
+
+
+def rule_names(store: Store, job_ids: list[str]) -> list[str]:
+    """The rules these jobs were graded with, in their files' order."""
+    frame = store.query(
+        """
+        SELECT rule FROM (
+            SELECT unnest(names) AS rule, unnest(range(len(names))) AS place
+            FROM rule_runs WHERE list_contains(?, job_id)
+        ) GROUP BY rule ORDER BY min(place), rule
+        """,
+        [list(job_ids)],
+    )
+    return [str(name) for name in frame["rule"]]
+
+
+def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFrame:
+    """Per rule and group (``all``, ``job``, ``model`` or ``prompt_version``): passed,
+    failed, not_graded, pass_rate (None when nothing was graded), ci_low and ci_high."""
+    if by not in GROUPS:
+        raise ValueError(f"group by one of {', '.join(GROUPS)}")
+    frame = store.query(
+        f"""
+        SELECT rule, "{by}",
+               count(*) FILTER (WHERE passed) AS passed,
+               count(*) FILTER (WHERE NOT passed) AS failed,
+               count(*) FILTER (WHERE passed IS NULL) AS not_graded,
+               min(place) AS place
+        FROM (
+            SELECT {GROUPS[by]} AS "{by}", unnest(u.names) AS rule,
+                   unnest(range(len(u.names))) AS place, unnest(o.passed) AS passed
+            FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id
+            WHERE list_contains(?, o.job_id)
+        )
+        GROUP BY ALL ORDER BY place, rule, 2
+        """,
+        [list(job_ids)],
+    )
+    graded = frame["passed"] + frame["failed"]
+    bounds = [wilson(int(p), int(n)) for p, n in zip(frame["passed"], graded, strict=True)]
+    frame["pass_rate"] = [
+        p / n if n else None for p, n in zip(frame["passed"], graded, strict=True)
+    ]
+    frame["ci_low"] = [b[0] if n else None for b, n in zip(bounds, graded, strict=True)]
+    frame["ci_high"] = [b[1] if n else None for b, n in zip(bounds, graded, strict=True)]
+    for name in ("passed", "failed", "not_graded"):
+        frame[name] = frame[name].astype(int)
+    return frame.drop(columns=["place"])
+
+
+@dataclass
+class ExportChecks:
+    """What an export of results adds for the checks of its jobs (all empty without any).
+
+    Attributes:
+        columns: select list, one column per rule: ``check_<rule>`` true, false, or empty
+            where not graded.
+        as_json: an expression of the outcomes as one JSON object (JSONL's ``checks``).
+        join: the LEFT JOINs (aliases ``o`` and ``u``) that bring them to ``results r``.
+        params: the select list's parameters (they come before the query's others).
+    """
+
+    columns: str = ""
+    as_json: str = ""
+    join: str = ""
+    params: list[Any] = field(default_factory=list)
+
+
+def export_checks(store: Store, job_ids: list[str]) -> ExportChecks:
+    """The columns and joins that add these jobs' outcomes to an export of their results."""
+    names = rule_names(store, job_ids)
+    if not names:
+        return ExportChecks()
+    # Names are letters, digits and _ . - (the rules' own constraint): safe between quotes.
+    values = [f"{_OF_RULE}" for _ in names]
+    columns = ", ".join(f'{v} AS "check_{n}"' for v, n in zip(values, names, strict=True))
+    pairs = ", ".join(f"'{n}', {v}" for v, n in zip(values, names, strict=True))
+    join = (
+        "LEFT JOIN rule_outcomes o ON o.job_id = r.job_id AND o.custom_id = r.custom_id "
+        "LEFT JOIN rule_runs u ON u.job_id = r.job_id"
+    )
+    return ExportChecks(columns, f"json_object({pairs})", join, list(names))
