@@ -29,6 +29,7 @@ from core.store.schema import (
     RESULT_SHAPE,
     SEARCH_TEXT_SQL,
 )
+from core.store.vector_ingest import forget_vectors, ingest_vectors
 
 BATCH_LINES = 50_000
 JOB_COLUMNS = (
@@ -38,6 +39,11 @@ JOB_COLUMNS = (
 
 
 MEMORY_LIMIT = "512MB"
+# Floats are stored uncompressed: the only float columns are embedding vectors, and
+# "similar to this" scans them all. DuckDB's float codecs (ALP-RD picks itself for vectors)
+# saved little on them and made the scan of 100,000 384-d vectors 3x slower (250-520 ms
+# against 75-185 ms on a busy 2-core machine; bench/vectors.py).
+FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
 class Store:
@@ -49,6 +55,8 @@ class Store:
         # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
         # queries stream, so a fixed share keeps the UI process small (it spills past it).
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
+        # (as a config option at connect, DuckDB 1.5 ignores it)
+        self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
         self._lock = threading.RLock()
         self._migrate()
@@ -131,6 +139,7 @@ class Store:
             for table in ("results", "requests", "ingest_state", "job_events", "jobs"):
                 if gone:
                     cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
+            forget_vectors(cur, gone)
 
     def ingest(self, job: JobFolder) -> int:
         """Brings one job folder's state and new result lines into the store."""
@@ -276,6 +285,8 @@ class Store:
                 """,
                 [RESULT_SHAPE, job.job_id, job.job_id, job.job_id],
             )
+            # An embedding line's vectors (nothing to do for other endpoints' lines).
+            ingest_vectors(cur, job.job_id, raws[start : start + BATCH_LINES])
         return len(raws)
 
     # -- queries --------------------------------------------------------------------------
