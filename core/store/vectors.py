@@ -3,8 +3,9 @@
 and exports as Parquet or as a ``.npy`` matrix with its ids.
 
 Similarity is cosine. "Similar to this" runs in DuckDB: ``array_cosine_similarity`` of
-each stored vector with the query (measured a little faster than ``array_inner_product``
-over a stored norm: 120 against 143 ms median on 100,000 384-d vectors). Near duplicates
+each stored vector with the query. ``array_inner_product`` over the stored norm measured
+neither clearly faster nor slower on 100,000 384-d vectors (median 143 against 120 ms in
+one run, 83 against 116 ms in another, on a busy 2-core machine). Near duplicates
 and the map need every pair or a projection, which numpy does in blocks (BLAS) on vectors
 read once from DuckDB.
 
