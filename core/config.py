@@ -2,7 +2,7 @@
 
 - ``BATCH_STUDIO_HOME``: the data folder (jobs, uploads, inbox, the DuckDB file);
   default ``data/`` in the checkout.
-- ``BATCH_STUDIO_MODELS``: the models folder, where the default model is prepared and where
+- ``BATCH_STUDIO_MODELS``: the models folder, where the built-in models are prepared and where
   the app looks for other model folders; default ``~/.cache/batch-studio/models``.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_DATA = REPO_ROOT / "sample_data"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+DEFAULT_EMBEDDING_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,8 @@ def models_dir() -> Path:
 def default_model_dir() -> Path:
     """The Hugging Face folder of the built-in model (prepared by ``core.model_folders``)."""
     return models_dir() / DEFAULT_MODEL_NAME
+
+
+def default_embedding_model_dir() -> Path:
+    """The Hugging Face folder of the built-in embedding model (``core.model_folders``)."""
+    return models_dir() / DEFAULT_EMBEDDING_MODEL_NAME

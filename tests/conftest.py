@@ -1,4 +1,4 @@
-"""Shared fixtures: a private data folder per test and the prepared default model."""
+"""Shared fixtures: a private data folder per test and the prepared built-in models."""
 
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ def default_model() -> Path:
     from core.model_folders import prepare_default_model
 
     return prepare_default_model()
+
+
+@pytest.fixture(scope="session")
+def embedding_model() -> Path:
+    """The built-in embedding model's folder (unzipped by set-up, or here)."""
+    from core.model_folders import prepare_embedding_model
+
+    return prepare_embedding_model()
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

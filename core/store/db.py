@@ -29,6 +29,7 @@ from core.store.schema import (
     RESULT_SHAPE,
     SEARCH_TEXT_SQL,
 )
+from core.store.vector_ingest import forget_vectors, store_vectors, take_vectors
 
 BATCH_LINES = 50_000
 JOB_COLUMNS = (
@@ -38,6 +39,12 @@ JOB_COLUMNS = (
 
 
 MEMORY_LIMIT = "512MB"
+# Floats are stored uncompressed: the only float columns are embedding vectors, and
+# "similar to this" scans them all. DuckDB picks ALP-RD for vectors, which saves little on
+# them and slows the scan: 100,000 384-d vectors on a busy 2-core machine took 250-520 ms
+# against 75-185 ms in one measurement, 162 against 143 ms median (888 against 214 ms
+# worst) in another (bench/vectors.py prints both).
+FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
 class Store:
@@ -49,6 +56,8 @@ class Store:
         # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
         # queries stream, so a fixed share keeps the UI process small (it spills past it).
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
+        # (as a config option at connect, DuckDB 1.5 ignores it)
+        self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
         self._lock = threading.RLock()
         self._migrate()
@@ -132,6 +141,7 @@ class Store:
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 if gone:
                     cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
+            forget_vectors(cur, gone)
 
     def ingest(self, job: JobFolder) -> int:
         """Brings one job folder's state and new result lines into the store."""
@@ -241,6 +251,11 @@ class Store:
     def _upsert_results(
         self, cur: duckdb.DuckDBPyConnection, job: JobFolder, raws: list[str]
     ) -> int:
+        # Embedding lines: their vectors go to the vector tables, their results row keeps
+        # the line with the vectors as base64 (nothing changes for other endpoints' lines).
+        raws, vectors = take_vectors(raws)
+        if vectors.vectors or vectors.problems:
+            store_vectors(cur, job.job_id, vectors)
         for start in range(0, len(raws), BATCH_LINES):
             lines = pa.table(  # noqa: F841 (read by DuckDB by name)
                 {"position": range(start, min(start + BATCH_LINES, len(raws))),
@@ -258,7 +273,9 @@ class Store:
                 f"""
                 INSERT INTO results BY NAME
                 WITH parsed AS (
-                    SELECT position, raw, json_transform(raw, ?) AS d FROM lines
+                    SELECT position, raw, json_transform(raw, ?) AS d,
+                           (SELECT dims FROM vector_jobs WHERE job_id = ?) AS vector_dims
+                    FROM lines
                 ), rows AS (
                     SELECT position, {RESULT_COLUMNS_SQL}
                     FROM (SELECT *, d.response.body AS b FROM parsed)
@@ -275,7 +292,7 @@ class Store:
                 ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates}
                 WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'
                 """,
-                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id],
+                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id, job.job_id],
             )
         return len(raws)
 

