@@ -22,6 +22,8 @@ from typing import Annotated, Any, Literal
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from core.config import default_embedding_model_dir
+
 STALE_AFTER_SECONDS = 30.0  # a heartbeat older than this means the worker is gone
 
 
@@ -183,6 +185,8 @@ class JobSpec(Model):
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
     model_map: dict[str, str] = Field(default_factory=dict)  # body.model -> model folder
+    # The embedding model /v1/embeddings lines run on (None: the built-in one).
+    embedding_model: str | None = None
     ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
     provenance: dict[str, Any] = Field(default_factory=dict)
 
@@ -190,6 +194,11 @@ class JobSpec(Model):
     @classmethod
     def _name(cls, value: str) -> str:
         return read_name(value)
+
+    @property
+    def embedding_folder(self) -> str:
+        """The folder embeddings lines run on unless their ``body.model`` is mapped."""
+        return self.embedding_model or str(default_embedding_model_dir())
 
     def on_model(self, folder: str) -> JobSpec:
         """The same job with its engine on another model folder (one group of an A/B job)."""

@@ -49,8 +49,8 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
     ]),
     "envelope.jsonl": (10, 3, [
         (1, "error", "method must be 'POST', got 'GET'"),
-        (2, "error", "url '/v1/embeddings' is not served; use /v1/chat/completions, "
-                     "/v1/completions, /v1/responses"),
+        (2, "error", "url '/v1/moderations' is not served; use /v1/chat/completions, "
+                     "/v1/completions, /v1/responses, /v1/embeddings"),
         (3, "error", "url is missing"),
         (4, "error", "body is missing or not a JSON object"),
         (5, "error", "body.model is missing"),

@@ -45,7 +45,7 @@ def test_each_fault_is_reported_on_its_own_line(tmp_path):
             '{"custom_id": "b", "method": ',
             json.dumps({k: v for k, v in VALID.items() if k != "custom_id"}),
             line(custom_id="a"),
-            line(custom_id="c", url="/v1/embeddings"),
+            line(custom_id="c", url="/v1/moderations"),
             line(custom_id="d", method="GET"),
             line(custom_id=5),
             line(custom_id="e", body={"messages": [{"role": "user", "content": "x"}]}),
@@ -57,7 +57,7 @@ def test_each_fault_is_reported_on_its_own_line(tmp_path):
     assert found[2].startswith("not valid JSON")
     assert "custom_id is missing" in found[3]
     assert "custom_id 'a' repeats line 1" in found[4]
-    assert "url '/v1/embeddings' is not served" in found[5]
+    assert "url '/v1/moderations' is not served" in found[5]
     assert "method must be 'POST'" in found[6]
     assert "custom_id must be a string, got int" in found[7]
     assert "body.model is missing" in found[8]

@@ -206,7 +206,12 @@ def test_bad_responses_bodies_say_what_to_change(body, expected):
 
 
 def test_the_engine_runs_every_endpoint_the_check_accepts():
-    assert set(ENGINE_URLS) == {"/v1/chat/completions", COMPLETIONS_URL, RESPONSES_URL}
+    assert set(ENGINE_URLS) == {
+        "/v1/chat/completions",
+        COMPLETIONS_URL,
+        RESPONSES_URL,
+        "/v1/embeddings",
+    }
 
 
 def test_instructions_after_the_conversation_started_are_warned_about():

@@ -19,9 +19,10 @@ from typing import Any, BinaryIO
 
 import msgspec
 
+from core.check.model_fit import TokenCheck
 from core.check.report import CheckReport
 from core.check.scanner import Scanner
-from core.check.summary import Part, Summary, TokenCheck
+from core.check.summary import Part, Summary
 from core.config import REPO_ROOT
 from core.schemas import JobDefaults
 
@@ -41,10 +42,13 @@ class Options:
     defaults: JobDefaults
     model_folder: str | None
     model_map: dict[str, str]
+    embedding_folder: str | None = None
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[Summary, Scanner]:
         report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
-        tokens = TokenCheck(self.model_folder, dict(self.model_map)) if self.model_folder else None
+        tokens = None
+        if self.model_folder:
+            tokens = TokenCheck(self.model_folder, dict(self.model_map), self.embedding_folder)
         summary, scanner = (
             Summary(report, self.defaults, tokens, valid_out),
             Scanner(self.defaults),
@@ -217,6 +221,7 @@ def check_file(
     *,
     model_folder: str | Path | None = None,
     model_map: dict[str, str] | None = None,
+    embedding_folder: str | Path | None = None,
     valid_out: str | Path | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
@@ -235,7 +240,9 @@ def check_file(
         model_folder: the chosen local model; when given, prompt tokens are counted with
             its tokenizer and chat template and checked against its context length.
         model_map: body ``model`` name -> local model folder; unmapped names use
-            ``model_folder``.
+            ``model_folder`` (``embedding_folder`` for embeddings lines).
+        embedding_folder: the embedding model embeddings lines run on (default: the
+            built-in one).
         valid_out: when given, the valid lines are written there (same order).
         progress: called as ``progress(bytes_read, total_bytes, lines)`` after each batch.
         cancel: set it to stop early; the report then says ``cancelled``.
@@ -248,6 +255,7 @@ def check_file(
         defaults or JobDefaults(),
         str(model_folder) if model_folder is not None else None,
         dict(model_map or {}),
+        str(embedding_folder) if embedding_folder is not None else None,
     )
     total = options.path.stat().st_size
     points = _split_points(options.path, total, _processes(total, processes))

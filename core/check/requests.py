@@ -1,8 +1,9 @@
 """From a batch line's ``url`` and ``body`` to what the engine runs.
 
-Three OpenAI endpoints are part of the contract: chat completions (``messages``),
-completions (a ``prompt`` string) and responses (``input`` as a string or a message list,
-``instructions``, ``max_output_tokens``). Every field of a body is either mapped onto vLLM's
+Four OpenAI endpoints are part of the contract: chat completions (``messages``),
+completions (a ``prompt`` string), responses (``input`` as a string or a message list,
+``instructions``, ``max_output_tokens``) and embeddings (``input`` texts or token ids,
+run on an embedding model). Every field of a body is either mapped onto vLLM's
 ``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
 here (tool calling, audio: a per-line error), or unknown (a warning, never silently dropped).
 
@@ -26,9 +27,11 @@ from core.schemas import JobDefaults
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
-SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
+EMBEDDINGS_URL = "/v1/embeddings"
+SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
 # What the engine can run today; the engine's owner extends this as it serves more.
-ENGINE_URLS: tuple[str, ...] = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
+ENGINE_URLS: tuple[str, ...] = SUPPORTED_URLS
+MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 ROLES = ("system", "developer", "user", "assistant")
 LEADING_ROLES = ("system", "developer")
 
@@ -82,6 +85,10 @@ class EngineRequest:
         url: the endpoint the line names; the output body must follow its schema.
         prompt: the raw prompt of a ``/v1/completions`` request (no chat template).
         defaulted: the sampling fields whose value came from the job defaults.
+        inputs: what a ``/v1/embeddings`` request embeds, one vector each: texts or lists
+            of token ids (None for the other endpoints).
+        encoding_format: how its vectors are written: ``float`` lists or ``base64``.
+        dimensions: the vector size the body asks for (checked against the model).
     """
 
     custom_id: str
@@ -93,6 +100,14 @@ class EngineRequest:
     url: str = CHAT_URL
     prompt: str | None = None
     defaulted: tuple[str, ...] = ()
+    inputs: list[str | list[int]] | None = None
+    encoding_format: str = "float"
+    dimensions: int | None = None
+
+    @property
+    def is_embedding(self) -> bool:
+        """True for a ``/v1/embeddings`` request (it runs on an embedding model)."""
+        return self.inputs is not None
 
     @property
     def max_tokens(self) -> int:
@@ -360,10 +375,78 @@ def parse_responses_body(
     )
 
 
+def _embedding_inputs(value: Any) -> list[str | list[int]]:
+    """OpenAI's ``input``: a string, a list of strings, a list of token ids, or a list of
+    such lists; each becomes one vector."""
+    if isinstance(value, str) or (
+        isinstance(value, list) and value and all(_is_token_id(t) for t in value)
+    ):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise RequestError(
+            "body.input is missing; give a string, a list of strings, or lists of token ids"
+        )
+    if len(value) > MAX_EMBEDDING_INPUTS:
+        raise RequestError(
+            f"body.input has {len(value):,} items; at most {MAX_EMBEDDING_INPUTS:,} per line"
+        )
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            if not item:
+                raise RequestError(f"body.input[{index}] is empty; an input needs text")
+        elif not (isinstance(item, list) and item and all(_is_token_id(t) for t in item)):
+            raise RequestError(
+                f"body.input[{index}] must be a non-empty string or a list of token ids"
+            )
+    return value
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def parse_embeddings_body(
+    custom_id: str, body: dict[str, Any], defaults: JobDefaults
+) -> EngineRequest:
+    """Maps a ``/v1/embeddings`` body: ``input``, ``encoding_format``, ``dimensions``.
+    Whether each input fits the model, and ``dimensions`` its vectors, is checked with the
+    model (:mod:`core.check.summary`).
+
+    Raises:
+        RequestError: for the first problem found; its message names the field.
+    """
+    inputs = _embedding_inputs(body.get("input"))
+    encoding = body.get("encoding_format")
+    if encoding is None:
+        encoding = "float"
+    elif encoding not in ("float", "base64"):
+        raise RequestError(f"body.encoding_format must be 'float' or 'base64', got {encoding!r}")
+    dimensions = None
+    if body.get("dimensions") is not None:
+        dimensions = integer(body, "dimensions", 1)
+    known = {"input", "encoding_format", "dimensions", "model", "user"}
+    warnings = [
+        f"body.{name} is not a field of an embeddings request; it is ignored"
+        for name in sorted(set(body) - known)
+    ]
+    return EngineRequest(
+        custom_id,
+        [],
+        {},
+        _model(body),
+        warnings=warnings,
+        url=EMBEDDINGS_URL,
+        inputs=inputs,
+        encoding_format=encoding,
+        dimensions=dimensions,
+    )
+
+
 PARSERS = {
     CHAT_URL: parse_body,
     COMPLETIONS_URL: parse_completions_body,
     RESPONSES_URL: parse_responses_body,
+    EMBEDDINGS_URL: parse_embeddings_body,
 }
 
 

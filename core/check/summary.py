@@ -6,11 +6,12 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
-from core.check.fast_path import FastChatLine, fast_chat_settings
+from core.check.fast_path import fast_chat_settings
+from core.check.model_fit import TokenCheck, fit_batch
 from core.check.report import (
     CONTEXT_EXCEEDED,
     DUPLICATE_ID,
@@ -22,49 +23,9 @@ from core.check.report import (
     CheckReport,
     Problem,
 )
-from core.check.requests import CHAT_URL
+from core.check.requests import CHAT_URL, EMBEDDINGS_URL
 from core.check.scanner import Batch
 from core.schemas import JobDefaults
-
-
-def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
-    """The local model folder a body's ``model`` runs on (unmapped names: the default)."""
-    return model_map.get(name or "", default_folder) or default_folder
-
-
-@dataclass
-class TokenCheck:
-    """Token counting for the lines of one check, one counter per local model folder."""
-
-    default_folder: str
-    model_map: dict[str, str]
-    counters: dict[str, Any] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-
-    def counter(self, folder: str) -> Any:
-        from core.check.tokens import TokenizerError, load_counter
-
-        if folder in self.counters or folder in self.failed:
-            return self.counters.get(folder)
-        try:
-            counter = load_counter(folder)
-        except TokenizerError as exc:
-            self.failed[folder] = str(exc)
-            return None
-        counter.start_file()
-        self.counters[folder] = counter
-        return counter
-
-
-def _prompt_of(item: FastChatLine | CheckedLine) -> tuple[str | None, Any, str | None] | None:
-    """``(model, messages, prompt)`` of a line that has a request, for token counting."""
-    if type(item) is not CheckedLine:
-        body = item.body
-        return body.model, [{"role": m.role, "content": m.content} for m in body.messages], None
-    request = item.request
-    if request is None:
-        return None
-    return request.model, request.messages, request.prompt
 
 
 class Summary:
@@ -85,94 +46,6 @@ class Summary:
         # (valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted) -> lines:
         # one counter update per line; the distributions are unfolded from it at the end.
         self.shapes: Counter = Counter()
-
-    def _count_tokens(self, batch: Batch) -> dict[int, tuple[int, int | None] | Problem]:
-        """Prompt tokens and context length (or the template's refusal) per batch position."""
-        from core.check.tokens import TokenizerError
-
-        tokens = self.tokens
-        by_folder: dict[str, list[tuple[int, Any, str | None]]] = {}
-        for index, item in enumerate(batch.items):
-            prompt = _prompt_of(item)
-            if prompt is not None:
-                folder = resolve_model(prompt[0], tokens.model_map, tokens.default_folder)
-                by_folder.setdefault(folder, []).append((index, prompt[1], prompt[2]))
-        counts: dict[int, tuple[int, int | None] | Problem] = {}
-        for folder, entries in by_folder.items():
-            counter = tokens.counter(folder)
-            if counter is None:
-                continue
-            entries = self._known_tokens(batch, entries, counter.vocab_size, counts)
-            context = counter.context_length
-            if context is not None:  # a prompt far beyond the context is not worth encoding
-                # A line holds at least as many bytes as its prompt has characters.
-                longest = (context + 1) * counter.max_token_chars
-                kept = []
-                for entry in entries:
-                    if len(batch.raws[entry[0]]) < longest:
-                        kept.append(entry)
-                        continue
-                    bound = counter.lower_bound(entry[1], entry[2])
-                    if bound > context:
-                        index = entry[0]
-                        counts[index] = Problem(
-                            batch.line_nos[index],
-                            "error",
-                            f"the prompt has at least {bound:,} tokens; the model's context is "
-                            f"{context:,}: shorten it",
-                            batch.items[index].custom_id,
-                            CONTEXT_EXCEEDED,
-                            "body.messages",
-                        )
-                    else:
-                        kept.append(entry)
-                entries = kept
-            pairs = [(messages, prompt) for _, messages, prompt in entries]
-            try:
-                numbers = counter.count_prompts(pairs)
-            except TokenizerError:  # a conversation the template refuses: count one by one
-                numbers = [self._count_one(counter, pair) for pair in pairs]
-            for (index, _, _), number in zip(entries, numbers, strict=True):
-                if isinstance(number, str):
-                    cid = batch.items[index].custom_id
-                    counts[index] = Problem(batch.line_nos[index], "error", number, cid)
-                else:
-                    counts[index] = (number, counter.context_length)
-        return counts
-
-    @staticmethod
-    def _known_tokens(
-        batch: Batch, entries: list, vocab: int | None, counts: dict[int, Any]
-    ) -> list:
-        """The entries whose ``logit_bias`` names only ids the model has; each other one
-        gets its problem in ``counts`` (the engine would refuse it)."""
-        kept = []
-        for entry in entries:
-            item = batch.items[entry[0]]
-            bias = item.request.sampling.get("logit_bias") if type(item) is CheckedLine else None
-            unknown = sorted(t for t in bias or () if vocab is not None and t >= vocab)
-            if unknown:
-                counts[entry[0]] = Problem(
-                    batch.line_nos[entry[0]],
-                    "error",
-                    f"body.logit_bias names token id {unknown[0]}; the model's ids run from 0 "
-                    f"to {vocab - 1}",
-                    item.custom_id,
-                    param="body.logit_bias",
-                )
-            else:
-                kept.append(entry)
-        return kept
-
-    @staticmethod
-    def _count_one(counter: Any, pair: tuple) -> int | str:
-        """One prompt's count, or the reason the chat template refused it."""
-        from core.check.tokens import TokenizerError
-
-        try:
-            return counter.count_prompts([pair])[0]
-        except TokenizerError as exc:
-            return str(exc)
 
     @staticmethod
     def _context_problem(
@@ -216,7 +89,7 @@ class Summary:
 
     def add_batch(self, batch: Batch) -> None:
         report = self.report
-        counts = self._count_tokens(batch) if self.tokens is not None else None
+        counts = fit_batch(self.tokens, batch) if self.tokens is not None else None
         shapes = self.shapes
         defaults = self.defaults
         for index, item in enumerate(batch.items):
@@ -257,10 +130,7 @@ class Summary:
                 elif counted is not None:
                     sampling = request.sampling
                     problem = self._context_problem(
-                        line_no,
-                        item.custom_id,
-                        sampling["max_tokens"],
-                        *counted,
+                        line_no, item.custom_id, request.max_tokens, *counted
                     )
                     if problem is not None:
                         report.over_context += 1
@@ -272,7 +142,7 @@ class Summary:
                 valid = item.valid
                 sampling = request.sampling
                 defaulted = request.defaulted
-                max_tokens, n = sampling["max_tokens"], sampling.get("n", 1)
+                max_tokens, n = request.max_tokens, sampling.get("n", 1)
                 shapes[
                     valid,
                     request.url,
@@ -280,8 +150,8 @@ class Summary:
                     tuple([m["role"] for m in request.messages]),
                     max_tokens,
                     n,
-                    sampling["temperature"],
-                    sampling["top_p"],
+                    sampling.get("temperature"),  # None: an embeddings line
+                    sampling.get("top_p"),
                     defaulted,
                 ] += 1
                 if not valid:
@@ -292,16 +162,17 @@ class Summary:
             if self.valid_out is not None:
                 self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
             if self.tokens is not None:
-                self._add_local(model, max_tokens, n, counted)
+                embedding = type(item) is CheckedLine and item.request.is_embedding
+                self._add_local(self.tokens.folder_for(model, embedding), max_tokens, n, counted)
         report.lines += len(batch)
 
     def _add_local(
-        self, model: str | None, max_tokens: int, n: int, counted: tuple[int, int | None] | None
+        self, folder: str, max_tokens: int, n: int, counted: tuple[int, int | None] | None
     ) -> None:
         """Adds a valid line to its local model's totals and the token histogram; ``limits``
-        counts answers per ``max_tokens``, which the estimate scales answer lengths by."""
-        report, tokens = self.report, self.tokens
-        folder = resolve_model(model, tokens.model_map, tokens.default_folder)
+        counts answers per ``max_tokens``, which the estimate scales answer lengths by (an
+        embeddings line has none)."""
+        report = self.report
         local = report.by_local_model.get(folder)
         if local is None:
             local = report.by_local_model[folder] = {
@@ -314,8 +185,9 @@ class Summary:
             }
         local["lines"] += 1
         local["max_output_tokens"] += max_tokens * n
-        limits = local["limits"]
-        limits[str(max_tokens)] = limits.get(str(max_tokens), 0) + n
+        if max_tokens:
+            limits = local["limits"]
+            limits[str(max_tokens)] = limits.get(str(max_tokens), 0) + n
         if counted is not None:
             prompt = counted[0]
             local["prompt_tokens"] += prompt
@@ -336,6 +208,8 @@ class Summary:
             if not valid:
                 continue
             valid_lines += lines
+            if url == EMBEDDINGS_URL:  # no sampling: vectors, not text
+                continue
             report.max_output_tokens += max_tokens * n * lines
             values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
             for name, value in values.items():
@@ -373,6 +247,11 @@ class Summary:
     def finish(self, bom: bool, crlf: bool) -> None:
         """Adds the file-level notes and unfolds the distributions (call once, at the end)."""
         report = self.report
+        # Names only embeddings lines use run on the embedding model.
+        uses = {(shape[2] or "", shape[1] == EMBEDDINGS_URL) for shape in self.shapes}
+        self._embedding_names = {
+            name for name, embeds in uses if embeds and (name, False) not in uses
+        }
         self._unfold_shapes()
         notes = []
         if bom:
@@ -397,7 +276,7 @@ class Summary:
                 report.token_notes.append(f"prompt tokens not counted for {folder}: {reason}")
             report.tokens_counted = bool(self.tokens.counters)
             report.model_map = {
-                name: resolve_model(name, self.tokens.model_map, self.tokens.default_folder)
+                name: self.tokens.folder_for(name, name in self._embedding_names)
                 for name in report.models
             }
             for folder, local in report.by_local_model.items():

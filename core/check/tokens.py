@@ -124,6 +124,7 @@ class TokenCounter:
             )
         self.renderer = ChatRenderer(template, config)
         self.name = self.folder.name
+        self.embeds = False  # a chat/generation model (see InputCounter)
         self.context_length = context_length(self.folder)
         self.vocab_size = vocab_size(self.folder)
         self._lock = threading.Lock()
@@ -427,3 +428,53 @@ def load_counter(folder: str | Path) -> TokenCounter:
     if not tokenizer_file.is_file():
         raise TokenizerError(f"{path} has no tokenizer.json; prompt tokens cannot be counted")
     return _cached_counter(str(path), tokenizer_file.stat().st_mtime)
+
+
+class InputCounter:
+    """Token counts of an embedding model's inputs: each text with the special tokens the
+    tokenizer adds (``[CLS]`` and ``[SEP]``), as vLLM counts it; a list of token ids is its
+    length. ``context_length`` is the longest input the model takes."""
+
+    embeds = True
+
+    def __init__(self, folder: Path) -> None:
+        from core.model_folders import embedding_limits
+
+        self.folder = folder
+        self.name = folder.name
+        try:
+            self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        except Exception as exc:  # a corrupt file: say so instead of a traceback
+            raise TokenizerError(f"{folder / 'tokenizer.json'} cannot be read: {exc}") from None
+        # Count whole inputs: the tokenizer's own truncation would hide an input too long.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+        limits = embedding_limits(folder)
+        self.context_length, self.dimensions = limits.max_input_tokens, limits.dimensions
+        self.vocab_size = vocab_size(folder)
+
+    def start_file(self) -> None:
+        """Nothing to reset between files (the chat counter's hook)."""
+
+    def count_inputs(self, inputs: Sequence[str | list[int]]) -> list[int]:
+        texts = [text for text in inputs if isinstance(text, str)]
+        counted = iter(len(e.ids) for e in self.tokenizer.encode_batch(texts)) if texts else None
+        return [next(counted) if isinstance(item, str) else len(item) for item in inputs]
+
+
+@lru_cache(maxsize=4)
+def _cached_input_counter(folder: str, mtime: float) -> InputCounter:
+    return InputCounter(Path(folder))
+
+
+def load_input_counter(folder: str | Path) -> InputCounter:
+    """The input counter of an embedding model folder (kept like :func:`load_counter`'s).
+
+    Raises:
+        TokenizerError: no usable tokenizer in the folder.
+    """
+    path = Path(folder).expanduser().resolve()
+    tokenizer_file = path / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        raise TokenizerError(f"{path} has no tokenizer.json; input tokens cannot be counted")
+    return _cached_input_counter(str(path), tokenizer_file.stat().st_mtime)

@@ -188,6 +188,7 @@ def create_job(
     shard_size: int = 10_000,
     owner: str | None = None,
     name: str = "",
+    embedding_model: str | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -210,6 +211,7 @@ def create_job(
         output_path=output_path,
         ray=ray,
         model_map=dict(model_map or {}),
+        embedding_model=embedding_model,
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
     )

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
-from core.config import data_paths
+from core.check.requests import EMBEDDINGS_URL
+from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
@@ -80,6 +81,16 @@ class Submission:
     source: str | None = None  # the file's name as the user knows it (an upload's own name)
     owner: str | None = None  # the signed-in user; None: this machine's user
     name: str | None = None  # the job's name; None: made from the file (see default_name)
+    # Where /v1/embeddings lines run (None: the built-in embedding model, if the file has any).
+    embedding_model: str | None = None
+
+
+def _embedding_model(submission: Submission, report: CheckReport) -> str | None:
+    """The embedding model folder, checked, when the file has embeddings lines (recorded in
+    ``job.json``, so a rerun embeds alike)."""
+    if submission.embedding_model is None and not report.urls.get(EMBEDDINGS_URL):
+        return None
+    return str(check_model_folder(submission.embedding_model or default_embedding_model_dir()))
 
 
 def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
@@ -197,6 +208,7 @@ def submit(
         shard_size=s.shard_size,
         owner=s.owner,
         name=check_name(s.name) if s.name is not None else default_name(file, s.source),
+        embedding_model=_embedding_model(s, report),
     )
     return Started(job, start_worker(job))
 

@@ -13,11 +13,14 @@ format ignore it).
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 Sampling = Mapping[str, Any]  # what a request ran with: ``EngineRequest.sampling``
 
@@ -41,6 +44,16 @@ class Completion:
     choices: list[Choice] = field(default_factory=list)
     cached_tokens: int = 0
     latency_ms: int | None = None  # entering the engine to the final output; None if unknown
+
+
+@dataclass
+class Embeddings:
+    """What the engine produced for one embeddings request: a vector per input, in order."""
+
+    prompt_tokens: int
+    vectors: list[Any]  # float32 arrays (numpy, or anything with ``tolist``)
+    encoding_format: str = "float"  # how the body writes them: float lists or base64
+    latency_ms: int | None = None
 
 
 def _ids() -> tuple[str, str]:
@@ -173,10 +186,32 @@ def _response_body(model: str, completion: Completion, sampling: Sampling) -> di
     return body
 
 
+def _embedding_body(model: str, result: Embeddings, sampling: Sampling) -> dict[str, Any]:
+    """OpenAI's embeddings list; ``base64`` is the little-endian float32 bytes, as OpenAI
+    writes them (``numpy.frombuffer(base64.b64decode(s), "<f4")`` reads them back)."""
+
+    def written(vector: Any) -> list[float] | str:
+        values = np.asarray(vector, dtype="<f4")
+        if result.encoding_format == "base64":
+            return base64.b64encode(values.tobytes()).decode("ascii")
+        return values.tolist()
+
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": index, "embedding": written(vector)}
+            for index, vector in enumerate(result.vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
+    }
+
+
 BODIES = {
     "/v1/chat/completions": _chat_body,
     "/v1/completions": _text_completion_body,
     "/v1/responses": _response_body,
+    "/v1/embeddings": _embedding_body,
 }
 # The type of OpenAI's error object, by the status of the failure.
 ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_error"}
@@ -185,7 +220,7 @@ ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_
 def success_line(
     custom_id: str,
     model: str,
-    completion: Completion,
+    completion: Completion | Embeddings,
     url: str = "/v1/chat/completions",
     sampling: Sampling | None = None,
 ) -> dict[str, Any]:
@@ -272,7 +307,7 @@ def token_usage(line: dict[str, Any]) -> tuple[int, int] | None:
         return None
     if "input_tokens" in usage:
         return usage["input_tokens"], usage["output_tokens"]
-    return usage["prompt_tokens"], usage["completion_tokens"]
+    return usage["prompt_tokens"], usage.get("completion_tokens", 0)  # none for embeddings
 
 
 def answer_lengths(line: dict[str, Any]) -> list[tuple[int, bool]]:
@@ -282,6 +317,8 @@ def answer_lengths(line: dict[str, Any]) -> list[tuple[int, bool]]:
     if usage is None:
         return []
     body = line["response"]["body"]
+    if body.get("object") == "list":  # embeddings: no answer is written
+        return []
     if body.get("object") == "response":
         return [(usage[1], body.get("status") == "incomplete")]
     choices = body.get("choices") or [{}]

@@ -149,7 +149,8 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
     groups: dict[str, list[EngineRequest]] = {}
     for request in pending:
-        folder = spec.model_map.get(request.model or "") or spec.engine.model
+        default = spec.embedding_folder if request.is_embedding else spec.engine.model
+        folder = spec.model_map.get(request.model or "") or default
         groups.setdefault(folder, []).append(request)
     return groups
 

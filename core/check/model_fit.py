@@ -1,0 +1,215 @@
+"""Does each line fit the model it runs on: prompt tokens counted with that model's
+tokenizer (and chat template), inputs within an embedding model's limit, token ids within
+its vocabulary, and a model of the kind the line needs (chat or embedding)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.check.fast_path import FastChatLine
+from core.check.report import CONTEXT_EXCEEDED, CheckedLine, Problem
+from core.check.scanner import Batch
+from core.config import default_embedding_model_dir
+from core.model_folders import is_embedding_model
+
+
+def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
+    """The local model folder a body's ``model`` runs on (unmapped names: the default)."""
+    return model_map.get(name or "", default_folder) or default_folder
+
+
+@dataclass
+class TokenCheck:
+    """Token counting for the lines of one check, one counter per local model folder.
+
+    Chat, completions and responses lines run on ``default_folder`` unless their ``model``
+    is mapped; embeddings lines on ``embedding_folder`` (the built-in embedding model
+    unless set) unless theirs is.
+    """
+
+    default_folder: str
+    model_map: dict[str, str]
+    embedding_folder: str | None = None
+    counters: dict[str, Any] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def folder_for(self, name: str | None, embedding: bool) -> str:
+        """The folder a line of this kind naming ``name`` runs on."""
+        default = self.default_folder
+        if embedding:
+            default = self.embedding_folder or str(default_embedding_model_dir())
+        return resolve_model(name, self.model_map, default)
+
+    def counter(self, folder: str) -> Any:
+        from core.check.tokens import TokenizerError, load_counter, load_input_counter
+
+        if folder in self.counters or folder in self.failed:
+            return self.counters.get(folder)
+        try:
+            embedding = is_embedding_model(folder)
+            counter = (load_input_counter if embedding else load_counter)(folder)
+        except TokenizerError as exc:
+            self.failed[folder] = str(exc)
+            return None
+        counter.start_file()
+        self.counters[folder] = counter
+        return counter
+
+
+def _prompt_of(item: FastChatLine | CheckedLine) -> tuple[str | None, Any, Any, bool] | None:
+    """``(model, messages, prompt, embedding)`` of a line that has a request, for token
+    counting; an embeddings line's "prompt" is its list of inputs."""
+    if type(item) is not CheckedLine:
+        body = item.body
+        messages = [{"role": m.role, "content": m.content} for m in body.messages]
+        return body.model, messages, None, False
+    request = item.request
+    if request is None:
+        return None
+    if request.is_embedding:
+        return request.model, None, request.inputs, True
+    return request.model, request.messages, request.prompt, False
+
+
+def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | None] | Problem]:
+    """Prompt tokens and context length per batch position, or the line's problem with
+    the model it runs on (the template's refusal, a token id or input the model lacks)."""
+    from core.check.tokens import TokenizerError
+
+    by_folder: dict[tuple[str, bool], list[tuple[int, Any, Any]]] = {}
+    for index, item in enumerate(batch.items):
+        prompt = _prompt_of(item)
+        if prompt is not None:
+            folder = tokens.folder_for(prompt[0], prompt[3])
+            by_folder.setdefault((folder, prompt[3]), []).append((index, *prompt[1:3]))
+    counts: dict[int, tuple[int, int | None] | Problem] = {}
+    for (folder, embedding), entries in by_folder.items():
+        counter = tokens.counter(folder)
+        if counter is None:
+            continue
+        if counter.embeds != embedding:
+            _wrong_kind(batch, entries, folder, embedding, counts)
+            continue
+        if embedding:
+            _count_inputs(batch, entries, counter, counts)
+            continue
+        entries = _known_tokens(batch, entries, counter.vocab_size, counts)
+        context = counter.context_length
+        if context is not None:  # a prompt far beyond the context is not worth encoding
+            # A line holds at least as many bytes as its prompt has characters.
+            longest = (context + 1) * counter.max_token_chars
+            kept = []
+            for entry in entries:
+                if len(batch.raws[entry[0]]) < longest:
+                    kept.append(entry)
+                    continue
+                bound = counter.lower_bound(entry[1], entry[2])
+                if bound > context:
+                    index = entry[0]
+                    counts[index] = Problem(
+                        batch.line_nos[index],
+                        "error",
+                        f"the prompt has at least {bound:,} tokens; the model's context is "
+                        f"{context:,}: shorten it",
+                        batch.items[index].custom_id,
+                        CONTEXT_EXCEEDED,
+                        "body.messages",
+                    )
+                else:
+                    kept.append(entry)
+            entries = kept
+        pairs = [(messages, prompt) for _, messages, prompt in entries]
+        try:
+            numbers = counter.count_prompts(pairs)
+        except TokenizerError:  # a conversation the template refuses: count one by one
+            numbers = [_count_one(counter, pair) for pair in pairs]
+        for (index, _, _), number in zip(entries, numbers, strict=True):
+            if isinstance(number, str):
+                cid = batch.items[index].custom_id
+                counts[index] = Problem(batch.line_nos[index], "error", number, cid)
+            else:
+                counts[index] = (number, counter.context_length)
+    return counts
+
+
+def _wrong_kind(
+    batch: Batch, entries: list, folder: str, embedding: bool, counts: dict[int, Any]
+) -> None:
+    """Each line whose ``model`` maps to a model of the other kind: the engine could not
+    run it (a chat model makes no vectors; an embedding model writes no text)."""
+    kind, needs = ("a chat", "an embedding") if embedding else ("an embedding", "a chat")
+    for index, *_ in entries:
+        counts[index] = Problem(
+            batch.line_nos[index],
+            "error",
+            f"body.model runs on {Path(folder).name}, {kind} model; this line needs "
+            f"{needs} model: map its model name to one",
+            batch.items[index].custom_id,
+            param="body.model",
+        )
+
+
+def _count_inputs(batch: Batch, entries: list, counter: Any, counts: dict[int, Any]) -> None:
+    """An embeddings line's tokens (all its inputs), or the first input too long for the
+    model: the engine refuses an input over its limit rather than cut it."""
+    limit, size = counter.context_length, counter.dimensions
+    for index, _, inputs in entries:
+        asked = batch.items[index].request.dimensions
+        if asked is not None and size is not None and asked != size:
+            counts[index] = Problem(
+                batch.line_nos[index],
+                "error",
+                f"body.dimensions is {asked}; {counter.name} makes vectors of {size} "
+                "and cannot shorten them: leave dimensions out",
+                batch.items[index].custom_id,
+                param="body.dimensions",
+            )
+            continue
+        numbers = counter.count_inputs(inputs)
+        over = next((i for i, n in enumerate(numbers) if limit and n > limit), None)
+        if over is None:
+            counts[index] = (sum(numbers), None)
+            continue
+        counts[index] = Problem(
+            batch.line_nos[index],
+            "error",
+            f"body.input[{over}] has {numbers[over]:,} tokens; {Path(counter.folder).name} "
+            f"takes at most {limit:,} per input: shorten it or split it",
+            batch.items[index].custom_id,
+            CONTEXT_EXCEEDED,
+            "body.input",
+        )
+
+
+def _known_tokens(batch: Batch, entries: list, vocab: int | None, counts: dict[int, Any]) -> list:
+    """The entries whose ``logit_bias`` names only ids the model has; each other one
+    gets its problem in ``counts`` (the engine would refuse it)."""
+    kept = []
+    for entry in entries:
+        item = batch.items[entry[0]]
+        bias = item.request.sampling.get("logit_bias") if type(item) is CheckedLine else None
+        unknown = sorted(t for t in bias or () if vocab is not None and t >= vocab)
+        if unknown:
+            counts[entry[0]] = Problem(
+                batch.line_nos[entry[0]],
+                "error",
+                f"body.logit_bias names token id {unknown[0]}; the model's ids run from 0 "
+                f"to {vocab - 1}",
+                item.custom_id,
+                param="body.logit_bias",
+            )
+        else:
+            kept.append(entry)
+    return kept
+
+
+def _count_one(counter: Any, pair: tuple) -> int | str:
+    """One prompt's count, or the reason the chat template refused it."""
+    from core.check.tokens import TokenizerError
+
+    try:
+        return counter.count_prompts([pair])[0]
+    except TokenizerError as exc:
+        return str(exc)
