@@ -36,6 +36,7 @@ from core.schemas import (
     JobDefaults,
     JobSpec,
     JobStatus,
+    JudgeLink,
     RaySettings,
     check_name,
     now_iso,
@@ -188,6 +189,7 @@ def create_job(
     shard_size: int = 10_000,
     owner: str | None = None,
     name: str = "",
+    judge: JudgeLink | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -212,6 +214,7 @@ def create_job(
         model_map=dict(model_map or {}),
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
+        judge=judge,
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

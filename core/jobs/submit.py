@@ -32,7 +32,14 @@ from core.config import data_paths
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
-from core.schemas import EngineConfig, JobDefaults, RaySettings, check_name, read_name
+from core.schemas import (
+    EngineConfig,
+    JobDefaults,
+    JudgeLink,
+    RaySettings,
+    check_name,
+    read_name,
+)
 
 LISTED_PROBLEMS = 20  # problems of the file quoted in a refusal; the report has them all
 VERSION_LINES = 1_000  # lines read for the prompt version of a default name
@@ -80,6 +87,7 @@ class Submission:
     source: str | None = None  # the file's name as the user knows it (an upload's own name)
     owner: str | None = None  # the signed-in user; None: this machine's user
     name: str | None = None  # the job's name; None: made from the file (see default_name)
+    judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
 
 
 def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
@@ -197,6 +205,7 @@ def submit(
         shard_size=s.shard_size,
         owner=s.owner,
         name=check_name(s.name) if s.name is not None else default_name(file, s.source),
+        judge=s.judge,
     )
     return Started(job, start_worker(job))
 
