@@ -166,6 +166,9 @@ def job_label(job_id: str, name: str = "") -> str:
     return f"{name} · {job_id.rsplit('_', 1)[-1]}" if name else job_id
 
 
+JUDGE_CHECK = r"judge_[0-9a-f]{6}"  # a judge's name among the checks (no rule takes one)
+
+
 class JudgeLink(FrozenModel):
     """What a judge job grades (``job.json``'s ``judge``; core/qa/judge.py makes it).
 

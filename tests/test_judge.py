@@ -310,3 +310,11 @@ def test_an_old_job_json_without_a_judge_still_loads(studio_home):
     graded = job_in_home(studio_home, ROWS)
     spec = JobFolder(Path(data_paths().jobs) / graded).read_spec()
     assert spec.judge is None
+
+
+def test_a_rule_may_not_take_a_judges_name():
+    from core.qa.rules import RulesError
+
+    with pytest.raises(RulesError, match="how judges are named"):
+        load_rules("rules:\n  - name: judge_a1b2c3\n    type: json\n")
+    assert load_rules("rules:\n  - name: judge_tone\n    type: json\n").names == ["judge_tone"]

@@ -284,7 +284,7 @@ def submit_lines(
 
 
 def new_check_name() -> str:
-    """A judge's name among the checks: ``judge_`` and six hex digits."""
+    """A judge's name among the checks: ``judge_`` and six hex digits (``JUDGE_CHECK``)."""
     return f"judge_{secrets.token_hex(3)}"
 
 

@@ -10,11 +10,13 @@ passed / (passed + failed), with the Wilson interval of ``core.store.review``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import pandas as pd
 
+from core.schemas import JUDGE_CHECK
 from core.store.db import Store
 from core.store.judged import check_names as judge_names
 from core.store.judged import verdicts_sql
@@ -40,14 +42,18 @@ def outcome_clause(rule: str, outcome: str, params: list[Any]) -> str:
     not graded by that rule has no outcome of it: none of its results match)."""
     if outcome not in _IS:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
-    params.extend([rule, rule, rule])
+    if re.fullmatch(JUDGE_CHECK, rule):  # a judge's verdicts (no rule is named so)
+        params.append(rule)
+        return (
+            f"EXISTS (SELECT 1 FROM ({verdicts_sql('l.check_name = ?')}) jv "
+            "WHERE jv.job_id = r.job_id AND jv.custom_id = r.custom_id "
+            f"AND {_IS[outcome].format(v='jv.passed')})"
+        )
+    params.extend([rule, rule])
     return (
-        "(EXISTS (SELECT 1 FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id "
+        "EXISTS (SELECT 1 FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id "
         "WHERE o.job_id = r.job_id AND o.custom_id = r.custom_id "
-        f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE)}) "
-        f"OR EXISTS (SELECT 1 FROM ({verdicts_sql('l.check_name = ?')}) jv "
-        "WHERE jv.job_id = r.job_id AND jv.custom_id = r.custom_id "
-        f"AND {_IS[outcome].format(v='jv.passed')}))"
+        f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE)})"
     )
 
 
