@@ -168,6 +168,25 @@ def job_label(job_id: str, name: str = "") -> str:
     return f"{name} · {job_id.rsplit('_', 1)[-1]}" if name else job_id
 
 
+JUDGE_CHECK = r"judge_[0-9a-f]{6}"  # a judge's name among the checks (no rule takes one)
+
+
+class JudgeLink(FrozenModel):
+    """What a judge job grades (``job.json``'s ``judge``; core/qa/judge.py makes it).
+
+    Attributes:
+        kind: ``verdict`` (each line grades one result of ``graded[0]``: pass/fail, score,
+            reason) or ``pairwise`` (each line compares ``graded[0]``'s answer, side A, with
+            ``graded[1]``'s, side B, for the same ``custom_id``).
+        graded: the job(s) graded.
+        check: the name its verdicts take among the graded job's checks.
+    """
+
+    kind: Literal["verdict", "pairwise"] = "verdict"
+    graded: list[str] = Field(min_length=1, max_length=2)
+    check: str = ""
+
+
 class JobSpec(Model):
     """What a job runs; ``job.json``, written once when the job is submitted."""
 
@@ -189,6 +208,7 @@ class JobSpec(Model):
     embedding_model: str | None = None
     ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
     provenance: dict[str, Any] = Field(default_factory=dict)
+    judge: JudgeLink | None = None  # a judge job: the job(s) its answers grade
 
     @field_validator("name")
     @classmethod

@@ -1,5 +1,6 @@
-"""Checks: rules run over every result of jobs, pass rates with their 95% intervals, and
-the way to the failures (in Results, or as a review sample)."""
+"""Checks: rules run over every result of jobs, a model as judge, pass rates with their 95%
+intervals, the way to the failures (in Results, or as a review sample), and how people's
+labels agree with each check."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from core.qa.rules import EXAMPLE, RULE_TYPES, RulesError, load_rules
 from core.store import checks as ck
 from core.store import results as res
 from core.store import samples as sm
+from pages.judging import agreement_section, judge_section
 from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
 
 through_app()
@@ -77,10 +79,16 @@ if st.button("Run checks", type="primary", disabled=rules is None, key="checks_r
         "folder (rules.yaml), so a rerun grades alike."
     )
 
+# -- a model as judge ---------------------------------------------------------------------
+judge_section(db, job_ids, label)
+
 # -- pass rates -----------------------------------------------------------------------------
 names = ck.rule_names(db, job_ids)
 if not names:
-    st.info("No checks have run on these jobs yet: write rules above and run them.")
+    st.info(
+        "No checks have run on these jobs yet: write rules above and run them, or start a "
+        "judge job."
+    )
     st.stop()
 st.subheader("Pass rates")
 by = st.radio("Per", ["job", "model", "prompt_version", "all"], horizontal=True, key="checks_by")
@@ -142,3 +150,6 @@ if c[2].button("Review a sample of them", disabled=not found, key="checks_to_rev
         st.session_state["sample_id"] = made.sample_id
         st.session_state["review_pos"] = 0
         st.switch_page("pages/review.py")
+
+# -- trust: people against a check ----------------------------------------------------------
+agreement_section(db, job_ids, names)

@@ -6,6 +6,7 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
+from pages.judging import pairwise_section
 from pages.shared import (
     escape,
     job_labels,
@@ -88,6 +89,8 @@ c[1].metric("Mean tokens Δ (B−A)", f"{pairs['tokens_delta'].mean():+.1f}")
 c[2].metric("Prefer A", tally["A"])
 c[3].metric("Prefer B", tally["B"])
 c[4].metric("Tie", tally["tie"])
+if mode == "Two jobs":
+    pairwise_section(db, side_a.job_id, side_b.job_id, labelled)
 
 st.dataframe(
     pairs[["key", "status_a", "status_b", "chars_delta", "tokens_delta", "answer_a", "answer_b"]],

@@ -36,6 +36,7 @@ from core.schemas import (
     JobDefaults,
     JobSpec,
     JobStatus,
+    JudgeLink,
     RaySettings,
     check_name,
     now_iso,
@@ -189,6 +190,7 @@ def create_job(
     owner: str | None = None,
     name: str = "",
     embedding_model: str | None = None,
+    judge: JudgeLink | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -214,6 +216,7 @@ def create_job(
         embedding_model=embedding_model,
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
+        judge=judge,
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

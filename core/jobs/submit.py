@@ -33,7 +33,14 @@ from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
-from core.schemas import EngineConfig, JobDefaults, RaySettings, check_name, read_name
+from core.schemas import (
+    EngineConfig,
+    JobDefaults,
+    JudgeLink,
+    RaySettings,
+    check_name,
+    read_name,
+)
 
 LISTED_PROBLEMS = 20  # problems of the file quoted in a refusal; the report has them all
 VERSION_LINES = 1_000  # lines read for the prompt version of a default name
@@ -83,6 +90,8 @@ class Submission:
     name: str | None = None  # the job's name; None: made from the file (see default_name)
     # Where /v1/embeddings lines run (None: the built-in embedding model, if the file has any).
     embedding_model: str | None = None
+    judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
+
 
 
 def _embedding_model(submission: Submission, report: CheckReport) -> str | None:
@@ -209,6 +218,7 @@ def submit(
         owner=s.owner,
         name=check_name(s.name) if s.name is not None else default_name(file, s.source),
         embedding_model=_embedding_model(s, report),
+        judge=s.judge,
     )
     return Started(job, start_worker(job))
 

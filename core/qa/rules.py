@@ -16,6 +16,8 @@ import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.schemas import JUDGE_CHECK
+
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 NAME_MAX = 64
 FILE_NAME = "rules.yaml"  # the rules a job was last graded with, in its folder
@@ -194,6 +196,8 @@ class RuleSet(BaseModel):
         for rule in self.rules:
             if rule.name in seen:
                 raise ValueError(f"two rules are named {rule.name!r}; give each its own name")
+            if re.fullmatch(JUDGE_CHECK, rule.name):
+                raise ValueError(f"{rule.name!r} is how judges are named; name the rule otherwise")
             seen.add(rule.name)
         return self
 

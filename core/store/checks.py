@@ -2,18 +2,24 @@
 pass rates with their 95% interval, the rules of jobs, and the filter by outcome.
 
 An outcome is passed, failed or not graded (a failed request has no answer to grade; an
-``equals_metadata`` rule does not grade a request without that field). A pass rate is
+``equals_metadata`` rule does not grade a request without that field). A judge job's
+verdicts (``core.store.judged``) are checks too, named after the judge (``judge_<id>``):
+they appear here beside the rules, after them. A pass rate is
 passed / (passed + failed), with the Wilson interval of ``core.store.review``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import pandas as pd
 
+from core.schemas import JUDGE_CHECK
 from core.store.db import Store
+from core.store.judged import check_names as judge_names
+from core.store.judged import verdicts_sql
 from core.store.review import wilson
 
 Outcome = Literal["passed", "failed", "not_graded"]
@@ -28,6 +34,7 @@ GROUPS: dict[str, str] = {
 }
 # A result's outcome of the rule named by a parameter: its place in the job's rules.
 _OF_RULE = "o.passed[list_position(u.names, ?)]"
+JUDGE_PLACE = 1_000_000  # judges sort after every rule
 
 
 def outcome_clause(rule: str, outcome: str, params: list[Any]) -> str:
@@ -35,12 +42,33 @@ def outcome_clause(rule: str, outcome: str, params: list[Any]) -> str:
     not graded by that rule has no outcome of it: none of its results match)."""
     if outcome not in _IS:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}")
+    if re.fullmatch(JUDGE_CHECK, rule):  # a judge's verdicts (no rule is named so)
+        params.append(rule)
+        return (
+            f"EXISTS (SELECT 1 FROM ({verdicts_sql('l.check_name = ?')}) jv "
+            "WHERE jv.job_id = r.job_id AND jv.custom_id = r.custom_id "
+            f"AND {_IS[outcome].format(v='jv.passed')})"
+        )
     params.extend([rule, rule])
     return (
         "EXISTS (SELECT 1 FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id "
         "WHERE o.job_id = r.job_id AND o.custom_id = r.custom_id "
         f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE)})"
     )
+
+
+def one_check_sql(check: str, job_ids: list[str], params: list[Any]) -> str:
+    """A query of one check's outcomes on these jobs' results (a rule's or a judge's):
+    job_id, custom_id, passed (None: not graded); its parameters are appended."""
+    params.extend([check, list(job_ids), check, check, list(job_ids)])
+    return f"""
+        SELECT o.job_id, o.custom_id, {_OF_RULE} AS passed
+        FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id
+        WHERE list_contains(?, o.job_id) AND list_contains(u.names, ?)
+        UNION ALL
+        SELECT jv.job_id, jv.custom_id, jv.passed FROM ({verdicts_sql("l.check_name = ?")}) jv
+        WHERE list_contains(?, jv.job_id)
+    """
 
 
 def rule_names(store: Store, job_ids: list[str]) -> list[str]:
@@ -54,7 +82,8 @@ def rule_names(store: Store, job_ids: list[str]) -> list[str]:
         """,
         [list(job_ids)],
     )
-    return [str(name) for name in frame["rule"]]
+    names = [str(name) for name in frame["rule"]]
+    return names + [n for n in judge_names(store, job_ids) if n not in names]
 
 
 def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFrame:
@@ -74,10 +103,12 @@ def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFram
                    unnest(range(len(u.names))) AS place, unnest(o.passed) AS passed
             FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id
             WHERE list_contains(?, o.job_id)
+            UNION ALL  -- judges' verdicts, after the rules
+            SELECT {GROUPS[by]}, o.rule, {JUDGE_PLACE}, o.passed FROM ({verdicts_sql()}) o
         )
         GROUP BY ALL ORDER BY place, rule, 2
         """,
-        [list(job_ids)],
+        [list(job_ids), list(job_ids)],
     )
     graded = frame["passed"] + frame["failed"]
     bounds = [wilson(int(p), int(n)) for p, n in zip(frame["passed"], graded, strict=True)]
@@ -110,16 +141,37 @@ class ExportChecks:
 
 
 def export_checks(store: Store, job_ids: list[str]) -> ExportChecks:
-    """The columns and joins that add these jobs' outcomes to an export of their results."""
+    """The columns and joins that add these jobs' outcomes to an export of their results;
+    a judge adds its verdict's score and reason too (``<judge>_score``, ``<judge>_reason``)."""
     names = rule_names(store, job_ids)
     if not names:
         return ExportChecks()
-    # Names are letters, digits and _ . - (the rules' own constraint): safe between quotes.
-    values = [f"{_OF_RULE}" for _ in names]
-    columns = ", ".join(f'{v} AS "check_{n}"' for v, n in zip(values, names, strict=True))
-    pairs = ", ".join(f"'{n}', {v}" for v, n in zip(values, names, strict=True))
+    judges = set(judge_names(store, job_ids))
+    # Names are letters, digits and _ . - (the rules' own constraint; a judge's is
+    # judge_<hex>): safe between quotes.
+    columns, pairs, params, joins = [], [], [], []
+    for k, name in enumerate(names):
+        if name in judges:
+            value = f"j{k}.passed"
+            columns += [
+                f'{value} AS "check_{name}"',
+                f'j{k}.score AS "{name}_score"',
+                f'j{k}.reason AS "{name}_reason"',
+            ]
+        else:
+            value = _OF_RULE
+            columns.append(f'{value} AS "check_{name}"')
+            params.append(name)
+        pairs.append(f"'{name}', {value}")
+    for k, name in enumerate(names):
+        if name in judges:
+            joins.append(
+                f"LEFT JOIN ({verdicts_sql('l.check_name = ?')}) j{k} "
+                f"ON j{k}.job_id = r.job_id AND j{k}.custom_id = r.custom_id"
+            )
+            params.append(name)
     join = (
         "LEFT JOIN rule_outcomes o ON o.job_id = r.job_id AND o.custom_id = r.custom_id "
-        "LEFT JOIN rule_runs u ON u.job_id = r.job_id"
+        "LEFT JOIN rule_runs u ON u.job_id = r.job_id " + " ".join(joins)
     )
-    return ExportChecks(columns, f"json_object({pairs})", join, list(names))
+    return ExportChecks(", ".join(columns), f"json_object({', '.join(pairs)})", join, params)

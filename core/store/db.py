@@ -141,6 +141,8 @@ class Store:
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 if gone:
                     cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
+            if gone:  # a judge's verdicts go with its folder
+                cur.execute("DELETE FROM judge_links WHERE list_contains(?, judge_job)", [gone])
             forget_vectors(cur, gone)
 
     def ingest(self, job: JobFolder) -> int:
@@ -169,6 +171,12 @@ class Store:
                     name,
                 ],
             )
+            if spec.judge is not None:
+                link = spec.judge
+                cur.execute(
+                    "INSERT OR REPLACE INTO judge_links VALUES (?, ?, ?, ?)",
+                    [job_id, link.kind, list(link.graded), link.check],
+                )
             for event in status.history:
                 cur.execute(
                     "INSERT OR IGNORE INTO job_events VALUES (?, ?, ?)",

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.store.checks import export_checks
+from core.store.checks import ExportChecks, export_checks
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
 
@@ -164,12 +164,7 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
     order = "ORDER BY r.job_id, r.line_no, r.custom_id"
     checks = export_checks(store, f.job_ids)
     if fmt == "jsonl":
-        raw = "r.raw"
-        if checks.join:
-            line = "rtrim(CAST(r.raw AS VARCHAR))"
-            raw = f"""left({line}, -1) || ', "checks": ' || CAST({checks.as_json} AS VARCHAR)
-                      || '}}' AS raw"""
-        sql = f"SELECT {raw} {FROM} {checks.join} {clause} {order}"
+        sql = f"SELECT {_with_checks('r.raw', checks)} AS raw {FROM} {checks.join} {clause} {order}"
         return _raw_lines(store, sql, [*checks.params, *params], path)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"SELECT {columns} {FROM} {_LABELS} {checks.join} {clause} {order}"
@@ -182,33 +177,58 @@ def export_errors(store: Store, job_ids: list[str], path: str | Path) -> int:
     return export_results(store, f, path, "jsonl")
 
 
+def _checks_of(store: Store, sql: str, params: list[Any]) -> ExportChecks:
+    """The checks' columns for the jobs whose ids ``sql`` selects."""
+    jobs = store.query(sql, params)
+    return export_checks(store, [str(j) for j in jobs.iloc[:, 0]])
+
+
+def _with_checks(raw: str, checks: ExportChecks) -> str:
+    """A stored output line with the checks' outcomes added as its last field, ``checks``."""
+    if not checks.join:
+        return raw
+    line = f"rtrim(CAST({raw} AS VARCHAR))"
+    return f"left({line}, -1) || ', \"checks\": ' || CAST({checks.as_json} AS VARCHAR) || '}}'"
+
+
 def export_sample(store: Store, sample_id: str, path: str | Path, fmt: str = "csv") -> int:
-    """A sample's items in order, with every reviewer's label (one row per item)."""
+    """A sample's items in order, with every reviewer's label (one row per item) and the
+    checks' outcomes (rules and judges) of their jobs."""
     fmt, path = _check_format(fmt), Path(path)
+    checks = _checks_of(
+        store, "SELECT DISTINCT job_id FROM sample_items WHERE sample_id = ?", [sample_id]
+    )
     if fmt == "jsonl":
-        sql = """SELECT r.raw FROM sample_items i
+        sql = f"""SELECT {_with_checks("r.raw", checks)} AS raw FROM sample_items i
                  JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
+                 {checks.join}
                  WHERE i.sample_id = ? ORDER BY i.position"""
-        return _raw_lines(store, sql, [sample_id], path)
+        return _raw_lines(store, sql, [*checks.params, sample_id], path)
+    columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"""
-        SELECT i.sample_id, i.position, i.stratum, {_RESULT_COLUMNS}
+        SELECT i.sample_id, i.position, i.stratum, {columns}
         FROM sample_items i
         JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
         {_LABELS}
+        {checks.join}
         WHERE i.sample_id = ?
         ORDER BY i.position
     """
-    return _copy(store, sql, [sample_id], path, fmt)
+    return _copy(store, sql, [*checks.params, sample_id], path, fmt)
 
 
 def export_labels(store: Store, path: str | Path, fmt: str = "csv") -> int:
-    """Every label, one row per result and reviewer."""
+    """Every label, one row per result and reviewer, with the checks' outcomes (rules and
+    judges) of the labelled result: where a person and a check both graded it."""
     fmt, path = _check_format(fmt), Path(path)
-    sql = """SELECT job_id, custom_id, reviewer, verdict, score,
-                    array_to_string(tags, ', ') AS tags, comment, corrected_answer,
-                    sample_id, updated_at
-             FROM reviews ORDER BY job_id, custom_id, reviewer"""
-    return _copy(store, sql, [], path, fmt)
+    checks = _checks_of(store, "SELECT DISTINCT job_id FROM reviews", [])
+    extra = f", {checks.columns}" if checks.columns else ""
+    sql = f"""SELECT r.job_id, r.custom_id, r.reviewer, r.verdict, r.score,
+                    array_to_string(r.tags, ', ') AS tags, r.comment, r.corrected_answer,
+                    r.sample_id, r.updated_at{extra}
+             FROM reviews r {checks.join}
+             ORDER BY r.job_id, r.custom_id, r.reviewer"""
+    return _copy(store, sql, list(checks.params), path, fmt)
 
 
 def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "job_id") -> int:

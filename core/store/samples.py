@@ -162,6 +162,20 @@ def create_sample(store: Store, name: str, definition: SampleDefinition) -> Samp
     items = draw(store, definition)
     if items.empty:
         raise SampleError("no results match the filter; nothing to sample")
+    return save_items(store, name, definition, items)
+
+
+def save_items(
+    store: Store, name: str, definition: SampleDefinition, items: pd.DataFrame
+) -> Sample:
+    """Saves chosen items (``job_id``, ``custom_id``, ``stratum``; in review order) as a
+    sample, e.g. the results where a person and a check disagree."""
+    name = name.strip()
+    if not name:
+        raise SampleError("give the sample a name")
+    if items.empty:
+        raise SampleError("no items; nothing to sample")
+    items = items[["job_id", "custom_id", "stratum"]].reset_index(drop=True)
     sample_id = f"smp_{secrets.token_hex(4)}"
     items = items.assign(sample_id=sample_id, position=range(1, len(items) + 1))
     frame = items[["sample_id", "position", "job_id", "custom_id", "stratum"]]  # noqa: F841

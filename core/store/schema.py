@@ -181,6 +181,16 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (job_id, custom_id, input_index)
     );
     """,
+    # Judge jobs (core.qa.judge): what each grades, from its job.json's ``judge``. Their
+    # verdicts are read from their own results (core.store.judged), so they are never stale.
+    """
+    CREATE TABLE judge_links (
+        judge_job VARCHAR PRIMARY KEY,
+        kind VARCHAR,
+        graded VARCHAR[],
+        check_name VARCHAR
+    );
+    """,
 ]
 
 

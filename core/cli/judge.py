@@ -1,0 +1,124 @@
+"""``judge``: a model grades a job's answers (or prefers one of two jobs'), for pipelines.
+
+Prints the new judge job's id alone on stdout (``JOB=$(python -m core judge ...)``); what
+else it says goes to stderr. The judge job runs in its own worker, like ``run``'s, and its
+verdicts join the graded job's checks once ingested (``core export``, the Checks page).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from core.cli.common import EXIT_INVALID, EXIT_USAGE
+from core.config import data_paths
+from core.schemas import check_name
+
+
+def cmd_judge(args: argparse.Namespace) -> int:
+    import duckdb  # the store is opened here, as by export and grade
+
+    from core.jobs.submit import Refused
+    from core.model_folders import ModelError, check_model_folder, prepare_default_model
+    from core.qa.judge import Choice, JudgeError, JudgeSettings, compile_template, start_judge
+    from core.qa.pairwise import start_pairwise
+    from core.store.db import Store
+
+    template_path = Path(args.template)
+    if not template_path.is_file():
+        print(f"error: {template_path} does not exist or is not a file", file=sys.stderr)
+        return EXIT_USAGE
+    text = template_path.read_text(encoding="utf-8", errors="replace")
+    try:
+        compile_template(text)
+        if args.name is not None:
+            check_name(args.name)
+    except JudgeError as exc:
+        for problem in exc.problems:
+            print(f"error: {template_path}: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_tokens < 1:
+        print("error: --max-tokens must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        model = check_model_folder(args.model) if args.model else prepare_default_model()
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.failures_of:
+        choice = Choice("failures", rule=args.failures_of)
+    elif args.sample:
+        choice = Choice("sample", sample_id=args.sample)
+    else:
+        choice = Choice("all")
+    settings = JudgeSettings(str(model), max_tokens=args.max_tokens, name=args.name)
+    paths = data_paths()
+    try:
+        store = Store(paths.database)
+    except duckdb.IOException:
+        print(
+            "error: the database is open in the app; start the judge on its Checks page, "
+            "or stop the app",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        store.ingest_all(paths.jobs)
+        known = set(store.jobs()["job_id"])
+        wanted = [args.job, *([args.against] if args.against else [])]
+        missing = [j for j in wanted if j not in known]
+        if missing:
+            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
+            return EXIT_USAGE
+        label = store.job_names().get
+        named = lambda job_id: label(job_id) or job_id  # noqa: E731
+        if args.against:
+            started = start_pairwise(store, args.job, args.against, text, settings, label=named)
+        else:
+            started = start_judge(store, args.job, text, settings, choice, label=named)
+    except JudgeError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        # A template that fails on some results is the template's fault; nothing to judge
+        # (an empty choice, an unknown rule or sample) is how it was asked.
+        return EXIT_INVALID if "template" in str(exc) else EXIT_USAGE
+    except Refused as refused:
+        for problem in refused.problems:
+            print(f"refused: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    job = started.job
+    print(
+        f"judge job {job.job_id} started: worker pid {started.worker.pid}, folder {job.path}; "
+        f"its verdicts become the check {job.read_spec().judge.check}",
+        file=sys.stderr,
+    )
+    print(job.job_id)
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    judge = commands.add_parser(
+        "judge", help="a model grades a job's answers (a judge job; prints its id)"
+    )
+    judge.add_argument("job", help="the job whose answers are graded (side A with --against)")
+    judge.add_argument("--template", required=True, help="the judge template (Jinja)")
+    judge.add_argument("--model", help="the judge's model folder (default: the built-in model)")
+    which = judge.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every answer (the default)")
+    which.add_argument("--failures-of", metavar="RULE", help="only the answers RULE failed")
+    which.add_argument("--sample", metavar="SAMPLE_ID", help="only a review sample's items")
+    which.add_argument(
+        "--against", metavar="JOB_B", help="a pairwise judge: JOB's answers (A) against JOB_B's"
+    )
+    judge.add_argument("--name", help="the judge job's name")
+    judge.add_argument(
+        "--max-tokens", type=int, default=96, help="tokens of each verdict (default 96)"
+    )
+    judge.set_defaults(handler=cmd_judge)

@@ -1,0 +1,330 @@
+"""A model as judge: chosen results become a batch job that grades them.
+
+A judge template (Jinja, rendered in the builder's bounded sandbox) turns each chosen
+result into the user message of one ``/v1/chat/completions`` line. The line's
+``response_format`` forces the verdict schema (:data:`VERDICT_SCHEMA`: pass/fail, a
+score, a reason), at temperature 0; its ``custom_id`` is the graded result's, and its
+``metadata`` names the graded job and result. The file is submitted through
+``core.jobs.submit`` like any other (queue, resume, cancel, Monitor), with ``job.json``'s
+``judge`` linking it to the job it grades; ``core.store.judged`` joins its answers back to
+the graded results as a check named after the judge (``judge_<hex>``).
+
+Template variables (a verdict judge): ``messages`` (the request's conversation, a list of
+``{role, content}``), ``system`` (its system prompt, "" without one), ``prompt`` (its last
+user message), ``answer``, ``metadata`` (the request's metadata, a dict), ``custom_id``,
+``finish_reason`` and ``model``. A pairwise judge (core/qa/pairwise.py) has ``answer_1`` and
+``answer_2`` instead of ``answer``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import pandas as pd
+
+from core.files import write_atomic
+from core.jobs.folder import JobFolder
+from core.jobs.submit import Started, Submission, submit
+from core.plan.bounded_render import BoundedSandbox, RenderWatch, render
+from core.schemas import EngineConfig, JobDefaults, JudgeLink, read_name
+from core.store.db import Store
+from core.store.results import ResultFilter, conversation, where
+
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"type": "string", "enum": ["pass", "fail"]},
+        "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        "reason": {"type": "string", "maxLength": 160},  # a sentence, within max_tokens
+    },
+    "required": ["verdict", "score", "reason"],
+    "additionalProperties": False,
+}
+JUDGE_SYSTEM = (
+    "You are a strict grader of answers. Read the task and the answer, then reply with "
+    'JSON only: {"verdict": "pass" or "fail", "score": 1 to 5, "reason": one short sentence}.'
+)
+DEFAULT_TEMPLATE = """\
+Grade the answer to the task below.
+{% if system %}
+Instructions the assistant was given:
+{{ system }}
+{% endif %}
+Task:
+{{ prompt }}
+
+Answer:
+{{ answer }}
+
+Does the answer do the task correctly, completely and without inventing facts?
+Reply "pass" or "fail", a score from 1 (useless) to 5 (perfect), and one short reason.
+"""
+TEMPLATE_FILE = "judge_template.j2"  # the template, saved in the judge job's folder
+MAX_LISTED = 10  # rendering problems quoted in a refusal
+Which = Literal["all", "failures", "sample"]
+
+
+class JudgeError(ValueError):
+    """A judge job that cannot be made; ``problems`` are sentences a user can act on,
+    each naming the template line where it has one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class Choice:
+    """Which results of the graded job a judge grades: ``all`` its answers, the answers a
+    rule ``failed``, or a review ``sample``'s items. Failed requests have no answer and are
+    never judged."""
+
+    which: Which = "all"
+    rule: str | None = None
+    sample_id: str | None = None
+
+    def clause(self, job_ids: list[str]) -> tuple[str, list[Any]]:
+        """The WHERE clause on ``results r`` that picks these results."""
+        checks = {}
+        if self.which == "failures":
+            if not self.rule:
+                raise JudgeError(["choose the rule whose failures the judge grades"])
+            checks = {self.rule: "failed"}
+        flt = ResultFilter(job_ids=job_ids, statuses=["succeeded"], checks=checks)
+        clause, params = where(flt)
+        if self.which == "sample":
+            if not self.sample_id:
+                raise JudgeError(["choose the sample whose items the judge grades"])
+            clause += (
+                " AND EXISTS (SELECT 1 FROM sample_items i WHERE i.sample_id = ? "
+                "AND i.job_id = r.job_id AND i.custom_id = r.custom_id)"
+            )
+            params.append(self.sample_id)
+        return clause, params
+
+
+def environment() -> BoundedSandbox:
+    # Strict: a misspelt variable is an error naming its line, not an empty string.
+    return BoundedSandbox(undefined=jinja2.StrictUndefined, autoescape=False)
+
+
+def compile_template(text: str) -> jinja2.Template:
+    """The judge template, compiled; a syntax error is a :class:`JudgeError` naming the line."""
+    if not text.strip():
+        raise JudgeError(["the judge template is empty"])
+    try:
+        return environment().from_string(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise JudgeError([f"template line {exc.lineno}: {exc.message}"]) from None
+
+
+def template_line(exc: BaseException) -> int | None:
+    """The template line a render failed on (Jinja puts template frames in the traceback)."""
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename == "<template>"
+    ]
+    return lines[-1] if lines else None
+
+
+def render_all(
+    template: jinja2.Template, contexts: Iterable[tuple[str, dict[str, Any]]]
+) -> Iterator[tuple[str, str]]:
+    """``(custom_id, text)`` per context, rendered within the sandbox's bounds.
+
+    Raises:
+        JudgeError: after every context, listing the first problems (a template that fails
+            on some results would grade only the others).
+    """
+    watch = RenderWatch()
+    problems, failed = [], 0
+    try:
+        done = []
+        for custom_id, context in contexts:
+            try:
+                done.append((custom_id, render(template, watch, **context)))
+            except Exception as exc:
+                failed += 1
+                if len(problems) < MAX_LISTED:
+                    line = template_line(exc)
+                    where_ = f"template line {line}" if line else "template"
+                    reason = getattr(exc, "message", None) or str(exc)
+                    problems.append(f"result {custom_id!r}: {where_}: {reason}")
+    finally:
+        watch.close()
+    if failed:
+        more = f" (and {failed - len(problems)} more)" if failed > len(problems) else ""
+        raise JudgeError([f"the template fails on {failed} result(s){more}", *problems])
+    yield from done
+
+
+def _system_of(turns: list[tuple[str, str]]) -> str:
+    return "\n\n".join(text for role, text in turns if role in ("system", "developer"))
+
+
+def _prompt_of(turns: list[tuple[str, str]], fallback: str | None) -> str:
+    users = [text for role, text in turns if role == "user"]
+    return users[-1] if users else (fallback or "")
+
+
+def base_context(row: dict[str, Any]) -> dict[str, Any]:
+    """The template variables every judge has, from a row of :func:`chosen_results`."""
+    turns = conversation(row.get("messages"), row.get("prompt"))
+    metadata = row.get("metadata")
+    try:
+        metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
+    except ValueError:
+        metadata = None
+    return {
+        "messages": [{"role": role, "content": text} for role, text in turns],
+        "system": _system_of(turns),
+        "prompt": _prompt_of(turns, row.get("prompt")),
+        "metadata": metadata if isinstance(metadata, dict) else {},
+        "custom_id": row["custom_id"],
+        "finish_reason": row.get("finish_reason") or "",
+        "model": row.get("model") or "",
+    }
+
+
+def chosen_results(store: Store, job_id: str, choice: Choice) -> pd.DataFrame:
+    """The graded job's results a judge grades, in their file's order, with each request's
+    conversation."""
+    clause, params = choice.clause([job_id])
+    return store.query(
+        f"""
+        SELECT r.custom_id, r.answer, r.finish_reason, r.model, r.prompt,
+               CAST(r.metadata AS VARCHAR) AS metadata, CAST(q.messages AS VARCHAR) AS messages
+        FROM results r
+        LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
+        {clause}
+        ORDER BY r.line_no, r.custom_id
+        """,
+        params,
+    )
+
+
+def judge_line(
+    custom_id: str,
+    user_text: str,
+    schema: dict[str, Any],
+    metadata: dict[str, str],
+    model: str,
+    max_tokens: int,
+    system: str = JUDGE_SYSTEM,
+    name: str = "verdict",
+) -> dict[str, Any]:
+    """One line of a judge batch: the rendered text as the user's message, the schema
+    forced by structured output, greedy decoding."""
+    return {
+        "custom_id": custom_id,
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {
+            "model": model,
+            "messages": [
+                {"role": "system", "content": system},
+                {"role": "user", "content": user_text},
+            ],
+            "temperature": 0,
+            "max_tokens": max_tokens,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": True},
+            },
+            "metadata": metadata,
+        },
+    }
+
+
+@dataclass
+class JudgeSettings:
+    """What a judge job runs on: the model folder, an answer's token limit, a job name."""
+
+    model: str
+    max_tokens: int = 96
+    name: str | None = None
+    owner: str | None = None
+
+
+def submit_lines(
+    lines: Iterable[dict[str, Any]],
+    settings: JudgeSettings,
+    link: JudgeLink,
+    template_text: str,
+    default_name: str,
+    jobs_dir: Path | None = None,
+) -> Started:
+    """Writes the judge batch and submits it as a job linked to what it grades; the
+    template is saved in the job's folder beside its input."""
+    with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
+        file = Path(tmp) / "judge.jsonl"
+        with file.open("w", encoding="utf-8") as out:
+            for line in lines:
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+        submission = Submission(
+            engine=EngineConfig(model=settings.model),
+            defaults=JobDefaults(max_tokens=settings.max_tokens, temperature=0),
+            name=settings.name or read_name(default_name),
+            source="judge.jsonl",
+            owner=settings.owner,
+            judge=link,
+        )
+        started = submit(file, submission, jobs_dir)
+    write_atomic(started.job.path / TEMPLATE_FILE, template_text)
+    return started
+
+
+def new_check_name() -> str:
+    """A judge's name among the checks: ``judge_`` and six hex digits (``JUDGE_CHECK``)."""
+    return f"judge_{secrets.token_hex(3)}"
+
+
+def start_judge(
+    store: Store,
+    job_id: str,
+    template_text: str,
+    settings: JudgeSettings,
+    choice: Choice | None = None,
+    jobs_dir: Path | None = None,
+    label: Callable[[str], str] = str,
+) -> Started:
+    """Renders the template over the chosen results of ``job_id`` and starts the judge job.
+
+    Raises:
+        JudgeError: the template does not compile or fails on some results, or nothing is
+            chosen (nothing was created).
+        core.jobs.submit.Refused: the model folder or the settings cannot run.
+    """
+    template = compile_template(template_text)
+    rows = chosen_results(store, job_id, choice or Choice())
+    if rows.empty:
+        raise JudgeError(["no answers to judge: the choice picks no succeeded result"])
+    contexts = (
+        (row["custom_id"], {**base_context(row), "answer": row["answer"] or ""})
+        for row in rows.to_dict("records")
+    )
+    model = Path(settings.model).name or "judge"
+    lines = [
+        judge_line(
+            cid, text, VERDICT_SCHEMA, {"judge_of": job_id, "custom_id": cid}, model,
+            settings.max_tokens,
+        )
+        for cid, text in render_all(template, contexts)
+    ]  # fmt: skip
+    link = JudgeLink(kind="verdict", graded=[job_id], check=new_check_name())
+    return submit_lines(lines, settings, link, template_text, f"judge of {label(job_id)}", jobs_dir)
+
+
+def saved_template(job: JobFolder) -> str | None:
+    """The template a judge job was made with, or None."""
+    path = job.path / TEMPLATE_FILE
+    return path.read_text(encoding="utf-8") if path.is_file() else None

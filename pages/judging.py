@@ -1,0 +1,198 @@
+"""The parts of Checks and Compare that put a model to judging (widgets only; the work is
+``core.qa.judge``, ``core.qa.pairwise``, ``core.store.judged`` and ``core.store.trust``).
+
+Not a page of its own: pages/checks.py and pages/compare.py call these sections.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import streamlit as st
+
+from core.jobs.submit import Refused
+from core.model_folders import model_folders
+from core.qa import judge as jg
+from core.qa import pairwise as pw
+from core.store import judged, trust
+from core.store import samples as sm
+from core.store.db import Store
+from core.store.review import reviewers
+from pages.shared import escape, paths, signed_in_user
+
+OTHER_FOLDER = "Another folder…"
+
+
+def _model_picker(key: str) -> str:
+    """A model folder: the built-in one, those under the models folder, or a path."""
+    options = [str(f) for f in model_folders()] + [OTHER_FOLDER]
+    choice = st.selectbox(
+        "Judge model", options, format_func=lambda p: Path(p).name or p, key=f"{key}_model"
+    )
+    if choice == OTHER_FOLDER:
+        return st.text_input("Judge model folder", key=f"{key}_model_path").strip()
+    return choice
+
+
+def _started(started: object) -> None:
+    """After a judge job starts: it is the current job, one click from Monitor."""
+    job = started.job
+    st.session_state["job_id"] = job.job_id
+    st.session_state["judge_started"] = job.job_id
+    st.switch_page("pages/monitor.py")
+
+
+def _problems(problems: list[str]) -> None:
+    st.error("The judge job was not started:", icon=":material/block:")
+    st.text("\n".join(problems))  # may quote the template: shown as text
+
+
+def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) -> None:
+    """Start a judge job over one graded job's answers, and list the judges of these jobs."""
+    st.subheader("Judge")
+    st.caption(
+        "A model grades the answers: the template below (Jinja; variables `prompt`, "
+        "`system`, `messages`, `answer`, `metadata`, `custom_id`, `finish_reason`, `model`) "
+        "becomes one request per answer, and structured output forces a verdict (pass or "
+        "fail, a score from 1 to 5, a reason). It runs as a job (queue, Monitor, cancel, "
+        "resume); its verdicts join these results as a check named after it."
+    )
+    found = judged.judges(db, job_ids)
+    if not found.empty:
+        shown = found.assign(
+            judge=found["judge_job"].map(label),
+            grades=found["graded"].map(lambda g: label(g[0])),
+        )[["check_name", "judge", "grades", "state", "done", "total"]]
+        st.dataframe(shown, hide_index=True, width="stretch")
+    with st.expander("Start a judge job", expanded=found.empty):
+        graded = st.selectbox("Job to judge", job_ids, format_func=label, key="judge_job")
+        if "judge_template" not in st.session_state:
+            st.session_state["judge_template"] = jg.DEFAULT_TEMPLATE
+        text = st.text_area("Judge template", key="judge_template", height=260)
+        c = st.columns(3)
+        which = c[0].radio(
+            "Which answers",
+            ["all", "failures", "sample"],
+            format_func={"all": "All", "failures": "A rule's failures", "sample": "A sample"}.get,
+            key="judge_which",
+        )
+        choice = jg.Choice("all")
+        if which == "failures":
+            names = [n for n in _rule_names(db, graded) if not n.startswith("judge_")]
+            rule = c[1].selectbox("Rule", names, key="judge_rule")
+            choice = jg.Choice("failures", rule=rule)
+        elif which == "sample":
+            samples = sm.list_samples(db)
+            names = dict(zip(samples["sample_id"], samples["name"], strict=True))
+            sample = c[1].selectbox("Sample", list(names), format_func=names.get, key="judge_sm")
+            choice = jg.Choice("sample", sample_id=sample)
+        max_tokens = c[2].number_input("Max tokens per verdict", 16, 4096, 96, key="judge_mt")
+        model = _model_picker("judge")
+        name = st.text_input("Job name (optional)", key="judge_name").strip()
+        if st.button("Start judge job", type="primary", key="judge_start"):
+            settings = jg.JudgeSettings(model, int(max_tokens), name or None, signed_in_user())
+            try:
+                started = jg.start_judge(
+                    db, graded, text, settings, choice, paths().jobs, label=label
+                )
+            except jg.JudgeError as exc:
+                _problems(exc.problems)
+            except Refused as refused:
+                _problems(refused.problems)
+            else:
+                _started(started)
+
+
+def _rule_names(db: Store, job_id: str) -> list[str]:
+    from core.store.checks import rule_names
+
+    return rule_names(db, [job_id])
+
+
+def agreement_section(db: Store, job_ids: list[str], names: list[str]) -> None:
+    """People's labels against a check's outcomes: matrix, accuracy, kappa, disagreements."""
+    st.subheader("Agreement with people")
+    people = reviewers(db)
+    if not people:
+        st.info("No review labels yet: label a sample on Review to see how a check agrees.")
+        return
+    c = st.columns(2)
+    check = c[0].selectbox("Check", names, key="agree_check")
+    who = c[1].selectbox("Reviewer", ["(everyone)", *people], key="agree_reviewer")
+    got = trust.check_agreement(db, job_ids, check, None if who == "(everyone)" else who)
+    if not got.items:
+        st.info("No result was both labelled pass or fail by a person and graded by this check.")
+        return
+    c = st.columns(4)
+    c[0].metric("Labels compared", f"{got.items:,}")
+    c[1].metric("Accuracy", f"{got.accuracy:.0%}")
+    c[2].metric("Cohen's kappa", "–" if got.kappa is None else f"{got.kappa:.2f}")
+    c[3].metric("Disagreements", f"{len(got.disagreements):,}")
+    st.dataframe(got.matrix, width="content")
+    st.caption(
+        f"Left out: {got.unsure} unsure label(s), {got.not_graded} label(s) of results this "
+        "check did not grade. Kappa is agreement beyond chance: about 0.6 or more is often "
+        "taken as substantial, before a check grades what nobody read."
+    )
+    if len(got.disagreements):
+        st.dataframe(  # answers are data: shown as text
+            got.disagreements[["job_id", "custom_id", "reviewer", "person", "check", "answer"]],
+            hide_index=True,
+            width="stretch",
+        )
+        if st.button("Review the disagreements", key="agree_review"):
+            try:
+                made = trust.review_disagreements(db, job_ids, check, got)
+            except sm.SampleError as exc:
+                st.error(escape(exc))
+            else:
+                st.session_state["sample_id"] = made.sample_id
+                st.session_state["review_pos"] = 0
+                st.switch_page("pages/review.py")
+
+
+def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], str]) -> None:
+    """A model's preferences between two jobs' answers: start a pairwise judge, see tallies."""
+    st.markdown("**Pairwise judge**")  # the subheaders name the two sides
+    st.caption(
+        "A model says which answer is better for every pair. Position matters to models, so "
+        "half of the pairs (always the same half) show B's answer first; the verdicts are "
+        "mapped back to A and B. Template variables: `prompt`, `system`, `messages`, "
+        "`metadata`, `custom_id`, `answer_1`, `answer_2`."
+    )
+    for row in judged.judges(db, [job_a, job_b], "pairwise").itertuples():
+        tally = judged.pairwise_tally(db, row.judge_job)
+        flipped = list(row.graded) != [job_a, job_b]  # that judge's A is this page's B
+        a, b = ("B", "A") if flipped else ("A", "B")
+        st.caption(escape(f"{label(row.judge_job)} · {row.state} · {tally.lines} verdicts"))
+        c = st.columns(4)
+        for col, side, title in ((c[0], a, "A"), (c[1], b, "B"), (c[2], "tie", "tie")):
+            share, low, high = tally.share(side)
+            count = {"A": tally.a, "B": tally.b, "tie": tally.tie}[side]
+            col.metric(
+                f"Judge prefers {title}" if title != "tie" else "Judge: tie",
+                f"{count}" + ("" if share is None else f" ({share:.0%})"),
+                help=None if share is None else f"95% CI {low:.0%}–{high:.0%}",
+            )
+            if share is not None:
+                col.caption(f"95% CI {low:.0%}–{high:.0%}")
+        c[3].metric("Not graded", tally.not_graded)
+    with st.expander("Start a pairwise judge job"):
+        if "pair_template" not in st.session_state:
+            st.session_state["pair_template"] = pw.DEFAULT_PAIRWISE_TEMPLATE
+        text = st.text_area("Pairwise template", key="pair_template", height=260)
+        max_tokens = st.number_input("Max tokens per verdict", 16, 4096, 96, key="pair_mt")
+        model = _model_picker("pair")
+        if st.button("Start pairwise judge", type="primary", key="pair_start"):
+            settings = jg.JudgeSettings(model, int(max_tokens), None, signed_in_user())
+            try:
+                started = pw.start_pairwise(
+                    db, job_a, job_b, text, settings, paths().jobs, label=label
+                )
+            except jg.JudgeError as exc:
+                _problems(exc.problems)
+            except Refused as refused:
+                _problems(refused.problems)
+            else:
+                _started(started)
