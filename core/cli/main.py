@@ -9,22 +9,24 @@ python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
 python -m core grade JOB... --rules RULES.yaml [--json]
 python -m core models prepare
+python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core serve [--host 127.0.0.1] [--port 8501]
 
-One module per command group (check, jobs, export, grade, models, serve); each adds its commands.
+One module per command group (check, jobs, export, grade, models, embed, serve); each adds
+its commands.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from core.cli import check, export, grade, jobs, models, serve
+from core.cli import check, embed, export, grade, jobs, models, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, models, serve):
+    for group in (check, jobs, export, grade, models, embed, serve):
         group.add_commands(commands)
     return parser
 
