@@ -132,11 +132,11 @@ def _similar_view(
         return
     st.caption(
         escape(f"Embedded with {model.name} ({note}). ")
-        + "Each new text starts the model in its own process: about 15 s on a CPU."
+        + "Each new text starts the model in its own process: about 20 s on a CPU."
     )
     wanted = (str(model), text.strip())
     if st.button("Embed and search", key="similar_go", disabled=not text.strip()):
-        with st.spinner(f"Embedding with {escape(model.name)} (about 15 s on a CPU)…"):
+        with st.spinner(f"Embedding with {escape(model.name)} (about 20 s on a CPU)…"):
             try:
                 st.session_state["similar_vector"] = (wanted, _embedded(*wanted))
             except vec.VectorError as exc:

@@ -30,18 +30,21 @@ class Job:
     """The job's vectors as numpy sees them: ``keys[i]`` is ``(custom_id, input_index)``
     of ``matrix[i]``, in input order."""
 
-    def __init__(self, job_id: str, keys: list[tuple[str, int]], matrix: np.ndarray) -> None:
-        self.job_id, self.keys, self.matrix = job_id, keys, matrix
+    def __init__(
+        self, job_id: str, keys: list[tuple[str, int]], matrix: np.ndarray, texts: dict
+    ) -> None:
+        self.job_id, self.keys, self.matrix, self.texts = job_id, keys, matrix, texts
         self.unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
     def row(self, custom_id: str, index: int = 0) -> int:
         return self.keys.index((custom_id, index))
 
 
-def embedding_job_in_home(n: int = 60) -> Job:
+def embedding_job_in_home(n: int = 60, home: Path | None = None) -> Job:
     """``n`` single-input requests in three topics (clusters), two planted near copies, a
     request of three inputs, one failed request and one unreadable line; half of the
-    vectors written as base64."""
+    vectors written as base64. The job goes into ``home``'s jobs folder (default: the data
+    folder's)."""
     rng = np.random.default_rng(7)
     centres = rng.standard_normal((3, DIMS)) * 3
     matrix = (centres[np.arange(n) % 3] + rng.standard_normal((n, DIMS))).astype(np.float32)
@@ -71,11 +74,13 @@ def embedding_job_in_home(n: int = 60) -> Job:
     requests.append({"custom_id": "failed", "input": "too long", "vectors": None})
     broken = embedding_output_line("broken", ["this is not base64!"])
     requests.append({"custom_id": "broken", "input": "unreadable", "line": broken})
-    job = finished_embedding_job(data_paths().home.parent / "build", requests)
-    target = data_paths().jobs / job.job_id
-    job.path.rename(target)
+    home = home or data_paths().home
+    job = finished_embedding_job(home.parent / "build", requests)
+    (home / "jobs").mkdir(parents=True, exist_ok=True)
+    job.path.rename(home / "jobs" / job.job_id)
     keys = [(f"r{i:03d}", 0) for i in range(n)] + [("multi", i) for i in range(3)]
-    return Job(job.job_id, keys, np.vstack([matrix, multi]))
+    texts = {r["custom_id"]: r["input"] for r in requests}
+    return Job(job.job_id, keys, np.vstack([matrix, multi]), texts)
 
 
 @pytest.fixture
@@ -155,7 +160,7 @@ def test_similar_to_a_typed_text_embeds_it_once_and_searches(job: Job, monkeypat
     monkeypatch.setattr(tq, "query_model", lambda model, dims: (Path("/m/mini"), "a note"))
     at = open_page("results.py")
     at.radio(key="similar_from").set_value("A typed text").run()
-    assert any("about 15 s on a CPU" in c.value for c in at.caption)
+    assert any("about 20 s on a CPU" in c.value for c in at.caption)
     at.text_area(key="similar_text").set_value("refund me twice").run()
     assert not calls  # nothing is embedded before the button
     at.button(key="similar_go").click().run()
@@ -309,3 +314,23 @@ def test_a_chat_job_shows_no_vector_views() -> None:
     at = open_page("results.py")
     assert "Vectors" not in [h.value for h in at.subheader]
     assert not at.get("plotly_chart")
+
+
+@pytest.mark.engine
+def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path) -> None:
+    """The child process the page runs for a typed text: the built-in model on vLLM, its
+    vectors those of the sentence-transformers recipe (as a job's are)."""
+    import time
+
+    from tests.test_embedding_model import reference_vectors
+
+    texts = ["Please refund the duplicate payment.", "A cat sat on the mat."]
+    started = time.monotonic()
+    vectors = tq.embed_texts(embedding_model, texts)
+    print(f"core embed of {len(texts)} texts: {time.monotonic() - started:.1f} s")
+    expected = reference_vectors(embedding_model, texts)
+    assert vectors.shape == (2, 384) and vectors.dtype == np.float32
+    cosines = (vectors * expected).sum(1) / np.linalg.norm(vectors, axis=1)
+    assert cosines.min() >= 0.999, cosines
+    with pytest.raises(vec.VectorError, match="is not a model folder"):
+        tq.embed_texts(tmp_path, ["x"])

@@ -5,8 +5,8 @@ down), so "similar to a typed text" runs this command as a child process
 (:func:`core.store.text_query.embed_texts`). It loads ``vllm.LLM(model=DIR,
 runner="pooling")`` once, embeds every text, and prints
 ``{"model", "dimensions", "vectors", "load_seconds", "embed_seconds"}`` on stdout; vLLM's
-own output goes to stderr. On a 2-core CPU machine the whole command takes about 15 s,
-nearly all of it loading the model.
+own output goes to stderr. On a 2-core CPU machine the whole command takes about 20 s
+(23 s measured on a busy one), nearly all of it starting Python and loading the model.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 The UI process must not load vLLM (it owns its process; a crash or out-of-memory there
 must not take the pages down), so the text is embedded by a child process,
 ``python -m core embed`` (:mod:`core.cli.embed`), which loads the model, embeds and prints
-the vectors as JSON. Each call loads the model again: about 15 s on a 2-core CPU machine
-for all-MiniLM-L6-v2, nearly all of it start-up, so callers cache the vector per (model,
-text).
+the vectors as JSON. Each call loads the model again: about 20 s on a 2-core CPU machine
+for all-MiniLM-L6-v2 (23 s measured on a busy one), nearly all of it start-up, so callers
+cache the vector per (model, text).
 """
 
 from __future__ import annotations
