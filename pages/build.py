@@ -19,6 +19,12 @@ from core.plan.builder import (
     read_table,
     safe_file_name,
 )
+from core.plan.embed_builder import (
+    DEFAULT_EMBEDDING_MODEL,
+    ENCODING_FORMATS,
+    MAX_ROWS_PER_LINE,
+    EmbedSpec,
+)
 from pages.shared import drafted, escape, keep, kept, paths, through_app
 
 ROW_NUMBERS = "(row numbers)"
@@ -29,7 +35,8 @@ st.title("Build a batch file")
 st.caption(
     "Pick a table, write a system prompt and a user prompt template with the table's "
     "columns as placeholders (`{{ column }}`, or `{{ row['column name'] }}`), check the "
-    "first lines, and save the batch file. Then check it on *Upload & check*."
+    "first lines, and save the batch file. Then check it on *Upload & check*. Or make an "
+    "embeddings batch: one column's texts, turned into vectors."
 )
 
 SOURCES = ["Upload a table", "Use the sample table"]
@@ -75,6 +82,20 @@ st.caption(
 st.dataframe(table.head(5), hide_index=True, width="stretch", key="table_head")
 
 # Every field of the draft is kept for the session: leaving the page forgets nothing.
+KINDS = ["Chat prompts", "Embeddings"]
+kind = keep(
+    "build_kind",
+    st.radio(
+        "Batch of",
+        KINDS,
+        index=KINDS.index(kept("build_kind", KINDS[0])),
+        horizontal=True,
+        key="build_kind",
+        help="Chat prompts: /v1/chat/completions lines from templates. Embeddings: "
+        "/v1/embeddings lines, one column's texts to turn into vectors.",
+    ),
+)
+embeddings = kind == "Embeddings"
 columns = list(table.columns)
 ids = [ROW_NUMBERS, *columns]
 id_default = kept("build_id", default_id_column(columns))
@@ -86,48 +107,119 @@ id_choice = keep(
     ),
 )
 task = drafted(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
-prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
+if not embeddings:
+    prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
 job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
-system_prompt = drafted(
-    st.text_area,
-    "System prompt",
-    "You are a careful assistant. Answer in one sentence.",
-    "build_system",
-)
+id_column = None if id_choice == ROW_NUMBERS else id_choice
 first_text = next((c for c in columns if c != id_choice), columns[0])
-user_default = (
-    f"{{{{ {first_text} }}}}" if first_text.isidentifier() else f"{{{{ row['{first_text}'] }}}}"
-)
-user_template = drafted(
-    st.text_area, "User prompt template (Jinja2)", user_default, "build_user", height=140
-)
-c1, c2, c3, c4 = st.columns(4)
-model_name = drafted(c1.text_input, "body.model", "gpt-4o-mini", "build_model")
-max_tokens = drafted(
-    c2.number_input, "max_tokens", 256, "build_max_tokens", min_value=1, max_value=1_000_000
-)
-temperature = drafted(
-    c3.number_input,
-    "temperature",
-    0.0,
-    "build_temperature",
-    min_value=0.0,
-    max_value=2.0,
-    step=0.1,
-)
-keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
-
-spec = BuildSpec(
-    user_template=user_template,
-    system_prompt=system_prompt,
-    id_column=None if id_choice == ROW_NUMBERS else id_choice,
-    task=task.strip(),
-    model=model_name.strip() or "gpt-4o-mini",
-    prompt_version=prompt_version.strip(),
-    job_id=job_id.strip(),
-    params={"max_tokens": int(max_tokens), "temperature": float(temperature)},
-    skip_empty=not keep_empty,
-)
+spec: BuildSpec | EmbedSpec
+if embeddings:
+    text_default = kept("build_embed_column", first_text)
+    text_column = keep(
+        "build_embed_column",
+        st.selectbox(
+            "Column to embed",
+            columns,
+            index=columns.index(text_default) if text_default in columns else 0,
+            key="build_embed_column",
+            help="Each row's cell is one input text; empty cells are left out.",
+        ),
+    )
+    c1, c2, c3, c4 = st.columns(4)
+    model_name = drafted(c1.text_input, "body.model", DEFAULT_EMBEDDING_MODEL, "build_embed_model")
+    rows_per_line = drafted(
+        c2.number_input,
+        "Rows per line",
+        1,
+        "build_rows_per_line",
+        min_value=1,
+        max_value=MAX_ROWS_PER_LINE,
+        help="1: input is the row's text. N > 1: input is a list of N rows' texts (vector i "
+        "of a result is row i of its line).",
+    )
+    formats = list(ENCODING_FORMATS)
+    encoding = keep(
+        "build_encoding",
+        c3.selectbox(
+            "encoding_format",
+            formats,
+            index=formats.index(kept("build_encoding", formats[0])),
+            key="build_encoding",
+            help="float: vectors as lists of numbers; base64: little-endian float32, "
+            "a quarter of the text.",
+        ),
+    )
+    with_metadata = drafted(
+        c4.checkbox,
+        "Metadata in each body",
+        True,
+        "build_embed_metadata",
+        help="body.metadata: task, source ids, job id and the columns chosen below (the "
+        "Results map colours by them). vLLM ignores it; OpenAI's embeddings API does not "
+        "know the field: turn it off for a file meant for OpenAI.",
+    )
+    meta_columns: list[str] = []
+    if with_metadata:
+        meta_default = [c for c in kept("build_meta_columns", []) if c in columns]
+        meta_columns = keep(
+            "build_meta_columns",
+            st.multiselect(
+                "Columns copied into metadata",
+                [c for c in columns if c != text_column],
+                default=[c for c in meta_default if c != text_column],
+                key="build_meta_columns",
+            ),
+        )
+    spec = EmbedSpec(
+        column=text_column,
+        id_column=id_column,
+        task=task.strip(),
+        model=model_name.strip() or DEFAULT_EMBEDDING_MODEL,
+        rows_per_line=int(rows_per_line),
+        encoding_format=encoding,
+        job_id=job_id.strip(),
+        metadata=bool(with_metadata),
+        metadata_columns=meta_columns,
+    )
+else:
+    system_prompt = drafted(
+        st.text_area,
+        "System prompt",
+        "You are a careful assistant. Answer in one sentence.",
+        "build_system",
+    )
+    user_default = (
+        f"{{{{ {first_text} }}}}" if first_text.isidentifier() else f"{{{{ row['{first_text}'] }}}}"
+    )
+    user_template = drafted(
+        st.text_area, "User prompt template (Jinja2)", user_default, "build_user", height=140
+    )
+    c1, c2, c3, c4 = st.columns(4)
+    model_name = drafted(c1.text_input, "body.model", "gpt-4o-mini", "build_model")
+    max_tokens = drafted(
+        c2.number_input, "max_tokens", 256, "build_max_tokens", min_value=1, max_value=1_000_000
+    )
+    temperature = drafted(
+        c3.number_input,
+        "temperature",
+        0.0,
+        "build_temperature",
+        min_value=0.0,
+        max_value=2.0,
+        step=0.1,
+    )
+    keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
+    spec = BuildSpec(
+        user_template=user_template,
+        system_prompt=system_prompt,
+        id_column=id_column,
+        task=task.strip(),
+        model=model_name.strip() or "gpt-4o-mini",
+        prompt_version=prompt_version.strip(),
+        job_id=job_id.strip(),
+        params={"max_tokens": int(max_tokens), "temperature": float(temperature)},
+        skip_empty=not keep_empty,
+    )
 
 try:
     first = preview(table, spec, rows=3)
@@ -144,7 +236,8 @@ if not first.lines:
 
 report = whole or first
 if whole is not None:
-    st.caption(f"{whole.written:,} of {whole.rows:,} rows become lines.")
+    in_lines = f" ({whole.line_count:,} lines)" if whole.line_count != whole.written else ""
+    st.caption(f"{whole.written:,} of {whole.rows:,} rows become lines{in_lines}.")
 if report.problems:
     n = len(report.problems)
     rows_have = "row has" if n == 1 else "rows have"
@@ -163,7 +256,10 @@ if st.button("Save the batch file", type="primary", key="build_save"):
     target = paths().uploads / safe_file_name(file_name)
     result = build_file(table, spec, target)
     st.session_state["built_file"] = str(target)
-    st.session_state["built_summary"] = f"{result.written:,} of {result.rows:,} rows written"
+    in_lines = f" in {result.line_count:,} lines" if result.line_count != result.written else ""
+    st.session_state["built_summary"] = (
+        f"{result.written:,} of {result.rows:,} rows written{in_lines}"
+    )
 
 built = st.session_state.get("built_file")
 if built and Path(built).is_file():

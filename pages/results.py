@@ -1,4 +1,5 @@
-"""Results: filter, search, sort and page through answers in DuckDB; details; export."""
+"""Results: filter, search, sort and page through answers in DuckDB; details; an embedding
+job's vectors (pages/vector_views.py); export."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from core.qa.grading import refresh
 from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
-from pages.shared import escape, job_labels, jobs_or_stop, open_job, paths, store, through_app
+from core.store import vectors as vec
+from pages.shared import (
+    escape,
+    job_labels,
+    jobs_or_stop,
+    open_job,
+    paths,
+    show_conversation,
+    store,
+    through_app,
+)
+from pages.vector_views import show_vectors
 
 through_app()
 st.title("Results")
@@ -38,6 +50,7 @@ more = st.multiselect(
 job_ids = [job_id, *more]
 
 row = by_id.loc[job_id]
+has_vectors = vec.job_dimensions(db, job_id) is not None  # an embedding job
 cols = st.columns(4)
 cols[0].metric("State", row["state"])
 cols[1].metric("Requests", int(row["total"] or 0))
@@ -177,10 +190,15 @@ else:
     if item:
         left, right = st.columns(2)
         with left:
-            st.subheader("Conversation")
-            for message in item["messages"] or []:
-                st.caption(escape(message.get("role", "")))
-                st.text(message.get("content", ""))
+            if has_vectors:  # body.input: a text, or a list of them (token ids: numbers)
+                st.subheader("Input")
+                inputs = item["messages"]
+                for i, text in enumerate(inputs if isinstance(inputs, list) else [inputs]):
+                    st.caption(f"input {i}")
+                    st.text(text if isinstance(text, str) else json.dumps(text))
+            else:
+                st.subheader("Conversation")
+                show_conversation(st, item["messages"], item.get("prompt"))
         with right:
             st.subheader("Answer")
             if item["status"] == "failed":
@@ -196,6 +214,11 @@ else:
             st.json({"params": item["params"], "metadata": item["metadata"]})
         with st.expander("Raw output line"):
             st.code(json.dumps(item["raw"], ensure_ascii=False, indent=1), language="json")
+
+# -- vectors (an embedding job) ---------------------------------------------------------------
+if has_vectors:
+    on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
+    show_vectors(db, job_id, open_job(job_id).read_spec().engine.model, on_page)
 
 # -- export -----------------------------------------------------------------------------------
 st.subheader("Export")

@@ -117,3 +117,89 @@ def finished_job(
 def rewrite_spec(job: JobFolder, **changes: object) -> None:
     """Changes settings in a job's ``job.json`` (a test's shortcut; jobs never change it)."""
     write_atomic(job.spec_file, to_json(job.read_spec().model_copy(update=changes)))
+
+
+def embedding_output_line(custom_id: str, vectors: list[Any], encoding: str = "float") -> dict:
+    """A /v1/embeddings output line as OpenAI's batch API writes it (``vectors``: one per
+    input; ``encoding`` base64 gives each as little-endian float32 bytes)."""
+    import base64
+    import uuid
+
+    import numpy as np
+
+    def encoded(vector: Any) -> Any:
+        if encoding == "base64" and not isinstance(vector, str):
+            return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+        return [float(x) for x in vector] if not isinstance(vector, str) else vector
+
+    data = [
+        {"object": "embedding", "index": i, "embedding": encoded(v)} for i, v in enumerate(vectors)
+    ]
+    body = {
+        "object": "list",
+        "data": data,
+        "model": "all-MiniLM-L6-v2",
+        "usage": {"prompt_tokens": 5 * len(vectors), "total_tokens": 5 * len(vectors)},
+    }
+    return {
+        "id": f"batch_req_{uuid.uuid4().hex}",
+        "custom_id": custom_id,
+        "response": {"status_code": 200, "request_id": f"req_{uuid.uuid4().hex}", "body": body},
+        "error": None,
+    }
+
+
+def finished_embedding_job(
+    folder: Path,
+    requests: list[dict[str, Any]],
+    *,
+    model: str = "/models/all-MiniLM-L6-v2",
+    name: str = "embed.jsonl",
+) -> JobFolder:
+    """A finished /v1/embeddings job, its result lines written as a worker writes them.
+
+    Each request is ``{custom_id, input (a text or a list of them), vectors (one per
+    input; or ``line``: the whole output line as it should be), metadata, encoding}``;
+    ``vectors`` None makes the request fail (its error line goes to errors.jsonl).
+    """
+    from core.jobs.output_file import OutputWriter
+    from core.schemas import JobStatus
+
+    folder.mkdir(parents=True, exist_ok=True)
+    batch = folder / name
+    lines = []
+    for request in requests:
+        body: dict[str, Any] = {"model": "all-MiniLM-L6-v2", "input": request["input"]}
+        body["encoding_format"] = request.get("encoding", "float")
+        if request.get("metadata"):
+            body["metadata"] = request["metadata"]
+        line = {"custom_id": request["custom_id"], "method": "POST", "url": "/v1/embeddings"}
+        lines.append(json.dumps({**line, "body": body}, ensure_ascii=False))
+    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    job = create_job(batch, folder / "jobs", EngineConfig(model=model))
+    results = []
+    for request in requests:
+        if "line" in request:
+            results.append(request["line"])
+        elif request.get("vectors") is None:
+            results.append(error_line(request["custom_id"], "engine_rejected", "input too long"))
+        else:
+            results.append(
+                embedding_output_line(
+                    request["custom_id"], request["vectors"], request.get("encoding", "float")
+                )
+            )
+    with OutputWriter(job.output) as output, OutputWriter(job.errors) as errors:
+        output.write(line for line in results if line.get("error") is None)
+        errors.write(line for line in results if line.get("error") is not None)
+    failed = sum(line.get("error") is not None for line in results)
+    job.write_status(
+        JobStatus(
+            state="completed",
+            total=len(requests),
+            done=len(requests),
+            succeeded=len(requests) - failed,
+            failed=failed,
+        )
+    )
+    return job

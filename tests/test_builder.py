@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from core.check import check_file
 from core.config import REPO_ROOT, SAMPLE_DATA
-from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
+from core.plan.builder import BuildError, BuildSpec, build_file, dry_run, preview, read_table
+from core.plan.embed_builder import EmbedSpec
 from tests.conftest import run_cli
 from tests.test_pages import shown
 
@@ -209,3 +210,135 @@ def test_a_template_too_slow_on_every_row_stops_the_build_after_three_rows():
     with pytest.raises(BuildError, match="ran past 2 s on 3 rows"):
         preview(table, BuildSpec(user_template=slow), rows=1000)
     assert time.monotonic() - started < 12  # three rows' worth, not a thousand
+
+
+# -- embeddings batches ------------------------------------------------------------------------
+
+EMBED = EmbedSpec(column="body", id_column="ticket_id", task="tix")
+
+
+def test_a_column_becomes_one_embeddings_line_per_row(tmp_path: Path) -> None:
+    table = read_table(TICKETS)
+    result = build_file(table, EMBED, tmp_path / "embed.jsonl")
+    lines = [json.loads(x) for x in (tmp_path / "embed.jsonl").read_text().splitlines()]
+    assert (result.rows, result.written, result.line_count) == (40, 39, 39)
+    assert [str(p) for p in result.problems] == [
+        "row 16: error: empty cell in 'body'; row left out"
+    ]
+    first = lines[0]
+    assert first == {
+        "custom_id": "tix:T-2001",
+        "method": "POST",
+        "url": "/v1/embeddings",
+        "body": {
+            "model": "text-embedding-3-small",
+            "input": table["body"][0],
+            "encoding_format": "float",
+            "metadata": {"task": "tix", "source_id": "T-2001"},
+        },
+    }
+    assert len({line["custom_id"] for line in lines}) == 39
+
+
+def test_n_rows_per_line_make_list_inputs_with_ids_and_metadata_per_row() -> None:
+    table = pd.DataFrame(
+        {
+            "id": ["a", "b", "c", "d", "e", "f", "g"],
+            "text": ["one", "two", "", "four", 5, "six", "seven"],
+            "tier": ["pro", "free", "pro", None, "free", "pro", "free"],
+        }
+    )
+    spec = EmbedSpec(
+        column="text",
+        id_column="id",
+        task="t",
+        rows_per_line=3,
+        encoding_format="base64",
+        model="m",
+        job_id="j1",
+        metadata_columns=["tier"],
+    )
+    result = preview(table, spec, rows=10)
+    assert (result.rows, result.written, result.line_count) == (7, 6, 2)
+    assert [str(p) for p in result.problems] == ["row 3: error: empty cell in 'text'; row left out"]
+    first, second = result.lines
+    assert first["custom_id"] == "t:a..d"
+    assert first["body"]["input"] == ["one", "two", "four"]
+    assert first["body"]["encoding_format"] == "base64" and first["body"]["model"] == "m"
+    assert first["body"]["metadata"] == {
+        "task": "t",
+        "source_ids": ["a", "b", "d"],
+        "job_id": "j1",
+        "tier": ["pro", "free", None],
+    }
+    assert second["custom_id"] == "t:e..g" and second["body"]["input"] == ["5", "six", "seven"]
+    # The last line holds what is left, and a preview shows whole lines only.
+    last = preview(table.head(5), spec, rows=10).lines[-1]
+    assert last["custom_id"] == "t:e" and last["body"]["input"] == ["5"]
+    one = preview(table, spec, rows=1)
+    assert (one.rows, one.written, len(one.lines)) == (4, 3, 1)
+    bare = preview(table, EmbedSpec(column="text", metadata=False), rows=1).lines[0]
+    assert bare["custom_id"] == "embed:1" and "metadata" not in bare["body"]
+
+
+def test_embeddings_rows_with_empty_or_repeated_ids_and_bad_specs_are_named() -> None:
+    table = pd.DataFrame({"id": ["a", "a", None], "text": ["x", "y", "z"]})
+    result = dry_run(table, EmbedSpec(column="text", id_column="id"))
+    assert [str(p) for p in result.problems] == [
+        "row 2: error: id 'a' repeats row 1; custom_ids must be unique",
+        "row 3: error: the id column 'id' is empty",
+    ]
+    with pytest.raises(BuildError, match="column 'nope' is not in the table"):
+        preview(table, EmbedSpec(column="nope"))
+    with pytest.raises(BuildError, match="rows per line must be 1 to 2,048, not 0"):
+        preview(table, EmbedSpec(column="text", rows_per_line=0))
+    with pytest.raises(BuildError, match="metadata columns 'tier' are not in the table"):
+        preview(table, EmbedSpec(column="text", metadata_columns=["tier"]))
+
+
+def test_cli_builds_an_embeddings_batch(tmp_path: Path) -> None:
+    out = tmp_path / "embed.jsonl"
+    result = run_cli(
+        "build", str(TICKETS), "-o", str(out), "--embed-column", "subject",
+        "--id-column", "ticket_id", "--task", "subjects", "--rows-per-line", "8",
+        "--metadata-column", "channel", "--encoding-format", "base64",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "40 of 40 rows written in 5 lines" in result.stdout
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [line["custom_id"] for line in lines][:2] == [
+        "subjects:T-2001..T-2008",
+        "subjects:T-2009..T-2016",
+    ]
+    assert lines[0]["body"]["input"][0] == "Charged twice this month"
+    assert lines[0]["body"]["metadata"]["channel"][0] == "email"
+    assert lines[0]["body"]["model"] == "text-embedding-3-small"
+    bad = run_cli("build", str(TICKETS), "-o", str(out), "--embed-column", "nope")
+    assert bad.returncode == 1 and "column 'nope' is not in the table" in bad.stderr
+
+
+def test_build_page_makes_an_embeddings_batch(studio_home: Path) -> None:
+    at = open_build_page()
+    at.radio(key="build_kind").set_value("Embeddings").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.selectbox(key="build_id").value == "ticket_id"
+    at.selectbox(key="build_embed_column").set_value("body").run()
+    at.number_input(key="build_rows_per_line").set_value(4).run()
+    at.multiselect(key="build_meta_columns").set_value(["customer_tier"]).run()
+    assert not at.exception, [e.message for e in at.exception]
+    first = json.loads(at.code[0].value)
+    assert first["url"] == "/v1/embeddings" and first["custom_id"] == "tickets:T-2001..T-2004"
+    assert len(first["body"]["input"]) == 4
+    assert first["body"]["metadata"]["customer_tier"] == ["pro", "free", "enterprise", "pro"]
+    assert "39 of 40 rows become lines (10 lines)." in [c.value for c in at.caption]
+    assert list(at.dataframe[-1].value["row"]) == [16]
+    at.button(key="build_save").click().run()
+    saved = Path(at.session_state["built_file"])
+    assert len(saved.read_text().splitlines()) == 10
+    assert shown(at.success[0].value) == "Saved tickets.jsonl: 39 of 40 rows written in 10 lines."
+    # The draft, embeddings included, is kept while the user is on another page.
+    at.switch_page("pages/upload.py").run()
+    at.switch_page("pages/build.py").run()
+    assert at.radio(key="build_kind").value == "Embeddings"
+    assert at.number_input(key="build_rows_per_line").value == 4
+    assert at.selectbox(key="build_embed_column").value == "body"

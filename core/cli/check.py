@@ -69,28 +69,53 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
+    from core.plan.embed_builder import DEFAULT_EMBEDDING_MODEL, EmbedSpec
 
     table_file = input_file(args.table)
     if table_file is None:
         return EXIT_USAGE
-    user_template = args.user_template
-    if args.user_template_file:
-        user_template = Path(args.user_template_file).read_text(encoding="utf-8")
-    if not user_template:
-        print("error: give --user-template or --user-template-file", file=sys.stderr)
+    if not args.preview and not args.output:
+        print("error: give -o OUTPUT (or --preview N)", file=sys.stderr)
         return EXIT_USAGE
-    params = {"max_tokens": args.max_tokens, "temperature": args.temperature, "top_p": args.top_p}
-    spec = BuildSpec(
-        user_template=user_template,
-        system_prompt=args.system or "",
-        id_column=args.id_column,
-        task=args.task,
-        model=args.model_name,
-        prompt_version=args.prompt_version,
-        job_id=args.job_id or "",
-        params=params,
-        skip_empty=not args.keep_empty,
-    )
+    spec: BuildSpec | EmbedSpec
+    if args.embed_column:  # an embeddings batch: one column's texts, no templates
+        spec = EmbedSpec(
+            column=args.embed_column,
+            id_column=args.id_column,
+            task=args.task,
+            model=args.model_name or DEFAULT_EMBEDDING_MODEL,
+            rows_per_line=args.rows_per_line,
+            encoding_format=args.encoding_format,
+            job_id=args.job_id or "",
+            metadata=not args.no_metadata,
+            metadata_columns=args.metadata_column,
+        )
+    else:
+        user_template = args.user_template
+        if args.user_template_file:
+            user_template = Path(args.user_template_file).read_text(encoding="utf-8")
+        if not user_template:
+            print(
+                "error: give --user-template or --user-template-file (or --embed-column)",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        params = {
+            "max_tokens": args.max_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+        }
+        spec = BuildSpec(
+            user_template=user_template,
+            system_prompt=args.system or "",
+            id_column=args.id_column,
+            task=args.task,
+            model=args.model_name or "gpt-4o-mini",
+            prompt_version=args.prompt_version,
+            job_id=args.job_id or "",
+            params=params,
+            skip_empty=not args.keep_empty,
+        )
     try:
         table = read_table(table_file)
         if args.preview:
@@ -107,7 +132,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if len(result.problems) > 50:
         print(f"  ... and {len(result.problems) - 50} more")
     if not args.preview:
-        print(f"{result.written} of {result.rows} rows written to {args.output}")
+        lines = f" in {result.line_count} lines" if result.line_count != result.written else ""
+        print(f"{result.written} of {result.rows} rows written{lines} to {args.output}")
     return 0 if result.written else EXIT_INVALID
 
 
@@ -144,7 +170,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--system", help="system prompt (may use {{ column }} too)")
     build.add_argument("--id-column", help="column with each row's id (default: row numbers)")
     build.add_argument("--task", default="task", help="task name; custom_id is TASK:ID")
-    build.add_argument("--model-name", default="gpt-4o-mini", help="body.model of each line")
+    build.add_argument(
+        "--model-name",
+        help="body.model of each line (default gpt-4o-mini; embeddings: text-embedding-3-small)",
+    )
     build.add_argument("--prompt-version", default="v1")
     build.add_argument("--job-id", help="job_id put into each body's metadata")
     build.add_argument("--max-tokens", type=int)
@@ -154,6 +183,28 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--keep-empty",
         action="store_true",
         help="render empty cells as '' instead of leaving rows out",
+    )
+    embed = build.add_argument_group("an embeddings batch (/v1/embeddings) instead of chats")
+    embed.add_argument("--embed-column", metavar="COLUMN", help="embed this column's texts")
+    embed.add_argument(
+        "--rows-per-line",
+        type=int,
+        default=1,
+        metavar="N",
+        help="rows per request line (N > 1: input is a list of N texts)",
+    )
+    embed.add_argument("--encoding-format", choices=("float", "base64"), default="float")
+    embed.add_argument(
+        "--metadata-column",
+        action="append",
+        default=[],
+        metavar="COLUMN",
+        help="copy this column into each body's metadata (repeatable)",
+    )
+    embed.add_argument(
+        "--no-metadata",
+        action="store_true",
+        help="no body.metadata (OpenAI's embeddings API does not know the field)",
     )
     build.add_argument(
         "--preview", type=int, metavar="N", help="print the first N lines; write nothing"

@@ -93,7 +93,6 @@ class Submission:
     judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
 
 
-
 def _embedding_model(submission: Submission, report: CheckReport) -> str | None:
     """The embedding model folder, checked, when the file has embeddings lines (recorded in
     ``job.json``, so a rerun embeds alike)."""

@@ -7,19 +7,19 @@ for every row into an OpenAI chat-completions line. Each line gets a stable ``cu
 ``task``, ``job_id``, ``source_id`` and ``prompt_version``, so results can be joined back to
 the table. Empty cells the templates use, missing columns and template errors are
 reported by row; such rows are left out of the file.
+
+The same table can instead become a ``/v1/embeddings`` batch (:class:`EmbedSpec`, built by
+:mod:`core.plan.embed_builder`); :func:`preview`, :func:`dry_run` and :func:`build_file` take
+either spec. What both share (reading tables, ids, problems) is :mod:`core.plan.tables`.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import jinja2
 import pandas as pd
@@ -33,28 +33,24 @@ from core.plan.bounded_render import (
     RenderWatch,
     render,
 )
+from core.plan.embed_builder import EmbedSpec, embedding_lines
+from core.plan.tables import (  # noqa: F401 (the builder's names, for its callers)
+    ROW_NUMBERS,
+    TABLE_SUFFIXES,
+    BuildError,
+    BuildProblem,
+    BuildResult,
+    Step,
+    collect,
+    default_id_column,
+    id_problems,
+    plain,
+    read_table,
+    safe_file_name,
+    source_ids,
+)
 
-TABLE_SUFFIXES = (".csv", ".parquet", ".xlsx")
-ROW_NUMBERS = None  # BuildSpec.id_column value meaning "use row numbers"
-MAX_PROBLEMS = 10_000
 MAX_SLOW_ROWS = 3  # rows stopped for time before the whole build stops
-
-
-class BuildError(ValueError):
-    """The table or the templates cannot be used at all; the message says why."""
-
-
-@dataclass(frozen=True)
-class BuildProblem:
-    """A finding about one data row (row 0: the table or the templates as a whole)."""
-
-    row: int
-    severity: Literal["error", "warning"]
-    message: str
-
-    def __str__(self) -> str:
-        where = f"row {self.row}" if self.row else "table"
-        return f"{where}: {self.severity}: {self.message}"
 
 
 @dataclass
@@ -72,59 +68,7 @@ class BuildSpec:
     skip_empty: bool = True
 
 
-@dataclass
-class BuildResult:
-    """What a build wrote (or would write) and what it left out, by row."""
-
-    rows: int = 0
-    written: int = 0
-    problems: list[BuildProblem] = field(default_factory=list)
-    path: str | None = None
-    lines: list[dict[str, Any]] = field(default_factory=list)  # filled by preview only
-
-    @property
-    def skipped(self) -> int:
-        return self.rows - self.written
-
-
-def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
-    """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table.
-
-    Args:
-        source: a path, or the file's bytes (then ``name`` gives the suffix).
-        name: the file name, when ``source`` is bytes.
-
-    Raises:
-        BuildError: an unknown kind of file, or one that cannot be read.
-    """
-    label = name if name is not None else ("" if isinstance(source, bytes) else str(source))
-    suffix = Path(label).suffix.lower()
-    if suffix not in TABLE_SUFFIXES:
-        raise BuildError(f"use a {', '.join(TABLE_SUFFIXES)} file (got {suffix or 'no suffix'!r})")
-    data = io.BytesIO(source) if isinstance(source, bytes) else source
-    try:
-        if suffix == ".csv":
-            table = pd.read_csv(data, dtype=str, keep_default_na=False, na_values=[""])
-        elif suffix == ".parquet":
-            table = pd.read_parquet(data)
-        else:
-            table = pd.read_excel(data, sheet_name=0)
-    except ImportError as exc:
-        raise BuildError(f"reading {suffix} files needs a package that is missing: {exc}") from None
-    except Exception as exc:  # pandas raises many kinds; all mean "not a readable table"
-        raise BuildError(f"the table cannot be read: {exc}") from None
-    table.columns = [str(c) for c in table.columns]
-    return table
-
-
-def default_id_column(columns: list[str]) -> str | None:
-    """The column a table most likely keeps its ids in: ``id``, else one named ``*_id``
-    (None: row numbers)."""
-    names = [str(c) for c in columns]
-    lowered = [n.lower() for n in names]
-    if "id" in lowered:
-        return names[lowered.index("id")]
-    return next((n for n, low in zip(names, lowered, strict=True) if low.endswith("_id")), None)
+AnySpec = BuildSpec | EmbedSpec  # chat prompts from templates, or texts to embed
 
 
 def _environment() -> BoundedSandbox:
@@ -132,30 +76,6 @@ def _environment() -> BoundedSandbox:
     return BoundedSandbox(
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False
     )
-
-
-def _is_empty(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, float) and math.isnan(value):
-        return True
-    if isinstance(value, str) and not value.strip():
-        return True
-    try:
-        return bool(pd.isna(value)) if not isinstance(value, list | dict) else False
-    except (TypeError, ValueError):
-        return False
-
-
-def _plain(value: Any) -> Any:
-    """A cell as a JSON-friendly Python value."""
-    if _is_empty(value):
-        return None
-    if isinstance(value, pd.Timestamp | datetime | date):
-        return value.isoformat()
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    return value
 
 
 def template_columns(*templates: str) -> set[str]:
@@ -179,20 +99,8 @@ def _row_columns(template_text: str) -> set[str]:
     return set(re.findall(r"""row\[\s*["']([^"']+)["']\s*\]""", template_text))
 
 
-def _source_ids(table: pd.DataFrame, spec: BuildSpec) -> list[str]:
-    if spec.id_column is None:
-        return [str(i) for i in range(1, len(table) + 1)]
-    if spec.id_column not in table.columns:
-        raise BuildError(
-            f"id column {spec.id_column!r} is not in the table; columns: {', '.join(table.columns)}"
-        )
-    return ["" if _is_empty(v) else str(_plain(v)).strip() for v in table[spec.id_column].tolist()]
-
-
-def build_lines(
-    table: pd.DataFrame, spec: BuildSpec, limit: int | None = None
-) -> Iterator[tuple[int, dict[str, Any] | None, list[BuildProblem]]]:
-    """Yields ``(row, line, problems)`` per data row (1-based); ``line`` None when left out.
+def build_lines(table: pd.DataFrame, spec: BuildSpec, limit: int | None = None) -> Iterator[Step]:
+    """Yields a :class:`Step` per data row (1-based); its ``line`` None when left out.
 
     Raises:
         BuildError: missing columns, a template syntax error or an unknown id column.
@@ -212,7 +120,7 @@ def build_lines(
     env = _environment()
     system = env.from_string(spec.system_prompt) if spec.system_prompt.strip() else None
     user = env.from_string(spec.user_template)
-    ids = _source_ids(table, spec)
+    ids = source_ids(table, spec.id_column)
     first_row_of: dict[str, int] = {}
     columns = list(table.columns)
     watch = RenderWatch()  # stops a row's render that runs too long
@@ -222,10 +130,10 @@ def build_lines(
             row_no = index + 1
             if limit is not None and row_no > limit:
                 return
-            cells = {c: _plain(v) for c, v in zip(columns, values, strict=True)}
+            cells = {c: plain(v) for c, v in zip(columns, values, strict=True)}
             problems = _row_problems(spec, row_no, ids[index], first_row_of, cells, used)
             if any(p.severity == "error" for p in problems):
-                yield row_no, None, problems
+                yield Step(row_no, None, problems, False)
                 continue
             context = {c: ("" if v is None else v) for c, v in cells.items()}
             try:
@@ -234,7 +142,7 @@ def build_lines(
             except Exception as exc:  # a user's template may fail in any way on one row
                 reason = exc if isinstance(exc, jinja2.TemplateError) else _reason(exc)
                 problems.append(BuildProblem(row_no, "error", f"template error: {reason}"))
-                yield row_no, None, problems
+                yield Step(row_no, None, problems, False)
                 slow_rows += isinstance(exc, RenderTimeout)
                 if slow_rows >= MAX_SLOW_ROWS:  # the template, not the rows: stop the build
                     raise BuildError(
@@ -244,10 +152,10 @@ def build_lines(
                 continue
             if not user_text:
                 problems.append(BuildProblem(row_no, "error", "the user prompt renders empty"))
-                yield row_no, None, problems
+                yield Step(row_no, None, problems, False)
                 continue
             line = _line(spec, ids[index], system_text.strip(), user_text)
-            yield row_no, line, problems
+            yield Step(row_no, line, problems, True)
     finally:
         watch.close()
 
@@ -265,17 +173,7 @@ def _row_problems(
     used: set[str],
 ) -> list[BuildProblem]:
     """What keeps a row from becoming a line before its templates are rendered."""
-    problems: list[BuildProblem] = []
-    if not source_id:
-        message = f"the id column {spec.id_column!r} is empty"
-        problems.append(BuildProblem(row_no, "error", message))
-    elif source_id in first_row_of:
-        message = (
-            f"id {source_id!r} repeats row {first_row_of[source_id]}; custom_ids must be unique"
-        )
-        problems.append(BuildProblem(row_no, "error", message))
-    else:
-        first_row_of[source_id] = row_no
+    problems = id_problems(spec.id_column, row_no, source_id, first_row_of)
     empty = sorted(c for c in used if c in cells and cells[c] is None)
     if empty:
         listed = ", ".join(repr(c) for c in empty)
@@ -304,46 +202,29 @@ def _line(spec: BuildSpec, source_id: str, system_text: str, user_text: str) -> 
     }
 
 
-def preview(table: pd.DataFrame, spec: BuildSpec, rows: int = 5) -> BuildResult:
-    """The first ``rows`` rows rendered; the lines are in ``BuildResult.lines``."""
-    result = BuildResult()
-    for _row, line, problems in build_lines(table, spec, limit=rows):
-        result.rows += 1
-        result.problems += problems
-        if line is not None:
-            result.written += 1
-            result.lines.append(line)
-    return result
+def _steps(table: pd.DataFrame, spec: AnySpec, limit: int | None = None) -> Iterator[Step]:
+    if isinstance(spec, EmbedSpec):  # a preview's limit counts lines, of N rows each
+        return embedding_lines(table, spec, max_lines=limit)
+    return build_lines(table, spec, limit)
 
 
-def build_file(table: pd.DataFrame, spec: BuildSpec, out: str | Path) -> BuildResult:
-    """Renders every row and writes the lines to ``out`` (JSONL, UTF-8)."""
+def preview(table: pd.DataFrame, spec: AnySpec, rows: int = 5) -> BuildResult:
+    """The first ``rows`` rows (embeddings: lines) made into lines, kept in
+    ``BuildResult.lines``."""
+    return collect(_steps(table, spec, limit=rows), keep_lines=True)
+
+
+def build_file(table: pd.DataFrame, spec: AnySpec, out: str | Path) -> BuildResult:
+    """Makes every row into lines and writes them to ``out`` (JSONL, UTF-8)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    result = BuildResult(path=str(out))
     with out.open("w", encoding="utf-8") as handle:
-        for _row, line, problems in build_lines(table, spec):
-            result.rows += 1
-            if len(result.problems) < MAX_PROBLEMS:
-                result.problems += problems
-            if line is not None:
-                result.written += 1
-                handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        result = collect(_steps(table, spec), out=handle)
+    result.path = str(out)
     return result
 
 
-def dry_run(table: pd.DataFrame, spec: BuildSpec) -> BuildResult:
-    """Renders every row without writing anything: the problems and counts a build gives."""
-    result = BuildResult()
-    for _row, line, problems in build_lines(table, spec):
-        result.rows += 1
-        if len(result.problems) < MAX_PROBLEMS:
-            result.problems += problems
-        result.written += line is not None
-    return result
-
-
-def safe_file_name(name: str, default: str = "batch") -> str:
-    """A file name for the uploads folder: letters, digits, ``-_.``; ends with .jsonl."""
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or default
-    return f"{stem[:60]}.jsonl"
+def dry_run(table: pd.DataFrame, spec: AnySpec) -> BuildResult:
+    """Makes every row into lines without writing anything: the problems and counts a
+    build gives."""
+    return collect(_steps(table, spec))

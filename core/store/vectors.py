@@ -16,6 +16,7 @@ being its i-th element; token-id inputs have no text (None).
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,18 @@ def vector_problems(store: Store, job_id: str) -> pd.DataFrame:
         "ORDER BY custom_id, input_index",
         [job_id],
     )
+
+
+def input_count(store: Store, job_id: str, custom_id: str) -> int:
+    """How many vectors one request of a job has (a request may embed several inputs)."""
+    dims = job_dimensions(store, job_id)
+    if dims is None:
+        return 0
+    with store.cursor() as cur:
+        return cur.execute(
+            f"SELECT count(*) FROM {vector_table(dims)} WHERE job_id = ? AND custom_id = ?",
+            [job_id, custom_id],
+        ).fetchone()[0]
 
 
 def stored_vector(store: Store, job_id: str, custom_id: str, input_index: int = 0) -> np.ndarray:
@@ -408,6 +421,19 @@ def export_vectors_npy(store: Store, job_id: str, path: Path) -> tuple[Path, Pat
     if row != count:  # ingest ran between the count and the read: never a silent mismatch
         raise VectorError(f"{job_id} changed during the export ({row} rows, not {count})")
     return path, ids_path
+
+
+def export_vectors_npy_zip(store: Store, job_id: str, path: Path) -> Path:
+    """:func:`export_vectors_npy`'s two files in one zip (``vectors.npy`` and
+    ``vectors.ids.csv``), for a download of one file. Returns the zip's path."""
+    path = Path(path).with_suffix(".zip")
+    npy, ids = export_vectors_npy(store, job_id, path.with_suffix(".npy"))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as bundle:
+        bundle.write(npy, "vectors.npy")
+        bundle.write(ids, "vectors.ids.csv")
+    npy.unlink()
+    ids.unlink()
+    return path
 
 
 _IDS_SCHEMA = pa.schema(

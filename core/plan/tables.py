@@ -1,0 +1,189 @@
+"""What every batch builder shares: reading a table, its cells and ids, and what a build
+reports (rows written, problems by row).
+
+The chat builder (:mod:`core.plan.builder`) and the embeddings builder
+(:mod:`core.plan.embed_builder`) both read a table row by row, give each line a stable
+``custom_id`` from an id column (or the row number), and name each row left out and why.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from pathlib import Path
+from typing import IO, Any, Literal, NamedTuple
+
+import pandas as pd
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".xlsx")
+ROW_NUMBERS = None  # a spec's id_column value meaning "use row numbers"
+MAX_PROBLEMS = 10_000
+
+
+class BuildError(ValueError):
+    """The table or the templates cannot be used at all; the message says why."""
+
+
+@dataclass(frozen=True)
+class BuildProblem:
+    """A finding about one data row (row 0: the table or the templates as a whole)."""
+
+    row: int
+    severity: Literal["error", "warning"]
+    message: str
+
+    def __str__(self) -> str:
+        where = f"row {self.row}" if self.row else "table"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclass
+class BuildResult:
+    """What a build wrote (or would write) and what it left out, by row."""
+
+    rows: int = 0
+    written: int = 0  # table rows that went into lines
+    problems: list[BuildProblem] = field(default_factory=list)
+    path: str | None = None
+    lines: list[dict[str, Any]] = field(default_factory=list)  # filled by preview only
+    line_count: int = 0  # lines written (one per row, or fewer when a line holds several)
+
+    @property
+    def skipped(self) -> int:
+        return self.rows - self.written
+
+
+class Step(NamedTuple):
+    """What a builder made of one table row, in row order."""
+
+    row: int  # the table row (1-based); 0: none, the last line of rows read before
+    line: dict[str, Any] | None  # a line complete at this row
+    problems: list[BuildProblem]
+    kept: bool  # the row goes into a line (this one or one still to come)
+
+
+def collect(
+    steps: Iterable[Step], out: IO[str] | None = None, keep_lines: bool = False
+) -> BuildResult:
+    """Counts a builder's steps into a result; writes each line to ``out`` (JSONL) and, for
+    a preview, keeps them in ``lines``. At most :data:`MAX_PROBLEMS` problems are kept."""
+    result = BuildResult()
+    for step in steps:
+        if step.row:
+            result.rows += 1
+            result.written += step.kept
+        if len(result.problems) < MAX_PROBLEMS:
+            result.problems += step.problems
+        if step.line is not None:
+            result.line_count += 1
+            if out is not None:
+                out.write(json.dumps(step.line, ensure_ascii=False) + "\n")
+            if keep_lines:
+                result.lines.append(step.line)
+    return result
+
+
+def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
+    """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table.
+
+    Args:
+        source: a path, or the file's bytes (then ``name`` gives the suffix).
+        name: the file name, when ``source`` is bytes.
+
+    Raises:
+        BuildError: an unknown kind of file, or one that cannot be read.
+    """
+    label = name if name is not None else ("" if isinstance(source, bytes) else str(source))
+    suffix = Path(label).suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise BuildError(f"use a {', '.join(TABLE_SUFFIXES)} file (got {suffix or 'no suffix'!r})")
+    data = io.BytesIO(source) if isinstance(source, bytes) else source
+    try:
+        if suffix == ".csv":
+            table = pd.read_csv(data, dtype=str, keep_default_na=False, na_values=[""])
+        elif suffix == ".parquet":
+            table = pd.read_parquet(data)
+        else:
+            table = pd.read_excel(data, sheet_name=0)
+    except ImportError as exc:
+        raise BuildError(f"reading {suffix} files needs a package that is missing: {exc}") from None
+    except Exception as exc:  # pandas raises many kinds; all mean "not a readable table"
+        raise BuildError(f"the table cannot be read: {exc}") from None
+    table.columns = [str(c) for c in table.columns]
+    return table
+
+
+def default_id_column(columns: list[str]) -> str | None:
+    """The column a table most likely keeps its ids in: ``id``, else one named ``*_id``
+    (None: row numbers)."""
+    names = [str(c) for c in columns]
+    lowered = [n.lower() for n in names]
+    if "id" in lowered:
+        return names[lowered.index("id")]
+    return next((n for n, low in zip(names, lowered, strict=True) if low.endswith("_id")), None)
+
+
+def is_empty(value: Any) -> bool:
+    """True for a missing cell: None, NaN, NA, or text of only white space."""
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    if isinstance(value, str) and not value.strip():
+        return True
+    try:
+        return bool(pd.isna(value)) if not isinstance(value, list | dict) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def plain(value: Any) -> Any:
+    """A cell as a JSON-friendly Python value (None when empty)."""
+    if is_empty(value):
+        return None
+    if isinstance(value, pd.Timestamp | datetime | date):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def source_ids(table: pd.DataFrame, id_column: str | None) -> list[str]:
+    """Each row's id: the id column's value as text ("" when empty), or the row number.
+
+    Raises:
+        BuildError: the id column is not in the table.
+    """
+    if id_column is None:
+        return [str(i) for i in range(1, len(table) + 1)]
+    if id_column not in table.columns:
+        raise BuildError(
+            f"id column {id_column!r} is not in the table; columns: {', '.join(table.columns)}"
+        )
+    return ["" if is_empty(v) else str(plain(v)).strip() for v in table[id_column].tolist()]
+
+
+def id_problems(
+    id_column: str | None, row_no: int, source_id: str, first_row_of: dict[str, int]
+) -> list[BuildProblem]:
+    """An empty or repeated id (``first_row_of`` records each id's first row as rows go)."""
+    if not source_id:
+        return [BuildProblem(row_no, "error", f"the id column {id_column!r} is empty")]
+    if source_id in first_row_of:
+        message = (
+            f"id {source_id!r} repeats row {first_row_of[source_id]}; custom_ids must be unique"
+        )
+        return [BuildProblem(row_no, "error", message)]
+    first_row_of[source_id] = row_no
+    return []
+
+
+def safe_file_name(name: str, default: str = "batch") -> str:
+    """A file name for the uploads folder: letters, digits, ``-_.``; ends with .jsonl."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or default
+    return f"{stem[:60]}.jsonl"
