@@ -1,6 +1,7 @@
 """Throughput of three paths over the same batch file, each path a whole process.
 
-1. ``direct``: ``vllm.LLM.chat`` on all requests at once (the engine's ceiling here);
+1. ``direct``: ``vllm.LLM.chat`` (``LLM.embed`` for embeddings) on all requests at once
+   (the engine's ceiling here);
 2. ``run_batch``: vLLM's own ``python -m vllm.entrypoints.openai.run_batch`` (the peer);
 3. ``studio``: Batch Studio's ``python -m core run`` (worker, ledger and all).
 
@@ -8,10 +9,12 @@ Usage::
 
     .venv/bin/python bench/throughput.py [--requests 96] [--repeats 2] [--max-tokens 48]
         [--model DIR] [--no-shared-system]
+    .venv/bin/python bench/throughput.py --workload embeddings [--requests 4000]
 
 Prints requests/s and output tokens/s per path (median and spread over the repeats), the
 ratios studio/direct and studio/run_batch, and whether every path's answers equal the
-direct path's at temperature 0. On a GPU the same script runs unchanged (pass --model).
+direct path's at temperature 0 (for embeddings: the least cosine between each path's
+vectors and the direct path's). On a GPU the same script runs unchanged (pass --model).
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from core.config import default_model_dir  # noqa: E402
+from core.config import default_embedding_model_dir, default_model_dir  # noqa: E402
 from core.devices import gpu_count  # noqa: E402
 from core.run.engine import configure_cpu_environment, resolve_dtype  # noqa: E402
 
@@ -68,6 +73,28 @@ def make_batch(path: Path, count: int, max_tokens: int, shared_system: bool) -> 
             out.write(json.dumps({**line, "body": body}) + "\n")
 
 
+def make_embeddings_batch(path: Path, count: int) -> None:
+    """Support tickets to embed, one to three sentences each (about 20 to 60 tokens)."""
+    rng = random.Random(0)
+    with path.open("w") as out:
+        for i in range(count):
+            text = f"Ticket #{i}: " + " ".join(rng.sample(TOPICS, rng.randint(1, 3)))
+            line = {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings"}
+            out.write(json.dumps({**line, "body": {"model": "bench", "input": text}}) + "\n")
+
+
+DIRECT_EMBED = """
+import json, sys
+from vllm import LLM
+inp, out, model, dtype = sys.argv[1:5]
+rows = [json.loads(l) for l in open(inp)]
+llm = LLM(model=model, runner="pooling", dtype=dtype, enforce_eager={eager}, seed=0)
+outs = llm.embed([r["body"]["input"] for r in rows], use_tqdm=False)
+with open(out, "w") as f:
+    for r, o in zip(rows, outs):
+        f.write(json.dumps({{"custom_id": r["custom_id"], "vector": o.outputs.embedding}}) + "\\n")
+"""
+
 DIRECT = """
 import json, sys
 from vllm import LLM, SamplingParams
@@ -83,10 +110,12 @@ with open(out, "w") as f:
 """
 
 
-def run_path(name: str, batch: Path, out: Path, model: str, on_gpu: bool) -> float:
+def run_path(
+    name: str, batch: Path, out: Path, model: str, on_gpu: bool, embeddings: bool
+) -> float:
     dtype = resolve_dtype("auto", on_gpu)
     if name == "direct":
-        code = DIRECT.format(eager=not on_gpu)
+        code = (DIRECT_EMBED if embeddings else DIRECT).format(eager=not on_gpu)
         command = [sys.executable, "-c", code, str(batch), str(out), model, dtype]
     elif name == "run_batch":
         command = [
@@ -94,7 +123,11 @@ def run_path(name: str, batch: Path, out: Path, model: str, on_gpu: bool) -> flo
             "-i", str(batch), "-o", str(out), "--model", model, "--dtype", dtype,
             "--served-model-name", "bench", "--seed", "0",
             *(["--enforce-eager"] if not on_gpu else []),
+            *(["--runner", "pooling"] if embeddings else []),
         ]  # fmt: skip
+    elif embeddings:  # the file's lines run on the embedding model the job names
+        command = [sys.executable, "-m", "core", "run", str(batch), "-o", str(out),
+                   "--embedding-model", model, "--restart"]  # fmt: skip
     else:
         command = [sys.executable, "-m", "core", "run", str(batch), "-o", str(out),
                    "--model", model, "--restart"]  # fmt: skip
@@ -106,11 +139,17 @@ def run_path(name: str, batch: Path, out: Path, model: str, on_gpu: bool) -> flo
     return elapsed
 
 
-def answers(name: str, out: Path) -> dict[str, tuple[str, int]]:
+def answers(name: str, out: Path) -> dict[str, tuple]:
+    """custom_id -> (answer, output tokens); for embeddings (vector, 0)."""
     found = {}
     for raw in out.read_text().splitlines():
         line = json.loads(raw)
-        if name == "direct":
+        if name == "direct" and "vector" in line:
+            found[line["custom_id"]] = (np.asarray(line["vector"], dtype=np.float32), 0)
+        elif line.get("response") and (line["response"].get("body") or {}).get("data"):
+            item = line["response"]["body"]["data"][0]["embedding"]
+            found[line["custom_id"]] = (np.asarray(item, dtype=np.float32), 0)
+        elif name == "direct":
             found[line["custom_id"]] = (line["text"], line["tokens"])
         elif line.get("response") and line["response"].get("body"):
             body = line["response"]["body"]
@@ -129,7 +168,11 @@ def main() -> None:
     parser.add_argument("--model", default=str(default_model_dir()))
     parser.add_argument("--no-shared-system", action="store_true")
     parser.add_argument("--paths", default="direct,run_batch,studio")
+    parser.add_argument("--workload", choices=("chat", "embeddings"), default="chat")
     args = parser.parse_args()
+    embeddings = args.workload == "embeddings"
+    if embeddings and args.model == str(default_model_dir()):
+        args.model = str(default_embedding_model_dir())
 
     on_gpu = gpu_count() > 0
     if not on_gpu:
@@ -137,7 +180,10 @@ def main() -> None:
     os.environ.setdefault("BATCH_STUDIO_HOME", tempfile.mkdtemp(prefix="bench-home-"))
     work = Path(tempfile.mkdtemp(prefix="bench-"))
     batch = work / "batch.jsonl"
-    make_batch(batch, args.requests, args.max_tokens, not args.no_shared_system)
+    if embeddings:
+        make_embeddings_batch(batch, args.requests)
+    else:
+        make_batch(batch, args.requests, args.max_tokens, not args.no_shared_system)
     paths = args.paths.split(",")
     times: dict[str, list[float]] = {p: [] for p in paths}
     results: dict[str, dict] = {}
@@ -146,7 +192,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name in paths:  # interleaved, so drift on a noisy machine hits every path alike
             out = work / f"{name}-{repeat}.jsonl"
-            seconds = run_path(name, batch, out, args.model, on_gpu)
+            seconds = run_path(name, batch, out, args.model, on_gpu, embeddings)
             times[name].append(seconds)
             results[name] = answers(name, out)
             print(f"  repeat {repeat + 1} {name:10s} {seconds:7.1f} s", flush=True)
@@ -164,7 +210,15 @@ def main() -> None:
             if other in median:
                 ratio = median[other] / median["studio"]
                 print(f"throughput ratio studio/{other}: {ratio:.3f}")
-    if "direct" in results:
+    if "direct" in results and embeddings:
+        for name in paths:
+            cosines = [
+                float(np.dot(vector, results[name][k][0]))
+                / float(np.linalg.norm(vector) * np.linalg.norm(results[name][k][0]))
+                for k, (vector, _) in results["direct"].items()
+            ]
+            print(f"{name}: least cosine to direct {min(cosines):.6f} over {len(cosines)}")
+    elif "direct" in results:
         for name in paths:
             same = sum(results[name].get(k, ("",))[0] == v[0] for k, v in results["direct"].items())
             print(f"{name}: {same}/{len(results['direct'])} answers identical to direct")

@@ -424,7 +424,8 @@ def parse_embeddings_body(
     dimensions = None
     if body.get("dimensions") is not None:
         dimensions = integer(body, "dimensions", 1)
-    known = {"input", "encoding_format", "dimensions", "model", "user"}
+    # metadata: kept with the results (the Results map colours by it); vLLM ignores it.
+    known = {"input", "encoding_format", "dimensions", "model", "user", "metadata"}
     warnings = [
         f"body.{name} is not a field of an embeddings request; it is ignored"
         for name in sorted(set(body) - known)

@@ -24,7 +24,7 @@ from core.cli.common import (
     model_map_of,
     print_report,
 )
-from core.config import data_paths, default_model_dir
+from core.config import data_paths, default_embedding_model_dir, default_model_dir
 from core.files import file_sha256
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, find_job, list_jobs
 from core.jobs.ledger import (
@@ -108,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 output_path=str(output),
                 ray=ray,
                 name=args.name,
+                embedding_model=args.embedding_model,
             )
             started = submit(file, submission)
     except Refused as refused:
@@ -301,6 +302,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     run.add_argument("file")
     run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
     run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
+    run.add_argument(
+        "--embedding-model",
+        help=f"model folder /v1/embeddings lines run on (default: {default_embedding_model_dir()})",
+    )
     run.add_argument(
         "--name", help="the job's name (default: the file's name and its prompt version)"
     )

@@ -15,8 +15,7 @@ python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core serve [--host 127.0.0.1] [--port 8501]
 
 One module per command group (check, jobs, export, grade, judge, models, embed, serve);
-each adds
-its commands.
+each adds its commands.
 """
 
 from __future__ import annotations
