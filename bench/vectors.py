@@ -14,13 +14,11 @@ default float compression (what the store turns off), as baselines.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import duckdb
@@ -31,7 +29,10 @@ sys.path.insert(0, str(REPO))
 
 from core.jobs.folder import JobFolder, create_job  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
+from core.run.outputs import Embeddings, success_line  # noqa: E402
 from core.schemas import EngineConfig, JobStatus  # noqa: E402
+
+EMBED = "/v1/embeddings"
 from core.store import vectors as V  # noqa: E402
 from core.store.db import Store  # noqa: E402
 
@@ -65,23 +66,8 @@ def write_results(job: JobFolder, name: str, n: int, fmt: str, seed: int) -> Non
 
 
 def line(custom_id: str, vector: np.ndarray, fmt: str) -> dict:
-    embedding = (
-        base64.b64encode(vector.astype("<f4").tobytes()).decode()
-        if fmt == "base64"
-        else vector.tolist()
-    )
-    body = {
-        "object": "list",
-        "data": [{"object": "embedding", "index": 0, "embedding": embedding}],
-        "model": "all-MiniLM-L6-v2",
-        "usage": {"prompt_tokens": 16, "total_tokens": 16},
-    }
-    return {
-        "id": f"batch_req_{uuid.uuid4().hex}",
-        "custom_id": custom_id,
-        "response": {"status_code": 200, "request_id": f"req_{uuid.uuid4().hex}", "body": body},
-        "error": None,
-    }
+    """The output line the worker writes for one text (the product's own line builder)."""
+    return success_line(custom_id, "all-MiniLM-L6-v2", Embeddings(16, [vector], fmt), EMBED)
 
 
 def timed_ingest(

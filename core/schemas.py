@@ -263,6 +263,7 @@ class JobStatus(Model):
     failed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    embedded: int = 0  # inputs that got their vector (embeddings lines' texts)
     pid: int | None = None
     started_at: str | None = None
     heartbeat_at: float | None = None

@@ -176,12 +176,19 @@ def show(job: JobFolder) -> None:
         f"{speed.requests_per_s:.2f}",
         help=f"average {speed.average_requests_per_s:.2f}",
     )
-    c[1].metric(
-        "Output tokens/s" + (" (average)" if final else ""),
-        f"{speed.tokens_per_s:.0f}",
-        help=f"average {speed.average_tokens_per_s:.0f}; running requests' tokens count "
-        "as the engine generates them",
-    )
+    if status.embedded and not status.completion_tokens:  # a job of embeddings only
+        c[1].metric(
+            "Texts embedded/s" + (" (average)" if final else ""),
+            f"{speed.texts_per_s:.0f}",
+            help=f"average {speed.average_texts_per_s:.0f}; {status.embedded:,} texts so far",
+        )
+    else:
+        c[1].metric(
+            "Output tokens/s" + (" (average)" if final else ""),
+            f"{speed.tokens_per_s:.0f}",
+            help=f"average {speed.average_tokens_per_s:.0f}; running requests' tokens count "
+            "as the engine generates them",
+        )
     eta, eta_help = _eta(status, speed)
     c[2].metric("ETA", eta, help=eta_help)
     c[3].metric("Elapsed", _duration(status.elapsed_seconds))

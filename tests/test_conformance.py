@@ -183,7 +183,7 @@ def test_real_output_of_every_endpoint_and_shape_validates(studio_home, tmp_path
     parsed = {cid: validate_line(line, urls[cid]) for cid, line in lines.items()}
 
     assert parsed["chat-too-long"] is None and parsed["invalid"] is None
-    assert lines["chat-too-long"]["error"]["code"] == "engine_rejected"
+    assert lines["chat-too-long"]["error"]["code"] == "invalid_request"  # the check's
     assert lines["invalid"]["error"]["line"] == list(LINES).index("invalid") + 1
     assert lines["invalid"]["error"]["param"] == "body.min_tokens"
     assert len(parsed["chat-n"].choices) == 2

@@ -19,6 +19,7 @@ from core.model_folders import (
     is_model_folder,
     prepare_embedding_model,
 )
+from tests.engine_child import run_child
 
 TEXTS = [
     "The invoice was paid twice; please refund one payment.",
@@ -106,23 +107,11 @@ def reference_vectors(folder: Path, texts: list[str]) -> np.ndarray:
 
 
 @pytest.mark.engine
-def test_vllm_vectors_equal_the_sentence_transformers_recipe(embedding_model):
-    from core.devices import gpu_count
-    from core.run.engine import configure_cpu_environment
-
-    on_gpu = gpu_count() > 0
-    if not on_gpu:
-        configure_cpu_environment(1)
-    from vllm import LLM
-
-    llm = LLM(model=str(embedding_model), runner="pooling", enforce_eager=not on_gpu)
-    try:
-        assert llm.llm_engine.model_config.max_model_len == 256
-        outputs = llm.embed(TEXTS)
-    finally:
-        del llm
-    vectors = np.array([o.outputs.embedding for o in outputs], dtype=np.float32)
-    assert len(outputs[3].prompt_token_ids) > 128  # the long text was not cut at 128
+def test_vllm_vectors_equal_the_sentence_transformers_recipe(embedding_model, tmp_path):
+    found = run_child("embed", str(embedding_model), str(tmp_path / "out.json"), *TEXTS)
+    assert found["max_model_len"] == 256
+    vectors = np.array(found["vectors"], dtype=np.float32)
+    assert found["prompt_tokens"][3] > 128  # the long text was not cut at 128
     expected = reference_vectors(embedding_model, TEXTS)
     assert vectors.shape == expected.shape == (len(TEXTS), 384)
     cosines = (vectors * expected).sum(1) / (

@@ -96,8 +96,10 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
     assert by_id["stream"]["response"]["status_code"] == 400
     assert "line 5: body.stream must be false" in by_id["stream"]["error"]["message"]
     assert "line 6: not valid JSON" in by_id["line-6"]["error"]["message"]
-    assert by_id["too-long"]["error"]["code"] == "engine_rejected"
-    assert "maximum context length is 8192 tokens" in by_id["too-long"]["error"]["message"]
+    # Refused by the submission's check against the model, before any compute was spent.
+    assert by_id["too-long"]["error"]["code"] == "invalid_request"
+    assert by_id["too-long"]["error"]["line"] == 7
+    assert "tokens; the model's context is 8,192" in by_id["too-long"]["error"]["message"]
 
     completion = by_id["cmpl"]["response"]["body"]
     assert completion["object"] == "text_completion" and completion["choices"][0]["text"]

@@ -218,3 +218,28 @@ def test_a_resumed_jobs_speed_counts_only_this_run() -> None:
     speed = rates(samples, status)
     assert speed.requests_per_s == pytest.approx(1.0)  # 10 requests in 10 s of running
     assert speed.tokens_per_s == pytest.approx(10.0)
+
+
+def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path) -> None:
+    import numpy as np
+
+    from core.run.outputs import Embeddings
+    from core.run.status_keeper import StatusKeeper
+
+    job = monitored_job(studio_home)
+    keeper = StatusKeeper(job)
+    keeper.start(state="running", total=3, message="")
+    vectors = [np.ones(3, dtype=np.float32)] * 2
+    keeper.count([success_line("a", "m", Embeddings(5, vectors), "/v1/embeddings")])
+    assert (keeper.status.embedded, keeper.status.prompt_tokens) == (2, 5)  # two inputs
+    now = time.time()
+    samples = [
+        {"t": now - age, "done": done, "output_tokens": 0, "embedded": texts}
+        for age, done, texts in ((30, 0, 0), (20, 10, 40), (10, 20, 80), (0, 30, 130))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=100, done=30, succeeded=30, embedded=130))
+    at = open_page("monitor.py", job_id=job.job_id)
+    # (130 - 40) texts in the 20 s since the first sample that moved.
+    assert metric(at, "Texts embedded/s") == "4"
+    assert metric(at, "Requests/s") == "1.00"

@@ -92,6 +92,38 @@ def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
     assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 8
 
 
+def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
+    cluster, studio_home, tmp_path
+):
+    import numpy as np
+
+    batch = tmp_path / "embed.jsonl"
+    with batch.open("w") as out:
+        for i in range(8):
+            body = {"model": "text-embedding-3-small", "input": [f"Ticket {i}", f"Refund {i}"]}
+            line = {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings"}
+            out.write(json.dumps({**line, "body": body}) + "\n")
+    local_out, ray_out = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
+
+    local = run_cli("run", str(batch), "-o", str(local_out), "--chunk-size", "2")
+    on_ray = run_cli(
+        "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", *_ray_args(cluster)
+    )
+
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    local_lines, ray_lines = _lines(local_out), _lines(ray_out)
+    assert list(ray_lines) == [f"e{i}" for i in range(8)]
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked
+    for cid, line in ray_lines.items():
+        ours, theirs = line["response"]["body"], local_lines[cid]["response"]["body"]
+        assert ours["usage"] == theirs["usage"] and len(ours["data"]) == 2
+        for a, b in zip(ours["data"], theirs["data"], strict=True):
+            u, v = np.asarray(a["embedding"]), np.asarray(b["embedding"])
+            assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.9999
+
+
 def test_a_killed_replica_loses_nothing_and_duplicates_nothing(
     cluster, studio_home, tmp_path, default_model
 ):

@@ -22,7 +22,8 @@ import pytest
 from core.check import check_file
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.check.scanner import scan
-from core.schemas import EngineConfig, JobDefaults
+from core.schemas import JobDefaults
+from tests.engine_child import run_child
 
 VOCAB = 49_152  # SmolLM2's vocabulary: ids 0 .. 49151
 
@@ -87,8 +88,6 @@ RUN_IN_FULL = 240  # of the lines the check passes, how many run to their last t
 
 @pytest.mark.engine
 def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp_path: Path):
-    from core.run.engine import Engine, EngineRequestError
-
     cases = combinations()
     path, valid_path = tmp_path / "sweep.jsonl", tmp_path / "valid.jsonl"
     with path.open("w") as out:
@@ -104,33 +103,16 @@ def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp
     requests = [line.request for line in scan(valid_path, defaults)]
     assert len(requests) == len(cases) - len(refused)
 
-    def case(request) -> tuple[str, dict]:
-        return cases[int(request.custom_id[1:])]
-
-    engine = Engine(EngineConfig(model=str(default_model), max_model_len=512))
-    try:
-        # Every line at the engine's door, where vLLM checks a request against the model
-        # (sampling fields, logprobs, token ids, the output schema): admitted, then dropped.
-        door = engine.llm.llm_engine
-        refusals = []
-        for request in requests:
-            try:
-                params = engine._sampling_params(request)
-                door.add_request(request.custom_id, engine._engine_input(request), params)
-                door.abort_request([request.custom_id])
-            except (ValueError, TypeError) as exc:
-                refusals.append(f"{exc} ({case(request)})")
-        assert refusals == [], f"{len(refusals)} lines passed the check; the engine refused"
-        # A seeded share of them run to their last token (generation refuses nothing more).
-        chosen = random.Random(7).sample(requests, min(RUN_IN_FULL, len(requests)))
-        results = [pair for batch in engine.stream(chosen, window=256) for pair in batch]
-    finally:
-        engine.close()
-    failed = [f"{r} ({case(q)})" for q, r in results if isinstance(r, EngineRequestError)]
-    assert failed == []
-    assert len(results) == len(chosen)
-    for request, completion in results:
-        url, fields = case(request)
-        assert len(completion.choices) == fields.get("n", 1)
-        limit = fields.get("max_tokens", defaults.max_tokens)
-        assert all(c.completion_tokens <= limit for c in completion.choices)
+    out = tmp_path / "engine.json"
+    found = run_child("door", str(valid_path), str(default_model), str(out), "--run",
+                      str(RUN_IN_FULL), "--max-tokens", "4")  # fmt: skip
+    assert found["admitted"] == len(requests)
+    refusals = sorted(f"{why} ({cases[int(cid[1:])]})" for cid, why in found["refused"].items())
+    assert refusals == [], f"{len(refusals)} lines passed the check; the engine refused"
+    # A seeded share of them ran to their last token: generation refused nothing more.
+    assert len(found["ran"]) == min(RUN_IN_FULL, len(requests))
+    for cid, answers in found["ran"].items():
+        url, fields = cases[int(cid[1:])]
+        assert isinstance(answers, list), f"{answers} ({url} {fields})"
+        assert len(answers) == fields.get("n", 1)  # n answers, greedy n copied included
+        assert all(tokens <= fields.get("max_tokens", defaults.max_tokens) for tokens in answers)

@@ -252,3 +252,45 @@ def test_a_job_with_some_failures_is_marked_completed_with_errors(tmp_path, monk
     assert json.loads(job.status_file.read_text())["outcome"] == "completed_with_errors"
     _, clean = run_with(monkeypatch, tmp_path / "clean", lines, ok)
     assert (clean.state, clean.display_state, clean.outcome) == ("completed",) * 3
+
+
+def test_lines_the_model_cannot_run_are_refused_at_submission_and_never_run(
+    tmp_path, default_model, no_worker, monkeypatch
+):
+    """A token id past the vocabulary and a prompt beyond the context pass a structural
+    check; the submission's check against the model refuses them, and with skip_invalid
+    each gets its own error result while the engine sees only the rest."""
+    vocab = json.loads((default_model / "config.json").read_text())["vocab_size"]
+    batch = tmp_path / "b.jsonl"
+    lines = [
+        request_line("ok", "Hi"),
+        request_line("bias", "Hi", logit_bias={str(vocab): 5}),
+        request_line("long", "word " * 9000),
+    ]
+    batch.write_text("\n".join(lines) + "\n")
+    submission = Submission(engine=EngineConfig(model=str(default_model)))
+    with pytest.raises(Refused) as refused:
+        submit(batch, submission, tmp_path / "jobs")
+    assert "2 of 3 lines are invalid" in refused.value.problems[0]
+
+    submission.skip_invalid = True
+    job = submit(batch, submission, tmp_path / "jobs").job
+    ran: list[str] = []
+
+    class Recorder(StandIn):
+        def run(self, requests):
+            ran.extend(r.custom_id for r in requests)
+            yield [success_line(r.custom_id, "m", Completion(2, [Choice("ok", "stop", 1)]))
+                   for r in requests]  # fmt: skip
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Recorder())
+    worker.run_job(job)
+    assert ran == ["ok"]
+    errors = {json.loads(raw)["custom_id"]: json.loads(raw)["error"]
+              for raw in job.errors.read_text().splitlines()}  # fmt: skip
+    assert errors["bias"]["code"] == "invalid_request" and errors["bias"]["line"] == 2
+    assert errors["bias"]["param"] == "body.logit_bias"
+    assert f"token id {vocab}" in errors["bias"]["message"]
+    assert errors["long"]["param"] == "body.messages" and "context" in errors["long"]["message"]
+    status = job.read_status()
+    assert (status.succeeded, status.failed, status.state) == (1, 2, "completed")

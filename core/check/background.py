@@ -100,8 +100,9 @@ def recall(key: str) -> CheckReport | None:
     return _reports.get(key)
 
 
-def checked(path: str | Path) -> CheckReport:
-    """The structural check of a file (no token counts), made once per file and time in
-    this process: a page that redraws on every click never checks the same file twice."""
-    key = check_key(path)
-    return recall(key) or remember(key, check_file(path))
+def checked(path: str | Path, **options: Any) -> CheckReport:
+    """The check of a file with these :func:`check_file` options (none: structural only),
+    made once per file, time and options in this process: a page that redraws on every
+    click, or a submission right after its check, never checks the same file twice."""
+    key = check_key(path, **options)
+    return recall(key) or remember(key, check_file(path, **options))

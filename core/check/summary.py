@@ -57,8 +57,8 @@ class Summary:
             return Problem(
                 line_no,
                 "error",
-                f"the prompt has {prompt} tokens; the model's context is {context}: shorten it "
-                f"by at least {prompt - context + 1} tokens",
+                f"the prompt has {prompt:,} tokens; the model's context is {context:,}: shorten "
+                f"it by at least {prompt - context + 1:,} tokens",
                 cid,
                 CONTEXT_EXCEEDED,
                 "body.messages",

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from core.check import CheckReport
+from core.config import data_paths
 from core.schemas import JobDefaults, problems_of
 
 EXIT_INVALID = 1
@@ -67,3 +69,35 @@ def model_map_of(pairs: list[str]) -> dict[str, str] | None:
             return None
         mapping[name] = str(Path(folder).expanduser())
     return mapping
+
+
+def open_store(job_ids: list[str], instead: str) -> Any:
+    """The DuckDB store with every job folder ingested, once all of ``job_ids`` are in it;
+    None (after saying why) when the app holds the database or a job is unknown. Only the
+    commands that need the store open it (export, grade, judge): DuckDB lets one process
+    hold the file.
+
+    Args:
+        job_ids: the jobs the command names.
+        instead: where the same work is done while the app runs ("export from its pages").
+    """
+    import duckdb
+
+    from core.store.db import Store
+
+    paths = data_paths()
+    try:
+        store = Store(paths.database)
+    except duckdb.IOException:
+        print(
+            f"error: the database is open in the app; {instead}, or stop the app", file=sys.stderr
+        )
+        return None
+    store.ingest_all(paths.jobs)
+    known = set(store.jobs()["job_id"])
+    missing = [j for j in job_ids if j not in known]
+    if missing:
+        store.close()
+        print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
+        return None
+    return store

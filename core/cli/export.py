@@ -6,37 +6,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.cli.common import (
-    EXIT_USAGE,
-)
-from core.config import data_paths
+from core.cli.common import EXIT_USAGE, open_store
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Writes results (filtered), the error file, a sample with labels, labels or tallies."""
-    import duckdb  # the store is only opened here: other commands never touch DuckDB
-
     from core.store import export
-    from core.store.db import Store
     from core.store.results import ResultFilter
 
     fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"
-    paths = data_paths()
-    try:
-        store = Store(paths.database)
-    except duckdb.IOException:
-        print(
-            "error: the database is open in the app; export from its pages, or stop the app",
-            file=sys.stderr,
-        )
+    store = open_store(args.jobs, "export from its pages")
+    if store is None:
         return EXIT_USAGE
     try:
-        store.ingest_all(paths.jobs)
-        known = set(store.jobs()["job_id"])
-        missing = [j for j in args.jobs if j not in known]
-        if missing:
-            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
-            return EXIT_USAGE
         if args.what == "results":
             if not args.jobs:
                 print("error: name at least one job", file=sys.stderr)

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core.cli.common import EXIT_INVALID, EXIT_USAGE
-from core.config import data_paths
+from core.cli.common import EXIT_INVALID, EXIT_USAGE, open_store
 
 
 def _rate(row: Any) -> dict[str, Any]:
@@ -30,12 +29,10 @@ def _percent(value: Any) -> str:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     """Grades the jobs, saves the rules into each job folder, prints the pass rates."""
-    import duckdb  # the store is only opened here and by export
 
     from core.qa.grading import grade_jobs
     from core.qa.rules import RulesError, load_rules
     from core.store.checks import pass_rates
-    from core.store.db import Store
 
     rules_path = Path(args.rules)
     if not rules_path.is_file():
@@ -48,22 +45,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"error: {rules_path}: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    paths = data_paths()
-    try:
-        store = Store(paths.database)
-    except duckdb.IOException:
-        print(
-            "error: the database is open in the app; grade on its Checks page, or stop the app",
-            file=sys.stderr,
-        )
+    store = open_store(args.jobs, "grade on its Checks page")
+    if store is None:
         return EXIT_USAGE
     try:
-        store.ingest_all(paths.jobs)
-        known = set(store.jobs()["job_id"])
-        missing = [j for j in args.jobs if j not in known]
-        if missing:
-            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
-            return EXIT_USAGE
         jobs = list(dict.fromkeys(args.jobs))
         grade_jobs(store, jobs, rules, text)
         overall = {row.rule: row for row in pass_rates(store, jobs, "all").itertuples()}

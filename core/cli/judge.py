@@ -11,19 +11,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from core.cli.common import EXIT_INVALID, EXIT_USAGE
-from core.config import data_paths
+from core.cli.common import EXIT_INVALID, EXIT_USAGE, open_store
 from core.schemas import check_name
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-    import duckdb  # the store is opened here, as by export and grade
 
     from core.jobs.submit import Refused
     from core.model_folders import ModelError, check_model_folder, prepare_default_model
     from core.qa.judge import Choice, JudgeError, JudgeSettings, compile_template, start_judge
     from core.qa.pairwise import start_pairwise
-    from core.store.db import Store
 
     template_path = Path(args.template)
     if not template_path.is_file():
@@ -56,24 +53,11 @@ def cmd_judge(args: argparse.Namespace) -> int:
     else:
         choice = Choice("all")
     settings = JudgeSettings(str(model), max_tokens=args.max_tokens, name=args.name)
-    paths = data_paths()
-    try:
-        store = Store(paths.database)
-    except duckdb.IOException:
-        print(
-            "error: the database is open in the app; start the judge on its Checks page, "
-            "or stop the app",
-            file=sys.stderr,
-        )
+    store = open_store([args.job, *([args.against] if args.against else [])],
+                       "start the judge on its Checks page")  # fmt: skip
+    if store is None:
         return EXIT_USAGE
     try:
-        store.ingest_all(paths.jobs)
-        known = set(store.jobs()["job_id"])
-        wanted = [args.job, *([args.against] if args.against else [])]
-        missing = [j for j in wanted if j not in known]
-        if missing:
-            print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
-            return EXIT_USAGE
         label = store.job_names().get
         named = lambda job_id: label(job_id) or job_id  # noqa: E731
         if args.against:

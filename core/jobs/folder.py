@@ -17,6 +17,7 @@ ask a worker to stop with a signal (see :func:`cancel`).
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import secrets
 import shutil
@@ -82,6 +83,23 @@ class JobFolder:
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")
     name_file = property(lambda self: self.path / "name.txt")
+    # Lines the check refused with the job's models (a prompt beyond the context, a token id
+    # the model lacks...), which a structural scan cannot see: line number -> the problem.
+    refusals_file = property(lambda self: self.path / "refused.json")
+
+    def write_refusals(self, refusals: dict[int, dict[str, str | None]]) -> None:
+        """Keeps the lines the submission's check refused (see :attr:`refusals_file`)."""
+        write_atomic(self.refusals_file, json.dumps({str(k): v for k, v in refusals.items()}))
+
+    def read_refusals(self) -> dict[int, dict[str, str | None]]:
+        """The lines the submission's check refused; none for a job made without them."""
+        try:
+            data = json.loads(self.refusals_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise JobUnreadable(self.job_id, f"refused.json: {_reason(exc)}") from None
+        return {int(k): v for k, v in data.items()}
 
     @property
     def name(self) -> str:

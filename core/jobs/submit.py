@@ -25,9 +25,10 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
+from core.check.background import checked
 from core.check.requests import EMBEDDINGS_URL
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
@@ -91,6 +92,33 @@ class Submission:
     # Where /v1/embeddings lines run (None: the built-in embedding model, if the file has any).
     embedding_model: str | None = None
     judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
+
+
+def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
+    """What lets the check judge each line against the models it runs on (prompts within
+    the context, token ids in the vocabulary, embedding inputs within their limit), so
+    the engine never refuses a line the check let through. Nothing when a model folder is
+    at fault (the settings' problems say so) or has no tokenizer: the check is then
+    structural, and such lines fail at run time, as the engine refuses them."""
+    model = Path(submission.engine.model).expanduser()
+    if problems or not (model / "tokenizer.json").is_file():
+        return {}
+    return {
+        "model_folder": str(model),
+        "model_map": dict(submission.model_map),
+        "embedding_folder": submission.embedding_model,
+    }
+
+
+def _refusals(report: CheckReport) -> dict[int, dict[str, str | None]]:
+    """Each line the check refused: the worker gives it an error result of its own (with
+    ``skip_invalid``) rather than run it. Its structural problems the worker finds again;
+    those against a model only this check sees."""
+    refused: dict[int, dict[str, str | None]] = {}
+    for problem in report.errors:
+        if problem.line > 0 and problem.line not in refused:
+            refused[problem.line] = {"message": problem.message, "param": problem.param}
+    return refused
 
 
 def _embedding_model(submission: Submission, report: CheckReport) -> str | None:
@@ -195,7 +223,7 @@ def submit(
     """
     file = Path(file)
     problems = settings_problems(submission, gpus)
-    report = check_file(file, submission.defaults)
+    report = checked(file, defaults=submission.defaults, **_model_options(submission, problems))
     problems += file_problems(report, submission.skip_invalid)
     if problems:
         raise Refused(problems, report)
@@ -219,6 +247,7 @@ def submit(
         embedding_model=_embedding_model(s, report),
         judge=s.judge,
     )
+    job.write_refusals(_refusals(report))
     return Started(job, start_worker(job))
 
 

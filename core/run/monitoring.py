@@ -98,6 +98,8 @@ class Rates:
     tokens_per_s: float = 0.0
     average_requests_per_s: float = 0.0
     average_tokens_per_s: float = 0.0
+    texts_per_s: float = 0.0  # inputs embedded per second (embeddings lines)
+    average_texts_per_s: float = 0.0
     eta_seconds: float | None = None
     eta_is_bound: bool = False  # no answer of the model measured: the ETA is at most this
     work_done: float | None = None  # generated / expected output tokens
@@ -138,14 +140,18 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
         span = max(last["t"] - first["t"], 1e-9)
         result.requests_per_s = (last["done"] - first["done"]) / span
         result.tokens_per_s = (_tokens(last) - _tokens(first)) / span
+        result.texts_per_s = (last.get("embedded", 0) - first.get("embedded", 0)) / span
         if moved is not None:  # averages over all the work, from the sample before it
             base = running[max(moved - 1, 0)]
             elapsed = max(last["t"] - base["t"], 1e-9)
             result.average_requests_per_s = (last["done"] - base["done"]) / elapsed
             result.average_tokens_per_s = (_tokens(last) - _tokens(base)) / elapsed
+            embedded = last.get("embedded", 0) - base.get("embedded", 0)
+            result.average_texts_per_s = embedded / elapsed
     if status.is_final or status.interrupted:
         result.requests_per_s = result.average_requests_per_s
         result.tokens_per_s = result.average_tokens_per_s
+        result.texts_per_s = result.average_texts_per_s
         result.work_done = status.progress
         return result
     expected = status.expected_output_tokens

@@ -83,6 +83,7 @@ class StatusKeeper:
                     prompt_tokens, completion_tokens = token_usage(line)
                     s.prompt_tokens += prompt_tokens
                     s.completion_tokens += completion_tokens
+                    s.embedded += len(line["response"]["body"].get("data") or ())
                     self.succeeded.add(cid)
                     self.failed.discard(cid)
                 elif cid not in self.succeeded:
@@ -172,6 +173,8 @@ class StatusKeeper:
                 self._write()
                 s = self.status
                 sample = progress_sample(s.done, s.generated_tokens, resources)
+                if s.embedded:
+                    sample["embedded"] = s.embedded
             append_sample(self.job.metrics, sample)
 
 

@@ -72,13 +72,26 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     seen: set[str] = set()
+    refused = job.read_refusals()  # what the submission's check found against the models
     for checked in scan(job.input, spec.defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
         if custom_id in seen or custom_id not in rerun:
             continue
         seen.add(custom_id)
-        if checked.valid:
+        problem = refused.get(checked.line_no) if checked.valid else None
+        if checked.valid and problem is None:
             pending.append(checked.request)
+        elif problem is not None and custom_id not in ledger.failed:
+            message = f"line {checked.line_no}: {problem['message']}"
+            invalid.append(
+                error_line(
+                    custom_id,
+                    "invalid_request",
+                    message,
+                    line=checked.line_no,
+                    param=problem.get("param"),
+                )
+            )
         elif custom_id not in ledger.failed:
             errors = [p for p in checked.problems if p.severity == "error"]
             message = f"line {checked.line_no}: " + "; ".join(p.message for p in errors)

@@ -1,0 +1,102 @@
+"""Engine work a test runs in a process of its own, as the product runs it in the worker.
+
+vLLM, as it loads, looks at every attribute of every loaded module; in the test process
+other tests have imported Flask (the sign-in tests' OpenID provider), whose
+``current_app`` raises on that look, and the load fails. So a test that needs the engine
+itself (not through ``core run``) runs one of these commands and reads its JSON:
+
+    python -m tests.engine_child door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
+    python -m tests.engine_child embed MODEL OUT.json TEXT [TEXT ...]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from core.config import REPO_ROOT
+
+
+def run_child(*args: str, timeout: float = 900) -> dict[str, Any]:
+    """Runs a command of this module in a fresh process; returns what it wrote."""
+    out = Path(args[3] if args[0] == "door" else args[2])
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.engine_child", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def door(valid: Path, model: str, out: Path, run: int, max_tokens: int) -> None:
+    """Every request of ``valid`` at the engine's door, where vLLM checks a request against
+    the model (sampling fields, logprobs, token ids, the output schema): admitted, then
+    dropped; then a seeded ``run`` of them run to their last token."""
+    from core.check.scanner import scan
+    from core.run.engine import Engine, EngineRequestError, configure_cpu_environment
+    from core.schemas import EngineConfig, JobDefaults
+
+    configure_cpu_environment(1.0)
+    requests = [line.request for line in scan(valid, JobDefaults(max_tokens=max_tokens))]
+    engine = Engine(EngineConfig(model=model, max_model_len=512))
+    refused: dict[str, str] = {}
+    door = engine.llm.llm_engine
+    for request in requests:
+        try:
+            params = engine._sampling_params(request)
+            door.add_request(request.custom_id, engine._engine_input(request), params)
+            door.abort_request([request.custom_id])
+        except (ValueError, TypeError) as exc:
+            refused[request.custom_id] = str(exc)
+    chosen = random.Random(7).sample(requests, min(run, len(requests)))
+    ran: dict[str, Any] = {}
+    for batch in engine.stream(chosen, window=256):
+        for request, result in batch:
+            ran[request.custom_id] = (
+                str(result)
+                if isinstance(result, EngineRequestError)
+                else [c.completion_tokens for c in result.choices]
+            )
+    out.write_text(json.dumps({"admitted": len(requests), "refused": refused, "ran": ran}))
+
+
+def embed(model: str, out: Path, texts: list[str]) -> None:
+    """``LLM.embed`` of the texts on the model as the engine loads it, and its length limit."""
+    from core.run.engine import configure_cpu_environment
+
+    configure_cpu_environment(1.0)
+    from vllm import LLM
+
+    llm = LLM(model=model, runner="pooling", enforce_eager=True)
+    outputs = llm.embed(texts, use_tqdm=False)
+    out.write_text(
+        json.dumps(
+            {
+                "max_model_len": llm.llm_engine.model_config.max_model_len,
+                "vectors": [o.outputs.embedding for o in outputs],
+                "prompt_tokens": [len(o.prompt_token_ids) for o in outputs],
+            }
+        )
+    )
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "door":
+        options = dict(zip(argv[4::2], argv[5::2], strict=True))
+        run, max_tokens = int(options.get("--run", 0)), int(options.get("--max-tokens", 4))
+        door(Path(argv[1]), argv[2], Path(argv[3]), run, max_tokens)
+    elif argv[0] == "embed":
+        embed(argv[1], Path(argv[2]), argv[3:])
+    else:
+        raise SystemExit(f"unknown command {argv[0]!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
