@@ -21,9 +21,9 @@ from typing import Any
 from core.config import REPO_ROOT
 
 
-def run_child(*args: str, timeout: float = 900) -> dict[str, Any]:
-    """Runs a command of this module in a fresh process; returns what it wrote."""
-    out = Path(args[3] if args[0] == "door" else args[2])
+def run_child(out: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
+    """Runs a command of this module (``args``, naming ``out``) in a fresh process; returns
+    what it wrote to ``out``."""
     result = subprocess.run(
         [sys.executable, "-m", "tests.engine_child", *args],
         cwd=REPO_ROOT,

@@ -108,7 +108,8 @@ def reference_vectors(folder: Path, texts: list[str]) -> np.ndarray:
 
 @pytest.mark.engine
 def test_vllm_vectors_equal_the_sentence_transformers_recipe(embedding_model, tmp_path):
-    found = run_child("embed", str(embedding_model), str(tmp_path / "out.json"), *TEXTS)
+    out = tmp_path / "out.json"
+    found = run_child(out, "embed", str(embedding_model), str(out), *TEXTS)
     assert found["max_model_len"] == 256
     vectors = np.array(found["vectors"], dtype=np.float32)
     assert found["prompt_tokens"][3] > 128  # the long text was not cut at 128

@@ -63,20 +63,23 @@ def _lines(path):
     }
 
 
-def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
-    cluster, studio_home, tmp_path, default_model
-):
-    batch = _batch(tmp_path / "batch.jsonl", 8)
+def _local_and_on_ray(cluster, batch, tmp_path):
+    """The output lines of ``batch`` run here and on the cluster, by custom_id."""
     local_out, ray_out = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
-
     local = run_cli("run", str(batch), "-o", str(local_out), "--chunk-size", "2")
     on_ray = run_cli(
         "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", *_ray_args(cluster)
     )
-
     assert local.returncode == 0, local.stderr[-2000:]
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
-    local_lines, ray_lines = _lines(local_out), _lines(ray_out)
+    return _lines(local_out), _lines(ray_out)
+
+
+def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
+    cluster, studio_home, tmp_path, default_model
+):
+    batch = _batch(tmp_path / "batch.jsonl", 8)
+    local_lines, ray_lines = _local_and_on_ray(cluster, batch, tmp_path)
     assert list(ray_lines) == [f"r{i}" for i in range(8)]
     node_ids = {node.node_id for node in cluster.list_all_nodes()}
     assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked
@@ -103,16 +106,7 @@ def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
             body = {"model": "text-embedding-3-small", "input": [f"Ticket {i}", f"Refund {i}"]}
             line = {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings"}
             out.write(json.dumps({**line, "body": body}) + "\n")
-    local_out, ray_out = tmp_path / "local.jsonl", tmp_path / "ray.jsonl"
-
-    local = run_cli("run", str(batch), "-o", str(local_out), "--chunk-size", "2")
-    on_ray = run_cli(
-        "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", *_ray_args(cluster)
-    )
-
-    assert local.returncode == 0, local.stderr[-2000:]
-    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
-    local_lines, ray_lines = _lines(local_out), _lines(ray_out)
+    local_lines, ray_lines = _local_and_on_ray(cluster, batch, tmp_path)
     assert list(ray_lines) == [f"e{i}" for i in range(8)]
     node_ids = {node.node_id for node in cluster.list_all_nodes()}
     assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked

@@ -104,7 +104,7 @@ def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp
     assert len(requests) == len(cases) - len(refused)
 
     out = tmp_path / "engine.json"
-    found = run_child("door", str(valid_path), str(default_model), str(out), "--run",
+    found = run_child(out, "door", str(valid_path), str(default_model), str(out), "--run",
                       str(RUN_IN_FULL), "--max-tokens", "4")  # fmt: skip
     assert found["admitted"] == len(requests)
     refusals = sorted(f"{why} ({cases[int(cid[1:])]})" for cid, why in found["refused"].items())

@@ -249,9 +249,7 @@ class Summary:
         report = self.report
         # Names only embeddings lines use run on the embedding model.
         uses = {(shape[2] or "", shape[1] == EMBEDDINGS_URL) for shape in self.shapes}
-        self._embedding_names = {
-            name for name, embeds in uses if embeds and (name, False) not in uses
-        }
+        embedding_names = {name for name, embeds in uses if embeds and (name, False) not in uses}
         self._unfold_shapes()
         notes = []
         if bom:
@@ -276,7 +274,7 @@ class Summary:
                 report.token_notes.append(f"prompt tokens not counted for {folder}: {reason}")
             report.tokens_counted = bool(self.tokens.counters)
             report.model_map = {
-                name: self.tokens.folder_for(name, name in self._embedding_names)
+                name: self.tokens.folder_for(name, name in embedding_names)
                 for name in report.models
             }
             for folder, local in report.by_local_model.items():

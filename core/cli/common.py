@@ -51,6 +51,18 @@ def print_report(report: CheckReport, limit: int = 50) -> None:
         print(f"  ... and {hidden} more (use --json for all)")
 
 
+def model_folder(path: str | None) -> Path | None:
+    """The model folder a command names, checked, or the built-in model (prepared if it
+    is not yet); None (after saying why) when it cannot be used."""
+    from core.model_folders import ModelError, check_model_folder, prepare_default_model
+
+    try:
+        return check_model_folder(path) if path else prepare_default_model()
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
 def input_file(path: str) -> Path | None:
     file = Path(path)
     if not file.is_file():

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from core.cli.common import EXIT_INVALID, EXIT_USAGE, open_store
+from core.cli.common import EXIT_INVALID, EXIT_USAGE, input_file, open_store
 
 
 def _rate(row: Any) -> dict[str, Any]:
@@ -29,14 +28,12 @@ def _percent(value: Any) -> str:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     """Grades the jobs, saves the rules into each job folder, prints the pass rates."""
-
     from core.qa.grading import grade_jobs
     from core.qa.rules import RulesError, load_rules
     from core.store.checks import pass_rates
 
-    rules_path = Path(args.rules)
-    if not rules_path.is_file():
-        print(f"error: {rules_path} does not exist or is not a file", file=sys.stderr)
+    rules_path = input_file(args.rules)
+    if rules_path is None:
         return EXIT_USAGE
     text = rules_path.read_text(encoding="utf-8", errors="replace")
     try:

@@ -21,6 +21,7 @@ from core.cli.common import (
     defaults_arguments,
     input_file,
     job_defaults,
+    model_folder,
     model_map_of,
     print_report,
 )
@@ -37,7 +38,7 @@ from core.jobs.ledger import (
 )
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
-from core.model_folders import ModelError, check_model_folder, prepare_default_model
+from core.model_folders import check_model_folder
 from core.run.ray_cluster import ray_settings
 from core.schemas import (
     NAME_MAX,
@@ -84,10 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        model = check_model_folder(args.model) if args.model else prepare_default_model()
-    except ModelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    model = model_folder(args.model)
+    if model is None:
         return EXIT_USAGE
     output = Path(args.output).resolve()
     job = None if args.restart else find_job(data_paths().jobs, file_sha256(file), str(output))

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from core.cli.common import EXIT_INVALID, EXIT_USAGE, open_store
+from core.cli.common import EXIT_INVALID, EXIT_USAGE, input_file, model_folder, open_store
 from core.schemas import check_name
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
-
     from core.jobs.submit import Refused
-    from core.model_folders import ModelError, check_model_folder, prepare_default_model
     from core.qa.judge import Choice, JudgeError, JudgeSettings, compile_template, start_judge
     from core.qa.pairwise import start_pairwise
 
-    template_path = Path(args.template)
-    if not template_path.is_file():
-        print(f"error: {template_path} does not exist or is not a file", file=sys.stderr)
+    template_path = input_file(args.template)
+    if template_path is None:
         return EXIT_USAGE
     text = template_path.read_text(encoding="utf-8", errors="replace")
     try:
@@ -41,10 +37,8 @@ def cmd_judge(args: argparse.Namespace) -> int:
     if args.max_tokens < 1:
         print("error: --max-tokens must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        model = check_model_folder(args.model) if args.model else prepare_default_model()
-    except ModelError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    model = model_folder(args.model)
+    if model is None:
         return EXIT_USAGE
     if args.failures_of:
         choice = Choice("failures", rule=args.failures_of)
@@ -69,7 +63,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
             print(f"error: {problem}", file=sys.stderr)
         # A template that fails on some results is the template's fault; nothing to judge
         # (an empty choice, an unknown rule or sample) is how it was asked.
-        return EXIT_INVALID if "template" in str(exc) else EXIT_USAGE
+        return EXIT_INVALID if exc.template else EXIT_USAGE
     except Refused as refused:
         for problem in refused.problems:
             print(f"refused: {problem}", file=sys.stderr)

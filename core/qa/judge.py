@@ -76,9 +76,10 @@ class JudgeError(ValueError):
     """A judge job that cannot be made; ``problems`` are sentences a user can act on,
     each naming the template line where it has one."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], *, template: bool = False) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+        self.template = template  # the template's fault (else: how the judge was asked)
 
 
 @dataclass
@@ -119,11 +120,11 @@ def environment() -> BoundedSandbox:
 def compile_template(text: str) -> jinja2.Template:
     """The judge template, compiled; a syntax error is a :class:`JudgeError` naming the line."""
     if not text.strip():
-        raise JudgeError(["the judge template is empty"])
+        raise JudgeError(["the judge template is empty"], template=True)
     try:
         return environment().from_string(text)
     except jinja2.TemplateSyntaxError as exc:
-        raise JudgeError([f"template line {exc.lineno}: {exc.message}"]) from None
+        raise JudgeError([f"template line {exc.lineno}: {exc.message}"], template=True) from None
 
 
 def template_line(exc: BaseException) -> int | None:
@@ -163,7 +164,9 @@ def render_all(
         watch.close()
     if failed:
         more = f" (and {failed - len(problems)} more)" if failed > len(problems) else ""
-        raise JudgeError([f"the template fails on {failed} result(s){more}", *problems])
+        raise JudgeError(
+            [f"the template fails on {failed} result(s){more}", *problems], template=True
+        )
     yield from done
 
 
