@@ -35,6 +35,8 @@ from core.schemas import EngineConfig, JobStatus  # noqa: E402
 EMBED = "/v1/embeddings"
 from core.store import vectors as V  # noqa: E402
 from core.store.db import Store  # noqa: E402
+from core.store.export import export_results  # noqa: E402
+from core.store.results import ResultFilter  # noqa: E402
 
 DIMS = 384
 WORDS = ("refund", "invoice", "delivery", "broken", "login", "password", "export", "slow",
@@ -165,6 +167,12 @@ def main() -> None:
     V.export_vectors_npy(store, job_id, work / "out" / "vectors.npy")
     print(f"export of {rows:,} vectors: Parquet {parquet_s:.2f} s, "
           f".npy + ids {time.perf_counter() - started:.2f} s")  # fmt: skip
+    started = time.perf_counter()
+    lines = export_results(
+        store, ResultFilter(job_ids=[job_id]), work / "out" / "big.jsonl", "jsonl"
+    )
+    print(f"JSONL export of {lines:,} lines, vectors put back from the store: "
+          f"{time.perf_counter() - started:.2f} s")  # fmt: skip
 
     pairs_job, _, _ = timed_ingest(store, work, "pairs", args.pairs, "base64", seed=3)
     started = time.perf_counter()

@@ -17,8 +17,10 @@ from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
 from core.run.outputs import error_line
 from core.schemas import EngineConfig, JobStatus
+from core.store import results as R
 from core.store import vectors as V
 from core.store.db import Store
+from core.store.export import export_results
 
 
 def b64(vector: np.ndarray) -> str:
@@ -43,10 +45,14 @@ def embedding_line(custom_id: str, embeddings: list[Any]) -> dict[str, Any]:
 
 
 def embedding_job(
-    folder: Path, inputs: dict[str, str | list[str]], lines: list[dict[str, Any]]
+    folder: Path,
+    inputs: dict[str, str | list[str]],
+    lines: list[dict[str, Any]],
+    base64_ids: frozenset[str] = frozenset(),
 ) -> JobFolder:
-    """A job folder of /v1/embeddings requests (``inputs``: custom_id -> body.input) whose
-    worker wrote ``lines`` (failures go to errors.jsonl, as the worker puts them)."""
+    """A job folder of /v1/embeddings requests (``inputs``: custom_id -> body.input; those
+    in ``base64_ids`` ask for ``encoding_format: "base64"``) whose worker wrote ``lines``
+    (failures go to errors.jsonl, as the worker puts them)."""
     folder.mkdir(parents=True, exist_ok=True)
     batch = folder / "embed.jsonl"
     batch.write_text(
@@ -56,7 +62,11 @@ def embedding_job(
                     "custom_id": cid,
                     "method": "POST",
                     "url": "/v1/embeddings",
-                    "body": {"model": "text-embedding-3-small", "input": text},
+                    "body": {
+                        "model": "text-embedding-3-small",
+                        "input": text,
+                        **({"encoding_format": "base64"} if cid in base64_ids else {}),
+                    },
                 }
             )
             + "\n"
@@ -111,7 +121,7 @@ def test_float_and_base64_lines_store_the_same_vector_and_one_result_row(tmp_pat
         embedding_line("as-floats", [vector.tolist()]),
         embedding_line("as-base64", [b64(vector)]),
     ]
-    job = embedding_job(tmp_path, inputs, lines)
+    job = embedding_job(tmp_path, inputs, lines, base64_ids=frozenset({"as-base64"}))
     store = Store(tmp_path / "studio.duckdb")
     assert store.ingest(job) == 2
     vectors = stored(store, job.job_id)
@@ -121,12 +131,19 @@ def test_float_and_base64_lines_store_the_same_vector_and_one_result_row(tmp_pat
     assert sorted(results["answer"]) == ["384-d vector", "384-d vector"]
     assert set(results["status"]) == {"succeeded"} and set(results["prompt_tokens"]) == {7}
     assert set(results["prompt"]) == {"refund request"}
-    # The results' raw line (detail view, JSONL export) holds the same vector as base64:
-    # a quarter of the text, the same float32 values.
+    # The results row keeps the line without its vector (held once, in the vector table)...
     raw = json.loads(store.query("SELECT raw FROM results WHERE custom_id = 'as-floats'")["raw"][0])
-    kept = raw["response"]["body"]["data"][0]["embedding"]
-    np.testing.assert_array_equal(np.frombuffer(base64.b64decode(kept), "<f4"), vector)
-    assert raw["custom_id"] == "as-floats" and raw["response"]["body"]["usage"]["total_tokens"] == 7
+    assert raw["response"]["body"]["data"][0]["embedding"] is None
+    # ...and the detail view and the JSONL export give back the line the worker wrote, each
+    # vector in the format its request asked for.
+    # (The writer chains each line to the one before; the chain is not the worker's.)
+    unchained = lambda line: {k: v for k, v in line.items() if k != "chain_sha256"}  # noqa: E731
+    for line in lines:
+        assert unchained(R.detail(store, job.job_id, line["custom_id"])["raw"]) == line
+    out = tmp_path / "out.jsonl"
+    assert export_results(store, R.ResultFilter(job_ids=[job.job_id]), out, "jsonl") == 2
+    exported = [unchained(json.loads(text)) for text in out.read_text().splitlines()]
+    assert exported == lines  # in input order
     summary = V.vector_summary(store, job.job_id)
     assert (summary.count, summary.dimensions, summary.problems) == (2, 384, 0)
     assert summary.norm_min == pytest.approx(1.0, abs=1e-5)
@@ -202,7 +219,7 @@ def test_a_malformed_embedding_line_is_its_own_problem_and_the_rest_are_stored(t
         embedding_line("g2", [b64(good[1])]),
         embedding_line("multi", [good[2].tolist(), "@@@@"]),  # input 1 is broken, 0 is fine
     ]
-    job = embedding_job(tmp_path, inputs, lines)
+    job = embedding_job(tmp_path, inputs, lines, base64_ids=frozenset({"g2"}))
     store = Store(tmp_path / "studio.duckdb")
     assert store.ingest(job) == 7  # every line has its results row
     assert sorted(stored(store, job.job_id)) == [("g1", 0), ("g2", 0), ("multi", 0)]
@@ -218,6 +235,13 @@ def test_a_malformed_embedding_line_is_its_own_problem_and_the_rest_are_stored(t
     assert "not valid base64" in reasons[("multi", 1)]
     assert V.vector_summary(store, job.job_id).problems == 5
     assert set(store.query("SELECT status FROM results")["status"]) == {"succeeded"}
+    # What could not be stored as a vector stays in its line: the export loses nothing.
+    out = tmp_path / "out.jsonl"
+    export_results(store, R.ResultFilter(job_ids=[job.job_id]), out, "jsonl")
+    exported = [json.loads(text) for text in out.read_text().splitlines()]
+    assert [line["response"]["body"]["data"] for line in exported] == [
+        line["response"]["body"]["data"] for line in lines
+    ]
 
 
 def test_similar_to_ranks_as_numpy_does(tmp_path):

@@ -29,7 +29,7 @@ from core.store.schema import (
     RESULT_SHAPE,
     SEARCH_TEXT_SQL,
 )
-from core.store.vector_ingest import forget_vectors, store_vectors, take_vectors
+from core.store.vector_ingest import forget_vectors, job_dims, store_vectors, take_vectors
 
 BATCH_LINES = 50_000
 JOB_COLUMNS = (
@@ -260,8 +260,8 @@ class Store:
         self, cur: duckdb.DuckDBPyConnection, job: JobFolder, raws: list[str]
     ) -> int:
         # Embedding lines: their vectors go to the vector tables, their results row keeps
-        # the line with the vectors as base64 (nothing changes for other endpoints' lines).
-        raws, vectors = take_vectors(raws)
+        # the line without them (nothing changes for other endpoints' lines).
+        raws, vectors = take_vectors(raws, job_dims(cur, job.job_id))
         if vectors.vectors or vectors.problems:
             store_vectors(cur, job.job_id, vectors)
         for start in range(0, len(raws), BATCH_LINES):

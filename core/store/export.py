@@ -2,7 +2,8 @@
 
 CSV, Parquet and JSONL leave DuckDB straight for the file, so a million rows never pass
 through pandas. JSONL of results is the OpenAI batch output format: each line is the
-stored raw output line, unchanged. Excel goes through pandas and openpyxl, so it is capped
+stored raw output line, unchanged (an embeddings line gets its vectors back, which the
+store keeps in its vector tables). Excel goes through pandas and openpyxl, so it is capped
 at :data:`EXCEL_MAX_ROWS` rows with a clear message past that.
 
 Text from a file or a model is data, never a formula: in CSV and Excel a text cell that a
@@ -22,6 +23,7 @@ import pandas as pd
 from core.store.checks import ExportChecks, export_checks
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
+from core.store.vector_ingest import restore_vectors
 
 FORMATS = ("csv", "parquet", "jsonl", "xlsx")
 EXCEL_MAX_ROWS = 200_000
@@ -29,6 +31,7 @@ EXCEL_MAX_ROWS = 200_000
 _ILLEGAL_EXCEL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # What makes a spreadsheet read a cell as a formula, at the start of a text.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_RESTORE_BATCH = 10_000  # embeddings lines rebuilt at a time (~30 MB of float lists)
 
 
 def inert(value: Any) -> Any:
@@ -126,17 +129,31 @@ def _count(store: Store, sql: str, params: list[Any]) -> int:
 
 
 def _raw_lines(store: Store, sql: str, params: list[Any], path: Path) -> int:
-    """Writes one stored JSON line per row (column ``raw``), byte for byte, as JSONL."""
+    """Writes one stored JSON line per row (columns ``job_id``, ``custom_id``, ``raw``) as
+    JSONL: byte for byte, except that an embeddings line gets back the vectors its stored
+    copy leaves out (``vector_ingest.restore_vectors``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    target = "'" + str(path).replace("'", "''") + "'"
-    # A CSV with no quoting and a delimiter JSON never holds raw (control characters are
-    # always escaped in JSON) writes each stored line unchanged.
-    store.execute(
-        f"COPY (SELECT raw FROM ({sql})) TO {target} "
-        "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
-        params,
-    )
-    return _count(store, sql, params)
+    selected = f"SELECT DISTINCT job_id FROM ({sql})"
+    if store.query(f"SELECT 1 FROM vector_jobs WHERE job_id IN ({selected}) LIMIT 1", params).empty:
+        target = "'" + str(path).replace("'", "''") + "'"
+        # A CSV with no quoting and a delimiter JSON never holds raw (control characters
+        # are always escaped in JSON) writes each stored line unchanged.
+        store.execute(
+            f"COPY (SELECT raw FROM ({sql})) TO {target} "
+            "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
+            params,
+        )
+        return _count(store, sql, params)
+    rows = 0
+    with store.cursor() as cur, store.cursor() as vectors, path.open("w", encoding="utf-8") as out:
+        batches = cur.execute(
+            f"SELECT job_id, custom_id, CAST(raw AS VARCHAR) AS raw FROM ({sql})", params
+        ).fetch_record_batch(_RESTORE_BATCH)
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("job_id", "custom_id", "raw")]
+            out.writelines(line + "\n" for line in restore_vectors(vectors, *columns))
+            rows += batch.num_rows
+    return rows
 
 
 def _excel(store: Store, sql: str, params: list[Any], path: Path) -> int:
@@ -164,7 +181,8 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
     order = "ORDER BY r.job_id, r.line_no, r.custom_id"
     checks = export_checks(store, f.job_ids)
     if fmt == "jsonl":
-        sql = f"SELECT {_with_checks('r.raw', checks)} AS raw {FROM} {checks.join} {clause} {order}"
+        raw = _with_checks("r.raw", checks)
+        sql = f"SELECT r.job_id, r.custom_id, {raw} AS raw {FROM} {checks.join} {clause} {order}"
         return _raw_lines(store, sql, [*checks.params, *params], path)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"SELECT {columns} {FROM} {_LABELS} {checks.join} {clause} {order}"
@@ -199,7 +217,8 @@ def export_sample(store: Store, sample_id: str, path: str | Path, fmt: str = "cs
         store, "SELECT DISTINCT job_id FROM sample_items WHERE sample_id = ?", [sample_id]
     )
     if fmt == "jsonl":
-        sql = f"""SELECT {_with_checks("r.raw", checks)} AS raw FROM sample_items i
+        sql = f"""SELECT r.job_id, r.custom_id, {_with_checks("r.raw", checks)} AS raw
+                 FROM sample_items i
                  JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
                  {checks.join}
                  WHERE i.sample_id = ? ORDER BY i.position"""

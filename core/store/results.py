@@ -17,6 +17,7 @@ from pydantic import Field
 from core.schemas import Model
 from core.store.checks import Outcome, outcome_clause, rule_names
 from core.store.db import Store
+from core.store.vector_ingest import restore_vectors
 
 # Ingest copies the request's fields (line_no, prompt, metadata...) into `results`, and the
 # job's model into failures, so every query here reads one table: no join over a million rows.
@@ -313,6 +314,8 @@ def detail(store: Store, job_id: str, custom_id: str) -> dict[str, Any] | None:
     if frame.empty:
         return None
     row = frame.iloc[0].to_dict()
+    with store.cursor() as cur:  # an embeddings line: its vectors, from the vector table
+        row["raw"] = restore_vectors(cur, [job_id], [custom_id], [row["raw"]])[0]
     for name in ("messages", "params", "metadata", "raw"):
         row[name] = _json(row.get(name))
     return {k: (None if _missing(v) else v) for k, v in row.items()}

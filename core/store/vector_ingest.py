@@ -11,9 +11,11 @@ it, in ``vector_jobs``).
 :func:`take_vectors` reads the lines in Python (msgspec; decoding base64 is beyond DuckDB's
 JSON functions), each on its own: a line whose embedding cannot be read becomes a row of
 ``vector_problems`` naming the line and why, and the job's other lines go on. The results
-table keeps its one row per request as for any endpoint, and its ``raw`` line has each
-embedding as base64: the same float32 values in a quarter of the text (a 384-d float list
-is ~8 KB of digits; storing it twice made ingest 4x slower than the vectors alone).
+table keeps its one row per request as for any endpoint; its ``raw`` line has each vector
+that was stored left out (``"embedding": null``): the numbers are ~2 KB of every line, and
+keeping them twice made ingest at scale half as fast (bench/vectors.py).
+:func:`restore_vectors` puts them back, in the format each request asked for
+(``encoding_format``), for the JSONL export and the detail view.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ _encode = msgspec.json.Encoder().encode
 # without it are passed over before any parsing (a chat job's ingest pays one substring
 # search a line).
 _MARKER = '"embedding"'
+# What an embedding left out of a stored line reads as (msgspec writes no spaces).
+_STRIPPED = '"embedding":null'
 
 
 def vector_table(dims: int) -> str:
@@ -41,11 +45,26 @@ def vector_table(dims: int) -> str:
     return f"vectors_{int(dims)}"
 
 
+def vector_matrix(column: pa.ChunkedArray | pa.Array, dims: int) -> np.ndarray:
+    """A column of FLOAT[dims] as an (n, dims) float32 matrix."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(-1, dims)
+
+
+def job_dims(cur: duckdb.DuckDBPyConnection, job_id: str) -> int | None:
+    """The size of a job's stored vectors (None: it has none yet)."""
+    row = cur.execute("SELECT dims FROM vector_jobs WHERE job_id = ?", [job_id]).fetchone()
+    return row[0] if row else None
+
+
 @dataclass
 class DecodedVectors:
     """The vectors of a batch of result lines, in line order, and what could not be read
     (``input_index`` -1: the line as a whole)."""
 
+    dims: int | None = None  # the job's vector size: its first vector's
     custom_ids: list[str] = field(default_factory=list)
     indexes: list[int] = field(default_factory=list)
     vectors: list[np.ndarray] = field(default_factory=list)
@@ -85,14 +104,19 @@ def _as_base64(vector: np.ndarray) -> str:
     return base64.b64encode(vector.astype("<f4", copy=False).tobytes()).decode("ascii")
 
 
-def take_vectors(raws: list[str]) -> tuple[list[str], DecodedVectors]:
+def take_vectors(raws: list[str], dims: int | None) -> tuple[list[str], DecodedVectors]:
     """The vectors of the successful embedding lines among ``raws``, and the lines to keep
-    as the results' ``raw`` (embedding lines with their float lists made base64; every
-    other line unchanged).
+    as the results' ``raw``: each vector taken is left out of its line (``null``); every
+    other line is unchanged.
+
+    Args:
+        raws: output lines of one job.
+        dims: the job's vector size, None while it has no vector stored (its first vector
+            then sets it). A vector of another size is a problem, kept in its line.
 
     Lines of other endpoints and failures carry no vector and pass through untouched.
     """
-    found = DecodedVectors()
+    found = DecodedVectors(dims=dims)
     kept = list(raws)
     for position, raw in enumerate(raws):
         if _MARKER not in raw:
@@ -111,7 +135,7 @@ def take_vectors(raws: list[str]) -> tuple[list[str], DecodedVectors]:
             found.problems.append((custom_id, -1, "the line's data holds no embeddings"))
             continue
         seen: set[int] = set()
-        rewritten = False
+        taken = False
         for order, item in enumerate(data):
             index = item.get("index", order)
             if not isinstance(index, int) or isinstance(index, bool) or index < 0:
@@ -122,16 +146,20 @@ def take_vectors(raws: list[str]) -> tuple[list[str], DecodedVectors]:
                     raise ValueError(f"input {index} appears twice in the line")
                 seen.add(index)
                 vector = _vector(item.get("embedding"))
+                found.dims = found.dims or vector.size
+                if vector.size != found.dims:
+                    raise ValueError(
+                        f"the vector has {vector.size} dimensions; the job's have {found.dims}"
+                    )
             except ValueError as exc:
                 found.problems.append((custom_id, index, str(exc)))
                 continue
-            if isinstance(item["embedding"], list):
-                item["embedding"] = _as_base64(vector)
-                rewritten = True
+            item["embedding"] = None
+            taken = True
             found.custom_ids.append(custom_id)
             found.indexes.append(index)
             found.vectors.append(vector)
-        if rewritten:
+        if taken:
             kept[position] = _encode(line).decode("utf-8")
     return kept, found
 
@@ -141,23 +169,15 @@ def store_vectors(cur: duckdb.DuckDBPyConnection, job_id: str, found: DecodedVec
     many vectors were new or already there.
 
     Idempotent: a vector already stored is kept (a success is final, so reading its line
-    again gives the same vector), and a problem reported before is replaced. A vector
-    whose size differs from the job's becomes a problem.
+    again gives the same vector), and a problem reported before is replaced.
     """
-    row = cur.execute("SELECT dims FROM vector_jobs WHERE job_id = ?", [job_id]).fetchone()
-    dims = row[0] if row else (found.vectors[0].size if found.vectors else None)
     keep, keys = [], set()
-    for i, vector in enumerate(found.vectors):  # the first line of a repeated id wins
+    for i in range(len(found.vectors)):  # the first line of a repeated id wins
         key = (found.custom_ids[i], found.indexes[i])
-        if vector.size == dims and key not in keys:
+        if key not in keys:
             keys.add(key)
             keep.append(i)
-    problems = list(found.problems)
-    problems += [
-        (found.custom_ids[i], found.indexes[i],
-         f"the vector has {v.size} dimensions; the job's have {dims}")
-        for i, v in enumerate(found.vectors) if v.size != dims
-    ]  # fmt: skip
+    problems = found.problems
     if problems:
         rows = pa.table(  # noqa: F841 (read by DuckDB by name)
             {
@@ -173,8 +193,8 @@ def store_vectors(cur: duckdb.DuckDBPyConnection, job_id: str, found: DecodedVec
         )
     if not keep:
         return 0
-    if row is None:
-        cur.execute("INSERT OR REPLACE INTO vector_jobs VALUES (?, ?)", [job_id, dims])
+    dims = found.dims
+    cur.execute("INSERT OR IGNORE INTO vector_jobs VALUES (?, ?)", [job_id, dims])
     table = vector_table(dims)
     # No primary key: checking one on every insert cost a third more than this anti-join
     # against the job's stored keys (bench/vectors.py), which keeps ingest idempotent alike.
@@ -220,3 +240,56 @@ def forget_vectors(cur: duckdb.DuckDBPyConnection, job_ids: list[str]) -> None:
         cur.execute(f"DELETE FROM {vector_table(dims)} WHERE list_contains(?, job_id)", [job_ids])
     for table in ("vector_problems", "vector_jobs"):
         cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [job_ids])
+
+
+def restore_vectors(
+    cur: duckdb.DuckDBPyConnection, job_ids: list[str], custom_ids: list[str], raws: list[str]
+) -> list[str]:
+    """Stored results lines (``raws``, of results ``(job_ids[i], custom_ids[i])``) with the
+    vectors ingest left out put back: as float lists, or as base64 where the request asked
+    for ``encoding_format: "base64"``. Lines without a vector left out come back as they are.
+    """
+    out = list(raws)
+    wanted = [i for i, raw in enumerate(raws) if raw is not None and _STRIPPED in raw]
+    if not wanted:
+        return out
+    keys = pa.table(  # noqa: F841 (read by DuckDB by name)
+        {
+            "position": pa.array(wanted, pa.int64()),
+            "job_id": [job_ids[i] for i in wanted],
+            "custom_id": [custom_ids[i] for i in wanted],
+        }
+    )
+    found: dict[int, dict[int, Any]] = {}
+    sizes = cur.execute(
+        "SELECT DISTINCT dims FROM vector_jobs WHERE job_id IN (SELECT job_id FROM keys)"
+    ).fetchall()
+    for (dims,) in sizes:
+        table = cur.execute(
+            f"""
+            SELECT k.position, v.input_index, v.vector,
+                   q.params->>'$.encoding_format' = 'base64' AS base64
+            FROM keys k
+            JOIN {vector_table(dims)} v ON v.job_id = k.job_id AND v.custom_id = k.custom_id
+            LEFT JOIN requests q ON q.job_id = k.job_id AND q.custom_id = k.custom_id
+            """
+        ).to_arrow_table()
+        vectors = vector_matrix(table.column("vector"), dims)
+        columns = zip(
+            table.column("position").to_pylist(),
+            table.column("input_index").to_pylist(),
+            table.column("base64").to_pylist(),
+            vectors,
+            strict=True,
+        )
+        for position, index, as_base64, vector in columns:
+            found.setdefault(position, {})[index] = (
+                _as_base64(vector) if as_base64 else vector.tolist()
+            )
+    for position, embeddings in found.items():
+        line = _decode(out[position])
+        for order, item in enumerate(line["response"]["body"]["data"]):
+            if item.get("embedding") is None:
+                item["embedding"] = embeddings.get(item.get("index", order))
+        out[position] = _encode(line).decode("utf-8")
+    return out

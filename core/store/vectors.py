@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 
 from core.store.db import Store
-from core.store.vector_ingest import vector_table
+from core.store.vector_ingest import job_dims, vector_matrix, vector_table
 
 # The text of input ``v.input_index`` of request ``q``.
 TEXT_SQL = """
@@ -84,8 +84,7 @@ class VectorMap:
 def job_dimensions(store: Store, job_id: str) -> int | None:
     """The size of a job's vectors (None: the job has none)."""
     with store.cursor() as cur:
-        row = cur.execute("SELECT dims FROM vector_jobs WHERE job_id = ?", [job_id]).fetchone()
-    return row[0] if row else None
+        return job_dims(cur, job_id)
 
 
 def _dimensions(store: Store, job_ids: list[str]) -> int:
@@ -232,15 +231,7 @@ def _job_matrix(store: Store, job_id: str) -> tuple[pd.DataFrame, np.ndarray]:
             """,
             [job_id],
         ).to_arrow_table()
-    return table.drop(["vector"]).to_pandas(), _matrix(table.column("vector"), dims)
-
-
-def _matrix(column: pa.ChunkedArray | pa.Array, dims: int) -> np.ndarray:
-    """A column of FLOAT[dims] as an (n, dims) float32 matrix."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks else pa.array([], column.type)
-    values = column.flatten().to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(values, dtype=np.float32).reshape(-1, dims)
+    return table.drop(["vector"]).to_pandas(), vector_matrix(table.column("vector"), dims)
 
 
 def near_duplicates(
@@ -343,7 +334,7 @@ def vector_map(store: Store, job_id: str, max_points: int = MAP_POINTS, seed: in
             [int(seed), job_id, int(max_points), job_id],
         ).to_arrow_table()
     points = table.drop(["vector"]).to_pandas()
-    matrix = _matrix(table.column("vector"), dims).astype(np.float64)
+    matrix = vector_matrix(table.column("vector"), dims).astype(np.float64)
     centred = matrix - matrix.mean(axis=0) if len(matrix) else matrix
     if len(matrix) >= 2:
         values, axes = np.linalg.eigh(centred.T @ centred)  # ascending
@@ -403,7 +394,7 @@ def export_vectors_npy(store: Store, job_id: str, path: Path) -> tuple[Path, Pat
         with pa_csv.CSVWriter(ids_path, _IDS_SCHEMA) as ids:
             for batch in reader:
                 n = batch.num_rows
-                matrix[row : row + n] = _matrix(batch.column("vector"), dims)
+                matrix[row : row + n] = vector_matrix(batch.column("vector"), dims)
                 ids.write_table(
                     pa.table(
                         {
