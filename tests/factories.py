@@ -85,7 +85,8 @@ def finished_job(
     Args:
         folder: where the batch file and the ``jobs`` folder go.
         rows: ``{custom_id: answer or None}``, or rows as :class:`ScriptedExecutor` reads
-            them, with ``prompt``, ``system`` and ``metadata`` for the request line.
+            them, with ``prompt``, ``system`` and ``metadata`` for the chat request line,
+            or ``request``: the whole request line (any endpoint).
         latencies: ``latency_ms`` for some ids (the others look like lines written before
             the engine timed requests).
         model: the model folder's name (what output lines and the store call the model).
@@ -105,7 +106,10 @@ def finished_job(
         if row.get("metadata"):
             extra["metadata"] = row["metadata"]
         prompt = row.get("prompt", f"prompt {row['custom_id']}")
-        lines.append(request_line(row["custom_id"], prompt, row.get("system"), **extra))
+        if "request" in row:
+            lines.append(json.dumps(row["request"]))
+        else:
+            lines.append(request_line(row["custom_id"], prompt, row.get("system"), **extra))
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
     job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
     executor = ScriptedExecutor(by_id, model)

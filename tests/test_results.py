@@ -241,6 +241,23 @@ def test_results_ingested_before_the_search_column_are_found_after_the_upgrade(t
     assert ids(R.page(db, R.ResultFilter(job_ids=[job.job_id], search="BOLD"))) == ["c"]
 
 
+def test_a_responses_input_list_is_found_by_its_last_user_turn(tmp_path):
+    turns = [
+        {"role": "user", "content": "Hello there"},
+        {"role": "assistant", "content": "Hi! How can I help?"},
+        {"role": "user", "content": [{"type": "input_text", "text": "Where is my parcel?"}]},
+    ]
+    body = {"model": "gpt-x", "input": turns, "max_output_tokens": 8}
+    request = {"custom_id": "r", "method": "POST", "url": "/v1/responses", "body": body}
+    job = finished_job(tmp_path, [{"custom_id": "r", "answer": "On its way", "request": request}])
+    db = Store(tmp_path / "studio.duckdb")
+    db.ingest(job)
+    f = R.ResultFilter(job_ids=[job.job_id], search="parcel", search_in="prompt")
+    found = R.page(db, f)
+    assert ids(found) == ["r"] and found["prompt"][0] == "Where is my parcel?"
+    assert ids(R.page(db, f.model_copy(update={"search": "how can i help"}))) == []
+
+
 ODD_KEYS = [
     {"custom_id": "k1", "prompt": "p", "answer": "a", "metadata": {"$[": "open", "x": "plain"}},
     {"custom_id": "k2", "prompt": "p", "answer": "b", "metadata": {"$.x": "dotted", "x": "x2"}},

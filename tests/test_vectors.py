@@ -21,6 +21,7 @@ from core.store import results as R
 from core.store import vectors as V
 from core.store.db import Store
 from core.store.export import export_results
+from core.store.schema import MIGRATIONS
 
 
 def b64(vector: np.ndarray) -> str:
@@ -171,6 +172,52 @@ def test_a_request_of_several_inputs_keeps_each_vector_with_its_own_text(tmp_pat
     assert [first["custom_id"], first["input_index"], first["text"]] == ["many", 0, "first text"]
     assert found.iloc[0]["similarity"] == pytest.approx(1.0, abs=1e-5)
     assert set(found["text"]) == {"first text", "second text", "third text"}
+
+
+def test_a_search_finds_any_text_of_a_request_of_several_inputs(tmp_path):
+    matrix = unit_rows(3, 8)
+    inputs = {"many": ["Refund please", "Parcel late", "Login broken"], "ids": [[1, 2], [3]]}
+    lines = [
+        embedding_line("many", [m.tolist() for m in matrix]),
+        embedding_line("ids", [matrix[0].tolist(), matrix[1].tolist()]),
+    ]
+    job = embedding_job(tmp_path, inputs, lines)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    for text in ("parcel late", "LOGIN", "refund"):
+        found = R.page(store, R.ResultFilter(job_ids=[job.job_id], search=text))
+        assert list(found["custom_id"]) == ["many"], text
+    found = R.page(store, R.ResultFilter(job_ids=[job.job_id], search="Parcel", match_case=True))
+    assert found["prompt"][0] == "Refund please\nParcel late\nLogin broken"
+    # token ids are no text: nothing to find, nothing made up
+    assert R.page(store, R.ResultFilter(job_ids=[job.job_id], search="1")).empty
+
+
+def test_an_older_store_reads_its_embeddings_jobs_again_on_upgrade(tmp_path):
+    vector = unit_rows(1, 8)[0]
+    lines = [embedding_line("many", [vector.tolist(), vector.tolist()])]
+    job = embedding_job(tmp_path, {"many": ["first text", "second text"]}, lines)
+    path = tmp_path / "studio.duckdb"
+    store = Store(path)
+    store.ingest(job)
+    # As the previous version left it: no prompt for a list of texts, and the vectors kept
+    # in the stored line as base64 (a float request exported them so).
+    old_line = embedding_line("many", [b64(vector), b64(vector)])
+    store.execute("UPDATE requests SET prompt = NULL, prompt_lower = NULL")
+    store.execute(
+        "UPDATE results SET prompt = NULL, search_text = lower(answer), raw = ?",
+        [json.dumps(old_line)],
+    )
+    version = next(n for n, sql in enumerate(MIGRATIONS, 1) if "FROM vector_jobs)" in sql)
+    store.execute("DELETE FROM schema_migrations WHERE version >= ?", [version])
+    store.close()
+    store = Store(path)
+    store.ingest(job)  # what the app does next, on its own
+    found = R.page(store, R.ResultFilter(job_ids=[job.job_id], search="second text"))
+    assert list(found["custom_id"]) == ["many"]
+    raw = R.detail(store, job.job_id, "many")["raw"]
+    assert [d["embedding"] for d in raw["response"]["body"]["data"]] == [vector.tolist()] * 2
+    assert len(stored(store, job.job_id)) == 2
 
 
 def test_a_failed_request_has_no_vector_but_keeps_its_error(tmp_path):

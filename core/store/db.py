@@ -226,7 +226,8 @@ class Store:
                            CASE WHEN json_valid(raw) THEN json_transform(raw, ?) END AS d
                     FROM lines
                 ), users AS (
-                    SELECT *, list_filter(json_extract(d.body.messages, '$[*]'),
+                    SELECT *, list_filter(json_extract(coalesce(d.body.messages, d.body.input),
+                                                       '$[*]'),
                                           lambda m: m->>'role' = 'user')[-1]->'$.content'
                               AS user_content
                     FROM parsed

@@ -191,6 +191,15 @@ MIGRATIONS: list[str] = [
         check_name VARCHAR
     );
     """,
+    # Read again the jobs whose requests had no prompt to search (embeddings lists of texts,
+    # Responses input lists) or whose stored lines held their vectors a second time: the
+    # store is an index, so the next ingest rebuilds their rows from the job folders.
+    """
+    UPDATE ingest_state SET requests_loaded = false, output_offset = 0, errors_offset = 0
+    WHERE job_id IN (SELECT job_id FROM vector_jobs)
+       OR job_id IN (SELECT job_id FROM requests
+                     WHERE prompt IS NULL AND json_type(messages) = 'ARRAY');
+    """,
 ]
 
 
@@ -277,8 +286,9 @@ REQUEST_SHAPE = json.dumps(
         },
     }
 )
-# The text a person reads as "the prompt": the last user turn (text parts joined), a
-# completions prompt, or a Responses input.
+# The text a person reads (and searches) as "the prompt": the last user turn of the
+# messages or of a Responses input list (text parts joined), a completions prompt, or an
+# input string; an embeddings list of texts is its texts, one per line (token ids: none).
 REQUEST_COLUMNS_SQL = """
     coalesce(d.custom_id, 'line-' || line_no) AS custom_id,
     line_no,
@@ -289,7 +299,12 @@ REQUEST_COLUMNS_SQL = """
                 list_transform(json_extract(user_content, '$[*]'), lambda p: p->>'text'), '')
             ELSE user_content->>'$' END,
         d.body.prompt,
-        CASE json_type(d.body.input) WHEN 'VARCHAR' THEN d.body.input->>'$' END
+        CASE json_type(d.body.input)
+            WHEN 'VARCHAR' THEN d.body.input->>'$'
+            WHEN 'ARRAY' THEN nullif(array_to_string(list_transform(
+                list_filter(json_extract(d.body.input, '$[*]'), lambda x: json_type(x) = 'VARCHAR'),
+                lambda x: x->>'$'), chr(10)), '')
+        END
     ) AS prompt,
     coalesce(d.body.messages, d.body.input) AS messages,
     d.body.metadata AS metadata,
