@@ -111,7 +111,7 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
 # Found only with the model's tokenizer (prompt + max output against its context).
 WITH_MODEL = {
     "context_overflow.jsonl": (3, 2, [
-        (1, "warning", "exceeds the context of 8192 by"),
+        (1, "warning", "exceeds the context of 8,192 by"),
         (2, "error", "tokens; the model's context is 8,192: shorten it by at least"),
     ]),
 }  # fmt: skip

@@ -49,7 +49,7 @@ def test_jsonl_is_the_openai_output_file_line_for_line(db, tmp_path):
     n = E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "out.jsonl", "jsonl")
     assert n == 4
     written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
-    original = list(combined_lines(job))  # each request's final line, in input order
+    original = [json.loads(line) for line in combined_lines(job)]  # final lines, input order
     assert written == original
     assert written[2]["response"]["body"]["choices"][0]["message"]["content"].startswith("<b>")
 

@@ -13,6 +13,7 @@ from core.jobs.ledger import (
     read_ledger,
     reconcile,
     verify,
+    write_combined,
     write_rerun_file,
 )
 from core.jobs.output_file import OutputWriter
@@ -39,9 +40,22 @@ def test_a_success_after_a_failure_is_the_final_result(tmp_path):
         writer.write([json.loads(other.output.read_text().splitlines()[0])])
     ledger = read_ledger(job)
     assert ledger.succeeded == {"a", "b"} and ledger.failed == {}
-    finals = {line["custom_id"]: line for line in combined_lines(job)}
+    finals = {d["custom_id"]: d for d in map(json.loads, combined_lines(job))}
     assert finals["b"]["error"] is None
     assert reconcile(job).complete
+    # The combined file: each final line byte for byte as the worker wrote it, input order.
+    written = job.output.read_bytes().splitlines(keepends=True)  # a, then b's success
+    assert write_combined(job, tmp_path / "all.jsonl") == 2
+    assert (tmp_path / "all.jsonl").read_bytes() == b"".join(written)
+
+
+def test_a_request_that_failed_twice_keeps_its_latest_error(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": None})
+    with OutputWriter(job.errors) as writer:
+        writer.write([error_line("b", "engine_error", "the engine stopped")])
+    finals = [json.loads(line) for line in combined_lines(job)]
+    assert [d["custom_id"] for d in finals] == ["a", "b"]
+    assert finals[1]["error"]["message"] == "the engine stopped"
 
 
 def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):

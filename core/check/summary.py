@@ -68,8 +68,8 @@ class Summary:
             return Problem(
                 line_no,
                 "warning",
-                f"prompt {prompt} + max output {max_out} tokens exceeds the context of "
-                f"{context} by {over}; the answer stops after {context - prompt} tokens "
+                f"prompt {prompt:,} + max output {max_out:,} tokens exceeds the context of "
+                f"{context:,} by {over:,}; the answer stops after {context - prompt:,} tokens "
                 f"(set max_tokens to {context - prompt} or shorten the prompt)",
                 cid,
                 CONTEXT_EXCEEDED,

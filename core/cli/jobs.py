@@ -49,6 +49,9 @@ from core.schemas import (
     problems_of,
 )
 
+# How often `core run` reads the job's status: the end of a job is seen within this much.
+FOLLOW_SECONDS = 0.2
+
 
 def _print_refusal(refused: Refused) -> None:
     """Prints why a job was not started; a file's problems first, then every reason."""
@@ -156,7 +159,7 @@ def _follow(job: JobFolder, worker: Popen) -> JobStatus:
             stranded = worker.poll() is not None and status.state == "queued"
             if stranded and EngineLock(job.path.parent).holder() is None:  # nobody took it
                 worker = take_up(job)
-            time.sleep(0.5)
+            time.sleep(FOLLOW_SECONDS)
 
 
 def _job(job_id: str) -> JobFolder | None:
