@@ -18,8 +18,9 @@ from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 
 from core.check import check_file
 from core.check.requests import EMBEDDINGS_URL, RequestError, parse_request
-from core.config import REPO_ROOT, default_embedding_model_dir, default_model_dir
-from core.jobs.folder import list_jobs
+from core.config import REPO_ROOT, data_paths, default_embedding_model_dir, default_model_dir
+from core.jobs.folder import cancel, list_jobs
+from core.jobs.inbox import process_file
 from core.jobs.ledger import reconcile, verify
 from core.run.outputs import Embeddings, success_line
 from core.schemas import JobDefaults
@@ -223,3 +224,40 @@ def test_an_embeddings_job_killed_mid_run_resumes_with_nothing_lost_or_twice(stu
     final = [json.loads(raw) for raw in out.read_text().splitlines()]
     assert [line["custom_id"] for line in final] == [f"d{i:04d}" for i in range(count)]
     assert all(len(decoded(line["response"]["body"]["data"][0])) == 384 for line in final)
+
+
+@pytest.mark.engine
+def test_an_embeddings_file_dropped_in_the_inbox_is_cancelled_and_resumed_losing_nothing(
+    studio_home, tmp_path
+):
+    """The hot folder, cancel and resume treat an embeddings job as they do a chat job."""
+    count = 1500
+    lines = [
+        embed_line(f"t{i:04d}", input=[f"Ticket {i}: refund", f"Ticket {i}: parcel late"])
+        if i % 3 == 0
+        else embed_line(f"t{i:04d}", input=f"Ticket {i}: the export fails " * 6)
+        for i in range(count)
+    ]
+    paths = data_paths()
+    dropped = paths.inbox / "tickets.jsonl"
+    dropped.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    job = process_file(dropped, paths)  # what the inbox watcher does: check, queue, start
+
+    assert job is not None and not dropped.exists()
+    assert job.read_spec().embedding_model == str(default_embedding_model_dir())
+    wait_for(paths.jobs, lambda s: s.state == "running" and s.done >= 150)
+    cancel(job)
+    stopped = wait_for(paths.jobs, lambda s: s.is_final).read_status()
+    assert stopped.state == "cancelled" and 150 <= stopped.done < count
+    kept = reconcile(job)
+    assert kept.succeeded == stopped.done and len(kept.missing) == count - stopped.done
+
+    result = run_cli("resume", job.job_id)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert reconcile(job).complete and verify(job).ok
+    written = [json.loads(raw) for raw in job.output.read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in written) == [f"t{i:04d}" for i in range(count)]
+    inputs = {line["custom_id"]: len(line["response"]["body"]["data"]) for line in written}
+    assert inputs == {f"t{i:04d}": 2 if i % 3 == 0 else 1 for i in range(count)}
