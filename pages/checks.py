@@ -9,6 +9,7 @@ import streamlit as st
 from core.qa import grading
 from core.qa.rules import EXAMPLE, RULE_TYPES, RulesError, load_rules
 from core.store import checks as ck
+from core.store import judged as jd
 from core.store import results as res
 from core.store import samples as sm
 from pages.judging import agreement_section, judge_section
@@ -22,10 +23,11 @@ db = store()
 label = job_labels()
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
+graded = [j for j in ids if j not in jd.judge_jobs(db)] or ids  # a judge is rarely graded
 job_ids = st.multiselect(
     "Jobs",
     ids,
-    default=[current if current in ids else ids[0]],
+    default=[current if current in ids else graded[0]],
     format_func=label,
     key="checks_jobs",
 )

@@ -67,6 +67,8 @@ def test_checks_page_starts_a_judge_and_shows_its_verdicts_and_agreement(
     assert spec.judge.graded == [graded] and spec.engine.model == str(model)
     # The judge passes a and b and fails c; ana passed a and c and failed b.
     answer_judge(job, {"a": verdict("pass"), "b": verdict("pass"), "c": verdict("fail")})
+    # Opened afresh, the page offers the graded job, not the newer judge job, to check.
+    assert open_page("checks.py").multiselect(key="checks_jobs").value == [graded]
 
     at = open_page("checks.py", job_id=graded)
     name = spec.judge.check

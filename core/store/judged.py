@@ -67,6 +67,11 @@ FROM results r WHERE r.job_id = ?
 """
 
 
+def judge_jobs(store: Store) -> set[str]:
+    """The ids of every judge job (a job whose lines grade other jobs' results)."""
+    return set(store.query("SELECT judge_job FROM judge_links")["judge_job"])
+
+
 def judges(store: Store, job_ids: list[str], kind: str = "verdict") -> pd.DataFrame:
     """The judge jobs of ``kind`` grading any of these jobs (``pairwise``: both of them, in
     either order), oldest first: judge_job, check_name, graded, name, state."""
