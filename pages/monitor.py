@@ -108,7 +108,12 @@ def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
     if status.state == "cancelling":
         return "–", "Cancelling: the requests in the engine finish; nothing new starts."
     if speed.eta_seconds is None:
+        if speed.eta_counts == "requests":
+            return "estimating", "Known once the first results are written."
         return "estimating", "Known once the engine has generated its first tokens."
+    if speed.eta_counts == "requests":
+        help = "The requests still without a result, at the rate they are finishing now."
+        return _duration(speed.eta_seconds), help
     if speed.eta_is_bound:
         help = (
             "At most: no answer of this model was measured yet, so every answer is taken "

@@ -341,10 +341,12 @@ if report.valid and report.by_local_model:
     estimate_metrics(estimate_data)
     cost = result.cost
     for model_estimate in result.models:
-        st.caption(
-            f"{model_estimate.model}: expected output from {model_estimate.expected_basis}; "
-            f"cost: {model_estimate.cost_basis}."
+        made = (
+            "vectors, timed by the input tokens/s measured on this machine"
+            if model_estimate.embedding
+            else f"expected output from {model_estimate.expected_basis}"
         )
+        st.caption(f"{model_estimate.model}: {made}; cost: {model_estimate.cost_basis}.")
     for note in result.notes:
         st.info(escape(note))
     if result.over_budget:

@@ -22,6 +22,8 @@ from core.config import REPO_ROOT, data_paths, default_embedding_model_dir, defa
 from core.jobs.folder import cancel, list_jobs
 from core.jobs.inbox import process_file
 from core.jobs.ledger import reconcile, verify
+from core.plan.estimate import estimate
+from core.plan.pricing import PriceTable
 from core.run.outputs import Embeddings, success_line
 from core.schemas import JobDefaults
 from tests.conftest import run_cli
@@ -261,3 +263,8 @@ def test_an_embeddings_file_dropped_in_the_inbox_is_cancelled_and_resumed_losing
     assert sorted(line["custom_id"] for line in written) == [f"t{i:04d}" for i in range(count)]
     inputs = {line["custom_id"]: len(line["response"]["body"]["data"]) for line in written}
     assert inputs == {f"t{i:04d}": 2 if i % 3 == 0 else 1 for i in range(count)}
+    # The resumed run measured the embedding model's speed: the next estimate has a time.
+    report = check_file(job.input, model_folder=default_model_dir())
+    result = estimate(report, PriceTable(), home=paths.home)
+    [model] = result.models
+    assert model.embedding and model.tokens_per_s > 0 and model.seconds > model.load_seconds > 0

@@ -123,6 +123,42 @@ def test_prices_per_token_and_per_gpu_hour(tmp_path: Path) -> None:
     assert "OVER budget: a run needs explicit confirmation" in lines
 
 
+def test_an_embeddings_file_is_timed_by_its_input_tokens_at_the_measured_input_speed(
+    tmp_path: Path,
+) -> None:
+    embedder = "all-MiniLM-L6-v2"
+    report = CheckReport(path="x.jsonl", lines=400, valid=400)
+    report.by_local_model["/models/" + embedder] = {
+        "folder": "/models/" + embedder,
+        "name": embedder,
+        "embedding": True,
+        "lines": 400,
+        "prompt_tokens": 40_000,
+        "max_output_tokens": 0,
+        "limits": {},
+    }
+    gpu = PriceTable(models={embedder: ModelPrice(gpu_hour=3.6)})
+    unmeasured = estimate(report, gpu, home=tmp_path)
+    assert unmeasured.seconds is None and "no run of all-MiniLM-L6-v2" in unmeasured.notes[0]
+    # A run of the embedding model: 8,000 input tokens in 4 s, no output at all.
+    record_run(
+        embedder, output_tokens=0, input_tokens=8_000, requests=80, seconds=4.0, answers=[],
+        load_seconds=12.0, home=tmp_path,
+    )  # fmt: skip
+    assert model_record(embedder, tmp_path).throughput.input_tokens_per_s == 2_000
+    result = estimate(report, gpu, home=tmp_path)
+    assert result.notes == []
+    assert result.expected_output_tokens == 0 and result.max_output_tokens == 0
+    assert result.seconds == pytest.approx(40_000 / 2_000 + 12.0)  # then the model load
+    assert result.cost == pytest.approx(32.0 / 3600 * 3.6)
+    assert "(= 0.50 per 1M input tokens at the measured 2,000 tokens/s)" in (
+        result.models[0].cost_basis
+    )
+    assert "400 requests, 40,000 input tokens, embeddings; time 32 s" in (estimate_lines(result)[0])
+    per_token = PriceTable(models={embedder: ModelPrice(input_per_1m=0.02)})
+    assert estimate(report, per_token, home=tmp_path).cost == pytest.approx(40_000 * 0.02 / 1e6)
+
+
 def test_an_unknown_cost_is_never_over_budget(tmp_path: Path) -> None:
     result = estimate(report_for(), PriceTable(budget=0.0), home=tmp_path)
     assert not result.over_budget

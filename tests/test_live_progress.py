@@ -243,3 +243,6 @@ def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path
     # (130 - 40) texts in the 20 s since the first sample that moved.
     assert metric(at, "Texts embedded/s") == "4"
     assert metric(at, "Requests/s") == "1.00"
+    # No tokens to count: the ETA is the 70 requests left at 1 request/s, and says so.
+    eta = next(m for m in at.metric if m.label == "ETA")
+    assert eta.value == "1:10" and "requests still without a result" in eta.help

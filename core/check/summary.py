@@ -163,21 +163,28 @@ class Summary:
                 self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
             if self.tokens is not None:
                 embedding = type(item) is CheckedLine and item.request.is_embedding
-                self._add_local(self.tokens.folder_for(model, embedding), max_tokens, n, counted)
+                folder = self.tokens.folder_for(model, embedding)
+                self._add_local(folder, embedding, max_tokens, n, counted)
         report.lines += len(batch)
 
     def _add_local(
-        self, folder: str, max_tokens: int, n: int, counted: tuple[int, int | None] | None
+        self,
+        folder: str,
+        embedding: bool,
+        max_tokens: int,
+        n: int,
+        counted: tuple[int, int | None] | None,
     ) -> None:
         """Adds a valid line to its local model's totals and the token histogram; ``limits``
         counts answers per ``max_tokens``, which the estimate scales answer lengths by (an
-        embeddings line has none)."""
+        embeddings line has none: ``embedding`` says the model makes vectors)."""
         report = self.report
         local = report.by_local_model.get(folder)
         if local is None:
             local = report.by_local_model[folder] = {
                 "folder": folder,
                 "name": Path(folder).name,
+                "embedding": embedding,
                 "lines": 0,
                 "prompt_tokens": 0,
                 "max_output_tokens": 0,

@@ -5,8 +5,9 @@ two figures: the maximum (every answer as long as its line's ``max_tokens`` allo
 expected one: the answers measured on earlier runs of the same model replayed against each
 line's own limit (:mod:`core.plan.measured`), or a share of the maximum the user chooses
 while no answer of the model has been measured. Time is the expected output at the model's
-measured speed, plus its measured load time unless a worker has it loaded now; until a run
-of the model has been measured, the estimate says plainly that it has no time.
+measured speed (an embedding model writes no tokens: its input at its measured input speed),
+plus its measured load time unless a worker has it loaded now; until a run of the model has
+been measured, the estimate says plainly that it has no time.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.check import CheckReport
-from core.plan.measured import ModelRecord, RunMeasurement, model_record
+from core.plan.measured import ModelRecord, model_record
 from core.plan.pricing import PriceTable
 
 DEFAULT_EXPECTED_SHARE = 0.5
@@ -44,12 +45,13 @@ class ModelEstimate:
     max_output_tokens: int
     expected_output_tokens: int
     expected_basis: str
-    tokens_per_s: float | None  # measured on this machine; None before a run
+    tokens_per_s: float | None  # measured here (input tokens for embeddings); None before
     load_seconds: float
     seconds: float | None
     cost: float | None
     max_cost: float | None
     cost_basis: str
+    embedding: bool = False  # vectors: no output; time from input tokens
 
 
 @dataclass
@@ -108,8 +110,10 @@ def _cost(
     input_tokens: int,
     output_tokens: int,
     seconds: float | None,
-    throughput: RunMeasurement | None = None,
+    rate: tuple[float, str] | None = None,
 ) -> tuple[float | None, str]:
+    """The cost and how it was reached; ``rate`` is the measured speed the time came from
+    (tokens/s, and which tokens: "output" or "input")."""
     if price.input_per_1m is not None or price.output_per_1m is not None:
         cost = (
             input_tokens * (price.input_per_1m or 0.0)
@@ -120,14 +124,26 @@ def _cost(
         if seconds is None:
             return None, "a GPU-hour price needs a measured throughput"
         basis = "GPU-hour price x estimated time"
-        if throughput is not None:
-            per_million = price.gpu_hour / (throughput.output_tokens_per_s * 3600) * 1e6
+        if rate is not None:
+            per_s, which = rate
+            per_million = price.gpu_hour / (per_s * 3600) * 1e6
             basis += (
-                f" (= {per_million:,.2f} per 1M output tokens at the measured "
-                f"{throughput.output_tokens_per_s:,.0f} tokens/s)"
+                f" (= {per_million:,.2f} per 1M {which} tokens at the measured "
+                f"{per_s:,.0f} tokens/s)"
             )
         return seconds / 3600 * price.gpu_hour, basis
     return None, "no price set for this model"
+
+
+def _speed(local: dict[str, Any], record: ModelRecord) -> tuple[float, str] | None:
+    """The measured speed time is reckoned by, and which tokens it counts: output tokens
+    for a chat model, input tokens for an embedding model (it writes none)."""
+    run = record.throughput
+    if run is None:
+        return None
+    if local.get("embedding"):
+        return (run.input_tokens_per_s, "input") if run.input_tokens_per_s else None
+    return (run.output_tokens_per_s, "output") if run.output_tokens_per_s > 0 else None
 
 
 def estimate(
@@ -159,7 +175,7 @@ def estimate(
         return result
     for local in report.by_local_model.values():
         result.models.append(_model_estimate(local, prices, expected_share, loaded, home))
-        if result.models[-1].tokens_per_s is None:
+        if result.models[-1].seconds is None:
             result.notes.append(
                 f"no run of {local['name']} measured yet on this machine: no time estimate "
                 "(a finished run records one)"
@@ -175,25 +191,20 @@ def _model_estimate(
     home: Path | None,
 ) -> ModelEstimate:
     name, lines, max_out = local["name"], local["lines"], local["max_output_tokens"]
-    # A report kept from before limits were counted: every line at the average limit.
-    limits = local.get("limits") or {str(max(1, max_out // max(lines, 1))): lines}
     record = model_record(name, home)
-    measured = expected_output_tokens(record, limits)
-    if measured is not None:
-        expected = min(max_out, round(measured))
-        basis = (
-            f"{len(record.answers):,} measured answers of {name}, each replayed against "
-            "the line's max_tokens"
-        )
+    if local.get("embedding"):
+        expected, basis = 0, "none: an embedding model writes vectors, not tokens"
     else:
-        expected = round(max_out * expected_share)
-        basis = f"{expected_share:.0%} of max_tokens (no answer of {name} measured yet)"
-    speed = record.throughput
+        expected, basis = _expected_output(local, record, expected_share)
+    speed = _speed(local, record)
     load = 0.0 if name in loaded else (record.load_seconds or 0.0)
-    seconds = expected / speed.output_tokens_per_s + load if speed is not None else None
+    # Time is the tokens the speed counts at that speed: output for chat, input for vectors.
+    work = local["prompt_tokens"] if local.get("embedding") else expected
+    most = local["prompt_tokens"] if local.get("embedding") else max_out
+    seconds = work / speed[0] + load if speed is not None else None
+    max_seconds = most / speed[0] + load if speed is not None else None
     price = prices.price(name)
     cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds, speed)
-    max_seconds = max_out / speed.output_tokens_per_s + load if speed is not None else None
     max_cost, _ = _cost(price, local["prompt_tokens"], max_out, max_seconds)
     return ModelEstimate(
         name,
@@ -202,13 +213,32 @@ def _model_estimate(
         max_out,
         expected,
         basis,
-        speed.output_tokens_per_s if speed is not None else None,
+        speed[0] if speed is not None else None,
         load,
         seconds,
         cost,
         max_cost,
         cost_basis,
+        bool(local.get("embedding")),
     )
+
+
+def _expected_output(
+    local: dict[str, Any], record: ModelRecord, expected_share: float
+) -> tuple[int, str]:
+    """A chat model's expected output tokens, and what they come from."""
+    name, lines, max_out = local["name"], local["lines"], local["max_output_tokens"]
+    # A report kept from before limits were counted: every line at the average limit.
+    limits = local.get("limits") or {str(max(1, max_out // max(lines, 1))): lines}
+    measured = expected_output_tokens(record, limits)
+    if measured is not None:
+        basis = (
+            f"{len(record.answers):,} measured answers of {name}, each replayed against "
+            "the line's max_tokens"
+        )
+        return min(max_out, round(measured)), basis
+    expected = round(max_out * expected_share)
+    return expected, f"{expected_share:.0%} of max_tokens (no answer of {name} measured yet)"
 
 
 def format_duration(seconds: float | None) -> str:
@@ -229,11 +259,15 @@ def estimate_lines(result: JobEstimate) -> list[str]:
     for m in result.models:
         cost = f"{m.cost:,.4f} {result.currency}" if m.cost is not None else m.cost_basis
         load = f" (model load {format_duration(m.load_seconds)} included)" if m.load_seconds else ""
+        output = (
+            "embeddings"
+            if m.embedding
+            else f"output {m.expected_output_tokens:,} expected ({m.expected_basis}) / "
+            f"{m.max_output_tokens:,} at most"
+        )
         lines.append(
-            f"{m.model}: {m.lines:,} requests, {m.input_tokens:,} input tokens, output "
-            f"{m.expected_output_tokens:,} expected ({m.expected_basis}) / "
-            f"{m.max_output_tokens:,} at most; time {format_duration(m.seconds)}{load}; "
-            f"cost {cost}"
+            f"{m.model}: {m.lines:,} requests, {m.input_tokens:,} input tokens, {output}; "
+            f"time {format_duration(m.seconds)}{load}; cost {cost}"
         )
     if result.models:
         total = f"{result.cost:,.4f} {result.currency}" if result.cost is not None else "unknown"

@@ -27,10 +27,12 @@ ANSWERS_KEPT = 2_000
 
 
 class RunMeasurement(BaseModel):
-    """The speed of one finished run (model load excluded)."""
+    """The speed of one finished run (model load excluded). An embedding model's run has
+    no output: its speed is in input tokens (None in runs recorded before it was kept)."""
 
-    output_tokens_per_s: float = Field(gt=0)
+    output_tokens_per_s: float = Field(ge=0)
     requests_per_s: float = Field(gt=0)
+    input_tokens_per_s: float | None = Field(default=None, gt=0)
     requests: int = 0
     measured_at: str = ""
 
@@ -130,6 +132,7 @@ def record_run(
     model_name: str,
     *,
     output_tokens: int,
+    input_tokens: int = 0,
     requests: int,
     seconds: float,
     answers: list[Answer],
@@ -142,6 +145,7 @@ def record_run(
     Args:
         model_name: the local model's name (its folder's name, as in output lines).
         output_tokens: tokens generated in the run.
+        input_tokens: prompt (or embedded) tokens the run read.
         requests: requests finished in the run.
         seconds: the run's wall time, model load excluded.
         answers: the lengths of its answers with their limits.
@@ -151,10 +155,11 @@ def record_run(
     """
     data = _read_all(home)
     record = _parse(data.get(model_name))
-    if output_tokens > 0 and requests > 0 and seconds > 0:
+    if (output_tokens > 0 or input_tokens > 0) and requests > 0 and seconds > 0:
         record.runs.append(
             RunMeasurement(
                 output_tokens_per_s=output_tokens / seconds,
+                input_tokens_per_s=input_tokens / seconds if input_tokens > 0 else None,
                 requests_per_s=requests / seconds,
                 requests=requests,
                 measured_at=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -102,6 +102,9 @@ class Rates:
     average_texts_per_s: float = 0.0
     eta_seconds: float | None = None
     eta_is_bound: bool = False  # no answer of the model measured: the ETA is at most this
+    # What the ETA counts: output tokens still expected (the worker's forecast, or at the
+    # speed), or requests without a result at the request rate (embeddings write no tokens).
+    eta_counts: str = "output"
     work_done: float | None = None  # generated / expected output tokens
 
 
@@ -172,6 +175,7 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
             remaining = max(expected - status.generated_tokens, status.left)
             result.eta_seconds = remaining / speed
     else:
+        result.eta_counts = "requests"
         speed = result.requests_per_s or result.average_requests_per_s
         if speed > 0:
             result.eta_seconds = status.left / speed

@@ -40,7 +40,7 @@ from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.run.engine import EngineLoadError, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
-from core.run.outputs import answer_lengths, error_line
+from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.status_keeper import ResultWriters, StatusKeeper
 from core.run.stopping import DRAINING, STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
@@ -253,12 +253,13 @@ class RunMeasure:
     def __init__(self, requests: list[EngineRequest]) -> None:
         self.limits = {r.custom_id: r.max_tokens for r in requests}
         self.started = time.monotonic()
-        self.tokens = self.finished = 0
+        self.tokens = self.input_tokens = self.finished = 0
         self.answers: list[Answer] = []
 
     def add(self, lines: list[dict]) -> None:
         self.finished += len(lines)
         for line in lines:
+            self.input_tokens += (token_usage(line) or (0, 0))[0]
             limit = self.limits.get(line["custom_id"], 0)
             for tokens, truncated in answer_lengths(line):
                 self.tokens += tokens
@@ -268,11 +269,12 @@ class RunMeasure:
     def record(
         self, model_name: str, load_seconds: float, step: StepTime | None, home: Path
     ) -> None:
-        if self.finished < MIN_REQUESTS_MEASURED or not self.tokens:
+        if self.finished < MIN_REQUESTS_MEASURED or not (self.tokens or self.input_tokens):
             return
         record_run(
             model_name,
             output_tokens=self.tokens,
+            input_tokens=self.input_tokens,
             requests=self.finished,
             seconds=time.monotonic() - self.started,
             answers=self.answers,
