@@ -146,9 +146,7 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path) -> int:
         return _count(store, sql, params)
     rows = 0
     with store.cursor() as cur, store.cursor() as vectors, path.open("w", encoding="utf-8") as out:
-        batches = cur.execute(
-            f"SELECT job_id, custom_id, CAST(raw AS VARCHAR) AS raw FROM ({sql})", params
-        ).fetch_record_batch(_RESTORE_BATCH)
+        batches = cur.execute(sql, params).to_arrow_reader(_RESTORE_BATCH)  # in its order
         for batch in batches:
             columns = [batch.column(name).to_pylist() for name in ("job_id", "custom_id", "raw")]
             out.writelines(line + "\n" for line in restore_vectors(vectors, *columns))
