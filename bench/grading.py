@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.results_store import fill, timed
+from bench.scratch import scratch_folder
 from core.qa.grading import grade
 from core.qa.rules import load_rules
 from core.store import results as R
@@ -49,7 +49,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keep", help="build the store in this folder and keep it")
     args = parser.parse_args()
-    folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_grading_"))
+    folder = Path(args.keep) if args.keep else scratch_folder("bench_grading_")
     folder.mkdir(parents=True, exist_ok=True)
     store = Store(folder / "studio.duckdb")
     start = time.perf_counter()

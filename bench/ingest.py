@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.scratch import scratch_folder  # noqa: E402
 from core.jobs.folder import create_job  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
 from core.run.outputs import Choice, Completion, error_line, success_line  # noqa: E402
@@ -32,7 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="ingest-"))
+    work = scratch_folder("ingest-")
     batch = work / "batch.jsonl"
     with batch.open("w") as out:
         for i in range(args.lines):

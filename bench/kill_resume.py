@@ -20,13 +20,13 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.scratch import scratch_folder  # noqa: E402
 from core.jobs.folder import list_jobs  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 
@@ -53,9 +53,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    home = Path(tempfile.mkdtemp(prefix="kill-home-"))
+    home = scratch_folder("kill-home-")
     env = {**os.environ, "BATCH_STUDIO_HOME": str(home)}
-    work = Path(tempfile.mkdtemp(prefix="kill-"))
+    work = scratch_folder("kill-")
     batch, out = work / "batch.jsonl", work / "out.jsonl"
     make_batch(batch, args.requests)
     command = [sys.executable, "-m", "core", "run", str(batch), "-o", str(out)]

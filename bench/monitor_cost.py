@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from playwright.sync_api import sync_playwright
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.scratch import scratch_folder  # noqa: E402
 from core.run.monitoring import append_sample, progress_sample  # noqa: E402
 from core.schemas import JobStatus  # noqa: E402
 from tests.factories import finished_job  # noqa: E402
@@ -84,7 +84,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=30)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="monitor-home-"))
+    home = scratch_folder("monitor-home-")
     job = finished_job(home, {"a": "yes"})
     keeper = subprocess.Popen(
         [sys.executable, "-c",

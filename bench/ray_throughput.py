@@ -15,12 +15,14 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.scratch import scratch_folder  # noqa: E402
 
 
 def make_file(path: Path, rows: int, max_tokens: int) -> None:
@@ -74,7 +76,7 @@ def main() -> None:
     os.environ["RAY_AUTH_MODE"] = "disabled"
     from ray.cluster_utils import Cluster
 
-    home = Path(tempfile.mkdtemp(prefix="ray-bench-"))
+    home = scratch_folder("ray-bench-")
     batch = home / "batch.jsonl"
     make_file(batch, args.rows, args.max_tokens)
     results = [run("local", batch, home, [], args.rows)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.scratch import scratch_folder
 from core.store import export as E
 from core.store import results as R
 from core.store import samples as S
@@ -118,7 +118,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--keep", help="build the store in this folder and keep it")
     args = parser.parse_args()
-    folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_store_"))
+    folder = Path(args.keep) if args.keep else scratch_folder("bench_store_")
     folder.mkdir(parents=True, exist_ok=True)
     store = Store(folder / "studio.duckdb")
     start = time.perf_counter()

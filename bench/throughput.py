@@ -26,7 +26,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.scratch import scratch_folder  # noqa: E402
 from core.config import default_embedding_model_dir, default_model_dir  # noqa: E402
 from core.devices import gpu_count  # noqa: E402
 from core.run.engine import configure_cpu_environment, resolve_dtype  # noqa: E402
@@ -177,8 +177,8 @@ def main() -> None:
     on_gpu = gpu_count() > 0
     if not on_gpu:
         configure_cpu_environment(1.0)  # inherited by every path's process
-    os.environ.setdefault("BATCH_STUDIO_HOME", tempfile.mkdtemp(prefix="bench-home-"))
-    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    os.environ.setdefault("BATCH_STUDIO_HOME", str(scratch_folder("bench-home-")))
+    work = scratch_folder("bench-")
     batch = work / "batch.jsonl"
     if embeddings:
         make_embeddings_batch(batch, args.requests)

@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +26,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.scratch import scratch_folder  # noqa: E402
 from core.jobs.folder import JobFolder, create_job  # noqa: E402
+from core.jobs.ledger import combined_lines  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
 from core.run.outputs import Embeddings, success_line  # noqa: E402
 from core.schemas import EngineConfig, JobStatus  # noqa: E402
@@ -43,13 +44,14 @@ WORDS = ("refund", "invoice", "delivery", "broken", "login", "password", "export
          "late", "charge")  # fmt: skip
 
 
-def embedding_job(work: Path, name: str, n: int) -> JobFolder:
-    """A job of ``n`` single-input /v1/embeddings requests, before any result."""
+def embedding_job(work: Path, name: str, n: int, fmt: str) -> JobFolder:
+    """A job of ``n`` single-input /v1/embeddings requests asking for ``fmt`` (float or
+    base64), before any result."""
     batch = work / f"{name}.jsonl"
     with batch.open("w") as out:
         for i in range(n):
             text = f"ticket {i}: " + " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(12))
-            body = {"model": "text-embedding-3-small", "input": text}
+            body = {"model": "text-embedding-3-small", "input": text, "encoding_format": fmt}
             out.write(json.dumps({"custom_id": f"{name}-{i}", "method": "POST",
                                   "url": "/v1/embeddings", "body": body}) + "\n")  # fmt: skip
     return create_job(batch, work / "jobs", EngineConfig(model="/models/all-MiniLM-L6-v2"))
@@ -77,7 +79,7 @@ def timed_ingest(
 ) -> tuple[JobFolder, int, float]:
     """A job ingested as the app does: its requests when it starts, then its results,
     timed (the figure is the result lines')."""
-    job = embedding_job(work, name, n)
+    job = embedding_job(work, name, n, fmt)
     store.ingest(job)
     write_results(job, name, n, fmt, seed)
     started = time.perf_counter()
@@ -105,7 +107,7 @@ def main() -> None:
     parser.add_argument("--vectors", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=20_000)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="vectors-"))
+    work = scratch_folder("vectors-")
     store = Store(work / "studio.duckdb")
 
     for fmt in ("float", "base64"):
@@ -167,12 +169,17 @@ def main() -> None:
     V.export_vectors_npy(store, job_id, work / "out" / "vectors.npy")
     print(f"export of {rows:,} vectors: Parquet {parquet_s:.2f} s, "
           f".npy + ids {time.perf_counter() - started:.2f} s")  # fmt: skip
+    target = work / "out" / "big.jsonl"
     started = time.perf_counter()
-    lines = export_results(
-        store, ResultFilter(job_ids=[job_id]), work / "out" / "big.jsonl", "jsonl"
-    )
+    lines = export_results(store, ResultFilter(job_ids=[job_id]), target, "jsonl")
     print(f"JSONL export of {lines:,} lines, vectors put back from the store: "
           f"{time.perf_counter() - started:.2f} s")  # fmt: skip
+    with target.open("rb") as exported:
+        same = all(
+            json.loads(ours) == json.loads(theirs)
+            for ours, theirs in zip(exported, combined_lines(job), strict=True)
+        )
+    print(f"  every exported line equals the job's own output line: {same}")
 
     pairs_job, _, _ = timed_ingest(store, work, "pairs", args.pairs, "base64", seed=3)
     started = time.perf_counter()
