@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from core.check import CheckReport
+from core.check import CheckReport, check_file
+from core.config import default_model_dir
 from core.plan.estimate import estimate, estimate_lines
 from core.plan.measured import Answer, model_record, record_run
 from core.plan.pricing import (
@@ -19,6 +20,7 @@ from core.plan.pricing import (
     save_prices,
     table_from_rows,
 )
+from tests.factories import request_line
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -157,6 +159,28 @@ def test_an_embeddings_file_is_timed_by_its_input_tokens_at_the_measured_input_s
     assert "400 requests, 40,000 input tokens, embeddings; time 32 s" in (estimate_lines(result)[0])
     per_token = PriceTable(models={embedder: ModelPrice(input_per_1m=0.02)})
     assert estimate(report, per_token, home=tmp_path).cost == pytest.approx(40_000 * 0.02 / 1e6)
+
+
+def test_greedy_copies_are_billed_but_take_no_engine_time(tmp_path: Path) -> None:
+    # 10 greedy lines of n=3 (one answer, copied twice) and 10 sampled lines of n=3.
+    path = tmp_path / "n3.jsonl"
+    lines = [
+        request_line(f"g{i}", "Name a colour.", max_tokens=20, n=3, temperature=0)
+        for i in range(10)
+    ] + [
+        request_line(f"s{i}", "Name a colour.", max_tokens=20, n=3, temperature=0.7)
+        for i in range(10)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    report = check_file(path, model_folder=default_model_dir())
+    [local] = report.by_local_model.values()
+    assert local["limits"] == {"20": 60} and local["copied"] == {"20": 20}
+    assert local["name"] == MODEL
+    measured(tmp_path, 100.0, [Answer(tokens=10, limit=20, truncated=False)] * 4)
+    result = estimate(report, PriceTable(), home=tmp_path)
+    assert result.expected_output_tokens == 60 * 10  # every answer is billed, copies too
+    assert result.max_output_tokens == 60 * 20
+    assert result.seconds == pytest.approx(40 * 10 / 100.0)  # the engine writes 40 answers
 
 
 def test_an_unknown_cost_is_never_over_budget(tmp_path: Path) -> None:

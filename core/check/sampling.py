@@ -34,6 +34,14 @@ class RequestError(ValueError):
         self.param = (f"body.{named[1]}" if named[1] else named[0]) if named else None
 
 
+def copied_answers(n: int, temperature: float | None) -> int:
+    """How many of a request's ``n`` answers are copies of another: vLLM refuses ``n`` > 1
+    with greedy decoding (temperature 0), where every answer is the same text, and OpenAI
+    serves it; so such a request runs once and its answer is copied (usage counts each
+    copy, as OpenAI bills it, but the engine spends no time on them)."""
+    return n - 1 if n > 1 and temperature == 0 else 0
+
+
 def number(body: dict, name: str, low: float, high: float, *, low_open: bool = False) -> float:
     value = body[name]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

@@ -24,6 +24,7 @@ from core.check.report import (
     Problem,
 )
 from core.check.requests import CHAT_URL, EMBEDDINGS_URL
+from core.check.sampling import copied_answers
 from core.check.scanner import Batch
 from core.schemas import JobDefaults
 
@@ -121,7 +122,7 @@ class Summary:
                 shapes[(*key, defaulted)] += 1
                 if not valid:
                     continue
-                model = body.model
+                model, copied = body.model, copied_answers(n, temperature)
             else:
                 request = item.request
                 if refused is not None:
@@ -156,7 +157,7 @@ class Summary:
                 ] += 1
                 if not valid:
                     continue
-                model = request.model
+                model, copied = request.model, copied_answers(n, sampling.get("temperature"))
             if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
                 self.default_lines.append(line_no)
             if self.valid_out is not None:
@@ -164,7 +165,7 @@ class Summary:
             if self.tokens is not None:
                 embedding = type(item) is CheckedLine and item.request.is_embedding
                 folder = self.tokens.folder_for(model, embedding)
-                self._add_local(folder, embedding, max_tokens, n, counted)
+                self._add_local(folder, embedding, max_tokens, n, copied, counted)
         report.lines += len(batch)
 
     def _add_local(
@@ -173,11 +174,13 @@ class Summary:
         embedding: bool,
         max_tokens: int,
         n: int,
+        copied: int,
         counted: tuple[int, int | None] | None,
     ) -> None:
         """Adds a valid line to its local model's totals and the token histogram; ``limits``
         counts answers per ``max_tokens``, which the estimate scales answer lengths by (an
-        embeddings line has none: ``embedding`` says the model makes vectors)."""
+        embeddings line has none: ``embedding`` says the model makes vectors), and
+        ``copied`` those of them that are copies of another (no engine time)."""
         report = self.report
         local = report.by_local_model.get(folder)
         if local is None:
@@ -189,12 +192,15 @@ class Summary:
                 "prompt_tokens": 0,
                 "max_output_tokens": 0,
                 "limits": {},
+                "copied": {},
             }
         local["lines"] += 1
         local["max_output_tokens"] += max_tokens * n
         if max_tokens:
-            limits = local["limits"]
-            limits[str(max_tokens)] = limits.get(str(max_tokens), 0) + n
+            for name, answers in (("limits", n), ("copied", copied)):
+                if answers:
+                    counts = local[name]
+                    counts[str(max_tokens)] = counts.get(str(max_tokens), 0) + answers
         if counted is not None:
             prompt = counted[0]
             local["prompt_tokens"] += prompt
@@ -241,11 +247,13 @@ class Summary:
             report.add(problem)
         for folder, theirs in other.by_local_model.items():
             zero = dict.fromkeys(("lines", "prompt_tokens", "max_output_tokens"), 0)
-            ours = report.by_local_model.setdefault(folder, {**theirs, **zero, "limits": {}})
+            empty = {"limits": {}, "copied": {}}
+            ours = report.by_local_model.setdefault(folder, {**theirs, **zero, **empty})
             for name in ("lines", "prompt_tokens", "max_output_tokens"):
                 ours[name] += theirs[name]
-            for limit, answers in theirs["limits"].items():
-                ours["limits"][limit] = ours["limits"].get(limit, 0) + answers
+            for name in empty:
+                for limit, answers in theirs[name].items():
+                    ours[name][limit] = ours[name].get(limit, 0) + answers
         self.shapes.update(part.shapes)
         self.default_lines += part.default_lines
         if self.tokens is not None:

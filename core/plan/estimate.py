@@ -192,15 +192,21 @@ def _model_estimate(
 ) -> ModelEstimate:
     name, lines, max_out = local["name"], local["lines"], local["max_output_tokens"]
     record = model_record(name, home)
+    # The tokens time is reckoned by: a chat model's output, less the answers that are
+    # copies of another (greedy n > 1: the engine writes one); an embedding model's input.
     if local.get("embedding"):
         expected, basis = 0, "none: an embedding model writes vectors, not tokens"
+        work = most = local["prompt_tokens"]
     else:
-        expected, basis = _expected_output(local, record, expected_share)
+        copied = local.get("copied") or {}
+        # A report kept from before limits were counted: every line at the average limit.
+        limits = local.get("limits") or {str(max(1, max_out // max(lines, 1))): lines}
+        ran = {limit: answers - copied.get(limit, 0) for limit, answers in limits.items()}
+        expected, basis = _expected_output(name, limits, max_out, record, expected_share)
+        most = max_out - sum(int(limit) * answers for limit, answers in copied.items())
+        work, _ = _expected_output(name, ran, most, record, expected_share)
     speed = _speed(local, record)
     load = 0.0 if name in loaded else (record.load_seconds or 0.0)
-    # Time is the tokens the speed counts at that speed: output for chat, input for vectors.
-    work = local["prompt_tokens"] if local.get("embedding") else expected
-    most = local["prompt_tokens"] if local.get("embedding") else max_out
     seconds = work / speed[0] + load if speed is not None else None
     max_seconds = most / speed[0] + load if speed is not None else None
     price = prices.price(name)
@@ -224,12 +230,11 @@ def _model_estimate(
 
 
 def _expected_output(
-    local: dict[str, Any], record: ModelRecord, expected_share: float
+    name: str, limits: dict[str, int], max_out: int, record: ModelRecord, share: float
 ) -> tuple[int, str]:
-    """A chat model's expected output tokens, and what they come from."""
-    name, lines, max_out = local["name"], local["lines"], local["max_output_tokens"]
-    # A report kept from before limits were counted: every line at the average limit.
-    limits = local.get("limits") or {str(max(1, max_out // max(lines, 1))): lines}
+    """The output tokens expected of answers under ``limits`` (``{max_tokens: answers}``,
+    ``max_out`` tokens at most), and what they come from: the model's measured answers,
+    else ``share`` of the most."""
     measured = expected_output_tokens(record, limits)
     if measured is not None:
         basis = (
@@ -237,8 +242,7 @@ def _expected_output(
             "the line's max_tokens"
         )
         return min(max_out, round(measured)), basis
-    expected = round(max_out * expected_share)
-    return expected, f"{expected_share:.0%} of max_tokens (no answer of {name} measured yet)"
+    return round(max_out * share), f"{share:.0%} of max_tokens (no answer of {name} measured yet)"
 
 
 def format_duration(seconds: float | None) -> str:

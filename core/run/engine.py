@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from core.check.requests import EngineRequest
+from core.check.sampling import copied_answers
 from core.devices import cpu_has_bf16, gpu_count
 from core.model_folders import is_embedding_model
 from core.run.outputs import Choice, Completion, Embeddings
@@ -385,12 +386,10 @@ def _logprobs(output: Any, top: int) -> list[dict[str, Any]] | None:
 
 
 def copies(request: EngineRequest) -> int:
-    """How many times the engine's one answer is copied: vLLM refuses ``n`` > 1 with greedy
-    decoding (temperature 0), where every answer is the same text, and OpenAI serves it; so
-    such a request runs once and its answer is copied ``n`` times (usage counts each copy,
-    as OpenAI bills it)."""
+    """How many answers the engine's one answer stands for: ``n`` for a greedy request of
+    ``n`` answers (``core.check.sampling.copied_answers``), else 1."""
     n = request.sampling.get("n") or 1
-    return n if n > 1 and request.sampling.get("temperature") == 0 else 1
+    return 1 + copied_answers(n, request.sampling.get("temperature"))
 
 
 def _completion(output: Any, top_logprobs: int) -> Completion:
