@@ -178,6 +178,27 @@ def test_a_bad_template_is_refused_naming_its_line(
     assert no_worker == []  # nothing was created
 
 
+def test_results_are_read_a_page_at_a_time_and_a_late_failure_creates_nothing(
+    studio_home, model, no_worker, monkeypatch
+):
+    monkeypatch.setattr(J, "PAGE_ROWS", 2)  # a, b | d: two pages
+    graded = job_in_home(studio_home, ROWS)
+    db = open_store()
+    started = J.start_judge(db, graded, "{{ answer }}", J.JudgeSettings(str(model)))
+    lines = input_lines(started.job)
+    assert [line["custom_id"] for line in lines] == ["a", "b", "d"]
+    assert lines[2]["body"]["messages"][-1]["content"] == "We will call you tomorrow."
+    # a and d have no topic; d fails on the second page, after b was written.
+    jobs_before = sorted(p.name for p in data_paths().jobs.iterdir())
+    template = "{{ metadata.topic.upper() if metadata.topic else metadata.missing.upper() }}"
+    with pytest.raises(J.JudgeError) as caught:
+        J.start_judge(db, graded, template, J.JudgeSettings(str(model)))
+    assert "the template fails on 2 result(s)" in str(caught.value)
+    assert "result 'a'" in str(caught.value) and "result 'd'" in str(caught.value)
+    assert sorted(p.name for p in data_paths().jobs.iterdir()) == jobs_before
+    assert no_worker == [started.job]  # the first judge only
+
+
 def test_core_judge_refuses_a_bad_template_and_a_missing_job_without_a_traceback(
     studio_home, tmp_path
 ):

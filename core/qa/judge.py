@@ -24,11 +24,11 @@ import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
 import jinja2
-import pandas as pd
 
 from core.files import write_atomic
 from core.jobs.folder import JobFolder
@@ -69,6 +69,8 @@ Reply "pass" or "fail", a score from 1 (useless) to 5 (perfect), and one short r
 """
 TEMPLATE_FILE = "judge_template.j2"  # the template, saved in the judge job's folder
 MAX_LISTED = 10  # rendering problems quoted in a refusal
+PAGE_ROWS = 5_000  # results read at a time to render a judge batch
+_NO_LINE = 2**62  # the place of a result without a request line: after every line
 Which = Literal["all", "failures", "sample"]
 
 
@@ -140,19 +142,21 @@ def template_line(exc: BaseException) -> int | None:
 def render_all(
     template: jinja2.Template, contexts: Iterable[tuple[str, dict[str, Any]]]
 ) -> Iterator[tuple[str, str]]:
-    """``(custom_id, text)`` per context, rendered within the sandbox's bounds.
+    """``(custom_id, text)`` per context, rendered within the sandbox's bounds, each as it
+    is made (a million renderings never sit in memory at once).
 
     Raises:
-        JudgeError: after every context, listing the first problems (a template that fails
-            on some results would grade only the others).
+        JudgeError: once every context was tried, if any failed, listing the first
+            problems; nothing more is yielded after a failure. A consumer keeps what it was
+            given aside until the end, and drops it on this error (a template that fails on
+            some results would grade only the others).
     """
     watch = RenderWatch()
     problems, failed = [], 0
     try:
-        done = []
         for custom_id, context in contexts:
             try:
-                done.append((custom_id, render(template, watch, **context)))
+                text = render(template, watch, **context)
             except Exception as exc:
                 failed += 1
                 if len(problems) < MAX_LISTED:
@@ -160,6 +164,9 @@ def render_all(
                     where_ = f"template line {line}" if line else "template"
                     reason = getattr(exc, "message", None) or str(exc)
                     problems.append(f"result {custom_id!r}: {where_}: {reason}")
+                continue
+            if not failed:
+                yield custom_id, text
     finally:
         watch.close()
     if failed:
@@ -167,7 +174,6 @@ def render_all(
         raise JudgeError(
             [f"the template fails on {failed} result(s){more}", *problems], template=True
         )
-    yield from done
 
 
 def _system_of(turns: list[tuple[str, str]]) -> str:
@@ -198,21 +204,32 @@ def base_context(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def chosen_results(store: Store, job_id: str, choice: Choice) -> pd.DataFrame:
+def chosen_results(store: Store, job_id: str, choice: Choice) -> Iterator[dict[str, Any]]:
     """The graded job's results a judge grades, in their file's order, with each request's
-    conversation."""
+    conversation; read :data:`PAGE_ROWS` at a time, each page by the keys after the last
+    (a million answers never sit in memory at once, and the store is free between pages)."""
     clause, params = choice.clause([job_id])
-    return store.query(
-        f"""
-        SELECT r.custom_id, r.answer, r.finish_reason, r.model, r.prompt,
-               CAST(r.metadata AS VARCHAR) AS metadata, CAST(q.messages AS VARCHAR) AS messages
-        FROM results r
-        LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
-        {clause}
-        ORDER BY r.line_no, r.custom_id
-        """,
-        params,
-    )
+    order = f"coalesce(r.line_no, {_NO_LINE})"  # results without a request line come last
+    after: list[Any] = [-1, -1, ""]
+    while True:
+        page = store.query(
+            f"""
+            SELECT r.custom_id, r.answer, r.finish_reason, r.model, r.prompt,
+                   CAST(r.metadata AS VARCHAR) AS metadata,
+                   CAST(q.messages AS VARCHAR) AS messages, {order} AS position
+            FROM results r
+            LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
+            {clause} AND ({order} > ? OR ({order} = ? AND r.custom_id > ?))
+            ORDER BY position, r.custom_id
+            LIMIT ?
+            """,
+            [*params, *after, PAGE_ROWS],
+        )
+        rows = page.to_dict("records")
+        yield from rows
+        if len(rows) < PAGE_ROWS:
+            return
+        after = [rows[-1]["position"], rows[-1]["position"], rows[-1]["custom_id"]]
 
 
 def judge_line(
@@ -309,20 +326,21 @@ def start_judge(
     """
     template = compile_template(template_text)
     rows = chosen_results(store, job_id, choice or Choice())
-    if rows.empty:
+    first = next(rows, None)
+    if first is None:
         raise JudgeError(["no answers to judge: the choice picks no succeeded result"])
     contexts = (
         (row["custom_id"], {**base_context(row), "answer": row["answer"] or ""})
-        for row in rows.to_dict("records")
+        for row in chain([first], rows)
     )
     model = Path(settings.model).name or "judge"
-    lines = [
+    lines = (
         judge_line(
             cid, text, VERDICT_SCHEMA, {"judge_of": job_id, "custom_id": cid}, model,
             settings.max_tokens,
         )
         for cid, text in render_all(template, contexts)
-    ]  # fmt: skip
+    )  # fmt: skip
     link = JudgeLink(kind="verdict", graded=[job_id], check=new_check_name())
     return submit_lines(lines, settings, link, template_text, f"judge of {label(job_id)}", jobs_dir)
 
