@@ -231,7 +231,10 @@ def test_exactly_half_of_the_pairs_are_swapped_and_always_the_same_half():
     assert 40 <= sum(len(P.swapped_keys([f"{k}-{n}" for k in "ab"])) for n in range(100)) <= 100
 
 
-def test_a_pairwise_judge_shows_swapped_sides_and_maps_verdicts_back(studio_home, model, no_worker):
+def test_a_pairwise_judge_shows_swapped_sides_and_maps_verdicts_back(
+    studio_home, model, no_worker, monkeypatch
+):
+    monkeypatch.setattr(P, "PAGE_ROWS", 2)  # pairs read two at a time: three pages
     ids = [f"q{n}" for n in range(6)]
     job_a = job_in_home(studio_home, [{"custom_id": i, "answer": f"A says {i}"} for i in ids])
     b_rows = [{"custom_id": i, "answer": f"B says {i}"} for i in ids[:-1]]
@@ -240,7 +243,7 @@ def test_a_pairwise_judge_shows_swapped_sides_and_maps_verdicts_back(studio_home
     template = "{{ prompt }}\n1: {{ answer_1 }}\n2: {{ answer_2 }}"
     job = P.start_pairwise(db, job_a, job_b, template, J.JudgeSettings(str(model))).job
     lines = {line["custom_id"]: line for line in input_lines(job)}
-    assert sorted(lines) == ids[:-1]  # q5 failed on B: no pair
+    assert list(lines) == ids[:-1]  # in key order; q5 failed on B: no pair
     swapped = P.swapped_keys(ids[:-1])
     assert len(swapped) == 2
     for key, line in lines.items():
@@ -266,6 +269,10 @@ def test_a_pairwise_judge_shows_swapped_sides_and_maps_verdicts_back(studio_home
     assert share == pytest.approx(1 / 4) and low < share < high
     found = judged.judges(db, [job_b, job_a], "pairwise")
     assert list(found["judge_job"]) == [job.job_id]
+    # Past MAX_PAIRS, the first pairs in key order are judged, and the page ends there.
+    monkeypatch.setattr(P, "MAX_PAIRS", 3)
+    capped = P.start_pairwise(db, job_a, job_b, template, J.JudgeSettings(str(model))).job
+    assert [line["custom_id"] for line in input_lines(capped)] == ["q0", "q1", "q2"]
 
 
 # -- agreement --------------------------------------------------------------------------------

@@ -14,12 +14,13 @@ Template variables: those of a verdict judge (core/qa/judge.py) from side A's re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from core.jobs.submit import Started
 from core.qa.judge import (
+    PAGE_ROWS,
     JudgeError,
     JudgeSettings,
     base_context,
@@ -30,7 +31,7 @@ from core.qa.judge import (
     submit_lines,
 )
 from core.schemas import JudgeLink
-from core.store.compare import Side, pairs
+from core.store.compare import Side, paired_keys, pairs
 from core.store.db import Store
 
 PAIRWISE_SCHEMA: dict[str, Any] = {
@@ -98,32 +99,42 @@ def start_pairwise(
     template = compile_template(template_text)
     if job_a == job_b:
         raise JudgeError(["choose two different jobs"])
-    frame = pairs(store, Side(job_a), Side(job_b), "custom_id", limit=MAX_PAIRS)
-    frame = frame[(frame["status_a"] == "succeeded") & (frame["status_b"] == "succeeded")]
-    if frame.empty:
+    a, b = Side(job_a), Side(job_b)
+    keys = sorted(paired_keys(store, a, b, succeeded=True))[:MAX_PAIRS]
+    if not keys:
         raise JudgeError(["no pairs to judge: no custom_id has a succeeded answer on both sides"])
-    swap = swapped_keys(frame["key"])
-    contexts, metadata = [], {}
-    for row in frame.to_dict("records"):
-        key = str(row["key"])
-        first, second = ("b", "a") if key in swap else ("a", "b")
-        context = base_context(
-            {"custom_id": key, "messages": row["messages_a"], "prompt": row["prompt_a"]}
-        )
-        context.update(
-            answer_1=row[f"answer_{first}"] or "",
-            answer_2=row[f"answer_{second}"] or "",
-        )
-        contexts.append((key, context))
-        metadata[key] = {"judge_of": f"{job_a} vs {job_b}", "swapped": str(key in swap).lower()}
+    swap = swapped_keys(keys)
+
+    def contexts() -> Iterator[tuple[str, dict[str, Any]]]:
+        """Each pair's context, read a page at a time (never a million answers at once)."""
+        after, left = None, len(keys)
+        while left > 0:
+            page = pairs(store, a, b, limit=min(PAGE_ROWS, left), succeeded=True, after=after)
+            rows = page.to_dict("records")
+            for row in rows:
+                key = str(row["key"])
+                first, second = ("b", "a") if key in swap else ("a", "b")
+                context = base_context(
+                    {"custom_id": key, "messages": row["messages_a"], "prompt": row["prompt_a"]}
+                )
+                context.update(
+                    answer_1=row[f"answer_{first}"] or "",
+                    answer_2=row[f"answer_{second}"] or "",
+                )
+                yield key, context
+            if len(rows) < min(PAGE_ROWS, left):
+                return
+            after, left = str(rows[-1]["key"]), left - len(rows)
+
     model = Path(settings.model).name or "judge"
-    lines = [
+    judge_of = f"{job_a} vs {job_b}"
+    lines = (
         judge_line(
-            key, text, PAIRWISE_SCHEMA, metadata[key], model, settings.max_tokens,
-            PAIRWISE_SYSTEM, "preference",
+            key, text, PAIRWISE_SCHEMA, {"judge_of": judge_of, "swapped": str(key in swap).lower()},
+            model, settings.max_tokens, PAIRWISE_SYSTEM, "preference",
         )
-        for key, text in render_all(template, contexts)
-    ]  # fmt: skip
+        for key, text in render_all(template, contexts())
+    )  # fmt: skip
     link = JudgeLink(kind="pairwise", graded=[job_a, job_b], check=new_check_name())
     name = f"pairwise judge: {label(job_a)} vs {label(job_b)}"
     return submit_lines(lines, settings, link, template_text, name, jobs_dir)

@@ -77,18 +77,42 @@ def comparison_id(a: Side, b: Side, key: str) -> str:
     return "cmp_" + hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def pairs(
-    store: Store, a: Side, b: Side, key: str = "custom_id", limit: int = 5000
-) -> pd.DataFrame:
-    """The pairs present on both sides, by key, with length and token deltas (B minus A)."""
+def _paired(
+    a: Side, b: Side, key: str, params: list[Any], succeeded: bool, after: str | None
+) -> str:
+    """``WITH a, b ... FROM a JOIN b USING (key) WHERE ...``: the pairs of two sides (both
+    answers succeeded, with ``succeeded``; keys past ``after`` only, with ``after``)."""
     if a == b:
         raise CompareError("choose two different sides")
-    params: list[Any] = []
     sql_a = _side_sql(a, key, params)
     sql_b = _side_sql(b, key, params)
-    frame = store.query(
-        f"""
-        WITH a AS ({sql_a}), b AS ({sql_b})
+    filters = ["true"]
+    if succeeded:
+        filters.append("a.status = 'succeeded' AND b.status = 'succeeded'")
+    if after is not None:
+        filters.append("a.key > ?")
+        params.append(after)
+    return f"WITH a AS ({sql_a}), b AS ({sql_b}) {{}} FROM a JOIN b USING (key) " + (
+        f"WHERE {' AND '.join(filters)}"
+    )
+
+
+def pairs(
+    store: Store,
+    a: Side,
+    b: Side,
+    key: str = "custom_id",
+    limit: int = 5000,
+    *,
+    succeeded: bool = False,
+    after: str | None = None,
+) -> pd.DataFrame:
+    """The pairs present on both sides, by key in key order, with length and token deltas
+    (B minus A); with ``succeeded``, only pairs of two answers; with ``after``, the keys
+    past it (the next page)."""
+    params: list[Any] = []
+    paired = _paired(a, b, key, params, succeeded, after)
+    select = """
         SELECT a.key, a.custom_id AS custom_id_a, b.custom_id AS custom_id_b,
                coalesce(a.prompt, b.prompt) AS prompt,
                a.prompt AS prompt_a, b.prompt AS prompt_b,
@@ -98,14 +122,17 @@ def pairs(
                a.finish_reason AS finish_a, b.finish_reason AS finish_b,
                length(b.answer) - length(a.answer) AS chars_delta,
                b.completion_tokens - a.completion_tokens AS tokens_delta,
-               a.completion_tokens AS tokens_a, b.completion_tokens AS tokens_b
-        FROM a JOIN b USING (key)
-        ORDER BY a.key
-        LIMIT ?
-        """,
-        [*params, int(limit)],
-    )
-    return frame
+               a.completion_tokens AS tokens_a, b.completion_tokens AS tokens_b"""
+    return store.query(f"{paired.format(select)} ORDER BY a.key LIMIT ?", [*params, int(limit)])
+
+
+def paired_keys(
+    store: Store, a: Side, b: Side, key: str = "custom_id", *, succeeded: bool = False
+) -> list[str]:
+    """Every key present on both sides (only the keys: cheap for a million pairs)."""
+    params: list[Any] = []
+    paired = _paired(a, b, key, params, succeeded, None)
+    return [str(k) for k in store.query(paired.format("SELECT a.key"), params)["key"]]
 
 
 def coverage(store: Store, a: Side, b: Side, key: str = "custom_id") -> dict[str, int]:
