@@ -4,14 +4,18 @@ and in Python alike; pass rates with their interval; bad rules files; the saved 
 from __future__ import annotations
 
 import json
+import random
+import re
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from core.qa import grading
 from core.qa.evaluate import Item, python_outcome
 from core.qa.rules import RulesError, load_rules
+from core.qa.text import python_pattern
 from core.store import checks
 from core.store import results as R
 from core.store import samples as S
@@ -152,6 +156,40 @@ def test_regex_searches_in_re2_syntax_with_case_and_full_options(db):
         db, r"- {name: r, type: regex, pattern: '\w+', full: true}", answers("abc_1", "abc d", "é")
     )
     assert full == [True, False, False]  # \w is ASCII letters, digits and _
+
+
+def test_a_negated_shorthand_in_a_class_is_ascii_too(db):
+    got = both_ways(
+        db,
+        r"- {name: r, type: regex, pattern: '^[^\W\d]+$'}",  # ASCII letters and _ only
+        answers("abc", "é", "a1", "_", "ab٣"),
+    )
+    assert got == [True, False, False, True, False]
+
+
+def test_a_regex_class_means_the_same_in_python_as_in_duckdb():
+    """Seeded random classes (shorthands and their negations, ranges, escapes, a leading
+    ^ or ], (?i)) over ASCII and other text: Python's reading of each pattern
+    (python_pattern) matches exactly where RE2's does."""
+    rng = random.Random(1)
+    parts = ["a", "z", "A-Z", "0-5", r"\d", r"\D", r"\w", r"\W", r"\s", r"\S", "_", "é",
+             r"\]", r"\-", ".", "^", "x-z", r"\t"]  # fmt: skip
+    chars = [*"aAzZ05_9 .^]-é", "É", "٣", "\u00a0", "\u2003", "\t", "\x0b", "\n", "ß", "Ω"]
+    con = duckdb.connect()
+    disagreements = []
+    for _ in range(300):
+        body = "".join(rng.choice(parts) for _ in range(rng.randint(1, 3)))
+        lead = rng.choice(["", "^", "]", "^]"])
+        if body.startswith("^") and lead in ("", "^"):
+            body = "a" + body  # (a "^" of the body's own is a member, not a negation)
+        pattern = rng.choice(["", "(?i)"]) + f"^[{lead}{body}]+$"
+        python = re.compile(python_pattern(pattern))
+        texts = ["".join(rng.choices(chars, k=rng.randint(1, 3))) for _ in range(20)]
+        rows = con.execute(
+            "SELECT t, regexp_matches(t, ?) FROM unnest(?) u(t)", [pattern, texts]
+        ).fetchall()
+        disagreements += [(pattern, t) for t, re2 in rows if re2 != bool(python.search(t))]
+    assert disagreements == []
 
 
 def test_equals_metadata_compares_the_trimmed_answer_with_the_expected_label(db):

@@ -94,35 +94,71 @@ _INSIDE = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
 
 def python_pattern(pattern: str) -> str:
     """A regular expression as RE2 (DuckDB) reads it, spelled for Python's ``re``: ``\\d``,
-    ``\\w``, ``\\s`` and ``\\b`` ASCII, and ``$`` the very end of the text (Python's also
-    matches before a final line break) unless the pattern turns on ``(?m)``."""
+    ``\\w``, ``\\s`` and ``\\b`` ASCII (in a character class too), and ``$`` the very end
+    of the text (Python's also matches before a final line break) unless the pattern turns
+    on ``(?m)``."""
     multiline = re.match(r"\(\?[a-zA-Z]*m", pattern) is not None
     out: list[str] = []
-    i, in_class = 0, False
+    i = 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if in_class:
-                out.append(_INSIDE.get(nxt, ch + nxt))
-            else:
-                out.append(_OUTSIDE.get(nxt, ch + nxt))
+            out.append(_OUTSIDE.get(pattern[i + 1], pattern[i : i + 2]))
             i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-            out.append(ch)
-        elif ch == "[":
-            in_class = True
-            out.append(ch)
-            # a "]" right after "[" or "[^" is a literal member, not the end
-            rest = pattern[i + 1 :]
-            lead = "^]" if rest.startswith("^]") else "]" if rest.startswith("]") else ""
-            out.append(lead)
-            i += len(lead)
-        elif ch == "$" and not multiline:
-            out.append(r"\Z")
+        elif ch == "[" and (end := _class_end(pattern, i)) > 0:
+            out.append(_python_class(pattern[i + 1 : end]))
+            i = end + 1
         else:
-            out.append(ch)
-        i += 1
+            out.append(r"\Z" if ch == "$" and not multiline else ch)
+            i += 1
     return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """Where the character class opened at ``start`` closes (-1: it does not; ``re`` then
+    reports the pattern). A ``]`` right after ``[`` or ``[^`` is a member, not the end."""
+    i = start + 1
+    i += pattern.startswith("^", i)
+    i += pattern.startswith("]", i)
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+        elif pattern[i] == "]":
+            return i
+        else:
+            i += 1
+    return -1
+
+
+def _python_class(body: str) -> str:
+    """A character class's inside (between ``[`` and ``]``) for Python's ``re``.
+
+    ``\\d``, ``\\w``, ``\\s`` are spelled out as their ASCII members. Their negations have
+    no spelling inside a Python class, so a class holding one becomes the set operations it
+    means: ``[a\\D]`` is ``a`` or a non-digit, ``(?:[a]|[^0-9])``; ``[^a\\D]`` is a digit
+    that is not ``a``, ``(?:(?![a])[0-9])``.
+    """
+    negated = body.startswith("^")
+    members, outside, i = [], [], int(negated)
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            shorthand = body[i + 1]
+            if shorthand in "DWS":
+                outside.append(_INSIDE[shorthand.lower()])
+            else:
+                members.append(_INSIDE.get(shorthand, body[i : i + 2]))
+            i += 2
+        else:
+            members.append(body[i])
+            i += 1
+    text = "".join(members)
+    if not outside:
+        return f"[{'^' * negated}{text}]"
+    escaped = "\\" + text if text.startswith("^") else text  # a leading ^ is a member here
+    own = f"[{escaped}]" if text else ""
+    if not negated:  # a member, or outside any of the shorthands' sets
+        return "(?:" + "|".join([*([own] if own else []), *(f"[^{s}]" for s in outside)]) + ")"
+    # not a member, and inside every one of the shorthands' sets
+    ahead = f"(?!{own})" if own else ""
+    inside = [f"[{s}]" for s in outside]
+    return "(?:" + ahead + "".join(f"(?={s})" for s in inside[:-1]) + inside[-1] + ")"
