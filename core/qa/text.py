@@ -90,6 +90,14 @@ _OUTSIDE = {
     "B": "(?a:\\B)",
 }
 _INSIDE = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
+# RE2's POSIX classes, inside a class: [[:alpha:]], [[:^alpha:]] its negation; ASCII too.
+_POSIX_CLASS = re.compile(r"\[:(\^?)([a-z]+):\]")
+_POSIX = {
+    "alnum": "0-9A-Za-z", "alpha": "A-Za-z", "ascii": "\\x00-\\x7f", "blank": "\\t ",
+    "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9", "graph": "!-~", "lower": "a-z",
+    "print": " -~", "punct": "!-/:-@\\[-`{-~", "space": "\\t\\n\\v\\f\\r ",
+    "upper": "A-Z", "word": "0-9A-Za-z_", "xdigit": "0-9A-Fa-f",
+}  # fmt: skip
 
 
 def python_pattern(pattern: str) -> str:
@@ -123,6 +131,8 @@ def _class_end(pattern: str, start: int) -> int:
     while i < len(pattern):
         if pattern[i] == "\\":
             i += 2
+        elif posix := _POSIX_CLASS.match(pattern, i):
+            i = posix.end()
         elif pattern[i] == "]":
             return i
         else:
@@ -133,15 +143,20 @@ def _class_end(pattern: str, start: int) -> int:
 def _python_class(body: str) -> str:
     """A character class's inside (between ``[`` and ``]``) for Python's ``re``.
 
-    ``\\d``, ``\\w``, ``\\s`` are spelled out as their ASCII members. Their negations have
-    no spelling inside a Python class, so a class holding one becomes the set operations it
-    means: ``[a\\D]`` is ``a`` or a non-digit, ``(?:[a]|[^0-9])``; ``[^a\\D]`` is a digit
-    that is not ``a``, ``(?:(?![a])[0-9])``.
+    ``\\d``, ``\\w``, ``\\s`` and POSIX classes (``[:alpha:]``) are spelled out as their
+    ASCII members. Their negations (``\\D``, ``[:^alpha:]``) have no spelling inside a
+    Python class, so a class holding one becomes the set operations it means: ``[a\\D]``
+    is ``a`` or a non-digit, ``(?:[a]|[^0-9])``; ``[^a\\D]`` is a digit that is not ``a``,
+    ``(?:(?![a])[0-9])``.
     """
     negated = body.startswith("^")
     members, outside, i = [], [], int(negated)
     while i < len(body):
-        if body[i] == "\\" and i + 1 < len(body):
+        posix = _POSIX_CLASS.match(body, i)
+        if posix and posix[2] in _POSIX:
+            (outside if posix[1] else members).append(_POSIX[posix[2]])
+            i = posix.end()
+        elif body[i] == "\\" and i + 1 < len(body):
             shorthand = body[i + 1]
             if shorthand in "DWS":
                 outside.append(_INSIDE[shorthand.lower()])
