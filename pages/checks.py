@@ -13,7 +13,7 @@ from core.store import judged as jd
 from core.store import results as res
 from core.store import samples as sm
 from pages.judging import agreement_section, judge_section
-from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
+from pages.shared import escape, job_labels, jobs_or_stop, review_sample, store, through_app
 
 through_app()
 st.title("Checks")
@@ -23,7 +23,8 @@ db = store()
 label = job_labels()
 ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
-graded = [j for j in ids if j not in jd.judge_jobs(db)] or ids  # a judge is rarely graded
+judges = jd.judge_jobs(db)
+graded = [j for j in ids if j not in judges] or ids  # a judge is rarely graded
 job_ids = st.multiselect(
     "Jobs",
     ids,
@@ -149,9 +150,7 @@ if c[2].button("Review a sample of them", disabled=not found, key="checks_to_rev
     except sm.SampleError as exc:
         st.error(escape(exc))
     else:
-        st.session_state["sample_id"] = made.sample_id
-        st.session_state["review_pos"] = 0
-        st.switch_page("pages/review.py")
+        review_sample(made.sample_id)
 
 # -- trust: people against a check ----------------------------------------------------------
 agreement_section(db, job_ids, names)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from core.jobs.submit import Refused
+from core.jobs.submit import Refused, Started
 from core.model_folders import model_folders
 from core.qa import judge as jg
 from core.qa import pairwise as pw
@@ -19,7 +19,7 @@ from core.store import judged, trust
 from core.store import samples as sm
 from core.store.db import Store
 from core.store.review import reviewers
-from pages.shared import escape, paths, signed_in_user
+from pages.shared import escape, paths, review_sample, signed_in_user
 
 OTHER_FOLDER = "Another folder…"
 
@@ -35,17 +35,22 @@ def _model_picker(key: str) -> str:
     return choice
 
 
-def _started(started: object) -> None:
-    """After a judge job starts: it is the current job, one click from Monitor."""
-    job = started.job
-    st.session_state["job_id"] = job.job_id
-    st.session_state["judge_started"] = job.job_id
-    st.switch_page("pages/monitor.py")
-
-
-def _problems(problems: list[str]) -> None:
+def _start(make: Callable[[], Started]) -> None:
+    """Starts a judge job: then it is the current job, and the page moves to Monitor; or
+    says why it was not started (the problems may quote the template: shown as text)."""
+    try:
+        started = make()
+    except jg.JudgeError as exc:
+        problems = exc.problems
+    except Refused as refused:
+        problems = refused.problems
+    else:
+        st.session_state["job_id"] = started.job.job_id
+        st.session_state["judge_started"] = started.job.job_id
+        st.switch_page("pages/monitor.py")
+        return
     st.error("The judge job was not started:", icon=":material/block:")
-    st.text("\n".join(problems))  # may quote the template: shown as text
+    st.text("\n".join(problems))
 
 
 def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) -> None:
@@ -92,16 +97,11 @@ def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) ->
         name = st.text_input("Job name (optional)", key="judge_name").strip()
         if st.button("Start judge job", type="primary", key="judge_start"):
             settings = jg.JudgeSettings(model, int(max_tokens), name or None, signed_in_user())
-            try:
-                started = jg.start_judge(
+            _start(
+                lambda: jg.start_judge(
                     db, graded, text, settings, choice, paths().jobs, label=label
                 )
-            except jg.JudgeError as exc:
-                _problems(exc.problems)
-            except Refused as refused:
-                _problems(refused.problems)
-            else:
-                _started(started)
+            )
 
 
 def _rule_names(db: Store, job_id: str) -> list[str]:
@@ -147,9 +147,7 @@ def agreement_section(db: Store, job_ids: list[str], names: list[str]) -> None:
             except sm.SampleError as exc:
                 st.error(escape(exc))
             else:
-                st.session_state["sample_id"] = made.sample_id
-                st.session_state["review_pos"] = 0
-                st.switch_page("pages/review.py")
+                review_sample(made.sample_id)
 
 
 def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], str]) -> None:
@@ -186,13 +184,8 @@ def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], s
         model = _model_picker("pair")
         if st.button("Start pairwise judge", type="primary", key="pair_start"):
             settings = jg.JudgeSettings(model, int(max_tokens), None, signed_in_user())
-            try:
-                started = pw.start_pairwise(
+            _start(
+                lambda: pw.start_pairwise(
                     db, job_a, job_b, text, settings, paths().jobs, label=label
                 )
-            except jg.JudgeError as exc:
-                _problems(exc.problems)
-            except Refused as refused:
-                _problems(refused.problems)
-            else:
-                _started(started)
+            )

@@ -287,6 +287,13 @@ def restart(job: JobFolder, *, retry: bool, done: str, shard: int | None = None)
     return True
 
 
+def review_sample(sample_id: str) -> None:
+    """Moves to the Review page on a sample's first item."""
+    st.session_state["sample_id"] = sample_id
+    st.session_state["review_pos"] = 0
+    st.switch_page("pages/review.py")
+
+
 def estimate_metrics(estimate: dict) -> None:
     """Input tokens, expected output tokens, time and cost of an estimate (its ``to_dict()``),
     as Upload & check and Run both show them."""

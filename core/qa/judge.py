@@ -210,7 +210,7 @@ def chosen_results(store: Store, job_id: str, choice: Choice) -> Iterator[dict[s
     (a million answers never sit in memory at once, and the store is free between pages)."""
     clause, params = choice.clause([job_id])
     order = f"coalesce(r.line_no, {_NO_LINE})"  # results without a request line come last
-    after: list[Any] = [-1, -1, ""]
+    after: list[Any] = [-1, ""]
     while True:
         page = store.query(
             f"""
@@ -219,7 +219,7 @@ def chosen_results(store: Store, job_id: str, choice: Choice) -> Iterator[dict[s
                    CAST(q.messages AS VARCHAR) AS messages, {order} AS position
             FROM results r
             LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
-            {clause} AND ({order} > ? OR ({order} = ? AND r.custom_id > ?))
+            {clause} AND ({order}, r.custom_id) > (?, ?)
             ORDER BY position, r.custom_id
             LIMIT ?
             """,
@@ -229,7 +229,7 @@ def chosen_results(store: Store, job_id: str, choice: Choice) -> Iterator[dict[s
         yield from rows
         if len(rows) < PAGE_ROWS:
             return
-        after = [rows[-1]["position"], rows[-1]["position"], rows[-1]["custom_id"]]
+        after = [rows[-1]["position"], rows[-1]["custom_id"]]
 
 
 def judge_line(

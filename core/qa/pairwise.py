@@ -100,7 +100,7 @@ def start_pairwise(
     if job_a == job_b:
         raise JudgeError(["choose two different jobs"])
     a, b = Side(job_a), Side(job_b)
-    keys = sorted(paired_keys(store, a, b, succeeded=True))[:MAX_PAIRS]
+    keys = paired_keys(store, a, b, limit=MAX_PAIRS, succeeded=True)
     if not keys:
         raise JudgeError(["no pairs to judge: no custom_id has a succeeded answer on both sides"])
     swap = swapped_keys(keys)

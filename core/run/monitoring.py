@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 
@@ -104,7 +104,7 @@ class Rates:
     eta_is_bound: bool = False  # no answer of the model measured: the ETA is at most this
     # What the ETA counts: output tokens still expected (the worker's forecast, or at the
     # speed), or requests without a result at the request rate (embeddings write no tokens).
-    eta_counts: str = "output"
+    eta_counts: Literal["output", "requests"] = "output"
     work_done: float | None = None  # generated / expected output tokens
 
 

@@ -127,12 +127,20 @@ def pairs(
 
 
 def paired_keys(
-    store: Store, a: Side, b: Side, key: str = "custom_id", *, succeeded: bool = False
+    store: Store,
+    a: Side,
+    b: Side,
+    key: str = "custom_id",
+    limit: int = 5000,
+    *,
+    succeeded: bool = False,
 ) -> list[str]:
-    """Every key present on both sides (only the keys: cheap for a million pairs)."""
+    """The first ``limit`` keys present on both sides, in the order :func:`pairs` pages
+    through them (only the keys: cheap for a million pairs)."""
     params: list[Any] = []
     paired = _paired(a, b, key, params, succeeded, None)
-    return [str(k) for k in store.query(paired.format("SELECT a.key"), params)["key"]]
+    sql = f"{paired.format('SELECT a.key')} ORDER BY a.key LIMIT ?"
+    return [str(k) for k in store.query(sql, [*params, int(limit)])["key"]]
 
 
 def coverage(store: Store, a: Side, b: Side, key: str = "custom_id") -> dict[str, int]:

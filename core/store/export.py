@@ -128,13 +128,13 @@ def _count(store: Store, sql: str, params: list[Any]) -> int:
     return int(store.query(f"SELECT count(*) AS n FROM ({sql})", params)["n"].iloc[0])
 
 
-def _raw_lines(store: Store, sql: str, params: list[Any], path: Path) -> int:
-    """Writes one stored JSON line per row (columns ``job_id``, ``custom_id``, ``raw``) as
-    JSONL: byte for byte, except that an embeddings line gets back the vectors its stored
-    copy leaves out (``vector_ingest.restore_vectors``)."""
+def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: list[str]) -> int:
+    """Writes one stored JSON line per row (columns ``job_id``, ``custom_id``, ``raw``, of
+    ``job_ids``) as JSONL: byte for byte, except that an embeddings line gets back the
+    vectors its stored copy leaves out (``vector_ingest.restore_vectors``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    selected = f"SELECT DISTINCT job_id FROM ({sql})"
-    if store.query(f"SELECT 1 FROM vector_jobs WHERE job_id IN ({selected}) LIMIT 1", params).empty:
+    with_vectors = "SELECT 1 FROM vector_jobs WHERE list_contains(?, job_id) LIMIT 1"
+    if store.query(with_vectors, [list(job_ids)]).empty:
         target = "'" + str(path).replace("'", "''") + "'"
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
@@ -181,7 +181,7 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
     if fmt == "jsonl":
         raw = _with_checks("r.raw", checks)
         sql = f"SELECT r.job_id, r.custom_id, {raw} AS raw {FROM} {checks.join} {clause} {order}"
-        return _raw_lines(store, sql, [*checks.params, *params], path)
+        return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"SELECT {columns} {FROM} {_LABELS} {checks.join} {clause} {order}"
     return _copy(store, sql, [*checks.params, *params], path, fmt)
@@ -193,10 +193,9 @@ def export_errors(store: Store, job_ids: list[str], path: str | Path) -> int:
     return export_results(store, f, path, "jsonl")
 
 
-def _checks_of(store: Store, sql: str, params: list[Any]) -> ExportChecks:
-    """The checks' columns for the jobs whose ids ``sql`` selects."""
-    jobs = store.query(sql, params)
-    return export_checks(store, [str(j) for j in jobs.iloc[:, 0]])
+def _job_ids(store: Store, sql: str, params: list[Any]) -> list[str]:
+    """The job ids ``sql`` selects (its first column)."""
+    return [str(j) for j in store.query(sql, params).iloc[:, 0]]
 
 
 def _with_checks(raw: str, checks: ExportChecks) -> str:
@@ -211,16 +210,17 @@ def export_sample(store: Store, sample_id: str, path: str | Path, fmt: str = "cs
     """A sample's items in order, with every reviewer's label (one row per item) and the
     checks' outcomes (rules and judges) of their jobs."""
     fmt, path = _check_format(fmt), Path(path)
-    checks = _checks_of(
+    jobs = _job_ids(
         store, "SELECT DISTINCT job_id FROM sample_items WHERE sample_id = ?", [sample_id]
     )
+    checks = export_checks(store, jobs)
     if fmt == "jsonl":
         sql = f"""SELECT r.job_id, r.custom_id, {_with_checks("r.raw", checks)} AS raw
                  FROM sample_items i
                  JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
                  {checks.join}
                  WHERE i.sample_id = ? ORDER BY i.position"""
-        return _raw_lines(store, sql, [*checks.params, sample_id], path)
+        return _raw_lines(store, sql, [*checks.params, sample_id], path, jobs)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"""
         SELECT i.sample_id, i.position, i.stratum, {columns}
@@ -238,7 +238,7 @@ def export_labels(store: Store, path: str | Path, fmt: str = "csv") -> int:
     """Every label, one row per result and reviewer, with the checks' outcomes (rules and
     judges) of the labelled result: where a person and a check both graded it."""
     fmt, path = _check_format(fmt), Path(path)
-    checks = _checks_of(store, "SELECT DISTINCT job_id FROM reviews", [])
+    checks = export_checks(store, _job_ids(store, "SELECT DISTINCT job_id FROM reviews", []))
     extra = f", {checks.columns}" if checks.columns else ""
     sql = f"""SELECT r.job_id, r.custom_id, r.reviewer, r.verdict, r.score,
                     array_to_string(r.tags, ', ') AS tags, r.comment, r.corrected_answer,
