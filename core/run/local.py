@@ -48,19 +48,13 @@ def make_executor(spec: JobSpec, job_dir: Path) -> Executor:
     return LocalExecutor(spec)
 
 
-_loaded: dict[EngineConfig, Engine] = {}  # at most one: the engine this worker holds
-
-
 def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
-    """The engine for ``config``, kept between jobs; returns it and the seconds spent loading
-    (0 when it was already loaded). Another model's engine is released first."""
-    if config in _loaded:
-        return _loaded[config], 0.0
-    for old in list(_loaded):
-        _loaded.pop(old).close()
-    engine = Engine(config)
-    _loaded[config] = engine
-    return engine, engine.load_seconds
+    """The engine for ``config``, kept between jobs (:mod:`core.run.pool`); returns it and
+    the seconds spent loading (0 when it was already loaded)."""
+    from core.run.pool import POOL
+
+    engine, seconds = POOL.get(config)
+    return engine, seconds  # type: ignore[return-value]
 
 
 class LocalExecutor:
@@ -77,7 +71,13 @@ class LocalExecutor:
         self.description = f"on {self.model}, up to {self.window} at a time"
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
-        yield from run_with_retries(self.engine, requests, self.window, self.model)
+        try:
+            yield from run_with_retries(self.engine, requests, self.window, self.model)
+        except Exception:
+            from core.run.pool import POOL
+
+            POOL.discard(self.engine)  # an engine that failed may be broken: the next job
+            raise  # gets a fresh one
 
     def drain(self) -> None:
         self.engine.draining = True
