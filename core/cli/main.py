@@ -13,7 +13,7 @@ python -m core judge JOB --template FILE --against JOB_B   (pairwise)
 python -m core models prepare
 python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core engine status [--json] | engine unload MODEL | engine stop
-python -m core serve [--host 127.0.0.1] [--port 8501]
+python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 
 One module per command group (check, jobs, export, grade, judge, models, embed, engine,
 serve);
