@@ -10,36 +10,13 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime
 
 from core.cli.common import EXIT_INVALID
 from core.config import data_paths
-from core.run.engine_files import EngineCommand, EngineState, read_state, send_command
+from core.run.engine_files import EngineCommand, describe, read_state, send_command
 from core.schemas import worker_alive
 
 WAIT_SECONDS = 30.0
-
-
-def _when(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
-
-
-def describe(state: EngineState | None) -> list[str]:
-    """The state as lines a person reads."""
-    if state is None:
-        return ["no engine is loaded (no resident worker)"]
-    doing = f"running job {state.job_id}" if state.job_id else "idle"
-    lines = [f"worker pid {state.pid}: {doing}, {state.rss_mib:,.0f} MiB resident"]
-    if state.exits_at is not None:
-        lines[0] += f"; exits at {_when(state.exits_at)} unless a job comes"
-    for m in state.models:
-        lines.append(
-            f"  {m.name} ({m.kind}): {m.memory_mib:,.0f} MiB, loaded in {m.load_seconds:.1f} s "
-            f"at {_when(m.loaded_at)}, last used {_when(m.last_used)}"
-        )
-    if not state.models:
-        lines.append("  no model loaded")
-    return lines
 
 
 def cmd_status(args: argparse.Namespace) -> int:

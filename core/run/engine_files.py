@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -86,6 +87,28 @@ class EmbedAnswer(FrozenModel):
     vectors: list[list[float]] | None = None
     error: str | None = None
     seconds: float = 0.0  # the engine's time on the texts
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def describe(state: EngineState | None) -> list[str]:
+    """The state as lines a person reads."""
+    if state is None:
+        return ["no engine is loaded (no resident worker)"]
+    doing = f"running job {state.job_id}" if state.job_id else "idle"
+    lines = [f"worker pid {state.pid}: {doing}, {state.rss_mib:,.0f} MiB resident"]
+    if state.exits_at is not None:
+        lines[0] += f"; exits at {_when(state.exits_at)} unless a job comes"
+    for m in state.models:
+        lines.append(
+            f"  {m.name} ({m.kind}): {m.memory_mib:,.0f} MiB, loaded in {m.load_seconds:.1f} s "
+            f"at {_when(m.loaded_at)}, last used {_when(m.last_used)}"
+        )
+    if not state.models:
+        lines.append("  no model loaded")
+    return lines
 
 
 def engine_dir(home: Path) -> Path:
