@@ -8,8 +8,7 @@ import streamlit as st
 
 from core.config import default_model_dir, models_dir
 from core.devices import gpu_count
-from core.model_folders import is_model_folder, model_folders
-from core.run.engine_files import (
+from core.jobs.engine_files import (
     IDLE_ENV,
     EngineCommand,
     EngineSettings,
@@ -21,6 +20,7 @@ from core.run.engine_files import (
     send_command,
     write_settings,
 )
+from core.model_folders import is_model_folder, model_folders
 from pages.shared import paths, through_app
 
 through_app()

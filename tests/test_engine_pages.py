@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from core.run.engine_files import (
+from core.jobs.engine_files import (
     IDLE_ENV,
     EngineState,
     LoadedModel,
@@ -17,12 +17,12 @@ from core.run.engine_files import (
 from tests.test_pages import open_page, shown
 
 
-def resident_state(home, pid: int | None = None, **changes) -> EngineState:
+def resident_state(home, **changes) -> EngineState:
     now = time.time()
-    state = EngineState(
-        pid=pid or os.getpid(),  # a live process, as the worker is
-        state="idle",
-        models=[
+    fields = {
+        "pid": os.getpid(),  # a live process, as the worker is
+        "state": "idle",
+        "models": [
             LoadedModel(
                 model="/models/SmolLM2-135M-Instruct",
                 name="SmolLM2-135M-Instruct",
@@ -33,12 +33,12 @@ def resident_state(home, pid: int | None = None, **changes) -> EngineState:
                 last_used=now - 5,
             )
         ],
-        idle_seconds=600,
-        idle_since=now - 5,
-        rss_mib=2300.0,
-        updated_at=now,
-        **changes,
-    )
+        "idle_seconds": 600,
+        "idle_since": now - 5,
+        "rss_mib": 2300.0,
+        "updated_at": now,
+    }
+    state = EngineState(**(fields | changes))
     write_state(home, state)
     return state
 
@@ -82,3 +82,58 @@ def test_settings_says_no_engine_is_loaded_without_a_live_worker(studio_home):
     at = open_page("settings.py")
     assert "no engine is loaded" in page_text(at)
     assert not [b for b in at.button if b.label == "Unload"]
+
+
+def test_the_estimate_counts_no_load_for_the_model_the_resident_worker_holds(studio_home):
+    from core.jobs.queue import models_loaded
+
+    assert models_loaded(studio_home / "jobs") == frozenset()
+    resident_state(studio_home)
+    assert models_loaded(studio_home / "jobs") == {"SmolLM2-135M-Instruct"}
+
+
+def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home):
+    import json
+
+    from core.schemas import JobStatus
+    from tests.test_live_progress import monitored_job
+    from tests.test_ops_pages import metric
+
+    job = monitored_job(studio_home)
+    resident_state(studio_home, state="running", job_id=job.job_id, idle_since=None)
+    now = time.time()
+    engine = {"running": 12, "waiting": 3, "kv_cache_usage": 0.374, "prefix_cache_hit_rate": 0.5}
+    samples = [
+        {"t": now - age, "done": 0, "output_tokens": tokens, "engine": engine}
+        for age, tokens in ((20, 0), (10, 300), (0, 1_300))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(
+        JobStatus(
+            state="running", pid=os.getpid(), heartbeat_at=now, total=200, generated_tokens=1_300
+        )
+    )
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "KV cache used") == "37%"
+    assert (metric(at, "Requests running"), metric(at, "Requests waiting")) == ("12", "3")
+    assert metric(at, "Prefix-cache hits") == "50%"
+    assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
+    assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
+
+
+def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
+    from core.run.monitoring import rates
+    from core.schemas import JobStatus
+
+    # 10 s of prompts, then 200 tokens/s for 20 s, then 50/s for the last 10 s.
+    samples = [
+        {"t": 0.0, "done": 0, "output_tokens": 0},
+        {"t": 10.0, "done": 0, "output_tokens": 0},
+        {"t": 12.0, "done": 0, "output_tokens": 100},  # the first tokens
+        {"t": 22.0, "done": 0, "output_tokens": 2_100},
+        {"t": 32.0, "done": 0, "output_tokens": 4_100},
+        {"t": 42.0, "done": 0, "output_tokens": 4_600},
+    ]
+    status = JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time(), total=9)
+    # What the engine made since its first token, over the time since: 4,500 in 30 s.
+    assert rates(samples, status).tokens_per_s == 150.0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.run.engine_files import (
+from core.jobs.engine_files import (
     IDLE_ENV,
     EngineCommand,
     EngineSettings,

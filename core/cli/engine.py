@@ -1,7 +1,7 @@
 """``engine status|unload MODEL|stop``: the resident worker's models, from a shell.
 
 They read ``engine/state.json`` and drop command files the worker polls
-(:mod:`core.run.engine_files`); a command given while a job runs is carried out when it ends.
+(:mod:`core.jobs.engine_files`); a command given while a job runs is carried out when it ends.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 from core.cli.common import EXIT_INVALID
 from core.config import data_paths
-from core.run.engine_files import EngineCommand, describe, read_state, send_command
+from core.jobs.engine_files import EngineCommand, describe, read_state, send_command
 from core.schemas import worker_alive
 
 WAIT_SECONDS = 30.0

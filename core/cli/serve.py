@@ -10,7 +10,7 @@ import sys
 from core.access import OPEN_ENV, exposure_problem, open_override, sign_in_configured
 from core.cli.common import EXIT_USAGE
 from core.config import REPO_ROOT
-from core.run.engine_files import IDLE_ENV
+from core.jobs.engine_files import IDLE_ENV
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -22,7 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.engine_idle < 0:
             print("error: --engine-idle must be 0 or more seconds", file=sys.stderr)
             return EXIT_USAGE
-        # The workers the app starts inherit it (core.run.engine_files.idle_seconds).
+        # The workers the app starts inherit it (core.jobs.engine_files.idle_seconds).
         os.environ[IDLE_ENV] = str(args.engine_idle)
     command = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app.py")]
     command += ["--server.address", args.host, "--server.port", str(args.port)]

@@ -63,7 +63,7 @@ class LocalExecutor:
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
         self.engine.draining = False
-        self._base = self.engine.activity().generated_tokens
+        self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
         self.model = spec.engine.model_name
         # As many as the engine runs at once: a finished request is replaced at the next step,
         # so the batch stays full, and a kill loses at most one batch of work.
@@ -83,5 +83,10 @@ class LocalExecutor:
         self.engine.draining = True
 
     def activity(self) -> EngineActivity:
-        now = self.engine.activity()
-        return replace(now, generated_tokens=now.generated_tokens - self._base)
+        now, base = self.engine.activity(), self._base
+        return replace(
+            now,
+            generated_tokens=now.generated_tokens - base.generated_tokens,
+            prefix_cache_queries=now.prefix_cache_queries - base.prefix_cache_queries,
+            prefix_cache_hits=now.prefix_cache_hits - base.prefix_cache_hits,
+        )

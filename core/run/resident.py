@@ -1,9 +1,9 @@
 """The worker between jobs: it keeps its models loaded for an idle time, then exits.
 
 While it holds the engine lock and no job is queued, the worker polls (every
-:data:`~core.run.engine_files.POLL_SECONDS`) for a queued job, for commands (unload a
+:data:`~core.jobs.engine_files.POLL_SECONDS`) for a queued job, for commands (unload a
 model, stop) and for texts to embed, and rewrites ``engine/state.json`` every couple of
-seconds (see :mod:`core.run.engine_files`). The next job on a loaded model starts at once.
+seconds (see :mod:`core.jobs.engine_files`). The next job on a loaded model starts at once.
 After the idle time with nothing to do it unloads its models and exits, still holding the
 lock, so no other worker loads an engine while this one's memory is still taken.
 """
@@ -20,7 +20,7 @@ import psutil
 
 from core.check.requests import parse_embeddings_body
 from core.check.sampling import RequestError
-from core.run.engine_files import (
+from core.jobs.engine_files import (
     POLL_SECONDS,
     STATE_SECONDS,
     EmbedAnswer,

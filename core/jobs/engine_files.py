@@ -215,8 +215,6 @@ def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -
     Raises:
         EngineBusy: no answer within ``timeout`` seconds.
     """
-    from core.jobs.queue import EngineLock
-
     folder = embed_dir(home)
     name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
     request, answer = folder / f"{name}.request.json", folder / f"{name}.answer.json"
@@ -227,9 +225,8 @@ def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -
         while time.monotonic() < deadline:
             if answer.exists():
                 return EmbedAnswer.model_validate_json(answer.read_text())
-            if EngineLock(home / "jobs").holder() is None and (
-                started is None or started.poll() is not None
-            ):
+            # No worker alive: start one (one that finds the engine taken exits at once).
+            if read_state(home) is None and (started is None or started.poll() is not None):
                 started = start_resident(home)
             time.sleep(0.01)
         raise EngineBusy(f"no engine answered within {timeout:.0f} s (a job may be running on it)")
