@@ -20,8 +20,9 @@ from core.jobs.engine_files import (
     take_commands,
     write_settings,
 )
+from core.jobs.folder import mark_queue_changed
 from core.run.pool import EnginePool
-from core.run.resident import Resident
+from core.run.resident import SCAN_SECONDS, Resident
 from core.schemas import EngineConfig
 
 GIB = 1 << 30
@@ -155,12 +156,29 @@ def test_an_idle_worker_publishes_its_state_and_exits_after_the_idle_time(reside
 
 def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path):
     queued = threading.Event()
-    threading.Timer(0.2, queued.set).start()
+
+    def submitted() -> None:  # what start_worker does for every submission
+        queued.set()
+        mark_queue_changed(tmp_path / "jobs")
+
+    threading.Timer(0.2, submitted).start()
     started = time.monotonic()
     assert resident.wait_for_work(queued.is_set) is True
     assert time.monotonic() - started < 0.45  # within a few polls, not at the idle time
     state = read_state(tmp_path)
     assert state is not None and state.pid == os.getpid() and state.state == "idle"
+    resident.close()
+
+
+def test_a_job_queued_without_the_mark_is_found_by_the_periodic_scan(
+    resident, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, "30")
+    queued = threading.Event()
+    threading.Timer(0.2, queued.set).start()  # e.g. queued by another door
+    started = time.monotonic()
+    assert resident.wait_for_work(queued.is_set) is True
+    assert time.monotonic() - started < SCAN_SECONDS + 1
     resident.close()
 
 

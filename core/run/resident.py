@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -34,16 +36,19 @@ from core.jobs.engine_files import (
     take_commands,
     write_state,
 )
+from core.jobs.folder import queue_changed_at
 from core.run.pool import POOL
 from core.schemas import EngineConfig, JobDefaults
 
 log = logging.getLogger("core.run.worker")
+SCAN_SECONDS = 2.0  # the whole queue read at least this often while idle
 
 
 class Resident:
     """The engine side of ``engine/``: state, commands and texts to embed."""
 
     def __init__(self, jobs_dir: Path) -> None:
+        self.jobs_dir = jobs_dir
         self.home = jobs_dir.parent
         self._written = 0.0
         self.idle_since: float | None = None
@@ -85,6 +90,26 @@ class Resident:
         )
         self._written = time.monotonic()
 
+    @contextmanager
+    def output_to(self, log_file: Path) -> Iterator[None]:
+        """Sends this process's output (its log and vLLM's) to a job's ``worker.log`` while
+        it runs that job: a resident worker runs many jobs, each keeps its own log."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        target = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        os.close(target)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+
     def between_jobs(self) -> bool:
         """Carries out the commands waiting; False when one says stop."""
         go_on = True
@@ -101,9 +126,14 @@ class Resident:
         """Idles with the models loaded until a job is queued (True), or until the idle
         time passes or a stop command comes (False). Texts to embed are served meanwhile."""
         self.publish()
+        mark, scanned = -1, 0.0
         while True:
-            if queued():
-                return True
+            # Reading every job's status costs; the mark a submission touches is one stat.
+            changed = queue_changed_at(self.jobs_dir)
+            if changed != mark or time.monotonic() - scanned >= SCAN_SECONDS:
+                mark, scanned = changed, time.monotonic()
+                if queued():
+                    return True
             if not self.between_jobs():
                 return False
             if self.serve_embeds():

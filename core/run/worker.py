@@ -334,7 +334,8 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
                 if not resident.between_jobs():
                     continue  # told to stop: models unloaded, the queue goes on afresh
                 resident.publish(queue[0].job_id)
-                status = _run_queued(queue[0])
+                with resident.output_to(queue[0].log_file):
+                    status = _run_queued(queue[0])
                 STOP.reset()  # a cancel of that job is not this worker's end
                 if job is not None and queue[0].job_id == job.job_id:
                     first = status
