@@ -49,51 +49,47 @@ class Held:
     last_used: float = field(default_factory=time.time)
 
 
-def _gpu_used_bytes() -> int | None:
-    """GPU memory in use on every device (NVML), or None without a GPU."""
+def _gpu_memory() -> tuple[int, int, int] | None:
+    """``(used, free, total)`` bytes over every GPU (NVML), or None without a GPU."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles) if handles else None
+        count = pynvml.nvmlDeviceGetCount()
+        infos = [
+            pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i))
+            for i in range(count)
+        ]
     except Exception:  # no driver or no library
         return None
-
-
-def _gpu_free_bytes() -> int | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).free for h in handles) if handles else None
-    except Exception:
+    if not infos:
         return None
+    return sum(i.used for i in infos), sum(i.free for i in infos), sum(i.total for i in infos)
 
 
 def memory_in_use() -> int:
     """What this process holds: GPU memory in use where there is a GPU, else its RSS."""
-    gpu = _gpu_used_bytes()
-    return gpu if gpu is not None else psutil.Process().memory_info().rss
+    gpu = _gpu_memory()
+    return gpu[0] if gpu is not None else psutil.Process().memory_info().rss
 
 
 def memory_available() -> int:
     """Free GPU memory where there is a GPU, else the RAM the machine can still give."""
-    gpu = _gpu_free_bytes()
-    return gpu if gpu is not None else psutil.virtual_memory().available
+    gpu = _gpu_memory()
+    return gpu[1] if gpu is not None else psutil.virtual_memory().available
 
 
 def first_load_bytes(config: EngineConfig) -> int:
-    """What a model never loaded in this process will take: its weight files and, on a
-    CPU, its fixed KV cache (a GPU engine takes its share of the GPU whatever the model)."""
+    """What a model never loaded in this process will take: on a GPU its share of the GPU
+    (vLLM takes ``gpu_memory_utilization`` of it whatever the model), on a CPU its weight
+    files and its fixed KV cache."""
+    gpu = _gpu_memory()
+    if gpu is not None:
+        return int(config.gpu_memory_utilization * gpu[2])
     folder = Path(config.model)
     weights = sum(
         f.stat().st_size for f in folder.glob("*") if f.suffix in WEIGHT_SUFFIXES and f.is_file()
     )
-    gpu = _gpu_used_bytes()
-    if gpu is not None:
-        return weights
     return weights + int(config.cpu_kv_cache_gib * (1 << 30))
 
 
