@@ -189,3 +189,20 @@ def test_a_stop_command_ends_an_idle_worker(resident, tmp_path, monkeypatch):
     assert resident.wait_for_work(lambda: False) is False
     assert time.monotonic() - started < 5
     resident.close()
+
+
+def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
+    from core.jobs.engine_files import EngineBusy, EngineState, embed_on_engine, write_state
+
+    now = time.time()
+    write_state(
+        tmp_path,
+        EngineState(
+            pid=os.getpid(), state="running", job_id="job_x", idle_seconds=600, updated_at=now
+        ),
+    )
+    started = time.monotonic()
+    with pytest.raises(EngineBusy, match="running job job_x; try again when it ends"):
+        embed_on_engine(tmp_path, tmp_path / "model", ["a text"], timeout=60)
+    assert time.monotonic() - started < 1  # not after the timeout
+    assert not list((tmp_path / "engine").glob("embed/*"))  # nothing left behind

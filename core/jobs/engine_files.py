@@ -213,8 +213,12 @@ def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -
     starting a worker if none runs).
 
     Raises:
-        EngineBusy: no answer within ``timeout`` seconds.
+        EngineBusy: the worker is running a job (texts are served between jobs), or no
+            answer came within ``timeout`` seconds.
     """
+    busy = read_state(home)
+    if busy is not None and busy.job_id is not None:
+        raise EngineBusy(f"the engine is running job {busy.job_id}; try again when it ends")
     folder = embed_dir(home)
     name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
     request, answer = folder / f"{name}.request.json", folder / f"{name}.answer.json"

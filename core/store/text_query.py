@@ -5,7 +5,8 @@ must not take the pages down), so the text goes to the resident worker
 (:mod:`core.run.resident`), which embeds it on the warm model through the same request path
 as a batch job's embeddings lines (the same vectors). The first text loads the model there
 (a worker is started if none runs); later ones take milliseconds while it stays loaded.
-While the worker runs a job, a text waits for the job to end.
+While the worker runs a job, a text is refused at once, saying so (texts are served
+between jobs).
 """
 
 from __future__ import annotations
