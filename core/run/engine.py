@@ -203,11 +203,11 @@ class Engine:
         Up to ``window`` requests are inside the engine at once; as each finishes the next
         one is added, so the engine never drains between batches. Once :attr:`draining` is
         set (a cancel), nothing new is added: the requests inside finish and are yielded.
-        Finished requests are yielded about every ``flush_seconds`` (and at the end). A
-        request the engine refuses (e.g. its prompt is longer than the context) comes back
-        at once as an :class:`EngineRequestError`. If the engine itself fails, requests
-        still inside it are aborted before the exception propagates, so a caller may run
-        them again.
+        Finished requests are yielded as the first finish, then about every
+        ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
+        is longer than the context) comes back at once as an :class:`EngineRequestError`.
+        If the engine itself fails, requests still inside it are aborted before the
+        exception propagates, so a caller may run them again.
 
         Each :class:`Completion` carries its ``latency_ms``: monotonic time from the request
         being added to the engine to the step that returned its final output (queueing
@@ -223,7 +223,9 @@ class Engine:
         added_at: dict[str, float] = {}  # request key -> monotonic time it entered the engine
         gathering: dict[str, _Gathering] = {}  # request key -> its vectors so far
         finished: list[tuple[EngineRequest, Completion | Embeddings | EngineRequestError]] = []
-        last_flush = time.monotonic()
+        # The first finished requests are yielded at once (a warm engine's first result
+        # should not wait a flush interval), then about every ``flush_seconds``.
+        last_flush = float("-inf")
         exhausted = False
         try:
             while True:
