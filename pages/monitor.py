@@ -218,7 +218,12 @@ def show(job: JobFolder) -> None:
     c = st.columns(4)
     c[0].metric("Succeeded", status.succeeded)
     c[1].metric("Failed", status.failed)
-    c[2].metric("Model load", _duration(status.model_load_seconds))
+    warm = status.model_load_seconds == 0
+    c[2].metric(
+        "Model load",
+        "warm" if warm else _duration(status.model_load_seconds),
+        help="The engine held the model loaded: no load." if warm else None,
+    )
     c[3].metric("First result after", _duration(status.first_result_seconds))
     if status.message and not status.interrupted:  # a dead worker's last words mislead
         st.caption(escape(status.message))

@@ -110,7 +110,12 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
     job.write_status(
         JobStatus(
-            state="running", pid=os.getpid(), heartbeat_at=now, total=200, generated_tokens=1_300
+            state="running",
+            pid=os.getpid(),
+            heartbeat_at=now,
+            total=200,
+            generated_tokens=1_300,
+            model_load_seconds=0.0,
         )
     )
     at = open_page("monitor.py", job_id=job.job_id)
@@ -119,6 +124,7 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     assert metric(at, "Prefix-cache hits") == "50%"
     assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
     assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
+    assert metric(at, "Model load") == "warm"  # the engine held the model
 
 
 def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
