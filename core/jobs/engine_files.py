@@ -14,7 +14,6 @@ The idle time comes from, in order: ``BATCH_STUDIO_ENGINE_IDLE`` (seconds; what
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -34,6 +33,7 @@ IDLE_ENV = "BATCH_STUDIO_ENGINE_IDLE"
 DEFAULT_IDLE_SECONDS = 600.0
 STATE_SECONDS = 2.0  # how often a resident worker rewrites state.json
 POLL_SECONDS = 0.05  # how often it looks for work, commands and texts while idle
+MAX_STARTS = 3  # workers one text may start
 
 
 class EngineSettings(FrozenModel):
@@ -193,15 +193,15 @@ def start_resident(home: Path) -> subprocess.Popen:
     jobs = home / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
     engine_dir(home).mkdir(parents=True, exist_ok=True)
-    log = (engine_dir(home) / "resident.log").open("ab")
-    return subprocess.Popen(
-        [sys.executable, "-m", "core.run.worker", "--resident", str(jobs)],
-        cwd=REPO_ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with (engine_dir(home) / "resident.log").open("ab") as log:  # the child keeps its own
+        return subprocess.Popen(
+            [sys.executable, "-m", "core.run.worker", "--resident", str(jobs)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 class EngineBusy(RuntimeError):
@@ -223,15 +223,17 @@ def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -
     name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
     request, answer = folder / f"{name}.request.json", folder / f"{name}.answer.json"
     write_atomic(request, EmbedRequest(model=str(model), texts=texts).model_dump_json())
-    started = None
+    started, starts = None, 0
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
             if answer.exists():
                 return EmbedAnswer.model_validate_json(answer.read_text())
-            # No worker alive: start one (one that finds the engine taken exits at once).
-            if read_state(home) is None and (started is None or started.poll() is not None):
-                started = start_resident(home)
+            # No worker alive: start one (one that finds the engine taken exits at once; a
+            # few tries, so a worker that cannot start is not started again and again).
+            idle = started is None or started.poll() is not None
+            if idle and starts < MAX_STARTS and read_state(home) is None:
+                started, starts = start_resident(home), starts + 1
             time.sleep(0.01)
         raise EngineBusy(f"no engine answered within {timeout:.0f} s (a job may be running on it)")
     finally:
@@ -248,7 +250,7 @@ def pending_embeds(home: Path) -> list[tuple[Path, EmbedRequest | None]]:
     for path in sorted(folder.glob("*.request.json")):
         try:
             found.append((path, EmbedRequest.model_validate_json(path.read_text())))
-        except (OSError, ValidationError, json.JSONDecodeError):
+        except (OSError, ValidationError):
             found.append((path, None))
     return found
 
