@@ -206,3 +206,14 @@ def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
         embed_on_engine(tmp_path, tmp_path / "model", ["a text"], timeout=60)
     assert time.monotonic() - started < 1  # not after the timeout
     assert not list((tmp_path / "engine").glob("embed/*"))  # nothing left behind
+
+
+def test_each_job_a_resident_worker_runs_keeps_its_own_log(resident, tmp_path):
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    for log_file, job in ((first, "job a"), (second, "job b")):
+        with resident.output_to(log_file):
+            # The worker's stdout and stderr descriptors (vLLM's and the log's output).
+            os.write(1, f"running {job}\n".encode())
+            os.write(2, f"engine says {job}\n".encode())
+    assert first.read_text() == "running job a\nengine says job a\n"
+    assert second.read_text() == "running job b\nengine says job b\n"
