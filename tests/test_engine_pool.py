@@ -217,3 +217,16 @@ def test_each_job_a_resident_worker_runs_keeps_its_own_log(resident, tmp_path):
             os.write(2, f"engine says {job}\n".encode())
     assert first.read_text() == "running job a\nengine says job a\n"
     assert second.read_text() == "running job b\nengine says job b\n"
+
+
+def test_serve_engine_idle_reaches_the_workers_the_app_starts(monkeypatch):
+    from core.cli.main import main
+
+    monkeypatch.delenv(IDLE_ENV, raising=False)
+    started: list[list[str]] = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append(argv))
+    monkeypatch.chdir(os.getcwd())  # serve moves to the checkout; the test comes back
+    assert main(["serve", "--engine-idle", "90"]) == 0
+    assert os.environ[IDLE_ENV] == "90.0" and "streamlit" in started[0]
+    assert main(["serve", "--engine-idle", "-1"]) == 2  # refused, nothing started
+    assert len(started) == 1
