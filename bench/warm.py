@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,7 @@ def main() -> int:
         f" s after the last use); machine's available memory {freed:+,.0f} MiB (shared machine)"
     )
     print(f"load average at end {os.getloadavg()[0]:.1f}")
+    shutil.rmtree(home, ignore_errors=True)  # the worker is gone: nothing writes there now
     return 0
 
 
