@@ -230,3 +230,20 @@ def test_serve_engine_idle_reaches_the_workers_the_app_starts(monkeypatch):
     assert os.environ[IDLE_ENV] == "90.0" and "streamlit" in started[0]
     assert main(["serve", "--engine-idle", "-1"]) == 2  # refused, nothing started
     assert len(started) == 1
+
+
+def test_a_model_loaded_where_another_was_freed_counts_what_the_process_holds(tmp_path):
+    log: list[str] = []
+    memory = {"used": 1 * GIB}  # the process before any model
+
+    def load(config: EngineConfig) -> Loaded:
+        if config.model_name == "a":
+            memory["used"] += 3 * GIB
+        # b reuses the memory a freed (the allocator keeps it): the process grows by little.
+        return Loaded(config, log)
+
+    engines = EnginePool(load, lambda: memory["used"], lambda: 64 * GIB, max_engines=1)
+    engines.get(model(tmp_path, "a"))
+    engines.get(model(tmp_path, "b"))
+    assert log == ["load a", "unload a", "load b"]
+    assert engines.held[model(tmp_path, "b")].memory_bytes == 3 * GIB
