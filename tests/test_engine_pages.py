@@ -143,3 +143,18 @@ def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
     status = JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time(), total=9)
     # What the engine made since its first token, over the time since: 4,500 in 30 s.
     assert rates(samples, status).tokens_per_s == 150.0
+
+
+def test_engine_status_and_a_refused_unload_from_a_shell(studio_home):
+    import json
+
+    from tests.conftest import run_cli
+
+    assert "no engine is loaded" in run_cli("engine", "status").stdout
+    resident_state(studio_home)
+    shown = run_cli("engine", "status")
+    assert "SmolLM2-135M-Instruct (chat): 1,650 MiB" in shown.stdout
+    assert json.loads(run_cli("engine", "status", "--json").stdout)["models"][0]["kind"] == "chat"
+    refused = run_cli("engine", "unload", "Qwen-7B")
+    assert refused.returncode == 1 and "Qwen-7B is not loaded" in refused.stderr
+    assert take_commands(studio_home) == []  # nothing sent
