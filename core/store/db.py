@@ -8,10 +8,11 @@ twice changes nothing, and a deleted database is rebuilt from the job folders.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -47,20 +48,95 @@ MEMORY_LIMIT = "512MB"
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
-class Store:
-    """One DuckDB file; safe to share between Streamlit's script threads."""
+class StoreLocked(RuntimeError):
+    """Another process holds the database file (DuckDB lets one process open it)."""
 
-    def __init__(self, path: str | Path) -> None:
+
+def _locked(exc: duckdb.Error) -> bool:
+    return "Could not set lock" in str(exc)
+
+
+def _set_aside(path: Path) -> Path:
+    """Renames a database file that cannot be read (and its write-ahead log) out of the
+    way, never deleting it; returns its new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.broken-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.broken-{stamp}-{n}")
+    path.rename(aside)
+    wal = path.with_name(path.name + ".wal")
+    if wal.exists():
+        wal.rename(aside.with_name(aside.name + ".wal"))
+    return aside
+
+
+class Store:
+    """One DuckDB file; safe to share between Streamlit's script threads.
+
+    A file that DuckDB cannot read (truncated, overwritten, a foreign file) is set aside
+    (renamed, see :attr:`set_aside`) and a new index is made: everything in it comes back
+    from the job folders and the human-work files in ``human_dir`` (default: ``human/``
+    beside the database). Raises :class:`StoreLocked` when another process holds the file.
+    """
+
+    def __init__(self, path: str | Path, human_dir: str | Path | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.human_dir = Path(human_dir) if human_dir else self.path.parent / "human"
+        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
+        self.set_aside: Path | None = None  # where an unreadable database file was moved
+        self.set_aside_reason = ""
+        self._lock = threading.RLock()
+        self._human_lock = threading.Lock()  # one sync of the human-work files at a time
+        try:
+            self._open()
+        except duckdb.Error as exc:
+            if _locked(exc):
+                pid = re.search(r"PID (\d+)", str(exc))
+                holder = f" (process {pid.group(1)})" if pid else ""
+                raise StoreLocked(
+                    f"{self.path} is open in another Batch Studio process{holder}; DuckDB "
+                    "lets one process open it"
+                ) from exc
+            self._close_quietly()
+            self.set_aside_reason = str(exc)
+            self.set_aside = _set_aside(self.path)
+            self._open()
+        self.sync_human()
+
+    def _open(self) -> None:
         # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
         # queries stream, so a fixed share keeps the UI process small (it spills past it).
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         # (as a config option at connect, DuckDB 1.5 ignores it)
         self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
-        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
-        self._lock = threading.RLock()
         self._migrate()
+        with self.cursor() as cur:  # reads the catalog and each table's first blocks
+            for table in ("jobs", "results", "reviews", "samples", "preferences"):
+                cur.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+
+    def _close_quietly(self) -> None:
+        con = getattr(self, "_con", None)
+        if con is not None:
+            with suppress(duckdb.Error):
+                con.close()
+
+    def sync_human(self) -> None:
+        """Indexes what was appended to the human-work files since the last sync (by this
+        process or another); the whole files when the index is new."""
+        from core.store.human_index import sync
+
+        with self._human_lock, self.cursor() as cur:
+            sync(cur, self.human_dir)
+
+    def human_problems(self) -> list[str]:
+        """The lines of the human-work files that were skipped, named by file and line."""
+        from core.store.human_index import problems
+
+        with self.cursor() as cur:
+            return problems(cur)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -117,6 +193,7 @@ class Store:
         A folder that cannot be read is that job's problem: it is skipped and its reason
         kept in :attr:`unreadable` (job id -> reason) for the pages to show.
         """
+        self.sync_human()  # labels another process saved: a stat per file when none
         folders = list_jobs(jobs_dir)
         self.forget_missing(jobs_dir, {job.job_id for job in folders})
         new_rows, unreadable = 0, {}

@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 import pandas as pd
 from pydantic import Field
 
+from core.human.files import SampleDeleted, SampleItem, SampleRecord, append, now_utc
 from core.schemas import Model
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, metadata_path, where
@@ -175,18 +176,20 @@ def save_items(
         raise SampleError("give the sample a name")
     if items.empty:
         raise SampleError("no items; nothing to sample")
-    items = items[["job_id", "custom_id", "stratum"]].reset_index(drop=True)
+    items = items[["job_id", "custom_id", "stratum"]]
     sample_id = f"smp_{secrets.token_hex(4)}"
-    items = items.assign(sample_id=sample_id, position=range(1, len(items) + 1))
-    frame = items[["sample_id", "position", "job_id", "custom_id", "stratum"]]  # noqa: F841
-    with store.cursor() as cur:  # one transaction: a sample is saved whole or not at all
-        cur.execute("BEGIN")
-        cur.execute(
-            "INSERT INTO samples (sample_id, name, definition, size) VALUES (?, ?, ?, ?)",
-            [sample_id, name, definition.model_dump_json(), len(items)],
-        )
-        cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM frame")
-        cur.execute("COMMIT")
+    record = SampleRecord(
+        sample_id=sample_id,
+        name=name,
+        definition=definition.model_dump(mode="json"),
+        items=[
+            SampleItem(job_id=j, custom_id=c, stratum=None if pd.isna(s) else str(s))
+            for j, c, s in items.itertuples(index=False)
+        ],
+        at=now_utc(),
+    )
+    append(store.human_dir, record)  # the file first, whole in one line: the index follows
+    store.sync_human()
     return get_sample(store, sample_id)
 
 
@@ -238,5 +241,5 @@ def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
 
 def delete_sample(store: Store, sample_id: str) -> None:
     """Removes a sample and its items (reviews of its items stay: they belong to results)."""
-    store.execute("DELETE FROM sample_items WHERE sample_id = ?", [sample_id])
-    store.execute("DELETE FROM samples WHERE sample_id = ?", [sample_id])
+    append(store.human_dir, SampleDeleted(sample_id=sample_id, at=now_utc()))
+    store.sync_human()

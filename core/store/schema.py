@@ -200,6 +200,31 @@ MIGRATIONS: list[str] = [
        OR job_id IN (SELECT job_id FROM requests
                      WHERE prompt IS NULL AND json_type(messages) = 'ARRAY');
     """,
+    # People's work is written to files first (core.human.files) and indexed from them:
+    # how far each file was read, the lines that could not be, and every label as saved
+    # (who changed a verdict and when; ``reviews`` keeps the latest).
+    """
+    CREATE TABLE human_files (file VARCHAR PRIMARY KEY, byte_offset BIGINT, lines BIGINT);
+    CREATE TABLE human_file_problems (
+        file VARCHAR,
+        line_no BIGINT,
+        problem VARCHAR,
+        PRIMARY KEY (file, line_no)
+    );
+    CREATE TABLE review_history (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        reviewer VARCHAR,
+        verdict VARCHAR,
+        score INTEGER,
+        tags VARCHAR[],
+        comment VARCHAR,
+        corrected_answer VARCHAR,
+        sample_id VARCHAR,
+        saved_at TIMESTAMPTZ,
+        line_no BIGINT
+    );
+    """,
 ]
 
 

@@ -1,0 +1,249 @@
+"""Indexes the human-work files (``core.human.files``) into DuckDB, and migrates old stores.
+
+Each file is read from where the last sync stopped (``human_files``: byte offset and line
+count), so a sync after a save reads one line, and a new database reads every file whole:
+that is the rebuild. A file that shrank was replaced (say, restored from a backup) and is
+read again whole. Lines that cannot be read are kept in ``human_file_problems`` (file,
+line, why) for the pages to name; the lines around them load as usual.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from pydantic import ValidationError
+
+from core.human.files import (
+    FILES,
+    LABELS,
+    PREFERENCES,
+    SAMPLES,
+    LabelRecord,
+    PreferenceRecord,
+    SampleDeleted,
+    SampleItem,
+    SampleRecord,
+    append,
+    read_from,
+)
+from core.schemas import problems_of
+
+# The index tables each file fills (cleared before the file is read again whole).
+TABLES: dict[str, tuple[str, ...]] = {
+    LABELS: ("reviews", "review_history"),
+    PREFERENCES: ("preferences",),
+    SAMPLES: ("sample_items", "samples"),
+}
+
+
+def sync(cur: duckdb.DuckDBPyConnection, folder: Path) -> None:
+    """Brings every human-work file's new lines into the index (one transaction per file)."""
+    for name in FILES:
+        path = folder / name
+        cur.execute("BEGIN")
+        try:
+            _sync_file(cur, folder, path)
+        except BaseException:
+            cur.execute("ROLLBACK")
+            raise
+        cur.execute("COMMIT")
+
+
+def _sync_file(cur: duckdb.DuckDBPyConnection, folder: Path, path: Path) -> None:
+    name = path.name
+    size = path.stat().st_size if path.exists() else 0
+    row = cur.execute(
+        "SELECT byte_offset, lines FROM human_files WHERE file = ?", [name]
+    ).fetchone()
+    if row is None:  # a new index (or one made before these files): read the file whole
+        if size == 0 and _has_rows(cur, name):
+            _migrate(cur, folder, name)  # labels that lived only in DuckDB go to the file once
+            size = path.stat().st_size
+        offset, lines = 0, 0
+        _clear(cur, name)
+    else:
+        offset, lines = row
+        if size < offset:  # replaced by a shorter file: read it again whole
+            offset, lines = 0, 0
+            _clear(cur, name)
+        elif size == offset:
+            return
+    chunk = read_from(path, offset, lines)
+    if name == LABELS:
+        _apply_labels(cur, [(n, r) for n, r in chunk.records if isinstance(r, LabelRecord)])
+    elif name == PREFERENCES:
+        _apply_preferences(
+            cur, [(n, r) for n, r in chunk.records if isinstance(r, PreferenceRecord)]
+        )
+    else:
+        chunk.problems.extend(_apply_samples(cur, chunk.records))
+    for line_no, problem in chunk.problems:
+        cur.execute(
+            "INSERT OR REPLACE INTO human_file_problems VALUES (?, ?, ?)", [name, line_no, problem]
+        )
+    cur.execute(
+        "INSERT OR REPLACE INTO human_files VALUES (?, ?, ?)", [name, chunk.offset, chunk.lines]
+    )
+
+
+def _has_rows(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return any(cur.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in TABLES[name])
+
+
+def _clear(cur: duckdb.DuckDBPyConnection, name: str) -> None:
+    for table in TABLES[name]:
+        cur.execute(f"DELETE FROM {table}")
+    cur.execute("DELETE FROM human_file_problems WHERE file = ?", [name])
+
+
+def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRecord]]) -> None:
+    if not found:
+        return
+    fields = (
+        "job_id", "custom_id", "reviewer", "verdict", "score", "comment", "corrected_answer",
+        "sample_id",
+    )  # fmt: skip
+    batch = pa.table(  # noqa: F841 (read by DuckDB by name)
+        {
+            **{f: [getattr(r, f) for _, r in found] for f in fields},
+            "score": pa.array([r.score for _, r in found], pa.int32()),
+            "tags": pa.array([r.tags for _, r in found], pa.list_(pa.string())),
+            "saved_at": pa.array([r.at for _, r in found], pa.timestamp("us", tz="UTC")),
+            "line_no": [n for n, _ in found],
+        }
+    )
+    columns = ", ".join((*fields, "tags"))
+    cur.execute(
+        f"INSERT INTO review_history BY NAME SELECT {columns}, saved_at, line_no FROM batch"
+    )
+    cur.execute(
+        f"""
+        INSERT OR REPLACE INTO reviews BY NAME
+        SELECT {columns}, saved_at AS updated_at FROM batch
+        QUALIFY row_number() OVER (PARTITION BY job_id, custom_id, reviewer
+                                   ORDER BY line_no DESC) = 1
+        """
+    )
+
+
+def _apply_preferences(
+    cur: duckdb.DuckDBPyConnection, found: list[tuple[int, PreferenceRecord]]
+) -> None:
+    if not found:
+        return
+    fields = (
+        "comparison", "key", "reviewer", "job_a", "custom_id_a", "job_b", "custom_id_b", "choice",
+    )  # fmt: skip
+    batch = pa.table(  # noqa: F841 (read by DuckDB by name)
+        {
+            **{f: pa.array([getattr(r, f) for _, r in found], pa.string()) for f in fields},
+            "saved_at": pa.array([r.at for _, r in found], pa.timestamp("us", tz="UTC")),
+            "line_no": [n for n, _ in found],
+        }
+    )
+    cur.execute(
+        f"""
+        INSERT OR REPLACE INTO preferences BY NAME
+        SELECT {", ".join(fields)}, saved_at AS updated_at FROM batch
+        QUALIFY row_number() OVER (PARTITION BY comparison, key, reviewer
+                                   ORDER BY line_no DESC) = 1
+        """
+    )
+
+
+def _apply_samples(cur: duckdb.DuckDBPyConnection, found: list) -> list[tuple[int, str]]:
+    """Saves and deletes samples in file order; returns the lines whose definition is not
+    one this version can draw (named and skipped like any unreadable line)."""
+    from core.store.samples import SampleDefinition  # it reads the store: imported late
+
+    problems = []
+    for line_no, record in found:
+        if isinstance(record, SampleDeleted):
+            cur.execute("DELETE FROM sample_items WHERE sample_id = ?", [record.sample_id])
+            cur.execute("DELETE FROM samples WHERE sample_id = ?", [record.sample_id])
+            continue
+        if not isinstance(record, SampleRecord):
+            continue
+        try:
+            definition = SampleDefinition.model_validate(record.definition)
+        except ValidationError as exc:
+            problems.append((line_no, "definition: " + "; ".join(problems_of(exc))[:300]))
+            continue
+        cur.execute("DELETE FROM sample_items WHERE sample_id = ?", [record.sample_id])
+        cur.execute(
+            "INSERT OR REPLACE INTO samples (sample_id, name, created_at, definition, size) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [
+                record.sample_id,
+                record.name,
+                record.at,
+                definition.model_dump_json(),
+                len(record.items),
+            ],
+        )
+        items = pa.table(  # noqa: F841 (read by DuckDB by name)
+            {
+                "sample_id": [record.sample_id] * len(record.items),
+                "position": list(range(1, len(record.items) + 1)),
+                "job_id": [i.job_id for i in record.items],
+                "custom_id": [i.custom_id for i in record.items],
+                "stratum": pa.array([i.stratum for i in record.items], pa.string()),
+            }
+        )
+        cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM items")
+    return problems
+
+
+def _migrate(cur: duckdb.DuckDBPyConnection, folder: Path, name: str) -> None:
+    """Writes what an index made before the human-work files holds of one kind to its file
+    (a label's history before then was never kept: its latest verdict is written)."""
+    if name == LABELS:
+        rows = cur.execute(
+            "SELECT job_id, custom_id, reviewer, verdict, score, coalesce(tags, []), comment, "
+            "corrected_answer, sample_id, coalesce(updated_at, now()) FROM reviews "
+            "ORDER BY updated_at, job_id, custom_id, reviewer"
+        ).fetchall()
+        for r in rows:
+            append(folder, LabelRecord(
+                job_id=r[0], custom_id=r[1], reviewer=r[2], verdict=r[3], score=r[4],
+                tags=list(r[5]), comment=r[6], corrected_answer=r[7], sample_id=r[8], at=r[9],
+            ))  # fmt: skip
+    elif name == PREFERENCES:
+        rows = cur.execute(
+            "SELECT comparison, key, reviewer, job_a, custom_id_a, job_b, custom_id_b, choice, "
+            "coalesce(updated_at, now()) FROM preferences ORDER BY updated_at, comparison, key"
+        ).fetchall()
+        for r in rows:
+            append(folder, PreferenceRecord(
+                comparison=r[0], key=r[1], reviewer=r[2], job_a=r[3], custom_id_a=r[4],
+                job_b=r[5], custom_id_b=r[6], choice=r[7], at=r[8],
+            ))  # fmt: skip
+    else:
+        samples = cur.execute(
+            "SELECT sample_id, name, definition, coalesce(created_at, now()) FROM samples "
+            "ORDER BY created_at, sample_id"
+        ).fetchall()
+        for sample_id, sample_name, definition, created in samples:
+            items = cur.execute(
+                "SELECT job_id, custom_id, stratum FROM sample_items WHERE sample_id = ? "
+                "ORDER BY position",
+                [sample_id],
+            ).fetchall()
+            if not items:
+                continue
+            append(folder, SampleRecord(
+                sample_id=sample_id, name=sample_name or sample_id, at=created,
+                definition=json.loads(definition),
+                items=[SampleItem(job_id=j, custom_id=c, stratum=s) for j, c, s in items],
+            ))  # fmt: skip
+
+
+def problems(cur: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every skipped line of the human-work files, as "file, line N: why"."""
+    rows = cur.execute(
+        "SELECT file, line_no, problem FROM human_file_problems ORDER BY file, line_no"
+    ).fetchall()
+    return [f"{file}, line {line_no}: {problem}" for file, line_no, problem in rows]
