@@ -166,6 +166,10 @@ with tab_review:
                     st.rerun()
         if old:
             st.caption(f"You labelled this item: {old.verdict}.")
+        history = rv.label_history(db, item["job_id"], item["custom_id"])
+        if len(history) > 1:
+            with st.expander(f"Label history of this item ({len(history)} saves)"):
+                st.dataframe(history, hide_index=True)
 
 with tab_stats:
     everyone = rv.pass_rate(db, sample_id)
