@@ -9,6 +9,7 @@ twice changes nothing, and a deleted database is rebuilt from the job folders.
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -88,6 +89,7 @@ class Store:
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
         self.set_aside: Path | None = None  # where an unreadable database file was moved
         self.set_aside_reason = ""
+        self.temporary: Path | None = None  # a private copy's folder, removed on close
         self._lock = threading.RLock()
         self._human_lock = threading.Lock()  # one sync of the human-work files at a time
         try:
@@ -173,6 +175,8 @@ class Store:
 
     def close(self) -> None:
         self._con.close()
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Runs one read and returns its rows as a frame."""
