@@ -78,7 +78,11 @@ sample_id = st.selectbox(
 if sample_id != chosen:
     st.session_state["sample_id"] = sample_id
     st.session_state["review_pos"] = 0
-sample = sm.get_sample(db, sample_id)
+try:
+    sample = sm.get_sample(db, sample_id)
+except sm.SampleError as exc:  # the other samples stay one choice away
+    st.error(escape(exc))
+    st.stop()
 d = sample.definition
 st.caption(
     f"{sample.size} items · {d.method}"

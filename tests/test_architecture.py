@@ -25,6 +25,7 @@ LAYERS = {
     "recent": 0,
     "core": 0,  # core/__init__.py: the version
     "check": 1,
+    "human": 1,  # people's work on disk (labels, preferences, samples)
     "plan": 2,
     "jobs": 3,
     "run": 4,

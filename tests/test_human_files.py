@@ -25,8 +25,10 @@ from core.store.results import ResultFilter
 from core.store.review import Label, get_label, label_history, labels, save_label
 from core.store.samples import (
     SampleDefinition,
+    SampleError,
     create_sample,
     delete_sample,
+    get_sample,
     list_samples,
     sample_items,
 )
@@ -213,7 +215,12 @@ def test_garbage_and_foreign_lines_are_named_and_skipped_and_other_labels_load(t
     (store.human_dir / LABELS).write_text(
         "{not json\n" + good + foreign + "\n" + invalid + "\x00\x01\n" + other
     )
-    (store.human_dir / SAMPLES).write_text('{"kind": "sample", "sample_id": "s"}\n')
+    odd = {"kind": "sample", "sample_id": "smp_odd", "name": "odd", "at": "2026-01-01T00:00Z",
+           "definition": {"method": "magic"},
+           "items": [{"job_id": job_id, "custom_id": "r0"}]}  # fmt: skip
+    (store.human_dir / SAMPLES).write_text(
+        '{"kind": "sample", "sample_id": "s"}\n' + json.dumps(odd) + "\n"
+    )
 
     store = Store(home / "studio.duckdb")
 
@@ -226,6 +233,9 @@ def test_garbage_and_foreign_lines_are_named_and_skipped_and_other_labels_load(t
     ]  # fmt: skip
     assert "does not belong in labels.jsonl" in found[1]
     assert "verdict" in found[2]
+    assert list_samples(store)["sample_id"].tolist() == ["smp_odd"]  # its items still load
+    with pytest.raises(SampleError, match=r"sample odd \(smp_odd\) in samples.jsonl"):
+        get_sample(store, "smp_odd")  # a definition this version cannot draw: named
     store.close()
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from pydantic import ValidationError
 
 from core.human.files import (
     FILES,
@@ -29,7 +28,6 @@ from core.human.files import (
     append,
     read_from,
 )
-from core.schemas import problems_of
 
 # The index tables each file fills (cleared before the file is read again whole).
 TABLES: dict[str, tuple[str, ...]] = {
@@ -84,7 +82,9 @@ def _sync_file(cur: duckdb.DuckDBPyConnection, folder: Path, path: Path) -> None
             cur, [(n, r) for n, r in chunk.records if isinstance(r, PreferenceRecord)]
         )
     else:
-        chunk.problems.extend(_apply_samples(cur, chunk.records))
+        _apply_samples(
+            cur, [(n, r) for n, r in chunk.records if isinstance(r, SampleRecord | SampleDeleted)]
+        )
     for line_no, problem in chunk.problems:
         cur.execute(
             "INSERT OR REPLACE INTO human_file_problems VALUES (?, ?, ?)", [name, line_no, problem]
@@ -171,25 +171,14 @@ def _apply_preferences(
     )
 
 
-def _apply_samples(cur: duckdb.DuckDBPyConnection, found: list) -> list[tuple[int, str]]:
-    """Saves and deletes samples in file order; returns the lines whose definition is not
-    one this version can draw (named and skipped like any unreadable line)."""
-    from core.store.samples import SampleDefinition  # it reads the store: imported late
-
-    problems = []
-    for line_no, record in found:
+def _apply_samples(cur: duckdb.DuckDBPyConnection, found: list) -> None:
+    """Saves and deletes samples in file order (a definition this version cannot read is
+    named when the sample is opened: ``core.store.samples.get_sample``)."""
+    for _, record in found:
+        cur.execute("DELETE FROM sample_items WHERE sample_id = ?", [record.sample_id])
         if isinstance(record, SampleDeleted):
-            cur.execute("DELETE FROM sample_items WHERE sample_id = ?", [record.sample_id])
             cur.execute("DELETE FROM samples WHERE sample_id = ?", [record.sample_id])
             continue
-        if not isinstance(record, SampleRecord):
-            continue
-        try:
-            definition = SampleDefinition.model_validate(record.definition)
-        except ValidationError as exc:
-            problems.append((line_no, "definition: " + "; ".join(problems_of(exc))[:300]))
-            continue
-        cur.execute("DELETE FROM sample_items WHERE sample_id = ?", [record.sample_id])
         cur.execute(
             "INSERT OR REPLACE INTO samples (sample_id, name, created_at, definition, size) "
             "VALUES (?, ?, ?, ?, ?)",
@@ -197,7 +186,7 @@ def _apply_samples(cur: duckdb.DuckDBPyConnection, found: list) -> list[tuple[in
                 record.sample_id,
                 record.name,
                 record.at,
-                definition.model_dump_json(),
+                json.dumps(record.definition),
                 len(record.items),
             ],
         )
@@ -211,7 +200,6 @@ def _apply_samples(cur: duckdb.DuckDBPyConnection, found: list) -> list[tuple[in
             }
         )
         cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM items")
-    return problems
 
 
 def _migrate(cur: duckdb.DuckDBPyConnection, folder: Path, name: str) -> None:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from core.human.files import SampleDeleted, SampleItem, SampleRecord, append, now_utc
-from core.schemas import Model
+from core.schemas import Model, problems_of
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, metadata_path, where
 
@@ -211,10 +211,17 @@ def get_sample(store: Store, sample_id: str) -> Sample:
         "WHERE sample_id = ? GROUP BY s ORDER BY s",
         [sample_id],
     )
+    try:
+        definition = SampleDefinition.model_validate_json(row["definition"])
+    except ValidationError as exc:  # a hand-edited samples.jsonl: named, not a crash
+        raise SampleError(
+            f"sample {row['name']} ({sample_id}) in samples.jsonl has a definition that "
+            f"cannot be read: {'; '.join(problems_of(exc))}"
+        ) from exc
     return Sample(
         sample_id=row["sample_id"],
         name=row["name"],
-        definition=SampleDefinition.model_validate_json(row["definition"]),
+        definition=definition,
         size=int(row["size"]),
         created_at=row["created_at"],
         strata={s: int(n) for s, n in zip(strata["s"], strata["n"], strict=True) if s},
