@@ -285,3 +285,38 @@ def test_labels_and_samples_made_on_the_review_page_survive_a_broken_database(st
     assert history[["reviewer", "verdict"]].values.tolist() == [["ana", "fail"], ["ana", "pass"]]
     at.button(key="set_aside_seen_button").click().run()  # read: the notice goes
     assert not [w for w in at.warning if "set aside" in w.value]
+
+
+def test_a_long_labels_file_is_read_a_piece_at_a_time_with_every_label(tmp_path, monkeypatch):
+    from core.human import files
+
+    home = tmp_path / "home"
+    store, job_id, _ = _studio(home)
+    for i in range(6):
+        save_label(store, job_id, f"r{i}", "ana", Label("pass" if i % 2 else "fail"))
+    store.close()
+    (home / "studio.duckdb").unlink()
+    monkeypatch.setattr(files, "READ_BYTES", 300)  # about one line a piece
+
+    store = Store(home / "studio.duckdb")
+
+    assert labels(store)["verdict"].tolist() == ["fail", "pass"] * 3
+    assert store.human_problems() == []
+    store.close()
+
+
+def test_a_labels_file_that_cannot_be_read_is_named_and_the_rest_loads(tmp_path):
+    home = tmp_path / "home"
+    store, job_id, _ = _studio(home)
+    compare.save_preference(
+        store, "cmp", "r0", "ana", "A", {}, compare.Side(job_id), compare.Side("other")
+    )
+    store.close()
+    (home / "studio.duckdb").unlink()
+    (store.human_dir / LABELS).mkdir()  # a folder where the file should be
+
+    store = Store(home / "studio.duckdb")
+
+    assert store.human_problems() == ["labels.jsonl: cannot be read: Is a directory"]
+    assert compare.preference_of(store, "cmp", "r0", "ana") == "A"
+    store.close()

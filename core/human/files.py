@@ -140,22 +140,36 @@ class Chunk:
     lines: int  # complete lines up to ``offset``
 
 
-def read_from(path: Path, offset: int, lines: int) -> Chunk:
-    """The complete lines of ``path`` past ``offset`` (``lines`` lines before it), parsed.
+READ_BYTES = 16 << 20  # read a file a piece at a time: a rebuild of a long one stays small
 
-    A line still being written (no newline yet) is left for the next read.
+
+def read_from(path: Path, offset: int, lines: int, limit: int = READ_BYTES) -> Chunk:
+    """The complete lines of ``path`` past ``offset`` (``lines`` lines before it), parsed;
+    about ``limit`` bytes of them (more when a single line is longer): call again from the
+    returned offset until it no longer moves.
+
+    A line still being written (no newline yet) is left for the next read. A file that
+    cannot be read at all (a folder in its place, no permission) is one problem, line 0.
     """
     if not path.exists():
         return Chunk([], [], offset, lines)
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(limit)
+            while data and b"\n" not in data:  # a line longer than the limit
+                more = handle.read(limit)
+                if not more:
+                    break
+                data += more
+    except OSError as exc:
+        return Chunk([], [(0, f"cannot be read: {exc.strerror or exc}")], offset, lines)
     end = data.rfind(b"\n") + 1
     records: list[tuple[int, Record]] = []
     problems: list[tuple[int, str]] = []
     line_no = lines
     allowed = KINDS.get(path.name, ())
-    for raw in data[:end].splitlines():
+    for raw in data[:end].split(b"\n")[:-1]:  # only "\n" ends a line, as append writes it
         line_no += 1
         if not raw.strip():
             continue

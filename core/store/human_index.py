@@ -74,24 +74,32 @@ def _sync_file(cur: duckdb.DuckDBPyConnection, folder: Path, path: Path) -> None
             _clear(cur, name)
         elif size == offset:
             return
-    chunk = read_from(path, offset, lines)
-    if name == LABELS:
-        _apply_labels(cur, [(n, r) for n, r in chunk.records if isinstance(r, LabelRecord)])
-    elif name == PREFERENCES:
-        _apply_preferences(
-            cur, [(n, r) for n, r in chunk.records if isinstance(r, PreferenceRecord)]
-        )
-    else:
-        _apply_samples(
-            cur, [(n, r) for n, r in chunk.records if isinstance(r, SampleRecord | SampleDeleted)]
-        )
-    for line_no, problem in chunk.problems:
+    while True:  # a piece at a time, each applied before the next is read
+        chunk = read_from(path, offset, lines)
+        if chunk.offset == offset and not chunk.problems:
+            return  # nothing (more) to read
+        if name == LABELS:
+            _apply_labels(cur, [(n, r) for n, r in chunk.records if isinstance(r, LabelRecord)])
+        elif name == PREFERENCES:
+            _apply_preferences(
+                cur, [(n, r) for n, r in chunk.records if isinstance(r, PreferenceRecord)]
+            )
+        else:
+            samples = [
+                (n, r) for n, r in chunk.records if isinstance(r, SampleRecord | SampleDeleted)
+            ]
+            _apply_samples(cur, samples)
+        for line_no, problem in chunk.problems:
+            cur.execute(
+                "INSERT OR REPLACE INTO human_file_problems VALUES (?, ?, ?)",
+                [name, line_no, problem],
+            )
         cur.execute(
-            "INSERT OR REPLACE INTO human_file_problems VALUES (?, ?, ?)", [name, line_no, problem]
+            "INSERT OR REPLACE INTO human_files VALUES (?, ?, ?)", [name, chunk.offset, chunk.lines]
         )
-    cur.execute(
-        "INSERT OR REPLACE INTO human_files VALUES (?, ?, ?)", [name, chunk.offset, chunk.lines]
-    )
+        if chunk.offset == offset:
+            return
+        offset, lines = chunk.offset, chunk.lines
 
 
 def _has_rows(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -251,4 +259,7 @@ def problems(cur: duckdb.DuckDBPyConnection) -> list[str]:
     rows = cur.execute(
         "SELECT file, line_no, problem FROM human_file_problems ORDER BY file, line_no"
     ).fetchall()
-    return [f"{file}, line {line_no}: {problem}" for file, line_no, problem in rows]
+    return [
+        f"{file}, line {line_no}: {problem}" if line_no else f"{file}: {problem}"
+        for file, line_no, problem in rows
+    ]
