@@ -320,3 +320,18 @@ def test_a_labels_file_that_cannot_be_read_is_named_and_the_rest_loads(tmp_path)
     assert store.human_problems() == ["labels.jsonl: cannot be read: Is a directory"]
     assert compare.preference_of(store, "cmp", "r0", "ana") == "A"
     store.close()
+
+
+def test_a_labels_file_edited_by_hand_is_read_again_whole(tmp_path):
+    home = tmp_path / "home"
+    store, job_id, _ = _studio(home)
+    save_label(store, job_id, "r0", "ana", Label("pass", comment="ok"))
+    path = store.human_dir / LABELS
+    path.write_text(path.read_text().replace('"ok"', '"fine, really"'))  # longer, same line
+
+    store.sync_human()
+
+    assert get_label(store, job_id, "r0", "ana").comment == "fine, really"
+    assert store.human_problems() == []
+    assert len(label_history(store, job_id, "r0")) == 1
+    store.close()

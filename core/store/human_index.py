@@ -69,11 +69,13 @@ def _sync_file(cur: duckdb.DuckDBPyConnection, folder: Path, path: Path) -> None
         _clear(cur, name)
     else:
         offset, lines = row
-        if size < offset:  # replaced by a shorter file: read it again whole
+        if size == offset:
+            return
+        if size < offset or not _line_ends_at(path, offset):
+            # Replaced or edited by hand (appends never shrink a file or move a line's end):
+            # read it again whole.
             offset, lines = 0, 0
             _clear(cur, name)
-        elif size == offset:
-            return
     while True:  # a piece at a time, each applied before the next is read
         chunk = read_from(path, offset, lines)
         if chunk.offset == offset and not chunk.problems:
@@ -100,6 +102,15 @@ def _sync_file(cur: duckdb.DuckDBPyConnection, folder: Path, path: Path) -> None
         if chunk.offset == offset:
             return
         offset, lines = chunk.offset, chunk.lines
+
+
+def _line_ends_at(path: Path, offset: int) -> bool:
+    """Whether the byte before ``offset`` ends a line (where the last read stopped)."""
+    if offset == 0:
+        return True
+    with path.open("rb") as handle:
+        handle.seek(offset - 1)
+        return handle.read(1) == b"\n"
 
 
 def _has_rows(cur: duckdb.DuckDBPyConnection, name: str) -> bool:
