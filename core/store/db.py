@@ -1,9 +1,11 @@
-"""The DuckDB index of jobs and results, opened only by the UI process.
+"""The DuckDB index of jobs and results, opened by the UI process.
 
-DuckDB lets one process open a database file for writing, and then no other may read it,
-so the worker never touches it: the store ingests job folders instead. Ingest is keyed by
+DuckDB lets one process open a database file, and then no other may read it, so the worker
+never touches it: the store ingests job folders instead, and the command line, while the
+app holds the file, reads a private copy (``core.store.snapshot``). Ingest is keyed by
 ``(job_id, custom_id)`` and remembers how far it read each ``output.jsonl``, so running it
-twice changes nothing, and a deleted database is rebuilt from the job folders.
+twice changes nothing; a deleted or unreadable database is rebuilt from the job folders and
+the human-work files (``core.store.human_index``).
 """
 
 from __future__ import annotations
