@@ -204,7 +204,8 @@ MIGRATIONS: list[str] = [
     # how far each file was read, the lines that could not be, and every label as saved
     # (who changed a verdict and when; ``reviews`` keeps the latest).
     """
-    CREATE TABLE human_files (file VARCHAR PRIMARY KEY, byte_offset BIGINT, lines BIGINT);
+    -- no key: three rows, updated on every save, where a key's upkeep cost more than a scan
+    CREATE TABLE human_files (file VARCHAR, byte_offset BIGINT, lines BIGINT);
     CREATE TABLE human_file_problems (
         file VARCHAR,
         line_no BIGINT,
