@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.output_file import complete_lines
+from core.store import human_index
 from core.store.schema import (
     MIGRATIONS,
     REQUEST_COLUMNS_SQL,
@@ -130,17 +131,13 @@ class Store:
     def sync_human(self) -> None:
         """Indexes what was appended to the human-work files since the last sync (by this
         process or another); the whole files when the index is new."""
-        from core.store.human_index import sync
-
         with self._human_lock, self.cursor() as cur:
-            sync(cur, self.human_dir)
+            human_index.sync(cur, self.human_dir)
 
     def human_problems(self) -> list[str]:
         """The lines of the human-work files that were skipped, named by file and line."""
-        from core.store.human_index import problems
-
         with self.cursor() as cur:
-            return problems(cur)
+            return human_index.problems(cur)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -199,7 +196,7 @@ class Store:
         A folder that cannot be read is that job's problem: it is skipped and its reason
         kept in :attr:`unreadable` (job id -> reason) for the pages to show.
         """
-        self.sync_human()  # labels another process saved: a stat per file when none
+        self.sync_human()  # what was appended by any process: a stat per file when nothing
         folders = list_jobs(jobs_dir)
         self.forget_missing(jobs_dir, {job.job_id for job in folders})
         new_rows, unreadable = 0, {}
