@@ -83,7 +83,7 @@ def model_map_of(pairs: list[str]) -> dict[str, str] | None:
     return mapping
 
 
-def open_store(job_ids: list[str]) -> Any:
+def open_store(job_ids: list[str], fresh_checks: bool = True) -> Any:
     """The DuckDB store with every job folder ingested, once all of ``job_ids`` are in it;
     None (after saying why) when a job is unknown. Only the commands that need the store
     open it (export, grade, judge).
@@ -95,6 +95,9 @@ def open_store(job_ids: list[str]) -> Any:
 
     Args:
         job_ids: the jobs the command names.
+        fresh_checks: grade again, from each job's ``rules.yaml``, the jobs whose outcomes
+            are missing or stale (as the pages do), so what a command reads of the checks is
+            the same in a private copy, a rebuilt index and the app's.
     """
     from core.store.db import Store, StoreLocked
     from core.store.snapshot import snapshot_store
@@ -117,7 +120,8 @@ def open_store(job_ids: list[str]) -> Any:
     from core.qa.grading import refresh
 
     store.ingest_all(paths.jobs)
-    refresh(store, list(store.jobs()["job_id"]))  # checks from each job's rules.yaml, as pages do
+    if fresh_checks:
+        refresh(store, list(store.jobs()["job_id"]))
     for problem in store.human_problems():
         print(f"warning: {paths.human / problem} (line skipped)", file=sys.stderr)
     known = set(store.jobs()["job_id"])
