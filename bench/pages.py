@@ -182,8 +182,11 @@ def page_times(page: str, state: dict) -> tuple[float, float, float]:
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600).run()
         for key, value in state.items():
             at.session_state[key] = value
-        if clear:
-            st.cache_data.clear()  # what the index gave the pages; the ledgers stay read
+        if clear:  # what the index gave the pages; the ledgers stay read
+            from pages.shared import page_values
+
+            st.cache_data.clear()
+            page_values.clear()
         times.append(timed(at, lambda at=at: at.switch_page(f"pages/{page}").run()))
     rerun = min(timed(at, at.run) for _ in range(3))
     return times[0], times[1], rerun
