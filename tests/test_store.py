@@ -50,6 +50,29 @@ def test_only_new_complete_lines_are_read_and_a_torn_tail_waits(tmp_path):
     assert store.count_results(job.job_id) == 2
 
 
+def test_a_pages_ingest_reads_only_the_job_folders_that_changed(tmp_path, monkeypatch):
+    from core.jobs.folder import JobFolder
+
+    quiet = finished_job(tmp_path / "q", {"a": "yes"})
+    busy = finished_job(tmp_path / "b", {"a": "yes"})
+    busy.path.rename(quiet.path.parent / busy.job_id)
+    busy = JobFolder(quiet.path.parent / busy.job_id)
+    store = Store(tmp_path / "studio.duckdb")
+    assert store.ingest_all(quiet.path.parent) == 2
+    read: list[str] = []
+    spec = JobFolder.read_spec
+    monkeypatch.setattr(JobFolder, "read_spec", lambda job: read.append(job.job_id) or spec(job))
+    assert store.ingest_all(quiet.path.parent) == 0  # a rerun: nothing changed, nothing read
+    assert read == []
+    extra = finished_job(tmp_path / "other", {"b": "later"}).output.read_bytes()
+    with busy.output.open("ab") as handle:
+        handle.write(extra)
+    read.clear()
+    assert store.ingest_all(quiet.path.parent) == 1
+    assert set(read) == {busy.job_id}
+    assert store.count_results(busy.job_id) == 2
+
+
 def test_a_deleted_database_is_rebuilt_from_the_job_folders(tmp_path):
     job = finished_job(tmp_path, {"a": "yes", "b": "no"})
     store = Store(tmp_path / "studio.duckdb")
