@@ -159,7 +159,8 @@ def following(page: str, key: tuple, version: tuple, make: Callable[[], Any]) ->
     per page. When the index changed, it is made again before the page goes on; when only
     results streaming in moved the version on (its last item), the last value is shown at
     once and the next one made in the background, and a caption says so."""
-    value, current = page_values(page).get((key, version[:-1]), version[-1], make)
+    index = str(store().path)  # another data folder is another index
+    value, current = page_values(page).get((index, key, version[:-1]), version[-1], make)
     if not current:
         st.caption(
             "Results are still coming in: these figures are from a moment ago and catch up "
