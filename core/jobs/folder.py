@@ -33,6 +33,7 @@ from pydantic import ValidationError
 from core.config import REPO_ROOT
 from core.files import file_sha256, write_atomic
 from core.schemas import (
+    BatchOrigin,
     EngineConfig,
     JobDefaults,
     JobSpec,
@@ -209,6 +210,8 @@ def create_job(
     name: str = "",
     embedding_model: str | None = None,
     judge: JudgeLink | None = None,
+    metadata: dict[str, str] | None = None,
+    batch: BatchOrigin | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -235,6 +238,8 @@ def create_job(
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
         judge=judge,
+        metadata=dict(metadata or {}),
+        batch=batch,
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")
