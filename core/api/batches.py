@@ -14,8 +14,6 @@ client that polls it reads ``failed`` and its errors.
 from __future__ import annotations
 
 import secrets
-import subprocess
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -39,9 +37,6 @@ COMPLETION_WINDOWS = {"24h": 24.0}
 METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512  # OpenAI's limits
 LISTED_ERRORS = 1_000  # errors.data entries of a failed validation
 _BATCH_ID = "batch_"
-
-_workers: list[subprocess.Popen] = []  # started workers, reaped when they end
-_workers_lock = threading.Lock()
 
 
 class _Url(msgspec.Struct):
@@ -396,11 +391,6 @@ def _model_map() -> dict[str, str]:
     }
 
 
-def _reap() -> None:
-    with _workers_lock:
-        _workers[:] = [w for w in _workers if w.poll() is None]
-
-
 def create_batch(home: Path, body: Any, caller: str | None) -> dict:
     """Validates the request and its file as OpenAI does (all lines or none), then makes
     the job with :func:`submit`; returns the batch.
@@ -433,7 +423,6 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
         ),
         completion_window_hours=COMPLETION_WINDOWS[request["completion_window"]],
     )
-    _reap()
     try:
         started = submit(path, submission, home / "jobs")
     except Refused as refused:
@@ -443,8 +432,7 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
             {"code": "refused", "line": None, "message": p, "param": None} for p in refused.problems
         ]
         return _refuse(home, request, problems, caller)
-    with _workers_lock:
-        _workers.append(started.worker)
+    # The worker's Popen is dropped: Python reaps a dropped child when it ends.
     return batch_of(started.job)
 
 
