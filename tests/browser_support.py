@@ -82,7 +82,8 @@ class StreamlitServer:
         self.home, self.serve = home, serve
         self.address, self.extra_args, self.env = address, extra_args, env or {}
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+        self.url = f"http://{host}:{self.port}"
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.starts = 0

@@ -135,7 +135,10 @@ def batch_of(job: JobFolder) -> dict:
         "completed_at": ended if state == "completed" else None,
         "failed_at": ended if state == "failed" else None,
         "expired_at": ended if state == "expired" else None,
-        "cancelling_at": _first(status, "cancelling") if state.startswith("cancel") else None,
+        # A cancel while the model loads stops at once, with no `cancelling` in between.
+        "cancelling_at": (_first(status, "cancelling") or ended)
+        if state.startswith("cancel")
+        else None,
         "cancelled_at": ended if state == "cancelled" else None,
         "request_counts": {
             "total": status.total or spec.input_lines,
