@@ -30,6 +30,7 @@ LAYERS = {
     "run": 4,
     "store": 5,
     "qa": 6,
+    "api": 6,  # the Batch API: jobs and their files in OpenAI's shapes
     "cli": 7,
     "__main__": 8,
 }

@@ -123,6 +123,16 @@ def test_settings_lists_folders_and_the_built_in_model(studio_home):
     assert "SmolLM2-135M-Instruct" in list(models["model"])
 
 
+def test_settings_lists_the_api_keys_by_name_never_the_key(studio_home):
+    from core.api.keys import create_key
+
+    key = create_key(studio_home, "pipeline")
+    at = open_page("settings.py")
+    keys = at.dataframe[2].value
+    assert list(keys["name (owner)"]) == ["pipeline"]
+    assert key not in keys.to_string() and key[:7] in keys.to_string()
+
+
 def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     first = finished_job(studio_home, {"a": "yes"})
     second = finished_job(studio_home, {"b": "yes"})
