@@ -78,8 +78,9 @@ class StreamlitServer:
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         serve: bool = False,
+        script: str = "app.py",
     ) -> None:
-        self.home, self.serve = home, serve
+        self.home, self.serve, self.script = home, serve, script
         self.address, self.extra_args, self.env = address, extra_args, env or {}
         self.port = port or free_port()
         host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
@@ -100,7 +101,7 @@ class StreamlitServer:
             "-m",
             "streamlit",
             "run",
-            "app.py",
+            self.script,  # server.py: the pages with the Batch API and /media's sign-in
             "--server.port",
             str(self.port),
             "--server.address",
