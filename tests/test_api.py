@@ -341,6 +341,9 @@ def test_no_request_gets_a_500_whatever_the_body_form_or_id(api, keys):
         api.post("/v1/batches", content=body.replace(b'"F"', f'"{file_id}"'.encode()), headers=auth)
         for body in BAD_CREATES
     ]
+    broken = data_paths().jobs / "job_20260101_000000_abcdef"
+    broken.mkdir()
+    (broken / "job.json").write_text("{not json")
     multipart = "multipart/form-data; boundary=b0undary"
     forms = [
         (b"plain body", "text/plain"),
@@ -361,7 +364,9 @@ def test_no_request_gets_a_500_whatever_the_body_form_or_id(api, keys):
         "job_..",
         "%00",
         "é" * 300,
-        "job_20260101_000000_abcdef",
+        "job_20260101_000000_abcdef",  # a job folder whose job.json is broken
+        "file-job_20260101_000000_abcdef-output",
+        "file-job_20260101_000000_abcdef-input",
     ):
         replies += [
             api.get(f"/v1/files/{weird}", headers=auth),
@@ -378,6 +383,7 @@ def test_no_request_gets_a_500_whatever_the_body_form_or_id(api, keys):
         api.put("/v1/batches", headers=auth),
         api.get("/v1/chat/completions", headers=auth),
     ]
+    assert api.get("/v1/batches", headers=auth).json()["data"] == []  # the broken job: skipped
     for reply in replies:
         assert reply.status_code in (400, 404), (reply.request.url, reply.text)
         assert_openai_error(reply, reply.status_code)

@@ -21,6 +21,7 @@ from core.api import batches, files
 from core.api.errors import ApiError, error_response, not_found
 from core.api.keys import owner_of
 from core.config import data_paths, default_model_dir
+from core.jobs.folder import JobUnreadable
 from core.model_folders import is_model_folder, model_folders
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,11 @@ def _file(home: Path, file_id: str, who: str | None) -> tuple[dict, Callable]:
     found = files.job_file(home / "jobs", file_id)
     if found is not None:
         job, kind = found
-        if files.visible(batches.owner_of_job(job.read_spec()), who):
+        try:
+            owner = batches.owner_of_job(job.read_spec())
+        except JobUnreadable:  # that job's problem, named on the Jobs page
+            raise not_found("file", file_id) from None
+        if files.visible(owner, who):
             return files.job_file_object(job, kind), lambda: files.job_file_lines(job, kind)
     raise not_found("file", file_id)
 
