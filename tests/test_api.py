@@ -418,3 +418,24 @@ def test_keys_are_made_listed_and_revoked_from_the_command_line_storing_only_a_h
     assert run_cli("keys", "revoke", "carol").returncode == 0
     assert run_cli("keys", "revoke", "carol").returncode == 2
     assert read_keys(data_paths().home) == []
+
+
+ENDPOINT_BODIES = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+    "/v1/completions": {"prompt": "Once upon a time", "max_tokens": 4},
+    "/v1/responses": {"input": "Say hi.", "max_output_tokens": 4},
+    "/v1/embeddings": {"input": ["a text", "another text"]},
+}
+
+
+@pytest.mark.parametrize("endpoint", sorted(ENDPOINT_BODIES))
+def test_every_endpoint_the_check_accepts_makes_a_batch(
+    api, keys, no_worker, endpoint, default_model, embedding_model
+):
+    client = sdk(api, keys["alice"])
+    line = {"custom_id": "one", "method": "POST", "url": endpoint}
+    line["body"] = {"model": "gpt-4o-mini", **ENDPOINT_BODIES[endpoint]}
+    file = client.files.create(file=("one.jsonl", batch_file(json.dumps(line))), purpose="batch")
+    batch = client.batches.create(input_file_id=file.id, endpoint=endpoint, completion_window="24h")
+    assert batch.status == "validating", batch.errors
+    assert batch.endpoint == endpoint and [j.job_id for j in no_worker] == [batch.id]
