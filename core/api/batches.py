@@ -25,7 +25,7 @@ from core.api.errors import ApiError, not_found
 from core.api.files import FileRecord, content_path, job_file_id, read_record, visible
 from core.check import check_file
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
-from core.config import data_paths, default_model_dir, models_dir
+from core.config import default_model_dir, models_dir
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
 from core.jobs.submit import Refused, Submission, submit
@@ -461,7 +461,3 @@ def cancel_batch(home: Path, batch_id: str, caller: str | None) -> dict:
         # The worker writes `cancelling` when it takes the signal; the client is told now.
         batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
     return batch
-
-
-def home_folder() -> Path:
-    return data_paths().home
