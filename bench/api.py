@@ -189,7 +189,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--pollers", type=int, default=50)
     parser.add_argument("--upload-mb", type=int, default=200)
-    parser.add_argument("--skip-runs", action="store_true", help="only the upload")
+    parser.add_argument(
+        "--parts", default="runs,pollers,upload", help="which figures (comma-separated)"
+    )
     args = parser.parse_args()
 
     work = scratch_folder("api-bench-")
@@ -201,15 +203,18 @@ def main() -> None:
     server = start_server(home, port)
     try:
         process = psutil.Process(server.pid)
+        parts = set(args.parts.split(","))
         with httpx.Client(base_url=base, timeout=60) as api:
-            if not args.skip_runs:
+            if "runs" in parts or "pollers" in parts:
                 api_seconds, first = through_api(api, batch)
+            if "runs" in parts:
                 cli_seconds = through_cli(home, batch)
                 print(
                     f"{args.requests} chats ({args.max_tokens} tokens): API end-to-end "
                     f"{api_seconds:.1f} s, core run {cli_seconds:.1f} s "
                     f"({(api_seconds / cli_seconds - 1) * 100:+.1f} %)"
                 )
+            if "pollers" in parts:
                 latencies, polled = with_pollers(base, api, batch, args.pollers)
                 cuts = statistics.quantiles(latencies, n=100)
                 print(
@@ -217,7 +222,8 @@ def main() -> None:
                     f"p99 {cuts[98]:.1f} ms; the job ran {elapsed(home, polled):.1f} s "
                     f"with them, {elapsed(home, first):.1f} s without"
                 )
-        upload_memory(base, process, args.upload_mb, work)
+        if "upload" in parts:
+            upload_memory(base, process, args.upload_mb, work)
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
