@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from pydantic import BaseModel
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
@@ -107,7 +107,7 @@ class _Form:
     filename: str | None = None
     size: int = 0
     fields: set[str] = field(default_factory=set)
-    handle: object | None = None
+    handle: BinaryIO | None = None
     _name: str | None = None
     _header_field: bytearray = field(default_factory=bytearray)
     _header_value: bytearray = field(default_factory=bytearray)
@@ -155,13 +155,13 @@ class _Form:
                     param="file",
                     code="file_too_large",
                 )
-            self.handle.write(data[start:end])  # type: ignore[union-attr]
+            self.handle.write(data[start:end])  # type: ignore[union-attr]  (opened above)
         elif self._name == "purpose" and len(self.purpose) < 100:
             self.purpose.extend(data[start:end])
 
     def _part_end(self) -> None:
         if self._name == "file" and self.handle is not None:
-            self.handle.flush()  # type: ignore[attr-defined]
+            self.handle.flush()
 
 
 async def receive_upload(
@@ -191,7 +191,7 @@ async def receive_upload(
             parser.write(chunk)
         parser.finalize()
         if form.handle is not None:
-            form.handle.close()  # type: ignore[attr-defined]
+            form.handle.close()
         purpose = form.purpose.decode("utf-8", "replace").strip()
         if "file" not in form.fields:
             raise ApiError(400, "The form has no 'file' field: attach the JSONL file.", "file")
@@ -219,7 +219,7 @@ async def receive_upload(
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
     finally:
         if form.handle is not None:
-            form.handle.close()  # type: ignore[attr-defined]
+            form.handle.close()
         partial.unlink(missing_ok=True)
 
 
