@@ -439,3 +439,21 @@ def test_every_endpoint_the_check_accepts_makes_a_batch(
     batch = client.batches.create(input_file_id=file.id, endpoint=endpoint, completion_window="24h")
     assert batch.status == "validating", batch.errors
     assert batch.endpoint == endpoint and [j.job_id for j in no_worker] == [batch.id]
+
+
+def test_a_batch_past_its_window_is_expired_with_what_finished(api, keys, model):
+    client = sdk(api, keys["alice"])
+    home = data_paths().home
+    ended = _walk(
+        JobStatus(total=3, done=3, succeeded=1, failed=2), "created", "running", "expired"
+    )
+    expired_lines = [_result("r1", False), _result("r2", False)]
+    job = _job_with_status(home, model, ended, [_result("r0", True)], expired_lines)
+    spec = json.loads(job.spec_file.read_text())
+    spec["provenance"]["owner"] = "alice"
+    job.spec_file.write_text(json.dumps(spec))
+    batch = client.batches.retrieve(job.job_id)
+    assert batch.status == "expired" and batch.expired_at and batch.completed_at is None
+    assert batch.request_counts.model_dump() == {"total": 3, "completed": 1, "failed": 2}
+    assert len(client.files.content(batch.output_file_id).text.splitlines()) == 1
+    assert len(client.files.content(batch.error_file_id).text.splitlines()) == 2
