@@ -15,21 +15,28 @@ from typing import Any, BinaryIO
 
 
 def write_atomic(path: Path, data: str | bytes | BinaryIO) -> None:
-    """Writes a file so a reader sees the old content or the new, never half of either.
+    """Writes a file so a reader sees the old content or the new, never half of either
+    (see :func:`file_atomic`). ``data`` may be a binary stream, copied in blocks (an upload
+    of gigabytes is not copied in memory first)."""
+    with file_atomic(path) as out:
+        if isinstance(data, str | bytes):
+            out.write(data.encode("utf-8") if isinstance(data, str) else data)
+        else:
+            shutil.copyfileobj(data, out, 1 << 20)
 
-    A temporary file beside it (unique per writer, so two threads or processes never share
-    one) is written, fsynced and renamed over ``path``. ``data`` may be a binary stream,
-    copied in blocks (an upload of gigabytes is not copied in memory first).
-    """
+
+@contextmanager
+def file_atomic(path: Path) -> Iterator[BinaryIO]:
+    """Yields a binary handle to write a file through, so that it appears whole or not at
+    all: a temporary file beside it (unique per writer, so two threads or processes never
+    share one) is written, fsynced and renamed over ``path`` when the block ends without an
+    error, and removed otherwise (for a writer fed as data arrives: an upload's stream)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            if isinstance(data, str | bytes):
-                out.write(data.encode("utf-8") if isinstance(data, str) else data)
-            else:
-                shutil.copyfileobj(data, out, 1 << 20)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)

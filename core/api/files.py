@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 
 from core.api.errors import ApiError, not_found
-from core.files import write_atomic
+from core.files import file_atomic, write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.ledger import combined_lines
 
@@ -99,15 +99,13 @@ def visible(owner_of_thing: str | None, caller: str | None) -> bool:
 
 @dataclass
 class _Form:
-    """What the streaming parser has read so far."""
+    """What the streaming parser has read so far; the file part goes into ``out``."""
 
-    target: Path
+    out: BinaryIO
     limit: int
     purpose: bytearray = field(default_factory=bytearray)
     filename: str | None = None
     size: int = 0
-    fields: set[str] = field(default_factory=set)
-    handle: BinaryIO | None = None
     _name: str | None = None
     _header_field: bytearray = field(default_factory=bytearray)
     _header_value: bytearray = field(default_factory=bytearray)
@@ -121,7 +119,6 @@ class _Form:
             "on_header_end": self._header_end,
             "on_headers_finished": self._headers_finished,
             "on_part_data": self._part_data,
-            "on_part_end": self._part_end,
         }
 
     def _part_begin(self) -> None:
@@ -136,13 +133,11 @@ class _Form:
     def _headers_finished(self) -> None:
         _, options = parse_options_header(self._headers.get("content-disposition", ""))
         self._name = options.get(b"name", b"").decode("utf-8", "replace")
-        self.fields.add(self._name)
         if self._name == "file":
-            if self.handle is not None:
+            if self.filename is not None:
                 raise ApiError(400, "Send one file per upload.", param="file")
             raw = options.get(b"filename", b"").decode("utf-8", "replace")
             self.filename = Path(raw.replace("\\", "/")).name[:FILENAME_MAX] or "upload.jsonl"
-            self.handle = self.target.open("wb")
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._name == "file":
@@ -155,13 +150,9 @@ class _Form:
                     param="file",
                     code="file_too_large",
                 )
-            self.handle.write(data[start:end])  # type: ignore[union-attr]  (opened above)
+            self.out.write(data[start:end])
         elif self._name == "purpose" and len(self.purpose) < 100:
             self.purpose.extend(data[start:end])
-
-    def _part_end(self) -> None:
-        if self._name == "file" and self.handle is not None:
-            self.handle.flush()
 
 
 async def receive_upload(
@@ -180,47 +171,45 @@ async def receive_upload(
         raise ApiError(
             400, "Upload a file as multipart/form-data with fields 'file' and 'purpose'."
         )
-    folder = files_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
     file_id = f"file-{secrets.token_hex(12)}"
-    partial = folder / f".{file_id}.part"
-    form = _Form(partial, max_upload_bytes())
     try:
-        parser = MultipartParser(boundary, form.callbacks())
-        async for chunk in body:
-            parser.write(chunk)
-        parser.finalize()
-        if form.handle is not None:
-            form.handle.close()
-        purpose = form.purpose.decode("utf-8", "replace").strip()
-        if "file" not in form.fields:
-            raise ApiError(400, "The form has no 'file' field: attach the JSONL file.", "file")
-        if not purpose:
-            raise ApiError(400, "The form has no 'purpose' field: send purpose=batch.", "purpose")
-        if purpose not in UPLOAD_PURPOSES:
-            raise ApiError(
-                400,
-                f"purpose {purpose[:40]!r} is not served here: this server runs batches, send "
-                "purpose=batch.",
-                "purpose",
-            )
-        record = FileRecord(
-            id=file_id,
-            bytes=form.size,
-            created_at=int(time.time()),
-            filename=form.filename or "upload.jsonl",
-            purpose=purpose,
-            owner=owner,
-        )
-        os.replace(partial, content_path(home, file_id))
-        write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
-        return record
+        # The content appears only once the whole form is read and valid.
+        with file_atomic(content_path(home, file_id)) as out:
+            form = _Form(out, max_upload_bytes())
+            parser = MultipartParser(boundary, form.callbacks())
+            async for chunk in body:
+                parser.write(chunk)
+            parser.finalize()
+            purpose = _purpose(form)
     except MultipartParseError as exc:
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
-    finally:
-        if form.handle is not None:
-            form.handle.close()
-        partial.unlink(missing_ok=True)
+    record = FileRecord(
+        id=file_id,
+        bytes=form.size,
+        created_at=int(time.time()),
+        filename=form.filename or "upload.jsonl",
+        purpose=purpose,
+        owner=owner,
+    )
+    write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
+    return record
+
+
+def _purpose(form: _Form) -> str:
+    """The form's purpose, once it is known to have a file and a purpose a batch reads."""
+    purpose = form.purpose.decode("utf-8", "replace").strip()
+    if form.filename is None:
+        raise ApiError(400, "The form has no 'file' field: attach the JSONL file.", "file")
+    if not purpose:
+        raise ApiError(400, "The form has no 'purpose' field: send purpose=batch.", "purpose")
+    if purpose not in UPLOAD_PURPOSES:
+        raise ApiError(
+            400,
+            f"purpose {purpose[:40]!r} is not served here: this server runs batches, send "
+            "purpose=batch.",
+            "purpose",
+        )
+    return purpose
 
 
 # -- reading and deleting ------------------------------------------------------------------
