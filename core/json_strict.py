@@ -49,3 +49,8 @@ def is_json(text: str, unique_keys: bool = False) -> bool:
 # value or a closing bracket starts (or inside a string): such rows are decided in Python,
 # every other row by json_valid alone.
 LENIENT_JSON_HINT = r"(?i)(?:^|[\[:,])[ \t\n\r]*[-+]?(?:nan|inf)|,[ \t\n\r]*[\]}]"
+
+# The same, exactly: outside strings (a prefix of whole strings and other characters), in a
+# text DuckDB's JSON reads. RE2, so linear; for SQL where no Python decides.
+_OUTSIDE_STRINGS = r'^(?:[^"]|"(?:[^"\\]|\\.)*")*?'
+LENIENT_JSON = _OUTSIDE_STRINGS + r"(?:[\[:,][ \t\n\r]*[-+]?(?i:nan|inf)|,[ \t\n\r]*[\]}])"

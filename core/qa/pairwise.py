@@ -24,7 +24,7 @@ from core.qa.judge import (
     JudgeError,
     JudgeSettings,
     base_context,
-    compile_template,
+    check_template,
     judge_line,
     new_check_name,
     render_all,
@@ -99,7 +99,7 @@ def start_pairwise(
             two answers.
         core.jobs.submit.Refused: the model folder or the settings cannot run.
     """
-    template = compile_template(template_text)
+    check_template(template_text)
     if job_a == job_b:
         raise JudgeError(["choose two different jobs"])
     a, b = Side(job_a), Side(job_b)
@@ -136,7 +136,7 @@ def start_pairwise(
             key, text, PAIRWISE_SCHEMA, {"judge_of": judge_of, "swapped": str(key in swap).lower()},
             model, settings.max_tokens, PAIRWISE_SYSTEM, "preference",
         )
-        for key, text in render_all(template, contexts())
+        for key, text in render_all(template_text, contexts())
     )  # fmt: skip
     link = JudgeLink(kind="pairwise", graded=[job_a, job_b], check=new_check_name())
     name = f"pairwise judge: {label(job_a)} vs {label(job_b)}"

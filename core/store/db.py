@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.output_file import complete_lines
-from core.json_strict import is_json
 from core.store.schema import (
     MIGRATIONS,
     REQUEST_COLUMNS_SQL,
@@ -48,10 +47,6 @@ MEMORY_LIMIT = "512MB"
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
-def _is_verdict_json(answer: str) -> bool:
-    return is_json(answer, unique_keys=True)
-
-
 class Store:
     """One DuckDB file; safe to share between Streamlit's script threads."""
 
@@ -63,11 +58,6 @@ class Store:
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         # (as a config option at connect, DuckDB 1.5 ignores it)
         self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
-        # Judges' verdicts are strict JSON, each key once (core.store.judged asks this of
-        # the few answers DuckDB's lenient JSON might read otherwise).
-        self._con.create_function(
-            "is_verdict_json", _is_verdict_json, ["VARCHAR"], "BOOLEAN", side_effects=False
-        )
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
         self._lock = threading.RLock()
         self._migrate()

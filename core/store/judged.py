@@ -19,22 +19,20 @@ from typing import Any
 
 import pandas as pd
 
-from core.json_strict import LENIENT_JSON_HINT
+from core.json_strict import LENIENT_JSON
 from core.store.db import Store
 from core.store.review import wilson
 
-# DuckDB's JSON takes NaN and trailing commas, and reads the first of two equal keys. A
-# verdict is strict JSON with each key once: an answer with a hint of either, or with an
-# object inside (whose keys SQL does not list), is decided by Python's strict parse,
-# registered by the store as is_verdict_json. Verdicts are flat: few answers go there.
-_SUSPECT = (
-    f"(regexp_matches(r.answer, '{LENIENT_JSON_HINT}') OR r.answer LIKE '%{{%{{%' "
-    "OR try(len(json_keys(r.answer)) <> len(list_distinct(json_keys(r.answer)))))"
+# DuckDB's JSON takes NaN and trailing commas, and reads the first of two equal keys; a
+# verdict is strict JSON, its keys each named once (nested objects are not looked into).
+_STRICT = (
+    f"NOT regexp_matches(r.answer, '{LENIENT_JSON}') "
+    "AND len(json_keys(r.answer)) = len(list_distinct(json_keys(r.answer)))"
 )
 # The answer as a JSON object, or NULL: try() turns malformed JSON into NULL, never an error.
 _OBJECT = (
     "CASE WHEN r.status = 'succeeded' AND try(json_type(r.answer)) = 'OBJECT' "
-    f"AND CASE WHEN {_SUSPECT} THEN is_verdict_json(r.answer) ELSE true END THEN r.answer END"
+    f"AND try({_STRICT}) THEN r.answer END"
 )
 
 
