@@ -76,6 +76,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
         f"its verdicts become the check {job.read_spec().judge.check}",
         file=sys.stderr,
     )
+    refused = len(job.read_refusals())
+    if refused:
+        print(
+            f"{refused} answer(s) are more than the judge's model can take (beyond its "
+            "context): not graded, each with the reason as its verdict's reason",
+            file=sys.stderr,
+        )
     print(job.job_id)
     return 0
 

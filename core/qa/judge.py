@@ -304,6 +304,10 @@ def submit_lines(
         submission = Submission(
             engine=EngineConfig(model=settings.model),
             defaults=JobDefaults(max_tokens=settings.max_tokens, temperature=0),
+            # A line the judge's model cannot take (an answer beyond its context) is that
+            # answer's "not graded", its reason kept as the line's error, never a refusal
+            # of every other answer.
+            skip_invalid=True,
             name=settings.name or read_name(default_name),
             source="judge.jsonl",
             owner=settings.owner,
