@@ -16,6 +16,7 @@ from core.config import DataPaths, data_paths
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
+from core.recent import Latest
 from core.schemas import job_label as label_of
 from core.store.db import Store
 from core.store.results import conversation
@@ -163,6 +164,27 @@ def store() -> Store:
     """The process's one DuckDB store for the current data folder (watchers started)."""
     _watchers(str(data_paths().home))
     return _open_store(str(data_paths().database))
+
+
+@st.cache_resource
+def page_values(page: str) -> Latest:
+    """What one page computed from the index, kept in this process for every session."""
+    return Latest(16)
+
+
+def following(page: str, key: tuple, version: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` for ``key`` at the index's ``version`` (:meth:`Store.data_version`), kept
+    per page. When the index changed, it is made again before the page goes on; when only
+    results streaming in moved the version on (its last item), the last value is shown at
+    once and the next one made in the background, and a caption says so."""
+    index = str(store().path)  # another data folder is another index
+    value, current = page_values(page).get((index, key, version[:-1]), version[-1], make)
+    if not current:
+        st.caption(
+            "Results are still coming in: these figures are from a moment ago and catch up "
+            "in the background (they show on the next click)."
+        )
+    return value
 
 
 def jobs_or_stop(empty_message: str) -> pd.DataFrame:

@@ -8,12 +8,13 @@ twice changes nothing, and a deleted database is rebuilt from the job folders.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import duckdb
 import pandas as pd
@@ -37,6 +38,10 @@ JOB_COLUMNS = (
     "failed", "prompt_tokens", "completion_tokens", "error", "name",
 )  # fmt: skip
 
+# The groups of tables whose writers are taken one at a time (see Store.writing): the index
+# of job folders (ingest), the checks' outcomes (grading), and what people make.
+WriteScope = Literal["index", "checks", "edits"]
+WRITE_SCOPES: tuple[WriteScope, ...] = get_args(WriteScope)
 
 MEMORY_LIMIT = "512MB"
 # Floats are stored uncompressed: the only float columns are embedding vectors, and
@@ -47,8 +52,22 @@ MEMORY_LIMIT = "512MB"
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
+def _files_signature(job: JobFolder) -> tuple:
+    """The size and modification time of each file of a job folder that ingest reads."""
+    signature = []
+    for path in (job.spec_file, job.status_file, job.name_file, job.output, job.errors):
+        try:
+            stat = path.stat()
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((stat.st_size, stat.st_mtime_ns))
+    return tuple(signature)
+
+
 class Store:
-    """One DuckDB file; safe to share between Streamlit's script threads."""
+    """One DuckDB file, shared by Streamlit's script threads: reads run side by side, each
+    on its own cursor; writes that replace or delete rows are taken one at a time."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -59,22 +78,38 @@ class Store:
         # (as a config option at connect, DuckDB 1.5 ignores it)
         self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
         self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
-        self._lock = threading.RLock()
+        self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
+        # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
+        # page calls on each rerun, reads only the jobs whose files changed since.
+        self._ingested: dict[str, tuple] = {}
         self._migrate()
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor on the one connection, held under the store's lock (Streamlit runs each
-        session's script in its own thread); for several statements in one transaction."""
-        with self._lock:
-            cursor = self._con.cursor()
-            try:
-                yield cursor
-            finally:
-                cursor.close()
+        """A cursor of its own: a connection to the same database whose queries run beside
+        every other cursor's (Streamlit runs each session's script in its own thread). For
+        reads, and for a transaction that only adds rows under new keys (appends never
+        conflict); one that replaces or deletes rows takes :meth:`writing`."""
+        cursor = self._con.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    @contextmanager
+    def writing(self, *scopes: WriteScope) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor for writes that replace or delete rows, one writer of each scope (group
+        of tables, default ``index``) at a time: DuckDB does not make a second transaction
+        on the same rows wait, it aborts it ("Conflict on update"). Writers of other scopes
+        and every read run beside it."""
+        with contextlib.ExitStack() as held:
+            for scope in WRITE_SCOPES:  # always in this order: no two writers deadlock
+                if scope in (scopes or ("index",)):
+                    held.enter_context(self._writes[scope])
+            yield held.enter_context(self.cursor())
 
     def _migrate(self) -> None:
-        with self.cursor() as cur:
+        with self.writing() as cur:
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT now())"
@@ -104,8 +139,9 @@ class Store:
             return cur.execute(sql, params or []).df()
 
     def execute(self, sql: str, params: list[Any] | None = None) -> None:
-        """Runs one write (or COPY)."""
-        with self.cursor() as cur:
+        """Runs one write of what people make (labels, preferences, samples); see
+        :meth:`writing`. A ``COPY ... TO`` file is a read: run it on a :meth:`cursor`."""
+        with self.writing("edits") as cur:
             cur.execute(sql, params or [])
 
     # -- ingest ---------------------------------------------------------------------------
@@ -121,6 +157,8 @@ class Store:
         self.forget_missing(jobs_dir, {job.job_id for job in folders})
         new_rows, unreadable = 0, {}
         for job in folders:
+            if self._ingested.get(job.job_id) == _files_signature(job):
+                continue  # nothing changed since it was read (a page reruns in milliseconds)
             try:
                 new_rows += self.ingest(job)
             except JobUnreadable as exc:
@@ -131,27 +169,31 @@ class Store:
     def forget_missing(self, jobs_dir: Path, present: set[str]) -> None:
         """Drops the rows of jobs whose folder under ``jobs_dir`` is gone (the folder is the
         truth). Review labels and samples stay: they are people's work, kept for export."""
-        with self.cursor() as cur:
-            gone = [
-                job_id
-                for job_id, folder in cur.execute("SELECT job_id, folder FROM jobs").fetchall()
-                if job_id not in present and Path(folder).parent == jobs_dir
-            ]
+        with self.cursor() as cur:  # a read on every page's rerun: no writer waits for it
+            known = cur.execute("SELECT job_id, folder FROM jobs").fetchall()
+        gone = [j for j, f in known if j not in present and Path(f).parent == jobs_dir]
+        if not gone:
+            return
+        with self.writing("index", "checks") as cur:
             tables = ("results", "requests", "ingest_state", "job_events", "jobs")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
-                if gone:
-                    cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
-            if gone:  # a judge's verdicts go with its folder
-                cur.execute("DELETE FROM judge_links WHERE list_contains(?, judge_job)", [gone])
+                cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
+            # a judge's verdicts go with its folder
+            cur.execute("DELETE FROM judge_links WHERE list_contains(?, judge_job)", [gone])
             forget_vectors(cur, gone)
+        for job_id in gone:
+            self._ingested.pop(job_id, None)
 
     def ingest(self, job: JobFolder) -> int:
         """Brings one job folder's state and new result lines into the store."""
+        signature = _files_signature(job)  # before reading: a change while it reads is new
         spec = job.read_spec()  # raises JobUnreadable, before anything is written
         status = job.read_status()
         name = job.name  # a rename's name.txt, else job.json's (also raises JobUnreadable)
         job_id = job.job_id  # the folder's name, never an id written inside it
-        with self.cursor() as cur:
+        # One ingest at a time (the jobs watcher's and a page's): each reads on from the
+        # offsets the last one left.
+        with self.writing() as cur:
             cur.execute(
                 f"INSERT OR REPLACE INTO jobs ({', '.join(JOB_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
@@ -197,6 +239,7 @@ class Store:
                 "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?, ?)",
                 [job_id, output_offset, errors_offset or 0],
             )
+        self._ingested[job_id] = signature
         return new_rows + failed_rows
 
     def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:

@@ -200,6 +200,12 @@ MIGRATIONS: list[str] = [
        OR job_id IN (SELECT job_id FROM requests
                      WHERE prompt IS NULL AND json_type(messages) = 'ARRAY');
     """,
+    # How far ingest had read a job's result files (ingest_state's offsets) when it was
+    # graded: its outcomes are stale when ingest has read on since, which a page finds
+    # without counting the job's results. NULL (graded before): graded again once.
+    """
+    ALTER TABLE rule_runs ADD COLUMN ingested_bytes BIGINT;
+    """,
 ]
 
 
