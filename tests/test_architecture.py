@@ -19,6 +19,7 @@ LAYERS = {
     "config": 0,
     "schemas": 0,
     "files": 0,
+    "json_strict": 0,
     "devices": 0,
     "model_folders": 0,
     "access": 0,
