@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -77,3 +78,25 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def odd_entry(path: Path, directory: bool = False) -> str | None:
+    """Why the studio will not read or follow ``path``, or None: it is a regular file (a
+    real directory where ``directory``), or nothing. The data folder holds only what the
+    studio made; a symbolic link could lead out of it, and a FIFO or device blocks a reader.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"{Path(path).name} is a symbolic link (not followed)"
+    if stat.S_ISREG(mode) or (directory and stat.S_ISDIR(mode)):
+        return None
+    kind = (
+        "a directory" if stat.S_ISDIR(mode)
+        else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "a device"
+    )  # fmt: skip
+    return f"{Path(path).name} is {kind}, not a regular file (not read)"

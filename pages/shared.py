@@ -18,7 +18,7 @@ from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
 from core.recent import Latest
 from core.schemas import job_label as label_of
-from core.store.db import Store
+from core.store.db import Store, StoreLocked
 from core.store.results import conversation
 
 
@@ -98,6 +98,24 @@ def drafted(widget: Any, label: str, default: Any, key: str, **options: Any) -> 
     return keep(key, widget(label, value=kept(key, default), key=key, **options))
 
 
+def forget_upload(uploaded: Any) -> None:
+    """Drops Streamlit's in-memory copy of an uploaded file once it is saved to disk.
+
+    Streamlit keeps each upload's bytes in the server's memory for the whole session (300
+    MB kept about 900 MB); the page works from the saved file, so the copy goes (as
+    Streamlit's own chat input does with its files) and the widget's value, kept by
+    Streamlit between reruns, is closed (its buffer freed): it is not read again.
+    """
+    from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    manager = getattr(ctx, "uploaded_file_mgr", None)
+    if isinstance(manager, MemoryUploadedFileManager):
+        manager.remove_file(session_id=ctx.session_id, file_id=uploaded.file_id)
+    uploaded.close()
+
+
 def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:
     """Every turn of a request (the system prompt included), each as plain text."""
     for role, text in conversation(messages, prompt):
@@ -106,7 +124,8 @@ def show_conversation(container: Any, messages: Any, prompt: str | None = None) 
 
 
 def through_app() -> None:
-    """Makes sure this page runs inside app.py's navigation (call it first on each page).
+    """Makes sure this page runs inside app.py's navigation (call it first on each page),
+    then opens the store and shows what every page must say of it (:func:`store_notices`).
 
     On a freshly started server, Streamlit runs a page opened by its address the old way
     of a ``pages/`` folder (a sidebar of file names, app.py not run) until app.py has run
@@ -119,6 +138,7 @@ def through_app() -> None:
     if PagesManager.uses_pages_directory and "streamlit.testing.v1" not in sys.modules:
         PagesManager.uses_pages_directory = False
         st.rerun()
+    store_notices()
 
 
 def _stop_watchers(observers: list) -> None:
@@ -146,6 +166,44 @@ def store() -> Store:
     """The process's one DuckDB store for the current data folder (watchers started)."""
     _watchers(str(data_paths().home))
     return _open_store(str(data_paths().database))
+
+
+def store_notices() -> None:
+    """Opens the store before the page draws anything: a second app on the same data
+    folder is told why it cannot run; a database that was set aside and rebuilt, and lines
+    of the human-work files that were skipped, are said."""
+    try:
+        db = store()
+    except StoreLocked as exc:
+        st.error(
+            f"{escape(exc)}. Only one Batch Studio app can use a data folder: open the one "
+            "that runs, stop it first, or start this one with another BATCH_STUDIO_HOME. "
+            "The command line still reads and exports meanwhile.",
+            icon="⛔",
+        )
+        st.stop()
+    if db.set_aside is not None and not st.session_state.get("set_aside_seen"):
+        st.warning(
+            f"The database could not be read ({escape(db.set_aside_reason)}). It was set "
+            f"aside as {escape(db.set_aside.name)} (kept, not deleted) and the index was "
+            "rebuilt from the job folders and the files of labels, preferences and samples: "
+            "nothing is lost.",
+            icon=":material/warning:",
+        )
+        if st.button("Understood", key="set_aside_seen_button"):
+            st.session_state["set_aside_seen"] = True
+            st.rerun()
+    problems = db.human_problems()
+    if problems:
+        st.warning(
+            f"{len(problems)} line(s) of the files in {escape(db.human_dir)} cannot be read "
+            "and are left out; every other label, preference and sample is loaded:",
+            icon=":material/warning:",
+        )
+        st.text(
+            "\n".join(problems[:20])
+            + (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
+        )
 
 
 @st.cache_resource

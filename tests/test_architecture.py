@@ -19,12 +19,14 @@ LAYERS = {
     "config": 0,
     "schemas": 0,
     "files": 0,
+    "json_strict": 0,
     "devices": 0,
     "model_folders": 0,
     "access": 0,
     "recent": 0,
     "core": 0,  # core/__init__.py: the version
     "check": 1,
+    "human": 1,  # people's work on disk (labels, preferences, samples)
     "plan": 2,
     "jobs": 3,
     "run": 4,

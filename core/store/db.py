@@ -1,18 +1,22 @@
-"""The DuckDB index of jobs and results, opened only by the UI process.
+"""The DuckDB index of jobs and results, opened by the UI process.
 
-DuckDB lets one process open a database file for writing, and then no other may read it,
-so the worker never touches it: the store ingests job folders instead. Ingest is keyed by
+DuckDB lets one process open a database file, and then no other may read it, so the worker
+never touches it: the store ingests job folders instead, and the command line, while the
+app holds the file, reads a private copy (``core.store.snapshot``). Ingest is keyed by
 ``(job_id, custom_id)`` and remembers how far it read each ``output.jsonl``, so running it
-twice changes nothing, and a deleted database is rebuilt from the job folders.
+twice changes nothing; a deleted or unreadable database is rebuilt from the job folders and
+the human-work files (``core.store.human_index``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -22,6 +26,7 @@ import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.output_file import complete_lines
+from core.store import human_index
 from core.store.schema import (
     MIGRATIONS,
     REQUEST_COLUMNS_SQL,
@@ -52,6 +57,10 @@ MEMORY_LIMIT = "512MB"
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
+class StoreLocked(RuntimeError):
+    """Another process holds the database file (DuckDB lets one process open it)."""
+
+
 def _files_signature(job: JobFolder) -> tuple:
     """The size and modification time of each file of a job folder that ingest reads."""
     signature = []
@@ -65,24 +74,91 @@ def _files_signature(job: JobFolder) -> tuple:
     return tuple(signature)
 
 
+def _locked(exc: duckdb.Error) -> bool:
+    return "Could not set lock" in str(exc)
+
+
+def _set_aside(path: Path) -> Path:
+    """Renames a database file that cannot be read (and its write-ahead log) out of the
+    way, never deleting it; returns its new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.broken-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.broken-{stamp}-{n}")
+    path.rename(aside)
+    wal = path.with_name(path.name + ".wal")
+    if wal.exists():
+        wal.rename(aside.with_name(aside.name + ".wal"))
+    return aside
+
+
 class Store:
     """One DuckDB file, shared by Streamlit's script threads: reads run side by side, each
-    on its own cursor; writes that replace or delete rows are taken one at a time."""
+    on its own cursor; writes that replace or delete rows are taken one at a time.
 
-    def __init__(self, path: str | Path) -> None:
+    A file that DuckDB cannot read (truncated, overwritten, a foreign file) is set aside
+    (renamed, see :attr:`set_aside`) and a new index is made: everything in it comes back
+    from the job folders and the human-work files in ``human_dir`` (default: ``human/``
+    beside the database). Raises :class:`StoreLocked` when another process holds the file.
+    """
+
+    def __init__(self, path: str | Path, human_dir: str | Path | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.human_dir = Path(human_dir) if human_dir else self.path.parent / "human"
+        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
+        self.set_aside: Path | None = None  # where an unreadable database file was moved
+        self.set_aside_reason = ""
+        self.temporary: Path | None = None  # a private copy's folder, removed on close
+        self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
+        # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
+        # page calls on each rerun, reads only the jobs whose files changed since.
+        self._ingested: dict[str, tuple] = {}
+        try:
+            self._open()
+        except duckdb.Error as exc:
+            if _locked(exc):
+                pid = re.search(r"PID (\d+)", str(exc))
+                holder = f" (process {pid.group(1)})" if pid else ""
+                raise StoreLocked(
+                    f"{self.path} is open in another Batch Studio process{holder}; DuckDB "
+                    "lets one process open it"
+                ) from exc
+            self._close_quietly()
+            self.set_aside_reason = str(exc)
+            self.set_aside = _set_aside(self.path)
+            self._open()
+        self.sync_human()
+
+    def _open(self) -> None:
         # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
         # queries stream, so a fixed share keeps the UI process small (it spills past it).
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         # (as a config option at connect, DuckDB 1.5 ignores it)
         self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
-        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
-        self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
-        # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
-        # page calls on each rerun, reads only the jobs whose files changed since.
-        self._ingested: dict[str, tuple] = {}
         self._migrate()
+        with self.cursor() as cur:  # reads the catalog and each table's first blocks
+            for table in ("jobs", "results", "reviews", "samples", "preferences"):
+                cur.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+
+    def _close_quietly(self) -> None:
+        con = getattr(self, "_con", None)
+        if con is not None:
+            with suppress(duckdb.Error):
+                con.close()
+
+    def sync_human(self) -> None:
+        """Indexes what was appended to the human-work files since the last sync (by this
+        process or another); the whole files when the index is new."""
+        with self.writing("edits") as cur:  # one sync at a time: each reads on from the last
+            human_index.sync(cur, self.human_dir)
+
+    def human_problems(self) -> list[str]:
+        """The lines of the human-work files that were skipped, named by file and line."""
+        with self.cursor() as cur:
+            return human_index.problems(cur)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -132,6 +208,8 @@ class Store:
 
     def close(self) -> None:
         self._con.close()
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Runs one read and returns its rows as a frame."""
@@ -153,6 +231,7 @@ class Store:
         A folder that cannot be read is that job's problem: it is skipped and its reason
         kept in :attr:`unreadable` (job id -> reason) for the pages to show.
         """
+        self.sync_human()  # what was appended by any process: a stat per file when nothing
         folders = list_jobs(jobs_dir)
         self.forget_missing(jobs_dir, {job.job_id for job in folders})
         new_rows, unreadable = 0, {}
