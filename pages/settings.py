@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from core.api.keys import read_keys as api_keys
 from core.config import default_model_dir, models_dir
 from core.devices import gpu_count
 from core.jobs.engine_files import (
@@ -96,3 +97,24 @@ if engine_state is not None:
     if st.button("Stop the engine", help="Unload every model and end the resident worker."):
         send_command(data.home, EngineCommand(action="stop"))
         st.toast("Stopping the engine.")
+
+st.subheader("API keys")
+keys = api_keys(data.home)
+if keys:
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"name (owner)": k.name, "key starts": f"{k.hint}…", "created": k.created_at}
+                for k in keys
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+else:
+    st.write("No API keys: the Batch API (`/v1`) answers only callers on this machine.")
+st.caption(
+    "OpenAI clients call this server's `/v1` (Files, Batches, Models). Beyond this machine "
+    "they need a key: `python -m core keys create NAME` prints one once (only its hash is "
+    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches."
+)
