@@ -18,7 +18,8 @@ from core.check.requests import EngineRequest
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, create_job
 from core.run import worker
-from core.run.outputs import Choice, Completion, error_line, success_line
+from core.run.outputs import Choice, Completion, error_line
+from core.run.retry import result_line
 from core.schemas import EngineConfig, to_json
 
 
@@ -69,7 +70,7 @@ class ScriptedExecutor(StandIn):
             [Choice(row["answer"], row.get("finish", "stop"), row.get("tokens", 3))],
             latency_ms=row.get("latency_ms"),
         )
-        return success_line(request.custom_id, self.model, completion, request.url)
+        return result_line(request, self.model, completion)  # a forced tool call included
 
 
 def finished_job(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.check.sampling import RequestError, Sampling, integer
+from core.check.tools import call_text, check_tool_result, tool_plan
 from core.schemas import JobDefaults
 
 CHAT_URL = "/v1/chat/completions"
@@ -32,16 +33,13 @@ SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
 # What the engine can run today; the engine's owner extends this as it serves more.
 ENGINE_URLS: tuple[str, ...] = SUPPORTED_URLS
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 LEADING_ROLES = ("system", "developer")
 
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.
 UNSUPPORTED_FIELDS = {
-    "tools": "tool calling is not supported by the batch engine",
-    "tool_choice": "tool calling is not supported by the batch engine",
-    "functions": "function calling is not supported by the batch engine",
-    "function_call": "function calling is not supported by the batch engine",
-    "parallel_tool_calls": "tool calling is not supported by the batch engine",
+    "functions": "the legacy functions field is not supported; use tools",
+    "function_call": "the legacy function_call field is not supported; use tool_choice",
     "audio": "audio output is not supported",
     "modalities": "only text output is supported",
     "prediction": "predicted outputs are not supported",
@@ -56,9 +54,9 @@ COMPLETIONS_UNSUPPORTED = {
     "stream_options": "streaming is not available in a batch",
 }
 RESPONSES_UNSUPPORTED = {
-    "tools": "tool calling is not supported by the batch engine",
-    "tool_choice": "tool calling is not supported by the batch engine",
-    "parallel_tool_calls": "tool calling is not supported by the batch engine",
+    "tools": "tool calling runs on /v1/chat/completions only",
+    "tool_choice": "tool calling runs on /v1/chat/completions only",
+    "parallel_tool_calls": "tool calling runs on /v1/chat/completions only",
     "previous_response_id": "a batch line cannot continue a stored response; send the "
     "whole conversation in input",
     "conversation": "a batch line cannot continue a stored conversation; send the whole "
@@ -89,6 +87,10 @@ class EngineRequest:
             of token ids (None for the other endpoints).
         encoding_format: how its vectors are written: ``float`` lists or ``base64``.
         dimensions: the vector size the body asks for (checked against the model).
+        tool_choice: ``required`` or ``function`` when the answer is a forced tool call
+            (``json_schema`` then holds it to the calls' schema; see
+            :mod:`core.check.tools`), else None.
+        tool_name: the function a ``function`` choice calls.
     """
 
     custom_id: str
@@ -103,6 +105,8 @@ class EngineRequest:
     inputs: list[str | list[int]] | None = None
     encoding_format: str = "float"
     dimensions: int | None = None
+    tool_choice: str | None = None
+    tool_name: str | None = None
 
     @property
     def is_embedding(self) -> bool:
@@ -161,6 +165,10 @@ def _role_order_warnings(roles: list[str]) -> list[str]:
 def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dict[str, str]]:
     """Checks a ``messages`` list and returns it with plain-text content.
 
+    An assistant message's ``tool_calls`` become text after its content (the JSON of the
+    calls, as :func:`core.check.tools.call_text` writes it), so the model sees them; a
+    ``tool`` message keeps its role and must answer one of those calls.
+
     Raises:
         RequestError: empty or malformed messages, an unknown role, non-text content, no
             user message, or a conversation that ends with the assistant.
@@ -168,15 +176,23 @@ def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dic
     if not isinstance(messages, list) or not messages:
         raise RequestError(f"{field_name} must be a non-empty list of messages")
     parsed = []
+    call_ids: set[str] = set()
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestError(f"messages[{index}] must be an object with 'role' and 'content'")
         role = message.get("role")
         if role not in ROLES:
-            hint = " (tool calling is not supported)" if role == "tool" else ""
-            raise RequestError(
-                f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}{hint}"
-            )
+            raise RequestError(f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}")
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls is not None:
+            shown, ids = call_text(index, calls)
+            call_ids.update(ids)
+            said = message.get("content")
+            text = _message_text(index, said) + "\n" + shown if said else shown
+            parsed.append({"role": role, "content": text})
+            continue
+        if role == "tool":
+            check_tool_result(index, message, call_ids)
         if "content" not in message or message["content"] is None:
             raise RequestError(f"messages[{index}] ({role}) has no content")
         parsed.append({"role": role, "content": _message_text(index, message["content"])})
@@ -261,6 +277,10 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
     json_schema = None
     if sampling.present("response_format"):
         json_schema = _response_format(body["response_format"])
+    sampling.present("tools", "tool_choice", "parallel_tool_calls")
+    tools = tool_plan(body)
+    if tools.choice is not None:
+        json_schema = tools.schema
     warnings = _role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
     return EngineRequest(
@@ -273,6 +293,8 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
         CHAT_URL,
         None,
         tuple(sampling.defaulted),
+        tool_choice=tools.choice,
+        tool_name=tools.name,
     )
 
 

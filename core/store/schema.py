@@ -230,7 +230,10 @@ RESULT_SHAPE = json.dumps(
                     {
                         "text": "VARCHAR",
                         "finish_reason": "VARCHAR",
-                        "message": {"content": "VARCHAR"},
+                        "message": {
+                            "content": "VARCHAR",
+                            "tool_calls": [{"function": {"arguments": "VARCHAR"}}],
+                        },
                     }
                 ],
                 "output": [{"content": [{"text": "VARCHAR"}]}],
@@ -260,6 +263,7 @@ RESULT_COLUMNS_SQL = f"""
          THEN 'succeeded' ELSE 'failed' END AS status,
     d.response.status_code AS status_code,
     coalesce(b.choices[1].message.content, b.choices[1].text,
+             b.choices[1].message.tool_calls[1].function.arguments,
              b.output[1].content[1].text, {EMBEDDING_ANSWER_SQL}) AS answer,
     CASE WHEN b.object = 'response'
          THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
