@@ -211,6 +211,8 @@ def test_the_engine_runs_every_endpoint_the_check_accepts():
         COMPLETIONS_URL,
         RESPONSES_URL,
         "/v1/embeddings",
+        "/v1/score",
+        "/v1/rerank",
     }
 
 

@@ -172,14 +172,15 @@ def _count_inputs(batch: Batch, entries: list, counter: Any, counts: dict[int, A
         if over is None:
             counts[index] = (sum(numbers), None)
             continue
+        where = batch.items[index].request.input_field(over)
         counts[index] = Problem(
             batch.line_nos[index],
             "error",
-            f"body.input[{over}] has {numbers[over]:,} tokens; {Path(counter.folder).name} "
+            f"{where} has {numbers[over]:,} tokens; {Path(counter.folder).name} "
             f"takes at most {limit:,} per input: shorten it or split it",
             batch.items[index].custom_id,
             CONTEXT_EXCEEDED,
-            "body.input",
+            where.split("[")[0],
         )
 
 

@@ -1,11 +1,13 @@
 """From a batch line's ``url`` and ``body`` to what the engine runs.
 
-Four OpenAI endpoints are part of the contract: chat completions (``messages``),
-completions (a ``prompt`` string), responses (``input`` as a string or a message list,
-``instructions``, ``max_output_tokens``) and embeddings (``input`` texts or token ids,
-run on an embedding model). Every field of a body is either mapped onto vLLM's
-``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
-here (tool calling, audio: a per-line error), or unknown (a warning, never silently dropped).
+Four OpenAI endpoints are part of the contract: chat completions (``messages``, and
+forced tool calls: :mod:`core.check.tools`), completions (a ``prompt`` string), responses
+(``input`` as a string or a message list, ``instructions``, ``max_output_tokens``) and
+embeddings (``input`` texts or token ids, run on an embedding model); and vLLM's score and
+rerank (:mod:`core.check.scoring`), run on an embedding model too. Every field of a body
+is either mapped onto vLLM's ``SamplingParams``, known and harmless (``model``,
+``metadata``, ...), known but impossible here (audio: a per-line error), or unknown (a
+warning, never silently dropped).
 
 This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
 the mapping is testable alone. :data:`ENGINE_URLS` lists the endpoints the engine runs
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.check.sampling import RequestError, Sampling, integer
+from core.check.scoring import rerank_texts, score_texts
 from core.check.tools import call_text, check_tool_result, tool_plan
 from core.schemas import JobDefaults
 
@@ -29,7 +32,10 @@ CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
 EMBEDDINGS_URL = "/v1/embeddings"
-SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
+SCORE_URL = "/v1/score"
+RERANK_URL = "/v1/rerank"
+SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL, SCORE_URL, RERANK_URL)
+POOLING_URLS = (EMBEDDINGS_URL, SCORE_URL, RERANK_URL)  # run on an embedding model
 # What the engine can run today; the engine's owner extends this as it serves more.
 ENGINE_URLS: tuple[str, ...] = SUPPORTED_URLS
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
@@ -91,6 +97,10 @@ class EngineRequest:
             (``json_schema`` then holds it to the calls' schema; see
             :mod:`core.check.tools`), else None.
         tool_name: the function a ``function`` choice calls.
+        queries: for ``/v1/score`` and ``/v1/rerank``, how many of ``inputs`` are the
+            first texts (queries); the rest are the documents they are scored against.
+        top_n: for ``/v1/rerank``, how many ranked documents to write (0: all).
+        texts_from: for score and rerank, the body's fields of the two groups of texts.
     """
 
     custom_id: str
@@ -107,11 +117,24 @@ class EngineRequest:
     dimensions: int | None = None
     tool_choice: str | None = None
     tool_name: str | None = None
+    queries: int = 0
+    top_n: int = 0
+    texts_from: tuple[str, ...] = ()
 
     @property
     def is_embedding(self) -> bool:
-        """True for a ``/v1/embeddings`` request (it runs on an embedding model)."""
+        """True for a request that runs on an embedding model (embeddings, and score and
+        rerank, whose texts are embedded and compared)."""
         return self.inputs is not None
+
+    def input_field(self, index: int) -> str:
+        """The body field that holds ``inputs[index]``, for messages."""
+        if not self.texts_from:
+            return f"body.input[{index}]"
+        first, second = self.texts_from
+        if index < self.queries:
+            return f"body.{first}" if first == "query" else f"body.{first}[{index}]"
+        return f"body.{second}[{index - self.queries}]"
 
     @property
     def max_tokens(self) -> int:
@@ -465,11 +488,54 @@ def parse_embeddings_body(
     )
 
 
+def parse_score_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+    """Maps a ``/v1/score`` body (vLLM's shape, see :mod:`core.check.scoring`).
+
+    Raises:
+        RequestError: for the first problem found; its message names the field.
+    """
+    fields, first, second, warnings = score_texts(body)
+    return EngineRequest(
+        custom_id,
+        [],
+        {},
+        _model(body),
+        warnings=warnings,
+        url=SCORE_URL,
+        inputs=[*first, *second],
+        queries=len(first),
+        texts_from=fields,
+    )
+
+
+def parse_rerank_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+    """Maps a ``/v1/rerank`` body (vLLM's shape, see :mod:`core.check.scoring`).
+
+    Raises:
+        RequestError: for the first problem found; its message names the field.
+    """
+    query, documents, top_n, warnings = rerank_texts(body)
+    return EngineRequest(
+        custom_id,
+        [],
+        {},
+        _model(body),
+        warnings=warnings,
+        url=RERANK_URL,
+        inputs=[query, *documents],
+        queries=1,
+        top_n=top_n,
+        texts_from=("query", "documents"),
+    )
+
+
 PARSERS = {
     CHAT_URL: parse_body,
     COMPLETIONS_URL: parse_completions_body,
     RESPONSES_URL: parse_responses_body,
     EMBEDDINGS_URL: parse_embeddings_body,
+    SCORE_URL: parse_score_body,
+    RERANK_URL: parse_rerank_body,
 }
 
 

@@ -253,11 +253,74 @@ def _embedding_body(model: str, result: Embeddings, sampling: Sampling) -> dict[
     }
 
 
+@dataclass(frozen=True)
+class ScoreLayout:
+    """How a score or rerank request's vectors pair up (from its ``EngineRequest``): the
+    first ``queries`` vectors are the queries, the rest the documents."""
+
+    queries: int
+    documents: list[str]  # the documents' texts, which a rerank result echoes
+    top_n: int = 0  # rerank: how many of the ranked documents to write (0: all)
+
+
+def cosine(a: Any, b: Any) -> float:
+    """The cosine similarity of two vectors (a bi-encoder's score of a pair)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def pair_scores(result: Embeddings, layout: ScoreLayout) -> list[float]:
+    """Each pair's score, in vLLM's pairing: one query against every document, or the
+    i-th query against the i-th document."""
+    queries, documents = result.vectors[: layout.queries], result.vectors[layout.queries :]
+    if len(queries) == 1:
+        return [cosine(queries[0], d) for d in documents]
+    return [cosine(q, d) for q, d in zip(queries, documents, strict=True)]
+
+
+def _pooling_usage(result: Embeddings) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
+
+
+def _score_body(model: str, result: Embeddings, sampling: Sampling, layout: ScoreLayout) -> dict:
+    """vLLM's ``ScoreResponse``: a list of ``{"index", "object": "score", "score"}``."""
+    return {
+        "id": f"score-{uuid.uuid4().hex}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": model,
+        "data": [
+            {"index": index, "object": "score", "score": score}
+            for index, score in enumerate(pair_scores(result, layout))
+        ],
+        "usage": {**_pooling_usage(result), "completion_tokens": 0},
+    }
+
+
+def _rerank_body(model: str, result: Embeddings, sampling: Sampling, layout: ScoreLayout) -> dict:
+    """vLLM's ``RerankResponse``: the documents, most relevant first (``top_n`` of them)."""
+    scores = pair_scores(result, layout)
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+    if layout.top_n:
+        ranked = ranked[: layout.top_n]
+    return {
+        "id": f"rerank-{uuid.uuid4().hex}",
+        "model": model,
+        "usage": _pooling_usage(result),
+        "results": [
+            {"index": i, "document": {"text": layout.documents[i]}, "relevance_score": scores[i]}
+            for i in ranked
+        ],
+    }
+
+
 BODIES = {
     "/v1/chat/completions": _chat_body,
     "/v1/completions": _text_completion_body,
     "/v1/responses": _response_body,
     "/v1/embeddings": _embedding_body,
+    "/v1/score": _score_body,
+    "/v1/rerank": _rerank_body,
 }
 # The type of OpenAI's error object, by the status of the failure.
 ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_error"}
@@ -269,7 +332,7 @@ def success_line(
     completion: Completion | Embeddings,
     url: str = "/v1/chat/completions",
     sampling: Sampling | None = None,
-    call: ToolCall | None = None,
+    call: ToolCall | ScoreLayout | None = None,
 ) -> dict[str, Any]:
     """The output line of a request that ran; the body follows the endpoint's schema.
 
@@ -280,7 +343,8 @@ def success_line(
         url: the endpoint the request named.
         sampling: the settings it ran with (``EngineRequest.sampling``), which a Responses
             body echoes.
-        call: the tool call a chat request forced, if any.
+        call: the tool call a chat request forced, or how a score or rerank request's
+            vectors pair up.
     """
     line_id, request_id = _ids()
     make = BODIES[url]
@@ -377,7 +441,7 @@ def answer_lengths(line: dict[str, Any]) -> list[tuple[int, bool]]:
     if usage is None:
         return []
     body = line["response"]["body"]
-    if body.get("object") == "list":  # embeddings: no answer is written
+    if body.get("object") == "list" or "results" in body:  # vectors and scores: no text
         return []
     if body.get("object") == "response":
         return [(usage[1], body.get("status") == "incomplete")]
