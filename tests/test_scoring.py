@@ -253,3 +253,50 @@ def test_every_score_and_rerank_line_the_check_passes_runs(
             assert [d.index for d in parsed.data] == list(range(len(second)))
             assert all(-1.0001 <= d.score <= 1.0001 for d in parsed.data)
     assert all(got[line["custom_id"]]["error"] for line in bad)
+
+
+# -- ranking quality ---------------------------------------------------------------------------
+
+
+def test_ndcg_and_reciprocal_rank_match_hand_computed_values():
+    from core.store.ranking import ndcg_at_k, reciprocal_rank
+
+    labels = [0, 3, 0, 1]  # document 1 is the best, 3 also relevant
+    assert ndcg_at_k([1, 3, 0, 2], labels, 10) == pytest.approx(1.0)
+    # ranks 2 and 3: (7/log2(3) + 1/log2(4)) / (7/1 + 1/log2(3))
+    expected = (7 / np.log2(3) + 1 / 2) / (7 + 1 / np.log2(3))
+    assert ndcg_at_k([0, 1, 3, 2], labels, 10) == pytest.approx(expected)
+    assert ndcg_at_k([0, 2, 1, 3], labels, 2) == 0.0  # nothing relevant in the top 2
+    assert reciprocal_rank([0, 2, 3, 1], labels) == pytest.approx(1 / 3)
+    assert reciprocal_rank([0, 2], labels) == 0.0  # cut by top_n before a relevant one
+
+
+def test_results_grade_labelled_rerank_queries_per_query_and_overall(tmp_path: Path):
+    from core.store.db import Store
+    from core.store.ranking import ranking_quality
+    from tests.factories import finished_job
+
+    docs = ["a", "b", "c"]
+    vectors = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.5]]  # ranks docs 0, 2, 1
+    rows = []
+    for cid, labels in (("good", [1, 0, 0]), ("bad", [0, 1, 0]), ("none", [0, 0, 0]),
+                        ("short", [1]), ("words", ["high", 0, 0])):  # fmt: skip
+        body = {"query": "q", "documents": docs, "metadata": {"relevance": labels}}
+        rows.append({"custom_id": cid, "vectors": vectors, "request": _line(cid, RERANK_URL, body)})
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+
+    quality = ranking_quality(store, [job.job_id], k=10)
+
+    per_query = quality.queries.set_index("custom_id")
+    assert sorted(per_query.index) == ["bad", "good"]
+    assert per_query.loc["good", "ndcg"] == pytest.approx(1.0)
+    assert per_query.loc["bad", "reciprocal_rank"] == pytest.approx(1 / 3)
+    assert per_query.loc["bad", "ndcg"] == pytest.approx(0.5)  # rank 3: 1/log2(4)
+    assert sum(quality.not_graded.values()) == 3  # no relevant, too few labels, not numbers
+    [overall] = quality.overall().to_dict("records")
+    assert overall["queries"] == 2
+    assert overall["MRR"] == pytest.approx((1 + 1 / 3) / 2)
+    assert overall["NDCG@10 sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
+    assert (overall["NDCG@10 min"], overall["NDCG@10 max"]) == pytest.approx((0.5, 1.0))
