@@ -300,3 +300,35 @@ def test_results_grade_labelled_rerank_queries_per_query_and_overall(tmp_path: P
     assert overall["MRR"] == pytest.approx((1 + 1 / 3) / 2)
     assert overall["NDCG@10 sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
     assert (overall["NDCG@10 min"], overall["NDCG@10 max"]) == pytest.approx((0.5, 1.0))
+
+
+def _labelled_rerank_rows() -> list[dict[str, Any]]:
+    vectors = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.5]]  # ranks docs 0, 2, 1
+    rows = []
+    for cid, labels in (("good", [1, 0, 0]), ("bad", [0, 1, 0])):
+        body = {"query": f"<b>{cid}</b>", "documents": ["<i>a</i>", "b", "c"],
+                "metadata": {"relevance": labels}}  # fmt: skip
+        rows.append({"custom_id": cid, "vectors": vectors, "request": _line(cid, RERANK_URL, body)})
+    return rows
+
+
+def test_results_and_dashboards_show_the_ranking_and_its_quality(studio_home):
+    from tests.test_pages import open_page
+    from tests.test_results_pages import job_in_home
+
+    job_in_home(studio_home, _labelled_rerank_rows())
+    at = open_page("results.py")
+    assert not at.exception
+    frames = [d.value for d in at.dataframe]
+    [ranked] = [f for f in frames if "relevance" not in f.columns and "rank" in f.columns]
+    assert list(ranked["document"]) == [0, 2, 1] and ranked["text"][0] == "<i>a</i>"
+    assert list(ranked["label"]) == [1.0, 0.0, 0.0]  # the detail of "good", the first row
+    [overall] = [f for f in frames if "MRR" in f.columns]
+    assert overall["MRR"][0] == pytest.approx((1 + 1 / 3) / 2)
+    [per_query] = [f for f in frames if "reciprocal rank" in f.columns]
+    assert list(per_query["query"]) == ["<b>good</b>", "<b>bad</b>"]  # text, not HTML
+
+    at = open_page("dashboards.py")
+    assert not at.exception
+    [overall] = [d.value for d in at.dataframe if "MRR" in d.value.columns]
+    assert overall["NDCG@10"][0] == pytest.approx(0.75)

@@ -1,13 +1,11 @@
 """From a batch line's ``url`` and ``body`` to what the engine runs.
 
-Four OpenAI endpoints are part of the contract: chat completions (``messages``, and
-forced tool calls: :mod:`core.check.tools`), completions (a ``prompt`` string), responses
-(``input`` as a string or a message list, ``instructions``, ``max_output_tokens``) and
-embeddings (``input`` texts or token ids, run on an embedding model); and vLLM's score and
-rerank (:mod:`core.check.scoring`), run on an embedding model too. Every field of a body
-is either mapped onto vLLM's ``SamplingParams``, known and harmless (``model``,
-``metadata``, ...), known but impossible here (audio: a per-line error), or unknown (a
-warning, never silently dropped).
+Endpoints: OpenAI's chat completions (``messages``; forced tool calls: :mod:`.tools`),
+completions (a ``prompt``), responses (``input``, ``instructions``, ``max_output_tokens``),
+embeddings (``input`` texts or token ids), and vLLM's score and rerank (:mod:`.scoring`);
+the last three run on an embedding model. Every field of a body is mapped onto vLLM's
+``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
+here (audio: a per-line error), or unknown (a warning, never silently dropped).
 
 This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
 the mapping is testable alone. :data:`ENGINE_URLS` lists the endpoints the engine runs
@@ -24,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.check.sampling import RequestError, Sampling, integer
-from core.check.scoring import rerank_texts, score_texts
-from core.check.tools import call_text, check_tool_result, tool_plan
+from core.check.scoring import rerank_fields, score_fields
+from core.check.tools import tool_plan, tool_turn
 from core.schemas import JobDefaults
 
 CHAT_URL = "/v1/chat/completions"
@@ -93,14 +91,9 @@ class EngineRequest:
             of token ids (None for the other endpoints).
         encoding_format: how its vectors are written: ``float`` lists or ``base64``.
         dimensions: the vector size the body asks for (checked against the model).
-        tool_choice: ``required`` or ``function`` when the answer is a forced tool call
-            (``json_schema`` then holds it to the calls' schema; see
-            :mod:`core.check.tools`), else None.
-        tool_name: the function a ``function`` choice calls.
-        queries: for ``/v1/score`` and ``/v1/rerank``, how many of ``inputs`` are the
-            first texts (queries); the rest are the documents they are scored against.
-        top_n: for ``/v1/rerank``, how many ranked documents to write (0: all).
-        texts_from: for score and rerank, the body's fields of the two groups of texts.
+        tool_choice, tool_name: a forced tool call (:mod:`core.check.tools`).
+        queries, top_n, texts_from: how a score or rerank request's ``inputs`` pair up
+            (:mod:`core.check.scoring`).
     """
 
     custom_id: str
@@ -123,18 +116,8 @@ class EngineRequest:
 
     @property
     def is_embedding(self) -> bool:
-        """True for a request that runs on an embedding model (embeddings, and score and
-        rerank, whose texts are embedded and compared)."""
+        """True for a request run on an embedding model (embeddings, score, rerank)."""
         return self.inputs is not None
-
-    def input_field(self, index: int) -> str:
-        """The body field that holds ``inputs[index]``, for messages."""
-        if not self.texts_from:
-            return f"body.input[{index}]"
-        first, second = self.texts_from
-        if index < self.queries:
-            return f"body.{first}" if first == "query" else f"body.{first}[{index}]"
-        return f"body.{second}[{index - self.queries}]"
 
     @property
     def max_tokens(self) -> int:
@@ -206,16 +189,12 @@ def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dic
         role = message.get("role")
         if role not in ROLES:
             raise RequestError(f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}")
-        calls = message.get("tool_calls") if role == "assistant" else None
-        if calls is not None:
-            shown, ids = call_text(index, calls)
-            call_ids.update(ids)
+        shown = tool_turn(index, message, call_ids)
+        if shown is not None:  # an assistant's tool calls, after what it said
             said = message.get("content")
             text = _message_text(index, said) + "\n" + shown if said else shown
             parsed.append({"role": role, "content": text})
             continue
-        if role == "tool":
-            check_tool_result(index, message, call_ids)
         if "content" not in message or message["content"] is None:
             raise RequestError(f"messages[{index}] ({role}) has no content")
         parsed.append({"role": role, "content": _message_text(index, message["content"])})
@@ -302,8 +281,7 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
         json_schema = _response_format(body["response_format"])
     sampling.present("tools", "tool_choice", "parallel_tool_calls")
     tools = tool_plan(body)
-    if tools.choice is not None:
-        json_schema = tools.schema
+    json_schema = tools.schema if tools.choice else json_schema  # a forced call's shape
     warnings = _role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
     return EngineRequest(
@@ -489,44 +467,13 @@ def parse_embeddings_body(
 
 
 def parse_score_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
-    """Maps a ``/v1/score`` body (vLLM's shape, see :mod:`core.check.scoring`).
-
-    Raises:
-        RequestError: for the first problem found; its message names the field.
-    """
-    fields, first, second, warnings = score_texts(body)
-    return EngineRequest(
-        custom_id,
-        [],
-        {},
-        _model(body),
-        warnings=warnings,
-        url=SCORE_URL,
-        inputs=[*first, *second],
-        queries=len(first),
-        texts_from=fields,
-    )
+    """Maps a ``/v1/score`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
+    return EngineRequest(custom_id, [], {}, _model(body), url=SCORE_URL, **score_fields(body))
 
 
 def parse_rerank_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
-    """Maps a ``/v1/rerank`` body (vLLM's shape, see :mod:`core.check.scoring`).
-
-    Raises:
-        RequestError: for the first problem found; its message names the field.
-    """
-    query, documents, top_n, warnings = rerank_texts(body)
-    return EngineRequest(
-        custom_id,
-        [],
-        {},
-        _model(body),
-        warnings=warnings,
-        url=RERANK_URL,
-        inputs=[query, *documents],
-        queries=1,
-        top_n=top_n,
-        texts_from=("query", "documents"),
-    )
+    """Maps a ``/v1/rerank`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
+    return EngineRequest(custom_id, [], {}, _model(body), url=RERANK_URL, **rerank_fields(body))
 
 
 PARSERS = {

@@ -117,3 +117,36 @@ def rerank_texts(body: dict[str, Any]) -> tuple[str, list[str], int, list[str]]:
     documents = _texts(body, "documents", MAX_DOCUMENTS)
     top_n = integer(body, "top_n", 0) if body.get("top_n") is not None else 0
     return query, documents, top_n, warnings
+
+
+def score_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """A score body's fields of :class:`core.check.requests.EngineRequest`.
+
+    Raises:
+        RequestError: as :func:`score_texts`.
+    """
+    fields, first, second, warnings = score_texts(body)
+    return {"warnings": warnings, "inputs": [*first, *second], "queries": len(first),
+            "texts_from": fields}  # fmt: skip
+
+
+def rerank_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """A rerank body's fields of :class:`core.check.requests.EngineRequest`.
+
+    Raises:
+        RequestError: as :func:`rerank_texts`.
+    """
+    query, documents, top_n, warnings = rerank_texts(body)
+    return {"warnings": warnings, "inputs": [query, *documents], "queries": 1, "top_n": top_n,
+            "texts_from": ("query", "documents")}  # fmt: skip
+
+
+def input_field(texts_from: tuple[str, ...], queries: int, index: int) -> str:
+    """The body field that holds input ``index`` of a request (for messages): an
+    embeddings input, or a score or rerank line's query or document."""
+    if not texts_from:
+        return f"body.input[{index}]"
+    first, second = texts_from
+    if index < queries:
+        return f"body.{first}" if first == "query" else f"body.{first}[{index}]"
+    return f"body.{second}[{index - queries}]"

@@ -243,3 +243,19 @@ def check_tool_result(index: int, message: dict[str, Any], call_ids: set[str]) -
             f"messages[{index}].tool_call_id {call_id!r} answers no tool call of an earlier "
             "assistant message"
         )
+
+
+def tool_turn(index: int, message: dict[str, Any], call_ids: set[str]) -> str | None:
+    """The text of an assistant message's ``tool_calls`` (None where it has none), whose
+    ids join ``call_ids``; a ``tool`` message is checked against them.
+
+    Raises:
+        RequestError: a malformed call, or a tool message answering no earlier call.
+    """
+    if message.get("role") == "tool":
+        check_tool_result(index, message, call_ids)
+    if message.get("role") != "assistant" or message.get("tool_calls") is None:
+        return None
+    shown, ids = call_text(index, message["tool_calls"])
+    call_ids.update(ids)
+    return shown
