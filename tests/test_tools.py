@@ -302,6 +302,33 @@ def test_results_show_and_grade_a_calls_arguments(tmp_path: Path):
     assert (row["answer"], row["finish_reason"]) == (arguments, "tool_calls")
 
 
+def test_a_json_schema_check_grades_a_calls_arguments(tmp_path: Path):
+    from core.qa import grading
+    from core.qa.rules import load_rules
+    from core.store.db import Store
+    from tests.factories import finished_job
+
+    body = _body(tools=[tool("weather", WEATHER)], tool_choice=named("weather"))
+    rows = [
+        {"custom_id": cid, "answer": answer,
+         "request": {"custom_id": cid, "method": "POST", "url": CHAT_URL, "body": body}}
+        for cid, answer in (("ok", '{"city": "Oslo", "unit": "celsius"}'),
+                            ("bad", '{"city": "Oslo", "unit": "kelvin"}'))
+    ]  # fmt: skip
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    schema = json.dumps(WEATHER)
+    grading.grade(
+        store,
+        [job.job_id],
+        load_rules(f"rules:\n  - {{name: args, type: json_schema, schema: {schema}}}"),
+    )
+    with store.cursor() as cur:
+        got = dict(cur.execute("SELECT custom_id, passed[1] FROM rule_outcomes").fetchall())
+    assert got == {"ok": True, "bad": False}
+
+
 # -- the real engine ---------------------------------------------------------------------------
 
 
