@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from core.check.sampling import RequestError
+from core.check.tools import forced_tool
 from core.config import SAMPLE_DATA
 from core.plan.builder import (
     BuildError,
@@ -209,6 +211,22 @@ else:
         step=0.1,
     )
     keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
+    params = {"max_tokens": int(max_tokens), "temperature": float(temperature)}
+    if drafted(st.checkbox, "Answer as a tool call (a function's arguments)", False, "build_tool"):
+        tool_name = drafted(st.text_input, "Function name", "extract", "build_tool_name")
+        tool_schema = drafted(
+            st.text_area,
+            "Its parameters: a JSON Schema of an object",
+            '{"type": "object", "properties": {"summary": {"type": "string"}}, '
+            '"required": ["summary"]}',
+            "build_tool_schema",
+            height=140,
+        )
+        try:
+            params.update(forced_tool(tool_name.strip(), tool_schema))
+        except RequestError as exc:
+            st.error(escape(exc))
+            st.stop()
     spec = BuildSpec(
         user_template=user_template,
         system_prompt=system_prompt,
@@ -217,7 +235,7 @@ else:
         model=model_name.strip() or "gpt-4o-mini",
         prompt_version=prompt_version.strip(),
         job_id=job_id.strip(),
-        params={"max_tokens": int(max_tokens), "temperature": float(temperature)},
+        params=params,
         skip_empty=not keep_empty,
     )
 

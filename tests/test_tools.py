@@ -329,6 +329,44 @@ def test_a_json_schema_check_grades_a_calls_arguments(tmp_path: Path):
     assert got == {"ok": True, "bad": False}
 
 
+# -- the builder -------------------------------------------------------------------------------
+
+
+def test_cli_build_makes_tool_call_lines_from_a_pasted_schema(tmp_path: Path):
+    from core.config import SAMPLE_DATA
+
+    schema, out = tmp_path / "schema.json", tmp_path / "built.jsonl"
+    schema.write_text(json.dumps(WEATHER))
+    result = run_cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
+                     "--user-template", "{{ subject }}", "--max-tokens", "40",
+                     "--tool-schema", str(schema), "--tool-name", "weather")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    line = json.loads(out.read_text().splitlines()[0])
+    assert line["body"]["tools"][0]["function"]["parameters"] == WEATHER
+    assert line["body"]["tool_choice"] == named("weather")
+    assert check_file(out, JobDefaults()).errors == []  # the check passes what it built
+    schema.write_text('{"type": "objekt"}')
+    bad = run_cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
+                  "--user-template", "{{ subject }}", "--tool-schema", str(schema))  # fmt: skip
+    assert bad.returncode == 1 and "not a valid JSON Schema" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_build_page_makes_tool_call_lines_and_names_a_bad_schema(studio_home: Path):
+    from tests.test_builder import open_build_page
+
+    at = open_build_page()
+    at.checkbox(key="build_tool").check().run()
+    at.text_input(key="build_tool_name").set_value("weather").run()
+    at.text_area(key="build_tool_schema").set_value(json.dumps(WEATHER)).run()
+    assert not at.exception, [e.message for e in at.exception]
+    first = json.loads(at.code[0].value)
+    assert first["body"]["tool_choice"] == named("weather")
+    assert first["body"]["tools"][0]["function"]["parameters"] == WEATHER
+    at.text_area(key="build_tool_schema").set_value('{"type": "object", "required": 3}').run()
+    assert "not a valid JSON Schema" in at.error[0].value
+
+
 # -- the real engine ---------------------------------------------------------------------------
 
 

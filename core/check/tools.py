@@ -259,3 +259,25 @@ def tool_turn(index: int, message: dict[str, Any], call_ids: set[str]) -> str | 
     shown, ids = call_text(index, message["tool_calls"])
     call_ids.update(ids)
     return shown
+
+
+def forced_tool(name: str, parameters: str, description: str = "") -> dict[str, Any]:
+    """The ``tools`` and ``tool_choice`` of a body whose answer is a call of one function,
+    from its name and its parameters' JSON Schema as pasted text (the builder's tool call).
+
+    Raises:
+        RequestError: the text is not JSON, or the tool breaks a rule of :func:`tool_plan`.
+    """
+    try:
+        schema = json.loads(parameters)
+    except ValueError as exc:
+        raise RequestError(f"the tool's parameters are not JSON: {exc}") from None
+    function: dict[str, Any] = {"name": name, "parameters": schema}
+    if description:
+        function["description"] = description
+    fields = {
+        "tools": [{"type": "function", "function": function}],
+        "tool_choice": {"type": "function", "function": {"name": name}},
+    }
+    tool_plan(fields)  # the same rules as the check's
+    return fields

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from core.check import check_file
+from core.check.sampling import RequestError
+from core.check.tools import forced_tool
 from core.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -105,6 +107,13 @@ def cmd_build(args: argparse.Namespace) -> int:
             "temperature": args.temperature,
             "top_p": args.top_p,
         }
+        if args.tool_schema:  # every answer a call of this function (a forced tool call)
+            try:
+                text = Path(args.tool_schema).read_text(encoding="utf-8")
+                params.update(forced_tool(args.tool_name, text))
+            except (OSError, RequestError) as exc:
+                print(f"error: --tool-schema: {exc}", file=sys.stderr)
+                return EXIT_INVALID
         spec = BuildSpec(
             user_template=user_template,
             system_prompt=args.system or "",
@@ -179,6 +188,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--max-tokens", type=int)
     build.add_argument("--temperature", type=float)
     build.add_argument("--top-p", type=float)
+    build.add_argument(
+        "--tool-schema",
+        metavar="FILE",
+        help="answer with a call of one function: its parameters' JSON Schema",
+    )
+    build.add_argument("--tool-name", default="extract", help="the function's name (--tool-schema)")
     build.add_argument(
         "--keep-empty",
         action="store_true",
