@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from pydantic import TypeAdapter
 from vllm.entrypoints.launchers.run_batch import BatchRequestInput
@@ -332,3 +333,32 @@ def test_results_and_dashboards_show_the_ranking_and_its_quality(studio_home):
     assert not at.exception
     [overall] = [d.value for d in at.dataframe if "MRR" in d.value.columns]
     assert overall["NDCG@10"][0] == pytest.approx(0.75)
+
+
+# -- the builder -------------------------------------------------------------------------------
+
+
+def test_cli_builds_a_rerank_batch_from_a_table_of_queries_and_documents(tmp_path: Path):
+    table, out = tmp_path / "pairs.csv", tmp_path / "rerank.jsonl"
+    pd.DataFrame(
+        {
+            "pair_id": ["p1", "p2", "p3", "p4", "p5"],
+            "question": ["refund?", "refund?", "hours?", "refund?", "hours?"],
+            "passage": ["Refunds take 5 days.", "We are closed Sunday.", "Open 9-5.", "x", ""],
+            "relevant": [1, 0, 2, "yes", 0],
+        }
+    ).to_csv(table, index=False)
+    result = run_cli("build", str(table), "-o", str(out), "--id-column", "pair_id",
+                     "--rerank-query", "question", "--rerank-document", "passage",
+                     "--rerank-label", "relevant", "--top-n", "5", "--task", "faq")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "row 4: error: the label in 'relevant' is not a number" in result.stdout
+    assert "row 5: error: empty cell in 'passage'; row left out" in result.stdout
+    lines = [json.loads(raw) for raw in out.read_text().splitlines()]
+    assert [line["custom_id"] for line in lines] == ["faq:1", "faq:2"]
+    first = lines[0]["body"]
+    assert first["query"] == "refund?" and first["top_n"] == 5
+    assert first["documents"] == ["Refunds take 5 days.", "We are closed Sunday."]
+    assert first["metadata"] == {"task": "faq", "source_ids": ["p1", "p2"], "relevance": [1, 0]}
+    assert lines[1]["body"]["documents"] == ["Open 9-5."]
+    assert check_file(out, JobDefaults()).errors == []  # the check passes what it built

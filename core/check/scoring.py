@@ -16,6 +16,7 @@ from typing import Any
 from core.check.sampling import RequestError, integer
 
 MAX_DOCUMENTS = 1_000  # documents (second texts) of one line: a line is one request
+LABELS = "relevance"  # a rerank line's metadata field: one relevance label per document
 SCORE_PAIRS = (
     ("queries", "documents"),
     ("queries", "items"),

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from core.check.scoring import LABELS
 from core.store.db import Store
-
-LABELS = "relevance"  # the metadata field holding one label per document
 
 
 def ndcg_at_k(order: list[int], labels: list[float], k: int) -> float:
