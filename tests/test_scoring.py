@@ -362,3 +362,21 @@ def test_cli_builds_a_rerank_batch_from_a_table_of_queries_and_documents(tmp_pat
     assert first["metadata"] == {"task": "faq", "source_ids": ["p1", "p2"], "relevance": [1, 0]}
     assert lines[1]["body"]["documents"] == ["Open 9-5."]
     assert check_file(out, JobDefaults()).errors == []  # the check passes what it built
+
+
+def test_build_page_makes_a_rerank_batch(studio_home: Path):
+    from tests.test_builder import open_build_page
+
+    at = open_build_page()
+    at.radio(key="build_kind").set_value("Rerank").run()
+    at.selectbox(key="build_rerank_query").set_value("channel").run()
+    at.selectbox(key="build_rerank_doc").set_value("subject").run()
+    at.selectbox(key="build_rerank_label").set_value("(none)").run()
+    assert not at.exception, [e.message for e in at.exception]
+    first = json.loads(at.code[0].value)
+    assert first["url"] == RERANK_URL and first["body"]["query"] == "email"
+    assert first["body"]["documents"][0] == "Charged twice this month"
+    assert len(first["body"]["documents"]) > 1 and "relevance" not in first["body"]["metadata"]
+    at.button(key="build_save").click().run()
+    saved = Path(at.session_state["built_file"])
+    assert check_file(saved, JobDefaults()).errors == []
