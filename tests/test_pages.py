@@ -86,8 +86,7 @@ def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
     assert "Continue to Run" in page_link_labels(at)
 
 
-HAS_TOKENIZER = (default_model_dir() / "tokenizer.json").is_file()
-needs_tokenizer = pytest.mark.skipif(not HAS_TOKENIZER, reason="the default model is not prepared")
+needs_tokenizer = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
 
 
 def test_coming_back_to_upload_and_check_keeps_the_report() -> None:

@@ -8,8 +8,7 @@ the last three run on an embedding model. Every field of a body is mapped onto v
 here (audio: a per-line error), or unknown (a warning, never silently dropped).
 
 This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
-the mapping is testable alone. :data:`ENGINE_URLS` lists the endpoints the engine runs
-today; the check accepts the others but marks their lines as not yet runnable.
+the mapping is testable alone.
 
 For speed on large files, :mod:`core.check.fast_path` decodes the common shape of a chat
 line straight into typed structs (validated in C by msgspec); anything it does not cover
@@ -34,8 +33,6 @@ SCORE_URL = "/v1/score"
 RERANK_URL = "/v1/rerank"
 SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL, SCORE_URL, RERANK_URL)
 POOLING_URLS = (EMBEDDINGS_URL, SCORE_URL, RERANK_URL)  # run on an embedding model
-# What the engine can run today; the engine's owner extends this as it serves more.
-ENGINE_URLS: tuple[str, ...] = SUPPORTED_URLS
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 ROLES = ("system", "developer", "user", "assistant", "tool")
 LEADING_ROLES = ("system", "developer")
