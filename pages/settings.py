@@ -1,7 +1,9 @@
-"""Settings: where data and models live, the model folders found, and the engine's
-loaded models (with their idle time and an Unload button)."""
+"""Settings: where data and models live, the model folders found and the names mapped
+to them, and the engine's loaded models (with their idle time and an Unload button)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -22,6 +24,7 @@ from core.jobs.engine_files import (
     write_settings,
 )
 from core.model_folders import is_model_folder, model_folders
+from core.model_names import names_problem, read_names, write_names
 from pages.shared import paths, through_app
 
 through_app()
@@ -66,6 +69,45 @@ st.caption(
     "Put any Hugging Face model folder (config, weights, tokenizer) under the models "
     "folder to see it here, or give its path on the Run page."
 )
+
+st.markdown("**Model names**: a batch line's `body.model` naming one runs on its folder")
+st.caption(
+    "Each folder answers to its own name too; any other name runs on the job's model. "
+    "The Batch API (`GET /v1/models`), `core check`, `core run`, the inbox and Upload & "
+    "check all use these names."
+)
+names_problem_now = names_problem()
+if names_problem_now:
+    st.warning(names_problem_now)
+ready = [f.name for f in model_folders() if is_model_folder(f)]
+by_name = {f.name: str(f) for f in model_folders()}
+kept_names = pd.DataFrame(
+    [{"name": n, "model": Path(f).name} for n, f in read_names().items()],
+    columns=["name", "model"],
+)
+edited = st.data_editor(
+    kept_names,
+    num_rows="dynamic",
+    hide_index=True,
+    column_config={
+        "name": st.column_config.TextColumn("name (e.g. gpt-4o-mini)", required=True),
+        "model": st.column_config.SelectboxColumn("runs on", options=ready, required=True),
+    },
+    key="model_names",
+)
+if st.button("Save model names", key="save_model_names"):
+    rows_now = edited.dropna(how="all").to_dict("records")
+    try:
+        # A cell left empty is NaN: kept as "" so write_names names the row at fault.
+        write_names(
+            {
+                (r["name"] if isinstance(r["name"], str) else ""): by_name.get(str(r["model"]), "")
+                for r in rows_now
+            }
+        )
+        st.success(f"{len(rows_now)} model name(s) kept.")
+    except ValueError as exc:
+        st.error(f"Not saved: {exc}.")
 
 st.subheader("Engine")
 engine_state = read_state(data.home)

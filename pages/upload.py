@@ -25,6 +25,7 @@ from core.config import SAMPLE_DATA
 from core.jobs.queue import models_loaded
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
+from core.model_names import studio_model_map
 from core.plan.estimate import estimate
 from core.plan.pricing import (
     PriceError,
@@ -125,17 +126,23 @@ with st.expander("Model, job defaults and model mapping"):
         top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
     )
     st.session_state["job_defaults"] = job_defaults.model_dump()
-    model_map: dict[str, str] = {}
+    # The studio's names (Settings) first; a choice below overrides one for this check.
+    model_map = studio_model_map()
     if previous is not None and previous.models:
         st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
         for name in sorted(previous.models):
+            choices = ["(the model above)", *folders]
+            kept_folder = model_map.get(name)
             choice = st.selectbox(
                 f"{escape(name or '(none)')} runs on",
-                ["(the model above)", *folders],
+                choices,
+                index=choices.index(kept_folder) if kept_folder in choices else 0,
                 format_func=lambda p: p if p.startswith("(") else Path(p).name,
                 key=f"map::{name}",
             )
-            if not choice.startswith("("):
+            if choice.startswith("("):
+                model_map.pop(name, None)
+            else:
                 model_map[name] = choice
 
 options = {

@@ -20,8 +20,10 @@ from starlette.testclient import TestClient
 
 from core.api.keys import create_key, read_keys, revoke_key
 from core.api.routes import api_routes
+from core.cli.common import model_map_of
 from core.config import data_paths
 from core.jobs.folder import JobFolder, create_job
+from core.model_names import read_names, write_names
 from core.schemas import EngineConfig, JobStatus
 from tests.conftest import run_cli
 from tests.factories import request_line
@@ -297,6 +299,45 @@ def test_models_lists_the_model_folders(api, keys, default_model):
     assert sdk(api, keys["alice"]).models.retrieve(default_model.name).id == default_model.name
     with pytest.raises(openai.NotFoundError):
         sdk(api, keys["alice"]).models.retrieve("gpt-99")
+
+
+def test_models_lists_the_names_mapped_to_folders_and_batches_run_there(
+    api, keys, no_worker, default_model, embedding_model
+):
+    home = data_paths().home
+    write_names({"gpt-4o-mini": str(default_model), "text-embedding-3-small": str(embedding_model)})
+    client = sdk(api, keys["alice"])
+    models = {m.id: m for m in client.models.list()}
+    assert all(isinstance(m, Model) and m.owned_by == "batch-studio" for m in models.values())
+    assert {default_model.name, embedding_model.name, "gpt-4o-mini"} <= set(models)
+    assert "text-embedding-3-small" in models
+    assert client.models.retrieve("gpt-4o-mini").id == "gpt-4o-mini"
+    # The batch, the CLI's check and the inbox read the same mapping.
+    file = client.files.create(
+        file=("m.jsonl", batch_file(request_line("a", "Hi", model="gpt-4o-mini"))),
+        purpose="batch",
+    )
+    batch = client.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    spec = JobFolder(data_paths().jobs / batch.id).read_spec()
+    assert spec.model_map["gpt-4o-mini"] == str(default_model)
+    assert model_map_of([])["gpt-4o-mini"] == str(default_model)
+    assert model_map_of([f"gpt-4o-mini={embedding_model}"])["gpt-4o-mini"] == str(embedding_model)
+    assert read_names(home) == {
+        "gpt-4o-mini": str(default_model),
+        "text-embedding-3-small": str(embedding_model),
+    }
+
+
+def test_a_model_name_must_map_to_a_model_folder_and_not_shadow_one(default_model, tmp_path):
+    with pytest.raises(ValueError, match="not a model folder"):
+        write_names({"gpt-4o": str(tmp_path)})
+    with pytest.raises(ValueError, match="own name"):
+        write_names({default_model.name: str(default_model)})
+    with pytest.raises(ValueError, match="1 to"):
+        write_names({"  ": str(default_model)})
+    assert read_names() == {}  # nothing kept from a refused save
 
 
 GOOD = {"input_file_id": "F", "endpoint": "/v1/chat/completions", "completion_window": "24h"}

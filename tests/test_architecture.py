@@ -22,6 +22,7 @@ LAYERS = {
     "json_strict": 0,
     "devices": 0,
     "model_folders": 0,
+    "model_names": 0,  # body.model -> model folder, kept in the data folder
     "access": 0,
     "recent": 0,
     "core": 0,  # core/__init__.py: the version

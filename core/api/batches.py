@@ -25,11 +25,11 @@ from core.api.errors import ApiError, not_found
 from core.api.files import FileRecord, content_path, job_file_id, read_record, visible
 from core.check import check_file
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
-from core.config import default_model_dir, models_dir
+from core.config import default_model_dir
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
 from core.jobs.submit import Refused, Submission, submit
-from core.model_folders import is_embedding_model, is_model_folder
+from core.model_names import studio_model_map
 from core.schemas import BatchOrigin, EngineConfig, JobSpec, JobStatus
 
 ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
@@ -381,19 +381,6 @@ def _line_errors(report: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _model_map() -> dict[str, str]:
-    """Model folders by name, so a line's ``body.model`` naming one runs on it; any other
-    name (a hosted model's, ``gpt-4o-mini``) runs on the built-in model."""
-    root = models_dir()
-    if not root.is_dir():
-        return {}
-    return {
-        p.name: str(p)
-        for p in sorted(root.iterdir())
-        if p.is_dir() and is_model_folder(p) and not is_embedding_model(p)
-    }
-
-
 def create_batch(home: Path, body: Any, caller: str | None) -> dict:
     """Validates the request and its file as OpenAI does (all lines or none), then makes
     the job with :func:`submit`; returns the batch.
@@ -414,7 +401,7 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
         return _refuse(home, request, errors, caller)
     submission = Submission(
         engine=EngineConfig(model=str(default_model_dir())),
-        model_map=_model_map(),
+        model_map=studio_model_map(home),
         source=record.filename,
         owner=caller,
         name=request["metadata"].get("name"),

@@ -20,9 +20,10 @@ from core.access import is_loopback
 from core.api import batches, files
 from core.api.errors import ApiError, error_response, not_found
 from core.api.keys import owner_of
-from core.config import data_paths, default_model_dir
+from core.config import data_paths
 from core.jobs.folder import JobUnreadable
 from core.model_folders import is_model_folder, model_folders
+from core.model_names import read_names
 
 log = logging.getLogger(__name__)
 LIST_LIMIT_MAX = 100  # OpenAI's largest page of batches
@@ -221,28 +222,39 @@ async def cancel_batch(request: Request, home: Path, who: str | None) -> Respons
 # -- models --------------------------------------------------------------------------------
 
 
-def _model(folder: Path) -> dict:
+def _model(name: str, folder: Path) -> dict:
+    """A model as OpenAI's ``Model``: a model folder by its name, or a name mapped to one."""
     return {
-        "id": folder.name,
+        "id": name,
         "object": "model",
         "created": int(folder.stat().st_mtime),
-        "owned_by": "batch-studio" if folder == default_model_dir() else "local",
+        "owned_by": "batch-studio",
     }
+
+
+def _models(home: Path) -> dict[str, dict]:
+    """Every model a batch line may name: each model folder (embedding ones too) and each
+    name mapped to one (core/model_names.py), by id."""
+    found = {f.name: _model(f.name, f) for f in model_folders() if is_model_folder(f)}
+    for name, folder in read_names(home).items():
+        if is_model_folder(Path(folder)):
+            found.setdefault(name, _model(name, Path(folder)))
+    return found
 
 
 @endpoint
 async def list_models(request: Request, home: Path, who: str | None) -> Response:
-    found = [_model(f) for f in model_folders() if is_model_folder(f)]
-    return JSONResponse({"object": "list", "data": found})
+    found = await run_in_threadpool(_models, home)
+    return JSONResponse({"object": "list", "data": list(found.values())})
 
 
 @endpoint
 async def get_model(request: Request, home: Path, who: str | None) -> Response:
     name = request.path_params["model"]
-    for folder in model_folders():
-        if folder.name == name and is_model_folder(folder):
-            return JSONResponse(_model(folder))
-    raise not_found("model", name)
+    found = (await run_in_threadpool(_models, home)).get(name)
+    if found is None:
+        raise not_found("model", name)
+    return JSONResponse(found)
 
 
 @endpoint

@@ -72,8 +72,11 @@ def input_file(path: str) -> Path | None:
 
 
 def model_map_of(pairs: list[str]) -> dict[str, str] | None:
-    """``NAME=FOLDER`` arguments as a dict; None (after a message) when one is malformed."""
-    mapping = {}
+    """The studio's model names (:mod:`core.model_names`) with ``NAME=FOLDER`` arguments
+    over them; None (after a message) when one is malformed."""
+    from core.model_names import studio_model_map
+
+    mapping = studio_model_map()
     for pair in pairs:
         name, sep, folder = pair.partition("=")
         if not sep or not name or not folder:

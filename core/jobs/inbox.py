@@ -23,6 +23,7 @@ from core.files import odd_entry, write_json_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import prepare_default_model
+from core.model_names import studio_model_map
 from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,11 @@ def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobF
         log.info("inbox: %s refused: %s", path.name, odd)
         return None
     folder = model or str(prepare_default_model())
-    submission = Submission(engine=EngineConfig(model=folder), source=f"inbox/{path.name}")
+    submission = Submission(
+        engine=EngineConfig(model=folder),
+        source=f"inbox/{path.name}",
+        model_map=studio_model_map(paths.home),
+    )
     try:
         job = submit(path, submission, paths.jobs).job
     except Refused as refused:
