@@ -127,12 +127,23 @@ def test_settings_lists_folders_and_the_built_in_model(studio_home):
     assert "SmolLM2-135M-Instruct" in list(models["model"])
 
 
+def test_settings_shows_the_model_names_kept_for_the_studio(studio_home, default_model):
+    from core.model_names import write_names
+
+    write_names({"gpt-4o-mini": str(default_model)})
+    at = open_page("settings.py")
+    assert not at.exception
+    names = next(d.value for d in at.dataframe if list(d.value.columns) == ["name", "model"])
+    assert names.to_dict("records") == [{"name": "gpt-4o-mini", "model": default_model.name}]
+    assert "Save model names" in [b.label for b in at.button]
+
+
 def test_settings_lists_the_api_keys_by_name_never_the_key(studio_home):
     from core.api.keys import create_key
 
     key = create_key(studio_home, "pipeline")
     at = open_page("settings.py")
-    keys = at.dataframe[2].value
+    keys = next(d.value for d in at.dataframe if "name (owner)" in d.value.columns)
     assert list(keys["name (owner)"]) == ["pipeline"]
     assert key not in keys.to_string() and key[:7] in keys.to_string()
 
