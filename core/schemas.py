@@ -193,6 +193,7 @@ class BatchOrigin(FrozenModel):
     input_file_id: str
     endpoint: str
     completion_window: str = "24h"
+    output_expires_after_seconds: int | None = None  # its result files expire then
 
 
 class JobSpec(Model):

@@ -360,6 +360,9 @@ BAD_CREATES = [
             {"metadata": {"k": "v" * 513}},
             {"metadata": {f"k{i}": "v" for i in range(17)}},
             {"output_expires_after": {"anchor": "x"}},
+            {"output_expires_after": {"anchor": "created_at", "seconds": 60}},
+            {"output_expires_after": {"anchor": "created_at", "seconds": True}},
+            {"output_expires_after": "24h"},
         )
     ),
 ]
@@ -498,3 +501,110 @@ def test_a_batch_past_its_window_is_expired_with_what_finished(api, keys, model)
     assert batch.request_counts.model_dump() == {"total": 3, "completed": 1, "failed": 2}
     assert len(client.files.content(batch.output_file_id).text.splitlines()) == 1
     assert len(client.files.content(batch.error_file_id).text.splitlines()) == 2
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _ended_batch(home: Path, model: Path, owner: str, expires_seconds: int | None = None):
+    """A job the API made for ``owner`` that ended with one success and two failures."""
+    stopped = _walk(
+        JobStatus(total=3, done=3, succeeded=1, failed=2), "created", "running", "completed"
+    )
+    job = _job_with_status(
+        home, model, stopped, [_result("r0", True)], [_result("r1", False), _result("r2", False)]
+    )
+    spec = json.loads(job.spec_file.read_text())
+    spec["provenance"]["owner"] = owner
+    spec["batch"] = {
+        "input_file_id": "file-" + "0" * 24,
+        "endpoint": "/v1/chat/completions",
+        "output_expires_after_seconds": expires_seconds,
+    }
+    job.spec_file.write_text(json.dumps(spec))
+    return job
+
+
+def test_files_list_holds_the_batches_output_and_error_files_for_their_owner(api, keys, model):
+    home = data_paths().home
+    client = sdk(api, keys["alice"])
+    upload = client.files.create(file=("in.jsonl", chats(1)), purpose="batch")
+    alices = client.batches.retrieve(_ended_batch(home, model, "alice").job_id)
+    bobs = sdk(api, keys["bob"]).batches.retrieve(_ended_batch(home, model, "bob").job_id)
+    listed = list(client.files.list())
+    assert all(isinstance(f, FileObject) for f in listed)
+    assert {f.id for f in listed} == {upload.id, alices.output_file_id, alices.error_file_id}
+    outputs = {f.id: f for f in client.files.list(purpose="batch_output")}
+    assert set(outputs) == {alices.output_file_id, alices.error_file_id}
+    assert outputs[alices.output_file_id] == client.files.retrieve(alices.output_file_id)
+    assert outputs[alices.error_file_id].bytes == len(
+        client.files.content(alices.error_file_id).content
+    )
+    assert [f.id for f in client.files.list(purpose="batch")] == [upload.id]
+    # Pages of one, followed by `after`, in either order, hold the same files.
+    assert [f.id for f in client.files.list(limit=1)] == [f.id for f in listed]
+    assert [f.id for f in client.files.list(limit=1, order="asc")] == [f.id for f in listed][::-1]
+    bob_sees = {f.id for f in sdk(api, keys["bob"]).files.list()}
+    assert bob_sees == {bobs.output_file_id, bobs.error_file_id}
+
+
+def test_an_upload_that_expires_is_gone_once_it_has(api, keys, monkeypatch):
+    client = sdk(api, keys["alice"])
+    kept = client.files.create(file=("kept.jsonl", chats(1)), purpose="batch")
+    brief = client.files.create(
+        file=("brief.jsonl", chats(1)),
+        purpose="batch",
+        expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    assert kept.expires_at is None and brief.expires_at == brief.created_at + 3600
+    assert client.files.retrieve(brief.id).expires_at == brief.expires_at
+    monkeypatch.setattr("core.api.files.now", lambda: brief.created_at + 3600)
+    assert [f.id for f in client.files.list()] == [kept.id]
+    for gone in (
+        api.get(f"/v1/files/{brief.id}", headers=_auth(keys["alice"])),
+        api.get(f"/v1/files/{brief.id}/content", headers=_auth(keys["alice"])),
+    ):
+        assert assert_openai_error(gone, 404)["code"] == "not_found"
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(
+            input_file_id=brief.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    too_soon = api.post(
+        "/v1/files",
+        headers={**_auth(keys["alice"]), "Content-Type": "multipart/form-data; boundary=b0undary"},
+        content=form(
+            ("purpose", None, b"batch"),
+            ("expires_after[anchor]", None, b"created_at"),
+            ("expires_after[seconds]", None, b"60"),
+            ("file", "f.jsonl", chats(1).getvalue()),
+        ),
+    )
+    assert assert_openai_error(too_soon, 400)["param"] == "expires_after"
+
+
+def test_a_batch_output_expires_after_what_it_was_created_with(
+    api, keys, no_worker, model, monkeypatch
+):
+    home = data_paths().home
+    client = sdk(api, keys["alice"])
+    file = client.files.create(file=("in.jsonl", chats(1)), purpose="batch")
+    made = client.batches.create(
+        input_file_id=file.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 7200},
+    )
+    spec = JobFolder(data_paths().jobs / made.id).read_spec()
+    assert spec.batch.output_expires_after_seconds == 7200
+    batch = client.batches.retrieve(_ended_batch(home, model, "alice", 7200).job_id)
+    output = client.files.retrieve(batch.output_file_id)
+    assert output.expires_at == output.created_at + 7200
+    assert client.files.retrieve(batch.error_file_id).expires_at == output.expires_at
+    monkeypatch.setattr("core.api.files.now", lambda: output.expires_at)
+    for file_id in (batch.output_file_id, batch.error_file_id):
+        with pytest.raises(openai.NotFoundError):
+            client.files.retrieve(file_id)
+        with pytest.raises(openai.NotFoundError):
+            client.files.content(file_id)
+    assert [f.id for f in client.files.list()] == [file.id]

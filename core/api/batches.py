@@ -22,7 +22,16 @@ from typing import Any
 import msgspec
 
 from core.api.errors import ApiError, not_found
-from core.api.files import FileRecord, content_path, job_file_id, read_record, visible
+from core.api.files import (
+    FileRecord,
+    content_path,
+    expires_after,
+    has_lines,
+    job_file_id,
+    owner_of_job,
+    read_record,
+    visible,
+)
 from core.check import check_file
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
 from core.config import default_model_dir
@@ -95,13 +104,6 @@ def _endpoint(job: JobFolder, spec: JobSpec) -> str:
     return CHAT_URL
 
 
-def _has_lines(path: Path) -> bool:
-    try:
-        return path.stat().st_size > 0
-    except OSError:
-        return False
-
-
 def _named(name: str) -> dict[str, str]:
     return {"name": name[:METADATA_VALUE]} if name else {}
 
@@ -163,16 +165,11 @@ def batch_of(job: JobFolder) -> dict:
         }
     # A result file is named only once the batch has ended and only when it holds lines:
     # a client reads output_file_id as "done, download this" (never an empty string).
-    if final and _has_lines(job.output):
+    if final and has_lines(job.output):
         batch["output_file_id"] = job_file_id(job.job_id, "output")
-    if final and _has_lines(job.errors):
+    if final and has_lines(job.errors):
         batch["error_file_id"] = job_file_id(job.job_id, "errors")
     return batch
-
-
-def owner_of_job(spec: JobSpec) -> str | None:
-    owner = spec.provenance.get("owner")
-    return owner if isinstance(owner, str) else None
 
 
 # -- batches refused at validation ----------------------------------------------------------
@@ -330,18 +327,9 @@ def _request(body: Any) -> dict[str, Any]:
                 f"most {METADATA_VALUE}; {key[:70]!r} is not.",
                 "metadata",
             )
-    expires = body.get("output_expires_after")
-    if expires is not None and not (
-        isinstance(expires, dict)
-        and expires.get("anchor") == "created_at"
-        and isinstance(expires.get("seconds"), int)
-    ):
-        raise ApiError(
-            400,
-            "output_expires_after is {'anchor': 'created_at', 'seconds': N}.",
-            "output_expires_after",
-        )
+    seconds = expires_after(body.get("output_expires_after"), "output_expires_after")
     return {
+        "output_expires_after_seconds": seconds,
         "input_file_id": input_file_id,
         "endpoint": endpoint,
         "completion_window": window,
@@ -410,6 +398,7 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
             input_file_id=record.id,
             endpoint=request["endpoint"],
             completion_window=request["completion_window"],
+            output_expires_after_seconds=request["output_expires_after_seconds"],
         ),
         completion_window_hours=COMPLETION_WINDOWS[request["completion_window"]],
     )

@@ -5,6 +5,10 @@ Uploads live in ``files/`` in the data folder: ``<id>.jsonl`` (the bytes as sent
 error files are named ``file-<job_id>-input`` / ``-output`` / ``-errors`` and read from the
 job folder, so they are always what the worker wrote.
 
+A file may expire (an upload's ``expires_after``, a batch's ``output_expires_after``, both
+anchored at the file's ``created_at``): from then on it is neither listed nor served, as
+if deleted. It is checked on each read; nothing sweeps the files away.
+
 An upload is parsed as it arrives (python-multipart's streaming parser over the request's
 body stream): the ``file`` part goes straight into a temporary file beside its final
 place, so a 200 MB upload costs the server a few chunks of memory, never the file.
@@ -16,8 +20,9 @@ import os
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -26,11 +31,13 @@ from python_multipart.multipart import MultipartParseError, MultipartParser, par
 
 from core.api.errors import ApiError, not_found
 from core.files import file_atomic, write_atomic
-from core.jobs.folder import JobFolder, JobUnreadable
+from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.ledger import combined_lines
+from core.schemas import JobSpec
 
 MAX_UPLOAD_ENV = "BATCH_STUDIO_API_MAX_UPLOAD_MB"
 DEFAULT_MAX_UPLOAD_MB = 200  # OpenAI's limit for a batch file
+EXPIRES_MIN, EXPIRES_MAX = 3600, 30 * 24 * 3600  # OpenAI's bounds: an hour to 30 days
 UPLOAD_PURPOSES = ("batch", "user_data")  # what a batch reads (others are refused: say so)
 FILENAME_MAX = 255
 _UPLOAD_ID = re.compile(r"^file-[0-9a-f]{24}$")
@@ -47,13 +54,58 @@ class FileRecord(BaseModel):
     filename: str
     purpose: str
     owner: str | None = None  # the key's name; None: this machine's user
+    expires_at: int | None = None  # from the upload's expires_after; None: kept
 
     def openai(self) -> dict:
         """The file as OpenAI's ``FileObject``."""
-        return file_object(self.id, self.bytes, self.created_at, self.filename, self.purpose)
+        return file_object(
+            self.id, self.bytes, self.created_at, self.filename, self.purpose, self.expires_at
+        )
 
 
-def file_object(ident: str, size: int, created_at: int, filename: str, purpose: str) -> dict:
+def now() -> int:
+    """The clock expiry is read against (one place, so a test can move it)."""
+    return int(time.time())
+
+
+def expired(expires_at: int | None) -> bool:
+    return expires_at is not None and expires_at <= now()
+
+
+def expires_after(value: object, param: str) -> int | None:
+    """Seconds after ``created_at`` from OpenAI's ``{anchor, seconds}``; None when it is
+    not given.
+
+    Raises:
+        ApiError: 400 for anything but ``created_at`` and seconds from an hour to 30 days.
+    """
+    if value is None:
+        return None
+    anchor = value.get("anchor") if isinstance(value, dict) else None
+    seconds = value.get("seconds") if isinstance(value, dict) else None
+    if (
+        anchor != "created_at"
+        or isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not EXPIRES_MIN <= seconds <= EXPIRES_MAX
+    ):
+        raise ApiError(
+            400,
+            f"{param} is {{'anchor': 'created_at', 'seconds': N}} with N from {EXPIRES_MIN} "
+            f"(an hour) to {EXPIRES_MAX} (30 days).",
+            param,
+        )
+    return seconds
+
+
+def file_object(
+    ident: str,
+    size: int,
+    created_at: int,
+    filename: str,
+    purpose: str,
+    expires_at: int | None = None,
+) -> dict:
     return {
         "id": ident,
         "object": "file",
@@ -62,7 +114,7 @@ def file_object(ident: str, size: int, created_at: int, filename: str, purpose: 
         "filename": filename,
         "purpose": purpose,
         "status": "processed",
-        "expires_at": None,
+        "expires_at": expires_at,
         "status_details": None,
     }
 
@@ -104,6 +156,8 @@ class _Form:
     out: BinaryIO
     limit: int
     purpose: bytearray = field(default_factory=bytearray)
+    # expires_after as the SDK sends a nested object in a form: expires_after[anchor] ...
+    expires: dict[str, bytearray] = field(default_factory=dict)
     filename: str | None = None
     size: int = 0
     _name: str | None = None
@@ -153,6 +207,10 @@ class _Form:
             self.out.write(data[start:end])
         elif self._name == "purpose" and len(self.purpose) < 100:
             self.purpose.extend(data[start:end])
+        elif self._name in ("expires_after[anchor]", "expires_after[seconds]"):
+            value = self.expires.setdefault(self._name, bytearray())
+            if len(value) < 100:
+                value.extend(data[start:end])
 
 
 async def receive_upload(
@@ -181,15 +239,18 @@ async def receive_upload(
                 parser.write(chunk)
             parser.finalize()
             purpose = _purpose(form)
+            seconds = _expires_seconds(form)
     except MultipartParseError as exc:
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
+    created = now()
     record = FileRecord(
         id=file_id,
         bytes=form.size,
-        created_at=int(time.time()),
+        created_at=created,
         filename=form.filename or "upload.jsonl",
         purpose=purpose,
         owner=owner,
+        expires_at=created + seconds if seconds is not None else None,
     )
     write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
     return record
@@ -212,17 +273,31 @@ def _purpose(form: _Form) -> str:
     return purpose
 
 
+def _expires_seconds(form: _Form) -> int | None:
+    if not form.expires:
+        return None
+    anchor, seconds = (
+        form.expires.get(f"expires_after[{k}]", bytearray()).decode("utf-8", "replace").strip()
+        for k in ("anchor", "seconds")
+    )
+    # A form's values are text: the seconds are read as a whole number.
+    value = {"anchor": anchor, "seconds": int(seconds) if seconds.isdigit() else seconds}
+    return expires_after(value, "expires_after")
+
+
 # -- reading and deleting ------------------------------------------------------------------
 
 
 def read_record(home: Path, file_id: str) -> FileRecord | None:
-    """An uploaded file's record; None when there is none (or the id is not one of ours)."""
+    """An uploaded file's record; None when there is none, it has expired, or the id is not
+    one of ours."""
     if not _UPLOAD_ID.match(file_id):
         return None
     try:
-        return FileRecord.model_validate_json(_record_path(home, file_id).read_bytes())
+        record = FileRecord.model_validate_json(_record_path(home, file_id).read_bytes())
     except (OSError, ValueError):
         return None
+    return None if expired(record.expires_at) else record
 
 
 def uploaded(home: Path, caller: str | None) -> list[FileRecord]:
@@ -274,19 +349,83 @@ def job_file_lines(job: JobFolder, kind: JobFileKind) -> Iterator[bytes]:
     yield from combined_lines(job, only="successes" if kind == "output" else "errors")
 
 
+def owner_of_job(spec: JobSpec) -> str | None:
+    """Whose a job is: the key that made it through the API; None for this machine's user."""
+    owner = spec.provenance.get("owner")
+    return owner if isinstance(owner, str) else None
+
+
+def has_lines(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def job_file_expires_at(spec: JobSpec, kind: JobFileKind) -> int | None:
+    """When a batch's output or error file expires (its ``output_expires_after``)."""
+    seconds = spec.batch.output_expires_after_seconds if spec.batch is not None else None
+    if kind == "input" or seconds is None:
+        return None
+    return _epoch(spec.created_at) + seconds
+
+
 def job_file_object(job: JobFolder, kind: JobFileKind) -> dict:
-    """A job's file as OpenAI's ``FileObject`` (``batch_output`` for results)."""
+    """A job's file as OpenAI's ``FileObject`` (``batch_output`` for results).
+
+    Raises:
+        ApiError: 404 when the job cannot be read or the file has expired.
+    """
     try:
         spec = job.read_spec()
     except JobUnreadable as exc:
         raise ApiError(404, str(exc)) from None
+    ident = job_file_id(job.job_id, kind)
+    expires_at = job_file_expires_at(spec, kind)
+    if expired(expires_at):
+        raise not_found("file", ident)
     size = sum(len(line) for line in job_file_lines(job, kind))
     name = {"input": spec.source or "input.jsonl", "output": "output.jsonl"}.get(
         kind, "errors.jsonl"
     )
     purpose = "batch" if kind == "input" else "batch_output"
     created = _epoch(spec.created_at)
-    return file_object(job_file_id(job.job_id, kind), size, created, name, purpose)
+    return file_object(ident, size, created, name, purpose, expires_at)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A file in ``GET /v1/files``: what orders and filters it, and its ``FileObject``
+    (made only for the page shown: a result file's size is read from its lines)."""
+
+    id: str
+    created_at: int
+    purpose: str
+    object: Callable[[], dict]
+
+
+def listed_files(home: Path, caller: str | None) -> list[Listed]:
+    """The files a caller sees, newest first: the uploads, and the output and error files
+    of the batches that ended with lines in them (``batch_output``, as OpenAI lists
+    them), less what has expired."""
+    found = [Listed(r.id, r.created_at, r.purpose, r.openai) for r in uploaded(home, caller)]
+    for job in list_jobs(home / "jobs"):
+        try:
+            spec, status = job.read_spec(), job.read_status()
+        except JobUnreadable:
+            continue  # that job's problem: the Jobs page names it
+        if not status.is_final or not visible(owner_of_job(spec), caller):
+            continue
+        kinds: tuple[tuple[JobFileKind, Path], ...] = (
+            ("output", job.output),
+            ("errors", job.errors),
+        )
+        for kind, path in kinds:
+            if has_lines(path) and not expired(job_file_expires_at(spec, kind)):
+                ident = job_file_id(job.job_id, kind)
+                made = partial(job_file_object, job, kind)
+                found.append(Listed(ident, _epoch(spec.created_at), "batch_output", made))
+    return sorted(found, key=lambda f: (f.created_at, f.id), reverse=True)
 
 
 def _epoch(iso: str) -> int:

@@ -117,7 +117,7 @@ async def upload_file(request: Request, home: Path, who: str | None) -> Response
 @endpoint
 async def list_files(request: Request, home: Path, who: str | None) -> Response:
     def page() -> dict:
-        records = files.uploaded(home, who)
+        records = files.listed_files(home, who)
         purpose = request.query_params.get("purpose")
         if purpose:
             records = [r for r in records if r.purpose == purpose]
@@ -135,7 +135,7 @@ async def list_files(request: Request, home: Path, who: str | None) -> Response:
         shown = records[:limit]
         return {
             "object": "list",
-            "data": [r.openai() for r in shown],
+            "data": [r.object() for r in shown],
             "first_id": shown[0].id if shown else None,
             "last_id": shown[-1].id if shown else None,
             "has_more": len(records) > limit,
@@ -159,7 +159,7 @@ def _file(home: Path, file_id: str, who: str | None) -> tuple[dict, Callable]:
     if found is not None:
         job, kind = found
         try:
-            owner = batches.owner_of_job(job.read_spec())
+            owner = files.owner_of_job(job.read_spec())
         except JobUnreadable:  # that job's problem, named on the Jobs page
             raise not_found("file", file_id) from None
         if files.visible(owner, who):
