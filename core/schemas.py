@@ -227,6 +227,22 @@ class JobSpec(Model):
         return read_name(value)
 
     @property
+    def owner(self) -> str | None:
+        """Whose the job is: the name of the API key that made it, else the system user
+        who did (the app, the CLI, the inbox, a key-less local client)."""
+        owner = self.provenance.get("owner")
+        return owner if isinstance(owner, str) else None
+
+    @property
+    def origin(self) -> str:
+        """Its owner and metadata in one line (``owner alice · team=support``), shown
+        wherever a job is picked; "" when it has neither."""
+        parts = [f"owner {self.owner}"] if self.owner else []
+        if self.metadata:
+            parts.append(", ".join(f"{k}={v}" for k, v in self.metadata.items()))
+        return " · ".join(parts)
+
+    @property
     def embedding_folder(self) -> str:
         """The folder embeddings lines run on unless their ``body.model`` is mapped."""
         return self.embedding_model or str(default_embedding_model_dir())

@@ -13,6 +13,7 @@ from pages.shared import (
     job_controls,
     job_label,
     job_labels,
+    job_origin,
     jobs_or_stop,
     open_job,
     paths,
@@ -63,6 +64,7 @@ job_id = st.selectbox(
 )
 st.session_state["job_id"] = job_id
 job = open_job(job_id)
+job_origin(job_id)
 status = job.read_status()
 spec = job.read_spec()
 

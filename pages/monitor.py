@@ -17,6 +17,7 @@ from pages.shared import (
     job_controls,
     job_label,
     job_labels,
+    job_origin,
     open_job,
     paths,
     store,
@@ -41,6 +42,7 @@ job_id = st.selectbox(
 )
 st.session_state["job_id"] = job_id
 job = open_job(job_id)
+job_origin(job_id)
 
 
 def _duration(seconds: float | None) -> str:

@@ -16,7 +16,9 @@ from pages.ranking_views import show_ranked_documents, show_ranking_quality
 from pages.shared import (
     escape,
     job_labels,
+    job_origin,
     jobs_or_stop,
+    jobs_with_metadata,
     open_job,
     paths,
     show_conversation,
@@ -32,7 +34,10 @@ jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")
 db = store()
 
 by_id = jobs.set_index("job_id")
-ids = list(jobs["job_id"])
+ids = jobs_with_metadata(list(jobs["job_id"]), key="results_metadata")
+if not ids:
+    st.info("No job has all these metadata; remove one.")
+    st.stop()
 current = st.session_state.get("job_id")
 label = job_labels()
 job_id = st.selectbox(
@@ -50,6 +55,7 @@ more = st.multiselect(
 )
 job_ids = [job_id, *more]
 
+job_origin(job_id)
 row = by_id.loc[job_id]
 has_vectors = vec.job_dimensions(db, job_id) is not None  # an embedding job
 cols = st.columns(4)

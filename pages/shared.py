@@ -315,6 +315,33 @@ def open_job(job_id: str) -> JobFolder:
     return job
 
 
+def job_origin(job_id: str) -> None:
+    """A caption with the job's owner and batch metadata, where it has any."""
+    try:
+        origin = JobFolder(paths().jobs / Path(job_id).name).read_spec().origin
+    except JobUnreadable:  # open_job says why, where the page opens it
+        return
+    if origin:
+        st.caption(escape(origin))
+
+
+def jobs_with_metadata(job_ids: list[str], key: str) -> list[str]:
+    """A filter of jobs by their batch metadata (``key=value`` pairs, all must hold),
+    shown only when some job has metadata; returns the jobs kept, in order."""
+    metadata: dict[str, dict[str, str]] = {}
+    for job_id in job_ids:
+        try:
+            metadata[job_id] = JobFolder(paths().jobs / Path(job_id).name).read_spec().metadata
+        except JobUnreadable:
+            metadata[job_id] = {}
+    pairs = sorted({f"{k}={v}" for m in metadata.values() for k, v in m.items()})
+    if not pairs:
+        return job_ids
+    chosen = st.multiselect("Batch metadata (all jobs when empty)", pairs, key=key)
+    wanted = [pair.split("=", 1) for pair in chosen]
+    return [j for j in job_ids if all(metadata[j].get(k) == v for k, v in wanted)]
+
+
 def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
     """Cancel, Resume and Retry-failed buttons, each shown only when it applies (the Jobs
     page has its own rerun of failed, expired and missing requests: ``retry=False``)."""

@@ -7,6 +7,7 @@ Each test opens ``app.py`` and switches to one page file: this Streamlit's ``App
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
 from core.jobs.folder import JobFolder
+from pages.shared import escape
 from tests.factories import finished_job
 
 APP = REPO_ROOT / "app.py"
@@ -255,7 +257,8 @@ def test_results_page_shows_a_finished_job(studio_home: Path) -> None:
         "Succeeded": "1",
         "Failed": "1",
     }
-    assert at.caption[0].value == "2 results (rows 1–2 shown)"
+    assert at.caption[0].value == escape(f"owner {getpass.getuser()}")  # every job has one
+    assert at.caption[1].value == "2 results (rows 1–2 shown)"
     assert list(at.dataframe[0].value.columns[:3]) == ["custom_id", "answer", "prompt"]
     table = at.dataframe[0].value.set_index("custom_id")
     assert list(table.index) == ["sky-1", "long-2"]

@@ -20,6 +20,11 @@ from tests.test_results import ROWS
 pytestmark = pytest.mark.usefixtures("studio_home")
 
 
+def count_caption(at) -> str:
+    """The caption that counts the results (the job's owner is captioned above it)."""
+    return next(c.value for c in at.caption if " results" in c.value)
+
+
 def job_in_home(home: Path, rows=ROWS, **kw):
     """A finished job placed in the data folder's jobs folder."""
     job = finished_job(home.parent / "build" / kw.pop("name", "one"), rows, **kw)
@@ -34,7 +39,7 @@ def test_results_page_filters_searches_and_shows_details(studio_home):
     assert at.selectbox(key="results_job").value == job_id
     table = at.dataframe[0].value
     assert list(table["custom_id"]) == ["a", "b", "c", "d"]
-    assert at.caption[0].value.startswith("4 results")
+    assert count_caption(at).startswith("4 results")
     at.text_input(key="q").set_value("DROP TABLE results; --").run()
     assert not at.exception
     assert list(at.dataframe[0].value["custom_id"]) == ["b"]
@@ -56,20 +61,20 @@ def test_results_page_counts_a_search_up_to_the_cap_and_all_on_request(studio_ho
     at = open_page("results.py")
     at.selectbox(key="page_size").set_value(25).run()
     at.text_input(key="q").set_value("prompt").run()  # all 30 match: page 1 is full
-    assert at.caption[0].value.startswith("more than 26 results (rows 1–25 shown)")
+    assert count_caption(at).startswith("more than 26 results (rows 1–25 shown)")
     at.button(key="count_all").click().run()
     assert not at.exception
-    assert at.caption[0].value.startswith("30 results (rows 1–25 shown)")
+    assert count_caption(at).startswith("30 results (rows 1–25 shown)")
     assert not [b for b in at.button if b.key == "count_all"]
     at.number_input(key="page_no").set_value(2).run()  # the exact count stays while paging
-    assert at.caption[0].value.startswith("30 results (rows 26–30 shown)")
+    assert count_caption(at).startswith("30 results (rows 26–30 shown)")
     at.text_input(key="q").set_value("PROMPT").run()  # a new search: its short last page
-    assert at.caption[0].value.startswith("30 results (rows 26–30 shown)")  # ends the count
+    assert count_caption(at).startswith("30 results (rows 26–30 shown)")  # ends the count
     at.number_input(key="page_no").set_value(1).run()  # a full page: counted up to the cap
-    assert at.caption[0].value.startswith("more than 26 results (rows 1–25 shown)")
+    assert count_caption(at).startswith("more than 26 results (rows 1–25 shown)")
     at.number_input(key="page_no").set_value(2).run()
     at.text_input(key="q").set_value("prompt 2").run()  # 11 matches: page 2 is past the end,
-    assert at.caption[0].value.startswith("11 results (rows 1–11 shown)")  # so back to page 1
+    assert count_caption(at).startswith("11 results (rows 1–11 shown)")  # so back to page 1
     assert len(at.dataframe[0].value) == 11
 
 
@@ -239,3 +244,23 @@ def test_review_labels_from_the_store_show_in_dashboards(studio_home):
     assert not at.exception
     [bars] = charts(at)["Review pass rate (95% CI)"]["data"]
     assert values(bars["y"]) == [0.5]  # one pass, one fail
+
+
+def test_results_page_shows_a_batch_owner_and_metadata_and_filters_jobs_by_them(studio_home):
+    plain = job_in_home(studio_home, name="plain")
+    batch = job_in_home(studio_home, name="batch")
+    spec_file = data_paths().jobs / batch / "job.json"
+    spec = json.loads(spec_file.read_text())
+    spec["provenance"]["owner"] = "alice"
+    spec["metadata"] = {"team": "support", "run": "7"}
+    spec_file.write_text(json.dumps(spec))
+    at = open_page("results.py")
+    at.selectbox(key="results_job").set_value(batch).run()
+    assert "owner alice · team=support, run=7" in [c.value.replace("\\", "") for c in at.caption]
+    at.selectbox(key="results_job").set_value(plain).run()
+    assert not any("owner alice" in c.value.replace("\\", "") for c in at.caption)
+    assert set(at.selectbox(key="results_job").options) == {plain, batch}
+    at.multiselect(key="results_metadata").set_value(["team=support"]).run()
+    assert not at.exception
+    assert at.selectbox(key="results_job").options == [batch]
+    assert at.selectbox(key="results_job").value == batch

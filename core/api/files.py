@@ -350,9 +350,8 @@ def job_file_lines(job: JobFolder, kind: JobFileKind) -> Iterator[bytes]:
 
 
 def owner_of_job(spec: JobSpec) -> str | None:
-    """Whose a job is: the key that made it through the API; None for this machine's user."""
-    owner = spec.provenance.get("owner")
-    return owner if isinstance(owner, str) else None
+    """Whose a job is (:attr:`JobSpec.owner`)."""
+    return spec.owner
 
 
 def has_lines(path: Path) -> bool:
