@@ -287,6 +287,9 @@ class JobStatus(Model):
     measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
     eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
     eta_at: float | None = None  # ...made at this time (seconds since the epoch)
+    # An output that is an object (s3://...): where the worker wrote the results, or why not.
+    delivered_to: str | None = None
+    delivery_error: str | None = None
 
     @property
     def left(self) -> int:

@@ -45,7 +45,7 @@ def test_a_success_after_a_failure_is_the_final_result(tmp_path):
     assert reconcile(job).complete
     # The combined file: each final line byte for byte as the worker wrote it, input order.
     written = job.output.read_bytes().splitlines(keepends=True)  # a, then b's success
-    assert write_combined(job, tmp_path / "all.jsonl") == 2
+    assert write_combined(job, tmp_path / "all.jsonl") == (2, 0)
     assert (tmp_path / "all.jsonl").read_bytes() == b"".join(written)
 
 
@@ -56,6 +56,13 @@ def test_a_request_that_failed_twice_keeps_its_latest_error(tmp_path):
     finals = [json.loads(line) for line in combined_lines(job)]
     assert [d["custom_id"] for d in finals] == ["a", "b"]
     assert finals[1]["error"]["message"] == "the engine stopped"
+    # The error file beside the combined one holds the failure's final line alone.
+    counts = write_combined(job, tmp_path / "all.jsonl", tmp_path / "all.errors.jsonl")
+    assert counts == (2, 1)
+    errors = [json.loads(raw) for raw in (tmp_path / "all.errors.jsonl").read_bytes().splitlines()]
+    assert [(d["custom_id"], d["error"]["message"]) for d in errors] == [
+        ("b", "the engine stopped")
+    ]
 
 
 def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):

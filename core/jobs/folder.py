@@ -255,6 +255,7 @@ def start_worker(
     status.enter("queued", "waiting for the engine")
     status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
     status.retry_shard = shard
+    status.delivered_to = status.delivery_error = None  # this run delivers anew
     job.write_status(status)
     log = job.log_file.open("ab")
     return subprocess.Popen(

@@ -9,7 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
+from core.jobs.delivery import deliver
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
 from core.jobs.output_file import OutputWriter
 from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
@@ -17,6 +18,7 @@ from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import token_usage
 from core.run.stopping import DRAINING, STOP
 from core.schemas import JobState, JobStatus, now_iso
+from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
@@ -144,9 +146,34 @@ class StatusKeeper:
             self.update(first_result_seconds=round(time.monotonic() - self._started, 2))
 
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
+        delivered = self._deliver()  # while the heartbeat still beats: an upload takes time
+        if delivered.get("delivery_error"):
+            message = f"{message}; {delivered['delivery_error']}"
         self._stop.set()
         self.reserve.unlink(missing_ok=True)  # frees room for this last status
-        self.update(state=state, message=message, error=error, finished_at=now_iso())
+        self.update(state=state, message=message, error=error, finished_at=now_iso(), **delivered)
+
+    def _deliver(self) -> dict[str, str]:
+        """Writes the results to the job's output when it is an object (s3://...), whichever
+        entry point made the job (the Run page's jobs have nobody else to do it); a local
+        output file is written by ``core run`` itself. A failed delivery loses nothing: the
+        results stay here, and ``core resume JOB`` delivers them again."""
+        try:
+            target = self.job.read_spec().output_path
+        except JobUnreadable:
+            return {}
+        if not is_s3(target):
+            return {}
+        self.update(message=f"writing the results to {target}")
+        try:
+            deliver(self.job, target)
+        except StorageError as exc:
+            log.error("job %s: %s", self.job.job_id, exc)
+            return {
+                "delivery_error": f"{exc}. The results stay in the job folder; "
+                f"`python -m core resume {self.job.job_id}` writes them again"
+            }
+        return {"delivered_to": target}
 
     def _write(self) -> None:
         s = self.status
