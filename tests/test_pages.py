@@ -195,7 +195,8 @@ def test_run_page_without_a_checked_file_points_back_to_upload() -> None:
     at = open_page("run.py")
     assert [t.value for t in at.title] == ["Run"]
     assert at.info[0].value == "Check a batch file first; then come back here to run it."
-    assert not at.button
+    assert [b.label for b in at.button] == ["Fetch"]  # a file from object storage
+    assert at.button[0].disabled  # until an s3:// URI is typed
     assert "Upload & check" in page_link_labels(at)
 
 

@@ -18,11 +18,13 @@ import pytest
 from core.config import REPO_ROOT
 from core.files import file_sha256
 from core.jobs.delivery import deliver, errors_beside
+from core.jobs.folder import list_jobs
 from core.jobs.ledger import write_combined
 from core.storage.s3 import S3Location, StorageError, fetch, put
 from tests.browser_support import free_port
 from tests.conftest import run_cli
 from tests.factories import finished_job, request_line
+from tests.test_pages import shown
 
 BUCKET = "batches"
 
@@ -214,7 +216,7 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
     assert all(x["response"]["body"]["usage"]["completion_tokens"] <= 4 for x in out)
     assert _object(s3, "out/result.errors.jsonl") == b""
     # The job folder keeps the ledger: reconcile, and the results reach the store.
-    (job_id,) = [p.name for p in (studio_home / "jobs").iterdir()]
+    (job_id,) = [job.job_id for job in list_jobs(studio_home / "jobs")]
     assert run_cli("reconcile", job_id).returncode == 0
     assert run_cli("verify", job_id).returncode == 0
     export = run_cli("export", job_id, "-o", str(tmp_path / "r.jsonl"))
@@ -226,3 +228,42 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
     assert again.returncode == 0 and "continuing job" in again.stdout, again.stderr
     assert [json.loads(x) for x in _object(s3, "out/result.jsonl").splitlines()] == out
     assert not list((studio_home / "uploads").glob("*.jsonl"))  # fetched copies removed
+
+
+# -- the Run page -----------------------------------------------------------------------------
+
+
+def _run_page() -> object:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/run.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def test_run_page_fetches_an_object_and_starts_a_job_that_writes_to_one(
+    s3, studio_home, default_model, no_worker
+):
+    lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4) for i in range(3)]
+    s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
+    at = _run_page()
+    at.text_input(key="run_input_uri").input("s3://gone/in.jsonl").run()
+    at.button(key="run_fetch").click().run()
+    assert "cannot read s3://gone/in.jsonl: the bucket 'gone' does not exist" in shown(
+        at.error[0].value
+    )
+    at.text_input(key="run_input_uri").input(f"s3://{BUCKET}/in.jsonl").run()
+    at.button(key="run_fetch").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "**s3://batches/in.jsonl**: 3 valid of 3 lines" in [m.value for m in at.markdown]
+    # A results URI that names no object is refused in words, and no job is made.
+    at.text_input(key="run_output_uri").input("s3://batches").run()
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert "names no object" in shown(at.error[0].value) and not no_worker
+    at.text_input(key="run_output_uri").input(f"s3://{BUCKET}/out.jsonl").run()
+    next(b for b in at.button if b.label == "Start run").click().run()
+    (job,) = no_worker
+    spec = job.read_spec()
+    assert spec.output_path == f"s3://{BUCKET}/out.jsonl" and spec.input_lines == 3
+    assert job.input.read_text().splitlines() == lines
