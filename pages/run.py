@@ -49,8 +49,6 @@ if not batch_file or not Path(batch_file).is_file():
     st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
     from_object_storage()
     st.stop()
-with st.expander("Run another file, from object storage (S3)"):
-    from_object_storage()
 
 # The report Upload & check made for this very file (same path, size and time), else a
 # structural check made once per file in this process: a click here never rechecks.
@@ -256,3 +254,6 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         st.stop()
     st.session_state["job_id"] = job.job_id
     st.switch_page("pages/monitor.py")
+
+with st.expander("Run another file, from object storage (S3)"):
+    from_object_storage()
