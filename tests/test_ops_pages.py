@@ -127,6 +127,16 @@ def test_settings_lists_folders_and_the_built_in_model(studio_home):
     assert "SmolLM2-135M-Instruct" in list(models["model"])
 
 
+def test_settings_lists_the_api_keys_by_name_never_the_key(studio_home):
+    from core.api.keys import create_key
+
+    key = create_key(studio_home, "pipeline")
+    at = open_page("settings.py")
+    keys = at.dataframe[2].value
+    assert list(keys["name (owner)"]) == ["pipeline"]
+    assert key not in keys.to_string() and key[:7] in keys.to_string()
+
+
 def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     first = finished_job(studio_home, {"a": "yes"})
     second = finished_job(studio_home, {"b": "yes"})
@@ -158,3 +168,16 @@ def test_the_monitors_verdict_names_the_job_by_its_name(studio_home):
     at = open_page("monitor.py", job_id=job.job_id)
     verdict = shown(at.success[0].value)
     assert verdict.startswith(f"Job March refunds · {job.job_id[-6:]} completed")
+
+
+def test_jobs_page_shows_a_batch_api_jobs_metadata_and_owner(studio_home):
+    job = finished_job(studio_home, {"a": "yes"})
+    spec = json.loads(job.spec_file.read_text())
+    spec["metadata"] = {"team": "support"}
+    spec["batch"] = {"input_file_id": "file-1", "endpoint": "/v1/chat/completions"}
+    spec["provenance"]["owner"] = "pipeline"
+    job.spec_file.write_text(json.dumps(spec))
+    at = open_page("jobs.py")
+    provenance = json.loads(at.json[0].value)
+    assert provenance["metadata"] == {"team": "support"} and provenance["owner"] == "pipeline"
+    assert provenance["batch"]["input_file_id"] == "file-1"

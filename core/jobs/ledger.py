@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -331,12 +331,18 @@ def _final_spans(path: Path) -> dict[str, tuple[int, int]]:
     return spans
 
 
-def final_lines(job: JobFolder) -> Iterator[tuple[bytes, bool]]:
+def combined_lines(
+    job: JobFolder, only: Literal["successes", "errors"] | None = None
+) -> Iterator[bytes]:
     """Each request's final result line as it was written (its newline included), in input
-    order, and whether it is a failure: its success, else its latest error. Lines are
-    copied, never parsed and written again: a job of embeddings is mostly numbers, slow to
-    print (1.5 s per 4,000 lines)."""
+    order: its success, else its latest error. Lines are copied, never parsed and written
+    again: a job of embeddings is mostly numbers, slow to print (1.5 s per 4,000 lines).
+    ``only`` keeps the final lines of one kind (the Batch API's output and error files)."""
     successes, errors = _final_spans(job.output), _final_spans(job.errors)
+    if only == "errors":  # a request's error is final only when it has no success
+        errors, successes = {c: s for c, s in errors.items() if c not in successes}, {}
+    elif only == "successes":
+        errors = {}
     with ExitStack() as files:
         output = files.enter_context(job.output.open("rb")) if successes else None
         failed = files.enter_context(job.errors.open("rb")) if errors else None
@@ -348,30 +354,23 @@ def final_lines(job: JobFolder) -> Iterator[tuple[bytes, bool]]:
             else:
                 continue
             handle.seek(start)
-            yield handle.read(end - start), handle is failed
-
-
-def combined_lines(job: JobFolder) -> Iterator[bytes]:
-    """Each request's final result line, in input order (see :func:`final_lines`)."""
-    for line, _ in final_lines(job):
-        yield line
+            yield handle.read(end - start)
 
 
 def write_combined(job: JobFolder, path: Path, errors_path: Path | None = None) -> tuple[int, int]:
-    """Writes each request's final result line to ``path`` (see :func:`final_lines`) and,
-    with ``errors_path``, the failures' lines alone there too (OpenAI's error file);
-    returns how many results there were and how many failed."""
+    """Writes each request's final result line to ``path`` (see :func:`combined_lines`)
+    and, with ``errors_path``, the failures' final lines alone there too (OpenAI's error
+    file); returns how many results there were and how many of them failed."""
     count = failures = 0
-    with ExitStack() as files:
-        out = files.enter_context(path.open("wb"))
-        errors = files.enter_context(errors_path.open("wb")) if errors_path else None
-        for line, failed in final_lines(job):
+    with path.open("wb") as out:
+        for line in combined_lines(job):
             out.write(line)
             count += 1
-            if failed:
+    if errors_path is not None:
+        with errors_path.open("wb") as out:
+            for line in combined_lines(job, only="errors"):
+                out.write(line)
                 failures += 1
-                if errors is not None:
-                    errors.write(line)
     return count, failures
 
 
