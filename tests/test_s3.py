@@ -136,6 +136,22 @@ def test_wrong_credentials_are_refused_naming_the_object(s3, tmp_path, monkeypat
         put(Path(__file__), f"s3://{BUCKET}/o.jsonl")
 
 
+def test_no_credentials_or_no_store_are_said_in_words(s3, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(StorageError, match=r"s3://batches/in\.jsonl: no usable credentials"):
+        fetch(f"s3://{BUCKET}/in.jsonl", tmp_path / "in.jsonl")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nobody there
+    with pytest.raises(StorageError, match=r"s3://batches/o\.jsonl: the store cannot be reached"):
+        put(Path(__file__), f"s3://{BUCKET}/o.jsonl")
+    assert not (tmp_path / "in.jsonl").exists()
+
+
 def test_results_are_delivered_to_an_object_with_the_error_file_beside(s3, tmp_path):
     job = finished_job(tmp_path, {"a": "yes", "b": None, "c": "no"})
     delivery = deliver(job, f"s3://{BUCKET}/out/run.jsonl")
