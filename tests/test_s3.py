@@ -85,7 +85,7 @@ def test_uris_name_a_bucket_and_key_and_malformed_ones_are_refused_in_words():
             S3Location.parse(bad)
 
 
-def test_an_object_is_fetched_into_the_uploads_folder_streamed(s3, tmp_path):
+def test_an_object_is_fetched_and_written_back_streamed(s3, tmp_path):
     # 24 MiB of lines, fetched by a process of its own (this one holds the server and its
     # copy). A one-line object first: what the fetch holds beyond that (boto3's client
     # and models) is a few MiB of transfer buffers, never the object whole.
@@ -103,18 +103,28 @@ def test_an_object_is_fetched_into_the_uploads_folder_streamed(s3, tmp_path):
         "tracemalloc.start(); peak('one.jsonl')\n"
         "_, small = peak('one.jsonl')\n"
         "path, big = peak('big.jsonl')\n"
-        "print(path, big - small)\n"
+        "from core.storage.s3 import put\n"  # and back, from the file: a multipart upload
+        "def sent(source, name):\n"
+        "    gc.collect(); tracemalloc.reset_peak(); before = tracemalloc.get_traced_memory()[0]\n"
+        "    put(source, sys.argv[2] + name)\n"
+        "    return tracemalloc.get_traced_memory()[1] - before\n"
+        "one = sent(Path(sys.argv[1]) / 'one', 'one-back.jsonl')\n"
+        "print(path, big - small, sent(path, 'back.jsonl') - one)\n"
     )
     uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    (uploads / "one").write_bytes(line)
     done = subprocess.run(
         [sys.executable, "-c", code, str(uploads), f"s3://{BUCKET}/in/"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
-    name, extra = done.stdout.split()
+    name, extra, uploading = done.stdout.split()
     path = Path(name)
     assert path.parent == uploads and path.name.endswith("_big.jsonl")
     assert path.stat().st_size == size and path.read_bytes()[: len(line)] == line
     assert int(extra) < 8 * 2**20, f"the fetch held {int(extra) / 2**20:.1f} MiB more"
+    assert s3.head_object(Bucket=BUCKET, Key="in/back.jsonl")["ContentLength"] == size
+    assert int(uploading) < 12 * 2**20, f"the upload held {int(uploading) / 2**20:.1f} MiB more"
 
 
 def test_a_missing_object_or_bucket_is_named_and_leaves_no_file(s3, tmp_path):
