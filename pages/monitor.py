@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from core.jobs.delivery import errors_beside
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import recent_lines
 from core.run.monitoring import Rates, rates, read_samples
@@ -206,6 +207,13 @@ def show(job: JobFolder) -> None:
         st.caption(escape(status.message))
     if status.error:
         st.error(escape(status.error))
+    if status.delivered_to:
+        st.caption(
+            f"Results written to {escape(status.delivered_to)}, failures beside it in "
+            f"{escape(errors_beside(status.delivered_to))}."
+        )
+    if status.delivery_error:
+        st.warning(escape(status.delivery_error), icon=":material/cloud_off:")
     if status.in_flight and not final:
         st.caption(f"{status.in_flight:,} requests in the engine now.")
     if status.interrupted:

@@ -176,8 +176,8 @@ def test_results_are_delivered_to_an_object_with_the_error_file_beside(s3, tmp_p
     assert not list(job.path.glob(".delivering-*"))  # the staged copies are gone
 
 
-def test_the_worker_delivers_an_object_output_as_the_job_ends(s3, tmp_path):
-    job = finished_job(tmp_path, {"a": "yes", "b": "no"}, output_path=f"s3://{BUCKET}/o.jsonl")
+def test_the_worker_delivers_an_object_output_as_the_job_ends(s3, studio_home):
+    job = finished_job(studio_home, {"a": "yes", "b": "no"}, output_path=f"s3://{BUCKET}/o.jsonl")
     status = job.read_status()
     assert status.state == "completed" and status.delivered_to == f"s3://{BUCKET}/o.jsonl"
     ids = [json.loads(line)["custom_id"] for line in _object(s3, "o.jsonl").splitlines()]
@@ -196,7 +196,7 @@ def test_a_bucket_gone_before_the_output_loses_nothing_and_resume_delivers(
     assert "cannot write s3://batches/o.jsonl: the bucket 'batches' does not exist" in (
         status.delivery_error or ""
     )
-    assert f"core resume {job.job_id}" in status.message
+    assert f"core resume {job.job_id}" in status.delivery_error
     kept = {p.name: file_sha256(p) for p in (job.output, job.errors, job.input)}
     # Wrong credentials once the bucket is back: refused in words, exit 5, nothing lost.
     s3.create_bucket(Bucket=BUCKET)
@@ -259,11 +259,13 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
 # -- the Run page -----------------------------------------------------------------------------
 
 
-def _run_page() -> object:
+def _page(page: str, **state: object) -> object:
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
-    at.switch_page("pages/run.py").run()
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.switch_page(f"pages/{page}").run()
     assert not at.exception, [e.message for e in at.exception]
     return at
 
@@ -273,7 +275,7 @@ def test_run_page_fetches_an_object_and_starts_a_job_that_writes_to_one(
 ):
     lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4) for i in range(3)]
     s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
-    at = _run_page()
+    at = _page("run.py")
     at.text_input(key="run_input_uri").input("s3://gone/in.jsonl").run()
     at.button(key="run_fetch").click().run()
     assert "cannot read s3://gone/in.jsonl: the bucket 'gone' does not exist" in shown(
@@ -293,3 +295,19 @@ def test_run_page_fetches_an_object_and_starts_a_job_that_writes_to_one(
     spec = job.read_spec()
     assert spec.output_path == f"s3://{BUCKET}/out.jsonl" and spec.input_lines == 3
     assert job.input.read_text().splitlines() == lines
+
+
+def test_monitor_says_where_the_results_went_or_why_not(s3, studio_home):
+    done = finished_job(studio_home, {"a": "yes"}, output_path=f"s3://{BUCKET}/o.jsonl")
+    _drop_bucket(s3)
+    kept = finished_job(studio_home / "2", {"a": "yes"}, output_path=f"s3://{BUCKET}/p.jsonl")
+    kept.path.rename(studio_home / "jobs" / kept.job_id)  # beside the first, as the app has them
+    at = _page("monitor.py", job_id=done.job_id)
+    assert "Results written to s3://batches/o.jsonl, failures beside it in " in shown(
+        " ".join(c.value for c in at.caption)
+    )
+    assert not at.warning
+    at = _page("monitor.py", job_id=kept.job_id)
+    warning = shown(" ".join(w.value for w in at.warning))
+    assert "cannot write s3://batches/p.jsonl: the bucket 'batches' does not exist" in warning
+    assert f"core resume {kept.job_id}" in warning

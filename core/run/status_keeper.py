@@ -147,8 +147,6 @@ class StatusKeeper:
 
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
         delivered = self._deliver()  # while the heartbeat still beats: an upload takes time
-        if delivered.get("delivery_error"):
-            message = f"{message}; {delivered['delivery_error']}"
         self._stop.set()
         self.reserve.unlink(missing_ok=True)  # frees room for this last status
         self.update(state=state, message=message, error=error, finished_at=now_iso(), **delivered)
