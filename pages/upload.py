@@ -267,19 +267,20 @@ if report.lines:
     right.table(pd.Series(dict(report.roles), name="messages"))
     st.session_state["model_map"] = report.model_map or {name: model for name in report.models}
 
-    st.markdown("**What the valid lines will run with** (from the body, or the job default)")
-    st.table(
-        pd.DataFrame(
-            [
-                {"field": name, "value (source)": value, "lines": n}
-                for name, counter in report.effective.items()
-                for value, n in sorted(counter.items(), key=lambda item: -item[1])
-            ]
-        ).set_index("field")
-        if report.valid
-        else pd.DataFrame()
-    )
-    st.caption(f"Max output tokens over the valid lines: {report.max_output_tokens:,}")
+    settings = [
+        {"field": name, "value (source)": value, "lines": n}
+        for name, counter in report.effective.items()
+        for value, n in sorted(counter.items(), key=lambda item: -item[1])
+    ]
+    if settings:  # an embeddings-only file has no sampling settings: vectors, not text
+        st.markdown("**What the valid lines will run with** (from the body, or the job default)")
+        st.table(pd.DataFrame(settings).set_index("field"))
+        st.caption(f"Max output tokens over the valid lines: {report.max_output_tokens:,}")
+    elif report.valid:
+        st.caption(
+            "The valid lines are embeddings requests: each makes vectors, with no sampling "
+            "settings and no output tokens."
+        )
 
     if report.tokens_counted:
         counted = sum(report.token_histogram)

@@ -292,3 +292,20 @@ def test_run_reuses_the_check_upload_made_and_never_rechecks_on_a_click(monkeypa
     # Another visitor checking the same file with the same settings gets the same report.
     other = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
     assert len(calls) == 1 and other.metric[1].value == "16"
+
+
+def test_an_embeddings_only_file_built_by_build_checks_and_goes_on_to_run(
+    studio_home: Path,
+) -> None:
+    """Issue 30, item 1: such a file has no sampling settings; the page said so with a
+    crash (KeyError 'field') and no way on to Run."""
+    from core.plan.builder import build_file, read_table
+    from core.plan.embed_builder import EmbedSpec
+
+    batch = studio_home.parent / "tickets_embed.jsonl"
+    build_file(read_table(SAMPLE_DATA / "tickets.csv"), EmbedSpec("body", "ticket_id"), batch)
+    at = check_server_file(open_page("upload.py"), batch)
+    assert at.success[0].value == "All 39 lines are valid."  # one row has no body
+    assert any("embeddings requests" in c.value for c in at.caption)
+    assert "Continue to Run" in page_link_labels(at)
+    assert at.session_state["batch_file"] == str(batch)
