@@ -11,6 +11,7 @@ from core.check import checked, file_signature
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, default_name, submit
 from core.model_folders import model_folders
+from core.plan.pricing import format_money
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
 
@@ -171,7 +172,8 @@ if estimate:
     estimate_metrics(estimate)
     if estimate["over_budget"]:
         currency = estimate.get("currency", "USD")
-        st.warning(f"The expected cost is over the budget of {estimate['budget']:,.2f} {currency}.")
+        budget = format_money(estimate["budget"], currency)
+        st.warning(f"The expected cost is over the budget of {budget}.")
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 

@@ -16,6 +16,7 @@ from core.config import DataPaths, data_paths
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
+from core.plan.pricing import format_money
 from core.schemas import job_label as label_of
 from core.store.db import Store
 from core.store.results import conversation
@@ -306,4 +307,4 @@ def estimate_metrics(estimate: dict) -> None:
     )
     cols[2].metric("Time", format_duration(estimate["seconds"]))
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
-    cols[3].metric("Cost", f"{cost:,.2f} {currency}" if cost is not None else "unknown")
+    cols[3].metric("Cost", format_money(cost, currency))

@@ -28,6 +28,7 @@ from core.model_folders import model_folders
 from core.plan.estimate import estimate
 from core.plan.pricing import (
     PriceError,
+    format_money,
     load_prices,
     price_rows,
     prices_path,
@@ -320,6 +321,8 @@ if report.valid and report.by_local_model:
             f"Budget for a run ({prices.currency}; 0 = none)",
             min_value=0.0,
             value=float(prices.budget or 0.0),
+            step=0.001,
+            format="%g",  # a budget of 0.001 must not read as 0.00
             key="budget",
         )
         try:
@@ -352,8 +355,8 @@ if report.valid and report.by_local_model:
         st.info(escape(note))
     if result.over_budget:
         needs_confirmation = not st.checkbox(
-            f"Run anyway: the expected cost {cost:,.2f} {result.currency} is over the "
-            f"budget of {result.budget:,.2f}",
+            f"Run anyway: the expected cost {format_money(cost, result.currency)} is over "
+            f"the budget of {format_money(result.budget, result.currency)}",
             key="budget_ok",
         )
 

@@ -309,3 +309,19 @@ def test_an_embeddings_only_file_built_by_build_checks_and_goes_on_to_run(
     assert any("embeddings requests" in c.value for c in at.caption)
     assert "Continue to Run" in page_link_labels(at)
     assert at.session_state["batch_file"] == str(batch)
+
+
+@needs_tokenizer
+def test_a_small_cost_and_budget_keep_their_significant_figures(studio_home: Path) -> None:
+    """Issue 30, item 6: at 0.15 / 0.60 USD per 1M tokens the sample costs well under a
+    cent; the estimate and the budget must not round it to 0.00."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    studio_home.mkdir(parents=True, exist_ok=True)
+    prices = {default_model_dir().name: ModelPrice(input_per_1m=0.15, output_per_1m=0.60)}
+    save_prices(PriceTable(models=prices, budget=0.0001), studio_home)
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    cost = {m.label: m.value for m in at.metric}["Cost"]
+    assert cost.endswith(" USD") and float(cost.split()[0]) > 0, cost
+    confirm = at.checkbox(key="budget_ok")
+    assert f"expected cost {cost} is over the budget of 0.0001 USD" in confirm.label

@@ -181,6 +181,8 @@ def test_dashboards_page_draws_every_chart(studio_home):
     assert not at.exception
     (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
     assert int(summary["requests"].iloc[0]) == 4 and int(summary["failed"].iloc[0]) == 1
+    # Cost as money reads, second from the left, where a wide table cannot hide it.
+    assert list(summary.columns)[1] == "cost (USD)" and summary.iloc[0, 1] == "unknown"
     assert [b.label for b in at.download_button] == ["Download HTML"]
 
 

@@ -19,6 +19,21 @@ from core.files import write_atomic
 from core.schemas import Model, problems_of, to_json
 
 PRICES_FILE = "prices.json"
+MONEY_DIGITS = 3  # significant figures of an amount under one unit of the currency
+
+
+def format_money(amount: float | None, currency: str = "") -> str:
+    """An amount as people read money, in every page and the command line: cents from
+    one unit up (``1,234.50``), else :data:`MONEY_DIGITS` significant figures
+    (``0.000915``), so that a small cost never reads as ``0.00``; None is ``unknown``."""
+    if amount is None or not math.isfinite(amount):
+        return "unknown"
+    if amount == 0 or abs(amount) >= 1:
+        text = f"{amount:,.2f}"
+    else:
+        decimals = MONEY_DIGITS - 1 - math.floor(math.log10(abs(amount)))
+        text = f"{amount:.{decimals}f}".rstrip("0")
+    return f"{text} {currency}".strip()
 
 
 def _blank_is_none(value: Any) -> Any:
