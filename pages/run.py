@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from core.check import checked, file_signature
 from core.devices import gpu_count
-from core.jobs.submit import Refused, Submission, default_name, submit
+from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
 from core.model_folders import model_folders
 from core.plan.pricing import format_money
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
@@ -159,7 +159,12 @@ def where_to_run() -> tuple[RaySettings | None, list[str]]:
 ray_spec, ray_problems = where_to_run()
 
 skip_invalid = False
-if report.invalid:
+# What Start would refuse even when the invalid lines are skipped (a repeated id) is said
+# now, by the rule Start applies, and running the valid lines is not offered then.
+refusals = file_problems(report, skip_invalid=True)
+for problem in refusals:
+    st.error(escape(problem), icon=":material/block:")
+if report.invalid and not refusals:
     skip_invalid = st.checkbox(
         f"Run the {report.valid} valid lines; the {report.invalid} invalid ones get an error "
         "result",
@@ -177,7 +182,8 @@ if estimate:
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 
-if st.button("Start run", type="primary", disabled=bool(report.invalid and not skip_invalid)):
+blocked = bool(refusals) or bool(report.invalid and not skip_invalid)
+if st.button("Start run", type="primary", disabled=blocked):
     config = EngineConfig(
         model=str(model_path or ""),
         dtype=dtype,

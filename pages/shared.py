@@ -14,6 +14,7 @@ import streamlit as st
 from core.access import allowed, exposure_problem, open_override
 from core.config import DataPaths, data_paths
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
+from core.jobs.ledger import summary as ledger_summary
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
 from core.plan.pricing import format_money
@@ -265,13 +266,18 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         help="Runs only the requests without a result.",
     ):
         restart(job, retry=False, done="Resumed: only requests without a result run.")
-    if (
-        retry
-        and status.is_final
-        and status.failed
-        and cols[2].button(
-            f"Retry {status.failed} failed", key=f"retry-{key}", icon=":material/replay:"
-        )
+    # Only failures a retry can change (never invalid input or what the engine refused).
+    retryable = (
+        ledger_summary(job, job.read_spec().shard_size).retryable_failures
+        if retry and status.is_final and status.failed
+        else 0
+    )
+    if retryable and cols[2].button(
+        f"Retry {retryable:,} failed",
+        key=f"retry-{key}",
+        icon=":material/replay:",
+        help="Reruns the failed requests a retry can change; invalid input and requests "
+        "the engine refused fail the same way again, so they are not rerun.",
     ):
         restart(job, retry=True, done="Retrying failed requests (invalid input is never retried).")
 
