@@ -287,6 +287,12 @@ class JobStatus(Model):
     measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
     eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
     eta_at: float | None = None  # ...made at this time (seconds since the epoch)
+    # The counts and tokens above are the job's, over all its runs (a resume or a retry
+    # starts them from the result files); these are the latest run's own, shown beside.
+    runs: int = 0  # worker runs of the job so far
+    job_seconds: float | None = None  # running time over all runs (elapsed: this run's)
+    run_done: int = 0  # results this run wrote
+    run_completion_tokens: int = 0  # output tokens of this run's answers
 
     @property
     def left(self) -> int:

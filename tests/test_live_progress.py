@@ -228,7 +228,7 @@ def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path
 
     job = monitored_job(studio_home)
     keeper = StatusKeeper(job)
-    keeper.start(state="running", total=3, message="")
+    keeper.update(state="running", total=3)  # no heartbeat thread: the test writes the status
     vectors = [np.ones(3, dtype=np.float32)] * 2
     keeper.count([success_line("a", "m", Embeddings(5, vectors), "/v1/embeddings")])
     assert (keeper.status.embedded, keeper.status.prompt_tokens) == (2, 5)  # two inputs
