@@ -258,7 +258,8 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         help="Start nothing new; the requests in the engine finish and are kept.",
     ):
         st.toast(cancel(job))
-    if (status.interrupted or status.state == "cancelled") and cols[1].button(
+    resumable = status.interrupted or (status.state == "cancelled" and status.left)
+    if resumable and cols[1].button(
         f"Resume ({status.left:,} to run)",
         key=f"resume-{key}",
         type="primary",

@@ -161,6 +161,24 @@ class JobFolder:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
+def draining_message(in_engine: int, left: int) -> str:
+    """What a cancel that drains will do, in numbers: said when it is asked for and while
+    the job is cancelling. ``in_engine``: requests inside the engine; ``left``: requests
+    without a result. A job whose every request ends up with a result is complete."""
+    if left <= 0:
+        return "cancelling: every request has a result; the job completes"
+    if in_engine >= left:
+        return (
+            f"cancelling: all {left:,} requests without a result are already in the engine; "
+            "they finish and are kept, so the job completes (cancel again to stop at once "
+            "and drop them)"
+        )
+    return (
+        f"cancelling: the {in_engine:,} requests in the engine finish and are kept; the "
+        f"other {left - in_engine:,} do not start (cancel again to stop at once)"
+    )
+
+
 def cancel(job: JobFolder, now: bool = False) -> str:
     """Asks the job's worker to stop; finished results stay. Returns what happened.
 
@@ -177,10 +195,7 @@ def cancel(job: JobFolder, now: bool = False) -> str:
             os.kill(status.pid, signal.SIGINT)
             return "stopping now: requests in the engine are dropped; a resume runs them"
         os.kill(status.pid, signal.SIGTERM)
-        return (
-            "cancelling: nothing new starts, and the requests in the engine finish and are "
-            "kept (cancel again to stop at once)"
-        )
+        return draining_message(status.in_flight, status.left)
     status.enter("cancelled", "cancelled")
     status.finished_at = now_iso()
     job.write_status(status)

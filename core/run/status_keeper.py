@@ -11,13 +11,13 @@ from pathlib import Path
 
 import msgspec
 
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, draining_message
 from core.jobs.output_file import OutputWriter, complete_lines
 from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import token_usage
-from core.run.stopping import DRAINING, STOP
+from core.run.stopping import STOP
 from core.schemas import JobState, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
@@ -183,8 +183,9 @@ class StatusKeeper:
             except Exception:  # the counters are for show; never stop the heartbeat
                 log.exception("reading the engine's counters failed")
             with self._lock:
-                if STOP.draining and self.status.state == JobState.RUNNING:
-                    self.status.enter(JobState.CANCELLING, DRAINING)
+                s = self.status
+                if STOP.draining and s.state == JobState.RUNNING:
+                    s.enter(JobState.CANCELLING, draining_message(s.in_flight, s.left))
                 self._write()
                 s = self.status
                 sample = progress_sample(s.done, s.generated_tokens, resources)
