@@ -218,7 +218,7 @@ else:
 # -- vectors (an embedding job) ---------------------------------------------------------------
 if has_vectors:
     on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
-    show_vectors(db, job_id, open_job(job_id).read_spec().engine.model, on_page)
+    show_vectors(db, job_id, open_job(job_id).read_spec().vectors_folder, on_page)
 
 # -- export -----------------------------------------------------------------------------------
 st.subheader("Export")

@@ -224,6 +224,7 @@ def create_job(
     name: str = "",
     embedding_model: str | None = None,
     judge: JudgeLink | None = None,
+    endpoints: list[str] | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -250,6 +251,7 @@ def create_job(
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
         judge=judge,
+        endpoints=sorted(endpoints or ()),
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

@@ -246,6 +246,7 @@ def submit(
         name=check_name(s.name) if s.name is not None else default_name(file, s.source),
         embedding_model=_embedding_model(s, report),
         judge=s.judge,
+        endpoints=[url for url, lines in report.urls.items() if lines],
     )
     job.write_refusals(_refusals(report))
     return Started(job, start_worker(job))
