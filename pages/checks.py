@@ -114,7 +114,9 @@ st.dataframe(
 st.caption(
     "Pass rate = passed / (passed + failed), with its 95% Wilson interval. Failed requests "
     "have no answer and are not graded, nor are requests without the metadata field an "
-    "equals_metadata rule compares with."
+    "equals_metadata rule compares with. A judge's verdict that contradicts its own score "
+    "(a pass scored 1 or 2, a fail scored 4 or 5) is not believed: it counts as "
+    "contradicted, apart from passes and failures."
 )
 
 # -- failures -------------------------------------------------------------------------------
