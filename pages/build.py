@@ -15,6 +15,7 @@ from core.plan.builder import (
     build_file,
     default_id_column,
     dry_run,
+    free_file_name,
     preview,
     read_table,
     safe_file_name,
@@ -252,9 +253,23 @@ if report.problems:
     )
 
 file_name = st.text_input("File name", safe_file_name(task or "batch"), key="build_file_name")
+target = paths().uploads / safe_file_name(file_name)
+replace = False
+if target.exists():  # never overwritten without asking: a free name is offered instead
+    free = free_file_name(paths().uploads, file_name)
+    st.warning(
+        f"A file named {escape(target.name)} is in the uploads folder already: saving "
+        f"writes {escape(free)} instead, unless you replace it."
+    )
+    replace = st.checkbox(f"Replace {escape(target.name)}", key="build_replace")
+    if not replace:
+        target = target.with_name(free)
 if st.button("Save the batch file", type="primary", key="build_save"):
-    target = paths().uploads / safe_file_name(file_name)
-    result = build_file(table, spec, target)
+    try:
+        result = build_file(table, spec, target, replace=replace)
+    except BuildError as exc:  # a file of that name came meanwhile: asked again
+        st.error(escape(exc))
+        st.stop()
     st.session_state["built_file"] = str(target)
     in_lines = f" in {result.line_count:,} lines" if result.line_count != result.written else ""
     st.session_state["built_summary"] = (

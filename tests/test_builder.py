@@ -342,3 +342,40 @@ def test_build_page_makes_an_embeddings_batch(studio_home: Path) -> None:
     assert at.radio(key="build_kind").value == "Embeddings"
     assert at.number_input(key="build_rows_per_line").value == 4
     assert at.selectbox(key="build_embed_column").value == "body"
+
+
+def test_saving_never_overwrites_a_file_of_the_same_name_silently(studio_home: Path) -> None:
+    """Issue 30, item 8: an embeddings batch replaced the chat batch tickets.jsonl."""
+    at = open_build_page()
+    at.button(key="build_save").click().run()
+    chat = studio_home / "uploads" / "tickets.jsonl"
+    chat_text = chat.read_text()
+    at.radio(key="build_kind").set_value("Embeddings").run()
+    warning = shown(at.warning[-1].value)
+    assert "tickets.jsonl is in the uploads folder already" in warning
+    assert "saving writes tickets-2.jsonl instead" in warning
+    at.button(key="build_save").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert chat.read_text() == chat_text  # the chat batch is untouched
+    embed = studio_home / "uploads" / "tickets-2.jsonl"
+    assert '"/v1/embeddings"' in embed.read_text()
+    assert shown(at.success[0].value).startswith("Saved tickets-2.jsonl: ")
+    # Replacing is a choice made by name, never the default.
+    at.checkbox(key="build_replace").check().run()
+    at.button(key="build_save").click().run()
+    assert '"/v1/embeddings"' in chat.read_text()
+    assert shown(at.success[0].value).startswith("Saved tickets.jsonl: ")
+
+
+def test_build_file_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
+    from core.plan.builder import free_file_name
+
+    table = read_table(TICKETS)
+    out = tmp_path / "t.jsonl"
+    out.write_text("keep me\n")
+    with pytest.raises(BuildError, match=r"t\.jsonl exists already: save as t-2\.jsonl"):
+        build_file(table, BuildSpec("{{ subject }}", id_column="ticket_id"), out)
+    assert out.read_text() == "keep me\n"
+    assert free_file_name(tmp_path, "t.jsonl") == "t-2.jsonl"
+    build_file(table, BuildSpec("{{ subject }}", id_column="ticket_id"), out, replace=True)
+    assert out.read_text() != "keep me\n"

@@ -187,3 +187,16 @@ def safe_file_name(name: str, default: str = "batch") -> str:
     """A file name for the uploads folder: letters, digits, ``-_.``; ends with .jsonl."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or default
     return f"{stem[:60]}.jsonl"
+
+
+def free_file_name(folder: Path, name: str) -> str:
+    """``name`` made safe (:func:`safe_file_name`), or, when a file of that name is in
+    ``folder`` already, the first free ``<stem>-2.jsonl``, ``<stem>-3.jsonl``, ...: the name
+    a save offers instead of overwriting."""
+    name = safe_file_name(name)
+    stem = Path(name).stem
+    number = 1
+    while (folder / name).exists():
+        number += 1
+        name = f"{stem}-{number}.jsonl"
+    return name
