@@ -20,13 +20,14 @@ from core.plan.builder import (
     read_table,
     safe_file_name,
 )
+from core.plan.drafts import BuildDraft, load_draft, save_draft, save_table
 from core.plan.embed_builder import (
     DEFAULT_EMBEDDING_MODEL,
     ENCODING_FORMATS,
     MAX_ROWS_PER_LINE,
     EmbedSpec,
 )
-from pages.shared import drafted, escape, keep, kept, paths, through_app
+from pages.shared import drafted, escape, keep, kept, paths, signed_in_user, through_app
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
@@ -39,6 +40,18 @@ st.caption(
     "first lines, and save the batch file. Then check it on *Upload & check*. Or make an "
     "embeddings batch: one column's texts, turned into vectors."
 )
+
+# The draft is kept per user in the data folder (core.plan.drafts): a reload or a new
+# session starts from it.
+user = signed_in_user()
+if "build_draft_loaded" not in st.session_state:
+    st.session_state["build_draft_loaded"] = True
+    draft, draft_table = load_draft(user)
+    for name, value in draft.fields.items():
+        st.session_state.setdefault(f"kept::{name}", value)
+    st.session_state["build_draft_table"] = draft.table_name
+    if draft_table is not None and kept("build_table", None) is None:
+        keep("build_table", draft_table)
 
 SOURCES = ["Upload a table", "Use the sample table"]
 source = st.radio(
@@ -58,6 +71,10 @@ try:
         )
         if uploaded is not None:
             table, table_name = read_table(uploaded.getvalue(), uploaded.name), uploaded.name
+            if st.session_state.get("build_draft_upload") != uploaded.file_id:
+                save_table(user, uploaded.name, uploaded.getvalue())  # the draft's table
+                st.session_state["build_draft_upload"] = uploaded.file_id
+                st.session_state["build_draft_table"] = uploaded.name
     else:
         samples = sorted(p.name for p in SAMPLE_DATA.glob("*.csv"))
         sample = st.selectbox("Sample table", samples, key="build_sample")
@@ -221,6 +238,18 @@ else:
         params={"max_tokens": int(max_tokens), "temperature": float(temperature)},
         skip_empty=not keep_empty,
     )
+
+draft = BuildDraft(
+    fields={
+        key.removeprefix("kept::"): value
+        for key, value in st.session_state.items()
+        if key.startswith("kept::build_") and key != "kept::build_table"
+    },
+    table_name=st.session_state.get("build_draft_table"),
+)
+if draft != st.session_state.get("build_draft_saved"):  # written when a field changed
+    save_draft(user, draft)
+    st.session_state["build_draft_saved"] = draft
 
 try:
     first = preview(table, spec, rows=3)

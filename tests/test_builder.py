@@ -379,3 +379,31 @@ def test_build_file_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
     assert free_file_name(tmp_path, "t.jsonl") == "t-2.jsonl"
     build_file(table, BuildSpec("{{ subject }}", id_column="ticket_id"), out, replace=True)
     assert out.read_text() != "keep me\n"
+
+
+def test_the_build_draft_is_kept_in_the_data_folder_across_a_reload(studio_home: Path) -> None:
+    """Issue 30, item 9: a browser reload (a new session) dropped the draft."""
+    at = open_build_page()
+    at.text_input(key="build_task").set_value("triage").run()
+    at.text_area(key="build_user").set_value("Triage: {{ subject }}").run()
+    at.number_input(key="build_max_tokens").set_value(32).run()
+    reloaded = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    reloaded.switch_page("pages/build.py").run()  # a new session: nothing in it yet
+    assert not reloaded.exception, [e.message for e in reloaded.exception]
+    assert reloaded.radio(key="build_source").value == "Use the sample table"
+    assert reloaded.text_input(key="build_task").value == "triage"
+    assert reloaded.text_area(key="build_user").value == "Triage: {{ subject }}"
+    assert reloaded.number_input(key="build_max_tokens").value == 32
+    assert (studio_home / "drafts").is_dir()
+
+
+def test_an_uploaded_table_is_kept_with_the_draft_per_user(tmp_path: Path) -> None:
+    from core.plan.drafts import BuildDraft, load_draft, save_draft, save_table
+
+    save_table("ana", "mine.csv", TICKETS.read_bytes(), tmp_path)
+    save_draft("ana", BuildDraft(fields={"build_task": "t"}, table_name="mine.csv"), tmp_path)
+    draft, (table, name) = load_draft("ana", tmp_path)
+    assert draft.fields == {"build_task": "t"} and name == "mine.csv" and len(table) == 40
+    assert load_draft("bo", tmp_path) == (BuildDraft(), None)  # one draft per user
+    (tmp_path / "drafts" / "ana" / "build.json").write_text("{not json")
+    assert load_draft("ana", tmp_path) == (BuildDraft(), None)  # a broken draft is none
