@@ -286,8 +286,11 @@ if report.lines:
     if report.tokens_counted:
         counted = sum(report.token_histogram)
         mean = report.prompt_tokens / counted if counted else 0
+        # The models the lines run on (an embeddings line is counted by the embedder's).
+        names = [local["name"] for local in report.by_local_model.values()]
+        counted_by = ", ".join(names) or Path(model).name
         st.markdown(
-            f"**Prompt tokens** ({Path(model).name}'s tokenizer and chat template): "
+            f"**Prompt tokens** ({escape(counted_by)}'s tokenizer and chat template): "
             f"{report.prompt_tokens:,} in {counted:,} valid lines, mean {mean:.0f}, "
             f"max {report.prompt_tokens_max:,}"
         )

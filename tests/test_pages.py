@@ -307,6 +307,8 @@ def test_an_embeddings_only_file_built_by_build_checks_and_goes_on_to_run(
     at = check_server_file(open_page("upload.py"), batch)
     assert at.success[0].value == "All 39 lines are valid."  # one row has no body
     assert any("embeddings requests" in c.value for c in at.caption)
+    tokens = next(shown(m.value) for m in at.markdown if "Prompt tokens" in m.value)
+    assert "(all-MiniLM-L6-v2's tokenizer" in tokens  # the embedder counts them, not the chat model
     assert "Continue to Run" in page_link_labels(at)
     assert at.session_state["batch_file"] == str(batch)
 
