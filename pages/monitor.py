@@ -257,9 +257,14 @@ final = job.read_status().is_final or job.read_status().interrupted
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     status = job.read_status()
+    made = (  # a job of embeddings only makes vectors, not tokens
+        f"{status.embedded:,} texts embedded"
+        if status.embedded and not status.completion_tokens
+        else f"{status.completion_tokens:,} output tokens"
+    )
     summary = (
         f"{status.succeeded:,} succeeded, {status.failed:,} failed, "
-        f"{status.completion_tokens:,} output tokens in {_duration(_job_seconds(status))}"
+        f"{made} in {_duration(_job_seconds(status))}"
         + (f" over {status.runs} runs." if status.runs > 1 else ".")
     )
     if status.outcome == "completed":

@@ -74,3 +74,18 @@ def test_vectors_are_no_failures_among_the_finish_reasons(tmp_path) -> None:
     assert counts[("(vectors)", embed.job_id)] == 3
     assert counts[("(failed)", embed.job_id)] == 1
     assert counts[("stop", chat.job_id)] == 1 and counts[("(failed)", chat.job_id)] == 1
+
+
+def test_the_monitor_describes_a_finished_embeddings_job_by_its_vectors(studio_home) -> None:
+    from tests.test_ops_pages import texts
+    from tests.test_pages import open_page
+
+    requests = [{"custom_id": f"e{i}", "input": "text", "vectors": [[0.1, 0.2]]} for i in range(3)]
+    job = finished_embedding_job(studio_home, requests)
+    status = job.read_status()
+    status.embedded = 3
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert "completed: 3 succeeded, 0 failed, 3 texts embedded in" in texts(at)
+    assert "output tokens" not in texts(at)
+    assert set(at.dataframe[0].value["answer"]) == {"(1 vector)"}
