@@ -14,6 +14,7 @@ from core.plan.builder import (
     BuildSpec,
     build_file,
     default_id_column,
+    default_text_column,
     dry_run,
     free_file_name,
     preview,
@@ -129,7 +130,7 @@ if not embeddings:
     prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
 job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
 id_column = None if id_choice == ROW_NUMBERS else id_choice
-first_text = next((c for c in columns if c != id_choice), columns[0])
+first_text = default_text_column(table, id_choice)  # the longest texts, never a timestamp
 spec: BuildSpec | EmbedSpec
 if embeddings:
     text_default = kept("build_embed_column", first_text)

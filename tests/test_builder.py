@@ -407,3 +407,18 @@ def test_an_uploaded_table_is_kept_with_the_draft_per_user(tmp_path: Path) -> No
     assert load_draft("bo", tmp_path) == (BuildDraft(), None)  # one draft per user
     (tmp_path / "drafts" / "ana" / "build.json").write_text("{not json")
     assert load_draft("ana", tmp_path) == (BuildDraft(), None)  # a broken draft is none
+
+
+def test_the_defaults_pick_the_text_column_never_a_timestamp(studio_home: Path) -> None:
+    """Issue 30, item 12: the template and the embedded text defaulted to created_at."""
+    from core.plan.tables import default_text_column
+
+    table = read_table(TICKETS)
+    assert default_text_column(table, "ticket_id") == "body"
+    short = table[["ticket_id", "created_at", "channel"]]
+    assert default_text_column(short, "ticket_id") == "channel"
+    assert default_text_column(pd.DataFrame({"a": [1], "b": [2]}), "a") == "b"
+    at = open_build_page()
+    assert at.text_area(key="build_user").value == "{{ body }}"
+    at.radio(key="build_kind").set_value("Embeddings").run()
+    assert at.selectbox(key="build_embed_column").value == "body"

@@ -43,6 +43,7 @@ from core.plan.tables import (  # noqa: F401 (the builder's names, for its calle
     Step,
     collect,
     default_id_column,
+    default_text_column,
     free_file_name,
     id_problems,
     plain,
