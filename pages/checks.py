@@ -28,13 +28,14 @@ graded = [j for j in ids if j not in judges] or ids  # a judge is rarely graded
 job_ids = st.multiselect(
     "Jobs",
     ids,
-    default=[current if current in ids else graded[0]],
+    default=[current if current in graded else graded[0]],  # a judge is rarely checked
     format_func=label,
     key="checks_jobs",
 )
 if not job_ids:
     st.info("Choose at least one job.")
     st.stop()
+st.session_state["job_id"] = job_ids[0]  # the other pages follow the job chosen here
 
 # Outcomes missing (a new database) or stale (results that arrived since) are graded again
 # from the rules saved in each job's folder.

@@ -41,6 +41,7 @@ job_id = st.selectbox(
     format_func=label,
     key="results_job",
 )
+st.session_state["job_id"] = job_id  # the other pages follow the job chosen here
 more = st.multiselect(
     "Add other jobs to the table",
     [j for j in ids if j != job_id],

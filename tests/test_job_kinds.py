@@ -89,3 +89,21 @@ def test_the_monitor_describes_a_finished_embeddings_job_by_its_vectors(studio_h
     assert "completed: 3 succeeded, 0 failed, 3 texts embedded in" in texts(at)
     assert "output tokens" not in texts(at)
     assert set(at.dataframe[0].value["answer"]) == {"(1 vector)"}
+
+
+def test_the_job_chosen_on_one_page_is_the_job_of_the_next(studio_home) -> None:
+    """Issue 30, item 12: Review, Checks and Results reset to the newest job."""
+    from tests.test_pages import open_page
+
+    first = finished_job(studio_home, {"a": "yes"}, name="first.jsonl")
+    second = finished_job(studio_home, {"a": "no"}, name="second.jsonl")
+    older = min(first, second, key=lambda job: job.job_id)  # pages list the newest first
+    at = open_page("results.py")
+    at.selectbox(key="results_job").set_value(older.job_id).run()
+    at.switch_page("pages/checks.py").run()
+    assert at.multiselect(key="checks_jobs").value == [older.job_id]
+    at.switch_page("pages/review.py").run()
+    assert not at.exception
+    assert at.multiselect[0].value == [older.job_id]
+    at.switch_page("pages/monitor.py").run()
+    assert at.selectbox[0].value == older.job_id
