@@ -200,3 +200,22 @@ def test_review_labels_from_the_store_show_in_dashboards(studio_home):
     save_label(store(), job_id, "a", "ana", Label("pass"))
     at.run()
     assert not at.exception
+
+
+def test_results_show_each_requests_cost_and_the_total_in_view(studio_home):
+    """Issue 30, item 13: what Langfuse users look for first."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    rows = [
+        {"custom_id": "a", "answer": "yes", "prompt_tokens": 1000, "tokens": 500},
+        {"custom_id": "b", "answer": "no", "prompt_tokens": 2000, "tokens": 100},
+        {"custom_id": "c", "answer": None},
+    ]
+    job_in_home(studio_home, rows)
+    save_prices(PriceTable(models={"tiny": ModelPrice(input_per_1m=0.15, output_per_1m=0.6)}))
+    at = open_page("results.py")
+    table = at.dataframe[0].value.set_index("custom_id")
+    # a: 1000 x 0.15 + 500 x 0.60 = 450 per 1M tokens; b: 300 + 60 = 360.
+    assert table.loc["a", "cost (USD)"] == "0.00045"
+    assert table.loc["b", "cost (USD)"] == "0.00036"
+    assert any(c.value == "Cost of the 3 results in view: 0.00081 USD" for c in at.caption)
