@@ -116,9 +116,7 @@ def build_job(home: Path, name: str, requests: int, written: int, state: str) ->
         status.finished_at = now_iso()
     job.write_status(status)
     for k in range(600):  # ten minutes of heartbeats
-        sample = progress_sample(
-            k * written // 600, 2 * k * written // 600, {"rss_mib": 900.0, "cpu_percent": 190.0}
-        )
+        sample = progress_sample(k * written // 600, 2 * k * written // 600, RESOURCES)
         sample["t"] = time.time() - 600 + k
         append_sample(job.metrics, sample)
     return job
@@ -141,9 +139,7 @@ def feed(job_dir: Path) -> None:
         )
         status.heartbeat_at = time.time()
         job.write_status(status)
-        append_sample(
-            job.metrics, progress_sample(i, 2 * i, {"rss_mib": 900.0, "cpu_percent": 190.0})
-        )
+        append_sample(job.metrics, progress_sample(i, 2 * i, RESOURCES))
         time.sleep(max(0.25 - (time.monotonic() - started), 0))
 
 
@@ -186,8 +182,11 @@ def page_times(page: str, state: dict) -> tuple[float, float, float]:
         at = AppTest.from_file(str(REPO / "app.py"), default_timeout=600).run()
         for key, value in state.items():
             at.session_state[key] = value
-        if clear:
-            st.cache_data.clear()  # what the index gave the pages; the ledgers stay read
+        if clear:  # what the index gave the pages; the ledgers stay read
+            from pages.shared import page_values
+
+            st.cache_data.clear()
+            page_values.clear()
         times.append(timed(at, lambda at=at: at.switch_page(f"pages/{page}").run()))
     rerun = min(timed(at, at.run) for _ in range(3))
     return times[0], times[1], rerun

@@ -1,6 +1,7 @@
 """Where Batch Studio keeps its files; every location can be moved by an environment variable.
 
-- ``BATCH_STUDIO_HOME``: the data folder (jobs, uploads, inbox, the DuckDB file);
+- ``BATCH_STUDIO_HOME``: the data folder (jobs, uploads, inbox, people's work, the DuckDB
+  file);
   default ``data/`` in the checkout.
 - ``BATCH_STUDIO_MODELS``: the models folder, where the built-in models are prepared and where
   the app looks for other model folders; default ``~/.cache/batch-studio/models``.
@@ -39,6 +40,11 @@ class DataPaths:
     @property
     def database(self) -> Path:
         return self.home / "studio.duckdb"
+
+    @property
+    def human(self) -> Path:
+        """Review labels, preferences and samples: written here first, then indexed."""
+        return self.home / "human"
 
     def ensure(self) -> DataPaths:
         for folder in (self.jobs, self.uploads, self.inbox):

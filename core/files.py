@@ -1,4 +1,5 @@
-"""Small file helpers every part shares: the one atomic write, and a file's SHA-256."""
+"""Small file helpers every part shares: the one atomic write (of a file, or of a whole
+folder), and a file's SHA-256."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,6 +36,27 @@ def write_atomic(path: Path, data: str | bytes | BinaryIO) -> None:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def folder_atomic(target: Path, complete: Callable[[Path], bool]) -> Iterator[Path]:
+    """Fills a folder so that it appears whole or not at all.
+
+    Yields a new folder beside ``target`` (unique per process) to fill; when the block ends
+    without an error it is renamed over ``target``, unless ``complete(target)`` says that
+    another process finished the same folder first (theirs is kept). It is removed in
+    every other case, an error included.
+    """
+    target = Path(target)
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        yield partial
+        if not complete(target):
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(partial, target)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

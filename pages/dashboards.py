@@ -17,7 +17,8 @@ from core.plan.pricing import (
 )
 from core.qa.grading import refresh
 from core.store import dashboards as dash
-from pages.shared import escape, job_labels, jobs_or_stop, store, through_app
+from core.store.db import Store
+from pages.shared import escape, following, job_labels, jobs_or_stop, store, through_app
 
 through_app()
 st.title("Dashboards")
@@ -54,35 +55,38 @@ with st.expander(f"Price table ({saved.currency}; model `*` prices the models no
         save_prices(prices)
 
 
-@st.cache_data(max_entries=16, show_spinner="Computing the charts…")
-def charts(
-    _db: object, scope_key: tuple, by: str, prices_json: str, version: tuple
-) -> tuple[pd.DataFrame, dict]:
-    """The summary and every figure, computed once per scope, grouping, price table and
-    state of the index (``version``): a rerun that changes none of them costs nothing."""
+def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[pd.DataFrame, dict]:
+    """The summary and every figure of a scope, grouping and price table."""
     scope = dash.Scope(list(scope_key[0]), *scope_key[1:])
     priced = PriceTable.model_validate_json(prices_json)
-    frame = dash.with_cost(dash.summary(_db, scope, by), priced)
+    frame = dash.with_cost(dash.summary(index, scope, by), priced)
     if frame.empty:
         return frame, {}
     return frame, {
         "requests": dash.requests_figure(frame, by),
         "rates": dash.rates_figure(frame, by),
-        "finish_reasons": dash.finish_reasons_figure(_db, scope, by),
+        "finish_reasons": dash.finish_reasons_figure(index, scope, by),
         "tokens": dash.tokens_figure(frame, by),
-        "token_distribution": dash.token_distribution_figure(_db, scope, by),
+        "token_distribution": dash.token_distribution_figure(index, scope, by),
         "cost": dash.cost_figure(frame, by, priced.currency),
-        "throughput": dash.throughput_figure(_db, scope),
-        "latency": dash.latency_figure(_db, scope, by),
-        "pass_rate": dash.pass_rate_figure(_db, scope, by),
-        "checks": dash.checks_figure(_db, scope, by),
+        "throughput": dash.throughput_figure(index, scope),
+        "latency": dash.latency_figure(index, scope, by),
+        "pass_rate": dash.pass_rate_figure(index, scope, by),
+        "checks": dash.checks_figure(index, scope, by),
     }
 
 
 refresh(db, job_ids or list(jobs["job_id"]))  # checks of results that came since
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
-summary, figures = charts(db, scope_key, by, prices.model_dump_json(), version)
+priced = prices.model_dump_json()
+with st.spinner("Computing the charts…"):  # once per scope, grouping, prices and index state
+    summary, figures = following(
+        "dashboards",
+        (scope_key, by, priced),
+        version,
+        lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
+    )
 if summary.empty:
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()

@@ -136,9 +136,8 @@ if len(parts) > 1:
 if st.button("Verify results (hash chain and completeness)"):
     result = verify(job)
     if result.ok:
-        st.success(
-            f"Verified: {result.lines_checked} result lines, chains intact, one result per request."
-        )
+        st.success(result.describe())
+        st.code("\n".join(f"{name}  {head}" for name, head in result.heads.items()), language=None)
     else:
         for problem in result.problems:
             st.error(escape(problem))

@@ -79,7 +79,11 @@ sample_id = st.selectbox(
 if sample_id != chosen:
     st.session_state["sample_id"] = sample_id
     st.session_state["review_pos"] = 0
-sample = sm.get_sample(db, sample_id)
+try:
+    sample = sm.get_sample(db, sample_id)
+except sm.SampleError as exc:  # the other samples stay one choice away
+    st.error(escape(exc))
+    st.stop()
 d = sample.definition
 st.caption(
     f"{sample.size} items · {d.method}"
@@ -167,6 +171,10 @@ with tab_review:
                     st.rerun()
         if old:
             st.caption(f"You labelled this item: {old.verdict}.")
+        history = rv.label_history(db, item["job_id"], item["custom_id"])
+        if len(history) > 1:
+            with st.expander(f"Label history of this item ({len(history)} saves)"):
+                st.dataframe(history, hide_index=True)
 
 with tab_stats:
     everyone = rv.pass_rate(db, sample_id)

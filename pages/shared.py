@@ -18,8 +18,9 @@ from core.jobs.ledger import summary as ledger_summary
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration
 from core.plan.pricing import format_money
+from core.recent import Latest
 from core.schemas import job_label as label_of
-from core.store.db import Store
+from core.store.db import Store, StoreLocked
 from core.store.results import conversation
 
 
@@ -107,7 +108,8 @@ def show_conversation(container: Any, messages: Any, prompt: str | None = None) 
 
 
 def through_app() -> None:
-    """Makes sure this page runs inside app.py's navigation (call it first on each page).
+    """Makes sure this page runs inside app.py's navigation (call it first on each page),
+    then opens the store and shows what every page must say of it (:func:`store_notices`).
 
     On a freshly started server, Streamlit runs a page opened by its address the old way
     of a ``pages/`` folder (a sidebar of file names, app.py not run) until app.py has run
@@ -120,6 +122,7 @@ def through_app() -> None:
     if PagesManager.uses_pages_directory and "streamlit.testing.v1" not in sys.modules:
         PagesManager.uses_pages_directory = False
         st.rerun()
+    store_notices()
 
 
 def _stop_watchers(observers: list) -> None:
@@ -147,6 +150,65 @@ def store() -> Store:
     """The process's one DuckDB store for the current data folder (watchers started)."""
     _watchers(str(data_paths().home))
     return _open_store(str(data_paths().database))
+
+
+def store_notices() -> None:
+    """Opens the store before the page draws anything: a second app on the same data
+    folder is told why it cannot run; a database that was set aside and rebuilt, and lines
+    of the human-work files that were skipped, are said."""
+    try:
+        db = store()
+    except StoreLocked as exc:
+        st.error(
+            f"{escape(exc)}. Only one Batch Studio app can use a data folder: open the one "
+            "that runs, stop it first, or start this one with another BATCH_STUDIO_HOME. "
+            "The command line still reads and exports meanwhile.",
+            icon="⛔",
+        )
+        st.stop()
+    if db.set_aside is not None and not st.session_state.get("set_aside_seen"):
+        st.warning(
+            f"The database could not be read ({escape(db.set_aside_reason)}). It was set "
+            f"aside as {escape(db.set_aside.name)} (kept, not deleted) and the index was "
+            "rebuilt from the job folders and the files of labels, preferences and samples: "
+            "nothing is lost.",
+            icon=":material/warning:",
+        )
+        if st.button("Understood", key="set_aside_seen_button"):
+            st.session_state["set_aside_seen"] = True
+            st.rerun()
+    problems = db.human_problems()
+    if problems:
+        st.warning(
+            f"{len(problems)} line(s) of the files in {escape(db.human_dir)} cannot be read "
+            "and are left out; every other label, preference and sample is loaded:",
+            icon=":material/warning:",
+        )
+        st.text(
+            "\n".join(problems[:20])
+            + (f"\n... and {len(problems) - 20} more" if len(problems) > 20 else "")
+        )
+
+
+@st.cache_resource
+def page_values(page: str) -> Latest:
+    """What one page computed from the index, kept in this process for every session."""
+    return Latest(16)
+
+
+def following(page: str, key: tuple, version: tuple, make: Callable[[], Any]) -> Any:
+    """``make()`` for ``key`` at the index's ``version`` (:meth:`Store.data_version`), kept
+    per page. When the index changed, it is made again before the page goes on; when only
+    results streaming in moved the version on (its last item), the last value is shown at
+    once and the next one made in the background, and a caption says so."""
+    index = str(store().path)  # another data folder is another index
+    value, current = page_values(page).get((index, key, version[:-1]), version[-1], make)
+    if not current:
+        st.caption(
+            "Results are still coming in: these figures are from a moment ago and catch up "
+            "in the background (they show on the next click)."
+        )
+    return value
 
 
 def jobs_or_stop(empty_message: str) -> pd.DataFrame:

@@ -25,6 +25,7 @@ LAYERS = {
     "recent": 0,
     "core": 0,  # core/__init__.py: the version
     "check": 1,
+    "human": 1,  # people's work on disk (labels, preferences, samples)
     "plan": 2,
     "jobs": 3,
     "run": 4,
@@ -119,13 +120,15 @@ def test_pages_hold_widgets_and_reach_the_store_only_through_public_methods():
 
 
 def test_one_atomic_write_and_one_retry_policy():
-    """Files are replaced atomically by core/files.py alone, and engine faults are retried
-    by core/run/retry.py alone."""
+    """Files and folders are replaced atomically by core/files.py alone (a temporary beside
+    the target, renamed over it), and engine faults are retried by core/run/retry.py
+    alone."""
     replacing, retrying = [], []
+    signs = ("mkstemp", ".tmp", ".partial", "os.replace(", "os.rename(")
     for path in CORE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         name = str(path.relative_to(REPO_ROOT))
-        if "mkstemp" in text or ".tmp" in text:
+        if any(sign in text for sign in signs):
             replacing.append(name)
         if "BACKOFF" in text:
             retrying.append(name)

@@ -16,7 +16,6 @@ from tests.conftest import run_cli
 
 BROKEN = Path(__file__).parent / "broken"
 MODEL = default_model_dir()
-HAS_MODEL = (MODEL / "tokenizer.json").is_file()
 
 # file -> (lines, valid, [(line, severity, part of the message), ...])
 EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
@@ -142,8 +141,7 @@ def test_each_broken_file_gets_its_line_numbered_messages(name: str) -> None:
     assert_expected(found(report.problems), expected)
 
 
-@pytest.mark.skipif(not HAS_MODEL, reason="the default model is not prepared")
-def test_lines_beyond_the_context_are_flagged_with_the_models_tokenizer() -> None:
+def test_lines_beyond_the_context_are_flagged_with_the_models_tokenizer(default_model) -> None:
     lines, valid, expected = WITH_MODEL["context_overflow.jsonl"]
     report = check_file(BROKEN / "context_overflow.jsonl", model_folder=MODEL)
     assert (report.lines, report.valid, report.over_context) == (lines, valid, 2)
@@ -185,14 +183,15 @@ def ten_megabyte_line(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_ten_megabyte_line_is_checked_without_a_traceback(ten_megabyte_line: Path) -> None:
+def test_a_ten_megabyte_line_is_checked_without_a_traceback(
+    ten_megabyte_line: Path, default_model: Path
+) -> None:
     assert check_file(ten_megabyte_line).valid == 1  # well-formed: only the model can refuse it
     result = run_cli("check", str(ten_megabyte_line), timeout=120)
     assert "Traceback" not in result.stdout + result.stderr
-    if HAS_MODEL:
-        assert result.returncode == 1
-        assert "line 1: error: the prompt has at least" in result.stdout
-        assert "the model's context is 8,192: shorten it" in result.stdout
+    assert result.returncode == 1
+    assert "line 1: error: the prompt has at least" in result.stdout
+    assert "the model's context is 8,192: shorten it" in result.stdout
 
 
 # -- the page --------------------------------------------------------------------------------

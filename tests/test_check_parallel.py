@@ -86,8 +86,9 @@ def test_ranges_checked_side_by_side_give_the_single_process_report(tmp_path, pr
     assert not list(tmp_path.glob("*.part*")), "helper files are removed"
 
 
-@pytest.mark.skipif(not (MODEL / "tokenizer.json").is_file(), reason="model not prepared")
-def test_prompt_tokens_counted_side_by_side_add_up_to_the_single_process_count(tmp_path):
+def test_prompt_tokens_counted_side_by_side_add_up_to_the_single_process_count(
+    tmp_path, default_model
+):
     path = mixed_file(tmp_path, lines=900, repeat_across=False)
     one = check_file(path, model_folder=MODEL, processes=1)
     two = check_file(path, model_folder=MODEL, processes=2)

@@ -2,8 +2,6 @@
 
 import json
 
-import pytest
-
 from core.check import BackgroundCheck, check_file, scan
 from core.config import default_model_dir
 from core.schemas import JobDefaults
@@ -160,10 +158,7 @@ def test_scan_keeps_what_the_worker_and_the_store_read(tmp_path):
     assert lines[1].request.prompt == "x" and lines[1].request.messages == []
 
 
-@pytest.mark.skipif(
-    not (default_model_dir() / "tokenizer.json").is_file(), reason="no default model"
-)
-def test_prompt_tokens_are_counted_per_mapped_model(tmp_path):
+def test_prompt_tokens_are_counted_per_mapped_model(tmp_path, default_model):
     other = write(
         tmp_path, line(custom_id="a"), line(custom_id="b", body={**VALID["body"], "model": "x"})
     )

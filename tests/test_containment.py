@@ -20,7 +20,7 @@ from core.jobs.ledger import reconcile
 from core.jobs.queue import queued_jobs
 from core.jobs.submit import resubmit
 from core.run import worker
-from core.schemas import EngineConfig, JobStatus
+from core.schemas import EngineConfig, JobStatus, now_iso
 from core.store.db import Store
 from tests.conftest import run_cli
 from tests.factories import ScriptedExecutor, finished_job
@@ -61,7 +61,8 @@ def test_a_run_that_skips_a_hostile_line_gives_every_line_its_result(tmp_path, n
     job = JobFolder(tmp_path / "jobs" / "job_hostile")
     job.path.mkdir(parents=True)
     shutil.copy(HOSTILE / name, job.input)
-    spec = {"job_id": job.job_id, "created_at": "2026-12-01T00:00:00+00:00", "skip_invalid": True}
+    # Made now: a job past its completion window (24 h) expires before it runs.
+    spec = {"job_id": job.job_id, "created_at": now_iso(), "skip_invalid": True}
     spec["engine"] = EngineConfig(model="/models/tiny").model_dump()
     job.spec_file.write_text(json.dumps(spec))
     executor = ScriptedExecutor(rows, "tiny")

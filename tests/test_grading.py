@@ -457,17 +457,27 @@ def test_rules_are_saved_atomically_in_the_job_folder_and_regraded_when_stale(tm
 
 
 def test_outcomes_follow_results_that_change_after_grading(tmp_path):
+    from core.jobs.output_file import OutputWriter
+    from core.run.outputs import Choice, Completion, success_line
+    from tests.factories import finished_job
+
+    job = finished_job(tmp_path, {"a": "yes", "b": None})  # b failed
     db = Store(tmp_path / "studio.duckdb")
-    put(db, answers("yes", None))
-    folder = tmp_path / "job_t"
-    db.execute("UPDATE jobs SET folder = ?", [str(folder)])
+    db.ingest(job)
     text = "rules: [{name: y, type: contains, values: [yes]}]"
-    grading.grade_jobs(db, ["job_t"], load_rules(text), text)
-    assert checks.pass_rates(db, ["job_t"]).iloc[0]["not_graded"] == 1
-    db.execute("UPDATE results SET status = 'succeeded', answer = 'yes' WHERE custom_id = 'r001'")
-    grading.refresh(db, ["job_t"])  # a retried request succeeded since
-    row = checks.pass_rates(db, ["job_t"]).iloc[0]
+    grading.grade_jobs(db, [job.job_id], load_rules(text), text)
+    assert checks.pass_rates(db, [job.job_id]).iloc[0]["not_graded"] == 1
+    assert grading.refresh(db, [job.job_id]) == {}  # nothing came since: not graded again
+    graded_at = db.query("SELECT graded_at FROM rule_runs")["graded_at"].iloc[0]
+
+    writer = OutputWriter(job.output)  # a retry of b succeeded since, as the worker writes it
+    writer.write([success_line("b", "tiny", Completion(3, [Choice("yes", "stop", 1)]))])
+    writer.close()
+    db.ingest(job)
+    grading.refresh(db, [job.job_id])
+    row = checks.pass_rates(db, [job.job_id]).iloc[0]
     assert (row["passed"], row["not_graded"]) == (2, 0)
+    assert db.query("SELECT graded_at FROM rule_runs")["graded_at"].iloc[0] > graded_at
 
 
 def outcomes_of(db: Store, **kw: Any) -> list[str]:

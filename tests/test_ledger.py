@@ -78,11 +78,16 @@ def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):
     assert json.loads(rerun.read_text())["custom_id"] == "b"
 
 
-def test_verify_proves_untampered_and_complete_results(studio_home, tmp_path):
+def test_verify_says_what_the_chains_prove_and_prints_their_heads(studio_home, tmp_path):
     job = finished_job(studio_home, {"a": "yes", "b": None, "c": "ok"})
     assert verify(job).ok
     result = run_cli("verify", job.job_id)
     assert result.returncode == 0 and "hash chains intact" in result.stdout
+    assert "untampered" not in result.stdout  # an unkeyed chain beside the data cannot say so
+    assert "catch corruption and naive edits" in result.stdout
+    for path in (job.output, job.errors):
+        head = json.loads(path.read_text().splitlines()[-1])["chain_sha256"]
+        assert f"chain head of {path.name}: {head}" in result.stdout
 
 
 def test_verify_catches_an_edited_answer(tmp_path):

@@ -115,7 +115,11 @@ def test_jobs_page_reconciles_and_verifies(studio_home):
     assert metric(at, "Requests") == "2" and metric(at, "Success rate") == "50.0%"
     verify = next(b for b in at.button if b.label.startswith("Verify"))
     verify.click().run()
-    assert "Verified: 2 result lines, chains intact" in texts(at)
+    assert "2 result lines consistent" in texts(at)
+    assert "not keyed: they catch corruption and naive edits" in texts(at)  # no more claimed
+    heads = [line for c in at.code for line in c.value.splitlines()]
+    last = json.loads(job.output.read_text().splitlines()[-1])["chain_sha256"]
+    assert f"output.jsonl  {last}" in heads  # the head a user may keep elsewhere
     rerun = next(b for b in at.button if b.label.startswith("Rerun the 1 failed"))
     assert rerun is not None
     assert not [b for b in at.button if b.label.startswith("Retry")]  # one way to rerun them

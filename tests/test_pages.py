@@ -86,8 +86,7 @@ def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
     assert "Continue to Run" in page_link_labels(at)
 
 
-HAS_TOKENIZER = (default_model_dir() / "tokenizer.json").is_file()
-needs_tokenizer = pytest.mark.skipif(not HAS_TOKENIZER, reason="the default model is not prepared")
+needs_tokenizer = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
 
 
 def test_coming_back_to_upload_and_check_keeps_the_report() -> None:
@@ -214,11 +213,22 @@ def test_run_page_offers_the_model_and_the_start_button() -> None:
     assert not at.progress  # nothing started yet
 
 
-def test_run_page_holds_back_a_file_with_invalid_lines_until_told_to_skip_them() -> None:
+def test_run_page_holds_back_a_file_with_invalid_lines_until_told_to_skip_them(
+    studio_home: Path,
+) -> None:
+    # The broken sample repeats an id (line 6): Start refuses it even with the invalid lines
+    # skipped, so skipping is not offered and the reason is said (issue 30, item 5).
     at = open_page("run.py", batch_file=str(SAMPLE_DATA / "broken_batch.jsonl"))
     assert at.button[0].disabled
+    assert "skip_invalid" not in [c.key for c in at.checkbox]
+    assert "line 6: custom_id 'ticket-summary:T-5001' repeats line 1" in shown(at.error[0].value)
+    lines = (SAMPLE_DATA / "broken_batch.jsonl").read_bytes().splitlines(keepends=True)
+    batch = studio_home.parent / "broken_no_repeat.jsonl"
+    batch.write_bytes(b"".join(lines[:5] + lines[6:]))  # without the repeated id
+    at = open_page("run.py", batch_file=str(batch))
+    assert at.button[0].disabled
     skip = at.checkbox(key="skip_invalid")
-    assert "the 7 invalid ones get an error result" in skip.label
+    assert "the 6 invalid ones get an error result" in skip.label
     skip.check().run()
     assert not at.button[0].disabled
 

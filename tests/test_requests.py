@@ -7,7 +7,6 @@ import pytest
 from core.check.fast_path import decode_fast_chat_line, fast_chat_request
 from core.check.requests import (
     COMPLETIONS_URL,
-    ENGINE_URLS,
     RESPONSES_URL,
     RequestError,
     parse_body,
@@ -203,15 +202,6 @@ def test_bad_responses_bodies_say_what_to_change(body, expected):
     with pytest.raises(RequestError) as info:
         parse_request(RESPONSES_URL, "r", {"model": "m", **body}, JobDefaults())
     assert expected in str(info.value)
-
-
-def test_the_engine_runs_every_endpoint_the_check_accepts():
-    assert set(ENGINE_URLS) == {
-        "/v1/chat/completions",
-        COMPLETIONS_URL,
-        RESPONSES_URL,
-        "/v1/embeddings",
-    }
 
 
 def test_instructions_after_the_conversation_started_are_warned_about():

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import io
+import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from core.config import data_paths
@@ -105,15 +110,28 @@ def test_results_page_of_a_job_with_only_failures_offers_the_error_file(studio_h
     assert not list(studio_home.glob("exports/*"))  # each is written when its button is clicked
 
 
-def test_results_page_exports_the_filtered_rows(studio_home):
+def test_results_page_exports_the_filtered_rows(studio_home, monkeypatch):
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    downloads = {}  # file name -> what a click on its button runs (the browser's fetch)
+    register = MediaFileManager.add_deferred
+
+    def recorded(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        downloads[file_name] = data_callable
+        return register(self, data_callable, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", recorded)
     job_id = job_in_home(studio_home)
     at = open_page("results.py")
     at.multiselect(key="f_status").set_value(["succeeded"]).run()
     at.selectbox(key="export_format").set_value("csv").run()
     assert not at.exception
-    export = next(b for b in at.download_button if b.label == "Export CSV")  # one click
-    assert not export.proto.disabled and job_id
     assert not list(studio_home.glob("exports/*"))  # written when clicked, not before
+    export = next(b for b in at.download_button if b.label == "Export CSV")
+    assert not export.proto.disabled
+    exported = pd.read_csv(io.BytesIO(downloads[f"{job_id}_results.csv"]()))
+    assert sorted(exported["custom_id"]) == ["a", "c", "d"]  # the succeeded ones, not b
+    assert set(exported["status"]) == {"succeeded"}
 
 
 def test_review_page_draws_a_sample_and_saves_a_label(studio_home):
@@ -170,9 +188,24 @@ def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):
     )
     at = open_page("compare.py")
     assert not at.exception
-    assert "1 pair up on custom_id" in at.caption[0].value
+    captions = [c.value for c in at.caption]
+    assert "The same models, prompt versions, request parameters and settings." in captions
+    assert any("1 pair up on custom_id" in c for c in captions)
     [diff] = [h.proto.body for h in at.get("html")]
     assert "very " in diff and "#055d20" in diff  # the added word, coloured
+
+
+def charts(at) -> dict[str, dict]:
+    """The page's plotly charts, by title: each as its figure's JSON."""
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    return {f["layout"]["title"]["text"]: f for f in figures}
+
+
+def values(array: list | dict) -> list:
+    """A trace's numbers (plotly writes a numeric array as base64 of its dtype)."""
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), array["dtype"]).tolist()
+    return list(array)
 
 
 def test_dashboards_page_draws_every_chart(studio_home):
@@ -183,6 +216,12 @@ def test_dashboards_page_draws_every_chart(studio_home):
     assert int(summary["requests"].iloc[0]) == 4 and int(summary["failed"].iloc[0]) == 1
     # Cost as money reads, second from the left, where a wide table cannot hide it.
     assert list(summary.columns)[1] == "cost (USD)" and summary.iloc[0, 1] == "unknown"
+    drawn = charts(at)
+    offered = at.selectbox(key="dash_html").options  # one HTML download per chart
+    assert len(drawn) == len(offered) == 10
+    assert all(f["data"] or f["layout"].get("annotations") for f in drawn.values())
+    counted = {t["name"]: values(t["y"]) for t in drawn["Requests"]["data"]}
+    assert counted == {"succeeded": [3], "failed": [1]}  # every request, by outcome
     assert [b.label for b in at.download_button] == ["Download HTML"]
 
 
@@ -197,9 +236,13 @@ def test_review_labels_from_the_store_show_in_dashboards(studio_home):
     at = open_page("dashboards.py")  # the app's store is the only one that opens the file
     from pages.shared import store
 
+    assert not charts(at)["Review pass rate"]["data"]  # no label yet: an empty chart
     save_label(store(), job_id, "a", "ana", Label("pass"))
+    save_label(store(), job_id, "b", "ben", Label("fail"))
     at.run()
     assert not at.exception
+    [bars] = charts(at)["Review pass rate (95% CI)"]["data"]
+    assert values(bars["y"]) == [0.5]  # one pass, one fail
 
 
 def test_results_show_each_requests_cost_and_the_total_in_view(studio_home):

@@ -1,4 +1,4 @@
-"""Review labels: saved in DuckDB, pass rate with a Wilson interval, agreement (kappa)."""
+"""Review labels: written to a file, indexed in DuckDB; pass rate (Wilson interval), kappa."""
 
 from __future__ import annotations
 

@@ -50,6 +50,29 @@ def test_only_new_complete_lines_are_read_and_a_torn_tail_waits(tmp_path):
     assert store.count_results(job.job_id) == 2
 
 
+def test_a_pages_ingest_reads_only_the_job_folders_that_changed(tmp_path, monkeypatch):
+    from core.jobs.folder import JobFolder
+
+    quiet = finished_job(tmp_path / "q", {"a": "yes"})
+    busy = finished_job(tmp_path / "b", {"a": "yes"})
+    busy.path.rename(quiet.path.parent / busy.job_id)
+    busy = JobFolder(quiet.path.parent / busy.job_id)
+    store = Store(tmp_path / "studio.duckdb")
+    assert store.ingest_all(quiet.path.parent) == 2
+    read: list[str] = []
+    spec = JobFolder.read_spec
+    monkeypatch.setattr(JobFolder, "read_spec", lambda job: read.append(job.job_id) or spec(job))
+    assert store.ingest_all(quiet.path.parent) == 0  # a rerun: nothing changed, nothing read
+    assert read == []
+    extra = finished_job(tmp_path / "other", {"b": "later"}).output.read_bytes()
+    with busy.output.open("ab") as handle:
+        handle.write(extra)
+    read.clear()
+    assert store.ingest_all(quiet.path.parent) == 1
+    assert set(read) == {busy.job_id}
+    assert store.count_results(busy.job_id) == 2
+
+
 def test_a_deleted_database_is_rebuilt_from_the_job_folders(tmp_path):
     job = finished_job(tmp_path, {"a": "yes", "b": "no"})
     store = Store(tmp_path / "studio.duckdb")
@@ -86,3 +109,62 @@ def test_latency_is_ingested_where_a_line_has_it_and_null_where_it_does_not(tmp_
     assert detail(store, job.job_id, "new")["latency_ms"] == 1234
     assert detail(store, job.job_id, "old")["latency_ms"] is None
     assert detail(store, job.job_id, "bad")["latency_ms"] is None
+
+
+def test_a_long_read_of_one_session_does_not_hold_up_a_short_read_of_another(tmp_path):
+    import contextlib
+    import threading
+    import time
+
+    import duckdb
+
+    store = Store(tmp_path / "studio.duckdb")
+    endless: list[duckdb.DuckDBPyConnection] = []
+
+    def long_read() -> None:  # one person's huge export or scan, in its session's thread
+        with store.cursor() as cur:
+            endless.append(cur)
+            with contextlib.suppress(duckdb.InterruptException):  # interrupted below
+                cur.execute("SELECT count(*) FROM range(1e15::BIGINT) t(i) WHERE hash(i) % 7 = 0")
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    while not endless:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the long read is running
+    short = threading.Thread(target=store.jobs)  # another person's page
+    short.start()
+    short.join(timeout=10)
+    short_done, long_running = not short.is_alive(), reader.is_alive()
+    endless[0].interrupt()
+    reader.join()
+    short.join()
+    assert long_running and short_done  # the short read ran beside the long one
+
+
+def test_sessions_saving_the_same_label_at_once_all_succeed(tmp_path):
+    import threading
+
+    from core.store.review import Label, save_label
+
+    job = finished_job(tmp_path, {"a": "yes", "b": "no"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    failures: list[BaseException] = []
+
+    def reviewer(k: int) -> None:
+        # Same item, same reviewer: each save replaces the same row, which DuckDB refuses
+        # to do from two transactions at once unless the store takes them in turn.
+        for n in range(20):
+            try:
+                save_label(store, job.job_id, "a", "ann", Label("pass" if n % 2 else "fail"))
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+    threads = [threading.Thread(target=reviewer, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(store.query("SELECT * FROM reviews")) == 1

@@ -13,9 +13,7 @@ from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from core.config import default_model_dir
 
 MODEL = default_model_dir()
-pytestmark = pytest.mark.skipif(
-    not (MODEL / "tokenizer.json").is_file(), reason="the default model is not prepared"
-)
+pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Hi there"}],

@@ -71,15 +71,60 @@ def test_requests_still_pending_when_the_window_ends_expire_and_can_be_retried(
 ):
     from core.jobs.ledger import read_ledger
 
-    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: FakeExecutor())
+    ended = []  # the window ends while the first result is written
+
+    class OneThenLate(FakeExecutor):
+        def run(self, requests):
+            for lines in super().run(requests):
+                ended.append(True)
+                yield lines
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: OneThenLate())
+    monkeypatch.setattr(worker, "_expired", lambda spec: bool(ended))
     job = make_job(tmp_path, 4)
-    rewrite_spec(job, completion_window_hours=1e-9)  # ended at once
     status = worker.run_job(job)
     assert status.state == "expired"
     ledger = read_ledger(job)
     assert len(ledger.succeeded) == 1
     assert {e["code"] for e in ledger.failed.values()} == {"expired"}
     assert sorted(ledger.retryable()) == ["r1", "r2", "r3"]
+
+
+def test_a_job_whose_window_has_passed_expires_before_any_model_loads(tmp_path, monkeypatch):
+    from core.jobs.ledger import read_ledger
+
+    loaded = []
+    monkeypatch.setattr(
+        worker, "make_executor", lambda spec, job_dir: loaded.append(spec) or FakeExecutor()
+    )
+    job = make_job(tmp_path, 3)
+    rewrite_spec(job, completion_window_hours=1e-9)  # ended before the worker started
+    status = worker.run_job(job)
+    assert status.state == "expired"
+    assert loaded == []  # no model was loaded for a job that may no longer run
+    ledger = read_ledger(job)
+    assert not ledger.succeeded
+    assert sorted(ledger.retryable()) == ["r0", "r1", "r2"]
+
+
+def test_a_job_resumed_after_its_window_expires_before_any_model_loads(tmp_path, monkeypatch):
+    from core.jobs.ledger import read_ledger
+
+    loaded = []
+    monkeypatch.setattr(
+        worker, "make_executor", lambda spec, job_dir: loaded.append(spec) or FakeExecutor()
+    )
+    job = make_job(tmp_path, 4)
+    with OutputWriter(job.output) as writer:  # the first run got two results in
+        writer.write(
+            [success_line(f"r{i}", "m", Completion(2, [Choice("ok", "stop", 1)])) for i in (0, 1)]
+        )
+    rewrite_spec(job, completion_window_hours=1e-9)  # resumed after the window
+    status = worker.run_job(job)
+    assert (status.state, loaded) == ("expired", [])
+    ledger = read_ledger(job)
+    assert sorted(ledger.succeeded) == ["r0", "r1"]  # kept
+    assert {c: e["code"] for c, e in ledger.failed.items()} == {"r2": "expired", "r3": "expired"}
 
 
 def test_a_finished_run_records_what_estimates_use(tmp_path, monkeypatch):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.check.report import NOT_RUNNABLE, CheckedLine, Problem
+from core.check.report import CheckedLine, Problem
 from core.check.requests import (
-    ENGINE_URLS,
     SUPPORTED_URLS,
     RequestError,
     parse_request,
@@ -121,13 +120,6 @@ def _envelope(obj: dict[str, Any]) -> tuple[str, dict[str, Any], list[str]]:
     return url, body, extra
 
 
-def _not_runnable(url: str) -> str:
-    return (
-        f"url {url} is valid but not yet runnable by the engine (it runs "
-        f"{', '.join(ENGINE_URLS)}); the check counts it, a run will give it an error result"
-    )
-
-
 def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
     """Checks one line's JSON, envelope and body (not its uniqueness: see :func:`scan`)."""
     custom_id = None
@@ -146,9 +138,6 @@ def check_line(line_no: int, text: str, defaults: JobDefaults) -> CheckedLine:
     problems = [
         Problem(line_no, "warning", w, custom_id, "ignored_field") for w in extra + request.warnings
     ]
-    if url not in ENGINE_URLS:
-        problem = Problem(line_no, "error", _not_runnable(url), custom_id, NOT_RUNNABLE, "url")
-        problems.insert(0, problem)
     return CheckedLine(line_no, custom_id, request, problems)
 
 

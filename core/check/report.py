@@ -17,7 +17,6 @@ HISTOGRAM_EDGES = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 327
 LISTED_LINES = 20  # line numbers quoted in a summary finding
 # Problem codes that counters and the submission rules read.
 DUPLICATE_ID = "duplicate_custom_id"
-NOT_RUNNABLE = "url_not_runnable"
 CONTEXT_EXCEEDED = "context_length_exceeded"
 EMPTY_FILE = "empty_file"
 
@@ -93,7 +92,6 @@ class CheckReport:
     urls: Counter = field(default_factory=Counter)
     roles: Counter = field(default_factory=Counter)
     duplicates: int = 0
-    not_runnable: int = 0
     max_output_tokens: int = 0
     default_max_lines: int = 0
     effective: dict[str, Counter] = field(default_factory=dict)

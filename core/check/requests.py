@@ -8,8 +8,7 @@ run on an embedding model). Every field of a body is either mapped onto vLLM's
 here (tool calling, audio: a per-line error), or unknown (a warning, never silently dropped).
 
 This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
-the mapping is testable alone. :data:`ENGINE_URLS` lists the endpoints the engine runs
-today; the check accepts the others but marks their lines as not yet runnable.
+the mapping is testable alone.
 
 For speed on large files, :mod:`core.check.fast_path` decodes the common shape of a chat
 line straight into typed structs (validated in C by msgspec); anything it does not cover
@@ -29,8 +28,6 @@ COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
 EMBEDDINGS_URL = "/v1/embeddings"
 SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
-# What the engine can run today; the engine's owner extends this as it serves more.
-ENGINE_URLS: tuple[str, ...] = SUPPORTED_URLS
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 ROLES = ("system", "developer", "user", "assistant")
 LEADING_ROLES = ("system", "developer")

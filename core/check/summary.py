@@ -18,7 +18,6 @@ from core.check.report import (
     EMPTY_FILE,
     HISTOGRAM_EDGES,
     LISTED_LINES,
-    NOT_RUNNABLE,
     CheckedLine,
     CheckReport,
     Problem,
@@ -84,8 +83,6 @@ class Summary:
             report.warnings += 1
         elif problem.code == DUPLICATE_ID:
             report.duplicates += 1
-        elif problem.code == NOT_RUNNABLE:
-            report.not_runnable += 1
         report.add(problem)
 
     def add_batch(self, batch: Batch) -> None:
@@ -307,7 +304,6 @@ SUMMED_FIELDS = (
     "lines",
     "warnings",
     "duplicates",
-    "not_runnable",
     "over_context",
     "prompt_tokens",
     "problems_dropped",

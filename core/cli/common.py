@@ -83,29 +83,47 @@ def model_map_of(pairs: list[str]) -> dict[str, str] | None:
     return mapping
 
 
-def open_store(job_ids: list[str], instead: str) -> Any:
+def open_store(job_ids: list[str], fresh_checks: bool = True) -> Any:
     """The DuckDB store with every job folder ingested, once all of ``job_ids`` are in it;
-    None (after saying why) when the app holds the database or a job is unknown. Only the
-    commands that need the store open it (export, grade, judge): DuckDB lets one process
-    hold the file.
+    None (after saying why) when a job is unknown. Only the commands that need the store
+    open it (export, grade, judge).
+
+    While the app holds the database, the command reads a private copy brought up to date
+    from the job folders and the human-work files (``core.store.snapshot``): the same rows,
+    and the app is never waited for. A database that cannot be read is set aside and
+    rebuilt, and the command says so on stderr.
 
     Args:
         job_ids: the jobs the command names.
-        instead: where the same work is done while the app runs ("export from its pages").
+        fresh_checks: grade again, from each job's ``rules.yaml``, the jobs whose outcomes
+            are missing or stale (as the pages do), so what a command reads of the checks is
+            the same in a private copy, a rebuilt index and the app's.
     """
-    import duckdb
-
-    from core.store.db import Store
+    from core.store.db import Store, StoreLocked
+    from core.store.snapshot import snapshot_store
 
     paths = data_paths()
     try:
-        store = Store(paths.database)
-    except duckdb.IOException:
-        print(
-            f"error: the database is open in the app; {instead}, or stop the app", file=sys.stderr
-        )
-        return None
+        store = Store(paths.database, human_dir=paths.human)
+    except StoreLocked as exc:
+        print(f"note: {exc}; reading a private copy of it, brought up to date from the job "
+              "folders and label files", file=sys.stderr)  # fmt: skip
+        store = snapshot_store(paths.database, paths.human)
+    else:
+        if store.set_aside is not None:
+            print(
+                f"note: {paths.database} could not be read ({store.set_aside_reason}); set "
+                f"aside as {store.set_aside.name} and rebuilt from the job folders and the "
+                "files of labels, preferences and samples",
+                file=sys.stderr,
+            )
+    from core.qa.grading import refresh
+
     store.ingest_all(paths.jobs)
+    if fresh_checks:
+        refresh(store, list(store.jobs()["job_id"]))
+    for problem in store.human_problems():
+        print(f"warning: {paths.human / problem} (line skipped)", file=sys.stderr)
     known = set(store.jobs()["job_id"])
     missing = [j for j in job_ids if j not in known]
     if missing:

@@ -15,7 +15,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from core.store.results import ResultFilter
 
     fmt = args.format or Path(args.output).suffix.lstrip(".") or "csv"
-    store = open_store(args.jobs, "export from its pages")
+    store = open_store(args.jobs)
     if store is None:
         return EXIT_USAGE
     try:

@@ -43,7 +43,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(f"error: {rules_path}: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    store = open_store(args.jobs, "grade on its Checks page")
+    store = open_store(args.jobs, fresh_checks=False)  # it grades them itself
     if store is None:
         return EXIT_USAGE
     try:

@@ -237,10 +237,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     result = verify(job)
     if result.ok:
-        print(
-            f"job {job.job_id}: verified, {result.lines_checked} result lines, hash chains "
-            "intact, one result per request"
-        )
+        print(f"job {job.job_id}: {result.describe()}")
+        for name, head in result.heads.items():
+            print(f"  chain head of {name}: {head}")
         return 0
     for problem in result.problems:
         print(f"job {job.job_id}: {problem}")
@@ -387,7 +386,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     rec.set_defaults(handler=cmd_reconcile)
 
-    ver = commands.add_parser("verify", help="prove a job's results untampered and complete")
+    ver = commands.add_parser(
+        "verify",
+        help="check a job's results for corruption and naive edits (hash chains) and completeness",
+    )
     ver.add_argument("job", help="job id")
     ver.set_defaults(handler=cmd_verify)
     watch = commands.add_parser("watch", help="turn files dropped into the inbox into jobs")

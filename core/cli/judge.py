@@ -47,8 +47,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
     else:
         choice = Choice("all")
     settings = JudgeSettings(str(model), max_tokens=args.max_tokens, name=args.name)
-    store = open_store([args.job, *([args.against] if args.against else [])],
-                       "start the judge on its Checks page")  # fmt: skip
+    store = open_store([args.job, *([args.against] if args.against else [])])
     if store is None:
         return EXIT_USAGE
     try:

@@ -368,18 +368,39 @@ def write_combined(job: JobFolder, path: Path) -> int:
 
 @dataclass
 class Verification:
+    """What ``verify`` found. The chains are unkeyed and kept beside the data, so they show
+    corruption and naive edits; whoever rewrites a file and recomputes its chains passes.
+    The heads (each file's last chain) let a user who keeps them elsewhere see even that."""
+
     ok: bool
     problems: list[str]
     lines_checked: int
+    heads: dict[str, str] = field(default_factory=dict)  # file name -> its last chain
+
+    def describe(self) -> str:
+        """The verdict in words that claim no more than the check proves."""
+        return (
+            f"{self.lines_checked} result lines consistent: no line changed, removed or "
+            "reordered since it was written (hash chains intact), one result per request. "
+            "The chains are not keyed: they catch corruption and naive edits, not a "
+            "rewrite that recomputes them; keep the chain heads below elsewhere to detect "
+            "that too."
+        )
 
 
 def verify_chain(path: Path) -> tuple[int, list[str]]:
     """Recomputes a result file's hash chain; returns lines checked and problems found."""
+    count, problems, _ = _walk_chain(path)
+    return count, problems
+
+
+def _walk_chain(path: Path) -> tuple[int, list[str], str]:
+    """:func:`verify_chain`, with the last chain read (the file's head)."""
     problems: list[str] = []
     previous = ""
     count = 0
     if not path.exists():
-        return 0, problems
+        return 0, problems, ""
     with path.open("rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
             count += 1
@@ -397,19 +418,23 @@ def verify_chain(path: Path) -> tuple[int, list[str]]:
                 )
                 break
             previous = chain
-    return count, problems
+    return count, problems, previous
 
 
 def verify(job: JobFolder) -> Verification:
-    """Proves a job's results untampered (hash chains) and complete (one per request)."""
+    """Checks a job's result files for corruption and naive edits (their hash chains) and
+    completeness (one result per request); see :class:`Verification` for what it proves."""
     problems: list[str] = []
     lines = 0
+    heads: dict[str, str] = {}
     for path in (job.output, job.errors):
-        count, found = verify_chain(path)
+        count, found, head = _walk_chain(path)
         lines += count
         problems += found
+        if head:
+            heads[path.name] = head
     problems += read_ledger(job).coverage_problems()  # the rule the worker ends a job by
-    return Verification(ok=not problems, problems=problems, lines_checked=lines)
+    return Verification(ok=not problems, problems=problems, lines_checked=lines, heads=heads)
 
 
 def recent_lines(path: Path, count: int = 5, tail_bytes: int = 262_144) -> list[dict[str, Any]]:

@@ -36,10 +36,6 @@ class RunMeasurement(BaseModel):
     requests: int = 0
     measured_at: str = ""
 
-    @property
-    def output_tokens_per_request(self) -> float:
-        return self.output_tokens_per_s / self.requests_per_s
-
 
 class Answer(BaseModel):
     """One measured answer: its length, the limit it ran under, and whether it hit it."""

@@ -53,10 +53,6 @@ class BuildResult:
     lines: list[dict[str, Any]] = field(default_factory=list)  # filled by preview only
     line_count: int = 0  # lines written (one per row, or fewer when a line holds several)
 
-    @property
-    def skipped(self) -> int:
-        return self.rows - self.written
-
 
 class Step(NamedTuple):
     """What a builder made of one table row, in row order."""

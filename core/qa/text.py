@@ -20,7 +20,6 @@ SPACES = (
     "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 COMMON_SPACES = " \t\n\r"  # what nearly every answer holds: the fast path of word counts
-RARE_SPACES = "".join(c for c in SPACES if c not in COMMON_SPACES)
 WORD_RUN = f"[^{SPACES}]+"  # a word: a run of anything but whitespace (both engines)
 # A whole word's edges: no letter, digit or _ beside it. RE2 spells letters \pL\pN;
 # Python's \w is the same set (str.isalnum or _).

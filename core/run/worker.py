@@ -213,6 +213,9 @@ def _run_pending(
     for number, (folder, requests) in enumerate(groups.items(), start=1):
         if STOP.draining:
             return "cancelled"
+        if _expired(spec):  # checked before each model loads: a load can take minutes
+            _expire(writers, left)
+            return "expired"
         group = spec.on_model(folder)
         on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
         engine = fit_to_requests(group.engine, requests, on_gpu)
@@ -237,8 +240,7 @@ def _run_pending(
                     s = keeper.status
                     keeper.update(state="cancelling", message=draining_message(s.in_flight, s.left))
                 if left and _expired(spec):
-                    message = "the job's completion window ended before this request ran"
-                    writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
+                    _expire(writers, left)
                     return "expired"
         finally:
             STOP.executor = None
@@ -246,6 +248,12 @@ def _run_pending(
         if not STOP.draining:  # a drained run's speed is its tail's, not the model's
             measure.record(Path(folder).name, executor.load_seconds, forecast.step_time(), home)
     return "cancelled" if STOP.draining else "completed"
+
+
+def _expire(writers: ResultWriters, left: set[str]) -> None:
+    """Ends the requests that did not run in time, as OpenAI's batch does (code expired)."""
+    message = "the job's completion window ended before this request ran"
+    writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
 
 
 class RunMeasure:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.human.files import PreferenceRecord, append, now_utc
 from core.schemas import JobSpec
 from core.store.db import Store
 from core.store.results import metadata_path
@@ -233,23 +234,19 @@ def save_preference(
         raise CompareError("enter your reviewer name first")
     if choice not in CHOICES:
         raise CompareError(f"choice must be one of {', '.join(CHOICES)}")
-    store.execute(
-        """
-        INSERT OR REPLACE INTO preferences
-            (comparison, key, reviewer, job_a, custom_id_a, job_b, custom_id_b, choice, updated_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())
-        """,
-        [
-            comparison,
-            str(key),
-            reviewer.strip(),
-            a.job_id,
-            pair.get("custom_id_a"),
-            b.job_id,
-            pair.get("custom_id_b"),
-            choice,
-        ],
+    record = PreferenceRecord(
+        comparison=comparison,
+        key=str(key),
+        reviewer=reviewer.strip(),
+        job_a=a.job_id,
+        custom_id_a=pair.get("custom_id_a"),
+        job_b=b.job_id,
+        custom_id_b=pair.get("custom_id_b"),
+        choice=choice,
+        at=now_utc(),
     )
+    append(store.human_dir, record)  # the file first: the index is rebuilt from it
+    store.sync_human()
 
 
 def preference_of(store: Store, comparison: str, key: str, reviewer: str) -> str | None:

@@ -1,19 +1,24 @@
-"""The DuckDB index of jobs and results, opened only by the UI process.
+"""The DuckDB index of jobs and results, opened by the UI process.
 
-DuckDB lets one process open a database file for writing, and then no other may read it,
-so the worker never touches it: the store ingests job folders instead. Ingest is keyed by
+DuckDB lets one process open a database file, and then no other may read it, so the worker
+never touches it: the store ingests job folders instead, and the command line, while the
+app holds the file, reads a private copy (``core.store.snapshot``). Ingest is keyed by
 ``(job_id, custom_id)`` and remembers how far it read each ``output.jsonl``, so running it
-twice changes nothing, and a deleted database is rebuilt from the job folders.
+twice changes nothing; a deleted or unreadable database is rebuilt from the job folders and
+the human-work files (``core.store.human_index``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import duckdb
 import pandas as pd
@@ -21,6 +26,7 @@ import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.output_file import complete_lines
+from core.store import human_index
 from core.store.schema import (
     MIGRATIONS,
     REQUEST_COLUMNS_SQL,
@@ -37,6 +43,10 @@ JOB_COLUMNS = (
     "failed", "prompt_tokens", "completion_tokens", "error", "name",
 )  # fmt: skip
 
+# The groups of tables whose writers are taken one at a time (see Store.writing): the index
+# of job folders (ingest), the checks' outcomes (grading), and what people make.
+WriteScope = Literal["index", "checks", "edits"]
+WRITE_SCOPES: tuple[WriteScope, ...] = get_args(WriteScope)
 
 MEMORY_LIMIT = "512MB"
 # Floats are stored uncompressed: the only float columns are embedding vectors, and
@@ -47,34 +57,135 @@ MEMORY_LIMIT = "512MB"
 FLOAT_CODECS_OFF = "alp,alprd,chimp,patas"
 
 
-class Store:
-    """One DuckDB file; safe to share between Streamlit's script threads."""
+class StoreLocked(RuntimeError):
+    """Another process holds the database file (DuckDB lets one process open it)."""
 
-    def __init__(self, path: str | Path) -> None:
+
+def _files_signature(job: JobFolder) -> tuple:
+    """The size and modification time of each file of a job folder that ingest reads."""
+    signature = []
+    for path in (job.spec_file, job.status_file, job.name_file, job.output, job.errors):
+        try:
+            stat = path.stat()
+        except OSError:
+            signature.append(None)
+        else:
+            signature.append((stat.st_size, stat.st_mtime_ns))
+    return tuple(signature)
+
+
+def _locked(exc: duckdb.Error) -> bool:
+    return "Could not set lock" in str(exc)
+
+
+def _set_aside(path: Path) -> Path:
+    """Renames a database file that cannot be read (and its write-ahead log) out of the
+    way, never deleting it; returns its new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside = path.with_name(f"{path.name}.broken-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.broken-{stamp}-{n}")
+    path.rename(aside)
+    wal = path.with_name(path.name + ".wal")
+    if wal.exists():
+        wal.rename(aside.with_name(aside.name + ".wal"))
+    return aside
+
+
+class Store:
+    """One DuckDB file, shared by Streamlit's script threads: reads run side by side, each
+    on its own cursor; writes that replace or delete rows are taken one at a time.
+
+    A file that DuckDB cannot read (truncated, overwritten, a foreign file) is set aside
+    (renamed, see :attr:`set_aside`) and a new index is made: everything in it comes back
+    from the job folders and the human-work files in ``human_dir`` (default: ``human/``
+    beside the database). Raises :class:`StoreLocked` when another process holds the file.
+    """
+
+    def __init__(self, path: str | Path, human_dir: str | Path | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.human_dir = Path(human_dir) if human_dir else self.path.parent / "human"
+        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
+        self.set_aside: Path | None = None  # where an unreadable database file was moved
+        self.set_aside_reason = ""
+        self.temporary: Path | None = None  # a private copy's folder, removed on close
+        self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
+        # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
+        # page calls on each rerun, reads only the jobs whose files changed since.
+        self._ingested: dict[str, tuple] = {}
+        try:
+            self._open()
+        except duckdb.Error as exc:
+            if _locked(exc):
+                pid = re.search(r"PID (\d+)", str(exc))
+                holder = f" (process {pid.group(1)})" if pid else ""
+                raise StoreLocked(
+                    f"{self.path} is open in another Batch Studio process{holder}; DuckDB "
+                    "lets one process open it"
+                ) from exc
+            self._close_quietly()
+            self.set_aside_reason = str(exc)
+            self.set_aside = _set_aside(self.path)
+            self._open()
+        self.sync_human()
+
+    def _open(self) -> None:
         # DuckDB's buffer pool grows to most of the machine's memory by default; the UI's
         # queries stream, so a fixed share keeps the UI process small (it spills past it).
         self._con = duckdb.connect(str(self.path), config={"memory_limit": MEMORY_LIMIT})
         # (as a config option at connect, DuckDB 1.5 ignores it)
         self._con.execute(f"SET disabled_compression_methods = '{FLOAT_CODECS_OFF}'")
-        self.unreadable: dict[str, str] = {}  # job folders the last ingest_all could not read
-        self._lock = threading.RLock()
         self._migrate()
+        with self.cursor() as cur:  # reads the catalog and each table's first blocks
+            for table in ("jobs", "results", "reviews", "samples", "preferences"):
+                cur.execute(f"SELECT * FROM {table} LIMIT 1").fetchall()
+
+    def _close_quietly(self) -> None:
+        con = getattr(self, "_con", None)
+        if con is not None:
+            with suppress(duckdb.Error):
+                con.close()
+
+    def sync_human(self) -> None:
+        """Indexes what was appended to the human-work files since the last sync (by this
+        process or another); the whole files when the index is new."""
+        with self.writing("edits") as cur:  # one sync at a time: each reads on from the last
+            human_index.sync(cur, self.human_dir)
+
+    def human_problems(self) -> list[str]:
+        """The lines of the human-work files that were skipped, named by file and line."""
+        with self.cursor() as cur:
+            return human_index.problems(cur)
 
     @contextmanager
     def cursor(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor on the one connection, held under the store's lock (Streamlit runs each
-        session's script in its own thread); for several statements in one transaction."""
-        with self._lock:
-            cursor = self._con.cursor()
-            try:
-                yield cursor
-            finally:
-                cursor.close()
+        """A cursor of its own: a connection to the same database whose queries run beside
+        every other cursor's (Streamlit runs each session's script in its own thread). For
+        reads, and for a transaction that only adds rows under new keys (appends never
+        conflict); one that replaces or deletes rows takes :meth:`writing`."""
+        cursor = self._con.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    @contextmanager
+    def writing(self, *scopes: WriteScope) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor for writes that replace or delete rows, one writer of each scope (group
+        of tables, default ``index``) at a time: DuckDB does not make a second transaction
+        on the same rows wait, it aborts it ("Conflict on update"). Writers of other scopes
+        and every read run beside it."""
+        with contextlib.ExitStack() as held:
+            for scope in WRITE_SCOPES:  # always in this order: no two writers deadlock
+                if scope in (scopes or ("index",)):
+                    held.enter_context(self._writes[scope])
+            yield held.enter_context(self.cursor())
 
     def _migrate(self) -> None:
-        with self.cursor() as cur:
+        with self.writing() as cur:
             cur.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ DEFAULT now())"
@@ -97,6 +208,8 @@ class Store:
 
     def close(self) -> None:
         self._con.close()
+        if self.temporary is not None:
+            shutil.rmtree(self.temporary, ignore_errors=True)
 
     def query(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         """Runs one read and returns its rows as a frame."""
@@ -104,8 +217,9 @@ class Store:
             return cur.execute(sql, params or []).df()
 
     def execute(self, sql: str, params: list[Any] | None = None) -> None:
-        """Runs one write (or COPY)."""
-        with self.cursor() as cur:
+        """Runs one write of what people make (labels, preferences, samples); see
+        :meth:`writing`. A ``COPY ... TO`` file is a read: run it on a :meth:`cursor`."""
+        with self.writing("edits") as cur:
             cur.execute(sql, params or [])
 
     # -- ingest ---------------------------------------------------------------------------
@@ -117,10 +231,13 @@ class Store:
         A folder that cannot be read is that job's problem: it is skipped and its reason
         kept in :attr:`unreadable` (job id -> reason) for the pages to show.
         """
+        self.sync_human()  # what was appended by any process: a stat per file when nothing
         folders = list_jobs(jobs_dir)
         self.forget_missing(jobs_dir, {job.job_id for job in folders})
         new_rows, unreadable = 0, {}
         for job in folders:
+            if self._ingested.get(job.job_id) == _files_signature(job):
+                continue  # nothing changed since it was read (a page reruns in milliseconds)
             try:
                 new_rows += self.ingest(job)
             except JobUnreadable as exc:
@@ -131,27 +248,31 @@ class Store:
     def forget_missing(self, jobs_dir: Path, present: set[str]) -> None:
         """Drops the rows of jobs whose folder under ``jobs_dir`` is gone (the folder is the
         truth). Review labels and samples stay: they are people's work, kept for export."""
-        with self.cursor() as cur:
-            gone = [
-                job_id
-                for job_id, folder in cur.execute("SELECT job_id, folder FROM jobs").fetchall()
-                if job_id not in present and Path(folder).parent == jobs_dir
-            ]
+        with self.cursor() as cur:  # a read on every page's rerun: no writer waits for it
+            known = cur.execute("SELECT job_id, folder FROM jobs").fetchall()
+        gone = [j for j, f in known if j not in present and Path(f).parent == jobs_dir]
+        if not gone:
+            return
+        with self.writing("index", "checks") as cur:
             tables = ("results", "requests", "ingest_state", "job_events", "jobs")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
-                if gone:
-                    cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
-            if gone:  # a judge's verdicts go with its folder
-                cur.execute("DELETE FROM judge_links WHERE list_contains(?, judge_job)", [gone])
+                cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
+            # a judge's verdicts go with its folder
+            cur.execute("DELETE FROM judge_links WHERE list_contains(?, judge_job)", [gone])
             forget_vectors(cur, gone)
+        for job_id in gone:
+            self._ingested.pop(job_id, None)
 
     def ingest(self, job: JobFolder) -> int:
         """Brings one job folder's state and new result lines into the store."""
+        signature = _files_signature(job)  # before reading: a change while it reads is new
         spec = job.read_spec()  # raises JobUnreadable, before anything is written
         status = job.read_status()
         name = job.name  # a rename's name.txt, else job.json's (also raises JobUnreadable)
         job_id = job.job_id  # the folder's name, never an id written inside it
-        with self.cursor() as cur:
+        # One ingest at a time (the jobs watcher's and a page's): each reads on from the
+        # offsets the last one left.
+        with self.writing() as cur:
             cur.execute(
                 f"INSERT OR REPLACE INTO jobs ({', '.join(JOB_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})",
@@ -197,6 +318,7 @@ class Store:
                 "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?, ?)",
                 [job_id, output_offset, errors_offset or 0],
             )
+        self._ingested[job_id] = signature
         return new_rows + failed_rows
 
     def _load_requests(self, cur: duckdb.DuckDBPyConnection, job: JobFolder) -> None:

@@ -94,7 +94,8 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     # COPY takes its file name as a literal, not a parameter: quote it (quotes doubled).
     target = "'" + str(path).replace("'", "''") + "'"
     copied = _inert_select(store, sql, params) if fmt == "csv" else sql
-    store.execute(f"COPY ({copied}) TO {target} ({options})", params)
+    with store.cursor() as cur:  # a read: no write waits for it
+        cur.execute(f"COPY ({copied}) TO {target} ({options})", params)
     return _count(store, sql, params)
 
 
@@ -138,11 +139,12 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: l
         target = "'" + str(path).replace("'", "''") + "'"
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
-        store.execute(
-            f"COPY (SELECT raw FROM ({sql})) TO {target} "
-            "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
-            params,
-        )
+        with store.cursor() as cur:  # a read: no write waits for it
+            cur.execute(
+                f"COPY (SELECT raw FROM ({sql})) TO {target} "
+                "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
+                params,
+            )
         return _count(store, sql, params)
     rows = 0
     with store.cursor() as cur, store.cursor() as vectors, path.open("w", encoding="utf-8") as out:

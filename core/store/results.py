@@ -270,13 +270,6 @@ def total(
     return Total(n) if n <= SEARCH_COUNT_CAP else Total(SEARCH_COUNT_CAP, exact=False)
 
 
-def filtered_sql(f: ResultFilter, columns: str | None = None) -> tuple[str, list[Any]]:
-    """The full query (all rows, whole texts) for a filter, for export and sampling."""
-    clause, params = where(f)
-    order, order_params = order_by()
-    return f"{columns or _select(False)} {FROM} {clause} {order}", [*params, *order_params]
-
-
 def facets(store: Store, job_ids: list[str]) -> dict[str, list[str]]:
     """The values each filter can take in these jobs (for the filter widgets)."""
     f = ResultFilter(job_ids=job_ids)

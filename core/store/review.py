@@ -1,8 +1,10 @@
 """Reviewer labels on results: verdicts, scores, tags, comments, corrected answers.
 
-Labels live only in DuckDB (table ``reviews``, one row per result and reviewer), so they
-survive restarts and go out with every export. Pass rates come with a Wilson score
-interval; two reviewers' agreement is Cohen's kappa over the items both labelled.
+Each label is appended to ``labels.jsonl`` in the data folder (``core.human.files``) before
+DuckDB indexes it (``reviews``: the latest per result and reviewer; ``review_history``:
+every one), so a deleted or broken database loses none; labels go out with every export.
+Pass rates come with a Wilson score interval; two reviewers' agreement is Cohen's kappa over
+the items both labelled.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.human.files import LabelRecord, append, now_utc
 from core.store.db import Store
 
 VERDICTS = ("pass", "fail", "unsure")
@@ -58,24 +61,32 @@ def save_label(
         raise ReviewError(f"verdict must be one of {', '.join(VERDICTS)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
-    store.execute(
+    record = LabelRecord(
+        job_id=job_id,
+        custom_id=custom_id,
+        reviewer=reviewer,
+        verdict=label.verdict,
+        score=None if label.score is None else int(label.score),
+        tags=list(label.tags),
+        comment=label.comment.strip() or None,
+        corrected_answer=label.corrected_answer.strip() or None,
+        sample_id=sample_id,
+        at=now_utc(),
+    )
+    append(store.human_dir, record)  # the file first: the index is rebuilt from it
+    store.sync_human()
+
+
+def label_history(store: Store, job_id: str, custom_id: str) -> pd.DataFrame:
+    """Every label saved for a result, oldest first: who gave which verdict, and when."""
+    return store.query(
         """
-        INSERT OR REPLACE INTO reviews
-            (job_id, custom_id, reviewer, verdict, score, tags, comment, corrected_answer,
-             sample_id, updated_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, now())
+        SELECT reviewer, verdict, score, array_to_string(tags, ', ') AS tags, comment,
+               corrected_answer, saved_at
+        FROM review_history WHERE job_id = ? AND custom_id = ?
+        ORDER BY line_no
         """,
-        [
-            job_id,
-            custom_id,
-            reviewer,
-            label.verdict,
-            None if label.score is None else int(label.score),
-            list(label.tags),
-            label.comment.strip() or None,
-            label.corrected_answer.strip() or None,
-            sample_id,
-        ],
+        [job_id, custom_id],
     )
 
 

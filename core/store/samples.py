@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from core.schemas import Model
+from core.human.files import SampleDeleted, SampleItem, SampleRecord, append, now_utc
+from core.schemas import Model, problems_of
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, metadata_path, where
 
@@ -175,18 +176,20 @@ def save_items(
         raise SampleError("give the sample a name")
     if items.empty:
         raise SampleError("no items; nothing to sample")
-    items = items[["job_id", "custom_id", "stratum"]].reset_index(drop=True)
+    items = items[["job_id", "custom_id", "stratum"]]
     sample_id = f"smp_{secrets.token_hex(4)}"
-    items = items.assign(sample_id=sample_id, position=range(1, len(items) + 1))
-    frame = items[["sample_id", "position", "job_id", "custom_id", "stratum"]]  # noqa: F841
-    with store.cursor() as cur:  # one transaction: a sample is saved whole or not at all
-        cur.execute("BEGIN")
-        cur.execute(
-            "INSERT INTO samples (sample_id, name, definition, size) VALUES (?, ?, ?, ?)",
-            [sample_id, name, definition.model_dump_json(), len(items)],
-        )
-        cur.execute("INSERT INTO sample_items BY NAME SELECT * FROM frame")
-        cur.execute("COMMIT")
+    record = SampleRecord(
+        sample_id=sample_id,
+        name=name,
+        definition=definition.model_dump(mode="json"),
+        items=[
+            SampleItem(job_id=j, custom_id=c, stratum=None if pd.isna(s) else str(s))
+            for j, c, s in items.itertuples(index=False)
+        ],
+        at=now_utc(),
+    )
+    append(store.human_dir, record)  # the file first, whole in one line: the index follows
+    store.sync_human()
     return get_sample(store, sample_id)
 
 
@@ -208,10 +211,17 @@ def get_sample(store: Store, sample_id: str) -> Sample:
         "WHERE sample_id = ? GROUP BY s ORDER BY s",
         [sample_id],
     )
+    try:
+        definition = SampleDefinition.model_validate_json(row["definition"])
+    except ValidationError as exc:  # a hand-edited samples.jsonl: named, not a crash
+        raise SampleError(
+            f"sample {row['name']} ({sample_id}) in samples.jsonl has a definition that "
+            f"cannot be read: {'; '.join(problems_of(exc))}"
+        ) from exc
     return Sample(
         sample_id=row["sample_id"],
         name=row["name"],
-        definition=SampleDefinition.model_validate_json(row["definition"]),
+        definition=definition,
         size=int(row["size"]),
         created_at=row["created_at"],
         strata={s: int(n) for s, n in zip(strata["s"], strata["n"], strict=True) if s},
@@ -238,5 +248,5 @@ def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
 
 def delete_sample(store: Store, sample_id: str) -> None:
     """Removes a sample and its items (reviews of its items stay: they belong to results)."""
-    store.execute("DELETE FROM sample_items WHERE sample_id = ?", [sample_id])
-    store.execute("DELETE FROM samples WHERE sample_id = ?", [sample_id])
+    append(store.human_dir, SampleDeleted(sample_id=sample_id, at=now_utc()))
+    store.sync_human()

@@ -200,6 +200,38 @@ MIGRATIONS: list[str] = [
        OR job_id IN (SELECT job_id FROM requests
                      WHERE prompt IS NULL AND json_type(messages) = 'ARRAY');
     """,
+    # How far ingest had read a job's result files (ingest_state's offsets) when it was
+    # graded: its outcomes are stale when ingest has read on since, which a page finds
+    # without counting the job's results. NULL (graded before): graded again once.
+    """
+    ALTER TABLE rule_runs ADD COLUMN ingested_bytes BIGINT;
+    """,
+    # People's work is written to files first (core.human.files) and indexed from them:
+    # how far each file was read, the lines that could not be, and every label as saved
+    # (who changed a verdict and when; ``reviews`` keeps the latest).
+    """
+    -- no key: three rows, updated on every save, where a key's upkeep cost more than a scan
+    CREATE TABLE human_files (file VARCHAR, byte_offset BIGINT, lines BIGINT);
+    CREATE TABLE human_file_problems (
+        file VARCHAR,
+        line_no BIGINT,
+        problem VARCHAR,
+        PRIMARY KEY (file, line_no)
+    );
+    CREATE TABLE review_history (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        reviewer VARCHAR,
+        verdict VARCHAR,
+        score INTEGER,
+        tags VARCHAR[],
+        comment VARCHAR,
+        corrected_answer VARCHAR,
+        sample_id VARCHAR,
+        saved_at TIMESTAMPTZ,
+        line_no BIGINT
+    );
+    """,
 ]
 
 

@@ -369,9 +369,11 @@ def export_vectors_parquet(store: Store, job_id: str, path: Path) -> int:
     target = "'" + str(path).replace("'", "''") + "'"  # COPY takes no parameter here
     # Row groups of 8,192 vectors (12 MiB at 384-d): the default 122,880 rows buffer more
     # than the store's memory limit allows (measured: out of memory at 100,000 vectors).
-    store.execute(
-        f"COPY ({_export_sql(dims)}) TO {target} (FORMAT parquet, ROW_GROUP_SIZE 8192)", [job_id]
-    )
+    with store.cursor() as cur:  # a read: no write waits for it
+        cur.execute(
+            f"COPY ({_export_sql(dims)}) TO {target} (FORMAT parquet, ROW_GROUP_SIZE 8192)",
+            [job_id],
+        )
     return vector_summary(store, job_id).count
 
 

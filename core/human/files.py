@@ -1,0 +1,185 @@
+"""The files people's work is written to first: one append-only JSONL per kind.
+
+A review label, a preference or a sample is appended (flushed and fsynced) to its file in
+``data/human/`` before the DuckDB index gets its row, as a job's ``rules.yaml`` is written
+before its outcomes: the files are the truth and the index is rebuilt from them. Nothing
+is ever rewritten, so a changed verdict leaves its earlier one in the file (who changed it
+and when). A line that does not parse or validate is named (file and line) and skipped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from core.schemas import Model, problems_of
+
+LABELS = "labels.jsonl"
+PREFERENCES = "preferences.jsonl"
+SAMPLES = "samples.jsonl"
+FILES = (LABELS, PREFERENCES, SAMPLES)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+class LabelRecord(Model):
+    """One reviewer's label of one result as saved at ``at`` (the latest line wins)."""
+
+    kind: Literal["label"] = "label"
+    job_id: str
+    custom_id: str
+    reviewer: str = Field(min_length=1)
+    verdict: Literal["pass", "fail", "unsure"]
+    score: int | None = Field(None, ge=1, le=5)
+    tags: list[str] = Field(default_factory=list)
+    comment: str | None = None
+    corrected_answer: str | None = None
+    sample_id: str | None = None
+    at: datetime
+
+
+class PreferenceRecord(Model):
+    """A reviewer's choice between two answers of a comparison (the latest line wins)."""
+
+    kind: Literal["preference"] = "preference"
+    comparison: str
+    key: str
+    reviewer: str = Field(min_length=1)
+    job_a: str
+    custom_id_a: str | None = None
+    job_b: str
+    custom_id_b: str | None = None
+    choice: Literal["A", "B", "tie"]
+    at: datetime
+
+
+class SampleItem(Model):
+    job_id: str
+    custom_id: str
+    stratum: str | None = None
+
+
+class SampleRecord(Model):
+    """A saved sample: its definition (``core.store.samples.SampleDefinition``'s JSON) and
+    its items in review order."""
+
+    kind: Literal["sample"] = "sample"
+    sample_id: str
+    name: str = Field(min_length=1)
+    definition: dict[str, Any]
+    items: list[SampleItem] = Field(min_length=1)
+    at: datetime
+
+
+class SampleDeleted(Model):
+    kind: Literal["sample_deleted"] = "sample_deleted"
+    sample_id: str
+    at: datetime
+
+
+Record = Annotated[
+    LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted, Field(discriminator="kind")
+]
+_RECORD: TypeAdapter[Record] = TypeAdapter(Record)
+# Which kinds each file may hold: a record of another kind in a file is foreign there.
+KINDS: dict[str, tuple[str, ...]] = {
+    LABELS: ("label",),
+    PREFERENCES: ("preference",),
+    SAMPLES: ("sample", "sample_deleted"),
+}
+
+
+def append(
+    folder: Path, record: LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted
+) -> None:
+    """Appends one record to its file, durably (fsynced) before returning.
+
+    An exclusive ``flock`` keeps two processes' lines whole. If the file ends inside a line
+    (a writer died mid-write), a newline first closes that torn line, which readers then
+    name and skip, instead of gluing it to this record.
+    """
+    name = next(file for file, kinds in KINDS.items() if record.kind in kinds)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    new = not path.exists()
+    data = (record.model_dump_json() + "\n").encode("utf-8")
+    with path.open("a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
+                data = b"\n" + data
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    if new:  # the new file's name is durable too
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class Chunk:
+    """What :func:`read_from` found past an offset."""
+
+    records: list[tuple[int, Record]]  # (line number, record)
+    problems: list[tuple[int, str]]  # (line number, why it was skipped)
+    offset: int  # after the last complete line read
+    lines: int  # complete lines up to ``offset``
+
+
+READ_BYTES = 16 << 20  # read a file a piece at a time: a rebuild of a long one stays small
+
+
+def read_from(path: Path, offset: int, lines: int, limit: int = READ_BYTES) -> Chunk:
+    """The complete lines of ``path`` past ``offset`` (``lines`` lines before it), parsed;
+    about ``limit`` bytes of them (more when a single line is longer): call again from the
+    returned offset until it no longer moves.
+
+    A line still being written (no newline yet) is left for the next read. A file that
+    cannot be read at all (a folder in its place, no permission) is one problem, line 0.
+    """
+    if not path.exists():
+        return Chunk([], [], offset, lines)
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read(limit)
+            while data and b"\n" not in data:  # a line longer than the limit
+                more = handle.read(limit)
+                if not more:
+                    break
+                data += more
+    except OSError as exc:
+        return Chunk([], [(0, f"cannot be read: {exc.strerror or exc}")], offset, lines)
+    end = data.rfind(b"\n") + 1
+    records: list[tuple[int, Record]] = []
+    problems: list[tuple[int, str]] = []
+    line_no = lines
+    allowed = KINDS.get(path.name, ())
+    for raw in data[:end].split(b"\n")[:-1]:  # only "\n" ends a line, as append writes it
+        line_no += 1
+        if not raw.strip():
+            continue
+        try:
+            record = _RECORD.validate_json(raw)
+        except ValidationError as exc:
+            problems.append((line_no, "; ".join(problems_of(exc))[:300]))
+            continue
+        if record.kind not in allowed:
+            problems.append((line_no, f"a {record.kind} record does not belong in {path.name}"))
+            continue
+        records.append((line_no, record))
+    return Chunk(records, problems, offset + end, line_no)
