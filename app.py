@@ -1,4 +1,4 @@
-"""Batch Studio: the Streamlit entry point (``streamlit run app.py``)."""
+"""Batch Studio: the pages' Streamlit script (served by server.py, or ``streamlit run app.py``)."""
 
 from pathlib import Path
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,21 +16,28 @@ from typing import Any, BinaryIO
 
 
 def write_atomic(path: Path, data: str | bytes | BinaryIO) -> None:
-    """Writes a file so a reader sees the old content or the new, never half of either.
+    """Writes a file so a reader sees the old content or the new, never half of either
+    (see :func:`file_atomic`). ``data`` may be a binary stream, copied in blocks (an upload
+    of gigabytes is not copied in memory first)."""
+    with file_atomic(path) as out:
+        if isinstance(data, str | bytes):
+            out.write(data.encode("utf-8") if isinstance(data, str) else data)
+        else:
+            shutil.copyfileobj(data, out, 1 << 20)
 
-    A temporary file beside it (unique per writer, so two threads or processes never share
-    one) is written, fsynced and renamed over ``path``. ``data`` may be a binary stream,
-    copied in blocks (an upload of gigabytes is not copied in memory first).
-    """
+
+@contextmanager
+def file_atomic(path: Path) -> Iterator[BinaryIO]:
+    """Yields a binary handle to write a file through, so that it appears whole or not at
+    all: a temporary file beside it (unique per writer, so two threads or processes never
+    share one) is written, fsynced and renamed over ``path`` when the block ends without an
+    error, and removed otherwise (for a writer fed as data arrives: an upload's stream)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as out:
-            if isinstance(data, str | bytes):
-                out.write(data.encode("utf-8") if isinstance(data, str) else data)
-            else:
-                shutil.copyfileobj(data, out, 1 << 20)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.replace(temp, path)
@@ -70,3 +78,25 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def odd_entry(path: Path, directory: bool = False) -> str | None:
+    """Why the studio will not read or follow ``path``, or None: it is a regular file (a
+    real directory where ``directory``), or nothing. The data folder holds only what the
+    studio made; a symbolic link could lead out of it, and a FIFO or device blocks a reader.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"{Path(path).name} is a symbolic link (not followed)"
+    if stat.S_ISREG(mode) or (directory and stat.S_ISDIR(mode)):
+        return None
+    kind = (
+        "a directory" if stat.S_ISDIR(mode)
+        else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "a device"
+    )  # fmt: skip
+    return f"{Path(path).name} is {kind}, not a regular file (not read)"

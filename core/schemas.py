@@ -188,6 +188,14 @@ class JudgeLink(FrozenModel):
     check: str = ""
 
 
+class BatchOrigin(FrozenModel):
+    """What a job made through the Batch API (core/api/) was asked for, in OpenAI's terms."""
+
+    input_file_id: str
+    endpoint: str
+    completion_window: str = "24h"
+
+
 class JobSpec(Model):
     """What a job runs; ``job.json``, written once when the job is submitted."""
 
@@ -210,6 +218,8 @@ class JobSpec(Model):
     ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
     provenance: dict[str, Any] = Field(default_factory=dict)
     judge: JudgeLink | None = None  # a judge job: the job(s) its answers grade
+    metadata: dict[str, str] = Field(default_factory=dict)  # the submitter's labels (Batch API)
+    batch: BatchOrigin | None = None  # a job made through the Batch API: its request
     # The urls of its lines (e.g. /v1/embeddings), recorded when it was submitted: what
     # kind of job it is ([]: a job made before they were recorded).
     endpoints: list[str] = Field(default_factory=list)

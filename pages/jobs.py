@@ -161,6 +161,9 @@ with st.expander("Provenance"):
             "engine": spec.engine.model_dump(),
             "defaults": spec.defaults.model_dump(),
             **spec.provenance,
+            # Made through the Batch API (/v1): its request and the submitter's metadata.
+            **({"batch": spec.batch.model_dump()} if spec.batch else {}),
+            **({"metadata": spec.metadata} if spec.metadata else {}),
         }
     )
 with st.expander("History and worker log"):

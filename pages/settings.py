@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from core.api.keys import read_keys as api_keys
 from core.config import default_model_dir, models_dir
 from core.devices import gpu_count
 from core.model_folders import is_model_folder, model_folders
@@ -51,4 +52,25 @@ if not is_model_folder(default_model_dir()):
 st.caption(
     "Put any Hugging Face model folder (config, weights, tokenizer) under the models "
     "folder to see it here, or give its path on the Run page."
+)
+
+st.subheader("API keys")
+keys = api_keys(data.home)
+if keys:
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"name (owner)": k.name, "key starts": f"{k.hint}…", "created": k.created_at}
+                for k in keys
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+else:
+    st.write("No API keys: the Batch API (`/v1`) answers only callers on this machine.")
+st.caption(
+    "OpenAI clients call this server's `/v1` (Files, Batches, Models). Beyond this machine "
+    "they need a key: `python -m core keys create NAME` prints one once (only its hash is "
+    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches."
 )

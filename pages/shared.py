@@ -100,6 +100,24 @@ def drafted(widget: Any, label: str, default: Any, key: str, **options: Any) -> 
     return keep(key, widget(label, value=kept(key, default), key=key, **options))
 
 
+def forget_upload(uploaded: Any) -> None:
+    """Drops Streamlit's in-memory copy of an uploaded file once it is saved to disk.
+
+    Streamlit keeps each upload's bytes in the server's memory for the whole session (300
+    MB kept about 900 MB); the page works from the saved file, so the copy goes (as
+    Streamlit's own chat input does with its files) and the widget's value, kept by
+    Streamlit between reruns, is closed (its buffer freed): it is not read again.
+    """
+    from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    manager = getattr(ctx, "uploaded_file_mgr", None)
+    if isinstance(manager, MemoryUploadedFileManager):
+        manager.remove_file(session_id=ctx.session_id, file_id=uploaded.file_id)
+    uploaded.close()
+
+
 def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:
     """Every turn of a request (the system prompt included), each as plain text."""
     for role, text in conversation(messages, prompt):

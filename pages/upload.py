@@ -36,7 +36,7 @@ from core.plan.pricing import (
     table_from_rows,
 )
 from core.schemas import JobDefaults
-from pages.shared import escape, estimate_metrics, paths, through_app
+from pages.shared import escape, estimate_metrics, forget_upload, paths, through_app
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
@@ -55,15 +55,18 @@ display_name = ""
 if source == "Upload a file":
     uploaded = st.file_uploader("OpenAI batch JSONL", type=["jsonl", "json", "txt"])
     st.caption(
-        "Uploads up to 2 GB. For larger files, choose *A file on the server* or drop the "
-        f"file into the inbox folder `{paths().inbox}`."
+        f"Uploads up to {st.get_option('server.maxUploadSize'):,} MB (a browser upload passes "
+        "through the server's memory). Larger files: copy them onto the server and choose "
+        f"*A file on the server*, drop them into the inbox folder `{paths().inbox}`, or "
+        "upload them with the Batch API (`POST /v1/files`)."
     )
     if uploaded is not None:
         saved = st.session_state.setdefault("saved_uploads", {})
         if uploaded.file_id not in saved:
             saved[uploaded.file_id] = str(
-                save_upload(paths().uploads, uploaded.name, uploaded)  # streamed to disk
+                save_upload(paths().uploads, uploaded.name, uploaded)  # copied in blocks
             )
+            forget_upload(uploaded)  # the page works from the saved file from now on
         path = Path(saved[uploaded.file_id])
         display_name = uploaded.name
 elif source == "Use a sample":

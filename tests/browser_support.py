@@ -62,7 +62,8 @@ def free_port() -> int:
 
 
 class StreamlitServer:
-    """``streamlit run app.py`` on one port and one data folder, in its own process group.
+    """``streamlit run app.py`` (with ``serve``: ``python -m core serve``, the pages and the
+    Batch API) on one port and one data folder, in its own process group.
 
     ``stop`` signals the whole group, as a terminal's Ctrl-C or a service manager would: a
     worker the app started in its own session must survive it.
@@ -76,11 +77,14 @@ class StreamlitServer:
         address: str = "127.0.0.1",
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        serve: bool = False,
+        script: str = "app.py",
     ) -> None:
-        self.home = home
+        self.home, self.serve, self.script = home, serve, script
         self.address, self.extra_args, self.env = address, extra_args, env or {}
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        host = "127.0.0.1" if address in ("0.0.0.0", "::", "") else address
+        self.url = f"http://{host}:{self.port}"
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -97,7 +101,7 @@ class StreamlitServer:
             "-m",
             "streamlit",
             "run",
-            "app.py",
+            self.script,  # server.py: the pages with the Batch API and /media's sign-in
             "--server.port",
             str(self.port),
             "--server.address",
@@ -108,6 +112,9 @@ class StreamlitServer:
             "false",
             *self.extra_args,
         ]
+        if self.serve:  # what `make run` starts: server.py, the pages and /v1
+            command = [sys.executable, "-m", "core", "serve", "--host", self.address]
+            command += ["--port", str(self.port)]
         with self.log.open("wb") as log_handle:
             self.process = subprocess.Popen(
                 command,

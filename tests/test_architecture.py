@@ -19,6 +19,7 @@ LAYERS = {
     "config": 0,
     "schemas": 0,
     "files": 0,
+    "json_strict": 0,
     "devices": 0,
     "model_folders": 0,
     "access": 0,
@@ -31,6 +32,7 @@ LAYERS = {
     "run": 4,
     "store": 5,
     "qa": 6,
+    "api": 6,  # the Batch API: jobs and their files in OpenAI's shapes
     "cli": 7,
     "__main__": 8,
 }

@@ -190,7 +190,8 @@ def test_a_runaway_template_is_that_rows_error_and_stops_within_seconds(template
     assert result.written == 0
     assert [p.row for p in result.problems] == [1, 2]
     assert all(expected in p.message for p in result.problems), result.problems
-    assert took < 2 * (bounded_render.MAX_RENDER_SECONDS + 1)  # each row stopped, not run out
+    # each row stopped, not run out (a stopped render costs a fresh rendering process)
+    assert took < 2 * (bounded_render.MAX_RENDER_SECONDS + 2)
 
 
 def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():

@@ -138,6 +138,16 @@ def test_settings_lists_folders_and_the_built_in_model(studio_home):
     assert "SmolLM2-135M-Instruct" in list(models["model"])
 
 
+def test_settings_lists_the_api_keys_by_name_never_the_key(studio_home):
+    from core.api.keys import create_key
+
+    key = create_key(studio_home, "pipeline")
+    at = open_page("settings.py")
+    keys = at.dataframe[2].value
+    assert list(keys["name (owner)"]) == ["pipeline"]
+    assert key not in keys.to_string() and key[:7] in keys.to_string()
+
+
 def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     first = finished_job(studio_home, {"a": "yes"})
     second = finished_job(studio_home, {"b": "yes"})
@@ -203,3 +213,16 @@ def test_run_offers_the_valid_lines_only_when_start_would_run_them(studio_home):
     assert [c.label for c in at.checkbox if c.label.startswith("Run the")] == [
         "Run the 1 valid lines; the 1 invalid ones get an error result"
     ]
+
+
+def test_jobs_page_shows_a_batch_api_jobs_metadata_and_owner(studio_home):
+    job = finished_job(studio_home, {"a": "yes"})
+    spec = json.loads(job.spec_file.read_text())
+    spec["metadata"] = {"team": "support"}
+    spec["batch"] = {"input_file_id": "file-1", "endpoint": "/v1/chat/completions"}
+    spec["provenance"]["owner"] = "pipeline"
+    job.spec_file.write_text(json.dumps(spec))
+    at = open_page("jobs.py")
+    provenance = json.loads(at.json[0].value)
+    assert provenance["metadata"] == {"team": "support"} and provenance["owner"] == "pipeline"
+    assert provenance["batch"]["input_file_id"] == "file-1"

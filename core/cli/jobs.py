@@ -290,7 +290,7 @@ def cmd_jobs_rename(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         name = job.rename(args.name)
-    except ValueError as exc:
+    except (ValueError, JobUnreadable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"job {job.job_id} is now named {name!r}")

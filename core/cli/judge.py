@@ -16,7 +16,7 @@ from core.schemas import check_name
 
 def cmd_judge(args: argparse.Namespace) -> int:
     from core.jobs.submit import Refused
-    from core.qa.judge import Choice, JudgeError, JudgeSettings, compile_template, start_judge
+    from core.qa.judge import Choice, JudgeError, JudgeSettings, check_template, start_judge
     from core.qa.pairwise import start_pairwise
 
     template_path = input_file(args.template)
@@ -24,7 +24,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     text = template_path.read_text(encoding="utf-8", errors="replace")
     try:
-        compile_template(text)
+        check_template(text)
         if args.name is not None:
             check_name(args.name)
     except JudgeError as exc:
@@ -75,6 +75,13 @@ def cmd_judge(args: argparse.Namespace) -> int:
         f"its verdicts become the check {job.read_spec().judge.check}",
         file=sys.stderr,
     )
+    refused = len(job.read_refusals())
+    if refused:
+        print(
+            f"{refused} answer(s) are more than the judge's model can take (beyond its "
+            "context): not graded, each with the reason as its verdict's reason",
+            file=sys.stderr,
+        )
     print(job.job_id)
     return 0
 

@@ -1,5 +1,5 @@
-"""``serve``: starts the app (what ``make run`` does), refusing to listen beyond this
-machine without sign-in (see core/access.py)."""
+"""``serve``: starts the app and its Batch API on one port (what ``make run`` does),
+refusing to listen beyond this machine without sign-in (see core/access.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    command = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "app.py")]
+    # server.py serves the pages (app.py) and the Batch API (/v1) on the same port.
+    command = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "server.py")]
     command += ["--server.address", args.host, "--server.port", str(args.port)]
     os.chdir(REPO_ROOT)  # .streamlit/ (config and secrets) is read from here
     os.execv(sys.executable, command)

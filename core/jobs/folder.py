@@ -31,8 +31,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.config import REPO_ROOT
-from core.files import file_sha256, write_atomic
+from core.files import file_sha256, odd_entry, write_atomic
 from core.schemas import (
+    BatchOrigin,
     EngineConfig,
     JobDefaults,
     JobSpec,
@@ -87,6 +88,19 @@ class JobFolder:
     # the model lacks...), which a structural scan cannot see: line number -> the problem.
     refusals_file = property(lambda self: self.path / "refused.json")
 
+    def check_own(self) -> None:
+        """Raises :class:`JobUnreadable` unless the folder and everything in it are what
+        the studio makes: a real folder of regular files (and folders), no symbolic link
+        (which could lead out of the data folder), no FIFO or device (which blocks a reader).
+        Every read of ``job.json`` or ``status.json``, and a rename, check this first."""
+        if odd_entry(self.path, directory=True) is not None:
+            raise JobUnreadable(self.job_id, "the job folder is a symbolic link or not a folder")
+        if self.path.is_dir():
+            for entry in self.path.iterdir():
+                reason = odd_entry(entry, directory=True)
+                if reason is not None:
+                    raise JobUnreadable(self.job_id, reason)
+
     def write_refusals(self, refusals: dict[int, dict[str, str | None]]) -> None:
         """Keeps the lines the submission's check refused (see :attr:`refusals_file`)."""
         write_atomic(self.refusals_file, json.dumps({str(k): v for k, v in refusals.items()}))
@@ -122,11 +136,13 @@ class JobFolder:
             ValueError: the name is empty or too long (see ``core.schemas.check_name``).
         """
         name = check_name(text)
+        self.check_own()  # never written through a link to outside the data folder
         write_atomic(self.name_file, name + "\n")
         return name
 
     def read_spec(self) -> JobSpec:
         """``job.json``; raises :class:`JobUnreadable` with the reason when it cannot be read."""
+        self.check_own()
         try:
             return JobSpec.model_validate_json(self.spec_file.read_bytes())
         except (OSError, ValueError) as exc:  # ValidationError is a ValueError
@@ -135,6 +151,7 @@ class JobFolder:
     def read_status(self) -> JobStatus:
         """``status.json`` (a fresh status before the first one is written); raises
         :class:`JobUnreadable` with the reason when it cannot be read."""
+        self.check_own()
         try:
             return JobStatus.model_validate_json(self.status_file.read_bytes())
         except FileNotFoundError:
@@ -224,6 +241,8 @@ def create_job(
     name: str = "",
     embedding_model: str | None = None,
     judge: JudgeLink | None = None,
+    metadata: dict[str, str] | None = None,
+    batch: BatchOrigin | None = None,
     endpoints: list[str] | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
@@ -251,6 +270,8 @@ def create_job(
         shard_size=shard_size,
         provenance={**provenance(engine), "owner": owner or getpass.getuser()},
         judge=judge,
+        metadata=dict(metadata or {}),
+        batch=batch,
         endpoints=sorted(endpoints or ()),
     )
     write_atomic(job.spec_file, to_json(spec))

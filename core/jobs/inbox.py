@@ -9,6 +9,7 @@ stopped changing, so a file still being copied is never read half-way.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -18,7 +19,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from core.config import DataPaths
-from core.files import write_json_atomic
+from core.files import odd_entry, write_json_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.submit import Refused, Submission, submit
 from core.model_folders import prepare_default_model
@@ -32,10 +33,10 @@ PATTERNS = (".jsonl",)
 def _settled(path: Path, seconds: float = SETTLE_SECONDS) -> bool:
     """Waits until the file's size stops changing; False if it vanished."""
     try:
-        size = path.stat().st_size
+        size = path.lstat().st_size  # a link's own size: what it points to is never read
         while True:
             time.sleep(seconds)
-            now = path.stat().st_size
+            now = path.lstat().st_size
             if now == size:
                 return True
             size = now
@@ -48,17 +49,19 @@ def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobF
 
     Returns the new job, or None when the file was refused.
     """
+    odd = odd_entry(path)
+    if odd is not None:  # never opened: a FIFO would block the watcher, a link lead out
+        _reject(path, paths, {"refused": [odd]})
+        log.info("inbox: %s refused: %s", path.name, odd)
+        return None
     folder = model or str(prepare_default_model())
     submission = Submission(engine=EngineConfig(model=folder), source=f"inbox/{path.name}")
     try:
         job = submit(path, submission, paths.jobs).job
     except Refused as refused:
-        rejected = paths.inbox / "rejected"
-        rejected.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(path), rejected / path.name)
         summary = refused.report.to_dict() if refused.report is not None else {}
         summary["refused"] = refused.problems
-        write_json_atomic(rejected / f"{path.name}.report.json", summary)
+        _reject(path, paths, summary)
         log.info("inbox: %s refused: %s", path.name, refused)
         return None
     path.unlink()
@@ -66,12 +69,21 @@ def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobF
     return job
 
 
+def _reject(path: Path, paths: DataPaths, report: dict) -> None:
+    """Moves a refused file (a link or FIFO as itself: renamed, never read) into
+    ``inbox/rejected/`` with its report beside it."""
+    rejected = paths.inbox / "rejected"
+    rejected.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(path), rejected / path.name)
+    write_json_atomic(rejected / f"{path.name}.report.json", report)
+
+
 def process_inbox(paths: DataPaths, model: str | None = None) -> list[JobFolder | None]:
     """Processes every file already waiting in the inbox (e.g. dropped while nobody watched)."""
     return [
         process_file(p, paths, model)
         for p in sorted(paths.inbox.iterdir())
-        if p.is_file() and p.suffix in PATTERNS
+        if p.suffix in PATTERNS and (p.is_symlink() or not p.is_dir())  # odd ones refused
     ]
 
 
@@ -86,7 +98,7 @@ class _InboxHandler(FileSystemEventHandler):
         if not _settled(path):
             return
         with self._lock:  # one file at a time: each job is created whole
-            if path.exists():
+            if os.path.lexists(path):  # a dangling link too: it is refused, not left
                 try:
                     process_file(path, self.paths, self.model)
                 except Exception:  # a bad file must not stop the watcher

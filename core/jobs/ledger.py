@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -336,11 +336,18 @@ def _final_spans(path: Path) -> dict[str, tuple[int, int]]:
     return spans
 
 
-def combined_lines(job: JobFolder) -> Iterator[bytes]:
+def combined_lines(
+    job: JobFolder, only: Literal["successes", "errors"] | None = None
+) -> Iterator[bytes]:
     """Each request's final result line as it was written (its newline included), in input
     order: its success, else its latest error. Lines are copied, never parsed and written
-    again: a job of embeddings is mostly numbers, slow to print (1.5 s per 4,000 lines)."""
+    again: a job of embeddings is mostly numbers, slow to print (1.5 s per 4,000 lines).
+    ``only`` keeps the final lines of one kind (the Batch API's output and error files)."""
     successes, errors = _final_spans(job.output), _final_spans(job.errors)
+    if only == "errors":  # a request's error is final only when it has no success
+        errors, successes = {c: s for c, s in errors.items() if c not in successes}, {}
+    elif only == "successes":
+        errors = {}
     with ExitStack() as files:
         output = files.enter_context(job.output.open("rb")) if successes else None
         failed = files.enter_context(job.errors.open("rb")) if errors else None

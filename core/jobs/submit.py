@@ -35,6 +35,7 @@ from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
+    BatchOrigin,
     EngineConfig,
     JobDefaults,
     JudgeLink,
@@ -92,6 +93,8 @@ class Submission:
     # Where /v1/embeddings lines run (None: the built-in embedding model, if the file has any).
     embedding_model: str | None = None
     judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
+    metadata: dict[str, str] = field(default_factory=dict)  # the submitter's labels
+    batch: BatchOrigin | None = None  # made through the Batch API: what it asked for
 
 
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
@@ -246,6 +249,8 @@ def submit(
         name=check_name(s.name) if s.name is not None else default_name(file, s.source),
         embedding_model=_embedding_model(s, report),
         judge=s.judge,
+        metadata=s.metadata,
+        batch=s.batch,
         endpoints=[url for url, lines in report.urls.items() if lines],
     )
     job.write_refusals(_refusals(report))

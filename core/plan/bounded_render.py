@@ -1,36 +1,59 @@
-"""Rendering a user's template with bounds: time, size and loops.
+"""Rendering a user's templates with bounds: time, memory, size and loops.
 
-The builder renders templates a person typed, once per row of a table. The Jinja sandbox
-keeps them away from Python's internals, but not from work without end: two nested loops
-over ``range(100000)`` run for hours, and ``'a' * 10**9`` takes gigabytes. Here:
+The builder renders templates a person typed once per row of a table, and a judge once
+per answer. The Jinja sandbox keeps them away from Python's internals, but not from work
+without end: two nested loops over ``range(100000)`` run for hours, and one C-level call
+(``'%1500000000d' % 1``, ``text.center(2500000000)``) takes gigabytes before any Python
+step could stop it. So templates render in a child process (:class:`Renderer`) that:
 
-- a render that passes :data:`MAX_RENDER_SECONDS` is stopped (an exception is raised in
-  the rendering thread at its next Python step, which every Jinja loop takes);
-- the text a render makes is counted as it is made and stopped past
-  :data:`MAX_RENDER_CHARS`, and ``*`` on a text or list may not make more than that;
-- ``range`` is capped at :data:`MAX_RANGE` items.
+- may map at most :data:`MAX_RENDER_MEMORY` bytes (``RLIMIT_AS``): a call past it fails
+  with MemoryError in the child, whatever the call;
+- is killed when a render passes :data:`MAX_RENDER_SECONDS` (and a fresh one takes the
+  next row);
+- counts the text a render makes and stops past :data:`MAX_RENDER_CHARS`; ``*`` on a text
+  or list may not make more than that, and ``range`` is capped at :data:`MAX_RANGE` items
+  (early, clear refusals of the common runaways).
 
-Each limit is that row's error; the rows after it render as usual.
+Each limit is that row's error; the rows after it render as usual. After
+:data:`MAX_SLOW_ROWS` rows stopped for time the caller stops (the template is at fault).
 """
 
 from __future__ import annotations
 
-import ctypes
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import os
+import subprocess
+import sys
+import traceback
+from multiprocessing.connection import Connection
 from typing import Any
 
 import jinja2
+from jinja2 import meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from pydantic import BaseModel
+
+from core.config import REPO_ROOT
 
 MAX_RENDER_SECONDS = 2.0
 MAX_RENDER_CHARS = 1_000_000  # a prompt of a million characters is far beyond any context
 MAX_RANGE = 10_000
+MAX_RENDER_MEMORY = 1 << 30  # the rendering process's address space, its contexts included
+MAX_SLOW_ROWS = 3  # rows stopped for time before a build or judge stops
+# Starting the rendering process (Python, Jinja, pydantic) and compiling: seconds on a
+# busy machine; a runaway compile is bounded by the memory limit and this.
+START_SECONDS = 30.0
 
 
-class RenderLimit(Exception):
+class RenderError(Exception):
+    """A render that failed; ``line`` is the template line, where known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+class RenderLimit(RenderError):
     """A render went past a bound; the message says which, for the row's problem."""
 
 
@@ -68,80 +91,212 @@ def _bounded_range(*args: int) -> range:
     return numbers
 
 
-class _Timeout(BaseException):
-    """Raised inside a render that ran too long (a BaseException, so that no
-    ``except Exception`` in a template's filters swallows it)."""
+def environment() -> BoundedSandbox:
+    """The one environment user templates compile in. Strict: a misspelt variable is an
+    error naming its line, not an empty string. Not optimized: Jinja's optimizer computes
+    constant expressions while compiling (``'%1500000000d' % 1`` too), in the caller's
+    process; unoptimized, everything is computed when rendering, within the bounds."""
+    return BoundedSandbox(undefined=jinja2.StrictUndefined, autoescape=False, optimized=False)
 
 
-def _set_async(thread_id: int, exc: type[BaseException] | None) -> None:
-    """Raises ``exc`` in a thread at its next Python step; None clears a pending one."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc) if exc else None
-    )
+def template_line(exc: BaseException) -> int | None:
+    """The template line a render failed on (Jinja puts template frames in the traceback)."""
+    lines = [
+        frame.lineno
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename == "<template>"
+    ]
+    return lines[-1] if lines else None
 
 
-class RenderWatch:
-    """One watchdog thread for many renders: stops a render that runs too long.
+# -- between the caller and the rendering process (one JSON message each way per render) --
 
-    Use ``with watch.rendering():`` around each render, in one thread; ``close()`` ends
-    the watchdog. A stop that arrives as a render ends is cleared, never delivered later.
+
+class _Start(BaseModel):
+    templates: dict[str, str]
+
+
+class _Call(BaseModel):
+    name: str
+    context: dict[str, Any]
+
+
+class _Reply(BaseModel):
+    text: str | None = None
+    error: str | None = None
+    line: int | None = None
+    limit: bool = False
+
+
+class _Ready(BaseModel):
+    """The templates compiled: the names each reads from its context, or the first error."""
+
+    names: dict[str, list[str]] = {}
+    template: str | None = None  # the one that failed to compile
+    error: _Reply | None = None
+
+
+def _render_one(template: jinja2.Template, context: dict[str, Any]) -> str:
+    parts, size = [], 0
+    for chunk in template.generate(**context):
+        size += len(chunk)
+        if size > MAX_RENDER_CHARS:
+            raise RenderLimit(
+                f"the template makes more than {MAX_RENDER_CHARS:,} characters on this row"
+            )
+        parts.append(chunk)
+    return "".join(parts)
+
+
+def _failure(exc: BaseException) -> _Reply:
+    """A failed compile or render as the reply that says why (and where)."""
+    if isinstance(exc, MemoryError):
+        message = f"the template needs more than {MAX_RENDER_MEMORY >> 20:,} MB of memory"
+        return _Reply(error=message, line=template_line(exc), limit=True)
+    if isinstance(exc, RenderLimit | jinja2.TemplateError):
+        message = getattr(exc, "message", None) or str(exc)
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    line = getattr(exc, "lineno", None) or template_line(exc)
+    return _Reply(error=message, line=line, limit=isinstance(exc, RenderLimit))
+
+
+def _compile(start: _Start) -> tuple[dict[str, jinja2.Template], _Ready]:
+    """Compiles the templates here, never in the caller: Jinja computes constant parts of
+    a template while compiling (``{{ 'x' | center(2000000000) }}`` too)."""
+    env = environment()
+    templates, ready = {}, _Ready()
+    for name, text in start.templates.items():
+        try:
+            ready.names[name] = sorted(meta.find_undeclared_variables(env.parse(text)))
+            templates[name] = env.from_string(text)
+        except (Exception, MemoryError) as exc:  # the template's fault, reported as such
+            return templates, _Ready(template=name, error=_failure(exc))
+    return templates, ready
+
+
+def _serve() -> None:
+    """The rendering process: compiles the templates it is sent first, then renders each
+    call, under the memory limit, until its input ends."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MAX_RENDER_MEMORY, MAX_RENDER_MEMORY))
+    incoming = Connection(os.dup(0), writable=False)
+    outgoing = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # a stray print must not corrupt the replies
+    try:
+        templates, ready = _compile(_Start.model_validate_json(incoming.recv_bytes()))
+        outgoing.send_bytes(ready.model_dump_json().encode("utf-8"))
+        while True:
+            call = _Call.model_validate_json(incoming.recv_bytes())
+            try:
+                reply = _Reply(text=_render_one(templates[call.name], call.context))
+            except (Exception, MemoryError) as exc:  # a user's template may fail in any way
+                reply = _failure(exc)
+            outgoing.send_bytes(reply.model_dump_json().encode("utf-8"))
+    except EOFError:
+        return
+
+
+class TemplateProblem(RenderError):
+    """A template that does not compile; ``template`` is its name."""
+
+    def __init__(self, template: str, message: str, line: int | None) -> None:
+        super().__init__(message, line)
+        self.template = template
+
+
+class Renderer:
+    """Renders named templates in a child process with bounds of time and memory.
+
+    Use as a context manager (or call :meth:`close`); one thread at a time. The process
+    compiles the templates as it starts, so one that does not compile raises
+    :class:`TemplateProblem` here, naming it and its line; :attr:`names` then holds the
+    variables each template reads. A render that runs too long kills the process; the next
+    render starts another.
     """
 
-    def __init__(self, seconds: float = MAX_RENDER_SECONDS) -> None:
+    def __init__(self, templates: dict[str, str], seconds: float = MAX_RENDER_SECONDS) -> None:
         self.seconds = seconds
-        self._lock = threading.Lock()
-        self._started: float | None = None
-        self._fired = False
-        self._thread_id = threading.get_ident()
-        self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, name="render-watch", daemon=True)
-        self._watcher.start()
+        self._start = _Start(templates=templates).model_dump_json().encode("utf-8")
+        self._process: subprocess.Popen | None = None
+        self._send: Connection | None = None
+        self._receive: Connection | None = None
+        self.names: dict[str, set[str]] = {}
+        self._spawn()
 
-    def _watch(self) -> None:
-        while not self._stop.wait(min(0.05, self.seconds / 4)):
-            with self._lock:
-                if self._started is not None and time.monotonic() - self._started > self.seconds:
-                    self._started, self._fired = None, True
-                    _set_async(self._thread_id, _Timeout)
+    def _spawn(self) -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "core.plan.bounded_render"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._send = Connection(os.dup(process.stdin.fileno()), readable=False)
+        self._receive = Connection(os.dup(process.stdout.fileno()), writable=False)
+        process.stdin.close()
+        process.stdout.close()
+        self._process = process
+        self._send.send_bytes(self._start)
+        ready = _Ready.model_validate_json(self._answer("compiling", START_SECONDS))
+        if ready.error is not None:
+            self._stop()
+            raise TemplateProblem(ready.template or "", ready.error.error or "", ready.error.line)
+        self.names = {name: set(found) for name, found in ready.names.items()}
 
-    def _settle(self) -> None:
-        """Clears a stop the watchdog sent that has not arrived (call with the lock held)."""
-        if self._fired:
-            _set_async(self._thread_id, None)
-            self._fired = False
-
-    @contextmanager
-    def rendering(self) -> Iterator[None]:
-        with self._lock:
-            self._settle()
-            self._thread_id = threading.get_ident()
-            self._started = time.monotonic()
+    def _answer(self, doing: str, seconds: float | None = None) -> bytes:
+        """The process's next message, within the deadline (else it is stopped)."""
+        seconds = seconds or self.seconds
         try:
-            try:
-                yield
-            finally:
-                with self._lock:
-                    self._started = None
-                    self._settle()
-        except _Timeout:
-            raise RenderTimeout(
-                f"the template ran for more than {self.seconds:g} s on this row (a loop too large?)"
-            ) from None
+            if not self._receive.poll(seconds):
+                self._stop()
+                raise RenderTimeout(
+                    f"the template ran for more than {seconds:g} s {doing} (a loop too large?)"
+                )
+            return self._receive.recv_bytes()
+        except (EOFError, OSError):  # the process died (killed by the OS?)
+            self._stop()
+            raise RenderLimit(f"the rendering process ended {doing} (out of memory?)") from None
+
+    def render(self, name: str, **context: Any) -> str:
+        """The template ``name`` rendered with ``context`` (JSON-like values).
+
+        Raises:
+            RenderTimeout: past :attr:`seconds` (the process was killed).
+            RenderLimit: past the memory, size, repetition or range bounds.
+            RenderError: any other failure of the template on this context.
+        """
+        if self._process is None:
+            self._spawn()
+        call = _Call(name=name, context=context).model_dump_json().encode("utf-8")
+        try:
+            self._send.send_bytes(call)
+        except OSError:  # the process died (killed by the OS?)
+            self._stop()
+            raise RenderLimit("the rendering process ended on this row (out of memory?)") from None
+        reply = _Reply.model_validate_json(self._answer("on this row"))
+        if reply.error is not None:
+            raise (RenderLimit if reply.limit else RenderError)(reply.error, reply.line)
+        return reply.text or ""
+
+    def _stop(self) -> None:
+        if self._process is None:
+            return
+        for connection in (self._send, self._receive):
+            connection.close()
+        self._process.kill()
+        self._process.wait()
+        self._process = self._send = self._receive = None
 
     def close(self) -> None:
-        self._stop.set()
-        self._watcher.join()
+        self._stop()
+
+    def __enter__(self) -> Renderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def render(template: jinja2.Template, watch: RenderWatch, **context: Any) -> str:
-    """The template rendered within the bounds; raises :class:`RenderLimit` past one."""
-    with watch.rendering():
-        parts, size = [], 0
-        for chunk in template.generate(**context):
-            size += len(chunk)
-            if size > MAX_RENDER_CHARS:
-                raise RenderLimit(
-                    f"the template makes more than {MAX_RENDER_CHARS:,} characters on this row"
-                )
-            parts.append(chunk)
-        return "".join(parts)
+if __name__ == "__main__":
+    _serve()

@@ -21,17 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pandas as pd
-from jinja2 import meta
 
 from core.check.requests import CHAT_URL
 from core.plan.bounded_render import (
-    BoundedSandbox,
-    RenderLimit,
+    MAX_SLOW_ROWS,
+    Renderer,
+    RenderError,
     RenderTimeout,
-    RenderWatch,
-    render,
+    TemplateProblem,
 )
 from core.plan.embed_builder import EmbedSpec, embedding_lines
 from core.plan.tables import (  # noqa: F401 (the builder's names, for its callers)
@@ -52,8 +50,6 @@ from core.plan.tables import (  # noqa: F401 (the builder's names, for its calle
     source_ids,
 )
 
-MAX_SLOW_ROWS = 3  # rows stopped for time before the whole build stops
-
 
 @dataclass
 class BuildSpec:
@@ -73,27 +69,24 @@ class BuildSpec:
 AnySpec = BuildSpec | EmbedSpec  # chat prompts from templates, or texts to embed
 
 
-def _environment() -> BoundedSandbox:
-    # A sandbox: a template from a user must not reach Python internals, nor run without end.
-    return BoundedSandbox(
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False
-    )
+_LABELS = {"system": "system prompt", "user": "user template"}
 
 
-def template_columns(*templates: str) -> set[str]:
-    """The names the templates use (columns, or ``row``).
+def _renderer(spec: BuildSpec) -> Renderer:
+    """The spec's templates, compiled in their rendering process (core.plan.bounded_render).
 
     Raises:
-        BuildError: a template with a syntax error (the message gives its line).
+        BuildError: a template does not compile (the message gives its line).
     """
-    env = _environment()
-    names: set[str] = set()
-    for label, template in zip(("system prompt", "user template"), templates, strict=False):
-        try:
-            names |= meta.find_undeclared_variables(env.parse(template))
-        except jinja2.TemplateSyntaxError as exc:
-            raise BuildError(f"{label} line {exc.lineno}: {exc.message}") from None
-    return names
+    templates = {"user": spec.user_template}
+    if spec.system_prompt.strip():
+        templates["system"] = spec.system_prompt
+    try:
+        return Renderer(templates)
+    except TemplateProblem as exc:
+        raise BuildError(f"{_LABELS[exc.template]} line {exc.line}: {exc.message}") from None
+    except RenderError as exc:  # compiling ran past a bound
+        raise BuildError(f"the templates cannot be compiled: {exc}") from None
 
 
 def _row_columns(template_text: str) -> set[str]:
@@ -111,23 +104,20 @@ def build_lines(table: pd.DataFrame, spec: BuildSpec, limit: int | None = None) 
         raise BuildError("the user prompt template is empty")
     if not spec.task.strip():
         raise BuildError("the task name is empty; it starts every custom_id")
-    names = template_columns(spec.system_prompt, spec.user_template)
-    missing = sorted(names - set(table.columns) - {"row"})
-    if missing:
-        raise BuildError(
-            f"the templates use {', '.join(repr(m) for m in missing)}, which the table does "
-            f"not have; columns: {', '.join(table.columns)}"
-        )
-    used = (names - {"row"}) | _row_columns(spec.system_prompt + spec.user_template)
-    env = _environment()
-    system = env.from_string(spec.system_prompt) if spec.system_prompt.strip() else None
-    user = env.from_string(spec.user_template)
-    ids = source_ids(table, spec.id_column)
-    first_row_of: dict[str, int] = {}
-    columns = list(table.columns)
-    watch = RenderWatch()  # stops a row's render that runs too long
-    slow_rows = 0
-    try:
+    renderer = _renderer(spec)
+    with renderer:
+        names = set().union(*renderer.names.values())  # the columns they use, or ``row``
+        missing = sorted(names - set(table.columns) - {"row"})
+        if missing:
+            raise BuildError(
+                f"the templates use {', '.join(repr(m) for m in missing)}, which the table "
+                f"does not have; columns: {', '.join(table.columns)}"
+            )
+        used = (names - {"row"}) | _row_columns(spec.system_prompt + spec.user_template)
+        ids = source_ids(table, spec.id_column)
+        first_row_of: dict[str, int] = {}
+        columns = list(table.columns)
+        slow_rows = 0
         for index, values in enumerate(table.itertuples(index=False, name=None)):
             row_no = index + 1
             if limit is not None and row_no > limit:
@@ -139,16 +129,18 @@ def build_lines(table: pd.DataFrame, spec: BuildSpec, limit: int | None = None) 
                 continue
             context = {c: ("" if v is None else v) for c, v in cells.items()}
             try:
-                user_text = render(user, watch, **context, row=context).strip()
-                system_text = render(system, watch, **context, row=context) if system else ""
-            except Exception as exc:  # a user's template may fail in any way on one row
-                reason = exc if isinstance(exc, jinja2.TemplateError) else _reason(exc)
-                problems.append(BuildProblem(row_no, "error", f"template error: {reason}"))
+                user_text = renderer.render("user", **context, row=context).strip()
+                system_text = (
+                    renderer.render("system", **context, row=context) if spec.system_prompt.strip()
+                    else ""
+                )  # fmt: skip
+            except RenderError as exc:
+                problems.append(BuildProblem(row_no, "error", f"template error: {exc}"))
                 yield Step(row_no, None, problems, False)
                 slow_rows += isinstance(exc, RenderTimeout)
                 if slow_rows >= MAX_SLOW_ROWS:  # the template, not the rows: stop the build
                     raise BuildError(
-                        f"the template ran past {watch.seconds:g} s on {slow_rows} rows; "
+                        f"the template ran past {renderer.seconds:g} s on {slow_rows} rows; "
                         "make its loops smaller before building"
                     ) from None
                 continue
@@ -158,12 +150,6 @@ def build_lines(table: pd.DataFrame, spec: BuildSpec, limit: int | None = None) 
                 continue
             line = _line(spec, ids[index], system_text.strip(), user_text)
             yield Step(row_no, line, problems, True)
-    finally:
-        watch.close()
-
-
-def _reason(exc: Exception) -> str:
-    return str(exc) if isinstance(exc, RenderLimit) else f"{type(exc).__name__}: {exc}"
 
 
 def _row_problems(

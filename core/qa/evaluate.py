@@ -8,13 +8,12 @@ answer, never NULL, is ``r.a``; the caller grades successful requests only.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from core.qa import text
+from core.qa import json_schema, text
 from core.qa.refusal import PATTERN as REFUSAL
 from core.qa.rules import (
     Contains,
@@ -132,15 +131,6 @@ def python_rows(rule: Any) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=32)
-def _validator(schema: str) -> Any:
-    """A JSON schema's validator, built once per schema (not once per answer)."""
-    import jsonschema
-
-    loaded = json.loads(schema)
-    return jsonschema.validators.validator_for(loaded)(loaded)
-
-
 @dataclass
 class Item:
     """One result as the Python path reads it."""
@@ -194,7 +184,7 @@ def python_outcome(rule: Any, item: Item) -> bool | None:
             value = text.strict_json(answer)
         except ValueError:
             return False
-        return _validator(json.dumps(rule.json_schema, sort_keys=True)).is_valid(value)
+        return json_schema.is_valid(rule.json_schema, value)  # patterns on RE2
     if isinstance(rule, Length):
         if rule.unit == "tokens":
             size = item.completion_tokens

@@ -16,9 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from core.files import write_atomic
+from core.files import odd_entry, write_atomic
 from core.qa.evaluate import Item, python_outcome, python_rows, sql_expression
-from core.qa.rules import FILE_NAME, RulesError, RuleSet, load_rules
+from core.qa.rules import FILE_NAME, MAX_RULES_BYTES, RulesError, RuleSet, load_rules
 from core.schemas import COMPLETED_WITH_ERRORS, FINAL_STATES
 from core.store.db import Store
 
@@ -131,9 +131,14 @@ def save_rules(folder: str | Path, rules: RuleSet, text: str | None = None) -> P
 
 
 def saved_rules_text(folder: str | Path) -> str | None:
-    """The rules file saved in a job folder, or None."""
+    """The rules file saved in a job folder, or None: there is none, or it is no regular
+    file (:func:`refresh` names it). At most one character past the size limit is read:
+    :func:`load_rules` refuses it then."""
     path = rules_file(folder)
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    if odd_entry(path) is not None or not path.exists():
+        return None
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return handle.read(MAX_RULES_BYTES + 1)
 
 
 def job_folders(store: Store, job_ids: Iterable[str]) -> dict[str, Path]:
@@ -177,6 +182,10 @@ def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
     problems: dict[str, str] = {}
     stale: dict[str, tuple[RuleSet, list[str]]] = {}
     for run in runs.itertuples(index=False):
+        odd = odd_entry(rules_file(folders[run.job_id]))
+        if odd is not None:
+            problems[run.job_id] = f"{FILE_NAME}: {odd}"
+            continue
         text = saved_rules_text(folders[run.job_id])
         if text is None:
             continue

@@ -21,11 +21,42 @@ from core.schemas import JUDGE_CHECK
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 NAME_MAX = 64
 FILE_NAME = "rules.yaml"  # the rules a job was last graded with, in its folder
+MAX_RULES_BYTES = 256 * 1024  # a rules file; hundreds of rules fit in a tenth of it
+# Values a rules file may stand for once its aliases (*name) are expanded: 560 bytes of
+# nested aliases can stand for billions, which validating them would build.
+MAX_EXPANDED_NODES = 50_000
 
 
 class _Loader(yaml.SafeLoader):
     """YAML as people write rules: only true and false are booleans (YAML 1.2), so that
-    ``values: [yes, no, on]`` are the words, not True and False."""
+    ``values: [yes, no, on]`` are the words, not True and False; and aliases refused where
+    they would expand past :data:`MAX_EXPANDED_NODES` values, or refer to themselves."""
+
+    def compose_document(self) -> Any:
+        self._expanded, self._sizes = 0, {}
+        return super().compose_document()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            node = super().compose_node(parent, index)
+            size = self._sizes.get(id(node))
+            if size is None:
+                raise yaml.composer.ComposerError(
+                    None, None, "an alias may not refer to the value that holds it", mark
+                )
+            self._expanded += size
+        else:
+            before = self._expanded
+            node = super().compose_node(parent, index)
+            self._expanded += 1
+            self._sizes[id(node)] = self._expanded - before
+            mark = node.start_mark
+        if self._expanded > MAX_EXPANDED_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases expand past {MAX_EXPANDED_NODES:,} values", mark
+            )
+        return node
 
 
 _BOOL = "tag:yaml.org,2002:bool"
@@ -119,12 +150,9 @@ class JsonSchema(_Rule):
     @field_validator("json_schema")
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        import jsonschema
+        from core.qa.json_schema import check_schema
 
-        try:
-            jsonschema.validators.validator_for(schema).check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"not a valid JSON schema: {exc.message}") from None
+        check_schema(schema)
         return schema
 
 
@@ -262,6 +290,8 @@ def load_rules(text: str) -> RuleSet:
     """
     if not text.strip():
         raise RulesError(["the rules file is empty: it needs `rules:` and at least one rule"])
+    if len(text) > MAX_RULES_BYTES:  # characters: at least as many bytes
+        raise RulesError([f"the rules file is larger than {MAX_RULES_BYTES // 1024} KiB"])
     try:
         data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:

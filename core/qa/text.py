@@ -9,9 +9,10 @@ trailing commas) the definitions here are written out so both give the same answ
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any
+
+# The strict-JSON rule lives below the store (verdicts read it too); graders read it here.
+from core.json_strict import LENIENT_JSON_HINT, is_json, strict_json  # noqa: F401
 
 # Whitespace, for words and trimming: Unicode's space separators, line and paragraph
 # separators and the ASCII controls that break lines, written out (the same set for both).
@@ -45,36 +46,6 @@ def strip_spaces(text: str) -> str:
 
 def word_count(text: str) -> int:
     return len(re.findall(WORD_RUN, text))
-
-
-def strict_json(text: str) -> Any:
-    """The JSON value of a text, or raises ValueError: RFC 8259 only (no NaN or Infinity,
-    no unpaired surrogate escapes; Python's json already refuses trailing commas)."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    value = json.loads(text, parse_constant=refuse)
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("an unpaired surrogate is not JSON text") from None
-    return value
-
-
-def is_json(text: str) -> bool:
-    try:
-        strict_json(text)
-    except ValueError:
-        return False
-    return True
-
-
-# DuckDB's json_valid also takes NaN, Infinity, inf and nan (any case, signed) as values,
-# and trailing commas. A text it takes that strict JSON does not has one of these where a
-# value or a closing bracket starts (or inside a string): such rows are decided in Python,
-# every other row by json_valid alone.
-LENIENT_JSON_HINT = r"(?i)(?:^|[\[:,])[ \t\n\r]*[-+]?(?:nan|inf)|,[ \t\n\r]*[\]}]"
 
 
 # RE2's shorthand classes are ASCII; spelled out for Python's re (\s has no \v in RE2).

@@ -21,12 +21,20 @@ from typing import Any
 
 import pandas as pd
 
+from core.json_strict import LENIENT_JSON
 from core.store.db import Store
 from core.store.review import wilson
 
+# DuckDB's JSON takes NaN and trailing commas, and reads the first of two equal keys; a
+# verdict is strict JSON, its keys each named once (nested objects are not looked into).
+_STRICT = (
+    f"NOT regexp_matches(r.answer, '{LENIENT_JSON}') "
+    "AND len(json_keys(r.answer)) = len(list_distinct(json_keys(r.answer)))"
+)
 # The answer as a JSON object, or NULL: try() turns malformed JSON into NULL, never an error.
 _OBJECT = (
-    "CASE WHEN r.status = 'succeeded' AND try(json_type(r.answer)) = 'OBJECT' THEN r.answer END"
+    "CASE WHEN r.status = 'succeeded' AND try(json_type(r.answer)) = 'OBJECT' "
+    f"AND try({_STRICT}) THEN r.answer END"
 )
 
 
@@ -52,14 +60,16 @@ def verdicts_sql(where: str = "list_contains(?, l.graded[1])") -> str:
     ``judge_links l``, e.g. of the jobs given as its one parameter) picks: job_id and
     custom_id of the graded result, rule (the judge's check name), judge_job, passed (None:
     not graded, or contradicted), contradicts (the verdict contradicts its score), score,
-    reason, and the graded result's model and prompt_version."""
+    reason (a failed judge request's error: why it is not graded), and the graded result's
+    model and prompt_version."""
     return f"""
 SELECT l.graded[1] AS job_id, r.custom_id, l.check_name AS rule, l.judge_job,
        CASE WHEN {_VERDICT} IN ('pass', 'fail') AND NOT {_CONTRADICTS}
             THEN {_VERDICT} = 'pass' END AS passed,
        {_CONTRADICTS} AS contradicts,
        {_SCORE} AS score,
-       {_field("reason")} AS reason,
+       CASE WHEN r.status = 'succeeded' THEN {_field("reason")} ELSE r.error_message END
+           AS reason,
        g.model, g.prompt_version
 FROM judge_links l
 JOIN results r ON r.job_id = l.judge_job

@@ -1,0 +1,463 @@
+"""Jobs as OpenAI batches.
+
+A batch is a job: ``POST /v1/batches`` makes one with the same :func:`core.jobs.submit.submit`
+as the Run page, the CLI and the inbox, and every job appears in ``GET /v1/batches``, its
+id the job's id. Its state is read from the job folder (``job.json``, ``status.json`` and
+its history), so the API answers without DuckDB and without waiting for the app.
+
+OpenAI validates a whole file before it runs any line: a file with an invalid line, or a
+line whose ``url`` is not the batch's ``endpoint``, fails the batch at validation with an
+error per line. Such a batch made no job; it is kept as a record in ``batches/``, so a
+client that polls it reads ``failed`` and its errors.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from core.api.errors import ApiError, not_found
+from core.api.files import FileRecord, content_path, job_file_id, read_record, visible
+from core.check import check_file
+from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
+from core.config import default_model_dir, models_dir
+from core.files import write_atomic
+from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
+from core.jobs.submit import Refused, Submission, submit
+from core.model_folders import is_embedding_model, is_model_folder
+from core.schemas import BatchOrigin, EngineConfig, JobSpec, JobStatus
+
+ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
+COMPLETION_WINDOWS = {"24h": 24.0}
+METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512  # OpenAI's limits
+LISTED_ERRORS = 1_000  # errors.data entries of a failed validation
+_BATCH_ID = "batch_"
+
+
+class _Url(msgspec.Struct):
+    url: Any = None
+
+
+def _epoch(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    try:
+        return int(datetime.fromisoformat(iso).timestamp())
+    except ValueError:
+        return None
+
+
+def _first(status: JobStatus, *states: str) -> int | None:
+    """When the job first entered one of ``states`` (from its history)."""
+    for entry in status.history:
+        if entry.get("state") in states:
+            return _epoch(entry.get("at"))
+    return None
+
+
+def _last(status: JobStatus, *states: str) -> int | None:
+    for entry in reversed(status.history):
+        if entry.get("state") in states:
+            return _epoch(entry.get("at"))
+    return None
+
+
+def _openai_status(status: JobStatus) -> str:
+    """The job's state in OpenAI's terms: waiting for the engine is still ``validating``
+    (nothing has run), and a run whose every request has its result is ``finalizing``."""
+    state = status.state.value
+    if state in ("created", "queued"):
+        return "validating"
+    if state in ("loading", "running"):
+        if status.total and status.done >= status.total:
+            return "finalizing"
+        return "in_progress"
+    return state  # cancelling, completed, failed, cancelled, expired: OpenAI's own words
+
+
+def _endpoint(job: JobFolder, spec: JobSpec) -> str:
+    """The batch's endpoint: what it was made with, else the first line's ``url``."""
+    if spec.batch is not None:
+        return spec.batch.endpoint
+    try:
+        with job.input.open("rb") as handle:
+            for raw in handle:
+                if raw.strip():
+                    url = msgspec.json.decode(raw, type=_Url).url
+                    return url if isinstance(url, str) and url else CHAT_URL
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    return CHAT_URL
+
+
+def _has_lines(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _named(name: str) -> dict[str, str]:
+    return {"name": name[:METADATA_VALUE]} if name else {}
+
+
+def batch_of(job: JobFolder) -> dict:
+    """A job as OpenAI's ``Batch``.
+
+    Raises:
+        JobUnreadable: its ``job.json`` or ``status.json`` cannot be read.
+    """
+    spec, status = job.read_spec(), job.read_status()
+    created = _epoch(spec.created_at) or 0
+    hours = spec.completion_window_hours
+    state = _openai_status(status)
+    final = status.is_final
+    ended = _epoch(status.finished_at) or _last(status, state)
+    batch: dict[str, Any] = {
+        "id": job.job_id,
+        "object": "batch",
+        "endpoint": _endpoint(job, spec),
+        "errors": None,
+        "input_file_id": spec.batch.input_file_id
+        if spec.batch
+        else job_file_id(job.job_id, "input"),
+        "completion_window": spec.batch.completion_window if spec.batch else "24h",
+        "status": state,
+        "created_at": created,
+        "in_progress_at": _first(status, "loading", "running"),
+        "expires_at": created + int(hours * 3600) if hours else None,
+        "finalizing_at": ended if state == "completed" else None,
+        "completed_at": ended if state == "completed" else None,
+        "failed_at": ended if state == "failed" else None,
+        "expired_at": ended if state == "expired" else None,
+        # A cancel while the model loads stops at once, with no `cancelling` in between.
+        "cancelling_at": (_first(status, "cancelling") or ended)
+        if state.startswith("cancel")
+        else None,
+        "cancelled_at": ended if state == "cancelled" else None,
+        "request_counts": {
+            "total": status.total or spec.input_lines,
+            "completed": status.succeeded,
+            "failed": status.failed,
+        },
+        # A batch echoes its metadata as sent; a job made elsewhere shows its name there.
+        "metadata": dict(spec.metadata) if spec.batch else _named(job.name),
+        "model": Path(spec.engine.model).name,
+        "usage": {
+            "input_tokens": status.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": status.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": status.prompt_tokens + status.completion_tokens,
+        },
+    }
+    if state == "failed" and status.error:
+        batch["errors"] = {
+            "object": "list",
+            "data": [{"code": "job_failed", "line": None, "message": status.error, "param": None}],
+        }
+    # A result file is named only once the batch has ended and only when it holds lines:
+    # a client reads output_file_id as "done, download this" (never an empty string).
+    if final and _has_lines(job.output):
+        batch["output_file_id"] = job_file_id(job.job_id, "output")
+    if final and _has_lines(job.errors):
+        batch["error_file_id"] = job_file_id(job.job_id, "errors")
+    return batch
+
+
+def owner_of_job(spec: JobSpec) -> str | None:
+    owner = spec.provenance.get("owner")
+    return owner if isinstance(owner, str) else None
+
+
+# -- batches refused at validation ----------------------------------------------------------
+
+
+def _refused_dir(home: Path) -> Path:
+    return home / "batches"
+
+
+def _refused_path(home: Path, batch_id: str) -> Path | None:
+    if not batch_id.startswith(_BATCH_ID) or not batch_id[len(_BATCH_ID) :].isalnum():
+        return None
+    return _refused_dir(home) / f"{batch_id}.json"
+
+
+class RefusedBatch(msgspec.Struct):
+    """A batch that failed validation and so made no job: its answer and its owner."""
+
+    batch: dict[str, Any]
+    owner: str | None = None
+
+
+def _read_refused(path: Path) -> RefusedBatch | None:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RefusedBatch)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _refuse(
+    home: Path, request: dict[str, Any], errors: list[dict[str, Any]], owner: str | None
+) -> dict:
+    now = int(time.time())
+    batch = {
+        "id": f"{_BATCH_ID}{secrets.token_hex(12)}",
+        "object": "batch",
+        "endpoint": request["endpoint"],
+        "errors": {"object": "list", "data": errors[:LISTED_ERRORS]},
+        "input_file_id": request["input_file_id"],
+        "completion_window": request["completion_window"],
+        "status": "failed",
+        "created_at": now,
+        "failed_at": now,
+        "expires_at": now + 24 * 3600,
+        "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        "metadata": request["metadata"],
+    }
+    path = _refused_path(home, batch["id"])
+    assert path is not None
+    write_atomic(path, msgspec.json.encode(RefusedBatch(batch, owner)))
+    return batch
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def get_batch(home: Path, batch_id: str, caller: str | None) -> dict:
+    """One batch the caller may see.
+
+    Raises:
+        ApiError: 404 when there is none.
+    """
+    refused_path = _refused_path(home, batch_id)
+    if refused_path is not None:
+        refused = _read_refused(refused_path)
+        if refused is not None and visible(refused.owner, caller):
+            return refused.batch
+        raise not_found("batch", batch_id)
+    job = _job(home, batch_id, caller)
+    try:
+        return batch_of(job)
+    except JobUnreadable as exc:
+        raise ApiError(404, f"Batch {batch_id} cannot be read: {exc.reason}.") from None
+
+
+def _job(home: Path, batch_id: str, caller: str | None) -> JobFolder:
+    if not batch_id.startswith("job_") or "/" in batch_id or "\\" in batch_id:
+        raise not_found("batch", batch_id)
+    job = JobFolder(home / "jobs" / batch_id)
+    try:
+        spec = job.read_spec()
+    except JobUnreadable:
+        raise not_found("batch", batch_id) from None
+    if not visible(owner_of_job(spec), caller):
+        raise not_found("batch", batch_id)
+    return job
+
+
+def list_batches(home: Path, caller: str | None, limit: int, after: str | None) -> dict:
+    """A page of the batches a caller sees, newest first (OpenAI's cursor page)."""
+    found: list[tuple[int, str, dict]] = []
+    for job in list_jobs(home / "jobs"):
+        try:
+            spec = job.read_spec()
+            if not visible(owner_of_job(spec), caller):
+                continue
+            batch = batch_of(job)
+        except JobUnreadable:
+            continue  # that job's problem: the Jobs page names it
+        found.append((batch["created_at"], batch["id"], batch))
+    folder = _refused_dir(home)
+    if folder.is_dir():
+        for path in folder.glob(f"{_BATCH_ID}*.json"):
+            refused = _read_refused(path)
+            if refused is not None and visible(refused.owner, caller):
+                found.append((refused.batch["created_at"], refused.batch["id"], refused.batch))
+    found.sort(key=lambda item: (item[0], item[1]), reverse=True)
+    batches = [b for _, _, b in found]
+    if after is not None:
+        ids = [b["id"] for b in batches]
+        if after not in ids:
+            raise ApiError(400, f"'after' names no batch you can see: {after!r}.", "after")
+        batches = batches[ids.index(after) + 1 :]
+    page = batches[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(batches) > limit,
+    }
+
+
+# -- creating and cancelling ----------------------------------------------------------------
+
+
+def _request(body: Any) -> dict[str, Any]:
+    """The create request, checked field by field (OpenAI's rules, and what runs here)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "The body must be a JSON object with input_file_id, endpoint, ...")
+    input_file_id = body.get("input_file_id")
+    if not isinstance(input_file_id, str) or not input_file_id:
+        raise ApiError(
+            400, "input_file_id is required: the id of an uploaded file.", "input_file_id"
+        )
+    endpoint = body.get("endpoint")
+    if endpoint not in ENDPOINTS:
+        raise ApiError(
+            400,
+            f"endpoint {str(endpoint)[:60]!r} is not served here; use one of "
+            f"{', '.join(ENDPOINTS)}.",
+            "endpoint",
+        )
+    window = body.get("completion_window")
+    if window not in COMPLETION_WINDOWS:
+        raise ApiError(400, "completion_window must be '24h'.", "completion_window")
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict) or len(metadata) > METADATA_PAIRS:
+        raise ApiError(400, f"metadata is an object of at most {METADATA_PAIRS} pairs.", "metadata")
+    for key, value in metadata.items():
+        if len(key) > METADATA_KEY or not isinstance(value, str) or len(value) > METADATA_VALUE:
+            raise ApiError(
+                400,
+                f"metadata keys are at most {METADATA_KEY} characters and values strings of at "
+                f"most {METADATA_VALUE}; {key[:70]!r} is not.",
+                "metadata",
+            )
+    expires = body.get("output_expires_after")
+    if expires is not None and not (
+        isinstance(expires, dict)
+        and expires.get("anchor") == "created_at"
+        and isinstance(expires.get("seconds"), int)
+    ):
+        raise ApiError(
+            400,
+            "output_expires_after is {'anchor': 'created_at', 'seconds': N}.",
+            "output_expires_after",
+        )
+    return {
+        "input_file_id": input_file_id,
+        "endpoint": endpoint,
+        "completion_window": window,
+        "metadata": {str(k): v for k, v in metadata.items()},
+    }
+
+
+def _url_mismatches(path: Path, endpoint: str) -> list[dict[str, Any]]:
+    """Each line whose ``url`` is not the batch's endpoint (lines that are not JSON are the
+    check's to report)."""
+    errors = []
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                url = msgspec.json.decode(raw, type=_Url).url
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+            if url != endpoint:
+                errors.append(
+                    {
+                        "code": "mismatched_url",
+                        "line": number,
+                        "message": f"the line's url {str(url)[:80]!r} is not the batch's "
+                        f"endpoint {endpoint!r}; a batch runs one endpoint",
+                        "param": "url",
+                    }
+                )
+    return errors
+
+
+def _line_errors(report: Any) -> list[dict[str, Any]]:
+    return [
+        {"code": p.code, "line": p.line or None, "message": p.message, "param": p.param}
+        for p in report.errors
+    ]
+
+
+def _model_map() -> dict[str, str]:
+    """Model folders by name, so a line's ``body.model`` naming one runs on it; any other
+    name (a hosted model's, ``gpt-4o-mini``) runs on the built-in model."""
+    root = models_dir()
+    if not root.is_dir():
+        return {}
+    return {
+        p.name: str(p)
+        for p in sorted(root.iterdir())
+        if p.is_dir() and is_model_folder(p) and not is_embedding_model(p)
+    }
+
+
+def create_batch(home: Path, body: Any, caller: str | None) -> dict:
+    """Validates the request and its file as OpenAI does (all lines or none), then makes
+    the job with :func:`submit`; returns the batch.
+
+    Raises:
+        ApiError: 400 for a request that is not a batch request, 404 for a file the caller
+            cannot see. A file with bad lines is not an ApiError: the batch fails.
+    """
+    request = _request(body)
+    record: FileRecord | None = read_record(home, request["input_file_id"])
+    if record is None or not visible(record.owner, caller):
+        raise not_found("file", request["input_file_id"])
+    path = content_path(home, record.id)
+    errors = _url_mismatches(path, request["endpoint"])
+    if errors:
+        errors += _line_errors(check_file(path))
+        errors.sort(key=lambda e: e["line"] or 0)
+        return _refuse(home, request, errors, caller)
+    submission = Submission(
+        engine=EngineConfig(model=str(default_model_dir())),
+        model_map=_model_map(),
+        source=record.filename,
+        owner=caller,
+        name=request["metadata"].get("name"),
+        metadata=request["metadata"],
+        batch=BatchOrigin(
+            input_file_id=record.id,
+            endpoint=request["endpoint"],
+            completion_window=request["completion_window"],
+        ),
+        completion_window_hours=COMPLETION_WINDOWS[request["completion_window"]],
+    )
+    try:
+        started = submit(path, submission, home / "jobs")
+    except Refused as refused:
+        if refused.report is not None and refused.report.errors:
+            return _refuse(home, request, _line_errors(refused.report), caller)
+        problems = [
+            {"code": "refused", "line": None, "message": p, "param": None} for p in refused.problems
+        ]
+        return _refuse(home, request, problems, caller)
+    # The worker's Popen is dropped: Python reaps a dropped child when it ends.
+    return batch_of(started.job)
+
+
+def cancel_batch(home: Path, batch_id: str, caller: str | None) -> dict:
+    """Cancels as the app's cancel does: ``cancelling`` while the requests in the engine
+    finish (kept in the output file), then ``cancelled``."""
+    refused_path = _refused_path(home, batch_id)
+    if refused_path is not None:
+        batch = get_batch(home, batch_id, caller)
+        raise ApiError(400, f"Batch {batch_id} is {batch['status']}: there is nothing to cancel.")
+    job = _job(home, batch_id, caller)
+    try:
+        status = job.read_status()
+        if status.is_final:
+            raise ApiError(
+                400, f"Batch {batch_id} is {_openai_status(status)}: it can no longer be cancelled."
+            )
+        cancel(job)
+        batch = batch_of(job)
+    except JobUnreadable as exc:
+        raise ApiError(404, f"Batch {batch_id} cannot be read: {exc.reason}.") from None
+    if batch["status"] not in ("cancelling", "cancelled"):
+        # The worker writes `cancelling` when it takes the signal; the client is told now.
+        batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
+    return batch

@@ -1,0 +1,53 @@
+"""OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse
+
+# OpenAI's error types by HTTP status.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    500: "server_error",
+}
+
+
+class ApiError(Exception):
+    """A request the API refuses, with what to fix.
+
+    Attributes:
+        status: the HTTP status (400, 401, 404...).
+        message: a sentence that says what to fix.
+        param: the parameter at fault, where there is one.
+        code: OpenAI's error code, where it has one (``invalid_api_key``...).
+    """
+
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.message, self.param, self.code)
+
+
+def error_response(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    body = {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "invalid_request_error"),
+            "param": param,
+            "code": code,
+        }
+    }
+    return JSONResponse(body, status_code=status)
+
+
+def not_found(what: str, ident: str) -> ApiError:
+    return ApiError(404, f"No {what} with id {ident!r} (or it is not yours).", code="not_found")

@@ -1,0 +1,278 @@
+"""The ``/v1`` routes: OpenAI's Files, Batches and Models endpoints, on the app's server.
+
+Every answer is OpenAI's shape; every refusal OpenAI's error body with a status of 400,
+401 or 404 and a sentence that says what to fix, whatever the body, form or id holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from core.access import is_loopback
+from core.api import batches, files
+from core.api.errors import ApiError, error_response, not_found
+from core.api.keys import owner_of
+from core.config import data_paths, default_model_dir
+from core.jobs.folder import JobUnreadable
+from core.model_folders import is_model_folder, model_folders
+
+log = logging.getLogger(__name__)
+LIST_LIMIT_MAX = 100  # OpenAI's largest page of batches
+FILES_LIMIT_MAX = 10_000
+
+Handler = Callable[[Request, Path, str | None], Awaitable[Response]]
+
+
+def caller(request: Request, home: Path) -> str | None:
+    """Who calls: a stored key's name, or None for this machine's user (a loopback client
+    with no key, or a key that is not stored: loopback admits anyone, as the app does).
+
+    Raises:
+        ApiError: 401 from beyond loopback without a stored key.
+    """
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    key = key.strip() if scheme.lower() == "bearer" else ""
+    owner = owner_of(home, key) if key else None
+    if owner is not None:
+        return owner
+    if request.client is not None and is_loopback(request.client.host):
+        return None
+    if not key:
+        raise ApiError(
+            401,
+            "You didn't provide an API key. Send 'Authorization: Bearer KEY'; a key is made "
+            "with `python -m core keys create NAME` on the server.",
+            code="invalid_api_key",
+        )
+    raise ApiError(
+        401, f"Incorrect API key provided: {key[:7]}***. Ask for a key.", code="invalid_api_key"
+    )
+
+
+def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Wraps a handler: the caller is known before it runs, and what goes wrong is an
+    OpenAI error, never a traceback."""
+
+    async def run(request: Request) -> Response:
+        home = data_paths().home
+        try:
+            return await handler(request, home, caller(request, home))
+        except ApiError as exc:
+            return exc.response()
+        except Exception:  # the last net: logged for the operator, a plain 500 for the client
+            log.exception("the API failed on %s %s", request.method, request.url.path)
+            return error_response(500, "The server failed on this request; its log says why.")
+
+    return run
+
+
+def _limit(request: Request, default: int, most: int) -> int:
+    raw = request.query_params.get("limit", str(default))
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise ApiError(400, f"limit must be a whole number, not {raw[:20]!r}.", "limit") from None
+    if not 1 <= limit <= most:
+        raise ApiError(400, f"limit must be between 1 and {most}.", "limit")
+    return limit
+
+
+async def _json_body(request: Request) -> object:
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "The body must be JSON (Content-Type: application/json).") from None
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+@endpoint
+async def upload_file(request: Request, home: Path, who: str | None) -> Response:
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > files.max_upload_bytes() + 1_000_000:
+        raise ApiError(
+            400,
+            f"The upload is larger than this server's limit of {files.max_upload_bytes():,} "
+            f"bytes (set {files.MAX_UPLOAD_ENV} to change it).",
+            "file",
+            "file_too_large",
+        )
+    content_type = request.headers.get("content-type", "")
+    record = await files.receive_upload(home, content_type, request.stream(), who)
+    return JSONResponse(record.openai())
+
+
+@endpoint
+async def list_files(request: Request, home: Path, who: str | None) -> Response:
+    def page() -> dict:
+        records = files.uploaded(home, who)
+        purpose = request.query_params.get("purpose")
+        if purpose:
+            records = [r for r in records if r.purpose == purpose]
+        if request.query_params.get("order", "desc") == "asc":
+            records.reverse()
+        elif request.query_params.get("order", "desc") != "desc":
+            raise ApiError(400, "order is 'asc' or 'desc'.", "order")
+        after = request.query_params.get("after")
+        if after is not None:
+            ids = [r.id for r in records]
+            if after not in ids:
+                raise ApiError(400, f"'after' names no file you can see: {after[:60]!r}.", "after")
+            records = records[ids.index(after) + 1 :]
+        limit = _limit(request, FILES_LIMIT_MAX, FILES_LIMIT_MAX)
+        shown = records[:limit]
+        return {
+            "object": "list",
+            "data": [r.openai() for r in shown],
+            "first_id": shown[0].id if shown else None,
+            "last_id": shown[-1].id if shown else None,
+            "has_more": len(records) > limit,
+        }
+
+    return JSONResponse(await run_in_threadpool(page))
+
+
+def _file(home: Path, file_id: str, who: str | None) -> tuple[dict, Callable]:
+    """A file the caller may see: its ``FileObject`` and its content's line iterator."""
+    record = files.read_record(home, file_id)
+    if record is not None and files.visible(record.owner, who):
+        path = files.content_path(home, file_id)
+
+        def chunks():
+            with path.open("rb") as handle:
+                yield from iter(lambda: handle.read(1 << 16), b"")
+
+        return record.openai(), chunks
+    found = files.job_file(home / "jobs", file_id)
+    if found is not None:
+        job, kind = found
+        try:
+            owner = batches.owner_of_job(job.read_spec())
+        except JobUnreadable:  # that job's problem, named on the Jobs page
+            raise not_found("file", file_id) from None
+        if files.visible(owner, who):
+            return files.job_file_object(job, kind), lambda: files.job_file_lines(job, kind)
+    raise not_found("file", file_id)
+
+
+@endpoint
+async def get_file(request: Request, home: Path, who: str | None) -> Response:
+    file_id = request.path_params["file_id"]
+    obj, _ = await run_in_threadpool(_file, home, file_id, who)
+    return JSONResponse(obj)
+
+
+@endpoint
+async def file_content(request: Request, home: Path, who: str | None) -> Response:
+    file_id = request.path_params["file_id"]
+    _, content = await run_in_threadpool(_file, home, file_id, who)
+    # A sync iterator: Starlette reads it in a worker thread, a block at a time.
+    return StreamingResponse(content(), media_type="application/jsonl")
+
+
+@endpoint
+async def delete_file(request: Request, home: Path, who: str | None) -> Response:
+    file_id = request.path_params["file_id"]
+    await run_in_threadpool(files.delete_upload, home, file_id, who)
+    return JSONResponse({"id": file_id, "object": "file", "deleted": True})
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+@endpoint
+async def create_batch(request: Request, home: Path, who: str | None) -> Response:
+    body = await _json_body(request)
+    return JSONResponse(await run_in_threadpool(batches.create_batch, home, body, who))
+
+
+@endpoint
+async def list_batches(request: Request, home: Path, who: str | None) -> Response:
+    limit = _limit(request, 20, LIST_LIMIT_MAX)
+    after = request.query_params.get("after")
+    return JSONResponse(await run_in_threadpool(batches.list_batches, home, who, limit, after))
+
+
+@endpoint
+async def get_batch(request: Request, home: Path, who: str | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    # Two small files read and parsed (~0.2 ms): cheaper on the event loop than a hop to a
+    # worker thread, and this is what every client polls.
+    return JSONResponse(batches.get_batch(home, batch_id, who))
+
+
+@endpoint
+async def cancel_batch(request: Request, home: Path, who: str | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    return JSONResponse(await run_in_threadpool(batches.cancel_batch, home, batch_id, who))
+
+
+# -- models --------------------------------------------------------------------------------
+
+
+def _model(folder: Path) -> dict:
+    return {
+        "id": folder.name,
+        "object": "model",
+        "created": int(folder.stat().st_mtime),
+        "owned_by": "batch-studio" if folder == default_model_dir() else "local",
+    }
+
+
+@endpoint
+async def list_models(request: Request, home: Path, who: str | None) -> Response:
+    found = [_model(f) for f in model_folders() if is_model_folder(f)]
+    return JSONResponse({"object": "list", "data": found})
+
+
+@endpoint
+async def get_model(request: Request, home: Path, who: str | None) -> Response:
+    name = request.path_params["model"]
+    for folder in model_folders():
+        if folder.name == name and is_model_folder(folder):
+            return JSONResponse(_model(folder))
+    raise not_found("model", name)
+
+
+@endpoint
+async def unknown(request: Request, home: Path, who: str | None) -> Response:
+    raise ApiError(
+        404,
+        f"Invalid URL ({request.method} {request.url.path}): this server answers /v1/files, "
+        "/v1/batches and /v1/models.",
+        code="unknown_url",
+    )
+
+
+ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+def api_routes() -> list[BaseRoute]:
+    """The routes to give ``st.App`` (server.py)."""
+    return [
+        Route("/v1/files", upload_file, methods=["POST"]),
+        Route("/v1/files", list_files, methods=["GET"]),
+        Route("/v1/files/{file_id}", get_file, methods=["GET"]),
+        Route("/v1/files/{file_id}", delete_file, methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", file_content, methods=["GET"]),
+        Route("/v1/batches", create_batch, methods=["POST"]),
+        Route("/v1/batches", list_batches, methods=["GET"]),
+        Route("/v1/batches/{batch_id}", get_batch, methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel", cancel_batch, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model}", get_model, methods=["GET"]),
+        # Anything else under /v1 (a wrong path or method) gets OpenAI's 404, not the page.
+        Route("/v1", unknown, methods=ALL_METHODS),
+        Route("/v1/{rest:path}", unknown, methods=ALL_METHODS),
+    ]

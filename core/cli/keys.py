@@ -1,0 +1,59 @@
+"""``keys``: the Batch API's keys (core/api/keys.py): create one (printed once), list, revoke."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from core.api.keys import KeyProblem, create_key, read_keys, revoke_key
+from core.cli.common import EXIT_USAGE
+from core.config import data_paths
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    try:
+        key = create_key(data_paths().home, args.name)
+    except KeyProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(key)
+    print(
+        f"key {args.name!r} created: it is shown only now (only its hash is kept); its "
+        "holder owns the batches it makes and sees only those",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    records = read_keys(data_paths().home)
+    if not records:
+        print("no keys (beyond this machine the API refuses every call)")
+    for record in records:
+        print(f"{record.name}\t{record.hint}…\tcreated {record.created_at}")
+    return 0
+
+
+def cmd_revoke(args: argparse.Namespace) -> int:
+    try:
+        revoke_key(data_paths().home, args.name)
+    except KeyProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"key {args.name!r} revoked")
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    keys = commands.add_parser("keys", help="API keys for the Batch API beyond this machine")
+    actions = keys.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="make a key (printed once) named after its owner")
+    create.add_argument("name", help="the owner: letters, digits and . _ @ -")
+    create.set_defaults(handler=cmd_create)
+    actions.add_parser("list", help="the keys' names and first characters").set_defaults(
+        handler=cmd_list
+    )
+    revoke = actions.add_parser("revoke", help="remove a key; its holder is refused")
+    revoke.add_argument("name")
+    revoke.set_defaults(handler=cmd_revoke)

@@ -1,0 +1,56 @@
+"""Strict JSON (RFC 8259), the one definition every reader of model answers uses: the
+``json`` and ``json_schema`` rules and judges' verdicts.
+
+DuckDB's ``json_valid`` also takes ``NaN``, ``Infinity`` and trailing commas, and
+Python's ``json`` takes ``NaN``; both take a key named twice (DuckDB reads the first,
+Python the last).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def strict_json(text: str, unique_keys: bool = False) -> Any:
+    """The JSON value of a text, or raises ValueError: RFC 8259 only (no NaN or Infinity,
+    no unpaired surrogate escapes; Python's json already refuses trailing commas); with
+    ``unique_keys``, an object naming a key twice too (RFC 8259 only says they SHOULD be
+    unique; parsers then disagree on which one counts)."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(pairs)
+        if len(value) < len(pairs):
+            raise ValueError("a key is named twice")
+        return value
+
+    hook = unique if unique_keys else None
+    value = json.loads(text, parse_constant=refuse, object_pairs_hook=hook)
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("an unpaired surrogate is not JSON text") from None
+    return value
+
+
+def is_json(text: str, unique_keys: bool = False) -> bool:
+    try:
+        strict_json(text, unique_keys)
+    except ValueError:
+        return False
+    return True
+
+
+# DuckDB's json_valid also takes NaN, Infinity, inf and nan (any case, signed) as values,
+# and trailing commas. A text it takes that strict JSON does not has one of these where a
+# value or a closing bracket starts (or inside a string): such rows are decided in Python,
+# every other row by json_valid alone.
+LENIENT_JSON_HINT = r"(?i)(?:^|[\[:,])[ \t\n\r]*[-+]?(?:nan|inf)|,[ \t\n\r]*[\]}]"
+
+# The same, exactly: outside strings (a prefix of whole strings and other characters), in a
+# text DuckDB's JSON reads. RE2, so linear; for SQL where no Python decides.
+_OUTSIDE_STRINGS = r'^(?:[^"]|"(?:[^"\\]|\\.)*")*?'
+LENIENT_JSON = _OUTSIDE_STRINGS + r"(?:[\[:,][ \t\n\r]*[-+]?(?i:nan|inf)|,[ \t\n\r]*[\]}])"

@@ -1,0 +1,127 @@
+"""JSON schemas of ``json_schema`` rules, checked with RE2 regular expressions.
+
+The jsonschema library runs ``pattern`` and ``patternProperties`` (and the
+``additionalProperties`` that depend on them) with Python's backtracking ``re``: a rule
+``pattern: "^(a+)+$"`` over an answer of 40,000 ``a`` and a ``b`` runs for hours, in the
+app's process. Here those keywords run on RE2 (google-re2), the engine DuckDB grades
+``regex`` rules with: linear time in the text, and the same dialect (no look-around or
+back-references) as a regex rule. ``unevaluatedProperties`` beside ``patternProperties``
+would still reach Python's ``re`` inside the library, so that pair is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import re2
+from jsonschema.exceptions import ValidationError
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a refused pattern is the rule's error, not a line on stderr
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> Any:
+    return re2.compile(pattern, options=_OPTIONS)
+
+
+def _matches(pattern: str, text: str) -> bool:
+    return _compiled(pattern).search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not _matches(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(validator: Any, patterns: dict, instance: Any, schema: dict) -> Iterator:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: dict) -> Iterator:
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    extras = [
+        key for key in instance if key not in named and not any(_matches(p, key) for p in patterns)
+    ]
+    if validator.is_type(allowed, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], allowed, path=key)
+    elif not allowed and extras:
+        yield ValidationError(f"additional properties are not allowed: {extras!r}")
+
+
+_RE2_KEYWORDS = {
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+}
+
+
+def _patterns(node: Any) -> Iterator[str]:
+    """Every regular expression a schema holds (``pattern`` values, ``patternProperties`` keys)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            yield node["pattern"]
+        if isinstance(node.get("patternProperties"), dict):
+            yield from node["patternProperties"]
+        for value in node.values():
+            yield from _patterns(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _patterns(value)
+
+
+def _has_both(node: Any, found: set[str]) -> bool:
+    """Whether the schema uses both ``unevaluatedProperties`` and ``patternProperties``."""
+    if isinstance(node, dict):
+        found.update(k for k in ("unevaluatedProperties", "patternProperties") if k in node)
+        return len(found) == 2 or any(_has_both(v, found) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_both(v, found) for v in node)
+    return False
+
+
+def check_schema(schema: dict[str, Any]) -> None:
+    """Raises ValueError, in a sentence, unless the schema is valid and its patterns are RE2's."""
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError(f"not a valid JSON schema: {exc.message}") from None
+    for pattern in _patterns(schema):
+        try:
+            _compiled(pattern)
+        except re2.error as exc:
+            reason = exc.args[0].decode() if isinstance(exc.args[0], bytes) else exc.args[0]
+            raise ValueError(
+                f"the schema's pattern {pattern!r} is not an RE2 regular expression: {reason} "
+                "(no look-around or back-references)"
+            ) from None
+    if _has_both(schema, set()):
+        raise ValueError(
+            "unevaluatedProperties with patternProperties is not supported; "
+            "use additionalProperties"
+        )
+
+
+@functools.lru_cache(maxsize=32)
+def _validator(schema_json: str) -> Any:
+    schema = json.loads(schema_json)
+    base = jsonschema.validators.validator_for(schema)
+    return jsonschema.validators.extend(base, _RE2_KEYWORDS)(schema)
+
+
+def is_valid(schema: dict[str, Any], value: Any) -> bool:
+    """Whether the schema accepts the value (its patterns run on RE2)."""
+    return _validator(json.dumps(schema, sort_keys=True)).is_valid(value)

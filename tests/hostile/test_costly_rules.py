@@ -1,0 +1,174 @@
+"""Rules that are valid but costly (issue 31, items 1 and 2): a json_schema pattern that
+backtracks, YAML aliases that expand to billions of values, a rules file of megabytes.
+Each is bounded: it grades in linear time, or is refused naming its line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from core.config import REPO_ROOT
+from core.qa.rules import MAX_RULES_BYTES, RulesError, load_rules
+
+BACKTRACKING = """\
+rules:
+  - name: all_as
+    type: json_schema
+    schema: {type: string, pattern: "^(a+)+$"}
+  - name: keys
+    type: json_schema
+    schema:
+      type: object
+      patternProperties: {"^(a+)+$": {type: integer}}
+      additionalProperties: false
+"""
+
+
+def run_bounded(script: str, seconds: float) -> subprocess.CompletedProcess:
+    """Runs Python code in a child that is killed past ``seconds`` (a hang fails the test
+    instead of holding it)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+    )
+
+
+def test_a_backtracking_schema_pattern_grades_a_long_answer_in_well_under_a_second(tmp_path):
+    script = f"""
+        import json, time
+        from core.qa import grading
+        from core.qa.rules import load_rules
+        from core.store.db import Store
+        store = Store({str(tmp_path / "s.duckdb")!r})
+        store.execute("INSERT INTO jobs (job_id, folder, state) VALUES ('j', '/x', 'completed')")
+        for cid, answer in [("s", json.dumps("a" * 40000 + "b")),
+                            ("k", json.dumps({{"a" * 40000 + "b": 1}})),
+                            ("ok", json.dumps("aaa"))]:
+            store.execute("INSERT INTO results (job_id, custom_id, status, answer) "
+                          "VALUES ('j', ?, 'succeeded', ?)", [cid, answer])
+        started = time.monotonic()
+        grading.grade(store, ["j"], load_rules({BACKTRACKING!r}))
+        took = time.monotonic() - started
+        with store.cursor() as cur:
+            rows = cur.execute("SELECT custom_id, passed FROM rule_outcomes").fetchall()
+        print(json.dumps({{"took": took, "rows": rows}}))
+    """
+    done = run_bounded(script, 60)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["took"] < 2.0
+    outcomes = {cid: passed for cid, passed in report["rows"]}
+    # a string: the pattern fails, an object fails the string rule; the keys rule: the long
+    # key is no match, so additionalProperties refuses it
+    assert outcomes == {"k": [False, False], "ok": [True, False], "s": [False, False]}
+
+
+def test_a_schema_pattern_reads_as_the_regex_rules_re2_dialect():
+    with pytest.raises(RulesError, match=r"line 4, rule 1 \('x'\), field schema: .*not an RE2"):
+        load_rules(
+            "rules:\n  - name: x\n    type: json_schema\n"
+            "    schema: {type: string, pattern: '^(?=a)'}\n"
+        )
+
+
+def test_unevaluated_properties_beside_pattern_properties_is_refused_naming_the_rule():
+    with pytest.raises(RulesError, match=r"rule 1 \('x'\).*unevaluatedProperties"):
+        load_rules(
+            "rules:\n  - name: x\n    type: json_schema\n    schema:\n"
+            "      patternProperties: {'^a': {}}\n      unevaluatedProperties: false\n"
+        )
+
+
+ALIAS_BOMB = """\
+rules:
+  - name: bomb
+    type: json_schema
+    schema:
+      a: &a [x, x, x, x, x, x, x, x, x]
+      b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+      c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+      d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+      e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+      f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+      g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+      h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+      i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+"""
+NESTED_ALLOF = """\
+rules:
+  - name: nested
+    type: json_schema
+    schema:
+      allOf: &a1 [{type: string}, {type: string}]
+      x1: &a2 {allOf: [*a1, *a1, *a1, *a1]}
+      x2: &a3 {allOf: [*a2, *a2, *a2, *a2]}
+      x3: &a4 {allOf: [*a3, *a3, *a3, *a3]}
+      x4: &a5 {allOf: [*a4, *a4, *a4, *a4]}
+      x5: &a6 {allOf: [*a5, *a5, *a5, *a5]}
+      x6: &a7 {allOf: [*a6, *a6, *a6, *a6]}
+      x7: &a8 {allOf: [*a7, *a7, *a7, *a7]}
+      x8: &a9 {allOf: [*a8, *a8, *a8, *a8]}
+      x9: {allOf: [*a9, *a9, *a9, *a9]}
+"""
+
+
+@pytest.mark.parametrize("text", [ALIAS_BOMB, NESTED_ALLOF], ids=["billion_laughs", "allOf"])
+def test_yaml_aliases_that_expand_too_far_are_refused_with_their_line_at_once(text):
+    started = time.monotonic()
+    with pytest.raises(RulesError) as refused:
+        load_rules(text)
+    assert time.monotonic() - started < 1.0
+    (problem,) = refused.value.problems
+    assert problem.startswith("line ") and "aliases expand past 50,000 values" in problem
+
+
+def test_a_few_aliases_still_load():
+    rules = load_rules(
+        "rules:\n  - name: a\n    type: contains\n    values: &v [refund, credit]\n"
+        "  - name: b\n    type: not_contains\n    values: *v\n"
+    )
+    assert rules.rules[1].values == ["refund", "credit"]
+
+
+def test_an_alias_to_its_own_holder_is_refused_with_its_line():
+    with pytest.raises(RulesError, match=r"line 4, column 11: .*refer to the value that holds it"):
+        load_rules("rules: &r\n  - name: x\n    type: json\n    more: *r\n")
+
+
+def test_a_rules_file_past_the_size_limit_is_refused_before_it_is_parsed():
+    text = "rules:\n" + "  - {name: r, type: json}\n" * (MAX_RULES_BYTES // 20)
+    with pytest.raises(RulesError, match="larger than 256 KiB"):
+        load_rules(text)
+
+
+def test_a_saved_rules_file_that_would_hang_does_not_hang_a_regrade(tmp_path: Path):
+    """The hang came back after a restart: pages regrade from the job's rules.yaml."""
+    script = f"""
+        import json
+        from pathlib import Path
+        from core.qa import grading
+        from core.store.db import Store
+        folder = Path({str(tmp_path / "job")!r}); folder.mkdir()
+        (folder / "rules.yaml").write_text({BACKTRACKING!r})
+        store = Store({str(tmp_path / "s.duckdb")!r})
+        store.execute("INSERT INTO jobs (job_id, folder, state) VALUES ('j', ?, 'completed')",
+                      [str(folder)])
+        store.execute("INSERT INTO results (job_id, custom_id, status, answer) "
+                      "VALUES ('j', 's', 'succeeded', ?)", [json.dumps("a" * 40000 + "b")])
+        print(grading.refresh(store, ["j"]))
+        with store.cursor() as cur:
+            print(cur.execute("SELECT passed FROM rule_outcomes").fetchall())
+    """
+    done = run_bounded(script, 60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-2:] == ["{}", "[([False, False],)]"]

@@ -1,0 +1,119 @@
+"""Templates that are valid but costly (issue 31, items 3 and 4): one C-level call that
+asks for gigabytes, and loops too slow on every row. Builder and judge templates render
+in a child process under a memory limit and a deadline; the calling process stays small,
+each such row is its own error, and both stop after a few slow rows."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pandas as pd
+import pytest
+
+from core.plan.bounded_render import MAX_RENDER_SECONDS, MAX_SLOW_ROWS
+from core.plan.builder import BuildError, BuildSpec, preview
+from core.qa.judge import JudgeError, render_all
+from tests.hostile.test_costly_rules import run_bounded
+
+GIANT_CALLS = [
+    "{{ ('%1500000000d' % 1) | length }}",
+    "{{ text.center(2500000000) | length }}",
+    "{{ '{:>1500000000}'.format(text) | length }}",
+    "{{ (text ~ '') | center(2000000000) | length }}",
+]
+
+
+@pytest.mark.parametrize("template", GIANT_CALLS)
+def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(template):
+    script = f"""
+        import json, resource
+        import pandas as pd
+        from core.plan.builder import BuildSpec, preview
+        table = pd.DataFrame({{"text": ["hello", "world"], "n": [1, 0]}})
+        spec = BuildSpec(user_template="{{% if n %}}" + {template!r} + "{{% endif %}}ok")
+        result = preview(table, spec, rows=2)
+        print(json.dumps({{
+            "problems": [[p.row, p.message] for p in result.problems],
+            "lines": [line["body"]["messages"][-1]["content"] for line in result.lines],
+            "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        }}))
+    """
+    started = time.monotonic()
+    done = run_bounded(script, 60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    ((row, message),) = report["problems"]
+    assert row == 1 and "template error" in message
+    assert "more than 1,024 MB of memory" in message
+    assert report["lines"] == ["ok"]  # the next row renders as usual
+    assert report["peak_mb"] < 600, report  # the gigabytes were never in this process
+    assert time.monotonic() - started < 30
+
+
+def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_stays_small():
+    script = """
+        import json, resource
+        from core.qa.judge import JudgeError, render_all
+        contexts = [(f"r{i}", {"answer": "yes"}) for i in range(3)]
+        try:
+            list(render_all("{{ answer.center(1500000000) | length }}", contexts))
+        except JudgeError as exc:
+            peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+            print(json.dumps({"problems": exc.problems, "peak_mb": peak_mb}))
+    """
+    done = run_bounded(script, 60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["problems"][0] == "the template fails on 3 result(s)"
+    assert report["problems"][1].startswith("result 'r0': template line 1: ")
+    assert report["peak_mb"] < 600, report
+
+
+def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
+    slow = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}x"
+    contexts = ((f"r{i}", {"answer": "a"}) for i in range(100_000))
+    started = time.monotonic()
+    with pytest.raises(JudgeError) as refused:
+        list(render_all(slow, contexts))
+    took = time.monotonic() - started
+    assert refused.value.problems[0] == (
+        f"the template ran past {MAX_RENDER_SECONDS:g} s on {MAX_SLOW_ROWS} results; "
+        "make its loops smaller before judging"
+    )
+    assert "result 'r2'" in refused.value.problems[-1]
+    assert took < MAX_SLOW_ROWS * (MAX_RENDER_SECONDS + 2)  # three answers, not 100,000
+
+
+def test_a_builder_template_too_slow_on_every_row_still_stops_after_three_rows():
+    table = pd.DataFrame({"n": [10000] * 50})
+    slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
+    started = time.monotonic()
+    with pytest.raises(BuildError, match=f"on {MAX_SLOW_ROWS} rows"):
+        preview(table, BuildSpec(user_template=slow), rows=50)
+    assert time.monotonic() - started < MAX_SLOW_ROWS * (MAX_RENDER_SECONDS + 2)
+
+
+def test_a_template_error_in_the_child_still_names_its_line():
+    contexts = [("r0", {"answer": "a"})]
+    with pytest.raises(JudgeError) as refused:
+        list(render_all("line one\n{{ answer | nosuchthing }}", contexts))
+    assert refused.value.problems == ["template line 2: No filter named 'nosuchthing'."]
+
+
+def test_a_giant_constant_is_never_computed_in_the_calling_process():
+    """Jinja computes constant expressions while compiling: that too is in the child."""
+    script = """
+        import json, resource
+        import pandas as pd
+        from core.plan.builder import BuildSpec, preview
+        spec = BuildSpec(user_template="one\\n{{ 'x' | center(2000000000) | length }}")
+        result = preview(pd.DataFrame({"a": [1]}), spec, rows=1)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        print(json.dumps({"errors": [p.message for p in result.problems], "peak_mb": peak_mb}))
+    """
+    done = run_bounded(script, 60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["errors"] == ["template error: the template needs more than 1,024 MB of memory"]
+    assert report["peak_mb"] < 600, report

@@ -1,0 +1,178 @@
+"""The Batch API on a running ``python -m core serve``, through the pinned openai SDK.
+
+One server per module serves the pages and ``/v1`` on one port; the engine tests run the
+built-in model through it, as a pipeline that only changed its ``base_url`` would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import psutil
+import pytest
+from openai.types import Batch, FileObject
+
+from core.check.requests import CHAT_URL
+from tests.browser_support import StreamlitServer, kill_workers
+from tests.conformance import validate_line
+from tests.conftest import run_cli
+from tests.factories import request_line
+
+POLL_SECONDS = 0.5
+ENGINE_DEADLINE = 480  # seconds: a model load and a small batch on 2 shared cores
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer]:
+    folder = tmp_path_factory.mktemp("served")
+    server = StreamlitServer(folder / "home", folder, serve=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        kill_workers(server.home)
+
+
+def client_of(server: StreamlitServer, key: str = "anything") -> openai.OpenAI:
+    """What a pipeline written for OpenAI changes: the base URL (a loopback caller's key
+    may be anything)."""
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+
+
+def chats(count: int, max_tokens: int = 8) -> io.BytesIO:
+    lines = [
+        request_line(f"q{i}", f"Count to {i % 7 + 2}.", max_tokens=max_tokens, temperature=0)
+        for i in range(count)
+    ]
+    return io.BytesIO(("\n".join(lines) + "\n").encode())
+
+
+def wait_for(client: openai.OpenAI, batch_id: str, until: set[str]) -> tuple[Batch, list[str]]:
+    """Polls a batch until its status is in ``until``; returns it and the statuses seen."""
+    seen: list[str] = []
+    deadline = time.monotonic() + ENGINE_DEADLINE
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if not seen or seen[-1] != batch.status:
+            seen.append(batch.status)
+        if batch.status in until:
+            return batch, seen
+        time.sleep(POLL_SECONDS)
+    pytest.fail(f"batch {batch_id} still {seen[-1]} after {ENGINE_DEADLINE} s (saw {seen})")
+
+
+def test_one_process_serves_the_pages_and_the_api_on_one_port(served):
+    assert httpx.get(f"{served.url}/_stcore/health").text == "ok"
+    assert "<html" in httpx.get(served.url).text.lower()
+    models = client_of(served).models.list()
+    assert "SmolLM2-135M-Instruct" in [m.id for m in models]
+    listening = {
+        c.laddr.port
+        for c in psutil.Process(served.process.pid).net_connections()
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert served.port in listening  # `core serve` became the server: one process
+
+
+@pytest.mark.engine
+def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(served):
+    client = client_of(served)
+    upload = client.files.create(file=("questions.jsonl", chats(6)), purpose="batch")
+    assert isinstance(upload, FileObject)
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"pipeline": "nightly"},
+    )
+    assert batch.status == "validating"
+    done, seen = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"})
+    assert done.status == "completed", (seen, done)
+    order = ["validating", "in_progress", "finalizing", "completed"]
+    assert [order.index(s) for s in seen] == sorted(order.index(s) for s in seen)
+    assert done.created_at <= done.in_progress_at <= done.finalizing_at <= done.completed_at
+    assert done.request_counts.model_dump() == {"total": 6, "completed": 6, "failed": 0}
+    assert done.error_file_id is None and done.metadata == {"pipeline": "nightly"}
+    lines = [json.loads(line) for line in client.files.content(done.output_file_id).iter_lines()]
+    assert sorted(line["custom_id"] for line in lines) == [f"q{i}" for i in range(6)]
+    for line in lines:
+        answer = validate_line(line, CHAT_URL)
+        assert answer.choices[0].message.content  # the model wrote something
+    # It is a job like any other: the app's job folder holds it, named from its file.
+    spec = json.loads((served.home / "jobs" / batch.id / "job.json").read_text())
+    assert spec["name"] == "questions" and spec["batch"]["input_file_id"] == upload.id
+    # The input may go once the batch is made: the job keeps its own copy.
+    assert client.files.delete(upload.id).deleted
+    assert client.batches.retrieve(batch.id).status == "completed"
+    ids = [b.id for b in client.batches.list(limit=1)]  # one per page: the SDK pages on
+    assert batch.id in ids and len(ids) == len(set(ids))
+
+
+@pytest.mark.engine
+def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
+    client = client_of(served)
+    upload = client.files.create(file=("many.jsonl", chats(280, max_tokens=4)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    # OpenAI's in_progress covers the model's load, which a cancel stops at once; a drain
+    # needs requests in the engine, so wait (in the job folder) for it to run them.
+    status_file = served.home / "jobs" / batch.id / "status.json"
+    deadline = time.monotonic() + ENGINE_DEADLINE
+    while json.loads(status_file.read_text())["state"] != "running":
+        assert time.monotonic() < deadline, status_file.read_text()
+        time.sleep(0.2)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    gone, seen = wait_for(client, batch.id, {"cancelled", "completed", "failed"})
+    assert gone.status == "cancelled", seen
+    assert gone.cancelling_at and gone.cancelled_at
+    finished = gone.request_counts.completed
+    assert 0 < finished < 280, gone.request_counts
+    lines = [json.loads(line) for line in client.files.content(gone.output_file_id).iter_lines()]
+    assert len(lines) == finished
+    for line in lines:
+        validate_line(line, CHAT_URL)
+
+
+def _outward_address() -> str | None:
+    """An address of this machine that is not loopback (None when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_beyond_loopback_the_api_needs_a_key(studio_home, tmp_path):
+    address = _outward_address()
+    if address is None:
+        pytest.fail("this machine has no address beyond loopback to serve on")
+    made = run_cli("keys", "create", "ops")
+    key = made.stdout.strip()
+    assert made.returncode == 0 and key.startswith("bs-")
+    env = {"BATCH_STUDIO_OPEN": "1"}
+    server = StreamlitServer(studio_home, tmp_path, address=address, env=env, serve=True)
+    try:
+        server.start()
+        url = f"http://{address}:{server.port}/v1"
+        refused = httpx.get(f"{url}/batches")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=url, api_key="bs-guess", max_retries=0).batches.list()
+        ops = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
+        assert list(ops.batches.list()) == []
+        file = ops.files.create(file=("a.jsonl", chats(1)), purpose="batch")
+        assert ops.files.retrieve(file.id).id == file.id
+    finally:
+        server.stop()
