@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from core.check.sampling import RequestError
+from core.check.tools import forced_tool
 from core.config import SAMPLE_DATA
 from core.plan.builder import (
     BuildError,
@@ -28,6 +30,7 @@ from core.plan.embed_builder import (
     MAX_ROWS_PER_LINE,
     EmbedSpec,
 )
+from core.plan.rerank_builder import RerankSpec
 from pages.shared import drafted, escape, keep, kept, paths, signed_in_user, through_app
 
 ROW_NUMBERS = "(row numbers)"
@@ -101,7 +104,7 @@ st.caption(
 st.dataframe(table.head(5), hide_index=True, width="stretch", key="table_head")
 
 # Every field of the draft is kept for the session: leaving the page forgets nothing.
-KINDS = ["Chat prompts", "Embeddings"]
+KINDS = ["Chat prompts", "Embeddings", "Rerank"]
 kind = keep(
     "build_kind",
     st.radio(
@@ -111,7 +114,8 @@ kind = keep(
         horizontal=True,
         key="build_kind",
         help="Chat prompts: /v1/chat/completions lines from templates. Embeddings: "
-        "/v1/embeddings lines, one column's texts to turn into vectors.",
+        "/v1/embeddings lines, one column's texts to turn into vectors. Rerank: /v1/rerank "
+        "lines, one per query, from a table of (query, document) rows.",
     ),
 )
 embeddings = kind == "Embeddings"
@@ -126,13 +130,60 @@ id_choice = keep(
     ),
 )
 task = drafted(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
-if not embeddings:
+if kind == KINDS[0]:
     prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
 job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
 id_column = None if id_choice == ROW_NUMBERS else id_choice
 first_text = default_text_column(table, id_choice)  # the longest texts, never a timestamp
-spec: BuildSpec | EmbedSpec
-if embeddings:
+spec: BuildSpec | EmbedSpec | RerankSpec
+if kind == "Rerank":
+    c1, c2, c3 = st.columns(3)
+    picked = [kept(f"build_rerank_{n}", d) for n, d in (("query", columns[0]), ("doc", first_text))]
+    query_column = keep(
+        "build_rerank_query",
+        c1.selectbox(
+            "Query column",
+            columns,
+            index=columns.index(picked[0]) if picked[0] in columns else 0,
+            key="build_rerank_query",
+        ),
+    )
+    document_column = keep(
+        "build_rerank_doc",
+        c2.selectbox(
+            "Document column",
+            columns,
+            index=columns.index(picked[1]) if picked[1] in columns else 0,
+            key="build_rerank_doc",
+        ),
+    )
+    label_options = ["(none)", *columns]
+    label_default = kept("build_rerank_label", "(none)")
+    label_column = keep(
+        "build_rerank_label",
+        c3.selectbox(
+            "Relevance label column (optional)",
+            label_options,
+            index=label_options.index(label_default) if label_default in label_options else 0,
+            key="build_rerank_label",
+            help="Numbers, 0 for not relevant: kept in metadata.relevance, so Results and "
+            "Dashboards give the ranking's NDCG and MRR.",
+        ),
+    )
+    c1, c2 = st.columns(2)
+    model_name = drafted(c1.text_input, "body.model", "rerank-model", "build_rerank_model")
+    top_n = drafted(c2.number_input, "top_n (0: all)", 0, "build_top_n", min_value=0)
+    spec = RerankSpec(
+        query_column=query_column,
+        document_column=document_column,
+        label_column=None if label_column == "(none)" else label_column,
+        id_column=id_column,
+        task=task.strip(),
+        model=model_name.strip() or "rerank-model",
+        top_n=int(top_n),
+        job_id=job_id.strip(),
+    )
+elif embeddings:
     text_default = kept("build_embed_column", first_text)
     text_column = keep(
         "build_embed_column",
@@ -228,6 +279,22 @@ else:
         step=0.1,
     )
     keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
+    params = {"max_tokens": int(max_tokens), "temperature": float(temperature)}
+    if drafted(st.checkbox, "Answer as a tool call (a function's arguments)", False, "build_tool"):
+        tool_name = drafted(st.text_input, "Function name", "extract", "build_tool_name")
+        tool_schema = drafted(
+            st.text_area,
+            "Its parameters: a JSON Schema of an object",
+            '{"type": "object", "properties": {"summary": {"type": "string"}}, '
+            '"required": ["summary"]}',
+            "build_tool_schema",
+            height=140,
+        )
+        try:
+            params.update(forced_tool(tool_name.strip(), tool_schema))
+        except RequestError as exc:
+            st.error(escape(exc))
+            st.stop()
     spec = BuildSpec(
         user_template=user_template,
         system_prompt=system_prompt,
@@ -236,7 +303,7 @@ else:
         model=model_name.strip() or "gpt-4o-mini",
         prompt_version=prompt_version.strip(),
         job_id=job_id.strip(),
-        params={"max_tokens": int(max_tokens), "temperature": float(temperature)},
+        params=params,
         skip_empty=not keep_empty,
     )
 

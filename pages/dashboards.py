@@ -18,6 +18,7 @@ from core.plan.pricing import (
 from core.qa.grading import refresh
 from core.store import dashboards as dash
 from core.store.db import Store
+from pages.ranking_views import show_ranking_quality
 from pages.shared import escape, following, job_labels, jobs_or_stop, store, through_app
 
 through_app()
@@ -101,6 +102,8 @@ for i, (name, fig) in enumerate(figures.items()):
         # The chart's toolbar has "Download plot as a png" (named after the chart).
         options = {"toImageButtonOptions": {"filename": name, "format": "png"}}
         st.plotly_chart(fig, key=f"chart_{name}", config=options)
+
+show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank")  # labelled reranks
 
 # One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
 c = st.columns([2, 1])

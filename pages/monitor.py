@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import recent_lines
 from core.run.monitoring import Rates, rates, read_samples
@@ -167,6 +168,23 @@ def resource_charts(samples: list[dict]) -> None:
             col.plotly_chart(_chart({title: (times, values)}, title), key=field)
 
 
+def engine_section(numbers: dict) -> None:
+    """The engine's own gauges while a job runs (its metrics, read at each heartbeat)."""
+    state = read_state(paths().home)
+    held = [f"{m.name} ({m.memory_mib:,.0f} MiB)" for m in state.models] if state else []
+    st.caption("Engine: " + (", ".join(held) + " loaded" if held else "no model loaded"))
+    c = st.columns(4)
+    c[0].metric("KV cache used", f"{numbers['kv_cache_usage']:.0%}")
+    c[1].metric("Requests running", numbers["running"])
+    c[2].metric("Requests waiting", numbers["waiting"], help="Admitted, waiting for room.")
+    rate = numbers.get("prefix_cache_hit_rate")
+    c[3].metric(
+        "Prefix-cache hits",
+        "–" if rate is None else f"{rate:.0%}",
+        help="Share of this job's prompt tokens found in the engine's prefix cache.",
+    )
+
+
 def show(job: JobFolder) -> None:
     status = job.read_status()
     samples = read_samples(job.metrics)
@@ -196,8 +214,8 @@ def show(job: JobFolder) -> None:
         c[1].metric(
             "Output tokens/s" + (" (average)" if final else ""),
             f"{speed.tokens_per_s:.0f}",
-            help=f"average {speed.average_tokens_per_s:.0f}; running requests' tokens count "
-            "as the engine generates them",
+            help=f"average {speed.average_tokens_per_s:.0f}; since the first token, running "
+            "requests' tokens counted as the engine generates them",
         )
     eta, eta_help = _eta(status, speed)
     c[2].metric("ETA", eta, help=eta_help)
@@ -210,7 +228,12 @@ def show(job: JobFolder) -> None:
     c = st.columns(4)
     c[0].metric("Succeeded", status.succeeded)
     c[1].metric("Failed", status.failed)
-    c[2].metric("Model load", _duration(status.model_load_seconds))
+    warm = status.model_load_seconds == 0
+    c[2].metric(
+        "Model load",
+        "warm" if warm else _duration(status.model_load_seconds),
+        help="The engine held the model loaded: no load." if warm else None,
+    )
     c[3].metric("First result after", _duration(status.first_result_seconds))
     if status.runs > 1:  # a resume or retry: the figures above are the whole job's
         st.caption(
@@ -224,6 +247,9 @@ def show(job: JobFolder) -> None:
         st.error(escape(status.error))
     if status.in_flight and not final:
         st.caption(f"{status.in_flight:,} requests in the engine now.")
+    numbers = samples[-1].get("engine") if samples else None
+    if numbers and not final:
+        engine_section(numbers)
     if status.interrupted:
         st.warning(
             "The worker stopped without finishing (killed or crashed). Resume runs "

@@ -13,6 +13,7 @@ from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
 from core.store import vectors as vec
+from pages.ranking_views import show_ranked_documents, show_ranking_quality
 from pages.shared import (
     escape,
     job_labels,
@@ -224,6 +225,7 @@ else:
                 st.error(escape(f"{item['error_code']}: {item['error_message']}"))
             else:
                 st.text(item["answer"] or "")
+                show_ranked_documents(item["raw"], item["metadata"])  # a rerank result
             st.caption(
                 f"status {item['status']} · finish {item['finish_reason']} · "
                 f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
@@ -238,6 +240,8 @@ else:
 if has_vectors:
     on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
     show_vectors(db, job_id, open_job(job_id).read_spec().vectors_folder, on_page)
+
+show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank lines only
 
 # -- export -----------------------------------------------------------------------------------
 st.subheader("Export")

@@ -1,4 +1,5 @@
-"""Settings: where data and models live, and the model folders found."""
+"""Settings: where data and models live, the model folders found, and the engine's
+loaded models (with their idle time and an Unload button)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ import streamlit as st
 from core.api.keys import read_keys as api_keys
 from core.config import default_model_dir, models_dir
 from core.devices import gpu_count
+from core.jobs.engine_files import (
+    IDLE_ENV,
+    EngineCommand,
+    EngineSettings,
+    describe,
+    idle_override,
+    idle_seconds,
+    read_settings,
+    read_state,
+    send_command,
+    write_settings,
+)
 from core.model_folders import is_model_folder, model_folders
 from pages.shared import paths, through_app
 
@@ -53,6 +66,37 @@ st.caption(
     "Put any Hugging Face model folder (config, weights, tokenizer) under the models "
     "folder to see it here, or give its path on the Run page."
 )
+
+st.subheader("Engine")
+engine_state = read_state(data.home)
+override = idle_override()
+idle = st.number_input(
+    "Keep models loaded after the last job (seconds)",
+    min_value=0,
+    value=int(idle_seconds(data.home)),
+    step=60,
+    disabled=override is not None,
+    help="The next job on a loaded model then starts at once; 0 frees the memory at once.",
+)
+if override is not None:
+    st.caption(f"Set by `core serve --engine-idle` ({IDLE_ENV}={override:g}).")
+elif idle != read_settings(data.home).idle_seconds:
+    write_settings(data.home, EngineSettings(idle_seconds=idle))
+    st.toast(f"Models now stay loaded {idle} s after the last job.")
+for line in describe(engine_state)[:1]:
+    st.write(line)
+if engine_state is not None:
+    for loaded in engine_state.models:
+        c = st.columns([3, 2, 2, 1])
+        c[0].write(f"**{loaded.name}** ({loaded.kind})")
+        c[1].write(f"{loaded.memory_mib:,.0f} MiB")
+        c[2].write(f"loaded in {loaded.load_seconds:.1f} s")
+        if c[3].button("Unload", key=f"unload-{loaded.model}"):
+            send_command(data.home, EngineCommand(action="unload", model=loaded.model))
+            st.toast(f"Unloading {loaded.name} (after the job running now, if any).")
+    if st.button("Stop the engine", help="Unload every model and end the resident worker."):
+        send_command(data.home, EngineCommand(action="stop"))
+        st.toast("Stopping the engine.")
 
 st.subheader("API keys")
 keys = api_keys(data.home)

@@ -16,7 +16,7 @@ from core.config import DataPaths, data_paths
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
 from core.jobs.ledger import summary as ledger_summary
 from core.jobs.submit import Refused, resubmit
-from core.plan.estimate import format_duration
+from core.plan.estimate import format_duration, load_note
 from core.plan.pricing import format_money
 from core.recent import Latest
 from core.schemas import job_label as label_of
@@ -392,6 +392,12 @@ def estimate_metrics(estimate: dict) -> None:
         f"{estimate['expected_output_tokens']:,}",
         help=f"At most {estimate['max_output_tokens']:,}",
     )
-    cols[2].metric("Time", format_duration(estimate["seconds"]))
+    notes = [
+        load_note(m["model"], m.get("loaded", False), m.get("load_seconds") or 0.0)
+        for m in estimate.get("models") or []
+    ]
+    cols[2].metric(
+        "Time", format_duration(estimate["seconds"]), help="; ".join(n for n in notes if n) or None
+    )
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
     cols[3].metric("Cost", format_money(cost, currency))

@@ -32,7 +32,7 @@ def _pairs(_db: Store, job_id: str, threshold: float, version: tuple) -> vec.Nea
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def _embedded(model: str, text: str) -> list[float]:
-    """A typed text's vector, made once per model and text (each costs a model load)."""
+    """A typed text's vector, made once per model and text (by the warm engine)."""
     return tq.embed_texts(model, [text])[0].tolist()
 
 
@@ -132,11 +132,12 @@ def _similar_view(
         return
     st.caption(
         escape(f"Embedded with {model.name} ({note}). ")
-        + "Each new text starts the model in its own process: about 20 s on a CPU."
+        + "The engine embeds it on the warm model: the first text loads the model (about "
+        + "20 s on a CPU), later ones take well under a second while it stays loaded."
     )
     wanted = (str(model), text.strip())
     if st.button("Embed and search", key="similar_go", disabled=not text.strip()):
-        with st.spinner(f"Embedding with {escape(model.name)} (about 20 s on a CPU)…"):
+        with st.spinner(f"Embedding with {escape(model.name)}…"):
             try:
                 st.session_state["similar_vector"] = (wanted, _embedded(*wanted))
             except vec.VectorError as exc:

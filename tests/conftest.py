@@ -13,6 +13,10 @@ import pytest
 from core.config import REPO_ROOT
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
 
+# Workers that tests start exit after their last job, as before the resident engine, unless
+# a test asks for an idle time (tests/test_resident.py): none outlives its test.
+os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
+
 
 @pytest.fixture
 def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

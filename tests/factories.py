@@ -18,7 +18,8 @@ from core.check.requests import EngineRequest
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, create_job
 from core.run import worker
-from core.run.outputs import Choice, Completion, error_line, success_line
+from core.run.outputs import Choice, Completion, Embeddings, error_line
+from core.run.retry import result_line
 from core.schemas import EngineConfig, to_json
 
 
@@ -50,7 +51,8 @@ class ScriptedExecutor(StandIn):
     """Stands in for the engine: answers each request as its row says.
 
     A row is ``{custom_id, answer, finish, tokens, prompt_tokens, latency_ms, error}``;
-    ``answer`` None makes the request fail with ``error`` (default: engine_rejected).
+    ``answer`` None makes the request fail with ``error`` (default: engine_rejected). A
+    row with ``vectors`` (one per input) answers an embedding model's request.
     """
 
     def __init__(self, rows: dict[str, dict[str, Any]], model: str) -> None:
@@ -61,6 +63,9 @@ class ScriptedExecutor(StandIn):
 
     def line(self, request: EngineRequest) -> dict:
         row = self.rows[request.custom_id]
+        if row.get("vectors") is not None:  # an embeddings, score or rerank request
+            vectors = Embeddings(row.get("prompt_tokens", 5), row["vectors"])
+            return result_line(request, self.model, vectors)
         if row.get("answer") is None:
             code, message = row.get("error", ("engine_rejected", "prompt too long"))
             return error_line(request.custom_id, code, message)
@@ -69,7 +74,7 @@ class ScriptedExecutor(StandIn):
             [Choice(row["answer"], row.get("finish", "stop"), row.get("tokens", 3))],
             latency_ms=row.get("latency_ms"),
         )
-        return success_line(request.custom_id, self.model, completion, request.url)
+        return result_line(request, self.model, completion)  # a forced tool call included
 
 
 def finished_job(

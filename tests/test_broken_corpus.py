@@ -66,7 +66,7 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
         (6, "error", "messages[0].content must be a string or a list of text parts, got int"),
         (7, "error", "messages[0].content has a 'image_url' part; the model reads text only"),
         (8, "error", "messages[0] (user) has no content"),
-        (9, "error", "(tool calling is not supported)"),
+        (9, "error", "messages[0].tool_call_id is missing; name the call answered"),
         (10, "warning", "messages[2] is a system message after the conversation started"),
     ]),
     "parameters.jsonl": (9, 0, [
@@ -78,7 +78,7 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
         (6, "error", "body.n must be at least 1 and at most 16, got 0"),
         (7, "error", "body.temperature must be a number, got 'hot'"),
         (8, "error", "body.max_tokens must be an integer, got True"),
-        (9, "error", "body.tools: tool calling is not supported by the batch engine"),
+        (9, "error", "body.tool_choice: tool_choice 'auto' lets the model decide"),
     ]),
     "unknown_fields.jsonl": (2, 2, [
         (1, "warning", "body.frobnicate is not a field the engine knows; it is ignored"),

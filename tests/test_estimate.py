@@ -77,6 +77,7 @@ def test_time_is_the_expected_output_at_the_measured_speed_plus_the_model_load(
     # A worker holding the model loaded skips the load.
     loaded = estimate(report_for(), PriceTable(), loaded=frozenset({MODEL}), home=tmp_path)
     assert loaded.seconds == pytest.approx(50.0)
+    assert f"no model load: the engine holds {MODEL} loaded now" in estimate_lines(loaded)[0]
 
 
 def test_measured_answers_are_replayed_against_each_lines_own_limit(tmp_path: Path) -> None:

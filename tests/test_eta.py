@@ -78,3 +78,16 @@ def test_requests_before_the_tail_count_at_the_token_rate(monkeypatch) -> None:
     assert waiting == Waiting(6, (101, 102), (105, 106))  # a count and two ends, no copy
     seconds = remaining_seconds([(1, 100)], waiting, 2, draws, StepTime(1.0, 0.0), 20.0)
     assert seconds == pytest.approx(2.0 + 10.0)
+
+
+def test_before_the_first_token_the_forecast_says_nothing_yet_without_failing() -> None:
+    from core.run.engine import EngineActivity
+    from core.run.eta import Forecast
+
+    forecast = Forecast(ModelRecord(), window=4)
+    waiting = Waiting.of({"a": (10, 16), "b": (10, 16)}, admitted=2)
+    prompts = EngineActivity(prompt_tokens=40, running=2, progress=((0, 16), (0, 16)))
+    # The heartbeat reads the engine while it is still on the prompts: no tokens, no ETA
+    # (this raised IndexError, so the status lost the engine's numbers until tokens came).
+    assert forecast.seconds(10.0, prompts, waiting) is None
+    assert forecast.seconds(12.0, prompts, waiting) is None

@@ -82,7 +82,7 @@ def test_multi_turn_and_text_parts_become_plain_text():
         ({"top_p": 0}, "body.top_p must be in (0, 1]"),
         ({"max_tokens": 0}, "body.max_tokens must be at least 1"),
         ({"n": 0}, "body.n must be at least 1"),
-        ({"tools": [{"type": "function"}]}, "tool calling is not supported"),
+        ({"tools": [{"type": "function"}]}, "body.tools[0].function must be an object"),
         ({"top_logprobs": 2}, "needs body.logprobs"),
         ({"stop": [1]}, "body.stop must be a string"),
         ({"messages": []}, "body.messages must be a non-empty list"),

@@ -318,8 +318,9 @@ def test_a_chat_job_shows_no_vector_views() -> None:
 
 @pytest.mark.engine
 def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path) -> None:
-    """The child process the page runs for a typed text: the built-in model on vLLM, its
-    vectors those of the sentence-transformers recipe (as a job's are)."""
+    """A typed text as the page embeds it (on the resident worker's warm engine): the
+    built-in model on vLLM, its vectors those of the sentence-transformers recipe (as a
+    job's are)."""
     import time
 
     from tests.test_embedding_model import reference_vectors
@@ -327,7 +328,7 @@ def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path) -> N
     texts = ["Please refund the duplicate payment.", "A cat sat on the mat."]
     started = time.monotonic()
     vectors = tq.embed_texts(embedding_model, texts)
-    print(f"core embed of {len(texts)} texts: {time.monotonic() - started:.1f} s")
+    print(f"{len(texts)} typed texts embedded: {time.monotonic() - started:.1f} s")
     expected = reference_vectors(embedding_model, texts)
     assert vectors.shape == (2, 384) and vectors.dtype == np.float32
     cosines = (vectors * expected).sum(1) / np.linalg.norm(vectors, axis=1)

@@ -11,6 +11,7 @@ from typing import Any
 from core.check.fast_path import FastChatLine
 from core.check.report import CONTEXT_EXCEEDED, CheckedLine, Problem
 from core.check.scanner import Batch
+from core.check.scoring import input_field
 from core.config import default_embedding_model_dir
 from core.model_folders import is_embedding_model
 
@@ -172,14 +173,16 @@ def _count_inputs(batch: Batch, entries: list, counter: Any, counts: dict[int, A
         if over is None:
             counts[index] = (sum(numbers), None)
             continue
+        request = batch.items[index].request
+        where = input_field(request.texts_from, request.queries, over)
         counts[index] = Problem(
             batch.line_nos[index],
             "error",
-            f"body.input[{over}] has {numbers[over]:,} tokens; {Path(counter.folder).name} "
+            f"{where} has {numbers[over]:,} tokens; {Path(counter.folder).name} "
             f"takes at most {limit:,} per input: shorten it or split it",
             batch.items[index].custom_id,
             CONTEXT_EXCEEDED,
-            "body.input",
+            where.split("[")[0],
         )
 
 

@@ -1,11 +1,11 @@
 """From a batch line's ``url`` and ``body`` to what the engine runs.
 
-Four OpenAI endpoints are part of the contract: chat completions (``messages``),
-completions (a ``prompt`` string), responses (``input`` as a string or a message list,
-``instructions``, ``max_output_tokens``) and embeddings (``input`` texts or token ids,
-run on an embedding model). Every field of a body is either mapped onto vLLM's
+Endpoints: OpenAI's chat completions (``messages``; forced tool calls: :mod:`.tools`),
+completions (a ``prompt``), responses (``input``, ``instructions``, ``max_output_tokens``),
+embeddings (``input`` texts or token ids), and vLLM's score and rerank (:mod:`.scoring`);
+the last three run on an embedding model. Every field of a body is mapped onto vLLM's
 ``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
-here (tool calling, audio: a per-line error), or unknown (a warning, never silently dropped).
+here (audio: a per-line error), or unknown (a warning, never silently dropped).
 
 This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
 the mapping is testable alone.
@@ -21,24 +21,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.check.sampling import RequestError, Sampling, integer
+from core.check.scoring import rerank_fields, score_fields
+from core.check.tools import tool_plan, tool_turn
 from core.schemas import JobDefaults
 
 CHAT_URL = "/v1/chat/completions"
 COMPLETIONS_URL = "/v1/completions"
 RESPONSES_URL = "/v1/responses"
 EMBEDDINGS_URL = "/v1/embeddings"
-SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
+SCORE_URL = "/v1/score"
+RERANK_URL = "/v1/rerank"
+SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL, SCORE_URL, RERANK_URL)
+POOLING_URLS = (EMBEDDINGS_URL, SCORE_URL, RERANK_URL)  # run on an embedding model
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 LEADING_ROLES = ("system", "developer")
 
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.
 UNSUPPORTED_FIELDS = {
-    "tools": "tool calling is not supported by the batch engine",
-    "tool_choice": "tool calling is not supported by the batch engine",
-    "functions": "function calling is not supported by the batch engine",
-    "function_call": "function calling is not supported by the batch engine",
-    "parallel_tool_calls": "tool calling is not supported by the batch engine",
+    "functions": "the legacy functions field is not supported; use tools",
+    "function_call": "the legacy function_call field is not supported; use tool_choice",
     "audio": "audio output is not supported",
     "modalities": "only text output is supported",
     "prediction": "predicted outputs are not supported",
@@ -53,9 +55,9 @@ COMPLETIONS_UNSUPPORTED = {
     "stream_options": "streaming is not available in a batch",
 }
 RESPONSES_UNSUPPORTED = {
-    "tools": "tool calling is not supported by the batch engine",
-    "tool_choice": "tool calling is not supported by the batch engine",
-    "parallel_tool_calls": "tool calling is not supported by the batch engine",
+    "tools": "tool calling runs on /v1/chat/completions only",
+    "tool_choice": "tool calling runs on /v1/chat/completions only",
+    "parallel_tool_calls": "tool calling runs on /v1/chat/completions only",
     "previous_response_id": "a batch line cannot continue a stored response; send the "
     "whole conversation in input",
     "conversation": "a batch line cannot continue a stored conversation; send the whole "
@@ -86,6 +88,9 @@ class EngineRequest:
             of token ids (None for the other endpoints).
         encoding_format: how its vectors are written: ``float`` lists or ``base64``.
         dimensions: the vector size the body asks for (checked against the model).
+        tool_choice, tool_name: a forced tool call (:mod:`core.check.tools`).
+        queries, top_n, texts_from: how a score or rerank request's ``inputs`` pair up
+            (:mod:`core.check.scoring`).
     """
 
     custom_id: str
@@ -100,10 +105,15 @@ class EngineRequest:
     inputs: list[str | list[int]] | None = None
     encoding_format: str = "float"
     dimensions: int | None = None
+    tool_choice: str | None = None
+    tool_name: str | None = None
+    queries: int = 0
+    top_n: int = 0
+    texts_from: tuple[str, ...] = ()
 
     @property
     def is_embedding(self) -> bool:
-        """True for a ``/v1/embeddings`` request (it runs on an embedding model)."""
+        """True for a request run on an embedding model (embeddings, score, rerank)."""
         return self.inputs is not None
 
     @property
@@ -158,6 +168,10 @@ def _role_order_warnings(roles: list[str]) -> list[str]:
 def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dict[str, str]]:
     """Checks a ``messages`` list and returns it with plain-text content.
 
+    An assistant message's ``tool_calls`` become text after its content (the JSON of the
+    calls, as :func:`core.check.tools.call_text` writes it), so the model sees them; a
+    ``tool`` message keeps its role and must answer one of those calls.
+
     Raises:
         RequestError: empty or malformed messages, an unknown role, non-text content, no
             user message, or a conversation that ends with the assistant.
@@ -165,15 +179,19 @@ def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dic
     if not isinstance(messages, list) or not messages:
         raise RequestError(f"{field_name} must be a non-empty list of messages")
     parsed = []
+    call_ids: set[str] = set()
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestError(f"messages[{index}] must be an object with 'role' and 'content'")
         role = message.get("role")
         if role not in ROLES:
-            hint = " (tool calling is not supported)" if role == "tool" else ""
-            raise RequestError(
-                f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}{hint}"
-            )
+            raise RequestError(f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}")
+        shown = tool_turn(index, message, call_ids)
+        if shown is not None:  # an assistant's tool calls, after what it said
+            said = message.get("content")
+            text = _message_text(index, said) + "\n" + shown if said else shown
+            parsed.append({"role": role, "content": text})
+            continue
         if "content" not in message or message["content"] is None:
             raise RequestError(f"messages[{index}] ({role}) has no content")
         parsed.append({"role": role, "content": _message_text(index, message["content"])})
@@ -258,6 +276,9 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
     json_schema = None
     if sampling.present("response_format"):
         json_schema = _response_format(body["response_format"])
+    sampling.present("tools", "tool_choice", "parallel_tool_calls")
+    tools = tool_plan(body)
+    json_schema = tools.schema if tools.choice else json_schema  # a forced call's shape
     warnings = _role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
     return EngineRequest(
@@ -270,6 +291,8 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
         CHAT_URL,
         None,
         tuple(sampling.defaulted),
+        tool_choice=tools.choice,
+        tool_name=tools.name,
     )
 
 
@@ -440,11 +463,23 @@ def parse_embeddings_body(
     )
 
 
+def parse_score_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+    """Maps a ``/v1/score`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
+    return EngineRequest(custom_id, [], {}, _model(body), url=SCORE_URL, **score_fields(body))
+
+
+def parse_rerank_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+    """Maps a ``/v1/rerank`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
+    return EngineRequest(custom_id, [], {}, _model(body), url=RERANK_URL, **rerank_fields(body))
+
+
 PARSERS = {
     CHAT_URL: parse_body,
     COMPLETIONS_URL: parse_completions_body,
     RESPONSES_URL: parse_responses_body,
     EMBEDDINGS_URL: parse_embeddings_body,
+    SCORE_URL: parse_score_body,
+    RERANK_URL: parse_rerank_body,
 }
 
 

@@ -22,7 +22,7 @@ from core.check.report import (
     CheckReport,
     Problem,
 )
-from core.check.requests import CHAT_URL, EMBEDDINGS_URL
+from core.check.requests import CHAT_URL, POOLING_URLS
 from core.check.sampling import copied_answers
 from core.check.scanner import Batch
 from core.schemas import JobDefaults
@@ -218,7 +218,7 @@ class Summary:
             if not valid:
                 continue
             valid_lines += lines
-            if url == EMBEDDINGS_URL:  # no sampling: vectors, not text
+            if url in POOLING_URLS:  # no sampling: vectors (and scores), not text
                 continue
             report.max_output_tokens += max_tokens * n * lines
             values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p}
@@ -259,8 +259,8 @@ class Summary:
     def finish(self, bom: bool, crlf: bool) -> None:
         """Adds the file-level notes and unfolds the distributions (call once, at the end)."""
         report = self.report
-        # Names only embeddings lines use run on the embedding model.
-        uses = {(shape[2] or "", shape[1] == EMBEDDINGS_URL) for shape in self.shapes}
+        # Names only embeddings (score, rerank) lines use run on the embedding model.
+        uses = {(shape[2] or "", shape[1] in POOLING_URLS) for shape in self.shapes}
         embedding_names = {name for name, embeds in uses if embeds and (name, False) not in uses}
         self._unfold_shapes()
         notes = []

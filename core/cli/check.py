@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 from core.check import check_file
+from core.check.sampling import RequestError
+from core.check.tools import forced_tool
 from core.cli.common import (
     EXIT_INVALID,
     EXIT_USAGE,
@@ -70,6 +72,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     from core.plan.builder import BuildError, BuildSpec, build_file, preview, read_table
     from core.plan.embed_builder import DEFAULT_EMBEDDING_MODEL, EmbedSpec
+    from core.plan.rerank_builder import RerankSpec
 
     table_file = input_file(args.table)
     if table_file is None:
@@ -77,8 +80,22 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not args.preview and not args.output:
         print("error: give -o OUTPUT (or --preview N)", file=sys.stderr)
         return EXIT_USAGE
-    spec: BuildSpec | EmbedSpec
-    if args.embed_column:  # an embeddings batch: one column's texts, no templates
+    spec: BuildSpec | EmbedSpec | RerankSpec
+    if args.rerank_query:  # a rerank batch: one line per query, its rows' documents
+        if not args.rerank_document:
+            print("error: --rerank-query needs --rerank-document", file=sys.stderr)
+            return EXIT_USAGE
+        spec = RerankSpec(
+            query_column=args.rerank_query,
+            document_column=args.rerank_document,
+            label_column=args.rerank_label,
+            id_column=args.id_column,
+            task=args.task,
+            model=args.model_name or "rerank-model",
+            top_n=args.top_n,
+            job_id=args.job_id or "",
+        )
+    elif args.embed_column:  # an embeddings batch: one column's texts, no templates
         spec = EmbedSpec(
             column=args.embed_column,
             id_column=args.id_column,
@@ -105,6 +122,13 @@ def cmd_build(args: argparse.Namespace) -> int:
             "temperature": args.temperature,
             "top_p": args.top_p,
         }
+        if args.tool_schema:  # every answer a call of this function (a forced tool call)
+            try:
+                text = Path(args.tool_schema).read_text(encoding="utf-8")
+                params.update(forced_tool(args.tool_name, text))
+            except (OSError, RequestError) as exc:
+                print(f"error: --tool-schema: {exc}", file=sys.stderr)
+                return EXIT_INVALID
         spec = BuildSpec(
             user_template=user_template,
             system_prompt=args.system or "",
@@ -180,10 +204,23 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--temperature", type=float)
     build.add_argument("--top-p", type=float)
     build.add_argument(
+        "--tool-schema",
+        metavar="FILE",
+        help="answer with a call of one function: its parameters' JSON Schema",
+    )
+    build.add_argument("--tool-name", default="extract", help="the function's name (--tool-schema)")
+    build.add_argument(
         "--keep-empty",
         action="store_true",
         help="render empty cells as '' instead of leaving rows out",
     )
+    rerank = build.add_argument_group("a rerank batch (/v1/rerank) instead of chats")
+    rerank.add_argument("--rerank-query", metavar="COLUMN", help="the queries' column")
+    rerank.add_argument("--rerank-document", metavar="COLUMN", help="the documents' column")
+    rerank.add_argument(
+        "--rerank-label", metavar="COLUMN", help="relevance labels (metadata.relevance)"
+    )
+    rerank.add_argument("--top-n", type=int, default=0, help="ranked documents kept (0: all)")
     embed = build.add_argument_group("an embeddings batch (/v1/embeddings) instead of chats")
     embed.add_argument("--embed-column", metavar="COLUMN", help="embed this column's texts")
     embed.add_argument(

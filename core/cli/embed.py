@@ -1,9 +1,8 @@
 """``embed``: texts into vectors with an embedding model folder, printed as JSON.
 
-The UI process never loads vLLM (a crash or an out-of-memory there must not take the pages
-down), so "similar to a typed text" runs this command as a child process
-(:func:`core.store.text_query.embed_texts`). It loads ``vllm.LLM(model=DIR,
-runner="pooling")`` once, embeds every text, and prints
+A one-off from a shell: it loads its own engine (the app's "similar to a typed text" asks
+the resident worker's warm engine instead, :func:`core.store.text_query.embed_texts`).
+It loads ``vllm.LLM(model=DIR, runner="pooling")`` once, embeds every text, and prints
 ``{"model", "dimensions", "vectors", "load_seconds", "embed_seconds"}`` on stdout; vLLM's
 own output goes to stderr. On a 2-core CPU machine the whole command takes about 20 s
 (23 s measured on a busy one), nearly all of it starting Python and loading the model.

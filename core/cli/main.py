@@ -12,10 +12,12 @@ python -m core judge JOB --template FILE [--model DIR] [--failures-of RULE | --s
 python -m core judge JOB --template FILE --against JOB_B   (pairwise)
 python -m core models prepare
 python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
-python -m core serve [--host 127.0.0.1] [--port 8501]
+python -m core engine status [--json] | engine unload MODEL | engine stop
+python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 
-One module per command group (check, jobs, export, grade, judge, models, embed, serve, keys);
+One module per command group (check, jobs, export, grade, judge, models, embed, engine,
+serve, keys);
 each adds its commands.
 """
 
@@ -23,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 
-from core.cli import check, embed, export, grade, jobs, judge, keys, models, serve
+from core.cli import check, embed, engine, export, grade, jobs, judge, keys, models, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, judge, models, embed, serve, keys):
+    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys):
         group.add_commands(commands)
     return parser
 

@@ -10,6 +10,7 @@ import sys
 from core.access import OPEN_ENV, exposure_problem, open_override, sign_in_configured
 from core.cli.common import EXIT_USAGE
 from core.config import REPO_ROOT
+from core.jobs.engine_files import IDLE_ENV
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -17,6 +18,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if args.engine_idle is not None:
+        if args.engine_idle < 0:
+            print("error: --engine-idle must be 0 or more seconds", file=sys.stderr)
+            return EXIT_USAGE
+        # The workers the app starts inherit it (core.jobs.engine_files.idle_seconds).
+        os.environ[IDLE_ENV] = str(args.engine_idle)
     # server.py serves the pages (app.py) and the Batch API (/v1) on the same port.
     command = [sys.executable, "-m", "streamlit", "run", str(REPO_ROOT / "server.py")]
     command += ["--server.address", args.host, "--server.port", str(args.port)]
@@ -30,5 +37,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="start the app (refuses an open network address)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8501)
+    serve.add_argument(
+        "--engine-idle",
+        type=float,
+        metavar="SECONDS",
+        help="keep models loaded this long after the last job (default: Settings, 600)",
+    )
     serve.epilog = f"Beyond loopback, configure sign-in or set {OPEN_ENV}=1 (README)."
     serve.set_defaults(handler=cmd_serve)

@@ -281,6 +281,22 @@ def create_job(
     return job
 
 
+QUEUE_MARK = "queue.changed"  # touched when a job is queued: an idle worker stats it
+
+
+def mark_queue_changed(jobs_dir: Path) -> None:
+    """Tells an idle resident worker to look at the queue now (it also looks every few
+    seconds, for jobs queued another way)."""
+    (jobs_dir / QUEUE_MARK).touch()
+
+
+def queue_changed_at(jobs_dir: Path) -> int:
+    try:
+        return (jobs_dir / QUEUE_MARK).stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def start_worker(
     job: JobFolder, *, retry: bool = False, shard: int | None = None
 ) -> subprocess.Popen:
@@ -294,6 +310,7 @@ def start_worker(
     status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
     status.retry_shard = shard
     job.write_status(status)
+    mark_queue_changed(job.path.parent)
     log = job.log_file.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "core.run.worker", str(job.path)],

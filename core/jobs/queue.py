@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import IO
 
+from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 
 LOCK_NAME = "engine.lock"
@@ -45,9 +46,10 @@ def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
 
 
 def models_loaded(jobs_dir: Path) -> frozenset[str]:
-    """Names of the models a live worker holds now: a job queued behind it on the same
-    model runs without loading it again."""
-    names = set()
+    """Names of the models a live worker holds now (the resident worker's, and those of
+    jobs running): a job on one of them runs without loading it again."""
+    state = read_state(jobs_dir.parent)
+    names = {m.name for m in state.models} if state is not None else set()
     for job in list_jobs(jobs_dir):
         try:
             status = job.read_status()

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
-from core.check.requests import EMBEDDINGS_URL
+from core.check.requests import POOLING_URLS
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
@@ -125,9 +125,9 @@ def _refusals(report: CheckReport) -> dict[int, dict[str, str | None]]:
 
 
 def _embedding_model(submission: Submission, report: CheckReport) -> str | None:
-    """The embedding model folder, checked, when the file has embeddings lines (recorded in
-    ``job.json``, so a rerun embeds alike)."""
-    if submission.embedding_model is None and not report.urls.get(EMBEDDINGS_URL):
+    """The embedding model folder, checked, when the file has embeddings (or score, rerank)
+    lines (recorded in ``job.json``, so a rerun embeds alike)."""
+    if submission.embedding_model is None and not any(report.urls.get(u) for u in POOLING_URLS):
         return None
     return str(check_model_folder(submission.embedding_model or default_embedding_model_dir()))
 

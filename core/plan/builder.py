@@ -32,6 +32,7 @@ from core.plan.bounded_render import (
     TemplateProblem,
 )
 from core.plan.embed_builder import EmbedSpec, embedding_lines
+from core.plan.rerank_builder import RerankSpec, rerank_lines
 from core.plan.tables import (  # noqa: F401 (the builder's names, for its callers)
     ROW_NUMBERS,
     TABLE_SUFFIXES,
@@ -66,7 +67,7 @@ class BuildSpec:
     skip_empty: bool = True
 
 
-AnySpec = BuildSpec | EmbedSpec  # chat prompts from templates, or texts to embed
+AnySpec = BuildSpec | EmbedSpec | RerankSpec  # chats from templates, texts to embed, reranks
 
 
 _LABELS = {"system": "system prompt", "user": "user template"}
@@ -193,6 +194,8 @@ def _line(spec: BuildSpec, source_id: str, system_text: str, user_text: str) -> 
 def _steps(table: pd.DataFrame, spec: AnySpec, limit: int | None = None) -> Iterator[Step]:
     if isinstance(spec, EmbedSpec):  # a preview's limit counts lines, of N rows each
         return embedding_lines(table, spec, max_lines=limit)
+    if isinstance(spec, RerankSpec):  # a line per query: a preview's limit counts lines
+        return rerank_lines(table, spec, max_lines=limit)
     return build_lines(table, spec, limit)
 
 

@@ -52,6 +52,7 @@ class ModelEstimate:
     max_cost: float | None
     cost_basis: str
     embedding: bool = False  # vectors: no output; time from input tokens
+    loaded: bool = False  # the engine holds the model now: no load time counted
 
 
 @dataclass
@@ -226,6 +227,7 @@ def _model_estimate(
         max_cost,
         cost_basis,
         bool(local.get("embedding")),
+        name in loaded,
     )
 
 
@@ -257,12 +259,21 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds} s"
 
 
+def load_note(model: str, loaded: bool, load_seconds: float) -> str:
+    """What the time says about loading the model: left out (the engine holds it now),
+    included, or nothing (no load measured yet)."""
+    if loaded:
+        return f"no model load: the engine holds {model} loaded now"
+    return f"model load {format_duration(load_seconds)} included" if load_seconds else ""
+
+
 def estimate_lines(result: JobEstimate) -> list[str]:
     """The estimate as short lines of text (for the command line)."""
     lines = []
     for m in result.models:
         cost = format_money(m.cost, result.currency) if m.cost is not None else m.cost_basis
-        load = f" (model load {format_duration(m.load_seconds)} included)" if m.load_seconds else ""
+        load = load_note(m.model, m.loaded, m.load_seconds)
+        load = f" ({load})" if load else ""
         output = (
             "embeddings"
             if m.embedding

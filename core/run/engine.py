@@ -146,6 +146,9 @@ class Engine:
             steps=steps,
             running=int(values.get("vllm:num_requests_running", 0)),
             waiting=int(values.get("vllm:num_requests_waiting", 0)),
+            kv_cache_usage=float(values.get("vllm:kv_cache_usage_perc", 0.0)),
+            prefix_cache_queries=int(values.get("vllm:prefix_cache_queries", 0)),
+            prefix_cache_hits=int(values.get("vllm:prefix_cache_hits", 0)),
             # list() of a dict's values is one step for the interpreter: safe while the
             # engine loop adds and removes entries.
             progress=tuple((steps - at, limit) for at, limit in list(self._inside.values())),
@@ -200,11 +203,11 @@ class Engine:
         Up to ``window`` requests are inside the engine at once; as each finishes the next
         one is added, so the engine never drains between batches. Once :attr:`draining` is
         set (a cancel), nothing new is added: the requests inside finish and are yielded.
-        Finished requests are yielded about every ``flush_seconds`` (and at the end). A
-        request the engine refuses (e.g. its prompt is longer than the context) comes back
-        at once as an :class:`EngineRequestError`. If the engine itself fails, requests
-        still inside it are aborted before the exception propagates, so a caller may run
-        them again.
+        Finished requests are yielded as the first finish, then about every
+        ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
+        is longer than the context) comes back at once as an :class:`EngineRequestError`.
+        If the engine itself fails, requests still inside it are aborted before the
+        exception propagates, so a caller may run them again.
 
         Each :class:`Completion` carries its ``latency_ms``: monotonic time from the request
         being added to the engine to the step that returned its final output (queueing
@@ -220,7 +223,9 @@ class Engine:
         added_at: dict[str, float] = {}  # request key -> monotonic time it entered the engine
         gathering: dict[str, _Gathering] = {}  # request key -> its vectors so far
         finished: list[tuple[EngineRequest, Completion | Embeddings | EngineRequestError]] = []
-        last_flush = time.monotonic()
+        # The first finished requests are yielded at once (a warm engine's first result
+        # should not wait a flush interval), then about every ``flush_seconds``.
+        last_flush = float("-inf")
         exhausted = False
         try:
             while True:
@@ -341,6 +346,9 @@ ACTIVITY_METRICS = frozenset(
         "vllm:prompt_tokens",
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",  # a share, 0 to 1, despite its name
+        "vllm:prefix_cache_queries",  # prompt tokens looked up in the prefix cache
+        "vllm:prefix_cache_hits",  # of them, found there
     }
 )
 
@@ -357,6 +365,22 @@ class EngineActivity:
     progress: tuple[tuple[int, int], ...] = ()  # (tokens written, limit) per request inside
     held: int = 0  # finished, not yet handed back (they are written within a second)
     recent_steps: tuple[tuple[int, int, float], ...] = ()  # (step, requests in it, seconds)
+    kv_cache_usage: float = 0.0  # share of the KV cache in use
+    prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits: int = 0  # of them, found cached
+
+    def numbers(self) -> dict[str, float | int | None]:
+        """What the Monitor shows of the engine: requests running and waiting, the KV
+        cache in use and the prefix cache's hit rate (None before a prompt was looked up)."""
+        queries = self.prefix_cache_queries
+        return {
+            "running": self.running,
+            "waiting": self.waiting,
+            "kv_cache_usage": round(self.kv_cache_usage, 4),
+            "prefix_cache_hit_rate": round(self.prefix_cache_hits / queries, 4)
+            if queries
+            else None,
+        }
 
 
 class EngineLoadError(RuntimeError):

@@ -227,6 +227,8 @@ class Forecast:
             self.readings.append((now, activity))
         recent = [r for r in self.readings if r[0] >= now - self.rate_seconds]
         self.readings = recent or self.readings[-1:]
+        if not self.readings:  # no token yet (prompts, a warming engine): no rate
+            return 0.0
         (t0, first), (t1, last) = self.readings[0], self.readings[-1]
         return (last.generated_tokens - first.generated_tokens) / (t1 - t0) if t1 > t0 else 0.0
 

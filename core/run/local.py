@@ -48,19 +48,13 @@ def make_executor(spec: JobSpec, job_dir: Path) -> Executor:
     return LocalExecutor(spec)
 
 
-_loaded: dict[EngineConfig, Engine] = {}  # at most one: the engine this worker holds
-
-
 def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
-    """The engine for ``config``, kept between jobs; returns it and the seconds spent loading
-    (0 when it was already loaded). Another model's engine is released first."""
-    if config in _loaded:
-        return _loaded[config], 0.0
-    for old in list(_loaded):
-        _loaded.pop(old).close()
-    engine = Engine(config)
-    _loaded[config] = engine
-    return engine, engine.load_seconds
+    """The engine for ``config``, kept between jobs (:mod:`core.run.pool`); returns it and
+    the seconds spent loading (0 when it was already loaded)."""
+    from core.run.pool import POOL
+
+    engine, seconds = POOL.get(config)
+    return engine, seconds  # type: ignore[return-value]
 
 
 class LocalExecutor:
@@ -69,7 +63,7 @@ class LocalExecutor:
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
         self.engine.draining = False
-        self._base = self.engine.activity().generated_tokens
+        self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
         self.model = spec.engine.model_name
         # As many as the engine runs at once: a finished request is replaced at the next step,
         # so the batch stays full, and a kill loses at most one batch of work.
@@ -77,11 +71,22 @@ class LocalExecutor:
         self.description = f"on {self.model}, up to {self.window} at a time"
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
-        yield from run_with_retries(self.engine, requests, self.window, self.model)
+        try:
+            yield from run_with_retries(self.engine, requests, self.window, self.model)
+        except Exception:
+            from core.run.pool import POOL
+
+            POOL.discard(self.engine)  # an engine that failed may be broken: the next job
+            raise  # gets a fresh one
 
     def drain(self) -> None:
         self.engine.draining = True
 
     def activity(self) -> EngineActivity:
-        now = self.engine.activity()
-        return replace(now, generated_tokens=now.generated_tokens - self._base)
+        now, base = self.engine.activity(), self._base
+        return replace(
+            now,
+            generated_tokens=now.generated_tokens - base.generated_tokens,
+            prefix_cache_queries=now.prefix_cache_queries - base.prefix_cache_queries,
+            prefix_cache_hits=now.prefix_cache_hits - base.prefix_cache_hits,
+        )

@@ -14,6 +14,7 @@ format ignore it).
 from __future__ import annotations
 
 import base64
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -75,21 +76,66 @@ def _completions_usage(completion: Completion) -> dict[str, Any]:
     }
 
 
-def _chat_body(model: str, completion: Completion, sampling: Sampling) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ToolCall:
+    """The tool call a request forced (``EngineRequest.tool_choice`` and ``tool_name``):
+    its answer is the JSON the engine held it to, written as ``message.tool_calls``."""
+
+    choice: str  # "required" (a list of {"name", "arguments"}) or "function" (arguments)
+    name: str | None = None  # the function a "function" choice calls
+
+
+def tool_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
+    """OpenAI's ``message.tool_calls`` read from a forced call's answer, or None where the
+    answer is not the whole JSON (cut short by ``max_tokens``)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if call.choice == "function":
+        pairs = [(call.name, value)]
+    elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
+        pairs = [(v.get("name"), v.get("arguments")) for v in value]
+    else:
+        return None
+    return [
+        {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+        }
+        for name, arguments in pairs
+    ]
+
+
+def _chat_choice(index: int, choice: Choice, call: ToolCall | None) -> dict[str, Any]:
+    """One choice; a forced call's answer becomes ``tool_calls`` with ``content`` null and
+    finish reason ``tool_calls`` (an answer cut short stays text, finish reason ``length``)."""
+    message: dict[str, Any] = {"role": "assistant", "content": choice.text}
+    finish_reason = choice.finish_reason
+    calls = tool_calls(choice.text, call) if call is not None else None
+    if calls is not None:
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        finish_reason = "tool_calls"
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": {"content": choice.logprobs} if choice.logprobs is not None else None,
+        "finish_reason": finish_reason,
+        "stop_reason": choice.stop_reason,
+    }
+
+
+def _chat_body(
+    model: str, completion: Completion, sampling: Sampling, call: ToolCall | None = None
+) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {
-                "index": index,
-                "message": {"role": "assistant", "content": choice.text},
-                "logprobs": {"content": choice.logprobs} if choice.logprobs is not None else None,
-                "finish_reason": choice.finish_reason,
-                "stop_reason": choice.stop_reason,
-            }
-            for index, choice in enumerate(completion.choices)
+            _chat_choice(index, choice, call) for index, choice in enumerate(completion.choices)
         ],
         "usage": _completions_usage(completion),
     }
@@ -207,11 +253,74 @@ def _embedding_body(model: str, result: Embeddings, sampling: Sampling) -> dict[
     }
 
 
+@dataclass(frozen=True)
+class ScoreLayout:
+    """How a score or rerank request's vectors pair up (from its ``EngineRequest``): the
+    first ``queries`` vectors are the queries, the rest the documents."""
+
+    queries: int
+    documents: list[str]  # the documents' texts, which a rerank result echoes
+    top_n: int = 0  # rerank: how many of the ranked documents to write (0: all)
+
+
+def cosine(a: Any, b: Any) -> float:
+    """The cosine similarity of two vectors (a bi-encoder's score of a pair)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def pair_scores(result: Embeddings, layout: ScoreLayout) -> list[float]:
+    """Each pair's score, in vLLM's pairing: one query against every document, or the
+    i-th query against the i-th document."""
+    queries, documents = result.vectors[: layout.queries], result.vectors[layout.queries :]
+    if len(queries) == 1:
+        return [cosine(queries[0], d) for d in documents]
+    return [cosine(q, d) for q, d in zip(queries, documents, strict=True)]
+
+
+def _pooling_usage(result: Embeddings) -> dict[str, int]:
+    return {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens}
+
+
+def _score_body(model: str, result: Embeddings, sampling: Sampling, layout: ScoreLayout) -> dict:
+    """vLLM's ``ScoreResponse``: a list of ``{"index", "object": "score", "score"}``."""
+    return {
+        "id": f"score-{uuid.uuid4().hex}",
+        "object": "list",
+        "created": int(time.time()),
+        "model": model,
+        "data": [
+            {"index": index, "object": "score", "score": score}
+            for index, score in enumerate(pair_scores(result, layout))
+        ],
+        "usage": {**_pooling_usage(result), "completion_tokens": 0},
+    }
+
+
+def _rerank_body(model: str, result: Embeddings, sampling: Sampling, layout: ScoreLayout) -> dict:
+    """vLLM's ``RerankResponse``: the documents, most relevant first (``top_n`` of them)."""
+    scores = pair_scores(result, layout)
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+    if layout.top_n:
+        ranked = ranked[: layout.top_n]
+    return {
+        "id": f"rerank-{uuid.uuid4().hex}",
+        "model": model,
+        "usage": _pooling_usage(result),
+        "results": [
+            {"index": i, "document": {"text": layout.documents[i]}, "relevance_score": scores[i]}
+            for i in ranked
+        ],
+    }
+
+
 BODIES = {
     "/v1/chat/completions": _chat_body,
     "/v1/completions": _text_completion_body,
     "/v1/responses": _response_body,
     "/v1/embeddings": _embedding_body,
+    "/v1/score": _score_body,
+    "/v1/rerank": _rerank_body,
 }
 # The type of OpenAI's error object, by the status of the failure.
 ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_error"}
@@ -223,6 +332,7 @@ def success_line(
     completion: Completion | Embeddings,
     url: str = "/v1/chat/completions",
     sampling: Sampling | None = None,
+    call: ToolCall | ScoreLayout | None = None,
 ) -> dict[str, Any]:
     """The output line of a request that ran; the body follows the endpoint's schema.
 
@@ -233,15 +343,23 @@ def success_line(
         url: the endpoint the request named.
         sampling: the settings it ran with (``EngineRequest.sampling``), which a Responses
             body echoes.
+        call: the tool call a chat request forced, or how a score or rerank request's
+            vectors pair up.
     """
     line_id, request_id = _ids()
+    make = BODIES[url]
+    body = (
+        make(model, completion, sampling or {}, call)
+        if call
+        else make(model, completion, sampling or {})
+    )
     line: dict[str, Any] = {
         "id": line_id,
         "custom_id": custom_id,
         "response": {
             "status_code": 200,
             "request_id": request_id,
-            "body": BODIES[url](model, completion, sampling or {}),
+            "body": body,
         },
         "error": None,
     }
@@ -301,7 +419,13 @@ def answer_text(line: dict[str, Any]) -> str | None:
         parts = [c for item in body.get("output") or [] for c in item.get("content") or []]
         return "".join(p.get("text", "") for p in parts) if parts else None
     choice = (body.get("choices") or [{}])[0]
-    return choice["text"] if "text" in choice else (choice.get("message") or {}).get("content")
+    if "text" in choice:
+        return choice["text"]
+    message = choice.get("message") or {}
+    if message.get("content") is None and message.get("tool_calls"):
+        # A tool call's answer is its arguments (the store reads the first call alike).
+        return message["tool_calls"][0]["function"]["arguments"]
+    return message.get("content")
 
 
 def token_usage(line: dict[str, Any]) -> tuple[int, int] | None:
@@ -321,7 +445,7 @@ def answer_lengths(line: dict[str, Any]) -> list[tuple[int, bool]]:
     if usage is None:
         return []
     body = line["response"]["body"]
-    if body.get("object") == "list":  # embeddings: no answer is written
+    if body.get("object") == "list" or "results" in body:  # vectors and scores: no text
         return []
     if body.get("object") == "response":
         return [(usage[1], body.get("status") == "incomplete")]

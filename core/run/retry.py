@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from core.check.requests import EngineRequest
 from core.run.engine import EngineRequestError
-from core.run.outputs import Completion, error_line, success_line
+from core.run.outputs import Completion, ScoreLayout, ToolCall, error_line, success_line
 
 log = logging.getLogger(__name__)
 BACKOFF_SECONDS = (1, 2, 4)
@@ -35,7 +35,13 @@ def result_line(request: EngineRequest, model: str, result: Completion | Excepti
     """A request's output line: its success, or the engine's refusal of it."""
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
-    return success_line(request.custom_id, model, result, request.url, request.sampling)
+    call: ToolCall | ScoreLayout | None = None
+    if request.tool_choice:
+        call = ToolCall(request.tool_choice, request.tool_name)
+    elif request.texts_from:
+        texts = [str(t) for t in (request.inputs or ())[request.queries :]]
+        call = ScoreLayout(request.queries, texts, request.top_n)
+    return success_line(request.custom_id, model, result, request.url, request.sampling, call)
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -11,8 +11,10 @@ requests, except invalid input.
 
 One worker holds the machine's engine at a time (``core.jobs.queue``): a worker that finds
 the engine busy leaves its job queued and exits; the busy one runs it next, keeping the
-model loaded when the next job uses the same one. A job whose requests name several
-models (``body.model`` mapped to local folders) runs each model's requests in turn.
+model loaded when the next job uses the same one. After its last job the worker stays for
+an idle time with its models loaded (``core.run.resident``), so the next job starts at
+once. A job whose requests name several models (``body.model`` mapped to local folders)
+runs each model's requests in turn.
 
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
 business (core/run/local.py); the worker owns the job folder. A Cancel (SIGTERM) drains:
@@ -41,6 +43,7 @@ from core.run.engine import EngineLoadError, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
+from core.run.resident import Resident
 from core.run.status_keeper import ResultWriters, StatusKeeper
 from core.run.stopping import STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
@@ -315,45 +318,63 @@ def _run_queued(job: JobFolder) -> JobStatus:
         return status
 
 
-def serve(job: JobFolder) -> JobStatus | None:
-    """Runs ``job`` and then every queued job, holding the engine lock throughout.
+def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | None:
+    """Runs ``job`` and then every queued job, holding the engine lock throughout; then
+    keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
+    queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
 
     Returns ``job``'s final status, or None when another worker holds the engine (the job
     stays queued and that worker will run it).
     """
-    jobs_dir = job.path.parent
+    jobs_dir = job.path.parent if job is not None else jobs_dir
+    assert jobs_dir is not None
     lock = EngineLock(jobs_dir)
     first: JobStatus | None = None
     while lock.acquire():
+        resident = Resident(jobs_dir)
         try:
             while True:
                 queue = queued_jobs(jobs_dir)
-                if first is None and _waiting(job):  # the job this worker was started for
+                if job is not None and first is None and _waiting(job):  # started for it
                     queue = [job] + [j for j in queue if j.job_id != job.job_id]
                 if not queue:
+                    if resident.wait_for_work(lambda: bool(queued_jobs(jobs_dir))):
+                        continue
                     break
-                status = _run_queued(queue[0])
-                if queue[0].job_id == job.job_id:
+                if not resident.between_jobs():
+                    continue  # told to stop: models unloaded, the queue goes on afresh
+                resident.publish(queue[0].job_id)
+                with resident.output_to(queue[0].log_file):
+                    status = _run_queued(queue[0])
+                STOP.reset()  # a cancel of that job is not this worker's end
+                if job is not None and queue[0].job_id == job.job_id:
                     first = status
+        except Cancelled:  # a signal while idle: exit
+            log.info("stopped by a signal while idle")
         finally:
+            resident.close()  # models unloaded before the lock goes
             lock.release()
         if not queued_jobs(jobs_dir):  # checked after release: a job queued meanwhile
             break  # would otherwise wait for a worker that already gave up the lock
-    if first is None:
+    if job is not None and first is None:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
     return first
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m core.run.worker JOB_DIR", file=sys.stderr)
+    resident = len(argv) == 2 and argv[0] == "--resident"
+    if len(argv) != 1 and not resident:
+        print("usage: python -m core.run.worker JOB_DIR | --resident JOBS_DIR", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     signal.signal(signal.SIGTERM, STOP.on_signal)
     signal.signal(signal.SIGINT, STOP.on_signal)
+    if resident:
+        serve(None, Path(argv[1]))
+        return 0
     status = serve(JobFolder(Path(argv[0])))
     return 0 if status is None or status.state == "completed" else 1
 

@@ -262,11 +262,15 @@ RESULT_SHAPE = json.dumps(
                     {
                         "text": "VARCHAR",
                         "finish_reason": "VARCHAR",
-                        "message": {"content": "VARCHAR"},
+                        "message": {
+                            "content": "VARCHAR",
+                            "tool_calls": [{"function": {"arguments": "VARCHAR"}}],
+                        },
                     }
                 ],
                 "output": [{"content": [{"text": "VARCHAR"}]}],
-                "data": [{"index": "INTEGER"}],
+                "data": [{"index": "INTEGER", "object": "VARCHAR", "score": "DOUBLE"}],
+                "results": [{"index": "INTEGER", "relevance_score": "DOUBLE"}],
                 "usage": {
                     "prompt_tokens": "INTEGER",
                     "completion_tokens": "INTEGER",
@@ -286,13 +290,23 @@ EMBEDDING_ANSWER_SQL = """
         || coalesce(vector_dims || '-d ', '') || 'vector'
         || CASE WHEN len(b.data) > 1 THEN 's' ELSE '' END
     END"""
+# A score line's "answer" is its scores; a rerank line's the documents' indexes, most
+# relevant first, each with its score: "#2 0.8123, #0 0.4410".
+SCORE_ANSWER_SQL = """
+    CASE WHEN len(b.results) > 0 THEN array_to_string(list_transform(b.results, lambda ranked:
+            '#' || ranked.index || ' ' || printf('%.4f', ranked.relevance_score)), ', ')
+         WHEN b.data[1].object = 'score' THEN array_to_string(list_transform(b.data,
+            lambda pair: printf('%.4f', pair.score)), ', ')
+    END"""
 RESULT_COLUMNS_SQL = f"""
     d.custom_id AS custom_id,
     CASE WHEN coalesce(json_type(d.error), 'NULL') = 'NULL'
          THEN 'succeeded' ELSE 'failed' END AS status,
     d.response.status_code AS status_code,
     coalesce(b.choices[1].message.content, b.choices[1].text,
-             b.output[1].content[1].text, {EMBEDDING_ANSWER_SQL}) AS answer,
+             b.choices[1].message.tool_calls[1].function.arguments,
+             b.output[1].content[1].text, {SCORE_ANSWER_SQL},
+             {EMBEDDING_ANSWER_SQL}) AS answer,
     CASE WHEN b.object = 'response'
          THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
          ELSE b.choices[1].finish_reason END AS finish_reason,
@@ -313,6 +327,8 @@ REQUEST_SHAPE = json.dumps(
             "model": "VARCHAR",
             "prompt": "VARCHAR",
             "input": "JSON",
+            "query": "VARCHAR",
+            "queries": "JSON",
             "messages": "JSON",
             "metadata": "JSON",
         },
@@ -320,7 +336,8 @@ REQUEST_SHAPE = json.dumps(
 )
 # The text a person reads (and searches) as "the prompt": the last user turn of the
 # messages or of a Responses input list (text parts joined), a completions prompt, or an
-# input string; an embeddings list of texts is its texts, one per line (token ids: none).
+# input string; an embeddings list of texts is its texts, one per line (token ids: none);
+# a rerank (or one-query score) line's query.
 REQUEST_COLUMNS_SQL = """
     coalesce(d.custom_id, 'line-' || line_no) AS custom_id,
     line_no,
@@ -336,7 +353,9 @@ REQUEST_COLUMNS_SQL = """
             WHEN 'ARRAY' THEN nullif(array_to_string(list_transform(
                 list_filter(json_extract(d.body.input, '$[*]'), lambda x: json_type(x) = 'VARCHAR'),
                 lambda x: x->>'$'), chr(10)), '')
-        END
+        END,
+        d.body.query,
+        CASE json_type(d.body.queries) WHEN 'VARCHAR' THEN d.body.queries->>'$' END
     ) AS prompt,
     coalesce(d.body.messages, d.body.input) AS messages,
     d.body.metadata AS metadata,

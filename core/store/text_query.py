@@ -1,24 +1,22 @@
 """ "Similar to this text": a typed text embedded with a job's model, then searched.
 
 The UI process must not load vLLM (it owns its process; a crash or out-of-memory there
-must not take the pages down), so the text is embedded by a child process,
-``python -m core embed`` (:mod:`core.cli.embed`), which loads the model, embeds and prints
-the vectors as JSON. Each call loads the model again: about 20 s on a 2-core CPU machine
-for all-MiniLM-L6-v2 (23 s measured on a busy one), nearly all of it start-up, so callers
-cache the vector per (model, text).
+must not take the pages down), so the text goes to the resident worker
+(:mod:`core.run.resident`), which embeds it on the warm model through the same request path
+as a batch job's embeddings lines (the same vectors). The first text loads the model there
+(a worker is started if none runs); later ones take milliseconds while it stays loaded.
+While the worker runs a job, a text is refused at once, saying so (texts are served
+between jobs).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 
-from core.config import REPO_ROOT, default_embedding_model_dir
+from core.config import data_paths, default_embedding_model_dir
+from core.jobs.engine_files import EngineBusy, embed_on_engine
 from core.model_folders import embedding_limits, is_embedding_model, is_model_folder
 from core.store.vectors import VectorError
 
@@ -59,31 +57,18 @@ def query_model(job_model: str | Path | None, dimensions: int | None) -> tuple[P
 def embed_texts(
     model: str | Path, texts: list[str], timeout: float = EMBED_TIMEOUT_SECONDS
 ) -> np.ndarray:
-    """The texts' vectors as an (n, d) float32 matrix, made by ``python -m core embed``.
+    """The texts' vectors as an (n, d) float32 matrix, made by the resident worker's engine.
 
     Raises:
-        VectorError: the command failed (its own last words say why) or ran out of time.
+        VectorError: the folder is no model, the engine refused, or no answer came in time.
     """
-    command = [sys.executable, "-m", "core", "embed", "--model", str(model), "--stdin"]
+    folder = Path(model).expanduser()
+    if not is_model_folder(folder):
+        raise VectorError(f"the text could not be embedded: {folder} is not a model folder")
     try:
-        done = subprocess.run(
-            command,
-            input=json.dumps(texts),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=REPO_ROOT,
-            env=os.environ.copy(),
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise VectorError(f"embedding the text took more than {timeout:.0f} s") from None
-    if done.returncode != 0:
-        said = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-        reason = said[-1] if said else (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise VectorError(f"the text could not be embedded: {reason.removeprefix('error: ')}")
-    try:
-        vectors = json.loads(done.stdout)["vectors"]
-    except (ValueError, KeyError, TypeError):
-        raise VectorError("the embed command printed no vectors") from None
-    return np.asarray(vectors, dtype=np.float32)
+        answer = embed_on_engine(data_paths().home, folder.resolve(), texts, timeout)
+    except EngineBusy as exc:
+        raise VectorError(f"the text could not be embedded: {exc}") from None
+    if answer.error is not None or answer.vectors is None:
+        raise VectorError(f"the text could not be embedded: {answer.error}")
+    return np.asarray(answer.vectors, dtype=np.float32)

@@ -1,0 +1,262 @@
+"""How the UI and the CLI talk to the resident worker: files in ``DATA/engine/``.
+
+The worker (:mod:`core.run.resident`) keeps its models loaded for an idle time after its
+last job. It tells what it holds in ``state.json`` (replaced atomically every couple of
+seconds); others ask it things by dropping files it polls: ``commands/*.json`` (unload a
+model, stop) and ``embed/*.request.json`` (texts to embed on a loaded embedding model,
+answered beside them in ``*.answer.json``). Never DuckDB: only the UI writes that.
+
+The idle time comes from, in order: ``BATCH_STUDIO_ENGINE_IDLE`` (seconds; what
+``core serve --engine-idle`` sets for the workers the app starts), the Settings page's
+``settings.json``, else 10 minutes. This module loads no engine; the UI imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from core.config import REPO_ROOT
+from core.files import write_atomic
+from core.schemas import FrozenModel, worker_alive
+
+IDLE_ENV = "BATCH_STUDIO_ENGINE_IDLE"
+DEFAULT_IDLE_SECONDS = 600.0
+STATE_SECONDS = 2.0  # how often a resident worker rewrites state.json
+POLL_SECONDS = 0.05  # how often it looks for work, commands and texts while idle
+MAX_STARTS = 3  # workers one text may start
+
+
+class EngineSettings(FrozenModel):
+    """``engine/settings.json``: what the Settings page sets."""
+
+    idle_seconds: float = Field(DEFAULT_IDLE_SECONDS, ge=0)
+
+
+class LoadedModel(FrozenModel):
+    """One model the resident worker holds."""
+
+    model: str  # its folder
+    name: str
+    kind: Literal["chat", "embedding"]
+    memory_mib: float  # what loading it took: RSS growth on a CPU, GPU memory on a GPU
+    load_seconds: float
+    loaded_at: float
+    last_used: float
+
+
+class EngineState(FrozenModel):
+    """``engine/state.json``: the resident worker and what it holds."""
+
+    pid: int
+    state: Literal["running", "idle"]
+    job_id: str | None = None
+    models: list[LoadedModel] = Field(default_factory=list)
+    idle_seconds: float
+    idle_since: float | None = None  # time.time() the last job ended, while idle
+    rss_mib: float = 0.0  # the worker's whole RSS
+    updated_at: float
+
+    @property
+    def exits_at(self) -> float | None:
+        return None if self.idle_since is None else self.idle_since + self.idle_seconds
+
+
+class EngineCommand(FrozenModel):
+    """A file in ``engine/commands/``."""
+
+    action: Literal["unload", "stop"]
+    model: str | None = None  # unload: the model's folder or name
+
+
+class EmbedRequest(FrozenModel):
+    model: str  # the embedding model's folder
+    texts: list[str]
+
+
+class EmbedAnswer(FrozenModel):
+    vectors: list[list[float]] | None = None
+    error: str | None = None
+    seconds: float = 0.0  # the engine's time on the texts
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def describe(state: EngineState | None) -> list[str]:
+    """The state as lines a person reads."""
+    if state is None:
+        return ["no engine is loaded (no resident worker)"]
+    doing = f"running job {state.job_id}" if state.job_id else "idle"
+    lines = [f"worker pid {state.pid}: {doing}, {state.rss_mib:,.0f} MiB resident"]
+    if state.exits_at is not None:
+        lines[0] += f"; exits at {_when(state.exits_at)} unless a job comes"
+    for m in state.models:
+        lines.append(
+            f"  {m.name} ({m.kind}): {m.memory_mib:,.0f} MiB, loaded in {m.load_seconds:.1f} s "
+            f"at {_when(m.loaded_at)}, last used {_when(m.last_used)}"
+        )
+    if not state.models:
+        lines.append("  no model loaded")
+    return lines
+
+
+def engine_dir(home: Path) -> Path:
+    return home / "engine"
+
+
+def state_file(home: Path) -> Path:
+    return engine_dir(home) / "state.json"
+
+
+def commands_dir(home: Path) -> Path:
+    return engine_dir(home) / "commands"
+
+
+def embed_dir(home: Path) -> Path:
+    return engine_dir(home) / "embed"
+
+
+def read_settings(home: Path) -> EngineSettings:
+    try:
+        return EngineSettings.model_validate_json((engine_dir(home) / "settings.json").read_text())
+    except (OSError, ValidationError):
+        return EngineSettings()
+
+
+def write_settings(home: Path, settings: EngineSettings) -> None:
+    write_atomic(engine_dir(home) / "settings.json", settings.model_dump_json(indent=1))
+
+
+def idle_override() -> float | None:
+    """The idle seconds set by the environment (``core serve --engine-idle``), if any."""
+    try:
+        value = float(os.environ[IDLE_ENV])
+    except (KeyError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def idle_seconds(home: Path) -> float:
+    """How long a worker keeps its models loaded after its last job (the one rule)."""
+    override = idle_override()
+    return override if override is not None else read_settings(home).idle_seconds
+
+
+def read_state(home: Path) -> EngineState | None:
+    """The resident worker's state, or None when no worker is alive to hold one."""
+    try:
+        state = EngineState.model_validate_json(state_file(home).read_text())
+    except (OSError, ValidationError):
+        return None
+    return state if worker_alive(state.pid) else None
+
+
+def write_state(home: Path, state: EngineState) -> None:
+    write_atomic(state_file(home), state.model_dump_json(indent=1))
+
+
+def send_command(home: Path, command: EngineCommand) -> Path:
+    """Drops a command for the resident worker; returns its file (gone once done)."""
+    path = commands_dir(home) / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}.json"
+    write_atomic(path, command.model_dump_json())
+    return path
+
+
+def take_commands(home: Path) -> list[EngineCommand]:
+    """The commands waiting, oldest first, removed from the folder (a broken one too)."""
+    folder = commands_dir(home)
+    if not folder.is_dir():
+        return []
+    taken = []
+    for path in sorted(folder.glob("*.json")):
+        # Not a command: dropped all the same, so it is not read again every poll.
+        with contextlib.suppress(OSError, ValidationError):
+            taken.append(EngineCommand.model_validate_json(path.read_text()))
+        path.unlink(missing_ok=True)
+    return taken
+
+
+def start_resident(home: Path) -> subprocess.Popen:
+    """Starts a worker with no job, to serve texts to embed (it exits after its idle time,
+    or at once when another worker holds the engine: that one serves them)."""
+    jobs = home / "jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    engine_dir(home).mkdir(parents=True, exist_ok=True)
+    with (engine_dir(home) / "resident.log").open("ab") as log:  # the child keeps its own
+        return subprocess.Popen(
+            [sys.executable, "-m", "core.run.worker", "--resident", str(jobs)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+class EngineBusy(RuntimeError):
+    """No answer in time: the worker is running a job, or could not load the model."""
+
+
+def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -> EmbedAnswer:
+    """Embeds ``texts`` on the resident worker's ``model`` (loading it there if needed,
+    starting a worker if none runs).
+
+    Raises:
+        EngineBusy: the worker is running a job (texts are served between jobs), or no
+            answer came within ``timeout`` seconds.
+    """
+    busy = read_state(home)
+    if busy is not None and busy.job_id is not None:
+        raise EngineBusy(f"the engine is running job {busy.job_id}; try again when it ends")
+    folder = embed_dir(home)
+    name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+    request, answer = folder / f"{name}.request.json", folder / f"{name}.answer.json"
+    write_atomic(request, EmbedRequest(model=str(model), texts=texts).model_dump_json())
+    started, starts = None, 0
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if answer.exists():
+                return EmbedAnswer.model_validate_json(answer.read_text())
+            # No worker alive: start one (one that finds the engine taken exits at once; a
+            # few tries, so a worker that cannot start is not started again and again).
+            idle = started is None or started.poll() is not None
+            if idle and starts < MAX_STARTS and read_state(home) is None:
+                started, starts = start_resident(home), starts + 1
+            time.sleep(0.01)
+        raise EngineBusy(f"no engine answered within {timeout:.0f} s (a job may be running on it)")
+    finally:
+        request.unlink(missing_ok=True)
+        answer.unlink(missing_ok=True)
+
+
+def pending_embeds(home: Path) -> list[tuple[Path, EmbedRequest | None]]:
+    """Requests waiting for vectors, oldest first (None: a request that cannot be read)."""
+    folder = embed_dir(home)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.request.json")):
+        try:
+            found.append((path, EmbedRequest.model_validate_json(path.read_text())))
+        except (OSError, ValidationError):
+            found.append((path, None))
+    return found
+
+
+def answer_embed(request: Path, answer: EmbedAnswer) -> None:
+    """Writes the answer beside its request, unless the asker gave up (request gone)."""
+    if request.exists():
+        target = request.with_name(request.name.replace(".request.json", ".answer.json"))
+        write_atomic(target, answer.model_dump_json())

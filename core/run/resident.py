@@ -1,0 +1,198 @@
+"""The worker between jobs: it keeps its models loaded for an idle time, then exits.
+
+While it holds the engine lock and no job is queued, the worker polls (every
+:data:`~core.jobs.engine_files.POLL_SECONDS`) for a queued job, for commands (unload a
+model, stop) and for texts to embed, and rewrites ``engine/state.json`` every couple of
+seconds (see :mod:`core.jobs.engine_files`). The next job on a loaded model starts at once.
+After the idle time with nothing to do it unloads its models and exits, still holding the
+lock, so no other worker loads an engine while this one's memory is still taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from core.check.requests import parse_embeddings_body
+from core.check.sampling import RequestError
+from core.jobs.engine_files import (
+    POLL_SECONDS,
+    STATE_SECONDS,
+    EmbedAnswer,
+    EmbedRequest,
+    EngineState,
+    LoadedModel,
+    answer_embed,
+    idle_seconds,
+    pending_embeds,
+    state_file,
+    take_commands,
+    write_state,
+)
+from core.jobs.folder import queue_changed_at
+from core.run.pool import POOL
+from core.schemas import EngineConfig, JobDefaults
+
+log = logging.getLogger("core.run.worker")
+SCAN_SECONDS = 2.0  # the whole queue read at least this often while idle
+
+
+class Resident:
+    """The engine side of ``engine/``: state, commands and texts to embed."""
+
+    def __init__(self, jobs_dir: Path) -> None:
+        self.jobs_dir = jobs_dir
+        self.home = jobs_dir.parent
+        self._written = 0.0
+        self.idle_since: float | None = None
+        self.job_id: str | None = None  # the job running now
+        POOL.on_change = lambda: self.publish(self.job_id)
+
+    def publish(self, job_id: str | None = None) -> None:
+        """Replaces ``state.json`` with what this worker holds now (running ``job_id``)."""
+        self.job_id = job_id
+        idle = job_id is None
+        if idle and self.idle_since is None:
+            self.idle_since = time.time()
+        elif not idle:
+            self.idle_since = None
+        models = [
+            LoadedModel(
+                model=config.model,
+                name=config.model_name,
+                kind="embedding" if getattr(held.engine, "pooling", False) else "chat",
+                memory_mib=round(held.memory_bytes / 2**20, 1),
+                load_seconds=round(held.engine.load_seconds, 2),
+                loaded_at=held.loaded_at,
+                last_used=held.last_used,
+            )
+            for config, held in POOL.held.items()
+        ]
+        write_state(
+            self.home,
+            EngineState(
+                pid=os.getpid(),
+                state="idle" if idle else "running",
+                job_id=job_id,
+                models=models,
+                idle_seconds=idle_seconds(self.home),
+                idle_since=self.idle_since,
+                rss_mib=round(psutil.Process().memory_info().rss / 2**20, 1),
+                updated_at=time.time(),
+            ),
+        )
+        self._written = time.monotonic()
+
+    @contextmanager
+    def output_to(self, log_file: Path) -> Iterator[None]:
+        """Sends this process's output (its log and vLLM's) to a job's ``worker.log`` while
+        it runs that job: a resident worker runs many jobs, each keeps its own log."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        target = os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        os.close(target)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, old in zip((1, 2), saved, strict=True):
+                os.dup2(old, fd)
+                os.close(old)
+
+    def between_jobs(self) -> bool:
+        """Carries out the commands waiting; False when one says stop."""
+        go_on = True
+        for command in take_commands(self.home):
+            if command.action == "stop":
+                log.info("asked to stop: unloading every model")
+                POOL.close()
+                go_on = False
+            elif command.model and not POOL.unload_model(command.model):
+                log.info("asked to unload %s, which is not loaded", command.model)
+        return go_on
+
+    def wait_for_work(self, queued: Callable[[], bool]) -> bool:
+        """Idles with the models loaded until a job is queued (True), or until the idle
+        time passes or a stop command comes (False). Texts to embed are served meanwhile."""
+        self.publish()
+        mark, scanned = -1, 0.0
+        while True:
+            # Reading every job's status costs; the mark a submission touches is one stat.
+            changed = queue_changed_at(self.jobs_dir)
+            if changed != mark or time.monotonic() - scanned >= SCAN_SECONDS:
+                mark, scanned = changed, time.monotonic()
+                if queued():
+                    return True
+            if not self.between_jobs():
+                return False
+            if self.serve_embeds():
+                self.idle_since = time.time()  # a text embedded is use: the idle time restarts
+            limit = idle_seconds(self.home)  # read each time: Settings may change it
+            if self.idle_since is not None and time.time() - self.idle_since >= limit:
+                log.info("idle for %.0f s: unloading and exiting", limit)
+                return False
+            if time.monotonic() - self._written >= STATE_SECONDS:
+                self.publish()
+            time.sleep(POLL_SECONDS)
+
+    def serve_embeds(self) -> bool:
+        """Embeds the texts waiting on their model (loaded if needed); True if any."""
+        waiting = pending_embeds(self.home)
+        for path, request in waiting:
+            if request is None:
+                answer_embed(path, EmbedAnswer(error="the request file cannot be read"))
+                continue
+            answer_embed(path, embed_texts(request))
+            self.publish()
+        return bool(waiting)
+
+    def close(self) -> None:
+        """Unloads every model and removes ``state.json`` (before the lock is released)."""
+        POOL.close()
+        POOL.on_change = None
+        path = state_file(self.home)
+        try:
+            if EngineState.model_validate_json(path.read_text()).pid == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+
+
+def embed_texts(request: EmbedRequest) -> EmbedAnswer:
+    """The texts' vectors from the engine that runs embedding jobs on this model, through
+    the same request path as a batch line (so the vectors are a batch job's)."""
+    from core.run.engine import EngineLoadError, EngineRequestError
+
+    started = time.monotonic()
+    try:
+        body = parse_embeddings_body("typed-text", {"input": request.texts}, JobDefaults())
+    except RequestError as exc:
+        return EmbedAnswer(error=str(exc))
+    # A loaded engine of this model is used as it is; else the settings a job gets by default.
+    config = next((c for c in POOL.held if c.model == request.model), None)
+    try:
+        engine, _ = POOL.get(config or EngineConfig(model=request.model))
+    except EngineLoadError as exc:
+        return EmbedAnswer(error=str(exc))
+    try:
+        results = [r for chunk in engine.stream([body], window=1, flush_seconds=0) for r in chunk]
+    except Exception as exc:  # the engine failed: the next use loads it afresh
+        log.exception("embedding typed texts failed")
+        POOL.discard(engine)
+        return EmbedAnswer(error=f"the engine failed: {exc!r}")
+    _, result = results[0]
+    if isinstance(result, EngineRequestError):
+        return EmbedAnswer(error=str(result))
+    vectors = [[float(x) for x in vector.tolist()] for vector in result.vectors]
+    return EmbedAnswer(vectors=vectors, seconds=round(time.monotonic() - started, 4))

@@ -1,0 +1,160 @@
+"""The engine on the pages, driven by ``AppTest`` from a state file a resident worker would
+write (the real worker: tests/test_resident.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from core.jobs.engine_files import (
+    IDLE_ENV,
+    EngineState,
+    LoadedModel,
+    idle_seconds,
+    take_commands,
+    write_state,
+)
+from tests.test_pages import open_page, shown
+
+
+def resident_state(home, **changes) -> EngineState:
+    now = time.time()
+    fields = {
+        "pid": os.getpid(),  # a live process, as the worker is
+        "state": "idle",
+        "models": [
+            LoadedModel(
+                model="/models/SmolLM2-135M-Instruct",
+                name="SmolLM2-135M-Instruct",
+                kind="chat",
+                memory_mib=1650.0,
+                load_seconds=4.2,
+                loaded_at=now - 60,
+                last_used=now - 5,
+            )
+        ],
+        "idle_seconds": 600,
+        "idle_since": now - 5,
+        "rss_mib": 2300.0,
+        "updated_at": now,
+    }
+    state = EngineState(**(fields | changes))
+    write_state(home, state)
+    return state
+
+
+def page_text(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    return shown("\n".join(parts))
+
+
+def test_settings_lists_the_loaded_models_and_unloads_one(studio_home, monkeypatch):
+    monkeypatch.delenv(IDLE_ENV)
+    resident_state(studio_home)
+    at = open_page("settings.py")
+    text = page_text(at)
+    assert "SmolLM2-135M-Instruct" in text and "1,650 MiB" in text and "idle" in text
+    unload = next(b for b in at.button if b.label == "Unload")
+    unload.click().run()
+    commands = take_commands(studio_home)
+    assert [(c.action, c.model) for c in commands] == [("unload", "/models/SmolLM2-135M-Instruct")]
+
+
+def test_settings_sets_how_long_models_stay_loaded(studio_home, monkeypatch):
+    monkeypatch.delenv(IDLE_ENV)
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Keep models loaded"))
+    assert field.value == 600
+    field.set_value(120).run()
+    assert idle_seconds(studio_home) == 120
+
+
+def test_settings_says_when_serve_sets_the_idle_time(studio_home, monkeypatch):
+    monkeypatch.setenv(IDLE_ENV, "30")
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Keep models loaded"))
+    assert field.disabled and field.value == 30
+    assert "--engine-idle" in page_text(at)
+
+
+def test_settings_says_no_engine_is_loaded_without_a_live_worker(studio_home):
+    resident_state(studio_home, pid=2**22 + 12345)  # no such process
+    at = open_page("settings.py")
+    assert "no engine is loaded" in page_text(at)
+    assert not [b for b in at.button if b.label == "Unload"]
+
+
+def test_the_estimate_counts_no_load_for_the_model_the_resident_worker_holds(studio_home):
+    from core.jobs.queue import models_loaded
+
+    assert models_loaded(studio_home / "jobs") == frozenset()
+    resident_state(studio_home)
+    assert models_loaded(studio_home / "jobs") == {"SmolLM2-135M-Instruct"}
+
+
+def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home):
+    import json
+
+    from core.schemas import JobStatus
+    from tests.test_live_progress import monitored_job
+    from tests.test_ops_pages import metric
+
+    job = monitored_job(studio_home)
+    resident_state(studio_home, state="running", job_id=job.job_id, idle_since=None)
+    now = time.time()
+    engine = {"running": 12, "waiting": 3, "kv_cache_usage": 0.374, "prefix_cache_hit_rate": 0.5}
+    samples = [
+        {"t": now - age, "done": 0, "output_tokens": tokens, "engine": engine}
+        for age, tokens in ((20, 0), (10, 300), (0, 1_300))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(
+        JobStatus(
+            state="running",
+            pid=os.getpid(),
+            heartbeat_at=now,
+            total=200,
+            generated_tokens=1_300,
+            model_load_seconds=0.0,
+        )
+    )
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "KV cache used") == "37%"
+    assert (metric(at, "Requests running"), metric(at, "Requests waiting")) == ("12", "3")
+    assert metric(at, "Prefix-cache hits") == "50%"
+    assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
+    assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
+    assert metric(at, "Model load") == "warm"  # the engine held the model
+
+
+def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
+    from core.run.monitoring import rates
+    from core.schemas import JobStatus
+
+    # 10 s of prompts, then 200 tokens/s for 20 s, then 50/s for the last 10 s.
+    samples = [
+        {"t": 0.0, "done": 0, "output_tokens": 0},
+        {"t": 10.0, "done": 0, "output_tokens": 0},
+        {"t": 12.0, "done": 0, "output_tokens": 100},  # the first tokens
+        {"t": 22.0, "done": 0, "output_tokens": 2_100},
+        {"t": 32.0, "done": 0, "output_tokens": 4_100},
+        {"t": 42.0, "done": 0, "output_tokens": 4_600},
+    ]
+    status = JobStatus(state="running", pid=os.getpid(), heartbeat_at=time.time(), total=9)
+    # What the engine made since its first token, over the time since: 4,500 in 30 s.
+    assert rates(samples, status).tokens_per_s == 150.0
+
+
+def test_engine_status_and_a_refused_unload_from_a_shell(studio_home):
+    import json
+
+    from tests.conftest import run_cli
+
+    assert "no engine is loaded" in run_cli("engine", "status").stdout
+    resident_state(studio_home)
+    shown = run_cli("engine", "status")
+    assert "SmolLM2-135M-Instruct (chat): 1,650 MiB" in shown.stdout
+    assert json.loads(run_cli("engine", "status", "--json").stdout)["models"][0]["kind"] == "chat"
+    refused = run_cli("engine", "unload", "Qwen-7B")
+    assert refused.returncode == 1 and "Qwen-7B is not loaded" in refused.stderr
+    assert take_commands(studio_home) == []  # nothing sent

@@ -1,0 +1,249 @@
+"""The resident worker's rules without a model: which engines stay loaded, the idle time,
+and the files the UI and the CLI talk to it through (the real engine: test_resident.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from core.jobs.engine_files import (
+    IDLE_ENV,
+    EngineCommand,
+    EngineSettings,
+    idle_seconds,
+    read_state,
+    send_command,
+    take_commands,
+    write_settings,
+)
+from core.jobs.folder import mark_queue_changed
+from core.run.pool import EnginePool
+from core.run.resident import SCAN_SECONDS, Resident
+from core.schemas import EngineConfig
+
+GIB = 1 << 30
+
+
+class Loaded:
+    """Stands in for a loaded engine: the pool's rules are what these tests check."""
+
+    def __init__(self, config: EngineConfig, log: list[str]) -> None:
+        self.config, self.log, self.load_seconds = config, log, 1.5
+        log.append(f"load {config.model_name}")
+
+    def close(self) -> None:
+        self.log.append(f"unload {self.config.model_name}")
+
+
+def pool(available_gib: float, max_engines: int = 3) -> tuple[EnginePool, list[str]]:
+    log: list[str] = []
+    memory = {"used": 0}
+
+    def load(config: EngineConfig) -> Loaded:
+        memory["used"] += 2 * GIB  # every model here takes 2 GiB
+        return Loaded(config, log)
+
+    def available() -> int:
+        held = sum(2 * GIB for _ in engines.held)
+        return int(available_gib * GIB) - held
+
+    engines = EnginePool(load, lambda: memory["used"], available, max_engines)
+    return engines, log
+
+
+def model(tmp_path: Path, name: str) -> EngineConfig:
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "model.safetensors").write_bytes(b"\0" * 1024)
+    return EngineConfig(model=str(folder), cpu_kv_cache_gib=1)
+
+
+def test_a_job_on_a_loaded_model_gets_it_without_loading_again(tmp_path):
+    engines, log = pool(available_gib=16)
+    a = model(tmp_path, "a")
+    first, seconds = engines.get(a)
+    again, again_seconds = engines.get(a)
+    assert again is first and log == ["load a"]
+    assert (seconds, again_seconds) == (1.5, 0.0)
+
+
+def test_another_model_loads_beside_when_memory_allows(tmp_path):
+    engines, log = pool(available_gib=16)
+    engines.get(model(tmp_path, "a"))
+    engines.get(model(tmp_path, "b"))
+    assert log == ["load a", "load b"]
+    assert engines.measured[str(tmp_path / "b")] == 2 * GIB  # what its load took
+
+
+def test_the_least_recently_used_model_is_unloaded_when_memory_is_short(tmp_path):
+    # 5.5 GiB: two models (2 GiB each) and the 1 GiB reserve fit; then a third model's
+    # weights and 1 GiB KV cache do not.
+    engines, log = pool(available_gib=5.5)
+    a, b, c = (model(tmp_path, n) for n in "abc")
+    engines.get(a)
+    engines.get(b)
+    engines.get(a)  # a used last: b is the least recently used
+    engines.get(c)
+    assert log == ["load a", "load b", "unload b", "load c"]
+    assert [cfg.model_name for cfg in engines.held] == ["a", "c"]
+
+
+def test_one_model_is_never_held_twice_with_other_settings(tmp_path):
+    engines, log = pool(available_gib=16)
+    a = model(tmp_path, "a")
+    engines.get(a)
+    engines.get(a.model_copy(update={"enable_chunked_prefill": False}))
+    assert log == ["load a", "unload a", "load a"]
+
+
+def test_a_failed_engine_is_dropped_and_the_next_job_loads_afresh(tmp_path):
+    engines, log = pool(available_gib=16)
+    a = model(tmp_path, "a")
+    broken, _ = engines.get(a)
+    engines.discard(broken)
+    fresh, seconds = engines.get(a)
+    assert fresh is not broken and seconds == 1.5
+    assert log == ["load a", "unload a", "load a"]
+
+
+def test_unload_by_name_and_close(tmp_path):
+    engines, log = pool(available_gib=16)
+    engines.get(model(tmp_path, "a"))
+    engines.get(model(tmp_path, "b"))
+    assert engines.unload_model("a") and not engines.unload_model("a")
+    engines.close()
+    assert log[-2:] == ["unload a", "unload b"] and not engines.held
+
+
+def test_the_idle_time_comes_from_serve_then_settings_then_ten_minutes(tmp_path, monkeypatch):
+    monkeypatch.delenv(IDLE_ENV, raising=False)
+    assert idle_seconds(tmp_path) == 600
+    write_settings(tmp_path, EngineSettings(idle_seconds=42))
+    assert idle_seconds(tmp_path) == 42
+    monkeypatch.setenv(IDLE_ENV, "7")
+    assert idle_seconds(tmp_path) == 7
+    monkeypatch.setenv(IDLE_ENV, "soon")  # not a number: the setting stands
+    assert idle_seconds(tmp_path) == 42
+
+
+def test_commands_are_taken_once_and_a_broken_one_is_dropped(tmp_path):
+    send_command(tmp_path, EngineCommand(action="unload", model="a"))
+    (tmp_path / "engine" / "commands" / "zz.json").write_text("{not json")
+    send_command(tmp_path, EngineCommand(action="stop"))
+    taken = take_commands(tmp_path)
+    assert [c.action for c in taken] == ["unload", "stop"]
+    assert take_commands(tmp_path) == []
+
+
+@pytest.fixture
+def resident(tmp_path, monkeypatch) -> Resident:
+    (tmp_path / "jobs").mkdir()
+    monkeypatch.setenv(IDLE_ENV, "0.5")
+    return Resident(tmp_path / "jobs")
+
+
+def test_an_idle_worker_publishes_its_state_and_exits_after_the_idle_time(resident, tmp_path):
+    started = time.monotonic()
+    assert resident.wait_for_work(lambda: False) is False
+    assert 0.5 <= time.monotonic() - started < 5
+    resident.close()
+    assert read_state(tmp_path) is None  # gone with the worker
+
+
+def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path):
+    queued = threading.Event()
+
+    def submitted() -> None:  # what start_worker does for every submission
+        queued.set()
+        mark_queue_changed(tmp_path / "jobs")
+
+    threading.Timer(0.2, submitted).start()
+    started = time.monotonic()
+    assert resident.wait_for_work(queued.is_set) is True
+    assert time.monotonic() - started < 0.45  # within a few polls, not at the idle time
+    state = read_state(tmp_path)
+    assert state is not None and state.pid == os.getpid() and state.state == "idle"
+    resident.close()
+
+
+def test_a_job_queued_without_the_mark_is_found_by_the_periodic_scan(
+    resident, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, "30")
+    queued = threading.Event()
+    threading.Timer(0.2, queued.set).start()  # e.g. queued by another door
+    started = time.monotonic()
+    assert resident.wait_for_work(queued.is_set) is True
+    assert time.monotonic() - started < SCAN_SECONDS + 1
+    resident.close()
+
+
+def test_a_stop_command_ends_an_idle_worker(resident, tmp_path, monkeypatch):
+    monkeypatch.setenv(IDLE_ENV, "60")
+    threading.Timer(0.2, send_command, (tmp_path, EngineCommand(action="stop"))).start()
+    started = time.monotonic()
+    assert resident.wait_for_work(lambda: False) is False
+    assert time.monotonic() - started < 5
+    resident.close()
+
+
+def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
+    from core.jobs.engine_files import EngineBusy, EngineState, embed_on_engine, write_state
+
+    now = time.time()
+    write_state(
+        tmp_path,
+        EngineState(
+            pid=os.getpid(), state="running", job_id="job_x", idle_seconds=600, updated_at=now
+        ),
+    )
+    started = time.monotonic()
+    with pytest.raises(EngineBusy, match="running job job_x; try again when it ends"):
+        embed_on_engine(tmp_path, tmp_path / "model", ["a text"], timeout=60)
+    assert time.monotonic() - started < 1  # not after the timeout
+    assert not list((tmp_path / "engine").glob("embed/*"))  # nothing left behind
+
+
+def test_each_job_a_resident_worker_runs_keeps_its_own_log(resident, tmp_path):
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    for log_file, job in ((first, "job a"), (second, "job b")):
+        with resident.output_to(log_file):
+            # The worker's stdout and stderr descriptors (vLLM's and the log's output).
+            os.write(1, f"running {job}\n".encode())
+            os.write(2, f"engine says {job}\n".encode())
+    assert first.read_text() == "running job a\nengine says job a\n"
+    assert second.read_text() == "running job b\nengine says job b\n"
+
+
+def test_serve_engine_idle_reaches_the_workers_the_app_starts(monkeypatch):
+    from core.cli.main import main
+
+    monkeypatch.delenv(IDLE_ENV, raising=False)
+    started: list[list[str]] = []
+    monkeypatch.setattr(os, "execv", lambda path, argv: started.append(argv))
+    monkeypatch.chdir(os.getcwd())  # serve moves to the checkout; the test comes back
+    assert main(["serve", "--engine-idle", "90"]) == 0
+    assert os.environ[IDLE_ENV] == "90.0" and "streamlit" in started[0]
+    assert main(["serve", "--engine-idle", "-1"]) == 2  # refused, nothing started
+    assert len(started) == 1
+
+
+def test_a_model_loaded_where_another_was_freed_counts_what_the_process_holds(tmp_path):
+    log: list[str] = []
+    memory = {"used": 1 * GIB}  # the process before any model
+
+    def load(config: EngineConfig) -> Loaded:
+        if config.model_name == "a":
+            memory["used"] += 3 * GIB
+        # b reuses the memory a freed (the allocator keeps it): the process grows by little.
+        return Loaded(config, log)
+
+    engines = EnginePool(load, lambda: memory["used"], lambda: 64 * GIB, max_engines=1)
+    engines.get(model(tmp_path, "a"))
+    engines.get(model(tmp_path, "b"))
+    assert log == ["load a", "unload a", "load b"]
+    assert engines.held[model(tmp_path, "b")].memory_bytes == 3 * GIB

@@ -1,0 +1,203 @@
+"""The resident worker on the real engine: a job on a loaded model runs without loading it,
+kill -9 mid-job loses nothing, ``engine unload|stop`` free the models, and a typed text is
+embedded by the warm embedding model with a batch job's vectors.
+
+Speed figures (submit to result, cold and warm) are measured in ``bench/warm.py``; these
+tests check what a user notices whatever the machine's load: no second model load, the
+same worker, the same vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.config import REPO_ROOT, default_embedding_model_dir
+from core.jobs.engine_files import IDLE_ENV, read_state
+from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.ledger import read_ledger
+from core.jobs.submit import Submission, submit
+from core.schemas import EngineConfig, worker_alive
+from core.store.text_query import embed_texts
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.engine
+IDLE = "300"  # long enough to outlast each test; every test stops its worker
+
+
+def chat_lines(path: Path, n: int, topic: str, max_tokens: int = 8) -> Path:
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"{topic}-{i}",
+                    "method": "POST",
+                    "url": "/v1/chat/completions",
+                    "body": {
+                        "model": "m",
+                        "messages": [{"role": "user", "content": f"Say {topic} {i}."}],
+                        "max_tokens": max_tokens,
+                        "temperature": 0,
+                    },
+                }
+            )
+            + "\n"
+            for i in range(n)
+        )
+    )
+    return path
+
+
+def wait_for(condition, seconds: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds:.0f} s: {what}")
+
+
+def stop_resident(home: Path) -> None:
+    """Ends the test's resident worker, whatever happened (never left running)."""
+    state = read_state(home)
+    if state is not None:
+        os.kill(state.pid, signal.SIGKILL)
+
+
+def job_of(home: Path, source: str) -> JobFolder:
+    return next(j for j in list_jobs(home / "jobs") if source in j.read_spec().source)
+
+
+def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
+    studio_home, tmp_path, default_model, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, IDLE)
+    try:
+        cold = run_cli(
+            "run",
+            str(chat_lines(tmp_path / "cold.jsonl", 1, "cold")),
+            "-o",
+            str(tmp_path / "c.out"),
+        )
+        assert cold.returncode == 0, cold.stderr[-2000:]
+        first = job_of(studio_home, "cold").read_status()
+        assert first.model_load_seconds and first.model_load_seconds > 0
+        state = read_state(studio_home)  # the worker stays, the model loaded
+        assert state is not None and state.pid == first.pid and state.state == "idle"
+        assert [m.name for m in state.models] == [default_model.name]
+        assert state.models[0].memory_mib > 100
+
+        # Through the app's door (what the Run page and the Batch API call).
+        started = submit(
+            chat_lines(tmp_path / "app.jsonl", 1, "app"),
+            Submission(engine=EngineConfig(model=str(default_model))),
+        )
+        wait_for(lambda: started.job.read_status().is_final, 120, "the warm job ended")
+        warm = started.job.read_status()
+        assert warm.state == "completed" and warm.pid == first.pid
+        assert warm.model_load_seconds == 0  # no load: the model was warm
+        started.worker.wait(timeout=60)  # the worker submit started left it to the resident
+        # Through the CLI.
+        again = run_cli(
+            "run", str(chat_lines(tmp_path / "cli.jsonl", 1, "cli")), "-o", str(tmp_path / "l.out")
+        )
+        assert again.returncode == 0, again.stderr[-2000:]
+        cli = job_of(studio_home, "cli").read_status()
+        assert cli.pid == first.pid and cli.model_load_seconds == 0
+
+        # kill -9 of the resident worker in the middle of a job, then resume: every request
+        # has exactly one result.
+        long = chat_lines(tmp_path / "long.jsonl", 40, "long", max_tokens=48)
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "core", "run", str(long), "-o", str(tmp_path / "long.out")],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        job = wait_for(
+            lambda: next(
+                (j for j in list_jobs(studio_home / "jobs") if "long" in j.read_spec().source),
+                None,
+            ),
+            60,
+            "the long job exists",
+        )
+        wait_for(lambda: 0 < job.read_status().done < 40, 300, "some results written")
+        os.kill(first.pid, signal.SIGKILL)
+        follower.wait(timeout=60)
+        assert job.read_status().interrupted
+        written = job.read_status().done
+        resumed = run_cli("resume", job.job_id)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        ledger = read_ledger(job)
+        assert not ledger.coverage_problems() and len(ledger.succeeded) == 40
+        outputs = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
+        assert len(outputs) == len(set(outputs)) == 40 and written < 40
+        assert run_cli("verify", job.job_id).returncode == 0
+
+        # The resumed job's worker is the new resident: unload, then stop, from a shell.
+        state = read_state(studio_home)
+        assert state is not None and state.pid != first.pid and state.models
+        unloaded = run_cli("engine", "unload", default_model.name)
+        assert unloaded.returncode == 0 and "unloaded" in unloaded.stdout
+        assert read_state(studio_home).models == []
+        listed = run_cli("engine", "status")
+        assert "no model loaded" in listed.stdout
+        stopped = run_cli("engine", "stop")
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert not worker_alive(state.pid) and read_state(studio_home) is None
+    finally:
+        stop_resident(studio_home)
+
+
+def test_a_typed_text_is_embedded_by_the_warm_model_with_a_batch_jobs_vectors(
+    studio_home, tmp_path, embedding_model, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, IDLE)
+    texts = ["Please refund the duplicate payment.", "A cat sat on the mat."]
+    batch = tmp_path / "texts.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "custom_id": f"t{i}",
+                    "method": "POST",
+                    "url": "/v1/embeddings",
+                    "body": {"model": embedding_model.name, "input": text},
+                }
+            )
+            + "\n"
+            for i, text in enumerate(texts)
+        )
+    )
+    out = tmp_path / "out.jsonl"
+    try:
+        result = run_cli("run", str(batch), "-o", str(out))
+        assert result.returncode == 0, result.stderr[-2000:]
+        by_id = {line["custom_id"]: line for line in map(json.loads, out.read_text().splitlines())}
+        batch_vectors = np.array(
+            [by_id[f"t{i}"]["response"]["body"]["data"][0]["embedding"] for i in range(2)]
+        )
+        worker = read_state(studio_home)
+        assert worker is not None and worker.models[0].kind == "embedding"
+
+        typed = embed_texts(default_embedding_model_dir(), texts)
+        cosines = (typed * batch_vectors).sum(1) / (
+            np.linalg.norm(typed, axis=1) * np.linalg.norm(batch_vectors, axis=1)
+        )
+        assert cosines.min() >= 0.9999, cosines
+        again = embed_texts(default_embedding_model_dir(), ["Another text entirely."])
+        assert again.shape == (1, 384)
+        after = read_state(studio_home)  # the same worker, the model loaded once
+        assert after.pid == worker.pid and after.models[0].loaded_at == worker.models[0].loaded_at
+    finally:
+        stop_resident(studio_home)
