@@ -9,9 +9,10 @@ from pydantic import ValidationError
 
 from core.check import checked, file_signature
 from core.devices import gpu_count
-from core.jobs.submit import Refused, Submission, default_name, submit
+from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
 from core.jobs.uploads import fetch_upload
 from core.model_folders import model_folders
+from core.plan.pricing import format_money
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from core.storage.s3 import S3Location, StorageError
 from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
@@ -194,7 +195,12 @@ output_uri = st.text_input(
 ).strip()
 
 skip_invalid = False
-if report.invalid:
+# What Start would refuse even when the invalid lines are skipped (a repeated id) is said
+# now, by the rule Start applies, and running the valid lines is not offered then.
+refusals = file_problems(report, skip_invalid=True)
+for problem in refusals:
+    st.error(escape(problem), icon=":material/block:")
+if report.invalid and not refusals:
     skip_invalid = st.checkbox(
         f"Run the {report.valid} valid lines; the {report.invalid} invalid ones get an error "
         "result",
@@ -207,11 +213,13 @@ if estimate:
     estimate_metrics(estimate)
     if estimate["over_budget"]:
         currency = estimate.get("currency", "USD")
-        st.warning(f"The expected cost is over the budget of {estimate['budget']:,.2f} {currency}.")
+        budget = format_money(estimate["budget"], currency)
+        st.warning(f"The expected cost is over the budget of {budget}.")
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 
-if st.button("Start run", type="primary", disabled=bool(report.invalid and not skip_invalid)):
+blocked = bool(refusals) or bool(report.invalid and not skip_invalid)
+if st.button("Start run", type="primary", disabled=blocked):
     config = EngineConfig(
         model=str(model_path or ""),
         dtype=dtype,

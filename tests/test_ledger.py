@@ -12,6 +12,7 @@ from core.jobs.ledger import (
     input_lines,
     read_ledger,
     reconcile,
+    summary,
     verify,
     write_combined,
     write_rerun_file,
@@ -66,11 +67,19 @@ def test_a_request_that_failed_twice_keeps_its_latest_error(tmp_path):
 
 
 def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):
-    job = finished_job(tmp_path, {"a": "yes", "b": None})
+    """An engine fault may pass on a retry; invalid input and a request the engine refused
+    (a prompt beyond the context) fail the same way again (issue 30, item 5)."""
+    rows = [
+        {"custom_id": "a", "answer": "yes"},
+        {"custom_id": "b", "answer": None, "error": ("engine_error", "the engine stopped")},
+        {"custom_id": "d", "answer": None, "error": ("engine_rejected", "prompt too long")},
+    ]
+    job = finished_job(tmp_path, rows)
     with OutputWriter(job.errors) as writer:
-        writer.write([error_line("c", "invalid_request", "line 3: bad")])
+        writer.write([error_line("c", "invalid_request", "line 4: bad")])
     job.input.write_text(job.input.read_text() + '{"custom_id": "c"}\n')
     assert read_ledger(job).retryable() == ["b"]
+    assert summary(job, 10).retryable_failures == 1
     rerun = tmp_path / "rerun.jsonl"
     assert write_rerun_file(job, ["b"], rerun) == 1
     assert json.loads(rerun.read_text())["custom_id"] == "b"
@@ -106,12 +115,16 @@ def test_verify_catches_a_removed_line(tmp_path):
 
 
 def test_reconcile_cli_writes_the_rerun_file(studio_home, tmp_path):
-    job = finished_job(studio_home, {"a": "yes", "b": None})
+    fault = ("engine_error", "the engine stopped")  # a retry may change it
+    job = finished_job(
+        studio_home,
+        [{"custom_id": "a", "answer": "yes"}, {"custom_id": "b", "answer": None, "error": fault}],
+    )
     rerun = tmp_path / "rerun.jsonl"
     result = run_cli("reconcile", job.job_id, "--write-rerun", str(rerun))
     assert result.returncode == 0
     assert "2 requests, 1 succeeded, 1 failed" in result.stdout
-    assert "1 x engine_rejected: prompt too long" in result.stdout
+    assert "1 x engine_error: the engine stopped" in result.stdout
     assert [json.loads(x)["custom_id"] for x in rerun.read_text().splitlines()] == ["b"]
 
 
