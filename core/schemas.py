@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from core.config import default_embedding_model_dir
 
+EMBEDDINGS_URL = "/v1/embeddings"  # as core.check.requests names it
 STALE_AFTER_SECONDS = 30.0  # a heartbeat older than this means the worker is gone
 
 
@@ -220,6 +221,9 @@ class JobSpec(Model):
     judge: JudgeLink | None = None  # a judge job: the job(s) its answers grade
     metadata: dict[str, str] = Field(default_factory=dict)  # the submitter's labels (Batch API)
     batch: BatchOrigin | None = None  # a job made through the Batch API: its request
+    # The urls of its lines (e.g. /v1/embeddings), recorded when it was submitted: what
+    # kind of job it is ([]: a job made before they were recorded).
+    endpoints: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -246,6 +250,31 @@ class JobSpec(Model):
     def embedding_folder(self) -> str:
         """The folder embeddings lines run on unless their ``body.model`` is mapped."""
         return self.embedding_model or str(default_embedding_model_dir())
+
+    @property
+    def embeds(self) -> bool:
+        """Some of its lines make vectors."""
+        return EMBEDDINGS_URL in self.endpoints or self.embedding_model is not None
+
+    @property
+    def embeds_only(self) -> bool:
+        """Every line makes vectors: no answers, no finish reasons, no output tokens."""
+        return bool(self.endpoints) and set(self.endpoints) == {EMBEDDINGS_URL}
+
+    def model_names(self) -> list[str]:
+        """The models its lines run on, as pages name the job's model: the engine's for
+        text, the embedding model's for vectors (and models ``body.model`` maps to)."""
+        names = [] if self.embeds_only else [self.engine.model_name]
+        names += [Path(folder).name for folder in self.model_map.values()]
+        if self.embeds:
+            names.append(Path(self.embedding_folder).name)
+        return list(dict.fromkeys(names))
+
+    @property
+    def vectors_folder(self) -> str:
+        """The model folder its vectors came from: the embedding model; for a job made
+        before kinds were recorded without one, its engine's."""
+        return self.embedding_folder if self.embeds else self.engine.model
 
     def on_model(self, folder: str) -> JobSpec:
         """The same job with its engine on another model folder (one group of an A/B job)."""
@@ -314,6 +343,15 @@ class JobStatus(Model):
     measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
     eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
     eta_at: float | None = None  # ...made at this time (seconds since the epoch)
+    # An output that is an object (s3://...): where the worker wrote the results, or why not.
+    delivered_to: str | None = None
+    delivery_error: str | None = None
+    # The counts and tokens above are the job's, over all its runs (a resume or a retry
+    # starts them from the result files); these are the latest run's own, shown beside.
+    runs: int = 0  # worker runs of the job so far
+    job_seconds: float | None = None  # running time over all runs (elapsed: this run's)
+    run_done: int = 0  # results this run wrote
+    run_completion_tokens: int = 0  # output tokens of this run's answers
 
     @property
     def left(self) -> int:

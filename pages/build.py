@@ -16,11 +16,14 @@ from core.plan.builder import (
     BuildSpec,
     build_file,
     default_id_column,
+    default_text_column,
     dry_run,
+    free_file_name,
     preview,
     read_table,
     safe_file_name,
 )
+from core.plan.drafts import BuildDraft, load_draft, save_draft, save_table
 from core.plan.embed_builder import (
     DEFAULT_EMBEDDING_MODEL,
     ENCODING_FORMATS,
@@ -28,7 +31,7 @@ from core.plan.embed_builder import (
     EmbedSpec,
 )
 from core.plan.rerank_builder import RerankSpec
-from pages.shared import drafted, escape, keep, kept, paths, through_app
+from pages.shared import drafted, escape, keep, kept, paths, signed_in_user, through_app
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
@@ -41,6 +44,18 @@ st.caption(
     "first lines, and save the batch file. Then check it on *Upload & check*. Or make an "
     "embeddings batch: one column's texts, turned into vectors."
 )
+
+# The draft is kept per user in the data folder (core.plan.drafts): a reload or a new
+# session starts from it.
+user = signed_in_user()
+if "build_draft_loaded" not in st.session_state:
+    st.session_state["build_draft_loaded"] = True
+    draft, draft_table = load_draft(user)
+    for name, value in draft.fields.items():
+        st.session_state.setdefault(f"kept::{name}", value)
+    st.session_state["build_draft_table"] = draft.table_name
+    if draft_table is not None and kept("build_table", None) is None:
+        keep("build_table", draft_table)
 
 SOURCES = ["Upload a table", "Use the sample table"]
 source = st.radio(
@@ -60,6 +75,10 @@ try:
         )
         if uploaded is not None:
             table, table_name = read_table(uploaded.getvalue(), uploaded.name), uploaded.name
+            if st.session_state.get("build_draft_upload") != uploaded.file_id:
+                save_table(user, uploaded.name, uploaded.getvalue())  # the draft's table
+                st.session_state["build_draft_upload"] = uploaded.file_id
+                st.session_state["build_draft_table"] = uploaded.name
     else:
         samples = sorted(p.name for p in SAMPLE_DATA.glob("*.csv"))
         sample = st.selectbox("Sample table", samples, key="build_sample")
@@ -115,7 +134,7 @@ if kind == KINDS[0]:
     prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
 job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
 id_column = None if id_choice == ROW_NUMBERS else id_choice
-first_text = next((c for c in columns if c != id_choice), columns[0])
+first_text = default_text_column(table, id_choice)  # the longest texts, never a timestamp
 spec: BuildSpec | EmbedSpec | RerankSpec
 if kind == "Rerank":
     c1, c2, c3 = st.columns(3)
@@ -288,6 +307,18 @@ else:
         skip_empty=not keep_empty,
     )
 
+draft = BuildDraft(
+    fields={
+        key.removeprefix("kept::"): value
+        for key, value in st.session_state.items()
+        if key.startswith("kept::build_") and key != "kept::build_table"
+    },
+    table_name=st.session_state.get("build_draft_table"),
+)
+if draft != st.session_state.get("build_draft_saved"):  # written when a field changed
+    save_draft(user, draft)
+    st.session_state["build_draft_saved"] = draft
+
 try:
     first = preview(table, spec, rows=3)
     whole = dry_run(table, spec) if len(table) <= DRY_RUN_ROWS else None
@@ -319,9 +350,23 @@ if report.problems:
     )
 
 file_name = st.text_input("File name", safe_file_name(task or "batch"), key="build_file_name")
+target = paths().uploads / safe_file_name(file_name)
+replace = False
+if target.exists():  # never overwritten without asking: a free name is offered instead
+    free = free_file_name(paths().uploads, file_name)
+    st.warning(
+        f"A file named {escape(target.name)} is in the uploads folder already: saving "
+        f"writes {escape(free)} instead, unless you replace it."
+    )
+    replace = st.checkbox(f"Replace {escape(target.name)}", key="build_replace")
+    if not replace:
+        target = target.with_name(free)
 if st.button("Save the batch file", type="primary", key="build_save"):
-    target = paths().uploads / safe_file_name(file_name)
-    result = build_file(table, spec, target)
+    try:
+        result = build_file(table, spec, target, replace=replace)
+    except BuildError as exc:  # a file of that name came meanwhile: asked again
+        st.error(escape(exc))
+        st.stop()
     st.session_state["built_file"] = str(target)
     in_lines = f" in {result.line_count:,} lines" if result.line_count != result.written else ""
     st.session_state["built_summary"] = (

@@ -28,13 +28,14 @@ graded = [j for j in ids if j not in judges] or ids  # a judge is rarely graded
 job_ids = st.multiselect(
     "Jobs",
     ids,
-    default=[current if current in ids else graded[0]],
+    default=[current if current in graded else graded[0]],  # a judge is rarely checked
     format_func=label,
     key="checks_jobs",
 )
 if not job_ids:
     st.info("Choose at least one job.")
     st.stop()
+st.session_state["job_id"] = job_ids[0]  # the other pages follow the job chosen here
 
 # Outcomes missing (a new database) or stale (results that arrived since) are graded again
 # from the rules saved in each job's folder.
@@ -114,7 +115,9 @@ st.dataframe(
 st.caption(
     "Pass rate = passed / (passed + failed), with its 95% Wilson interval. Failed requests "
     "have no answer and are not graded, nor are requests without the metadata field an "
-    "equals_metadata rule compares with."
+    "equals_metadata rule compares with. A judge's verdict that contradicts its own score "
+    "(a pass scored 1 or 2, a fail scored 4 or 5) is not believed: it counts as "
+    "contradicted, apart from passes and failures."
 )
 
 # -- failures -------------------------------------------------------------------------------

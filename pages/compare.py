@@ -12,6 +12,7 @@ from pages.shared import (
     following,
     job_labels,
     jobs_or_stop,
+    open_job,
     reviewer_name,
     show_conversation,
     store,
@@ -37,6 +38,12 @@ if mode == "Two jobs":
     job_a = c[0].selectbox("A", ids, index=1, format_func=labelled, key="cmp_a")
     job_b = c[1].selectbox("B", ids, index=0, format_func=labelled, key="cmp_b")
     side_a, side_b, key = cmp.Side(job_a), cmp.Side(job_b), "custom_id"
+    differ = cmp.job_differences(db, open_job(job_a).read_spec(), open_job(job_b).read_spec())
+    st.markdown("**What differs between A and B**")
+    if differ.empty:
+        st.caption("The same models, prompt versions, request parameters and settings.")
+    else:  # names and values come from files: a table shows them as text
+        st.dataframe(differ, hide_index=True, width="stretch", key="cmp_differ")
 else:
     job = st.selectbox("Job", ids, format_func=labelled, key="cmp_job")
     meta = [f"metadata:{k}" for k in facets(db, [job])["metadata_keys"]]

@@ -9,6 +9,7 @@ import streamlit as st
 from core.plan.pricing import (
     PriceError,
     PriceTable,
+    format_money,
     load_prices,
     price_rows,
     save_prices,
@@ -90,7 +91,11 @@ with st.spinner("Computing the charts…"):  # once per scope, grouping, prices 
 if summary.empty:
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()
-st.dataframe(summary, hide_index=True, width="stretch")
+# Cost as money reads (core.plan.pricing.format_money), beside the group, where a wide
+# table cannot push it out of sight.
+shown = summary.drop(columns=["cost"])
+shown.insert(1, f"cost ({prices.currency})", summary["cost"].map(format_money))
+st.dataframe(shown, hide_index=True, width="stretch")
 columns = st.columns(2)
 for i, (name, fig) in enumerate(figures.items()):
     with columns[i % 2]:

@@ -19,7 +19,7 @@ from core.store import judged, trust
 from core.store import samples as sm
 from core.store.db import Store
 from core.store.review import reviewers
-from pages.shared import escape, paths, review_sample, signed_in_user
+from pages.shared import drafted, escape, paths, review_sample, signed_in_user
 
 OTHER_FOLDER = "Another folder…"
 
@@ -72,9 +72,11 @@ def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) ->
         st.dataframe(shown, hide_index=True, width="stretch")
     with st.expander("Start a judge job", expanded=found.empty):
         graded = st.selectbox("Job to judge", job_ids, format_func=label, key="judge_job")
-        if "judge_template" not in st.session_state:
-            st.session_state["judge_template"] = jg.DEFAULT_TEMPLATE
-        text = st.text_area("Judge template", key="judge_template", height=260)
+        # Kept apart from the widget: a rerun that does not draw it (no job chosen for a
+        # moment) would drop what the user wrote.
+        text = drafted(
+            st.text_area, "Judge template", jg.DEFAULT_TEMPLATE, "judge_template", height=260
+        )
         c = st.columns(3)
         which = c[0].radio(
             "Which answers",

@@ -6,6 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from core.jobs.delivery import errors_beside
 from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import recent_lines
@@ -51,6 +52,11 @@ def _duration(seconds: float | None) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def _job_seconds(status: JobStatus) -> float | None:
+    """Running time over all runs (a status from before it was kept: its run's)."""
+    return status.job_seconds if status.job_seconds is not None else status.elapsed_seconds
 
 
 def ray_section(job: JobFolder) -> None:
@@ -216,7 +222,12 @@ def show(job: JobFolder) -> None:
         )
     eta, eta_help = _eta(status, speed)
     c[2].metric("ETA", eta, help=eta_help)
-    c[3].metric("Elapsed", _duration(status.elapsed_seconds))
+    c[3].metric(
+        "Elapsed",
+        _duration(_job_seconds(status)),
+        help="Running time over all the job's runs"
+        + (f"; this run: {_duration(status.elapsed_seconds)}" if status.runs > 1 else ""),
+    )
     c = st.columns(4)
     c[0].metric("Succeeded", status.succeeded)
     c[1].metric("Failed", status.failed)
@@ -227,10 +238,23 @@ def show(job: JobFolder) -> None:
         help="The engine held the model loaded: no load." if warm else None,
     )
     c[3].metric("First result after", _duration(status.first_result_seconds))
+    if status.runs > 1:  # a resume or retry: the figures above are the whole job's
+        st.caption(
+            f"The figures are the whole job's, over its {status.runs} runs. This run: "
+            f"{status.run_done:,} results, {status.run_completion_tokens:,} output tokens "
+            f"in {_duration(status.elapsed_seconds)}."
+        )
     if status.message and not status.interrupted:  # a dead worker's last words mislead
         st.caption(escape(status.message))
     if status.error:
         st.error(escape(status.error))
+    if status.delivered_to:
+        st.caption(
+            f"Results written to {escape(status.delivered_to)}, failures beside it in "
+            f"{escape(errors_beside(status.delivered_to))}."
+        )
+    if status.delivery_error:
+        st.warning(escape(status.delivery_error), icon=":material/cloud_off:")
     if status.in_flight and not final:
         st.caption(f"{status.in_flight:,} requests in the engine now.")
     numbers = samples[-1].get("engine") if samples else None
@@ -269,9 +293,15 @@ final = job.read_status().is_final or job.read_status().interrupted
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     status = job.read_status()
+    made = (  # a job of embeddings only makes vectors, not tokens
+        f"{status.embedded:,} texts embedded"
+        if status.embedded and not status.completion_tokens
+        else f"{status.completion_tokens:,} output tokens"
+    )
     summary = (
-        f"{status.succeeded} succeeded, {status.failed} failed, {status.completion_tokens} "
-        f"output tokens in {_duration(status.elapsed_seconds)}."
+        f"{status.succeeded:,} succeeded, {status.failed:,} failed, "
+        f"{made} in {_duration(_job_seconds(status))}"
+        + (f" over {status.runs} runs." if status.runs > 1 else ".")
     )
     if status.outcome == "completed":
         st.success(f"Job {escape(job_label(job_id))} completed: {summary}")

@@ -7,6 +7,7 @@ import json
 
 import streamlit as st
 
+from core.plan.pricing import format_money, load_prices, token_cost, tokens_cost
 from core.qa.grading import refresh
 from core.store import checks as ck
 from core.store import export as ex
@@ -47,6 +48,7 @@ job_id = st.selectbox(
     format_func=label,
     key="results_job",
 )
+st.session_state["job_id"] = job_id  # the other pages follow the job chosen here
 more = st.multiselect(
     "Add other jobs to the table",
     [j for j in ids if j != job_id],
@@ -179,6 +181,23 @@ else:
     shown = table.drop(columns=["job_id"]) if len(job_ids) == 1 else table
     first = [c for c in ("custom_id", "answer", "prompt", "status") if c in shown.columns]
     shown = shown[[*first, *(c for c in shown.columns if c not in first)]]  # the answer in view
+    prices = load_prices()
+    if prices.models:  # each request's cost, and the total of every result in view
+        tokens = table[["prompt_tokens", "completion_tokens"]].fillna(0)
+        costs = [
+            token_cost(prices, model, *row)
+            for model, row in zip(table["model"], tokens.itertuples(index=False), strict=True)
+        ]
+        shown.insert(len(first), f"cost ({prices.currency})", [format_money(c) for c in costs])
+        totals = res.token_totals(db, flt)
+        spent, unpriced = tokens_cost(
+            prices, totals[["model", "prompt_tokens", "completion_tokens"]].itertuples(index=False)
+        )
+        left_out = f"; no token price for {', '.join(unpriced)}" if unpriced else ""
+        st.caption(
+            f"Cost of the {int(totals['results'].sum()):,} results in view: "
+            f"{format_money(spent, prices.currency)}{escape(left_out)}"
+        )
     st.dataframe(shown, hide_index=True, width="stretch")
     st.caption(
         "Clicking a column header orders only the rows of this page; **Sort by** above "
@@ -226,7 +245,7 @@ else:
 # -- vectors (an embedding job) ---------------------------------------------------------------
 if has_vectors:
     on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
-    show_vectors(db, job_id, open_job(job_id).read_spec().engine.model, on_page)
+    show_vectors(db, job_id, open_job(job_id).read_spec().vectors_folder, on_page)
 
 show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank lines only
 

@@ -30,8 +30,9 @@ reviewer = reviewer_name("Your name (labels are kept per reviewer)")
 
 # -- a new sample -------------------------------------------------------------------------------
 with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new_sample"):
-    job_ids = st.multiselect(
-        "Jobs", list(jobs["job_id"]), default=list(jobs["job_id"])[:1], format_func=label
+    ids, current = list(jobs["job_id"]), st.session_state.get("job_id")
+    job_ids = st.multiselect(  # the job chosen on another page, else the newest
+        "Jobs", ids, default=[current if current in ids else ids[0]], format_func=label
     )
     c = st.columns(4)
     method = c[0].selectbox("Method", sm.METHODS, key="sample_method")

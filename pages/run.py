@@ -9,18 +9,46 @@ from pydantic import ValidationError
 
 from core.check import checked, file_signature
 from core.devices import gpu_count
-from core.jobs.submit import Refused, Submission, default_name, submit
+from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
+from core.jobs.uploads import fetch_upload
 from core.model_folders import model_folders
+from core.plan.pricing import format_money
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
+from core.storage.s3 import S3Location, StorageError
 from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
 
 through_app()
 st.title("Run")
 
+
+def from_object_storage() -> None:
+    """A batch file from object storage: the object is copied (streamed) into the uploads
+    folder and becomes the file this page runs, checked like any other."""
+    c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
+    uri = c1.text_input(
+        "Batch file in object storage",
+        placeholder="s3://bucket/key.jsonl",
+        help="Endpoint, region and credentials come from the standard AWS variables "
+        "(AWS_ENDPOINT_URL for MinIO or Ceph) or AWS_PROFILE, where the studio runs.",
+        key="run_input_uri",
+    )
+    if c2.button("Fetch", disabled=not uri.strip(), key="run_fetch"):
+        try:
+            with st.spinner(f"Fetching {uri.strip()}…"):
+                path = fetch_upload(paths().uploads, uri.strip())
+        except StorageError as exc:
+            st.error(escape(str(exc)), icon=":material/cloud_off:")
+            return
+        st.session_state["batch_file"], st.session_state["batch_name"] = str(path), uri.strip()
+        st.session_state.pop("check_report", None)  # that report was of another file
+        st.rerun()
+
+
 batch_file = st.session_state.get("batch_file")
 if not batch_file or not Path(batch_file).is_file():
     st.info("Check a batch file first; then come back here to run it.")
     st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+    from_object_storage()
     st.stop()
 
 # The report Upload & check made for this very file (same path, size and time), else a
@@ -157,8 +185,22 @@ def where_to_run() -> tuple[RaySettings | None, list[str]]:
 
 ray_spec, ray_problems = where_to_run()
 
+output_uri = st.text_input(
+    "Also write the results to (optional)",
+    placeholder="s3://bucket/key.jsonl",
+    help="When the job ends, its worker writes every request's final result there in input "
+    "order, and the failed ones beside it (KEY.errors.jsonl); the results stay in the job "
+    "folder and on every page either way.",
+    key="run_output_uri",
+).strip()
+
 skip_invalid = False
-if report.invalid:
+# What Start would refuse even when the invalid lines are skipped (a repeated id) is said
+# now, by the rule Start applies, and running the valid lines is not offered then.
+refusals = file_problems(report, skip_invalid=True)
+for problem in refusals:
+    st.error(escape(problem), icon=":material/block:")
+if report.invalid and not refusals:
     skip_invalid = st.checkbox(
         f"Run the {report.valid} valid lines; the {report.invalid} invalid ones get an error "
         "result",
@@ -171,11 +213,13 @@ if estimate:
     estimate_metrics(estimate)
     if estimate["over_budget"]:
         currency = estimate.get("currency", "USD")
-        st.warning(f"The expected cost is over the budget of {estimate['budget']:,.2f} {currency}.")
+        budget = format_money(estimate["budget"], currency)
+        st.warning(f"The expected cost is over the budget of {budget}.")
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 
-if st.button("Start run", type="primary", disabled=bool(report.invalid and not skip_invalid)):
+blocked = bool(refusals) or bool(report.invalid and not skip_invalid)
+if st.button("Start run", type="primary", disabled=blocked):
     config = EngineConfig(
         model=str(model_path or ""),
         dtype=dtype,
@@ -201,10 +245,16 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         ray=ray_spec,
         owner=signed_in_user(),
         name=job_name if job_name.strip() else None,
+        output_path=output_uri or None,
     )
     try:
         if ray_problems:
             raise Refused(ray_problems)
+        if output_uri:
+            try:
+                S3Location.parse(output_uri)
+            except ValueError as exc:
+                raise Refused([f"results: {exc}"]) from None
         job = submit(batch_file, submission, paths().jobs, gpus=gpus).job
     except Refused as refused:
         for problem in refused.problems:
@@ -212,3 +262,6 @@ if st.button("Start run", type="primary", disabled=bool(report.invalid and not s
         st.stop()
     st.session_state["job_id"] = job.job_id
     st.switch_page("pages/monitor.py")
+
+with st.expander("Run another file, from object storage (S3)"):
+    from_object_storage()

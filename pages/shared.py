@@ -14,8 +14,10 @@ import streamlit as st
 from core.access import allowed, exposure_problem, open_override
 from core.config import DataPaths, data_paths
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
+from core.jobs.ledger import summary as ledger_summary
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration, load_note
+from core.plan.pricing import format_money
 from core.recent import Latest
 from core.schemas import job_label as label_of
 from core.store.db import Store, StoreLocked
@@ -363,7 +365,8 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         help="Start nothing new; the requests in the engine finish and are kept.",
     ):
         st.toast(cancel(job))
-    if (status.interrupted or status.state == "cancelled") and cols[1].button(
+    resumable = status.interrupted or (status.state == "cancelled" and status.left)
+    if resumable and cols[1].button(
         f"Resume ({status.left:,} to run)",
         key=f"resume-{key}",
         type="primary",
@@ -371,13 +374,18 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         help="Runs only the requests without a result.",
     ):
         restart(job, retry=False, done="Resumed: only requests without a result run.")
-    if (
-        retry
-        and status.is_final
-        and status.failed
-        and cols[2].button(
-            f"Retry {status.failed} failed", key=f"retry-{key}", icon=":material/replay:"
-        )
+    # Only failures a retry can change (never invalid input or what the engine refused).
+    retryable = (
+        ledger_summary(job, job.read_spec().shard_size).retryable_failures
+        if retry and status.is_final and status.failed
+        else 0
+    )
+    if retryable and cols[2].button(
+        f"Retry {retryable:,} failed",
+        key=f"retry-{key}",
+        icon=":material/replay:",
+        help="Reruns the failed requests a retry can change; invalid input and requests "
+        "the engine refused fail the same way again, so they are not rerun.",
     ):
         restart(job, retry=True, done="Retrying failed requests (invalid input is never retried).")
 
@@ -419,4 +427,4 @@ def estimate_metrics(estimate: dict) -> None:
         "Time", format_duration(estimate["seconds"]), help="; ".join(n for n in notes if n) or None
     )
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
-    cols[3].metric("Cost", f"{cost:,.2f} {currency}" if cost is not None else "unknown")
+    cols[3].metric("Cost", format_money(cost, currency))

@@ -29,6 +29,7 @@ from core.model_names import studio_model_map
 from core.plan.estimate import estimate
 from core.plan.pricing import (
     PriceError,
+    format_money,
     load_prices,
     price_rows,
     prices_path,
@@ -277,25 +278,29 @@ if report.lines:
     right.table(pd.Series(dict(report.roles), name="messages"))
     st.session_state["model_map"] = report.model_map or {name: model for name in report.models}
 
-    st.markdown("**What the valid lines will run with** (from the body, or the job default)")
-    st.table(
-        pd.DataFrame(
-            [
-                {"field": name, "value (source)": value, "lines": n}
-                for name, counter in report.effective.items()
-                for value, n in sorted(counter.items(), key=lambda item: -item[1])
-            ]
-        ).set_index("field")
-        if report.valid
-        else pd.DataFrame()
-    )
-    st.caption(f"Max output tokens over the valid lines: {report.max_output_tokens:,}")
+    settings = [
+        {"field": name, "value (source)": value, "lines": n}
+        for name, counter in report.effective.items()
+        for value, n in sorted(counter.items(), key=lambda item: -item[1])
+    ]
+    if settings:  # an embeddings-only file has no sampling settings: vectors, not text
+        st.markdown("**What the valid lines will run with** (from the body, or the job default)")
+        st.table(pd.DataFrame(settings).set_index("field"))
+        st.caption(f"Max output tokens over the valid lines: {report.max_output_tokens:,}")
+    elif report.valid:
+        st.caption(
+            "The valid lines are embeddings requests: each makes vectors, with no sampling "
+            "settings and no output tokens."
+        )
 
     if report.tokens_counted:
         counted = sum(report.token_histogram)
         mean = report.prompt_tokens / counted if counted else 0
+        # The models the lines run on (an embeddings line is counted by the embedder's).
+        names = [local["name"] for local in report.by_local_model.values()]
+        counted_by = ", ".join(names) or Path(model).name
         st.markdown(
-            f"**Prompt tokens** ({Path(model).name}'s tokenizer and chat template): "
+            f"**Prompt tokens** ({escape(counted_by)}'s tokenizer and chat template): "
             f"{report.prompt_tokens:,} in {counted:,} valid lines, mean {mean:.0f}, "
             f"max {report.prompt_tokens_max:,}"
         )
@@ -329,6 +334,8 @@ if report.valid and report.by_local_model:
             f"Budget for a run ({prices.currency}; 0 = none)",
             min_value=0.0,
             value=float(prices.budget or 0.0),
+            step=0.001,
+            format="%g",  # a budget of 0.001 must not read as 0.00
             key="budget",
         )
         try:
@@ -361,8 +368,8 @@ if report.valid and report.by_local_model:
         st.info(escape(note))
     if result.over_budget:
         needs_confirmation = not st.checkbox(
-            f"Run anyway: the expected cost {cost:,.2f} {result.currency} is over the "
-            f"budget of {result.budget:,.2f}",
+            f"Run anyway: the expected cost {format_money(cost, result.currency)} is over "
+            f"the budget of {format_money(result.budget, result.currency)}",
             key="budget_ok",
         )
 

@@ -62,8 +62,9 @@ def free_port() -> int:
 
 
 class StreamlitServer:
-    """``streamlit run app.py`` (with ``serve``: ``python -m core serve``, the pages and the
-    Batch API) on one port and one data folder, in its own process group.
+    """``streamlit run server.py``, the pages with the Batch API and /media's sign-in (with
+    ``serve``: ``python -m core serve``, which runs the same), on one port and one data
+    folder, in its own process group.
 
     ``stop`` signals the whole group, as a terminal's Ctrl-C or a service manager would: a
     worker the app started in its own session must survive it.
@@ -78,7 +79,7 @@ class StreamlitServer:
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         serve: bool = False,
-        script: str = "app.py",
+        script: str = "server.py",
     ) -> None:
         self.home, self.serve, self.script = home, serve, script
         self.address, self.extra_args, self.env = address, extra_args, env or {}
@@ -101,7 +102,7 @@ class StreamlitServer:
             "-m",
             "streamlit",
             "run",
-            self.script,  # server.py: the pages with the Batch API and /media's sign-in
+            self.script,
             "--server.port",
             str(self.port),
             "--server.address",

@@ -84,6 +84,7 @@ def finished_job(
     *,
     model: str = "tiny",
     name: str = "batch.jsonl",
+    output_path: str | None = None,
 ) -> JobFolder:
     """A job run to its end by the real worker, in ``folder/jobs``.
 
@@ -96,6 +97,7 @@ def finished_job(
             the engine timed requests).
         model: the model folder's name (what output lines and the store call the model).
         name: the batch file's name.
+        output_path: where the results are delivered (an ``s3://`` one by the worker).
     """
     if isinstance(rows, dict):
         rows = [{"custom_id": cid, "answer": answer} for cid, answer in rows.items()]
@@ -116,7 +118,8 @@ def finished_job(
         else:
             lines.append(request_line(row["custom_id"], prompt, row.get("system"), **extra))
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    job = create_job(batch, folder / "jobs", EngineConfig(model=f"/models/{model}"))
+    engine = EngineConfig(model=f"/models/{model}")
+    job = create_job(batch, folder / "jobs", engine, output_path=output_path)
     executor = ScriptedExecutor(by_id, model)
     with mock.patch.object(worker, "make_executor", lambda spec, job_dir: executor):
         worker.run_job(job)

@@ -25,6 +25,7 @@ LAYERS = {
     "model_names": 0,  # body.model -> model folder, kept in the data folder
     "access": 0,
     "recent": 0,
+    "storage": 0,  # object storage in and out (s3://)
     "core": 0,  # core/__init__.py: the version
     "check": 1,
     "human": 1,  # people's work on disk (labels, preferences, samples)

@@ -244,6 +244,15 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     states = [entry["state"] for entry in job_status(job_b)["history"]]
     assert states[-1] == "completed" and "queued" in states[1:-1], states
     output = (job_b / "output.jsonl").read_text(encoding="utf-8").splitlines()
+    # The job's figures are the whole job's, over both runs, as the output file has them
+    # (issue 30, item 2), and the resumed run's own are shown beside, labelled.
+    tokens = sum(
+        json.loads(line)["response"]["body"]["usage"]["completion_tokens"] for line in output
+    )
+    assert job_status(job_b)["completion_tokens"] == tokens
+    expect(page.get_by_text(f"{tokens:,} output tokens in", exact=False)).to_be_visible()
+    expect(page.get_by_text("over 2 runs", exact=False).first).to_be_visible()
+    expect(page.get_by_text("This run:", exact=False)).to_be_visible()
     assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(
         json.loads(line)["custom_id"]
         for line in (SAMPLE_DATA / "review_sentiment.jsonl").read_text().splitlines()
@@ -407,3 +416,120 @@ def test_rules_edited_and_run_on_the_checks_page_show_a_pass_rate(
     assert float(rows[0][5]) == pytest.approx(2 / 3)
     assert (job / "rules.yaml").read_text(encoding="utf-8") == RULES
     expect_no_exception(page)
+
+
+@pytest.mark.browser
+def test_second_day_build_embeddings_check_reload_and_judge_template_in_the_browser(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 30 in the browser, no engine: an embeddings batch built beside a chat batch of
+    the same name is saved under a new name (8), checks and goes on to Run (1); a reload
+    keeps the Build draft (9); on Checks, removing and re-adding the job keeps the judge
+    template (9)."""
+    made = finished_job(studio_server.home.parent / "build", {"a": "yes", "b": "no"})
+    (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
+    made.path.rename(studio_server.home / "jobs" / made.job_id)
+    page, uploads = chromium_page, studio_server.home / "uploads"
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+
+    open_page(page, "Build")
+    pick_radio(page, "Use the sample table")
+    choose(page, "Id column", "ticket_id")
+    page.get_by_role("button", name="Save the batch file").click()
+    expect(page.get_by_text("Saved tickets.jsonl: 39 of 40 rows written.")).to_be_visible()
+    chat = (uploads / "tickets.jsonl").read_text(encoding="utf-8")
+
+    pick_radio(page, "Embeddings")
+    choose(page, "Column to embed", "body")
+    expect(page.get_by_text("saving writes tickets-2.jsonl instead", exact=False)).to_be_visible()
+    screenshot(page, "second_day_1_build_name_taken")
+    page.get_by_role("button", name="Save the batch file").click()
+    expect(page.get_by_text("Saved tickets-2.jsonl: 39 of 40 rows written.")).to_be_visible()
+    assert (uploads / "tickets.jsonl").read_text(encoding="utf-8") == chat  # not overwritten
+    embed = uploads / "tickets-2.jsonl"
+    assert json.loads(embed.read_text(encoding="utf-8").splitlines()[0])["url"] == "/v1/embeddings"
+
+    page.get_by_role("button", name="Check it on Upload & check").click()
+    expect_title(page, "Upload & check")
+    expect(page.get_by_text("All 39 lines are valid.")).to_be_visible()
+    expect(page.get_by_text("The valid lines are embeddings requests", exact=False)).to_be_visible()
+    expect_no_exception(page)
+    screenshot(page, "second_day_2_embeddings_checked")
+    page.get_by_role("link", name=re.compile("Continue to Run")).click()
+    expect_title(page, "Run")
+    expect(page.get_by_text("39 valid of 39 lines")).to_be_visible()
+
+    open_page(page, "Build")
+    page.reload()  # a new session: the draft comes from the data folder
+    expect_title(page, "Build a batch file")
+    expect(page.get_by_role("radio", name="Embeddings")).to_be_checked()
+    expect(page.get_by_role("combobox", name="Column to embed")).to_have_value("body")
+    expect(page.get_by_role("combobox", name="Id column")).to_have_value("ticket_id")
+    screenshot(page, "second_day_3_build_after_reload")
+
+    open_page(page, "Checks")
+    mine = "Is this answer right? {{ answer }}"
+    type_into(page, "Judge template", mine)
+    jobs = page.get_by_role("combobox", name="Jobs", exact=True)
+    jobs.click()
+    page.keyboard.press("Backspace")  # removes the job chosen
+    page.keyboard.press("Escape")
+    expect(page.get_by_text("Choose at least one job.")).to_be_visible()
+    wait_idle(page)
+    jobs.click()
+    page.get_by_role("option").first.click()
+    page.keyboard.press("Escape")
+    wait_idle(page)
+    expect(page.get_by_label("Judge template", exact=True)).to_have_value(mine)
+    expect_no_exception(page)
+    screenshot(page, "second_day_4_checks_template_kept")
+
+
+@pytest.mark.browser
+@pytest.mark.engine
+def test_an_embeddings_batch_from_build_to_results_in_the_browser(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 30, items 1 and 3, on the real embedding model: Build → Upload & check → Run →
+    Monitor → Jobs → Results; every page names the embedding model, never the chat model
+    the Run page had chosen, and a vector is no failure."""
+    page, home = chromium_page, studio_server.home
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+    open_page(page, "Build")
+    pick_radio(page, "Use the sample table")
+    pick_radio(page, "Embeddings")
+    choose(page, "Column to embed", "body")
+    page.get_by_role("button", name="Save the batch file").click()
+    expect(page.get_by_text("Saved tickets.jsonl: 39 of 40 rows written.")).to_be_visible()
+    page.get_by_role("button", name="Check it on Upload & check").click()
+    expect_title(page, "Upload & check")
+    expect(page.get_by_text("All 39 lines are valid.")).to_be_visible()
+    page.get_by_role("link", name=re.compile("Continue to Run")).click()
+    expect_title(page, "Run")
+    expect(page.get_by_text("39 valid of 39 lines")).to_be_visible()
+    page.get_by_role("button", name="Start run").click()
+    expect_title(page, "Monitor")
+    job = current_job(home)
+    wait_progress(page, state="completed", at_least=39, timeout=ENGINE_SECONDS)
+    done = "completed: 39 succeeded, 0 failed, 39 texts embedded in"  # no "output tokens"
+    expect(page.get_by_text(done, exact=False)).to_be_visible()
+    screenshot(page, "embeddings_1_monitor_completed")
+    spec = json.loads((job / "job.json").read_text(encoding="utf-8"))
+    assert spec["endpoints"] == ["/v1/embeddings"]
+
+    open_page(page, "Jobs")
+    cells = [cell for row in grid_rows(page.get_by_test_id("stDataFrame").first) for cell in row]
+    assert "all-MiniLM-L6-v2" in cells and "SmolLM2-135M-Instruct" not in cells, cells
+    screenshot(page, "embeddings_2_jobs")
+
+    open_page(page, "Results")
+    expect(page.get_by_text("39 results", exact=False).first).to_be_visible()
+    page.get_by_role("tab", name="Similar to this").click()
+    page.get_by_test_id("stRadioGroup").get_by_text("A typed text", exact=True).click()
+    wait_idle(page)
+    expect(page.get_by_text("the job's own model", exact=False)).to_be_visible()
+    expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
+    expect_no_exception(page)
+    screenshot(page, "embeddings_3_results_similar")

@@ -343,3 +343,83 @@ def test_build_page_makes_an_embeddings_batch(studio_home: Path) -> None:
     assert at.radio(key="build_kind").value == "Embeddings"
     assert at.number_input(key="build_rows_per_line").value == 4
     assert at.selectbox(key="build_embed_column").value == "body"
+
+
+def test_saving_never_overwrites_a_file_of_the_same_name_silently(studio_home: Path) -> None:
+    """Issue 30, item 8: an embeddings batch replaced the chat batch tickets.jsonl."""
+    at = open_build_page()
+    at.button(key="build_save").click().run()
+    chat = studio_home / "uploads" / "tickets.jsonl"
+    chat_text = chat.read_text()
+    at.radio(key="build_kind").set_value("Embeddings").run()
+    warning = shown(at.warning[-1].value)
+    assert "tickets.jsonl is in the uploads folder already" in warning
+    assert "saving writes tickets-2.jsonl instead" in warning
+    at.button(key="build_save").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert chat.read_text() == chat_text  # the chat batch is untouched
+    embed = studio_home / "uploads" / "tickets-2.jsonl"
+    assert '"/v1/embeddings"' in embed.read_text()
+    assert shown(at.success[0].value).startswith("Saved tickets-2.jsonl: ")
+    # Replacing is a choice made by name, never the default.
+    at.checkbox(key="build_replace").check().run()
+    at.button(key="build_save").click().run()
+    assert '"/v1/embeddings"' in chat.read_text()
+    assert shown(at.success[0].value).startswith("Saved tickets.jsonl: ")
+
+
+def test_build_file_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
+    from core.plan.builder import free_file_name
+
+    table = read_table(TICKETS)
+    out = tmp_path / "t.jsonl"
+    out.write_text("keep me\n")
+    with pytest.raises(BuildError, match=r"t\.jsonl exists already: save as t-2\.jsonl"):
+        build_file(table, BuildSpec("{{ subject }}", id_column="ticket_id"), out)
+    assert out.read_text() == "keep me\n"
+    assert free_file_name(tmp_path, "t.jsonl") == "t-2.jsonl"
+    build_file(table, BuildSpec("{{ subject }}", id_column="ticket_id"), out, replace=True)
+    assert out.read_text() != "keep me\n"
+
+
+def test_the_build_draft_is_kept_in_the_data_folder_across_a_reload(studio_home: Path) -> None:
+    """Issue 30, item 9: a browser reload (a new session) dropped the draft."""
+    at = open_build_page()
+    at.text_input(key="build_task").set_value("triage").run()
+    at.text_area(key="build_user").set_value("Triage: {{ subject }}").run()
+    at.number_input(key="build_max_tokens").set_value(32).run()
+    reloaded = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    reloaded.switch_page("pages/build.py").run()  # a new session: nothing in it yet
+    assert not reloaded.exception, [e.message for e in reloaded.exception]
+    assert reloaded.radio(key="build_source").value == "Use the sample table"
+    assert reloaded.text_input(key="build_task").value == "triage"
+    assert reloaded.text_area(key="build_user").value == "Triage: {{ subject }}"
+    assert reloaded.number_input(key="build_max_tokens").value == 32
+    assert (studio_home / "drafts").is_dir()
+
+
+def test_an_uploaded_table_is_kept_with_the_draft_per_user(tmp_path: Path) -> None:
+    from core.plan.drafts import BuildDraft, load_draft, save_draft, save_table
+
+    save_table("ana", "mine.csv", TICKETS.read_bytes(), tmp_path)
+    save_draft("ana", BuildDraft(fields={"build_task": "t"}, table_name="mine.csv"), tmp_path)
+    draft, (table, name) = load_draft("ana", tmp_path)
+    assert draft.fields == {"build_task": "t"} and name == "mine.csv" and len(table) == 40
+    assert load_draft("bo", tmp_path) == (BuildDraft(), None)  # one draft per user
+    (tmp_path / "drafts" / "ana" / "build.json").write_text("{not json")
+    assert load_draft("ana", tmp_path) == (BuildDraft(), None)  # a broken draft is none
+
+
+def test_the_defaults_pick_the_text_column_never_a_timestamp(studio_home: Path) -> None:
+    """Issue 30, item 12: the template and the embedded text defaulted to created_at."""
+    from core.plan.tables import default_text_column
+
+    table = read_table(TICKETS)
+    assert default_text_column(table, "ticket_id") == "body"
+    short = table[["ticket_id", "created_at", "channel"]]
+    assert default_text_column(short, "ticket_id") == "channel"
+    assert default_text_column(pd.DataFrame({"a": [1], "b": [2]}), "a") == "b"
+    at = open_build_page()
+    assert at.text_area(key="build_user").value == "{{ body }}"
+    at.radio(key="build_kind").set_value("Embeddings").run()
+    assert at.selectbox(key="build_embed_column").value == "body"

@@ -115,3 +115,22 @@ def test_the_coloured_diff_marks_words_and_keeps_answers_as_text():
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>" not in html
     assert 'line-through">&lt;b&gt;hi&lt;/b&gt;</span>' in html  # removed, struck through
     assert '#055d20">&lt;script&gt;x&lt;/script&gt;</span>' in html  # added, in green
+
+
+def test_two_jobs_say_what_differs_between_them(tmp_path: Path) -> None:
+    """Issue 30, item 13: model, prompt version and parameters, before any answer."""
+    from core.store.compare import job_differences
+
+    def job(folder: str, version: str, model: str):
+        rows = [{"custom_id": "q1", "answer": "x", "metadata": {"prompt_version": version}}]
+        return finished_job(tmp_path / folder, rows, model=model)
+
+    a, b, same = job("a", "v1", "tiny"), job("b", "v2", "big"), job("c", "v1", "tiny")
+    store = Store(tmp_path / "studio.duckdb")
+    for made in (a, b, same):
+        store.ingest(made)
+    differ = job_differences(store, a.read_spec(), b.read_spec()).set_index("setting")
+    assert differ.loc["model"].tolist() == ["tiny", "big"]
+    assert differ.loc["prompt version"].tolist() == ["v1", "v2"]
+    assert "input file" not in differ.index  # both batch.jsonl
+    assert job_differences(store, a.read_spec(), same.read_spec()).empty

@@ -226,3 +226,16 @@ def test_a_bad_measurements_file_reads_as_no_measurement(tmp_path: Path) -> None
     # A run that produced nothing records no speed.
     record_run(MODEL, output_tokens=0, requests=0, seconds=1.0, answers=[], home=tmp_path)
     assert model_record(MODEL, tmp_path).throughput is None
+
+
+def test_money_keeps_the_figures_its_size_needs() -> None:
+    """Issue 30, item 6: 0.0009 USD never reads as 0.00."""
+    from core.plan.pricing import format_money
+
+    assert format_money(0.000915, "USD") == "0.000915 USD"
+    assert format_money(0.001) == "0.001"
+    assert format_money(0.0123456) == "0.0123"
+    assert format_money(0.5) == "0.5"
+    assert format_money(1234.5, "EUR") == "1,234.50 EUR"
+    assert format_money(0) == "0.00"
+    assert format_money(None) == format_money(math.nan) == "unknown"

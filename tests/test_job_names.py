@@ -194,6 +194,8 @@ def test_compare_and_monitor_pick_jobs_by_name(studio_home):
     assert set(at.selectbox(key="cmp_a").options) == labels
     assert set(at.selectbox(key="cmp_b").options) == labels
     assert {shown(h.value).split(" · ", 1)[1] for h in at.subheader} == labels
+    # Both jobs ran alike: the page says so before any answer (issue 30, item 13).
+    assert any("The same models, prompt versions" in c.value for c in at.caption)
 
     at = open_page("monitor.py", job_id=first.job_id)  # jobs not indexed: read from folders
     assert set(at.selectbox[0].options) == labels

@@ -346,3 +346,31 @@ def test_a_rule_may_not_take_a_judges_name():
     with pytest.raises(RulesError, match="how judges are named"):
         load_rules("rules:\n  - name: judge_a1b2c3\n    type: json\n")
     assert load_rules("rules:\n  - name: judge_tone\n    type: json\n").names == ["judge_tone"]
+
+
+def test_a_verdict_that_contradicts_its_own_score_is_flagged_and_counted_apart(
+    studio_home, model, no_worker
+):
+    """Issue 30, item 7: "pass, score 1, useless" is no pass; nor is "fail, score 5" a fail."""
+    graded = job_in_home(studio_home, ROWS)
+    db = open_store()
+    job = J.start_judge(db, graded, J.DEFAULT_TEMPLATE, J.JudgeSettings(str(model))).job
+    answers = {
+        "a": verdict("pass", 1, "useless"),
+        "b": verdict("fail", 5, "perfect"),
+        "d": verdict("pass", 4, "good"),
+    }
+    answer_judge(job, answers)
+    db.ingest_all(data_paths().jobs)
+    name = job.read_spec().judge.check
+    rates = checks.pass_rates(db, [graded], "all").set_index("rule")
+    counted = ["passed", "failed", "not_graded", "contradicted"]
+    assert rates.loc[name, counted].tolist() == [1, 0, 0, 2]
+    assert rates.loc[name, "pass_rate"] == pytest.approx(1.0)
+    got = judged.verdicts(db, [graded], name).set_index("custom_id")
+    assert got.loc["a", "contradicts"] and pd.isna(got.loc["a", "passed"])
+    assert not got.loc["d", "contradicts"] and got.loc["d", "passed"]
+    flagged = R.page(db, R.ResultFilter(job_ids=[graded], checks={name: "contradicted"}))
+    assert sorted(flagged["custom_id"]) == ["a", "b"]
+    unread = R.page(db, R.ResultFilter(job_ids=[graded], checks={name: "not_graded"}))
+    assert unread.empty

@@ -127,3 +127,20 @@ def test_compare_page_starts_a_pairwise_judge_and_tallies_it(studio_home, model,
     assert metrics["Judge prefers A"] == "2 (50%)" and metrics["Judge prefers B"] == "2 (50%)"
     assert metrics["Judge: tie"] == "0 (0%)" and metrics["Not graded"] == "0"
     assert any("95% CI" in c.value for c in at.caption)
+
+
+def test_removing_and_adding_the_job_again_keeps_the_judge_template(studio_home, model, no_worker):
+    """Issue 30, item 9: the template was emptied, and Start then refused it."""
+    graded = job_in_home(studio_home, ROWS)
+    at = open_page("checks.py", job_id=graded)
+    mine = "Is this right? {{ answer }}"
+    at.text_area(key="judge_template").set_value(mine).run()
+    at.multiselect(key="checks_jobs").set_value([]).run()
+    assert any("Choose at least one job" in i.value for i in at.info)
+    at.multiselect(key="checks_jobs").set_value([graded]).run()
+    assert not at.exception
+    assert at.text_area(key="judge_template").value == mine
+    start_on_page(at, model)
+    at.button(key="judge_start").click().run()
+    (judge,) = new_judge_jobs([graded])
+    assert J.saved_template(judge) == mine

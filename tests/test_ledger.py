@@ -12,6 +12,7 @@ from core.jobs.ledger import (
     input_lines,
     read_ledger,
     reconcile,
+    summary,
     verify,
     write_combined,
     write_rerun_file,
@@ -45,7 +46,7 @@ def test_a_success_after_a_failure_is_the_final_result(tmp_path):
     assert reconcile(job).complete
     # The combined file: each final line byte for byte as the worker wrote it, input order.
     written = job.output.read_bytes().splitlines(keepends=True)  # a, then b's success
-    assert write_combined(job, tmp_path / "all.jsonl") == 2
+    assert write_combined(job, tmp_path / "all.jsonl") == (2, 0)
     assert (tmp_path / "all.jsonl").read_bytes() == b"".join(written)
 
 
@@ -56,14 +57,29 @@ def test_a_request_that_failed_twice_keeps_its_latest_error(tmp_path):
     finals = [json.loads(line) for line in combined_lines(job)]
     assert [d["custom_id"] for d in finals] == ["a", "b"]
     assert finals[1]["error"]["message"] == "the engine stopped"
+    # The error file beside the combined one holds the failure's final line alone.
+    counts = write_combined(job, tmp_path / "all.jsonl", tmp_path / "all.errors.jsonl")
+    assert counts == (2, 1)
+    errors = [json.loads(raw) for raw in (tmp_path / "all.errors.jsonl").read_bytes().splitlines()]
+    assert [(d["custom_id"], d["error"]["message"]) for d in errors] == [
+        ("b", "the engine stopped")
+    ]
 
 
 def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):
-    job = finished_job(tmp_path, {"a": "yes", "b": None})
+    """An engine fault may pass on a retry; invalid input and a request the engine refused
+    (a prompt beyond the context) fail the same way again (issue 30, item 5)."""
+    rows = [
+        {"custom_id": "a", "answer": "yes"},
+        {"custom_id": "b", "answer": None, "error": ("engine_error", "the engine stopped")},
+        {"custom_id": "d", "answer": None, "error": ("engine_rejected", "prompt too long")},
+    ]
+    job = finished_job(tmp_path, rows)
     with OutputWriter(job.errors) as writer:
-        writer.write([error_line("c", "invalid_request", "line 3: bad")])
+        writer.write([error_line("c", "invalid_request", "line 4: bad")])
     job.input.write_text(job.input.read_text() + '{"custom_id": "c"}\n')
     assert read_ledger(job).retryable() == ["b"]
+    assert summary(job, 10).retryable_failures == 1
     rerun = tmp_path / "rerun.jsonl"
     assert write_rerun_file(job, ["b"], rerun) == 1
     assert json.loads(rerun.read_text())["custom_id"] == "b"
@@ -99,12 +115,16 @@ def test_verify_catches_a_removed_line(tmp_path):
 
 
 def test_reconcile_cli_writes_the_rerun_file(studio_home, tmp_path):
-    job = finished_job(studio_home, {"a": "yes", "b": None})
+    fault = ("engine_error", "the engine stopped")  # a retry may change it
+    job = finished_job(
+        studio_home,
+        [{"custom_id": "a", "answer": "yes"}, {"custom_id": "b", "answer": None, "error": fault}],
+    )
     rerun = tmp_path / "rerun.jsonl"
     result = run_cli("reconcile", job.job_id, "--write-rerun", str(rerun))
     assert result.returncode == 0
     assert "2 requests, 1 succeeded, 1 failed" in result.stdout
-    assert "1 x engine_rejected: prompt too long" in result.stdout
+    assert "1 x engine_error: the engine stopped" in result.stdout
     assert [json.loads(x)["custom_id"] for x in rerun.read_text().splitlines()] == ["b"]
 
 

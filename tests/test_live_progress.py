@@ -162,6 +162,40 @@ def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_r
     assert read_ledger(job).coverage_problems() == []
 
 
+def test_a_cancel_when_every_request_is_in_the_engine_completes_the_job(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 30, item 4: a small job all inside the engine drains to its end; every
+    request has a result, so it is complete, never "cancelled" with nothing to resume."""
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(3)))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
+    status = worker.run_job(job)
+    assert (status.state, status.outcome, status.succeeded, status.left) == (
+        "completed",
+        "completed",
+        3,
+        0,
+    )
+    assert "cancelling" in [h["state"] for h in status.history]
+
+
+def test_a_cancel_says_how_many_requests_will_still_finish(tmp_path, monkeypatch) -> None:
+    """Issue 30, item 4: at the moment of cancelling, in numbers."""
+    from core.jobs.folder import cancel
+
+    job = ten_request_job(tmp_path)
+    job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=3))
+    monkeypatch.setattr("core.jobs.folder.os.kill", lambda pid, sig: None)
+    said = cancel(job)
+    assert "the 3 requests in the engine finish and are kept; the other 3 do not start" in said
+    job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=6))
+    said = cancel(job)
+    assert "all 6 requests without a result are already in the engine" in said
+    assert "the job completes" in said
+
+
 def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
     job = ten_request_job(tmp_path)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=2))
@@ -228,7 +262,7 @@ def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path
 
     job = monitored_job(studio_home)
     keeper = StatusKeeper(job)
-    keeper.start(state="running", total=3, message="")
+    keeper.update(state="running", total=3)  # no heartbeat thread: the test writes the status
     vectors = [np.ones(3, dtype=np.float32)] * 2
     keeper.count([success_line("a", "m", Embeddings(5, vectors), "/v1/embeddings")])
     assert (keeper.status.embedded, keeper.status.prompt_tokens) == (2, 5)  # two inputs

@@ -81,9 +81,7 @@ def test_a_signed_in_users_download_url_gives_nothing_without_the_session(
         secrets_file = _secrets(tmp_path / "secrets.toml", app_url, issuer, [email])
         job = finished_job(tmp_path / "home", {"a": "yes"})
         extra = ("--secrets.files", str(secrets_file))
-        server = StreamlitServer(
-            tmp_path / "home", tmp_path, port=port, extra_args=extra, script="server.py"
-        )
+        server = StreamlitServer(tmp_path / "home", tmp_path, port=port, extra_args=extra)
         server.start()
         try:
             _sign_in(page, app_url, email)

@@ -12,7 +12,7 @@ import pytest
 from core.config import SAMPLE_DATA
 from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
-from tests.factories import finished_job
+from tests.factories import finished_job, request_line
 from tests.test_pages import open_page, shown
 
 pytestmark = pytest.mark.usefixtures("studio_home")
@@ -42,8 +42,16 @@ def test_monitor_without_jobs_says_what_to_do_first():
     assert "No jobs yet" in texts(at)
 
 
+FAULT = ("engine_error", "the engine stopped")  # a failure a retry may change
+
+
 def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
-    job = finished_job(studio_home, {"a": "yes", "b": None, "c": "<script>x</script>"})
+    rows = [
+        {"custom_id": "a", "answer": "yes"},
+        {"custom_id": "b", "answer": None, "error": FAULT},
+        {"custom_id": "c", "answer": "<script>x</script>"},
+    ]
+    job = finished_job(studio_home, rows)
     now = time.time()
     samples = [
         {"t": now - 4, "done": 0, "completion_tokens": 0, "rss_mib": 900, "cpu_percent": 150},
@@ -99,7 +107,10 @@ def test_monitor_flags_an_interrupted_job_and_offers_resume(studio_home):
 
 
 def test_jobs_page_reconciles_and_verifies(studio_home):
-    job = finished_job(studio_home, {"a": "yes", "b": None})
+    job = finished_job(
+        studio_home,
+        [{"custom_id": "a", "answer": "yes"}, {"custom_id": "b", "answer": None, "error": FAULT}],
+    )
     at = open_page("jobs.py")
     assert metric(at, "Requests") == "2" and metric(at, "Success rate") == "50.0%"
     verify = next(b for b in at.button if b.label.startswith("Verify"))
@@ -179,6 +190,40 @@ def test_the_monitors_verdict_names_the_job_by_its_name(studio_home):
     at = open_page("monitor.py", job_id=job.job_id)
     verdict = shown(at.success[0].value)
     assert verdict.startswith(f"Job March refunds · {job.job_id[-6:]} completed")
+
+
+def test_retry_is_offered_only_for_failures_a_retry_can_change(studio_home):
+    """Issue 30, item 5: a request the engine refused (over the context) fails the same
+    way again; offering to retry it misleads."""
+    rows = [
+        {"custom_id": "a", "answer": "yes"},
+        {"custom_id": "b", "answer": None, "error": ("engine_rejected", "prompt too long")},
+        {"custom_id": "c", "answer": None, "error": FAULT},
+    ]
+    job = finished_job(studio_home, rows, name="mixed.jsonl")
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert [b.label for b in at.button if b.label.startswith("Retry")] == ["Retry 1 failed"]
+    refused = finished_job(studio_home, {"a": "yes", "b": None}, name="refused.jsonl")
+    at = open_page("monitor.py", job_id=refused.job_id)
+    assert metric(at, "Failed") == "1"
+    assert not [b for b in at.button if b.label.startswith("Retry")]
+
+
+def test_run_offers_the_valid_lines_only_when_start_would_run_them(studio_home):
+    """Issue 30, item 5: a repeated id is refused even when invalid lines are skipped, so
+    "Run the valid lines" is not offered; Start is off and the reason is said."""
+    batch = studio_home.parent / "repeats.jsonl"
+    lines = [request_line("a", "x"), request_line("a", "y"), "not json"]
+    batch.write_text("\n".join(lines) + "\n")
+    at = open_page("run.py", batch_file=str(batch))
+    assert not [c for c in at.checkbox if c.label.startswith("Run the")]
+    assert "repeat a custom_id of an earlier line" in texts(at)
+    assert next(b for b in at.button if b.label == "Start run").disabled
+    batch.write_text(request_line("a", "x") + "\nnot json\n")
+    at = open_page("run.py", batch_file=str(batch))
+    assert [c.label for c in at.checkbox if c.label.startswith("Run the")] == [
+        "Run the 1 valid lines; the 1 invalid ones get an error result"
+    ]
 
 
 def test_jobs_page_shows_a_batch_api_jobs_metadata_and_owner(studio_home):

@@ -197,7 +197,8 @@ def test_run_page_without_a_checked_file_points_back_to_upload() -> None:
     at = open_page("run.py")
     assert [t.value for t in at.title] == ["Run"]
     assert at.info[0].value == "Check a batch file first; then come back here to run it."
-    assert not at.button
+    assert [b.label for b in at.button] == ["Fetch"]  # a file from object storage
+    assert at.button[0].disabled  # until an s3:// URI is typed
     assert "Upload & check" in page_link_labels(at)
 
 
@@ -215,11 +216,22 @@ def test_run_page_offers_the_model_and_the_start_button() -> None:
     assert not at.progress  # nothing started yet
 
 
-def test_run_page_holds_back_a_file_with_invalid_lines_until_told_to_skip_them() -> None:
+def test_run_page_holds_back_a_file_with_invalid_lines_until_told_to_skip_them(
+    studio_home: Path,
+) -> None:
+    # The broken sample repeats an id (line 6): Start refuses it even with the invalid lines
+    # skipped, so skipping is not offered and the reason is said (issue 30, item 5).
     at = open_page("run.py", batch_file=str(SAMPLE_DATA / "broken_batch.jsonl"))
     assert at.button[0].disabled
+    assert "skip_invalid" not in [c.key for c in at.checkbox]
+    assert "line 6: custom_id 'ticket-summary:T-5001' repeats line 1" in shown(at.error[0].value)
+    lines = (SAMPLE_DATA / "broken_batch.jsonl").read_bytes().splitlines(keepends=True)
+    batch = studio_home.parent / "broken_no_repeat.jsonl"
+    batch.write_bytes(b"".join(lines[:5] + lines[6:]))  # without the repeated id
+    at = open_page("run.py", batch_file=str(batch))
+    assert at.button[0].disabled
     skip = at.checkbox(key="skip_invalid")
-    assert "the 7 invalid ones get an error result" in skip.label
+    assert "the 6 invalid ones get an error result" in skip.label
     skip.check().run()
     assert not at.button[0].disabled
 
@@ -294,3 +306,38 @@ def test_run_reuses_the_check_upload_made_and_never_rechecks_on_a_click(monkeypa
     # Another visitor checking the same file with the same settings gets the same report.
     other = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
     assert len(calls) == 1 and other.metric[1].value == "16"
+
+
+def test_an_embeddings_only_file_built_by_build_checks_and_goes_on_to_run(
+    studio_home: Path,
+) -> None:
+    """Issue 30, item 1: such a file has no sampling settings; the page said so with a
+    crash (KeyError 'field') and no way on to Run."""
+    from core.plan.builder import build_file, read_table
+    from core.plan.embed_builder import EmbedSpec
+
+    batch = studio_home.parent / "tickets_embed.jsonl"
+    build_file(read_table(SAMPLE_DATA / "tickets.csv"), EmbedSpec("body", "ticket_id"), batch)
+    at = check_server_file(open_page("upload.py"), batch)
+    assert at.success[0].value == "All 39 lines are valid."  # one row has no body
+    assert any("embeddings requests" in c.value for c in at.caption)
+    tokens = next(shown(m.value) for m in at.markdown if "Prompt tokens" in m.value)
+    assert "(all-MiniLM-L6-v2's tokenizer" in tokens  # the embedder counts them, not the chat model
+    assert "Continue to Run" in page_link_labels(at)
+    assert at.session_state["batch_file"] == str(batch)
+
+
+@needs_tokenizer
+def test_a_small_cost_and_budget_keep_their_significant_figures(studio_home: Path) -> None:
+    """Issue 30, item 6: at 0.15 / 0.60 USD per 1M tokens the sample costs well under a
+    cent; the estimate and the budget must not round it to 0.00."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    studio_home.mkdir(parents=True, exist_ok=True)
+    prices = {default_model_dir().name: ModelPrice(input_per_1m=0.15, output_per_1m=0.60)}
+    save_prices(PriceTable(models=prices, budget=0.0001), studio_home)
+    at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
+    cost = {m.label: m.value for m in at.metric}["Cost"]
+    assert cost.endswith(" USD") and float(cost.split()[0]) > 0, cost
+    confirm = at.checkbox(key="budget_ok")
+    assert f"expected cost {cost} is over the budget of 0.0001 USD" in confirm.label

@@ -193,7 +193,9 @@ def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):
     )
     at = open_page("compare.py")
     assert not at.exception
-    assert "1 pair up on custom_id" in at.caption[0].value
+    captions = [c.value for c in at.caption]
+    assert "The same models, prompt versions, request parameters and settings." in captions
+    assert any("1 pair up on custom_id" in c for c in captions)
     [diff] = [h.proto.body for h in at.get("html")]
     assert "very " in diff and "#055d20" in diff  # the added word, coloured
 
@@ -217,6 +219,8 @@ def test_dashboards_page_draws_every_chart(studio_home):
     assert not at.exception
     (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
     assert int(summary["requests"].iloc[0]) == 4 and int(summary["failed"].iloc[0]) == 1
+    # Cost as money reads, second from the left, where a wide table cannot hide it.
+    assert list(summary.columns)[1] == "cost (USD)" and summary.iloc[0, 1] == "unknown"
     drawn = charts(at)
     offered = at.selectbox(key="dash_html").options  # one HTML download per chart
     assert len(drawn) == len(offered) == 10
@@ -264,3 +268,22 @@ def test_results_page_shows_a_batch_owner_and_metadata_and_filters_jobs_by_them(
     assert not at.exception
     assert at.selectbox(key="results_job").options == [batch]
     assert at.selectbox(key="results_job").value == batch
+
+
+def test_results_show_each_requests_cost_and_the_total_in_view(studio_home):
+    """Issue 30, item 13: what Langfuse users look for first."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    rows = [
+        {"custom_id": "a", "answer": "yes", "prompt_tokens": 1000, "tokens": 500},
+        {"custom_id": "b", "answer": "no", "prompt_tokens": 2000, "tokens": 100},
+        {"custom_id": "c", "answer": None},
+    ]
+    job_in_home(studio_home, rows)
+    save_prices(PriceTable(models={"tiny": ModelPrice(input_per_1m=0.15, output_per_1m=0.6)}))
+    at = open_page("results.py")
+    table = at.dataframe[0].value.set_index("custom_id")
+    # a: 1000 x 0.15 + 500 x 0.60 = 450 per 1M tokens; b: 300 + 60 = 360.
+    assert table.loc["a", "cost (USD)"] == "0.00045"
+    assert table.loc["b", "cost (USD)"] == "0.00036"
+    assert any(c.value == "Cost of the 3 results in view: 0.00081 USD" for c in at.caption)

@@ -147,7 +147,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             for line in result.lines:
                 print(json.dumps(line, ensure_ascii=False, indent=1))
         else:
-            result = build_file(table, spec, args.output)
+            result = build_file(table, spec, args.output, replace=True)  # a path one named
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID

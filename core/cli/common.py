@@ -17,6 +17,7 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_JOB_FAILED = 3
 EXIT_WITH_ERRORS = 4  # the job completed, and some of its requests failed
+EXIT_NOT_DELIVERED = 5  # the job completed; its output could not be written (results kept)
 
 
 def defaults_arguments(parser: argparse.ArgumentParser) -> None:

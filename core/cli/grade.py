@@ -16,6 +16,7 @@ def _rate(row: Any) -> dict[str, Any]:
         "passed": int(row.passed),
         "failed": int(row.failed),
         "not_graded": int(row.not_graded),
+        "contradicted": int(getattr(row, "contradicted", 0)),
         "pass_rate": row.pass_rate if graded else None,
         "low": row.ci_low if graded else None,
         "high": row.ci_high if graded else None,

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from core.cli.common import (
     EXIT_INVALID,
     EXIT_JOB_FAILED,
+    EXIT_NOT_DELIVERED,
     EXIT_USAGE,
     EXIT_WITH_ERRORS,
     defaults_arguments,
@@ -27,17 +28,18 @@ from core.cli.common import (
 )
 from core.config import data_paths, default_embedding_model_dir, default_model_dir
 from core.files import file_sha256
+from core.jobs.delivery import deliver
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, find_job, list_jobs
 from core.jobs.ledger import (
     read_ledger,
     reconcile,
     shards,
     verify,
-    write_combined,
     write_rerun_file,
 )
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
+from core.jobs.uploads import fetch_upload
 from core.model_folders import check_model_folder
 from core.run.ray_cluster import ray_settings
 from core.schemas import (
@@ -48,6 +50,7 @@ from core.schemas import (
     check_name,
     problems_of,
 )
+from core.storage.s3 import S3Location, StorageError, is_s3
 
 # How often `core run` reads the job's status: the end of a job is seen within this much.
 FOLLOW_SECONDS = 0.2
@@ -74,13 +77,37 @@ def _ray(args: argparse.Namespace) -> tuple[RaySettings | None, bool]:
     return settings, True
 
 
+def _fetched(source: str) -> Path | None:
+    """The input file: a local path, or an object (s3://...) copied into the uploads folder
+    (streamed); None (after saying why) when it cannot be read."""
+    if not is_s3(source):
+        return input_file(source)
+    try:
+        return fetch_upload(data_paths().uploads, source)
+    except StorageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def _target(output: str) -> str | None:
+    """Where the results go: an object URI as given, or a local path made absolute (so
+    the same run finds its job again); None (after saying why) when malformed."""
+    if not is_s3(output):
+        return str(Path(output).resolve())
+    try:
+        return S3Location.parse(output).uri
+    except ValueError as exc:
+        print(f"error: -o {exc}", file=sys.stderr)
+        return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     # Everything given is checked before the model is prepared or any job is made.
-    file = input_file(args.file)
+    output = _target(args.output)
     model_map = model_map_of(args.map)
     defaults = job_defaults(args)
     ray, ray_ok = _ray(args)
-    if file is None or model_map is None or defaults is None or not ray_ok:
+    if output is None or model_map is None or defaults is None or not ray_ok:
         return EXIT_USAGE
     try:
         if args.name is not None:
@@ -91,9 +118,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = model_folder(args.model)
     if model is None:
         return EXIT_USAGE
-    output = Path(args.output).resolve()
-    job = None if args.restart else find_job(data_paths().jobs, file_sha256(file), str(output))
+    file = _fetched(args.file)
+    if file is None:
+        return EXIT_USAGE
     try:
+        job = None if args.restart else find_job(data_paths().jobs, file_sha256(file), output)
         if job is not None:
             print(f"continuing job {job.job_id}: requests with a result are not run again")
             if args.name is not None:  # a name given now wins over the one it was made with
@@ -107,21 +136,25 @@ def cmd_run(args: argparse.Namespace) -> int:
                 chunk_size=args.chunk_size,
                 shard_size=args.shard_size,
                 model_map=model_map,
-                output_path=str(output),
+                output_path=output,
                 ray=ray,
                 name=args.name,
                 embedding_model=args.embedding_model,
+                source=args.file if is_s3(args.file) else None,
             )
             started = submit(file, submission)
     except Refused as refused:
         _print_refusal(refused)
         return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
+    finally:
+        if is_s3(args.file):
+            file.unlink(missing_ok=True)  # the job folder holds its own copy
     return _follow_to_end(started.job, output, started.worker)
 
 
-def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
-    """Follows a started job to its end, writes the combined output file, and returns the
-    exit code that says how it ended."""
+def _follow_to_end(job: JobFolder, output: str | None, worker: Popen) -> int:
+    """Follows a started job to its end, delivers its results to ``output``, and returns
+    the exit code that says how it ended."""
     print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
     try:
         status = _follow(job, worker)
@@ -133,9 +166,7 @@ def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
             print(cancel(job, now=True), file=sys.stderr)
             worker.wait()
         status = job.read_status()
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        write_combined(job, output)
+    delivery_error = _delivered(job, output, status)
     print(
         f"job {job.job_id} {status.display_state}: {status.succeeded} succeeded, "
         f"{status.failed} failed" + (f"; output in {output}" if output else "")
@@ -143,7 +174,28 @@ def _follow_to_end(job: JobFolder, output: Path | None, worker: Popen) -> int:
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)
         return EXIT_JOB_FAILED
+    if delivery_error:
+        print(f"error: {delivery_error}", file=sys.stderr)
+        return EXIT_NOT_DELIVERED
     return EXIT_WITH_ERRORS if status.failed else 0
+
+
+def _delivered(job: JobFolder, output: str | None, status: JobStatus) -> str | None:
+    """Delivers the results to ``output`` (and the error file beside it); None when they
+    are there, else why not. An object output is delivered by the worker as the job ends
+    (:mod:`core.run.status_keeper`): it is done here only when no worker did (one killed)."""
+    if output is None:
+        return None
+    if is_s3(output) and (status.delivered_to or status.delivery_error):
+        return status.delivery_error
+    try:
+        deliver(job, output)
+    except StorageError as exc:
+        return (
+            f"{exc}. The results stay in the job folder {job.path}; "
+            f"`python -m core resume {job.job_id}` writes them again"
+        )
+    return None
 
 
 def _follow(job: JobFolder, worker: Popen) -> JobStatus:
@@ -170,9 +222,8 @@ def _job(job_id: str) -> JobFolder | None:
     return job
 
 
-def _output_of(job: JobFolder) -> Path | None:
-    spec = job.read_spec()
-    return Path(spec.output_path) if spec.output_path else None
+def _output_of(job: JobFolder) -> str | None:
+    return job.read_spec().output_path
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -300,8 +351,14 @@ def cmd_jobs_rename(args: argparse.Namespace) -> int:
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Adds this group's commands to the parser."""
     run = commands.add_parser("run", help="run a batch file on the local engine")
-    run.add_argument("file")
-    run.add_argument("-o", "--output", required=True, help="where to write the output JSONL")
+    run.add_argument("file", help="the batch file: a path, or s3://bucket/key.jsonl")
+    run.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="where to write the output JSONL (a path or s3://bucket/key.jsonl); the failed "
+        "requests' lines also go beside it, into NAME.errors.jsonl",
+    )
     run.add_argument("--model", help=f"model folder (default: {default_model_dir()})")
     run.add_argument(
         "--embedding-model",

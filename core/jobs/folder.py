@@ -178,6 +178,24 @@ class JobFolder:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
+def draining_message(in_engine: int, left: int) -> str:
+    """What a cancel that drains will do, in numbers: said when it is asked for and while
+    the job is cancelling. ``in_engine``: requests inside the engine; ``left``: requests
+    without a result. A job whose every request ends up with a result is complete."""
+    if left <= 0:
+        return "cancelling: every request has a result; the job completes"
+    if in_engine >= left:
+        return (
+            f"cancelling: all {left:,} requests without a result are already in the engine; "
+            "they finish and are kept, so the job completes (cancel again to stop at once "
+            "and drop them)"
+        )
+    return (
+        f"cancelling: the {in_engine:,} requests in the engine finish and are kept; the "
+        f"other {left - in_engine:,} do not start (cancel again to stop at once)"
+    )
+
+
 def cancel(job: JobFolder, now: bool = False) -> str:
     """Asks the job's worker to stop; finished results stay. Returns what happened.
 
@@ -194,10 +212,7 @@ def cancel(job: JobFolder, now: bool = False) -> str:
             os.kill(status.pid, signal.SIGINT)
             return "stopping now: requests in the engine are dropped; a resume runs them"
         os.kill(status.pid, signal.SIGTERM)
-        return (
-            "cancelling: nothing new starts, and the requests in the engine finish and are "
-            "kept (cancel again to stop at once)"
-        )
+        return draining_message(status.in_flight, status.left)
     status.enter("cancelled", "cancelled")
     status.finished_at = now_iso()
     job.write_status(status)
@@ -228,6 +243,7 @@ def create_job(
     judge: JudgeLink | None = None,
     metadata: dict[str, str] | None = None,
     batch: BatchOrigin | None = None,
+    endpoints: list[str] | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) goes into its provenance."""
@@ -256,6 +272,7 @@ def create_job(
         judge=judge,
         metadata=dict(metadata or {}),
         batch=batch,
+        endpoints=sorted(endpoints or ()),
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")
@@ -292,6 +309,7 @@ def start_worker(
     status.enter("queued", "waiting for the engine")
     status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
     status.retry_shard = shard
+    status.delivered_to = status.delivery_error = None  # this run delivers anew
     job.write_status(status)
     mark_queue_changed(job.path.parent)
     log = job.log_file.open("ab")

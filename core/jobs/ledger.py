@@ -29,7 +29,9 @@ from core.recent import Recent
 
 BOM = b"\xef\xbb\xbf"
 
-NEVER_RETRIED = ("invalid_request",)  # the same input fails the same way
+# Failures a retry cannot change: the same input fails the same way (a line the check
+# refused; a request the engine refused, e.g. a prompt beyond the model's context).
+NEVER_RETRIED = ("invalid_request", "engine_rejected")
 
 
 class _Line(msgspec.Struct):
@@ -127,10 +129,13 @@ class Ledger:
         """Requests with no result at all (never run, cancelled or interrupted)."""
         return [i for i in self.ids if i not in self.succeeded and i not in self.failed]
 
+    def retryable_failures(self) -> list[str]:
+        """Failed requests that a retry may change (see :data:`NEVER_RETRIED`)."""
+        return [i for i, e in self.failed.items() if (e or {}).get("code") not in NEVER_RETRIED]
+
     def retryable(self) -> list[str]:
         """Failed or missing requests that a rerun may fix (not invalid input)."""
-        failed = [i for i, e in self.failed.items() if (e or {}).get("code") not in NEVER_RETRIED]
-        return self.missing + failed
+        return self.missing + self.retryable_failures()
 
 
 def _signature(path: Path) -> tuple[int, int]:
@@ -357,15 +362,21 @@ def combined_lines(
             yield handle.read(end - start)
 
 
-def write_combined(job: JobFolder, path: Path) -> int:
-    """Writes each request's final result line to ``path`` (see :func:`combined_lines`);
-    returns how many there were."""
-    count = 0
+def write_combined(job: JobFolder, path: Path, errors_path: Path | None = None) -> tuple[int, int]:
+    """Writes each request's final result line to ``path`` (see :func:`combined_lines`)
+    and, with ``errors_path``, the failures' final lines alone there too (OpenAI's error
+    file); returns how many results there were and how many of them failed."""
+    count = failures = 0
     with path.open("wb") as out:
         for line in combined_lines(job):
             out.write(line)
             count += 1
-    return count
+    if errors_path is not None:
+        with errors_path.open("wb") as out:
+            for line in combined_lines(job, only="errors"):
+                out.write(line)
+                failures += 1
+    return count, failures
 
 
 @dataclass
@@ -458,6 +469,7 @@ class JobSummary:
     reconciliation: Reconciliation
     retryable: int  # failed or missing requests a rerun may fix
     shards: list[Shard]
+    retryable_failures: int = 0  # of them, failures a retry may change
 
 
 READERS_KEPT = 4  # jobs whose ledgers a process keeps in memory, most recently used
@@ -476,9 +488,12 @@ def summary(job: JobFolder, shard_size: int) -> JobSummary:
         ledger = reader.read()
         key = (reader.version, shard_size)
         if reader.summary is None or reader.summary[0] != key:
-            retryable = len(ledger.missing) + sum(
-                (e or {}).get("code") not in NEVER_RETRIED for e in ledger.failed.values()
+            failures = len(ledger.retryable_failures())
+            found = JobSummary(
+                _reconciliation(ledger),
+                len(ledger.missing) + failures,
+                shards(ledger, shard_size),
+                failures,
             )
-            found = JobSummary(_reconciliation(ledger), retryable, shards(ledger, shard_size))
             reader.summary = (key, found)
         return reader.summary[1]

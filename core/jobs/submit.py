@@ -251,6 +251,7 @@ def submit(
         judge=s.judge,
         metadata=s.metadata,
         batch=s.batch,
+        endpoints=[url for url, lines in report.urls.items() if lines],
     )
     job.write_refusals(_refusals(report))
     return Started(job, start_worker(job))

@@ -42,6 +42,8 @@ from core.plan.tables import (  # noqa: F401 (the builder's names, for its calle
     Step,
     collect,
     default_id_column,
+    default_text_column,
+    free_file_name,
     id_problems,
     plain,
     read_table,
@@ -203,11 +205,23 @@ def preview(table: pd.DataFrame, spec: AnySpec, rows: int = 5) -> BuildResult:
     return collect(_steps(table, spec, limit=rows), keep_lines=True)
 
 
-def build_file(table: pd.DataFrame, spec: AnySpec, out: str | Path) -> BuildResult:
-    """Makes every row into lines and writes them to ``out`` (JSONL, UTF-8)."""
+def build_file(
+    table: pd.DataFrame, spec: AnySpec, out: str | Path, *, replace: bool = False
+) -> BuildResult:
+    """Makes every row into lines and writes them to ``out`` (JSONL, UTF-8).
+
+    Raises:
+        BuildError: ``out`` exists and ``replace`` was not asked for (a save never
+            overwrites a file silently; :func:`free_file_name` offers another name).
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as handle:
+    try:
+        handle = out.open("w" if replace else "x", encoding="utf-8")
+    except FileExistsError:
+        free = free_file_name(out.parent, out.name)
+        raise BuildError(f"{out.name} exists already: save as {free}, or replace it") from None
+    with handle:
         result = collect(_steps(table, spec), out=handle)
     result.path = str(out)
     return result

@@ -18,7 +18,7 @@ from typing import Any
 
 from core.check import CheckReport
 from core.plan.measured import ModelRecord, model_record
-from core.plan.pricing import PriceTable
+from core.plan.pricing import PriceTable, format_money
 
 DEFAULT_EXPECTED_SHARE = 0.5
 
@@ -271,7 +271,7 @@ def estimate_lines(result: JobEstimate) -> list[str]:
     """The estimate as short lines of text (for the command line)."""
     lines = []
     for m in result.models:
-        cost = f"{m.cost:,.4f} {result.currency}" if m.cost is not None else m.cost_basis
+        cost = format_money(m.cost, result.currency) if m.cost is not None else m.cost_basis
         load = load_note(m.model, m.loaded, m.load_seconds)
         load = f" ({load})" if load else ""
         output = (
@@ -285,7 +285,7 @@ def estimate_lines(result: JobEstimate) -> list[str]:
             f"time {format_duration(m.seconds)}{load}; cost {cost}"
         )
     if result.models:
-        total = f"{result.cost:,.4f} {result.currency}" if result.cost is not None else "unknown"
+        total = format_money(result.cost, result.currency)
         lines.append(f"total: time {format_duration(result.seconds)}, cost {total}")
     if result.budget is not None:
         if result.cost is None:
@@ -294,6 +294,6 @@ def estimate_lines(result: JobEstimate) -> list[str]:
             verdict = "OVER budget: a run needs explicit confirmation"
         else:
             verdict = "within budget"
-        lines.append(f"budget {result.budget:,.2f} {result.currency}: {verdict}")
+        lines.append(f"budget {format_money(result.budget, result.currency)}: {verdict}")
     lines.extend(result.notes)
     return lines

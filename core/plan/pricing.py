@@ -9,6 +9,7 @@ budget threshold above which a run asks for an explicit confirmation.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +20,21 @@ from core.files import write_atomic
 from core.schemas import Model, problems_of, to_json
 
 PRICES_FILE = "prices.json"
+MONEY_DIGITS = 3  # significant figures of an amount under one unit of the currency
+
+
+def format_money(amount: float | None, currency: str = "") -> str:
+    """An amount as people read money, in every page and the command line: cents from
+    one unit up (``1,234.50``), else :data:`MONEY_DIGITS` significant figures
+    (``0.000915``), so that a small cost never reads as ``0.00``; None is ``unknown``."""
+    if amount is None or not math.isfinite(amount):
+        return "unknown"
+    if amount == 0 or abs(amount) >= 1:
+        text = f"{amount:,.2f}"
+    else:
+        decimals = MONEY_DIGITS - 1 - math.floor(math.log10(abs(amount)))
+        text = f"{amount:.{decimals}f}".rstrip("0")
+    return f"{text} {currency}".strip()
 
 
 def _blank_is_none(value: Any) -> Any:
@@ -60,6 +76,36 @@ class PriceTable(Model):
 
     def price(self, model: str) -> ModelPrice:
         return self.models.get(model) or ModelPrice()
+
+
+def token_cost(
+    prices: PriceTable, model: str | None, prompt_tokens: float, completion_tokens: float
+) -> float | None:
+    """What these tokens of ``model`` cost at its price per 1M tokens (model ``*`` prices
+    the models not listed); None when it has no token price (unknown, never free; a
+    GPU-hour price has no per-request share)."""
+    price = prices.models.get(str(model or "")) or prices.price("*")
+    if price.input_per_1m is None and price.output_per_1m is None:
+        return None
+    spent = prompt_tokens * (price.input_per_1m or 0) + completion_tokens * (
+        price.output_per_1m or 0
+    )
+    return spent / 1e6
+
+
+def tokens_cost(
+    prices: PriceTable, rows: Iterable[tuple[str | None, float, float]]
+) -> tuple[float, list[str]]:
+    """The cost of ``(model, prompt tokens, completion tokens)`` rows, and the models
+    left out of it for want of a token price."""
+    total, unpriced = 0.0, []
+    for model, prompt_tokens, completion_tokens in rows:
+        cost = token_cost(prices, model, prompt_tokens, completion_tokens)
+        if cost is None:
+            unpriced.append(str(model or "(none)"))
+        else:
+            total += cost
+    return total, unpriced
 
 
 def prices_path(home: Path | None = None) -> Path:

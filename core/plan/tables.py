@@ -124,6 +124,29 @@ def default_id_column(columns: list[str]) -> str | None:
     return next((n for n, low in zip(names, lowered, strict=True) if low.endswith("_id")), None)
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")  # an ISO date, alone or starting a timestamp
+
+
+def default_text_column(table: pd.DataFrame, id_column: str | None) -> str:
+    """The column a template or an embedding most likely wants: of the text columns other
+    than the ids, the one with the longest texts on average (never a timestamp or a code,
+    which are short); the first other column when none holds text."""
+    others = [str(c) for c in table.columns if str(c) != id_column] or [str(table.columns[0])]
+    head = table.head(200)
+
+    def mean_length(column: str) -> float:
+        values = head[column]
+        if values.dtype != object or values.map(lambda v: isinstance(v, str)).sum() == 0:
+            return -1.0
+        if values.map(lambda v: isinstance(v, str) and bool(_DATE.match(v))).all():
+            return -1.0  # dates and times written as text
+        return float(values.map(lambda v: len(v) if isinstance(v, str) else 0).mean())
+
+    lengths = {column: mean_length(column) for column in others}
+    best = max(others, key=lambda c: lengths[c])
+    return best if lengths[best] >= 0 else others[0]
+
+
 def is_empty(value: Any) -> bool:
     """True for a missing cell: None, NaN, NA, or text of only white space."""
     if value is None:
@@ -183,3 +206,16 @@ def safe_file_name(name: str, default: str = "batch") -> str:
     """A file name for the uploads folder: letters, digits, ``-_.``; ends with .jsonl."""
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(name).stem).strip("-.") or default
     return f"{stem[:60]}.jsonl"
+
+
+def free_file_name(folder: Path, name: str) -> str:
+    """``name`` made safe (:func:`safe_file_name`), or, when a file of that name is in
+    ``folder`` already, the first free ``<stem>-2.jsonl``, ``<stem>-3.jsonl``, ...: the name
+    a save offers instead of overwriting."""
+    name = safe_file_name(name)
+    stem = Path(name).stem
+    number = 1
+    while (folder / name).exists():
+        number += 1
+        name = f"{stem}-{number}.jsonl"
+    return name

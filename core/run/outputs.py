@@ -409,8 +409,12 @@ def error_line(
 
 
 def answer_text(line: dict[str, Any]) -> str | None:
-    """The (first) answer of an output line of any endpoint (None for a failure)."""
+    """The (first) answer of an output line of any endpoint (None for a failure); an
+    embeddings result has no text: it says how many vectors it holds."""
     body = (line.get("response") or {}).get("body") or {}
+    if body.get("object") == "list":
+        count = len(body.get("data") or ())
+        return f"({count} vector{'s' if count != 1 else ''})"
     if body.get("object") == "response":
         parts = [c for item in body.get("output") or [] for c in item.get("content") or []]
         return "".join(p.get("text", "") for p in parts) if parts else None

@@ -9,14 +9,18 @@ import threading
 import time
 from pathlib import Path
 
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
-from core.jobs.output_file import OutputWriter
+import msgspec
+
+from core.jobs.delivery import deliver
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable, draining_message
+from core.jobs.output_file import OutputWriter, complete_lines
 from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_sample, progress_sample
 from core.run.outputs import token_usage
-from core.run.stopping import DRAINING, STOP
+from core.run.stopping import STOP
 from core.schemas import JobState, JobStatus, now_iso
+from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
@@ -29,8 +33,13 @@ class StatusKeeper:
         self.job = job
         previous = job.read_status()
         self.status = JobStatus(
-            history=previous.history, first_result_seconds=previous.first_result_seconds
+            history=previous.history,
+            first_result_seconds=previous.first_result_seconds,
+            runs=previous.runs + 1,
         )
+        # Time the job's earlier runs took (a status from before job_seconds: its run's).
+        earlier = previous.job_seconds if previous.job_seconds is not None else None
+        self._earlier_seconds = earlier or (previous.elapsed_seconds or 0.0)
         self.succeeded: set[str] = set()
         self.failed: set[str] = set()
         # custom_id -> (expected tokens, limit) of each request still to finish, in the
@@ -80,10 +89,12 @@ class StatusKeeper:
             for line in lines:
                 cid = line["custom_id"]
                 self._outstanding -= self._pending.pop(cid, (0, 0))[0]
+                s.run_done += 1
                 if line["error"] is None:
                     prompt_tokens, completion_tokens = token_usage(line)
                     s.prompt_tokens += prompt_tokens
                     s.completion_tokens += completion_tokens
+                    s.run_completion_tokens += completion_tokens
                     s.embedded += len(line["response"]["body"].get("data") or ())
                     self.succeeded.add(cid)
                     self.failed.discard(cid)
@@ -94,8 +105,13 @@ class StatusKeeper:
             self._write()
 
     def seed(self, succeeded: set[str], failed: set[str]) -> None:
-        """Starts the counts from the result files, whatever the last status said."""
+        """Starts the counts and the token totals from the result files, whatever the last
+        status said: a resumed or retried job's figures are the whole job's."""
         self.succeeded, self.failed = set(succeeded), failed - succeeded
+        totals = success_totals(self.job.output)
+        with self._lock:
+            s = self.status
+            s.prompt_tokens, s.completion_tokens, s.embedded = totals
         self.count([])
 
     def expect(
@@ -146,14 +162,38 @@ class StatusKeeper:
             self.update(first_result_seconds=round(time.monotonic() - self._started, 2))
 
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
+        delivered = self._deliver()  # while the heartbeat still beats: an upload takes time
         self._stop.set()
         self.reserve.unlink(missing_ok=True)  # frees room for this last status
-        self.update(state=state, message=message, error=error, finished_at=now_iso())
+        self.update(state=state, message=message, error=error, finished_at=now_iso(), **delivered)
+
+    def _deliver(self) -> dict[str, str]:
+        """Writes the results to the job's output when it is an object (s3://...), whichever
+        entry point made the job (the Run page's jobs have nobody else to do it); a local
+        output file is written by ``core run`` itself. A failed delivery loses nothing: the
+        results stay here, and ``core resume JOB`` delivers them again."""
+        try:
+            target = self.job.read_spec().output_path
+        except JobUnreadable:
+            return {}
+        if not is_s3(target):
+            return {}
+        self.update(message=f"writing the results to {target}")
+        try:
+            deliver(self.job, target)
+        except StorageError as exc:
+            log.error("job %s: %s", self.job.job_id, exc)
+            return {
+                "delivery_error": f"{exc}. The results stay in the job folder; "
+                f"`python -m core resume {self.job.job_id}` writes them again"
+            }
+        return {"delivered_to": target}
 
     def _write(self) -> None:
         s = self.status
         s.heartbeat_at = time.time()
         s.elapsed_seconds = round(time.monotonic() - self._started, 2)
+        s.job_seconds = round(self._earlier_seconds + s.elapsed_seconds, 2)
         # Tokens of requests still in the engine: what it generated beyond those finished.
         partial = self._engine_tokens - (s.completion_tokens - self._group_base)
         s.generated_tokens = s.completion_tokens + max(partial, 0) * (self._executor is not None)
@@ -170,8 +210,9 @@ class StatusKeeper:
             except Exception:  # the counters are for show; never stop the heartbeat
                 log.exception("reading the engine's counters failed")
             with self._lock:
-                if STOP.draining and self.status.state == JobState.RUNNING:
-                    self.status.enter(JobState.CANCELLING, DRAINING)
+                s = self.status
+                if STOP.draining and s.state == JobState.RUNNING:
+                    s.enter(JobState.CANCELLING, draining_message(s.in_flight, s.left))
                 self._write()
                 s = self.status
                 sample = progress_sample(s.done, s.generated_tokens, resources)
@@ -180,6 +221,64 @@ class StatusKeeper:
                 if self._executor is not None and self._engine_numbers is not None:
                     sample["engine"] = self._engine_numbers
             append_sample(self.job.metrics, sample)
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    input_tokens: int | None = None  # /v1/responses names them so
+    output_tokens: int | None = None
+
+
+class _Body(msgspec.Struct):
+    usage: _Usage | None = None
+    data: list[msgspec.Raw] | None = None  # embeddings: one per input, never decoded
+
+
+class _Response(msgspec.Struct):
+    body: _Body | None = None
+
+
+class _Success(msgspec.Struct):
+    custom_id: str = ""
+    response: _Response | None = None
+
+
+_decode_success = msgspec.json.Decoder(_Success).decode
+
+
+def success_totals(path: Path) -> tuple[int, int, int]:
+    """``(prompt tokens, output tokens, texts embedded)`` of the successes in an
+    ``output.jsonl``, each request counted once (as :func:`token_usage` reads a line),
+    read a bounded piece at a time."""
+    prompt = completion = embedded = 0
+    seen: set[str] = set()
+    offset = 0
+    while True:
+        raws, after = complete_lines(path, offset)
+        if after == offset:
+            return prompt, completion, embedded
+        offset = after
+        for raw in raws:
+            try:
+                line = _decode_success(raw)
+            except msgspec.DecodeError:  # not a result line: counted by nobody
+                continue
+            if line.custom_id in seen or line.response is None or line.response.body is None:
+                continue
+            seen.add(line.custom_id)
+            body = line.response.body
+            if body.usage is not None:
+                usage = body.usage
+                prompt += (
+                    usage.input_tokens if usage.input_tokens is not None else (usage.prompt_tokens)
+                )
+                completion += (
+                    usage.output_tokens
+                    if usage.output_tokens is not None
+                    else (usage.completion_tokens)
+                )
+            embedded += len(body.data or ())
 
 
 class ResultWriters:

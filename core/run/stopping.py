@@ -14,12 +14,6 @@ class Cancelled(BaseException):
     """
 
 
-DRAINING = (
-    "cancelling: nothing new starts; the requests in the engine finish and are kept "
-    "(cancel again to stop at once)"
-)
-
-
 class StopRequest:
     """What signals asked of the worker. The first SIGTERM (Cancel) drains: nothing new
     starts and the requests in the engine finish, as OpenAI's ``cancelling``. A second

@@ -35,7 +35,7 @@ from pathlib import Path
 from core.check import scan
 from core.check.requests import EngineRequest
 from core.devices import gpu_count
-from core.jobs.folder import JobFolder, JobUnreadable
+from core.jobs.folder import JobFolder, JobUnreadable, draining_message
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
@@ -45,7 +45,7 @@ from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.resident import Resident
 from core.run.status_keeper import ResultWriters, StatusKeeper
-from core.run.stopping import DRAINING, STOP, Cancelled
+from core.run.stopping import STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
@@ -115,9 +115,10 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         if ended == "expired":
             keeper.finish("expired", "the completion window ended; pending requests expired")
             return keeper.status
-        if ended == "cancelled":
+        if ended == "cancelled" and keeper.status.left:
             keeper.finish("cancelled", _cancelled_message(keeper.status, drained=True))
             return keeper.status
+        # A cancel that drained the engine of the last requests: the job is complete.
     except Cancelled:
         keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
     except EngineLoadError as exc:
@@ -239,7 +240,8 @@ def _run_pending(
                 left.difference_update(line["custom_id"] for line in lines)
                 measure.add(lines)
                 if STOP.draining:
-                    keeper.update(state="cancelling", message=DRAINING)
+                    s = keeper.status
+                    keeper.update(state="cancelling", message=draining_message(s.in_flight, s.left))
                 if left and _expired(spec):
                     _expire(writers, left)
                     return "expired"

@@ -22,10 +22,16 @@ from core.store.judged import check_names as judge_names
 from core.store.judged import verdicts_sql
 from core.store.review import wilson
 
-Outcome = Literal["passed", "failed", "not_graded"]
+# contradicted: a judge's verdict against its own score (core.store.judged); rules never.
+Outcome = Literal["passed", "failed", "not_graded", "contradicted"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
-FAILED_FIRST = ("failed", "passed", "not_graded")  # what a person looks for first
-_IS = {"passed": "{v}", "failed": "NOT {v}", "not_graded": "{v} IS NULL"}
+FAILED_FIRST = ("failed", "passed", "not_graded", "contradicted")  # what one looks for first
+_IS = {
+    "passed": "{v}",
+    "failed": "NOT {v}",
+    "not_graded": "{v} IS NULL AND NOT {c}",
+    "contradicted": "{c}",
+}
 GROUPS: dict[str, str] = {
     "all": "'all'",
     "job": "o.job_id",
@@ -47,13 +53,13 @@ def outcome_clause(rule: str, outcome: str, params: list[Any]) -> str:
         return (
             f"EXISTS (SELECT 1 FROM ({verdicts_sql('l.check_name = ?')}) jv "
             "WHERE jv.job_id = r.job_id AND jv.custom_id = r.custom_id "
-            f"AND {_IS[outcome].format(v='jv.passed')})"
+            f"AND {_IS[outcome].format(v='jv.passed', c='jv.contradicts')})"
         )
     params.extend([rule, rule])
     return (
         "EXISTS (SELECT 1 FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id "
         "WHERE o.job_id = r.job_id AND o.custom_id = r.custom_id "
-        f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE)})"
+        f"AND list_contains(u.names, ?) AND {_IS[outcome].format(v=_OF_RULE, c='false')})"
     )
 
 
@@ -88,7 +94,9 @@ def rule_names(store: Store, job_ids: list[str]) -> list[str]:
 
 def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFrame:
     """Per rule and group (``all``, ``job``, ``model`` or ``prompt_version``): passed,
-    failed, not_graded, pass_rate (None when nothing was graded), ci_low and ci_high."""
+    failed, not_graded, contradicted (a judge's verdicts against their own score, in
+    neither passed nor failed), pass_rate (None when nothing was graded), ci_low and
+    ci_high."""
     if by not in GROUPS:
         raise ValueError(f"group by one of {', '.join(GROUPS)}")
     frame = store.query(
@@ -96,15 +104,18 @@ def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFram
         SELECT rule, "{by}",
                count(*) FILTER (WHERE passed) AS passed,
                count(*) FILTER (WHERE NOT passed) AS failed,
-               count(*) FILTER (WHERE passed IS NULL) AS not_graded,
+               count(*) FILTER (WHERE passed IS NULL AND NOT contradicts) AS not_graded,
+               count(*) FILTER (WHERE contradicts) AS contradicted,
                min(place) AS place
         FROM (
             SELECT {GROUPS[by]} AS "{by}", unnest(u.names) AS rule,
-                   unnest(range(len(u.names))) AS place, unnest(o.passed) AS passed
+                   unnest(range(len(u.names))) AS place, unnest(o.passed) AS passed,
+                   false AS contradicts
             FROM rule_outcomes o JOIN rule_runs u ON u.job_id = o.job_id
             WHERE list_contains(?, o.job_id)
             UNION ALL  -- judges' verdicts, after the rules
-            SELECT {GROUPS[by]}, o.rule, {JUDGE_PLACE}, o.passed FROM ({verdicts_sql()}) o
+            SELECT {GROUPS[by]}, o.rule, {JUDGE_PLACE}, o.passed, o.contradicts
+            FROM ({verdicts_sql()}) o
         )
         GROUP BY ALL ORDER BY place, rule, 2
         """,
@@ -117,7 +128,7 @@ def pass_rates(store: Store, job_ids: list[str], by: str = "job") -> pd.DataFram
     ]
     frame["ci_low"] = [b[0] if n else None for b, n in zip(bounds, graded, strict=True)]
     frame["ci_high"] = [b[1] if n else None for b, n in zip(bounds, graded, strict=True)]
-    for name in ("passed", "failed", "not_graded"):
+    for name in ("passed", "failed", "not_graded", "contradicted"):
         frame[name] = frame[name].astype(int)
     return frame.drop(columns=["place"])
 

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from core.human.files import PreferenceRecord, append, now_utc
+from core.schemas import JobSpec
 from core.store.db import Store
 from core.store.results import metadata_path
 
@@ -276,3 +277,34 @@ def split_values(store: Store, job_id: str, field: str, limit: int = 200) -> lis
         [*params, job_id, int(limit)],
     )
     return [str(v) for v in frame["v"]]
+
+
+def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFrame:
+    """What differs between two jobs, one row per setting (setting, A, B): the models
+    their lines run on, prompt versions and request parameters (up to five distinct values
+    each, from the index), the input file, engine settings and job defaults."""
+
+    def facts(spec: JobSpec) -> dict[str, str]:
+        def distinct(column: str) -> str:
+            values = store.query(
+                f"SELECT DISTINCT CAST({column} AS VARCHAR) AS v FROM requests "
+                "WHERE job_id = ? AND v IS NOT NULL ORDER BY 1 LIMIT 5",
+                [spec.job_id],
+            )["v"]
+            return "; ".join(values) or "(none)"
+
+        engine = spec.engine.model_dump(exclude={"model"})
+        return {
+            "model": ", ".join(spec.model_names()),
+            "prompt version": distinct("prompt_version"),
+            "request parameters": distinct("params"),
+            "input file": spec.source,
+            **{f"engine {name}": str(value) for name, value in engine.items()},
+            **{f"default {name}": str(v) for name, v in spec.defaults.model_dump().items()},
+        }
+
+    a, b = facts(spec_a), facts(spec_b)
+    return pd.DataFrame(
+        [{"setting": name, "A": a[name], "B": b[name]} for name in a if a[name] != b[name]],
+        columns=["setting", "A", "B"],
+    )

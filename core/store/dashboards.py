@@ -158,7 +158,10 @@ def cost_figure(frame: pd.DataFrame, by: str, currency: str = "USD") -> go.Figur
 def finish_reasons_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     clause, params = _where(scope)
     frame = store.query(
-        f"""SELECT {GROUPS[by]} AS "{by}", coalesce(r.finish_reason, '(failed)') AS reason,
+        # A vector has no finish reason; only a failure has no result at all.
+        f"""SELECT {GROUPS[by]} AS "{by}",
+                   CASE WHEN r.status = 'failed' THEN '(failed)'
+                        ELSE coalesce(r.finish_reason, '(vectors)') END AS reason,
                    count(*) AS n {_FROM} WHERE {clause} GROUP BY 1, 2 ORDER BY 1, 2""",
         params,
     )

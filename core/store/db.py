@@ -280,7 +280,7 @@ class Store:
                     job_id,
                     spec.created_at,
                     spec.source,
-                    spec.engine.model_name,
+                    ", ".join(spec.model_names()),  # an embeddings job's is its embedder
                     str(job.path),
                     status.display_state,
                     status.total,

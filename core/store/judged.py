@@ -7,7 +7,9 @@ they are read: a verdict that arrives is counted at once, and nothing can go sta
 
 A verdict answer is a JSON object; a result is graded when its ``verdict`` is ``"pass"``
 or ``"fail"`` (its ``score`` and ``reason`` are kept beside). Any other answer, and a
-failed judge request, leaves the result *not graded*, counted apart. A pairwise judge's
+failed judge request, leaves the result *not graded*, counted apart; so does a verdict that
+contradicts its own score (a pass scored 1 or 2, a fail scored 4 or 5), flagged as
+*contradicted*. A pairwise judge's
 answer names ``winner`` ``"1"``, ``"2"`` or ``"tie"``; the line's ``metadata.swapped``
 says whether answer 1 was side B, so the winner maps back to A or B.
 """
@@ -40,17 +42,32 @@ def _field(name: str) -> str:
     return f"try(json_extract_string({_OBJECT}, '$.{name}'))"
 
 
+# A verdict that contradicts its own score (1 useless .. 5 perfect) is not believed: a pass
+# scored this low or below, or a fail scored this high or above, is flagged and counted
+# apart from passes, failures and answers that are no verdict.
+PASS_SCORE_AT_MOST_CONTRADICTS = 2
+FAIL_SCORE_AT_LEAST_CONTRADICTS = 4
+_VERDICT = _field("verdict")
+_SCORE = f"try(CAST(json_extract({_OBJECT}, '$.score') AS DOUBLE))"
+_CONTRADICTS = (
+    f"coalesce(({_VERDICT} = 'pass' AND {_SCORE} <= {PASS_SCORE_AT_MOST_CONTRADICTS}) "
+    f"OR ({_VERDICT} = 'fail' AND {_SCORE} >= {FAIL_SCORE_AT_LEAST_CONTRADICTS}), false)"
+)
+
+
 def verdicts_sql(where: str = "list_contains(?, l.graded[1])") -> str:
     """One row per verdict line of the verdict judges that ``where`` (a condition on
     ``judge_links l``, e.g. of the jobs given as its one parameter) picks: job_id and
     custom_id of the graded result, rule (the judge's check name), judge_job, passed (None:
-    not graded), score, reason (a failed judge request's error: why it is not graded), and
-    the graded result's model and prompt_version."""
+    not graded, or contradicted), contradicts (the verdict contradicts its score), score,
+    reason (a failed judge request's error: why it is not graded), and the graded result's
+    model and prompt_version."""
     return f"""
 SELECT l.graded[1] AS job_id, r.custom_id, l.check_name AS rule, l.judge_job,
-       CASE WHEN {_field("verdict")} IN ('pass', 'fail') THEN {_field("verdict")} = 'pass' END
-           AS passed,
-       try(CAST(json_extract({_OBJECT}, '$.score') AS DOUBLE)) AS score,
+       CASE WHEN {_VERDICT} IN ('pass', 'fail') AND NOT {_CONTRADICTS}
+            THEN {_VERDICT} = 'pass' END AS passed,
+       {_CONTRADICTS} AS contradicts,
+       {_SCORE} AS score,
        CASE WHEN r.status = 'succeeded' THEN {_field("reason")} ELSE r.error_message END
            AS reason,
        g.model, g.prompt_version

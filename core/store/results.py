@@ -215,6 +215,19 @@ def count(store: Store, f: ResultFilter, cap: int | None = None) -> int:
     return int(store.query(sql, params)["n"].iloc[0])
 
 
+def token_totals(store: Store, f: ResultFilter) -> pd.DataFrame:
+    """Tokens of every matching result, per model: model, results, prompt_tokens,
+    completion_tokens (what their cost is reckoned from)."""
+    clause, params = where(f)
+    return store.query(
+        f"""SELECT coalesce(r.model, '') AS model, count(*) AS results,
+                   coalesce(sum(r.prompt_tokens), 0) AS prompt_tokens,
+                   coalesce(sum(r.completion_tokens), 0) AS completion_tokens
+            {FROM} {clause} GROUP BY 1 ORDER BY 1""",
+        params,
+    )
+
+
 @dataclass(frozen=True)
 class Total:
     """How many results match: exactly ``n``, or (``exact`` False) more than ``n``."""

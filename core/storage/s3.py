@@ -1,0 +1,175 @@
+"""Object storage in and out: ``s3://bucket/key`` on S3 and the stores that speak its API
+(MinIO, Ceph, the clouds).
+
+The endpoint, region and credentials come from boto3's standard chain, so nothing here
+names them: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``),
+``AWS_PROFILE`` and the shared config files, ``AWS_DEFAULT_REGION``, and
+``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for a store that is not AWS.
+
+Objects are streamed between the store and a file on disk (one GET read in blocks; a
+multipart upload from the file), never held whole in memory. Every failure is a
+:class:`StorageError` whose message names the object and says what to check.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from core.files import write_atomic
+
+SCHEME = "s3://"
+
+
+class StorageError(Exception):
+    """An object could not be read or written; the message names it and the reason."""
+
+
+def is_s3(path: object) -> bool:
+    """Whether ``path`` names an object (``s3://...``) rather than a local file."""
+    return isinstance(path, str) and path.startswith(SCHEME)
+
+
+class S3Location(BaseModel):
+    """One object: its bucket and key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, uri: str) -> S3Location:
+        """``s3://bucket/key`` as a location.
+
+        Raises:
+            ValueError: the text is not such a URI (the message says what is wrong).
+        """
+        if not is_s3(uri):
+            raise ValueError(f"{uri!r} is not an s3:// URI (write s3://bucket/key.jsonl)")
+        bucket, _, key = uri[len(SCHEME) :].partition("/")
+        if not bucket or not key or key.endswith("/"):
+            raise ValueError(f"{uri!r} names no object: write s3://bucket/key.jsonl")
+        return cls(bucket=bucket, key=key)
+
+    @property
+    def uri(self) -> str:
+        return f"{SCHEME}{self.bucket}/{self.key}"
+
+    def beside(self, suffix: str) -> S3Location:
+        """The object next to this one whose key ends in ``suffix`` instead of its
+        extension (``out.jsonl`` -> ``out.errors.jsonl``)."""
+        stem, dot, _ = self.key.rpartition(".")
+        base = stem if dot and "/" not in self.key[len(stem) :] else self.key
+        return S3Location(bucket=self.bucket, key=base + suffix)
+
+
+def _client() -> Any:
+    """An S3 client from the standard chain; a session of its own, as boto3's default
+    session is not safe to share between threads."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10)
+    return boto3.session.Session().client("s3", config=config)
+
+
+CREDENTIALS_HINT = (
+    "check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and "
+    "the endpoint (AWS_ENDPOINT_URL)"
+)
+_DENIED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden"}
+
+
+def _bucket_exists(client: Any, bucket: str) -> bool | None:
+    """Whether the bucket exists (None: the store would not say)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        return False if code in ("404", "NoSuchBucket") else None
+    except BotoCoreError:
+        return None
+    return True
+
+
+def _explain(exc: BaseException, location: S3Location, doing: str, client: Any) -> StorageError:
+    """A boto3 failure as one sentence that names the object and what to check."""
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+
+    # boto3's upload wraps the store's answer in S3UploadFailedError: the answer is its context.
+    cause = exc if isinstance(exc, ClientError | BotoCoreError) else exc.__context__
+    where = f"cannot {doing} {location.uri}"
+    if isinstance(cause, NoCredentialsError | PartialCredentialsError):
+        return StorageError(f"{where}: no usable credentials found; {CREDENTIALS_HINT}")
+    if isinstance(cause, EndpointConnectionError):
+        return StorageError(f"{where}: the store cannot be reached ({cause}); {CREDENTIALS_HINT}")
+    if isinstance(cause, ClientError):
+        error = cause.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        if code in _DENIED:
+            return StorageError(f"{where}: access denied ({code}); {CREDENTIALS_HINT}")
+        if code in ("NoSuchBucket", "404", "NoSuchKey"):
+            if code == "NoSuchBucket" or _bucket_exists(client, location.bucket) is False:
+                return StorageError(f"{where}: the bucket {location.bucket!r} does not exist")
+            return StorageError(f"{where}: there is no object {location.key!r} in that bucket")
+        return StorageError(f"{where}: {code or 'error'}: {error.get('Message', cause)}")
+    return StorageError(f"{where}: {cause or exc}")
+
+
+def fetch(uri: str, dest: Path) -> Path:
+    """Copies the object ``uri`` into the file ``dest``, streamed in blocks of 1 MiB from
+    one GET (boto3's parallel download would hold several 8 MiB parts at once); the file
+    appears whole or not at all.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be read (named, with why).
+    """
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client()
+    try:
+        body = client.get_object(Bucket=location.bucket, Key=location.key)["Body"]
+        with body:
+            write_atomic(dest, body)
+    except (Boto3Error, BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "read", client) from None
+    return dest
+
+
+def put(path: Path, uri: str) -> None:
+    """Uploads the file ``path`` to the object ``uri``, streamed from disk (multipart past
+    8 MiB); the object is replaced only once the whole file is in.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be written (named, with why).
+    """
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client()
+    try:
+        client.upload_file(os.fspath(path), location.bucket, location.key)
+    except (Boto3Error, BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "write", client) from None
+
+
+def _location(uri: str) -> S3Location:
+    try:
+        return S3Location.parse(uri)
+    except ValueError as exc:
+        raise StorageError(str(exc)) from None

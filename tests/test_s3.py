@@ -1,0 +1,313 @@
+"""Object storage in and out (``s3://``), against a local S3 server (moto) the tests start.
+
+The fast tests drive core/storage/s3.py, the delivery of a job's results and the worker
+that delivers them; the one marked ``engine`` runs ``core run s3://... -o s3://...`` on the
+real engine.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.config import REPO_ROOT
+from core.files import file_sha256
+from core.jobs.delivery import deliver, errors_beside
+from core.jobs.folder import list_jobs
+from core.jobs.ledger import write_combined
+from core.storage.s3 import S3Location, StorageError, fetch, put
+from tests.browser_support import free_port
+from tests.conftest import run_cli
+from tests.factories import finished_job, request_line
+from tests.test_pages import shown
+
+BUCKET = "batches"
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A local S3 server (moto, in a thread of this process) with the bucket ``batches``;
+    the standard AWS variables point every client, and the processes the test starts, at
+    it. Yields a client for the test's own set-up."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    try:
+        yield client
+    finally:
+        server.stop()
+
+
+def _object(client: object, key: str) -> bytes:
+    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def _drop_bucket(client: object) -> None:
+    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=item["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def _wrong_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes the server check credentials (moto accepts any by default) and gives keys it
+    does not know."""
+    from moto import settings
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+
+
+def test_uris_name_a_bucket_and_key_and_malformed_ones_are_refused_in_words():
+    location = S3Location.parse("s3://bucket/runs/march/in.jsonl")
+    assert (location.bucket, location.key) == ("bucket", "runs/march/in.jsonl")
+    assert errors_beside("s3://b/runs/out.jsonl") == "s3://b/runs/out.errors.jsonl"
+    assert errors_beside("s3://b/v1.2/out") == "s3://b/v1.2/out.errors.jsonl"
+    assert errors_beside("/tmp/out.jsonl") == "/tmp/out.errors.jsonl"
+    for bad in ("s3://", "s3://bucket", "s3://bucket/", "/local/file.jsonl"):
+        with pytest.raises(ValueError, match=r"s3://bucket/key\.jsonl"):
+            S3Location.parse(bad)
+
+
+def test_an_object_is_fetched_and_written_back_streamed(s3, tmp_path):
+    # 24 MiB of lines, fetched by a process of its own (this one holds the server and its
+    # copy). A one-line object first: what the fetch holds beyond that (boto3's client
+    # and models) is a few MiB of transfer buffers, never the object whole.
+    line = (request_line("x", "p" * 900) + "\n").encode()
+    size = len(line) * (24 * 2**20 // len(line))
+    s3.put_object(Bucket=BUCKET, Key="in/big.jsonl", Body=line * (size // len(line)))
+    s3.put_object(Bucket=BUCKET, Key="in/one.jsonl", Body=line)
+    code = (
+        "import gc, sys, tracemalloc; from pathlib import Path\n"
+        "from core.jobs.uploads import fetch_upload\n"
+        "def peak(name):\n"
+        "    gc.collect(); tracemalloc.reset_peak(); before = tracemalloc.get_traced_memory()[0]\n"
+        "    path = fetch_upload(Path(sys.argv[1]), sys.argv[2] + name)\n"
+        "    return path, tracemalloc.get_traced_memory()[1] - before\n"
+        "tracemalloc.start(); peak('one.jsonl')\n"
+        "_, small = peak('one.jsonl')\n"
+        "path, big = peak('big.jsonl')\n"
+        "from core.storage.s3 import put\n"  # and back, from the file: a multipart upload
+        "def sent(source, name):\n"
+        "    gc.collect(); tracemalloc.reset_peak(); before = tracemalloc.get_traced_memory()[0]\n"
+        "    put(source, sys.argv[2] + name)\n"
+        "    return tracemalloc.get_traced_memory()[1] - before\n"
+        "one = sent(Path(sys.argv[1]) / 'one', 'one-back.jsonl')\n"
+        "print(path, big - small, sent(path, 'back.jsonl') - one)\n"
+    )
+    uploads = tmp_path / "uploads"
+    uploads.mkdir()
+    (uploads / "one").write_bytes(line)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(uploads), f"s3://{BUCKET}/in/"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    name, extra, uploading = done.stdout.split()
+    path = Path(name)
+    assert path.parent == uploads and path.name.endswith("_big.jsonl")
+    assert path.stat().st_size == size and path.read_bytes()[: len(line)] == line
+    assert int(extra) < 8 * 2**20, f"the fetch held {int(extra) / 2**20:.1f} MiB more"
+    assert s3.head_object(Bucket=BUCKET, Key="in/back.jsonl")["ContentLength"] == size
+    assert int(uploading) < 12 * 2**20, f"the upload held {int(uploading) / 2**20:.1f} MiB more"
+
+
+def test_a_missing_object_or_bucket_is_named_and_leaves_no_file(s3, tmp_path):
+    with pytest.raises(StorageError, match=r"s3://batches/nope\.jsonl: there is no object"):
+        fetch(f"s3://{BUCKET}/nope.jsonl", tmp_path / "in.jsonl")
+    with pytest.raises(StorageError, match="the bucket 'gone' does not exist"):
+        fetch("s3://gone/in.jsonl", tmp_path / "in.jsonl")
+    with pytest.raises(StorageError, match="the bucket 'gone' does not exist"):
+        put(Path(__file__), "s3://gone/out.jsonl")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wrong_credentials_are_refused_naming_the_object(s3, tmp_path, monkeypatch):
+    s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=b"{}\n")
+    _wrong_credentials(monkeypatch)
+    with pytest.raises(StorageError, match=r"cannot read s3://batches/in\.jsonl: access denied"):
+        fetch(f"s3://{BUCKET}/in.jsonl", tmp_path / "in.jsonl")
+    with pytest.raises(StorageError, match=r"cannot write s3://batches/o\.jsonl: access denied"):
+        put(Path(__file__), f"s3://{BUCKET}/o.jsonl")
+
+
+def test_no_credentials_or_no_store_are_said_in_words(s3, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(StorageError, match=r"s3://batches/in\.jsonl: no usable credentials"):
+        fetch(f"s3://{BUCKET}/in.jsonl", tmp_path / "in.jsonl")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nobody there
+    with pytest.raises(StorageError, match=r"s3://batches/o\.jsonl: the store cannot be reached"):
+        put(Path(__file__), f"s3://{BUCKET}/o.jsonl")
+    assert not (tmp_path / "in.jsonl").exists()
+
+
+def test_results_are_delivered_to_an_object_with_the_error_file_beside(s3, tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": None, "c": "no"})
+    delivery = deliver(job, f"s3://{BUCKET}/out/run.jsonl")
+    assert (delivery.results, delivery.failed) == (3, 1)
+    write_combined(job, tmp_path / "all.jsonl", tmp_path / "all.errors.jsonl")
+    # The very bytes a local delivery writes: final lines in input order, and the failure.
+    assert _object(s3, "out/run.jsonl") == (tmp_path / "all.jsonl").read_bytes()
+    assert _object(s3, "out/run.errors.jsonl") == (tmp_path / "all.errors.jsonl").read_bytes()
+    assert [
+        json.loads(x)["custom_id"] for x in _object(s3, "out/run.errors.jsonl").splitlines()
+    ] == ["b"]
+    assert not list(job.path.glob(".delivering-*"))  # the staged copies are gone
+
+
+def test_the_worker_delivers_an_object_output_as_the_job_ends(s3, studio_home):
+    job = finished_job(studio_home, {"a": "yes", "b": "no"}, output_path=f"s3://{BUCKET}/o.jsonl")
+    status = job.read_status()
+    assert status.state == "completed" and status.delivered_to == f"s3://{BUCKET}/o.jsonl"
+    ids = [json.loads(line)["custom_id"] for line in _object(s3, "o.jsonl").splitlines()]
+    assert ids == ["a", "b"] and _object(s3, "o.errors.jsonl") == b""
+
+
+def test_a_bucket_gone_before_the_output_loses_nothing_and_resume_delivers(
+    s3, studio_home, monkeypatch
+):
+    _drop_bucket(s3)
+    target = f"s3://{BUCKET}/o.jsonl"
+    job = finished_job(studio_home, {"a": "yes", "b": None}, output_path=target)
+    status = job.read_status()
+    # The job's outcome stands; the status says the output was not written, and why.
+    assert status.state == "completed" and status.delivered_to is None
+    assert "cannot write s3://batches/o.jsonl: the bucket 'batches' does not exist" in (
+        status.delivery_error or ""
+    )
+    assert f"core resume {job.job_id}" in status.delivery_error
+    kept = {p.name: file_sha256(p) for p in (job.output, job.errors, job.input)}
+    # Wrong credentials once the bucket is back: refused in words, exit 5, nothing lost.
+    s3.create_bucket(Bucket=BUCKET)
+    with monkeypatch.context() as wrong:
+        _wrong_credentials(wrong)
+        refused = run_cli("resume", job.job_id, timeout=120)
+    assert refused.returncode == 5, refused.stderr
+    assert "cannot write s3://batches/o.jsonl: access denied" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert {p.name: file_sha256(p) for p in (job.output, job.errors, job.input)} == kept
+    # With the right credentials the same command delivers what the folder kept.
+    resumed = run_cli("resume", job.job_id, timeout=120)
+    assert resumed.returncode == 4, resumed.stderr  # completed, one request failed
+    lines = [json.loads(x) for x in _object(s3, "o.jsonl").splitlines()]
+    assert [(x["custom_id"], x["error"] is None) for x in lines] == [("a", True), ("b", False)]
+    assert [json.loads(x)["custom_id"] for x in _object(s3, "o.errors.jsonl").splitlines()] == ["b"]
+
+
+def test_run_of_a_missing_object_is_a_usage_error_and_makes_no_job(s3, studio_home, model):
+    result = run_cli(
+        "run", "s3://gone/in.jsonl", "-o", "s3://gone/out.jsonl", "--model", str(model)
+    )
+    assert result.returncode == 2
+    assert "error: cannot read s3://gone/in.jsonl: the bucket 'gone' does not exist" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert not (studio_home / "jobs").exists() or not any((studio_home / "jobs").iterdir())
+    bad = run_cli("run", "s3://gone/in.jsonl", "-o", "s3://gone", "--model", str(model))
+    assert bad.returncode == 2 and "names no object" in bad.stderr
+
+
+@pytest.mark.engine
+def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, tmp_path):
+    lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4, temperature=0) for i in range(3)]
+    s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
+    args = ("run", f"s3://{BUCKET}/in.jsonl", "-o", f"s3://{BUCKET}/out/result.jsonl")
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    out = [json.loads(x) for x in _object(s3, "out/result.jsonl").splitlines()]
+    assert [x["custom_id"] for x in out] == ["r0", "r1", "r2"]
+    assert all(x["response"]["status_code"] == 200 and x["error"] is None for x in out)
+    assert all(x["response"]["body"]["usage"]["completion_tokens"] <= 4 for x in out)
+    assert _object(s3, "out/result.errors.jsonl") == b""
+    # The job folder keeps the ledger: reconcile, and the results reach the store.
+    (job_id,) = [job.job_id for job in list_jobs(studio_home / "jobs")]
+    assert run_cli("reconcile", job_id).returncode == 0
+    assert run_cli("verify", job_id).returncode == 0
+    export = run_cli("export", job_id, "-o", str(tmp_path / "r.jsonl"))
+    assert export.returncode == 0, export.stderr
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
+    # Gone from the bucket: the same command delivers the kept results again, runs nothing.
+    s3.delete_object(Bucket=BUCKET, Key="out/result.jsonl")
+    again = run_cli(*args)
+    assert again.returncode == 0 and "continuing job" in again.stdout, again.stderr
+    assert [json.loads(x) for x in _object(s3, "out/result.jsonl").splitlines()] == out
+    assert not list((studio_home / "uploads").glob("*.jsonl"))  # fetched copies removed
+
+
+# -- the Run page -----------------------------------------------------------------------------
+
+
+def _page(page: str, **state: object) -> object:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.switch_page(f"pages/{page}").run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def test_run_page_fetches_an_object_and_starts_a_job_that_writes_to_one(
+    s3, studio_home, default_model, no_worker
+):
+    lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4) for i in range(3)]
+    s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
+    at = _page("run.py")
+    at.text_input(key="run_input_uri").input("s3://gone/in.jsonl").run()
+    at.button(key="run_fetch").click().run()
+    assert "cannot read s3://gone/in.jsonl: the bucket 'gone' does not exist" in shown(
+        at.error[0].value
+    )
+    at.text_input(key="run_input_uri").input(f"s3://{BUCKET}/in.jsonl").run()
+    at.button(key="run_fetch").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "**s3://batches/in.jsonl**: 3 valid of 3 lines" in [m.value for m in at.markdown]
+    # A results URI that names no object is refused in words, and no job is made.
+    at.text_input(key="run_output_uri").input("s3://batches").run()
+    next(b for b in at.button if b.label == "Start run").click().run()
+    assert "names no object" in shown(at.error[0].value) and not no_worker
+    at.text_input(key="run_output_uri").input(f"s3://{BUCKET}/out.jsonl").run()
+    next(b for b in at.button if b.label == "Start run").click().run()
+    (job,) = no_worker
+    spec = job.read_spec()
+    assert spec.output_path == f"s3://{BUCKET}/out.jsonl" and spec.input_lines == 3
+    assert job.input.read_text().splitlines() == lines
+
+
+def test_monitor_says_where_the_results_went_or_why_not(s3, studio_home):
+    done = finished_job(studio_home, {"a": "yes"}, output_path=f"s3://{BUCKET}/o.jsonl")
+    _drop_bucket(s3)
+    kept = finished_job(studio_home / "2", {"a": "yes"}, output_path=f"s3://{BUCKET}/p.jsonl")
+    kept.path.rename(studio_home / "jobs" / kept.job_id)  # beside the first, as the app has them
+    at = _page("monitor.py", job_id=done.job_id)
+    assert "Results written to s3://batches/o.jsonl, failures beside it in " in shown(
+        " ".join(c.value for c in at.caption)
+    )
+    assert not at.warning
+    at = _page("monitor.py", job_id=kept.job_id)
+    warning = shown(" ".join(w.value for w in at.warning))
+    assert "cannot write s3://batches/p.jsonl: the bucket 'batches' does not exist" in warning
+    assert f"core resume {kept.job_id}" in warning
