@@ -100,13 +100,15 @@ def drafted(widget: Any, label: str, default: Any, key: str, **options: Any) -> 
     return keep(key, widget(label, value=kept(key, default), key=key, **options))
 
 
-def forget_upload(uploaded: Any) -> None:
-    """Drops Streamlit's in-memory copy of an uploaded file once it is saved to disk.
+def forget_upload(uploaded: Any, key: str) -> None:
+    """Drops Streamlit's in-memory copies of an uploaded file once it is saved to disk.
 
     Streamlit keeps each upload's bytes in the server's memory for the whole session (300
-    MB kept about 900 MB); the page works from the saved file, so the copy goes (as
-    Streamlit's own chat input does with its files) and the widget's value, kept by
-    Streamlit between reruns, is closed (its buffer freed): it is not read again.
+    MB kept about 900 MB): in its upload manager, in the widget's value returned to the
+    page, and in another copy of that value it keeps in the session's state under the
+    widget's ``key``. The page works from the saved file, so the manager's copy goes (as
+    Streamlit's own chat input does with its files) and both values are closed (their
+    buffers freed): neither is read again.
     """
     from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
     from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -115,7 +117,9 @@ def forget_upload(uploaded: Any) -> None:
     manager = getattr(ctx, "uploaded_file_mgr", None)
     if isinstance(manager, MemoryUploadedFileManager):
         manager.remove_file(session_id=ctx.session_id, file_id=uploaded.file_id)
-    uploaded.close()
+    for value in (uploaded, st.session_state.get(key)):
+        if value is not None:
+            value.close()
 
 
 def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:

@@ -54,7 +54,9 @@ source = st.radio("Batch file", SOURCES, horizontal=True, key="source")
 path: Path | None = None
 display_name = ""
 if source == "Upload a file":
-    uploaded = st.file_uploader("OpenAI batch JSONL", type=["jsonl", "json", "txt"])
+    uploaded = st.file_uploader(
+        "OpenAI batch JSONL", type=["jsonl", "json", "txt"], key="batch_upload"
+    )
     st.caption(
         f"Uploads up to {st.get_option('server.maxUploadSize'):,} MB (a browser upload passes "
         "through the server's memory). Larger files: copy them onto the server and choose "
@@ -67,7 +69,7 @@ if source == "Upload a file":
             saved[uploaded.file_id] = str(
                 save_upload(paths().uploads, uploaded.name, uploaded)  # copied in blocks
             )
-            forget_upload(uploaded)  # the page works from the saved file from now on
+            forget_upload(uploaded, "batch_upload")  # the page works from the saved file now
         path = Path(saved[uploaded.file_id])
         display_name = uploaded.name
 elif source == "Use a sample":
