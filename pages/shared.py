@@ -100,15 +100,14 @@ def drafted(widget: Any, label: str, default: Any, key: str, **options: Any) -> 
     return keep(key, widget(label, value=kept(key, default), key=key, **options))
 
 
-def forget_upload(uploaded: Any, key: str) -> None:
-    """Drops Streamlit's in-memory copies of an uploaded file once it is saved to disk.
+def forget_upload(uploaded: Any) -> None:
+    """Drops Streamlit's in-memory copy of an uploaded file once it is saved to disk.
 
     Streamlit keeps each upload's bytes in the server's memory for the whole session (300
-    MB kept about 900 MB): in its upload manager, in the widget's value returned to the
-    page, and in another copy of that value it keeps in the session's state under the
-    widget's ``key``. The page works from the saved file, so the manager's copy goes (as
-    Streamlit's own chat input does with its files) and both values are closed (their
-    buffers freed): neither is read again.
+    MB kept about 900 MB): in its upload manager and in the widget's values. The manager's
+    copy goes here (as Streamlit's own chat input does with its files) and the value given
+    to the page is closed; the widget's own copy of its value goes with the widget, which
+    the page then replaces by a new one (pages/upload.py).
     """
     from streamlit.runtime.memory_uploaded_file_manager import MemoryUploadedFileManager
     from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -117,9 +116,7 @@ def forget_upload(uploaded: Any, key: str) -> None:
     manager = getattr(ctx, "uploaded_file_mgr", None)
     if isinstance(manager, MemoryUploadedFileManager):
         manager.remove_file(session_id=ctx.session_id, file_id=uploaded.file_id)
-    for value in (uploaded, st.session_state.get(key)):
-        if value is not None:
-            value.close()
+    uploaded.close()
 
 
 def show_conversation(container: Any, messages: Any, prompt: str | None = None) -> None:

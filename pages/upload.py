@@ -54,8 +54,12 @@ source = st.radio("Batch file", SOURCES, horizontal=True, key="source")
 path: Path | None = None
 display_name = ""
 if source == "Upload a file":
+    # Each upload is taken once: saved to disk, then the uploader is replaced by a new, empty
+    # one (a new key), so Streamlit drops the old widget's value and every copy of the bytes
+    # it held (:func:`pages.shared.forget_upload`); the page goes on with the saved file.
+    taken = st.session_state.get("uploads_taken", 0)
     uploaded = st.file_uploader(
-        "OpenAI batch JSONL", type=["jsonl", "json", "txt"], key="batch_upload"
+        "OpenAI batch JSONL", type=["jsonl", "json", "txt"], key=f"batch_upload_{taken}"
     )
     st.caption(
         f"Uploads up to {st.get_option('server.maxUploadSize'):,} MB (a browser upload passes "
@@ -64,14 +68,11 @@ if source == "Upload a file":
         "upload them with the Batch API (`POST /v1/files`)."
     )
     if uploaded is not None:
-        saved = st.session_state.setdefault("saved_uploads", {})
-        if uploaded.file_id not in saved:
-            saved[uploaded.file_id] = str(
-                save_upload(paths().uploads, uploaded.name, uploaded)  # copied in blocks
-            )
-            forget_upload(uploaded, "batch_upload")  # the page works from the saved file now
-        path = Path(saved[uploaded.file_id])
-        display_name = uploaded.name
+        saved = save_upload(paths().uploads, uploaded.name, uploaded)  # copied in blocks
+        forget_upload(uploaded)
+        st.session_state["last_checked"] = (str(saved), uploaded.name)
+        st.session_state["uploads_taken"] = taken + 1
+        st.rerun()
 elif source == "Use a sample":
     samples = sorted(p.name for p in SAMPLE_DATA.glob("*.jsonl"))
     name = st.selectbox("Sample batch", samples, key="sample_name")
