@@ -410,10 +410,11 @@ def test_rules_edited_and_run_on_the_checks_page_show_a_pass_rate(
         lambda: [r for r in grid_rows(grid) if r and "mentions_refund" in r], 30, "pass rates"
     )
     screenshot(page, "checks_pass_rates")
-    # passed, failed, not graded (the failed request), then the pass rate: 2 of 3 graded
-    # answers mention a refund (the grid's text mirror holds the number it shows as 66.67%)
-    assert rows[0][2:5] == ["2", "1", "1"], rows
-    assert float(rows[0][5]) == pytest.approx(2 / 3)
+    # passed, failed, not graded (the failed request), contradicted (judges only), then the
+    # pass rate: 2 of 3 graded answers mention a refund (the grid's text mirror holds the
+    # number it shows as 66.67%)
+    assert rows[0][2:6] == ["2", "1", "1", "0"], rows
+    assert float(rows[0][6]) == pytest.approx(2 / 3)
     assert (job / "rules.yaml").read_text(encoding="utf-8") == RULES
     expect_no_exception(page)
 
