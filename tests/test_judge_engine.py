@@ -69,9 +69,14 @@ def test_core_judge_runs_a_judge_job_whose_verdicts_join_back_as_a_check(
         name = job.read_spec().judge.check
         assert name in checks.rule_names(db, [graded])
         verdicts = judged.verdicts(db, [graded], name)
-        assert len(verdicts) == len(ROWS) and verdicts["passed"].notna().all()
+        # every answer got a verdict: a pass or a fail, or (the small model often passes an
+        # answer it scores 1) a verdict that contradicts its score, counted apart
+        assert len(verdicts) == len(ROWS)
+        assert (verdicts["passed"].notna() | verdicts["contradicts"]).all(), verdicts
         rate = checks.pass_rates(db, [graded], "all").set_index("rule").loc[name]
-        assert rate["passed"] + rate["failed"] == len(ROWS) and rate["not_graded"] == 0
-        assert rate["ci_low"] - 1e-9 <= rate["pass_rate"] <= rate["ci_high"] + 1e-9
+        graded_all = rate["passed"] + rate["failed"] + rate["contradicted"]
+        assert graded_all == len(ROWS) and rate["not_graded"] == 0
+        if rate["passed"] + rate["failed"]:  # no rate when every verdict contradicted itself
+            assert rate["ci_low"] - 1e-9 <= rate["pass_rate"] <= rate["ci_high"] + 1e-9
     finally:
         db.close()
