@@ -1,6 +1,8 @@
 """Does each line fit the model it runs on: prompt tokens counted with that model's
 tokenizer (and chat template), inputs within an embedding model's limit, token ids within
-its vocabulary, and a model of the kind the line needs (chat or embedding)."""
+its vocabulary, a model of the kind the line needs (chat or embedding), and, for
+``tool_choice`` ``"auto"``, a model that can decide itself to call a tool
+(:func:`core.check.tool_support.auto_support`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from core.check.fast_path import FastChatLine
 from core.check.report import CONTEXT_EXCEEDED, CheckedLine, Problem
 from core.check.scanner import Batch
 from core.check.scoring import input_field
+from core.check.tool_support import auto_support, render_with_tools
+from core.check.tools import AUTO
 from core.config import default_embedding_model_dir
 from core.model_folders import is_embedding_model
 
@@ -80,12 +84,16 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
     from core.check.tokens import TokenizerError
 
     by_folder: dict[tuple[str, bool], list[tuple[int, Any, Any]]] = {}
+    counts: dict[int, tuple[int, int | None] | Problem] = {}
     for index, item in enumerate(batch.items):
         prompt = _prompt_of(item)
         if prompt is not None:
             folder = tokens.folder_for(prompt[0], prompt[3])
+            if type(item) is CheckedLine and item.request.tool_choice == AUTO:
+                prompt = _auto_prompt(batch, index, folder, counts)
+                if prompt is None:
+                    continue
             by_folder.setdefault((folder, prompt[3]), []).append((index, *prompt[1:3]))
-    counts: dict[int, tuple[int, int | None] | Problem] = {}
     for (folder, embedding), entries in by_folder.items():
         counter = tokens.counter(folder)
         if counter is None:
@@ -133,6 +141,27 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
             else:
                 counts[index] = (number, counter.context_length)
     return counts
+
+
+def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) -> tuple | None:
+    """An ``auto`` line's prompt with its tools rendered, to count; None (and the line's
+    problem in ``counts``) where the model cannot decide itself to call a tool."""
+    request = batch.items[index].request
+    support = auto_support(folder)
+    if support.reason is None:
+        try:
+            text = render_with_tools(folder, request.messages, request.tools or [])
+            return request.model, None, text, False
+        except ValueError as exc:  # TokenizerError: the template refused this conversation
+            support = type(support)(reason=str(exc))
+    counts[index] = Problem(
+        batch.line_nos[index],
+        "error",
+        f"body.tool_choice: {support.reason}",
+        batch.items[index].custom_id,
+        param="body.tool_choice",
+    )
+    return None
 
 
 def _wrong_kind(
