@@ -230,7 +230,9 @@ else:
             if item["status"] == "failed":
                 st.error(escape(f"{item['error_code']}: {item['error_message']}"))
             else:
-                st.text(item["answer"] or "")
+                if item.get("tool_calls"):
+                    st.caption("Tool calls: the function and its arguments, one call a line")
+                st.text(item["shown_answer"] or "")
                 show_ranked_documents(item["raw"], item["metadata"])  # a rerank result
             st.caption(
                 f"status {item['status']} · finish {item['finish_reason']} · "
