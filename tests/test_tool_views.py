@@ -32,11 +32,11 @@ SHOWN = 'weather({"city": "Oslo"})\ntime({"zone": "CET"})'
 ONE_CALL = '{"city": "Rome"}'
 
 
-def rows(answer: str, choice: Any) -> list[dict[str, Any]]:
+def rows(answer: str, choice: Any, custom_id: str = "q") -> list[dict[str, Any]]:
     body = {"model": "m", "messages": [{"role": "user", "content": "Oslo?"}], "tools": TOOLS}
     body["tool_choice"] = choice
-    line = {"custom_id": "q", "method": "POST", "url": CHAT_URL, "body": body}
-    return [{"custom_id": "q", "answer": answer, "request": line}]
+    line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}
+    return [{"custom_id": custom_id, "answer": answer, "request": line}]
 
 
 NAMED = {"type": "function", "function": {"name": "weather"}}
@@ -108,3 +108,24 @@ def test_compare_pairs_read_the_calls(tmp_path: Path):
         SHOWN,
         'weather({"city": "Rome"})',
     ]
+
+
+def test_a_json_schema_check_grades_every_calls_arguments(tmp_path: Path):
+    from core.qa import grading
+    from core.qa.rules import load_rules
+    from tests.factories import finished_job
+
+    bad_second = TWO_CALLS.replace('{"zone": "CET"}', '{"zone": 1}')
+    job = finished_job(
+        tmp_path,
+        [*rows(TWO_CALLS, "required"), *rows(bad_second, "required", "bad")],
+    )
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    # Each call's arguments are an object of strings: the second call of "bad" is not.
+    schema = json.dumps({"type": "object", "additionalProperties": {"type": "string"}})
+    rules = load_rules(f"rules:\n  - {{name: args, type: json_schema, schema: {schema}}}")
+    grading.grade(store, [job.job_id], rules)
+    with store.cursor() as cur:
+        got = dict(cur.execute("SELECT custom_id, passed[1] FROM rule_outcomes").fetchall())
+    assert got == {"q": True, "bad": False}
