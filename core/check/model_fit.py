@@ -17,7 +17,7 @@ from core.check.scoring import input_field
 from core.check.tool_support import auto_support, render_with_tools
 from core.check.tools import AUTO
 from core.config import default_embedding_model_dir
-from core.model_folders import is_embedding_model
+from core.model_folders import is_cross_encoder, is_embedding_model
 
 
 def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
@@ -95,6 +95,9 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
                     continue
             by_folder.setdefault((folder, prompt[3]), []).append((index, *prompt[1:3]))
     for (folder, embedding), entries in by_folder.items():
+        if embedding and is_cross_encoder(folder):
+            _cross_encoder(batch, entries, folder, counts)
+            continue
         counter = tokens.counter(folder)
         if counter is None:
             continue
@@ -162,6 +165,25 @@ def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) 
         param="body.tool_choice",
     )
     return None
+
+
+CROSS_ENCODER_REFUSED = (
+    "{name} is a cross-encoder (a sequence classifier of one label); score and rerank on a "
+    "cross-encoder are not served yet, and it makes no vectors: map body.model to an "
+    "embedding model (the built-in one scores as a bi-encoder, the cosine of two vectors)"
+)
+
+
+def _cross_encoder(batch: Batch, entries: list, folder: str, counts: dict[int, Any]) -> None:
+    """Each line whose ``model`` maps to a cross-encoder folder: refused, saying why."""
+    for index, *_ in entries:
+        counts[index] = Problem(
+            batch.line_nos[index],
+            "error",
+            CROSS_ENCODER_REFUSED.format(name=Path(folder).name),
+            batch.items[index].custom_id,
+            param="body.model",
+        )
 
 
 def _wrong_kind(
