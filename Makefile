@@ -1,11 +1,11 @@
-# The two commands of the README: `make run` and `make test`.
+# The two commands of the README (tests/test_docs.py checks them): `make run` and `make test`.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint format bench
+.PHONY: setup run test lint format bench docs screenshots
 
 setup:
 	bash scripts/setup.sh
@@ -26,10 +26,21 @@ format:
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# Benchmarks print figures (see README "Benchmarks"); none is part of `make test`.
+# Benchmarks print figures (see docs/benchmarks.md); none is part of `make test`.
 bench: setup
 	$(PY) bench/throughput.py
 	$(PY) bench/ingest.py
 	$(PY) bench/check_throughput.py
 	$(PY) bench/results_store.py
 	$(PY) bench/kill_resume.py
+
+# The CLI reference (docs/cli.md) from the commands' --help; tests/test_docs.py checks it.
+docs:
+	$(PY) scripts/cli_docs.py
+
+# The docs' pictures: the browser tests' walk over the sample data (real engine, a few
+# minutes), then the shots the docs show, made small, into docs/images/.
+screenshots:
+	$(PY) -m pytest tests/test_browser.py -m browser -x -q \
+		-k "build_and_check or restart_cancel_kill_resume or rules_edited_and_run"
+	$(PY) scripts/docs_images.py
