@@ -142,3 +142,19 @@ def test_the_readmes_two_commands_are_the_ones_ci_and_the_makefile_run() -> None
     makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
     for target in ("run", "test"):
         assert re.search(rf"^{target}:", makefile, re.M), f"the Makefile has no `{target}` target"
+
+
+def test_the_benchmark_pictures_are_drawn_from_the_benchmarks_saved_output() -> None:
+    from bench import plots
+
+    saved = sorted(plots.RESULTS.glob("*.txt"))
+    assert saved, "bench/results/ holds no benchmark output"
+    for source in saved:
+        chart = plots.CHARTS[source.stem](source.read_text(encoding="utf-8"))
+        drawn = (plots.IMAGES / f"bench-{source.stem}.svg").read_text(encoding="utf-8")
+        assert drawn == plots.svg(*chart), f"{source.name} changed: run `make plots`"
+    # The warm bench's figures as its table prints them, cold and warm per batch.
+    _title, bars, series, _ = plots.warm((plots.RESULTS / "warm.txt").read_text(encoding="utf-8"))
+    assert series == ["cold", "warm"]
+    assert bars[0] == ("chat, 1 line", [28.47, 1.21])
+    assert len(bars) == 4 and all(cold > warm for _, (cold, warm) in bars)
