@@ -158,3 +158,22 @@ def test_the_benchmark_pictures_are_drawn_from_the_benchmarks_saved_output() -> 
     assert series == ["cold", "warm"]
     assert bars[0] == ("chat, 1 line", [28.47, 1.21])
     assert len(bars) == 4 and all(cold > warm for _, (cold, warm) in bars)
+
+
+def test_every_picture_in_docs_images_is_shown_and_made_by_the_browser_walk() -> None:
+    import docs_images
+
+    shown = "".join(page.read_text(encoding="utf-8") for page in PAGES)
+    for picture in (REPO_ROOT / "docs" / "images").iterdir():
+        assert f"images/{picture.name}" in shown, f"{picture.name} is shown on no page"
+    # Each screenshot the docs use is one a browser test takes, by that name.
+    browser_tests = (REPO_ROOT / "tests" / "test_browser.py").read_text(encoding="utf-8")
+    taken = set(re.findall(r'screenshot\(page, "(\w+)"\)', browser_tests))
+    from tests.browser_support import PAGES as SIDEBAR
+
+    for number, label in enumerate(SIDEBAR, start=1):  # the walk's shot of every page
+        slug = re.sub(r"\W+", "_", label.lower()).strip("_")
+        taken.add(f"page_{number:02d}_{slug}")
+    for name, shot in docs_images.PICTURES.items():
+        assert (REPO_ROOT / "docs" / "images" / f"{name}.png").is_file(), name
+        assert shot in taken, f"no browser test takes the screenshot {shot!r}"
