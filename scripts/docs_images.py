@@ -24,7 +24,7 @@ HEIGHT = 1000  # pixels of the page kept, at the shot's own scale
 
 # docs/images/<name>.png <- test-output/screenshots/<shot>.png (tests/test_browser.py's names),
 # from this many pixels below the page's top (the title, or the part worth showing)
-FROM = {"walk-5-results": 900, "results": 900}
+FROM = {"walk-5-results": 1300, "results": 900}
 PICTURES = {
     "walk-1-sample": "build_1_preview",
     "walk-2-check": "run_1_upload",
