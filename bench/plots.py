@@ -12,6 +12,9 @@ reads the ones there and draws each as an SVG bar chart into docs/images/:
 - pages.txt (bench/pages.py): each page's first render and rerun at 1,000,000 results
   -> bench-pages.svg
 
+A first line starting with "# " in a saved output is the chart's note (when and under what
+load it was measured); without one the benchmark's own first line is.
+
 Plain SVG written here, so drawing needs no plotting package.
 """
 
@@ -30,13 +33,19 @@ COLOURS = ("#1f77b4", "#ff7f0e")
 Bars = list[tuple[str, list[float]]]  # (label, one value per series)
 
 
+def note_of(text: str, default: str) -> str:
+    """The saved output's own "# " note line, else ``default``."""
+    first = text.splitlines()[0] if text else ""
+    return first[2:] if first.startswith("# ") else default
+
+
 def throughput(text: str) -> tuple[str, Bars, list[str], str]:
     """bench/throughput.py's table: `path  median s  spread s  req/s  out tok/s`."""
     rows = re.findall(
         r"^(direct|run_batch|studio)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s+[\d.]+$", text, re.M
     )
     names = {"direct": "vLLM LLM.chat", "run_batch": "vLLM run_batch (peer)", "studio": "core run"}
-    head = text.splitlines()[0]
+    head = note_of(text, text.splitlines()[0])
     return (
         "Requests/s on the same file (higher is better)",
         [(names[n], [float(v)]) for n, v in rows],
@@ -52,7 +61,7 @@ def warm(text: str) -> tuple[str, Bars, list[str], str]:
     for kind, lines, state, done in rows:
         seconds.setdefault(f"{kind}, {lines} line{'s' * (lines != '1')}", {})[state] = float(done)
     bars = [(label, [pair["cold"], pair["warm"]]) for label, pair in seconds.items()]
-    head = text.splitlines()[0]
+    head = note_of(text, text.splitlines()[0])
     return "Seconds from submit to a completed job (lower is better)", bars, ["cold", "warm"], head
 
 
@@ -63,7 +72,7 @@ def pages(text: str) -> tuple[str, Bars, list[str], str]:
         (f"{page} ({job})", [float(first.replace(",", "")), float(rerun.replace(",", ""))])
         for page, job, first, rerun in rows
     ]
-    head = "1,000,000 results; 200,000 running"
+    head = note_of(text, "1,000,000 results; 200,000 running")
     return (
         "Page times in ms at 1,000,000 results (lower is better)",
         bars,
