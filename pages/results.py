@@ -8,7 +8,6 @@ import json
 import streamlit as st
 
 from core.plan.pricing import format_money, load_prices, token_cost, tokens_cost
-from core.qa.grading import refresh
 from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
@@ -16,6 +15,7 @@ from core.store import vectors as vec
 from pages.ranking_views import show_ranked_documents, show_ranking_quality
 from pages.shared import (
     escape,
+    fresh_checks,
     job_labels,
     job_origin,
     jobs_or_stop,
@@ -77,9 +77,7 @@ def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict
     return res.facets(_db, list(job_ids))
 
 
-for stale_job, problem in refresh(db, job_ids).items():  # checks of results that came since
-    st.warning(f"The saved rules of {escape(label(stale_job))} cannot be used:")
-    st.text(problem)
+fresh_checks(job_ids, label)  # checks of results that came since, in the background
 facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
