@@ -9,6 +9,7 @@ are missing (a deleted database) or stale (other rules, or results that changed 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -164,6 +165,12 @@ def grade_jobs(store: Store, job_ids: list[str], rules: RuleSet, text: str | Non
     grade(store, job_ids, rules)
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> RuleSet:
+    """A saved rules file's rules, parsed once per text (pages look at them on each rerun)."""
+    return load_rules(text)
+
+
 def _stale(
     store: Store, job_ids: list[str]
 ) -> tuple[dict[str, str], list[tuple[RuleSet, list[str]]]]:
@@ -196,7 +203,7 @@ def _stale(
         if text is None:
             continue
         try:
-            rules = load_rules(text)
+            rules = _parsed(text)
         except RulesError as exc:
             problems[run.job_id] = f"{FILE_NAME}: {exc}"
             continue
