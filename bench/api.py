@@ -203,10 +203,10 @@ async def _poll(port: int, path: str, latencies: list[float], done: asyncio.Even
 
 
 def with_pollers(
-    port: int, api: httpx.Client, batch: Path, pollers: int
-) -> tuple[list[float], str, float]:
+    port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process
+) -> tuple[list[float], str, float, float]:
     """Runs the batch while ``pollers`` clients poll it; their latencies (ms), the batch
-    id, and this process's CPU seconds per poll."""
+    id, and this process's and the server's CPU seconds per poll."""
     with batch.open("rb") as handle:
         file_id = api.post("/files", files={"file": handle}, data={"purpose": "batch"}).json()["id"]
     body = {
@@ -222,9 +222,11 @@ def with_pollers(
         path = f"/v1/batches/{batch_id}"
         await asyncio.gather(*(_poll(port, path, latencies, done) for _ in range(pollers)))
 
-    cpu = time.process_time()
+    cpu, served = time.process_time(), sum(server.cpu_times()[:2])
     asyncio.run(poll_all())
-    return latencies, batch_id, (time.process_time() - cpu) / max(len(latencies), 1)
+    polls = max(len(latencies), 1)
+    served = (sum(server.cpu_times()[:2]) - served) / polls  # the job's ingest included
+    return latencies, batch_id, (time.process_time() - cpu) / polls, served
 
 
 def upload_memory(base: str, server: psutil.Process, megabytes: int, folder: Path) -> None:
@@ -290,13 +292,16 @@ def main() -> None:
                 if "runs" not in parts:
                     through_api(api, batch)  # loads the model: the runs compared are warm
                     warm = through_api(api, batch)[1]
-                latencies, polled, client_cpu = with_pollers(port, api, batch, args.pollers)
+                latencies, polled, client_cpu, server_cpu = with_pollers(
+                    port, api, batch, args.pollers, process
+                )
                 cuts = statistics.quantiles(latencies, n=100)
                 alone, polled_seconds = engine_seconds(home, warm), engine_seconds(home, polled)
                 print(
                     f"{args.pollers} pollers, {len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
-                    f"p99 {cuts[98]:.1f} ms (the bench's client {client_cpu * 1000:.2f} ms CPU a"
-                    f" poll); the job's engine ran {polled_seconds:.1f} s with them, "
+                    f"p99 {cuts[98]:.1f} ms (CPU a poll: server {server_cpu * 1000:.2f} ms, the "
+                    f"bench's client {client_cpu * 1000:.2f} ms); the job's engine ran "
+                    f"{polled_seconds:.1f} s with them, "
                     f"{alone:.1f} s without ({(polled_seconds / alone - 1) * 100:+.1f} %), warm"
                 )
         if "upload" in parts:
