@@ -107,5 +107,6 @@ def test_an_address_with_a_job_that_is_not_here_says_so(
     page.goto(f"{studio_server.url}/monitor?job=job_gone")
     expect_title(page, "Monitor")
     expect(page.get_by_text("The link's job 'job_gone' is not here", exact=False)).to_be_visible()
+    expect(page.get_by_test_id("stMetric").first).to_be_visible(timeout=90_000)
     expect_no_exception(page)
     screenshot(page, "links_3_unknown_job")
