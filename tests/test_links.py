@@ -86,6 +86,7 @@ def test_an_address_with_unknown_values_says_so_and_shows_the_rest(studio_home):
     assert "The link's job 'job\\_gone' is not here" in said
     assert "'lost' is not here" in said and "'zz' is not here" in said
     assert at.multiselect(key="f_status").value == ["succeeded"]  # the known value kept
+    default = open_link("monitor.py").selectbox(key="monitor_job").value
     at = open_link("monitor.py", job="<b>nope</b>")
     assert "is not here" in warnings(at) and "<b>" not in warnings(at)  # shown as text
     assert at.selectbox(key="monitor_job").value == default
