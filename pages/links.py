@@ -57,16 +57,16 @@ def linked_job_notice(key: str, job_id: str) -> None:
     not_here("job", [missing], "showing the job the page opens with instead")
 
 
-def fill_from_link(fields: Mapping[str, tuple[str, Collection[str] | None]]) -> None:
+def fill_from_link(fields: Mapping[str, tuple[str, Collection[str] | type | None]]) -> None:
     """Gives each widget with no state yet this session the address's values: ``fields``
-    maps a parameter to (the widget's key, its options; None for a text or a tick box).
-    A list widget (a multiselect) takes every value of a repeated parameter."""
+    maps a parameter to (the widget's key, its options: None for a text, ``bool`` for a
+    tick box, "1" when ticked). A multiselect takes every value of a repeated parameter."""
     for param, (key, options) in fields.items():
         values = linked(param)
         if key in st.session_state or not values:
             continue
-        if options is None:  # a text, or "1" for a ticked box
-            st.session_state[key] = values[0] if key != "match_case" else values[0] == "1"
+        if options is None or options is bool:
+            st.session_state[key] = values[0] if options is None else values[0] == "1"
             continue
         unknown = [v for v in values if v not in options]
         if unknown:

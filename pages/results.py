@@ -96,7 +96,7 @@ facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
 fill_from_link(
     {
         "q": ("q", None),
-        "case": ("match_case", None),
+        "case": ("match_case", bool),
         "status": ("f_status", facets["statuses"]),
         "finish": ("f_finish", facets["finish_reasons"]),
         "model": ("f_model", facets["models"]),

@@ -57,7 +57,8 @@ def test_results_write_the_job_filter_and_result_into_the_address(studio_home):
 
 def test_an_address_opens_results_on_its_job_filter_and_result(studio_home):
     older, _ = two_jobs(studio_home)
-    at = open_link("results.py", job=older, status="succeeded", finish="length", item="c")
+    at = open_link("results.py", job=older, status="succeeded", finish="length", item="c", case="1")
+    assert at.checkbox(key="match_case").value is True
     assert at.selectbox(key="results_job").value == older  # not the newest job
     assert at.multiselect(key="f_status").value == ["succeeded"]
     assert at.multiselect(key="f_finish").value == ["length"]
