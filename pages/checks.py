@@ -136,8 +136,9 @@ found = res.count(db, flt)
 c[2].metric("Results", f"{found:,}")
 if found:
     first = res.page(db, flt, limit=10)
+    shown = first[["job_id", "custom_id", "answer", "finish_reason", "completion_tokens"]]
     st.dataframe(  # answers are data: a table shows them as text, never markdown
-        first[["job_id", "custom_id", "answer", "finish_reason", "completion_tokens"]],
+        shown.assign(job_id=shown["job_id"].map(label)).rename(columns={"job_id": "job"}),
         hide_index=True,
         width="stretch",
     )
@@ -162,4 +163,4 @@ if c[2].button("Review a sample of them", disabled=not found, key="checks_to_rev
         review_sample(made.sample_id)
 
 # -- trust: people against a check ----------------------------------------------------------
-agreement_section(db, job_ids, names)
+agreement_section(db, job_ids, names, label)

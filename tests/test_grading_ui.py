@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from core.config import data_paths
+from core.jobs.folder import JobFolder
 from core.qa.grading import grade_jobs
 from core.qa.rules import load_rules
+from core.schemas import job_label
 from core.store import export as ex
 from core.store.db import Store
 from core.store.results import ResultFilter
@@ -126,6 +128,7 @@ def test_exports_have_a_column_per_rule_and_jsonl_a_checks_field(graded, tmp_pat
 
 def test_checks_page_validates_runs_rules_and_shows_pass_rates(studio_home):
     job_id = job_in_home(studio_home, ROWS)
+    JobFolder(data_paths().jobs / job_id).rename("sentiment week 48")
     at = open_page("checks.py")
     assert "rules:" in at.text_area(key="checks_rules").value  # an example to start from
     at.text_area(key="checks_rules").set_value("rules:\n  - name: x\n    type: nope\n").run()
@@ -146,6 +149,9 @@ def test_checks_page_validates_runs_rules_and_shows_pass_rates(studio_home):
     failures = at.dataframe[1].value  # answers in a table: text, never markdown
     assert list(failures["custom_id"]) == ["b"]
     assert failures["answer"].iloc[0] == "I'm sorry, but I can't help with that."
+    # Each failure's job by its name beside its id (issue 30, item 12).
+    assert failures.columns[0] == "job"
+    assert failures["job"].iloc[0] == job_label(job_id, "sentiment week 48")
 
     # Jump to Results with the failures of no_refusal as the filter.
     at.button(key="checks_to_results").click().run()
