@@ -45,6 +45,17 @@ def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
     assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / (2_990 / 15))
 
 
+def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> None:
+    # A warm engine answered 39 requests (1,170 tokens) in 1.5 s: one sample, none moved.
+    status = JobStatus(
+        state="completed", total=39, succeeded=39, run_done=39, completion_tokens=1_170,
+        run_completion_tokens=1_170, elapsed_seconds=2.0, model_load_seconds=0.5,
+    )  # fmt: skip
+    speed = rates([{"t": 100.0, "done": 39, "output_tokens": 1_170}], status)
+    assert speed.requests_per_s == pytest.approx(39 / 1.5)  # Monitor showed 0.00
+    assert speed.tokens_per_s == pytest.approx(1_170 / 1.5)
+
+
 def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
     status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
     assert rates([], status).eta_seconds == pytest.approx(20.0)

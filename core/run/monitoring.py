@@ -159,6 +159,14 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
             result.average_tokens_per_s = (_tokens(last) - _tokens(base)) / elapsed
             embedded = last.get("embedded", 0) - base.get("embedded", 0)
             result.average_texts_per_s = embedded / elapsed
+    if moved is None and status.run_done and status.elapsed_seconds:
+        # A run too short for two moving samples (a warm engine answers a small job within
+        # one sample's interval): its averages from the status, over the run less the load.
+        seconds = max(status.elapsed_seconds - (status.model_load_seconds or 0.0), 1e-3)
+        result.average_requests_per_s = status.run_done / seconds
+        result.average_tokens_per_s = status.run_completion_tokens / seconds
+        if status.embedded and not status.completion_tokens:
+            result.average_texts_per_s = status.embedded / seconds
     if status.is_final or status.interrupted:
         result.requests_per_s = result.average_requests_per_s
         result.tokens_per_s = result.average_tokens_per_s
