@@ -12,6 +12,7 @@ from core.jobs.ledger import (
     input_lines,
     read_ledger,
     reconcile,
+    standing_failures,
     summary,
     verify,
     write_combined,
@@ -48,6 +49,15 @@ def test_a_success_after_a_failure_is_the_final_result(tmp_path):
     written = job.output.read_bytes().splitlines(keepends=True)  # a, then b's success
     assert write_combined(job, tmp_path / "all.jsonl") == (2, 0)
     assert (tmp_path / "all.jsonl").read_bytes() == b"".join(written)
+
+
+def test_monitors_latest_failures_leave_out_those_a_retry_fixed(tmp_path):
+    job = finished_job(tmp_path, {"a": "yes", "b": None, "c": None})
+    assert [line["custom_id"] for line in standing_failures(job)] == ["b", "c"]
+    other = finished_job(tmp_path / "retry", {"b": "fixed"})
+    with OutputWriter(job.output) as writer:
+        writer.write([json.loads(other.output.read_text().splitlines()[0])])
+    assert [line["custom_id"] for line in standing_failures(job)] == ["c"]  # b succeeded
 
 
 def test_a_request_that_failed_twice_keeps_its_latest_error(tmp_path):

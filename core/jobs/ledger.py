@@ -497,3 +497,13 @@ def summary(job: JobFolder, shard_size: int) -> JobSummary:
             )
             reader.summary = (key, found)
         return reader.summary[1]
+
+
+def standing_failures(job: JobFolder, count: int = 3) -> list[dict[str, Any]]:
+    """The last ``count`` failure lines whose request has no success since: a retry's
+    successes supersede the failures it ran again, which stay in ``errors.jsonl``."""
+    reader = _readers.get_or_make(job.path, lambda: LedgerReader(job))
+    with reader.lock:
+        succeeded = reader.read().succeeded
+        lines = recent_lines(job.errors, count + 200)
+        return [line for line in lines if line.get("custom_id") not in succeeded][-count:]
