@@ -38,6 +38,7 @@ from tests.browser_support import (
     worker_pids,
 )
 from tests.factories import finished_job
+from tests.test_browser_review import typed_text_search_shows_work
 
 ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
 COPIES = 6  # review_sentiment.jsonl's 16 requests, 6 times: 96 requests
@@ -534,3 +535,4 @@ def test_an_embeddings_batch_from_build_to_results_in_the_browser(
     expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
     expect_no_exception(page)
     screenshot(page, "embeddings_3_results_similar")
+    typed_text_search_shows_work(page)  # item 11
