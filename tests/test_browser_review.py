@@ -77,11 +77,18 @@ class Walk:
             assert median < statistics.median(self.moves) + NEXT_ITEM_MS, self.say()
 
 
-def label_walk(page: Page, home: Path, shots: str) -> Walk:
-    """On Review: draws a sample (of the one job), sets two labels of the reviewer's own,
-    then labels by key alone (:data:`WALK`), timing each key to the next item in the
-    browser; checks what was saved."""
+def label_walk(page: Page, home: Path, shots: str, job_id: str | None = None) -> Walk:
+    """On Review: draws a sample (of ``job_id``, else the job Review offers), sets two
+    labels of the reviewer's own, then labels by key alone (:data:`WALK`), timing each key
+    to the next item in the browser; checks what was saved."""
     open_page(page, "Review")
+    if job_id is not None:  # in place of the job Review offers (the one open elsewhere)
+        jobs = page.get_by_role("combobox", name="Jobs", exact=True)
+        jobs.click()
+        page.keyboard.press("Backspace")
+        page.get_by_role("option", name=re.compile(job_id.rsplit("_", 1)[-1])).click()
+        page.keyboard.press("Escape")
+        wait_idle(page)
     page.get_by_role("textbox", name="Sample name").fill("walk")  # open while none exist
     page.get_by_role("button", name="Draw sample").click()
     expect(page.get_by_text("Sample walk drawn", exact=False)).to_be_visible()
@@ -146,7 +153,7 @@ def test_labelling_by_key_shows_the_next_item_at_once_in_the_browser(
     page = chromium_page
     page.goto(studio_server.url)
     expect_title(page, "Upload & check")
-    label_walk(page, studio_server.home, "review_keys").check()
+    label_walk(page, studio_server.home, "review_keys", made.job_id).check()
 
 
 # The typed-text search, recorded in the page: whether the note that it works shows, and
