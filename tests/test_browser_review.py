@@ -161,8 +161,8 @@ def test_labelling_by_key_shows_the_next_item_at_once_in_the_browser(
 EMBED_RECORDER = """() => {
   window.__embed = [];
   const look = () => {
-    const working = [...document.querySelectorAll('[data-testid=stAlert]')]
-      .some(e => e.textContent.includes('Embedding the text'));
+    const working = [...document.querySelectorAll('[data-testid=stAlert],[data-testid=stSpinner]')]
+      .some(e => e.textContent.includes('Embedding'));  // a note or a spinner
     const table = document.body.textContent.includes('inputs most like the text');
     window.__embed.push({working, table});
   };
@@ -182,7 +182,7 @@ def typed_text_search_shows_work(page: Page) -> None:
     wait_idle(page)
     screenshot(page, "embeddings_4_similar_first_text")
     page.evaluate(EMBED_RECORDER)
-    page.get_by_role("textbox", name="Text").fill("The app crashes when I log in")
+    page.get_by_role("textbox", name="Text", exact=True).fill("The app crashes when I log in")
     page.get_by_role("button", name="Embed and search").click()
     expect(results).to_be_visible()
     wait_idle(page)
