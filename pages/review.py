@@ -112,7 +112,7 @@ if tab_stats.open:
         st.metric(
             "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
         )
-        st.caption(everyone.describe())
+        st.caption(escape(everyone.describe()))  # own label names are text
         people = rv.reviewers(db, sample_id)
         if people:
             rows = []
