@@ -87,6 +87,8 @@ def label_panel(
     if item["status"] == "failed":
         right.error(escape(item["error_message"] or "failed"))
     else:
+        if isinstance(item.get("tool_calls"), str):  # NULL reads as NaN
+            right.caption("Tool calls: the function and its arguments, one call a line")
         right.text(item["answer"] or "")
 
     old = labels.get((job_id, custom_id))
