@@ -8,13 +8,13 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
+from pages.review_views import label_panel, load_labels, own_labels_editor
 from pages.shared import (
     escape,
     job_labels,
     jobs_or_stop,
     paths,
     reviewer_name,
-    show_conversation,
     store,
     through_app,
 )
@@ -92,146 +92,81 @@ st.caption(
 )
 items = sm.sample_items(db, sample_id)
 
-tab_review, tab_stats, tab_export = st.tabs(["Label", "Progress & agreement", "Export"])
+# Only the open tab runs (each switch reruns the page: its figures are fresh).
+tab_review, tab_stats, tab_export = st.tabs(
+    ["Label", "Progress & agreement", "Export"], key="review_tab", on_change="rerun"
+)
 
-with tab_review:
-    if not reviewer:
-        st.info("Enter your name above to start labelling.")
-    else:
-        done, total = rv.progress(db, sample_id, reviewer)
-        st.progress(done / total if total else 0.0, text=f"{done} of {total} labelled")
-        pos = min(st.session_state.get("review_pos", 0), len(items) - 1)
-        nav = st.columns([1, 1, 1, 3])
-        if nav[0].button("Previous", disabled=pos == 0, key="prev", shortcut="Left"):
-            pos -= 1
-        if nav[1].button("Next", disabled=pos >= len(items) - 1, key="next", shortcut="Right"):
-            pos += 1
-        if nav[2].button("Next unlabelled", key="next_open", shortcut="N"):
-            for i in range(len(items)):
-                j = (pos + 1 + i) % len(items)
-                item = items.iloc[j]
-                if rv.get_label(db, item["job_id"], item["custom_id"], reviewer) is None:
-                    pos = j
-                    break
-        st.session_state["review_pos"] = pos
-        item = items.iloc[pos]
-        nav[3].markdown(f"**Item {pos + 1} of {len(items)}** · {escape(item['custom_id'])}")
-        left, right = st.columns(2)
-        left.subheader("Conversation")
-        show_conversation(left, item["messages"], item["prompt"])
-        right.subheader("Answer")
-        right.caption(
-            escape(
-                f"{item['status']} · finish {item['finish_reason']} · "
-                f"{item['completion_tokens']} tokens"
-            )
+if tab_review.open:
+    with tab_review:
+        if not reviewer:
+            st.info("Enter your name above to start labelling.")
+        else:
+            own = own_labels_editor(db, reviewer)
+            load_labels(db, sample_id, reviewer)
+            label_panel(db, sample_id, items, reviewer, own)
+
+if tab_stats.open:
+    with tab_stats:
+        everyone = rv.pass_rate(db, sample_id)
+        st.metric(
+            "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
         )
-        if item["status"] == "failed":
-            right.error(escape(item["error_message"] or "failed"))
-        else:
-            if isinstance(item.get("tool_calls"), str):  # NULL reads as NaN
-                right.caption("Tool calls: the function and its arguments, one call a line")
-            right.text(item["answer"] or "")
-        old = rv.get_label(db, item["job_id"], item["custom_id"], reviewer)
-        key = f"{sample_id}_{pos}"
-        with st.form(f"label_{key}"):
-            c = st.columns([1, 2])
-            score = c[0].pills(
-                "Score (optional)", [1, 2, 3, 4, 5], default=old.score if old else None
-            )
-            tags = c[1].text_input("Tags (comma-separated)", ", ".join(old.tags) if old else "")
-            comment = st.text_area("Comment", old.comment if old else "", height=68)
-            corrected = st.text_area(
-                "Corrected answer (optional)", old.corrected_answer if old else "", height=68
-            )
-            st.caption("The verdict saves the label and moves on: keys P, F and U.")
-            chosen = None
-            buttons = st.columns(len(rv.VERDICTS))
-            for column, verdict in zip(buttons, rv.VERDICTS, strict=True):
-                current = old is not None and old.verdict == verdict
-                if column.form_submit_button(
-                    verdict.capitalize(),
-                    type="primary" if current else "secondary",
-                    shortcut=verdict[0].upper(),
-                    width="stretch",
-                ):
-                    chosen = verdict
-            if chosen is not None:
-                try:
-                    rv.save_label(
-                        db,
-                        item["job_id"],
-                        item["custom_id"],
-                        reviewer,
-                        rv.Label(chosen, score, rv.parse_tags(tags), comment, corrected),
-                        sample_id,
-                    )
-                except rv.ReviewError as exc:
-                    st.error(escape(exc))
-                else:
-                    st.session_state["review_pos"] = min(pos + 1, len(items) - 1)
-                    st.rerun()
-        if old:
-            st.caption(f"You labelled this item: {old.verdict}.")
-        history = rv.label_history(db, item["job_id"], item["custom_id"])
-        if len(history) > 1:
-            with st.expander(f"Label history of this item ({len(history)} saves)"):
-                st.dataframe(history, hide_index=True)
-
-with tab_stats:
-    everyone = rv.pass_rate(db, sample_id)
-    st.metric(
-        "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
-    )
-    st.caption(everyone.describe())
-    people = rv.reviewers(db, sample_id)
-    if people:
-        rows = []
-        for person in people:
-            done, total = rv.progress(db, sample_id, person)
-            rate = rv.pass_rate(db, sample_id, person)
-            rows.append(
-                {"reviewer": person, "labelled": done, "of": total, "pass rate": rate.describe()}
-            )
-        st.dataframe(rows, hide_index=True)
-    if len(people) >= 2:
-        c = st.columns(2)
-        a = c[0].selectbox("Reviewer A", people, index=0, key="agree_a")
-        b = c[1].selectbox("Reviewer B", people, index=1, key="agree_b")
-        if a != b:
-            agree = rv.agreement(db, a, b, sample_id)
-            if agree.items:
-                kappa = f"{agree.kappa:.2f}" if agree.kappa is not None else "–"
-                st.write(
-                    f"Both labelled **{agree.items}** items; they agree on {agree.agreed} "
-                    f"({agree.observed:.0%}); Cohen's kappa **{kappa}**."
+        st.caption(escape(everyone.describe()))  # own label names are text
+        people = rv.reviewers(db, sample_id)
+        if people:
+            rows = []
+            for person in people:
+                done, total = rv.progress(db, sample_id, person)
+                rate = rv.pass_rate(db, sample_id, person)
+                rows.append(
+                    {
+                        "reviewer": person,
+                        "labelled": done,
+                        "of": total,
+                        "pass rate": rate.describe(),
+                    }
                 )
-                st.dataframe(agree.table)
-            else:
-                st.info("These two reviewers have no item in common yet.")
-    else:
-        st.caption("Agreement appears when two reviewers have labelled the same items.")
-
-with tab_export:
-    fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
-    what = st.radio(
-        "What", ["Sample with labels", "All labels", "Review tallies per job"], horizontal=True
-    )
-    if st.button("Prepare export", key="review_export"):
-        folder = paths().home / "exports"
-        try:
-            if what == "Sample with labels":
-                target = folder / f"{sample_id}.{fmt}"
-                n = ex.export_sample(db, sample_id, target, fmt)
-            elif what == "All labels":
-                target = folder / f"labels.{fmt}"
-                n = ex.export_labels(db, target, fmt)
-            else:
-                target = folder / f"review_tally.{fmt}"
-                n = ex.export_tally(db, target, fmt)
-        except ex.ExportError as exc:
-            st.error(escape(exc))
+            st.dataframe(rows, hide_index=True)
+        if len(people) >= 2:
+            c = st.columns(2)
+            a = c[0].selectbox("Reviewer A", people, index=0, key="agree_a")
+            b = c[1].selectbox("Reviewer B", people, index=1, key="agree_b")
+            if a != b:
+                agree = rv.agreement(db, a, b, sample_id)
+                if agree.items:
+                    kappa = f"{agree.kappa:.2f}" if agree.kappa is not None else "–"
+                    st.write(
+                        f"Both labelled **{agree.items}** items; they agree on {agree.agreed} "
+                        f"({agree.observed:.0%}); Cohen's kappa **{kappa}**."
+                    )
+                    st.dataframe(agree.table)
+                else:
+                    st.info("These two reviewers have no item in common yet.")
         else:
-            st.download_button(
-                f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name
-            )
+            st.caption("Agreement appears when two reviewers have labelled the same items.")
+
+if tab_export.open:
+    with tab_export:
+        fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
+        what = st.radio(
+            "What", ["Sample with labels", "All labels", "Review tallies per job"], horizontal=True
+        )
+        if st.button("Prepare export", key="review_export"):
+            folder = paths().home / "exports"
+            try:
+                if what == "Sample with labels":
+                    target = folder / f"{sample_id}.{fmt}"
+                    n = ex.export_sample(db, sample_id, target, fmt)
+                elif what == "All labels":
+                    target = folder / f"labels.{fmt}"
+                    n = ex.export_labels(db, target, fmt)
+                else:
+                    target = folder / f"review_tally.{fmt}"
+                    n = ex.export_tally(db, target, fmt)
+            except ex.ExportError as exc:
+                st.error(escape(exc))
+            else:
+                st.download_button(
+                    f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name
+                )

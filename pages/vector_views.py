@@ -95,6 +95,7 @@ def _similar_table(found) -> None:
     )
 
 
+@st.fragment  # a search reruns this view, not the Results page above it
 def _similar_view(
     db: Store, job_id: str, job_model: str, summary: vec.VectorSummary, on_page: list[str]
 ) -> None:
@@ -136,22 +137,33 @@ def _similar_view(
         + "20 s on a CPU), later ones take well under a second while it stays loaded."
     )
     wanted = (str(model), text.strip())
-    if st.button("Embed and search", key="similar_go", disabled=not text.strip()):
-        with st.spinner(f"Embedding with {escape(model.name)}…"):
-            try:
-                st.session_state["similar_vector"] = (wanted, _embedded(*wanted))
-            except vec.VectorError as exc:
-                st.error(escape(exc))
-                return
+    pressed = st.button("Embed and search", key="similar_go", disabled=not text.strip())
+    # One slot for the results: a search replaces the last one's table with a note that it
+    # works at once, never leaving the old results on show (greyed) while the text embeds.
+    results = st.empty()
+    if pressed:
+        results.info(
+            f"Embedding the text with {escape(model.name)}, then searching… The first text "
+            "loads the model (about 20 s on a CPU; longer on a busy machine).",
+            icon=":material/hourglass_top:",
+        )
+        try:
+            st.session_state["similar_vector"] = (wanted, _embedded(*wanted))
+        except vec.VectorError as exc:
+            results.error(escape(exc))
+            return
     held = st.session_state.get("similar_vector")
     if held and held[0] == wanted:
         try:
             found = vec.similar_to_vector(db, job_id, held[1], k)
         except vec.VectorError as exc:
-            st.error(escape(exc))
+            results.error(escape(exc))
             return
-        st.caption(f"The {len(found)} inputs most like the text:")
-        _similar_table(found)
+        with results.container():
+            st.caption(f"The {len(found)} inputs most like the text:")
+            _similar_table(found)
+    else:
+        results.empty()
 
 
 def _pairs_view(db: Store, job_id: str, summary: vec.VectorSummary, version: tuple) -> None:

@@ -38,6 +38,7 @@ from tests.browser_support import (
     worker_pids,
 )
 from tests.factories import finished_job
+from tests.test_browser_review import label_walk, typed_text_search_shows_work
 
 ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
 COPIES = 6  # review_sentiment.jsonl's 16 requests, 6 times: 96 requests
@@ -160,6 +161,10 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     page, server, home = chromium_page, studio_server, studio_server.home
     batch = long_batch(tmp_path)
     total = COPIES * 16
+    rows = [{"custom_id": f"q{i}", "prompt": f"Question {i}?", "answer": f"A{i}"} for i in range(9)]
+    made = finished_job(tmp_path / "made", rows)  # labelled while a worker runs (item 10)
+    (home / "jobs").mkdir(parents=True, exist_ok=True)
+    made_id = made.path.rename(home / "jobs" / made.job_id).name
 
     # -- A: start a long run --------------------------------------------------------------------
     page.goto(server.url)
@@ -234,6 +239,10 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     expect(page.get_by_text("The worker stopped without finishing", exact=False)).to_be_visible()
     screenshot(page, "run_7_interrupted")
     page.get_by_role("button", name="Resume").click()
+    # Issue 30, item 10: labelling by key while the resumed worker loads and runs.
+    wait_for(lambda: worker_pids(home), 30, "the resumed worker")
+    label_walk(page, home, "run_10_review_while_running", made_id).check()
+    open_page(page, "Monitor")
     wait_progress(page, state="completed", at_least=16, timeout=ENGINE_SECONDS)
     bar = page.get_by_test_id("stProgress").first.get_by_role("progressbar")
     expect(bar).to_have_attribute("aria-valuenow", "100")
@@ -575,6 +584,7 @@ def test_an_embeddings_batch_from_build_to_results_in_the_browser(
     expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
     expect_no_exception(page)
     screenshot(page, "embeddings_3_results_similar")
+    typed_text_search_shows_work(page)  # item 11
 
 
 @pytest.mark.browser

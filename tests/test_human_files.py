@@ -211,7 +211,7 @@ def test_garbage_and_foreign_lines_are_named_and_skipped_and_other_labels_load(t
         {"kind": "preference", "comparison": "c", "key": "k", "reviewer": "x", "job_a": "a",
          "job_b": "b", "choice": "A", "at": "2026-01-01T00:00Z"}
     )  # fmt: skip
-    invalid = good.replace('"pass"', '"brilliant"')
+    invalid = good.replace('"pass"', '"pass\\u0007"')  # a verdict never holds a control char
     (store.human_dir / LABELS).write_text(
         "{not json\n" + good + foreign + "\n" + invalid + "\x00\x01\n" + other
     )

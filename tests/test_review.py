@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from core.human.label_sets import LabelSetError, own_labels, save_own_labels, shortcut_keys
 from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import (
@@ -112,3 +114,49 @@ def test_tally_per_job_and_reviewer(db):
     assert (by_job["passed"], by_job["failed"], by_job["unsure"]) == (1, 1, 1)
     assert by_job["pass_rate"] == 0.5 and by_job["mean_score"] == 3
     assert list(tally(store, "reviewer")["reviewer"]) == ["ana", "bob"]
+
+
+def test_own_labels_are_kept_in_a_file_and_labels_with_them_counted_apart(db):
+    store, job_id, sample_id, tmp_path = db
+    items = list(sample_items(store, sample_id)["custom_id"])
+    assert save_own_labels(store.human_dir, "ana", " off-topic, Made up,off-topic ,") == (
+        "off-topic",
+        "Made up",
+    )
+    save_label(store, job_id, items[0], "ana", Label("off-topic"), sample_id)
+    save_label(store, job_id, items[1], "ana", Label("Made up", 2), sample_id)
+    save_label(store, job_id, items[2], "ana", Label("pass"), sample_id)
+    with pytest.raises(ReviewError, match=r"verdict must be one of pass, fail, unsure$"):
+        save_label(store, job_id, items[0], "bob", Label("off-topic"))  # ana's, not bob's
+    rate = pass_rate(store, sample_id)
+    assert (rate.passed, rate.own) == (1, {"off-topic": 1, "Made up": 1})
+    assert rate.describe().endswith("0 unsure; 1 Made up; 1 off-topic")
+    assert tally(store, "reviewer")["own_labels"].tolist() == ["Made up=1; off-topic=1"]
+    store.close()
+    (tmp_path / "studio.duckdb").unlink()  # a rebuilt index loses neither
+    store = Store(tmp_path / "studio.duckdb")
+    assert own_labels(store.human_dir, "ana") == ("off-topic", "Made up")
+    assert get_label(store, job_id, items[1], "ana") == Label("Made up", 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("ok, bell\x07", "control characters"),
+        ("ok, zero\u200bwidth", "control characters"),
+        ("x" * 41, "at most 40 characters"),
+        ("off-topic, Pass", "'Pass' is a verdict already"),
+        (",".join(f"l{i}" for i in range(10)), "at most 9 labels"),
+    ],
+)
+def test_bad_own_label_names_are_refused_with_a_reason(db, text, why):
+    store = db[0]
+    with pytest.raises(LabelSetError, match=re.escape(why)):
+        save_own_labels(store.human_dir, "ana", text)
+    assert own_labels(store.human_dir, "ana") == ()  # nothing written
+
+
+def test_own_labels_take_the_first_free_letter_of_their_name_as_key():
+    assert shortcut_keys(("off-topic", "Other", "unclear", "42", "rude")) == {
+        "off-topic": "O", "Other": "T", "unclear": "L", "42": None, "rude": "D",
+    }  # fmt: skip

@@ -11,19 +11,47 @@ from __future__ import annotations
 
 import fcntl
 import os
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from core.schemas import Model, problems_of
 
 LABELS = "labels.jsonl"
 PREFERENCES = "preferences.jsonl"
 SAMPLES = "samples.jsonl"
-FILES = (LABELS, PREFERENCES, SAMPLES)
+FILES = (LABELS, PREFERENCES, SAMPLES)  # indexed in DuckDB (core.store.human_index)
+LABEL_SETS = "label_sets.jsonl"  # a few lines, read from the file (core.human.label_sets)
+
+VERDICTS = ("pass", "fail", "unsure")
+LABEL_NAME_CHARS = 40
+
+
+def label_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a label (a verdict or a reviewer's own label), or None."""
+    if not name or name != name.strip():
+        return "a label name must be non-empty, without spaces around it"
+    if len(name) > LABEL_NAME_CHARS:
+        return f"a label name has at most {LABEL_NAME_CHARS} characters ({name[:20]!r}…)"
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
+        return f"a label name cannot hold control characters ({name!r})"
+    if "," in name:
+        return f"a label name cannot hold a comma ({name!r})"
+    return None
+
+
+def _label_name(name: str) -> str:
+    problem = label_name_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+LabelName = Annotated[str, AfterValidator(_label_name)]
 
 
 def now_utc() -> datetime:
@@ -37,7 +65,7 @@ class LabelRecord(Model):
     job_id: str
     custom_id: str
     reviewer: str = Field(min_length=1)
-    verdict: Literal["pass", "fail", "unsure"]
+    verdict: LabelName  # pass, fail, unsure, or one of the reviewer's own labels
     score: int | None = Field(None, ge=1, le=5)
     tags: list[str] = Field(default_factory=list)
     comment: str | None = None
@@ -58,6 +86,16 @@ class PreferenceRecord(Model):
     job_b: str
     custom_id_b: str | None = None
     choice: Literal["A", "B", "tie"]
+    at: datetime
+
+
+class LabelSetRecord(Model):
+    """A reviewer's own labels beyond pass/fail/unsure, as set at ``at`` (the latest line
+    of a reviewer wins; an empty list clears them)."""
+
+    kind: Literal["label_set"] = "label_set"
+    reviewer: str = Field(min_length=1)
+    labels: list[LabelName] = Field(default_factory=list, max_length=9)
     at: datetime
 
 
@@ -86,7 +124,8 @@ class SampleDeleted(Model):
 
 
 Record = Annotated[
-    LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted, Field(discriminator="kind")
+    LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted | LabelSetRecord,
+    Field(discriminator="kind"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
 # Which kinds each file may hold: a record of another kind in a file is foreign there.
@@ -94,11 +133,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     LABELS: ("label",),
     PREFERENCES: ("preference",),
     SAMPLES: ("sample", "sample_deleted"),
+    LABEL_SETS: ("label_set",),
 }
 
 
 def append(
-    folder: Path, record: LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted
+    folder: Path,
+    record: LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted | LabelSetRecord,
 ) -> None:
     """Appends one record to its file, durably (fsynced) before returning.
 

@@ -256,7 +256,10 @@ def pass_rate_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     frame = store.query(
         f"""SELECT {GROUPS[by]} AS "{by}",
                    count(*) FILTER (WHERE v.verdict = 'pass') AS passed,
-                   count(*) FILTER (WHERE v.verdict = 'fail') AS failed
+                   count(*) FILTER (WHERE v.verdict = 'fail') AS failed,
+                   count(*) FILTER (WHERE v.verdict = 'unsure') AS unsure,
+                   count(*) FILTER (WHERE v.verdict NOT IN ('pass', 'fail', 'unsure'))
+                       AS own_labels
             FROM reviews v JOIN results r ON r.job_id = v.job_id AND r.custom_id = v.custom_id
             LEFT JOIN jobs j ON j.job_id = r.job_id
             WHERE {clause} GROUP BY 1 HAVING passed + failed > 0 ORDER BY 1""",
@@ -276,7 +279,7 @@ def pass_rate_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
         error_y="err_high",
         error_y_minus="err_low",
         title="Review pass rate (95% CI)",
-        hover_data=["passed", "failed"],
+        hover_data=["passed", "failed", "unsure", "own_labels"],  # own: reviewers' labels
     )
     fig.update_yaxes(tickformat=".0%", range=[0, 1])
     return fig

@@ -10,15 +10,16 @@ the items both labelled.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from core.human.files import LabelRecord, append, now_utc
+from core.human.files import VERDICTS, LabelRecord, append, now_utc
+from core.human.label_sets import own_labels
 from core.store.db import Store
 
-VERDICTS = ("pass", "fail", "unsure")
+__all__ = ["VERDICTS"]  # the verdicts every reviewer has (each may add labels of their own)
 
 
 class ReviewError(ValueError):
@@ -57,8 +58,9 @@ def save_label(
     reviewer = reviewer.strip()
     if not reviewer:
         raise ReviewError("enter your reviewer name first")
-    if label.verdict not in VERDICTS:
-        raise ReviewError(f"verdict must be one of {', '.join(VERDICTS)}")
+    allowed = (*VERDICTS, *own_labels(store.human_dir, reviewer))
+    if label.verdict not in allowed:
+        raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
     record = LabelRecord(
@@ -95,9 +97,25 @@ def get_label(store: Store, job_id: str, custom_id: str, reviewer: str) -> Label
         "SELECT * FROM reviews WHERE job_id = ? AND custom_id = ? AND reviewer = ?",
         [job_id, custom_id, reviewer.strip()],
     )
-    if frame.empty:
-        return None
-    row = frame.iloc[0]
+    return None if frame.empty else _label_of(frame.iloc[0])
+
+
+def sample_labels(store: Store, sample_id: str, reviewer: str) -> dict[tuple[str, str], Label]:
+    """The reviewer's labels of a sample's items, by (job_id, custom_id), in one read: Review
+    keeps them while it labels, so the next item needs no query."""
+    frame = store.query(
+        """
+        SELECT v.* FROM reviews v
+        SEMI JOIN sample_items i ON i.job_id = v.job_id AND i.custom_id = v.custom_id
+             AND i.sample_id = ?
+        WHERE v.reviewer = ?
+        """,
+        [sample_id, reviewer.strip()],
+    )
+    return {(row["job_id"], row["custom_id"]): _label_of(row) for _, row in frame.iterrows()}
+
+
+def _label_of(row: pd.Series) -> Label:
     score = row["score"]
     return Label(
         verdict=row["verdict"],
@@ -140,11 +158,13 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 @dataclass
 class PassRate:
-    """Verdict counts and the pass rate over decided items (``unsure`` left out)."""
+    """Verdict counts and the pass rate over decided items (``unsure`` and reviewers' own
+    labels left out, counted apart in ``own``)."""
 
     passed: int
     failed: int
     unsure: int
+    own: dict[str, int] = field(default_factory=dict)
 
     @property
     def decided(self) -> int:
@@ -159,12 +179,13 @@ class PassRate:
         return wilson(self.passed, self.decided)
 
     def describe(self) -> str:
+        own = "".join(f"; {n} {name}" for name, n in sorted(self.own.items()))
         if not self.decided:
-            return "no pass/fail verdicts yet"
+            return "no pass/fail verdicts yet" + own
         low, high = self.interval
         return (
             f"{self.rate:.0%} pass ({self.passed} of {self.decided}; "
-            f"95% CI {low:.0%}–{high:.0%}); {self.unsure} unsure"
+            f"95% CI {low:.0%}–{high:.0%}); {self.unsure} unsure{own}"
         )
 
 
@@ -177,10 +198,9 @@ def pass_rate(store: Store, sample_id: str | None = None, reviewer: str | None =
     frame = store.query(
         f"SELECT v.verdict, count(*) AS n FROM reviews v {clause} GROUP BY 1", params
     )
-    counts = dict(zip(frame["verdict"], frame["n"], strict=True))
-    return PassRate(
-        int(counts.get("pass", 0)), int(counts.get("fail", 0)), int(counts.get("unsure", 0))
-    )
+    counts = {str(v): int(n) for v, n in zip(frame["verdict"], frame["n"], strict=True)}
+    own = {v: n for v, n in counts.items() if v not in VERDICTS}
+    return PassRate(counts.get("pass", 0), counts.get("fail", 0), counts.get("unsure", 0), own)
 
 
 def progress(store: Store, sample_id: str, reviewer: str) -> tuple[int, int]:
@@ -275,7 +295,7 @@ def labels(store: Store, sample_id: str | None = None) -> pd.DataFrame:
 
 def tally(store: Store, by: str = "job_id") -> pd.DataFrame:
     """Verdict counts and pass rate with its 95% interval, per job, model, prompt version or
-    reviewer."""
+    reviewer; reviewers' own labels as "name=count; ..." in ``own_labels``."""
     groups = {
         "job_id": "v.job_id",
         "model": "r.model",
@@ -290,12 +310,16 @@ def tally(store: Store, by: str = "job_id") -> pd.DataFrame:
                count(*) FILTER (WHERE v.verdict = 'pass') AS passed,
                count(*) FILTER (WHERE v.verdict = 'fail') AS failed,
                count(*) FILTER (WHERE v.verdict = 'unsure') AS unsure,
-               avg(v.score) AS mean_score
+               avg(v.score) AS mean_score,
+               string_agg(v.verdict, chr(0) ORDER BY v.verdict)
+                   FILTER (WHERE NOT list_contains(?, v.verdict)) AS own
         FROM reviews v
         LEFT JOIN results r ON r.job_id = v.job_id AND r.custom_id = v.custom_id
         GROUP BY 1 ORDER BY 1
         """,
+        [list(VERDICTS)],
     )
+    frame["own_labels"] = [_counted(own) for own in frame.pop("own")]
     rates = [
         PassRate(int(p), int(f), int(u)) for p, f, u in frame[["passed", "failed", "unsure"]].values
     ]
@@ -303,3 +327,13 @@ def tally(store: Store, by: str = "job_id") -> pd.DataFrame:
     frame["ci_low"] = [r.interval[0] if r.decided else None for r in rates]
     frame["ci_high"] = [r.interval[1] if r.decided else None for r in rates]
     return frame
+
+
+def _counted(joined: str | None) -> str:
+    """Own labels joined by NUL (names hold no control character) as "name=count; ..."."""
+    if not joined or pd.isna(joined):
+        return ""
+    counts: dict[str, int] = {}
+    for name in joined.split("\0"):
+        counts[name] = counts.get(name, 0) + 1
+    return "; ".join(f"{name}={n}" for name, n in counts.items())

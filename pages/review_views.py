@@ -1,0 +1,181 @@
+"""Review's labelling panel (not a page of its own): one item at a time, labelled by key.
+
+The panel is a fragment: a key (a verdict, a score, Previous/Next) reruns the panel only,
+not the page with its sample and job queries, and its callbacks save the label and move on
+before the panel draws, so the next item shows at once, even while a worker runs (the
+page's rerun waits on the ingest of its results). The reviewer's labels of the sample are
+read once per page run and kept in the session; a save updates them there.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from core.human import label_sets as ls
+from core.store import review as rv
+from core.store.db import Store
+from pages.shared import escape, show_conversation
+
+LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}
+SCORES = (1, 2, 3, 4, 5)
+
+
+def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
+    """The reviewer's own labels beyond pass/fail/unsure: shown, changed, saved to the data
+    folder; returns them."""
+    own = ls.own_labels(db.human_dir, reviewer)
+    title = "Your own labels" + (f": {', '.join(own)}" if own else " (beyond pass, fail, unsure)")
+    with st.expander(escape(title)), st.form("own_labels"):
+        text = st.text_input(
+            "Labels, comma-separated (each becomes a button with a key, beside pass/fail/unsure)",
+            ", ".join(own),
+            max_chars=ls.MAX_LABELS * 42,
+            placeholder="off-topic, made up, too long",
+        )
+        if st.form_submit_button("Save my labels"):
+            try:
+                own = ls.save_own_labels(db.human_dir, reviewer, text)
+            except ls.LabelSetError as exc:
+                st.error(escape(exc))
+            else:
+                st.rerun()  # the panel's buttons follow
+    return own
+
+
+def load_labels(db: Store, sample_id: str, reviewer: str) -> None:
+    """Reads the reviewer's labels of the sample afresh (each page run: another process's
+    labels show too); the panel's own saves update them in between."""
+    st.session_state[LABELS] = {(sample_id, reviewer): rv.sample_labels(db, sample_id, reviewer)}
+
+
+@st.fragment
+def label_panel(
+    db: Store, sample_id: str, items: pd.DataFrame, reviewer: str, own: tuple[str, ...]
+) -> None:
+    """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
+    labels' save and move on, 1-5 set the score, Left/Right/N move."""
+    labels = st.session_state[LABELS][(sample_id, reviewer)]
+    n = len(items)
+    pos = min(st.session_state.get("review_pos", 0), n - 1)
+    keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+    done = sum(k in labels for k in keys)
+    st.progress(done / n if n else 0.0, text=f"{done} of {n} labelled")
+    nav = st.columns([1, 1, 1, 3])
+    nav[0].button(
+        "Previous", disabled=pos == 0, key="prev", shortcut="Left", on_click=_go, args=(pos - 1,)
+    )
+    nav[1].button(
+        "Next", disabled=pos >= n - 1, key="next", shortcut="Right", on_click=_go, args=(pos + 1,)
+    )
+    open_items = [i for i, k in enumerate(keys) if k not in labels]
+    after = next((i for i in open_items if i > pos), open_items[0] if open_items else pos)
+    nav[2].button("Next unlabelled", key="next_open", shortcut="N", on_click=_go, args=(after,))
+    item = items.iloc[pos]
+    job_id, custom_id = keys[pos]
+    nav[3].markdown(f"**Item {pos + 1} of {n}** · {escape(custom_id)}")
+    left, right = st.columns(2)
+    left.subheader("Conversation")
+    show_conversation(left, item["messages"], item["prompt"])
+    right.subheader("Answer")
+    right.caption(
+        escape(
+            f"{item['status']} · finish {item['finish_reason']} · "
+            f"{item['completion_tokens']} tokens"
+        )
+    )
+    if item["status"] == "failed":
+        right.error(escape(item["error_message"] or "failed"))
+    else:
+        if isinstance(item.get("tool_calls"), str):  # NULL reads as NaN
+            right.caption("Tool calls: the function and its arguments, one call a line")
+        right.text(item["answer"] or "")
+
+    old = labels.get((job_id, custom_id))
+    form = f"{sample_id}_{pos}"
+    score = st.session_state.get(f"score_{form}", old.score if old else None)
+    with st.form(f"label_{form}"):
+        st.caption("Score (optional): keys 1–5; the same key again clears it.")
+        for column, value in zip(st.columns(len(SCORES)), SCORES, strict=True):
+            column.form_submit_button(
+                str(value),
+                type="primary" if score == value else "secondary",
+                shortcut=str(value),
+                width="stretch",
+                on_click=_set_score,
+                args=(form, value, score),
+            )
+        st.text_input(
+            "Tags (comma-separated)", ", ".join(old.tags) if old else "", key=f"tags_{form}"
+        )
+        st.text_area("Comment", old.comment if old else "", height=68, key=f"comment_{form}")
+        st.text_area(
+            "Corrected answer (optional)",
+            old.corrected_answer if old else "",
+            height=68,
+            key=f"corrected_{form}",
+        )
+        shortcuts = {v: v[0].upper() for v in rv.VERDICTS} | ls.shortcut_keys(own)
+        st.caption(
+            "A label saves the item and moves on: keys "
+            + ", ".join(escape(f"{k} {v}") for v, k in shortcuts.items() if k)
+            + "."
+        )
+        for column, verdict in zip(st.columns(len(shortcuts)), shortcuts, strict=True):
+            key = shortcuts[verdict]
+            column.form_submit_button(
+                escape(verdict.capitalize() if verdict in rv.VERDICTS else verdict),
+                type="primary" if old is not None and old.verdict == verdict else "secondary",
+                shortcut=key,
+                width="stretch",
+                on_click=_save,
+                args=(db, sample_id, (job_id, custom_id), reviewer, verdict, form, score, pos, n),
+            )
+    error = st.session_state.pop("review_error", None)
+    if error:
+        st.error(escape(error))
+    if old:
+        st.caption(f"You labelled this item: {escape(old.verdict)}.")
+    history = rv.label_history(db, job_id, custom_id)
+    if len(history) > 1:
+        with st.expander(f"Label history of this item ({len(history)} saves)"):
+            st.dataframe(history, hide_index=True)
+
+
+def _go(pos: int) -> None:
+    st.session_state["review_pos"] = max(pos, 0)
+
+
+def _set_score(form: str, value: int, current: int | None) -> None:
+    st.session_state[f"score_{form}"] = None if current == value else value
+
+
+def _save(
+    db: Store,
+    sample_id: str,
+    item: tuple[str, str],
+    reviewer: str,
+    verdict: str,
+    form: str,
+    score: int | None,
+    pos: int,
+    n: int,
+) -> None:
+    """Saves the label (file, then index) and moves to the next item, before the panel
+    reruns; a refused label stays on the item with the reason."""
+    state = st.session_state
+    label = rv.Label(
+        verdict,
+        score,
+        rv.parse_tags(state.get(f"tags_{form}", "")),
+        state.get(f"comment_{form}", ""),
+        state.get(f"corrected_{form}", ""),
+    )
+    try:
+        rv.save_label(db, *item, reviewer, label, sample_id)
+    except rv.ReviewError as exc:
+        state["review_error"] = str(exc)
+        return
+    state[LABELS][(sample_id, reviewer)][item] = label
+    state.pop(f"score_{form}", None)
+    state["review_pos"] = min(pos + 1, n - 1)

@@ -1,0 +1,54 @@
+"""Review's labelling panel in AppTest (issue 30, item 10): a score key, a label of the
+reviewer's own, and a refused label set; the browser walk is tests/test_browser_review.py."""
+
+from __future__ import annotations
+
+import json
+
+from tests.test_pages import open_page
+from tests.test_results_pages import job_in_home
+
+
+def _labelling(studio_home):
+    job_in_home(studio_home)
+    at = open_page("review.py")
+    at.text_input(key="sample_name").set_value("check")
+    at.button[0].click().run()  # the form's "Draw sample"
+    at.text_input(key="reviewer").set_value("ana").run()
+    return at
+
+
+def _button(at, label):
+    return next(b for b in at.button if b.label == label)
+
+
+def test_a_score_key_then_an_own_label_saves_both_and_moves_on(studio_home):
+    at = _labelling(studio_home)
+    labels_box = next(t for t in at.text_input if t.label.startswith("Labels, comma"))
+    labels_box.set_value("off-topic, made up")
+    _button(at, "Save my labels").click().run()
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    assert keys["o"].label == r"off\-topic" and keys["m"].label == "made up"  # as text
+    _button(at, "4").click().run()
+    assert _button(at, "4").proto.type == "primary"  # marked; the item stays
+    assert any("Item 1 of 4" in m.value for m in at.markdown)
+    keys["m"].click().run()
+    assert not at.exception
+    assert any("Item 2 of 4" in m.value for m in at.markdown)
+    assert any("1 of 4 labelled" in p.proto.text for p in at.get("progress"))
+    saved = json.loads((studio_home / "human" / "labels.jsonl").read_text(encoding="utf-8"))
+    assert (saved["verdict"], saved["score"]) == ("made up", 4)
+    set_file = (studio_home / "human" / "label_sets.jsonl").read_text(encoding="utf-8")
+    assert json.loads(set_file)["labels"] == ["off-topic", "made up"]
+
+
+def test_a_bad_label_set_is_refused_with_a_reason_and_nothing_saved(studio_home):
+    at = _labelling(studio_home)
+    labels_box = next(t for t in at.text_input if t.label.startswith("Labels, comma"))
+    labels_box.set_value("fine, Unsure")
+    _button(at, "Save my labels").click().run()
+    shown = [e.value.replace("\\", "").replace("\u2060", "") for e in at.error]  # as text
+    assert any("'Unsure' is a verdict already: pick another name" in e for e in shown), shown
+    assert not (studio_home / "human" / "label_sets.jsonl").exists()
+    verdicts = [b.label for b in at.button if b.proto.shortcut in ("p", "f", "u")]
+    assert verdicts == ["Pass", "Fail", "Unsure"]  # and no other label
