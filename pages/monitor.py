@@ -9,7 +9,7 @@ import streamlit as st
 from core.jobs.delivery import errors_beside
 from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, list_jobs
-from core.jobs.ledger import recent_lines, standing_failures
+from core.jobs.latest import recent_lines, standing_failures
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus

@@ -64,7 +64,8 @@ def test_results_show_hostile_text_only_as_text(hostile_jobs):
     at.selectbox(key="results_job").set_value(first.job_id).run()
     assert live_markdown(at) == []
     assert any(LINK in shown(e.value) for e in at.error)  # the failure, as the text it is
-    at.selectbox(key="detail_pick").set_value(1).run()  # the answered one
+    details = at.selectbox(key=f"detail_pick::{first.job_id}")
+    details.set_value((first.job_id, details.options[1])).run()  # the answered one
     assert live_markdown(at) == []
     assert IMAGE in plain_texts(at)  # the answer is shown, as written
 

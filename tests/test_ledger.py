@@ -6,13 +6,13 @@ import pytest
 
 from core.config import REPO_ROOT, SAMPLE_DATA
 from core.jobs.folder import JobFolder
+from core.jobs.latest import standing_failures
 from core.jobs.ledger import (
     LedgerReader,
     combined_lines,
     input_lines,
     read_ledger,
     reconcile,
-    standing_failures,
     summary,
     verify,
     write_combined,

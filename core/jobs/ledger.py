@@ -7,7 +7,6 @@ request's final result is its success line if it has one, else its latest error 
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -450,18 +449,6 @@ def verify(job: JobFolder) -> Verification:
     return Verification(ok=not problems, problems=problems, lines_checked=lines, heads=heads)
 
 
-def recent_lines(path: Path, count: int = 5, tail_bytes: int = 262_144) -> list[dict[str, Any]]:
-    """The last ``count`` complete lines of a result file, newest last (reads only its tail)."""
-    if not path.exists():
-        return []
-    size = path.stat().st_size
-    with path.open("rb") as handle:
-        handle.seek(max(0, size - tail_bytes))
-        data = handle.read()
-    raws = [r for r in data.split(b"\n")[1 if size > tail_bytes else 0 : -1] if r.strip()]
-    return [json.loads(r) for r in raws[-count:]]
-
-
 @dataclass(frozen=True)
 class JobSummary:
     """What a page shows of a job's ledger, computed once per change of its files."""
@@ -497,13 +484,3 @@ def summary(job: JobFolder, shard_size: int) -> JobSummary:
             )
             reader.summary = (key, found)
         return reader.summary[1]
-
-
-def standing_failures(job: JobFolder, count: int = 3) -> list[dict[str, Any]]:
-    """The last ``count`` failure lines whose request has no success since: a retry's
-    successes supersede the failures it ran again, which stay in ``errors.jsonl``."""
-    reader = _readers.get_or_make(job.path, lambda: LedgerReader(job))
-    with reader.lock:
-        succeeded = reader.read().succeeded
-        lines = recent_lines(job.errors, count + 200)
-        return [line for line in lines if line.get("custom_id") not in succeeded][-count:]
