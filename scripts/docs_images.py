@@ -28,7 +28,11 @@ BAND = (TITLE, TITLE + 1000)  # a window's worth from the title, at the shot's o
 # The pictures that keep another band of their page: (top, bottom) pixels of the shot.
 BANDS = {
     "results": (TITLE, 1450),  # the README's first picture: the title down to the table
+    "walk-1-sample": (TITLE, 1100),  # the table and the template, down to the preview
+    "walk-2-check": (TITLE, 1165),  # the figures and the summary's tables
+    "walk-3-run": (TITLE, 1440),  # the settings down to the Start run button
     "walk-5-results": (1430, 2339),  # one answer beside its conversation, and the export
+    "check-broken-file": (TITLE, 1090),  # every problem with its line, and the verdict
 }
 # docs/images/<name>.png <- test-output/screenshots/<shot>.png (tests/test_browser.py's names)
 PICTURES = {
