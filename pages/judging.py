@@ -112,7 +112,9 @@ def _rule_names(db: Store, job_id: str) -> list[str]:
     return rule_names(db, [job_id])
 
 
-def agreement_section(db: Store, job_ids: list[str], names: list[str]) -> None:
+def agreement_section(
+    db: Store, job_ids: list[str], names: list[str], label: Callable[[str], str]
+) -> None:
     """People's labels against a check's outcomes: matrix, accuracy, kappa, disagreements."""
     st.subheader("Agreement with people")
     people = reviewers(db)
@@ -138,8 +140,9 @@ def agreement_section(db: Store, job_ids: list[str], names: list[str]) -> None:
         "taken as substantial, before a check grades what nobody read."
     )
     if len(got.disagreements):
-        st.dataframe(  # answers are data: shown as text
-            got.disagreements[["job_id", "custom_id", "reviewer", "person", "check", "answer"]],
+        shown = got.disagreements[["job_id", "custom_id", "reviewer", "person", "check", "answer"]]
+        st.dataframe(  # answers are data: shown as text; each job by its name
+            shown.assign(job_id=shown["job_id"].map(label)).rename(columns={"job_id": "job"}),
             hide_index=True,
             width="stretch",
         )

@@ -13,6 +13,7 @@ from core.jobs.ledger import recent_lines
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus
+from pages.links import linked_job_notice, open_linked_job, write_link
 from pages.shared import (
     escape,
     job_controls,
@@ -37,11 +38,18 @@ if not jobs:
     st.stop()
 
 ids = [j.job_id for j in jobs]
+open_linked_job(ids, "monitor_job")  # a shared link or a bookmark
 current = st.session_state.get("job_id")
 job_id = st.selectbox(
-    "Job", ids, index=ids.index(current) if current in ids else 0, format_func=job_labels()
+    "Job",
+    ids,
+    index=ids.index(current) if current in ids else 0,
+    format_func=job_labels(),
+    key="monitor_job",
 )
 st.session_state["job_id"] = job_id
+linked_job_notice("monitor_job", job_id)
+write_link({"job": job_id})  # the address opens this job's Monitor
 job = open_job(job_id)
 job_origin(job_id)
 

@@ -8,14 +8,22 @@ import json
 import streamlit as st
 
 from core.plan.pricing import format_money, load_prices, token_cost, tokens_cost
-from core.qa.grading import refresh
 from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
 from core.store import vectors as vec
+from pages.links import (
+    fill_from_link,
+    linked,
+    linked_job_notice,
+    not_here,
+    open_linked_job,
+    write_link,
+)
 from pages.ranking_views import show_ranked_documents, show_ranking_quality
 from pages.shared import (
     escape,
+    fresh_checks,
     job_labels,
     job_origin,
     jobs_or_stop,
@@ -39,6 +47,7 @@ ids = jobs_with_metadata(list(jobs["job_id"]), key="results_metadata")
 if not ids:
     st.info("No job has all these metadata; remove one.")
     st.stop()
+open_linked_job(ids, "results_job")  # a shared link or a bookmark
 current = st.session_state.get("job_id")
 label = job_labels()
 job_id = st.selectbox(
@@ -48,10 +57,13 @@ job_id = st.selectbox(
     format_func=label,
     key="results_job",
 )
-st.session_state["job_id"] = job_id  # the other pages follow the job chosen here
+st.session_state["job_id"] = job_id
+linked_job_notice("results_job", job_id)  # the other pages follow the job chosen here
+others = [j for j in ids if j != job_id]
+fill_from_link({"and": ("results_more_jobs", others)})
 more = st.multiselect(
     "Add other jobs to the table",
-    [j for j in ids if j != job_id],
+    others,
     format_func=label,
     key="results_more_jobs",
 )
@@ -77,10 +89,18 @@ def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict
     return res.facets(_db, list(job_ids))
 
 
-for stale_job, problem in refresh(db, job_ids).items():  # checks of results that came since
-    st.warning(f"The saved rules of {escape(label(stale_job))} cannot be used:")
-    st.text(problem)
+fresh_checks(job_ids, label)  # checks of results that came since, in the background
 facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
+fill_from_link(
+    {
+        "q": ("q", None),
+        "case": ("match_case", bool),
+        "status": ("f_status", facets["statuses"]),
+        "finish": ("f_finish", facets["finish_reasons"]),
+        "model": ("f_model", facets["models"]),
+        "version": ("f_version", facets["prompt_versions"]),
+    }
+)
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
     c = st.columns([2, 1])
@@ -145,7 +165,8 @@ size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_si
 # The page is read first: a page that is not full also tells how many match, with no count.
 wanted = int(st.session_state.get("page_no") or 1)
 table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(wanted - 1) * size)
-# "Count all" keeps its exact count while the filter and the jobs' results stay the same.
+# A count without a search (and "Count all"'s) is kept while the filter and the jobs' results stay
+# the same: a rerun does not count a million results again.
 done = by_id.loc[job_ids, ["succeeded", "failed"]].fillna(0).to_numpy().sum()
 signature = json.dumps([flt.model_dump(mode="json"), int(done)])
 counted = st.session_state.get("results_exact_count")
@@ -153,6 +174,8 @@ if counted and counted[0] == signature:
     total = res.Total(counted[1])
 else:
     total = res.total(db, flt, offset=(wanted - 1) * size, limit=size, shown=len(table))
+    if total.exact and not flt.search:  # (a search's count stops at a cap: cheap)
+        st.session_state["results_exact_count"] = (signature, total.n)
 page_no = c[3].number_input(
     "Page", min_value=1, max_value=total.pages(size), value=1, key="page_no"
 )
@@ -161,6 +184,7 @@ if page_no != wanted:  # the pager went back to 1 (its range changed): show that
         db, flt, sort=sort, descending=descending, limit=size, offset=(page_no - 1) * size
     )
 
+pick = None  # the result whose details show
 if total.n == 0:
     if db.count_results(job_id) == 0:
         st.info("This job has no results yet. They appear here as the worker writes them.")
@@ -205,14 +229,25 @@ else:
     )
 
     # -- detail -------------------------------------------------------------------------------
+    # One box per choice of jobs: a new choice starts at its own first result, never at
+    # the position (and for a moment the id) the last one had.
+    detail_key = f"detail_pick::{'|'.join(job_ids)}"
     keys = list(zip(table["job_id"], table["custom_id"], strict=True))
+    link_item = linked("item") if detail_key not in st.session_state else []
+    if link_item:  # a shared link to one result, on this page of the table or not
+        wanted = (linked("item_job")[:1] or [job_id])[0], link_item[0]
+        if wanted in keys or (wanted[0] in job_ids and res.detail(db, *wanted)):
+            keys = [wanted, *(k for k in keys if k != wanted)]
+            st.session_state[detail_key] = wanted
+        else:
+            not_here("result", [wanted[1]], "the details show the table's first result")
     pick = st.selectbox(
         "Details of",
-        range(len(keys)),
-        format_func=lambda i: keys[i][1] if len(job_ids) == 1 else f"{keys[i][1]} ({keys[i][0]})",
-        key="detail_pick",
+        keys,
+        format_func=lambda k: k[1] if len(job_ids) == 1 else f"{k[1]} ({label(k[0])})",
+        key=detail_key,
     )
-    item = res.detail(db, *keys[pick]) if pick is not None else None
+    item = res.detail(db, *pick) if pick is not None else None
     if item:
         left, right = st.columns(2)
         with left:
@@ -230,8 +265,12 @@ else:
             if item["status"] == "failed":
                 st.error(escape(f"{item['error_code']}: {item['error_message']}"))
             else:
-                st.text(item["answer"] or "")
-                show_ranked_documents(item["raw"], item["metadata"])  # a rerank result
+                if item.get("tool_calls"):
+                    st.caption("Tool calls: the function and its arguments, one call a line")
+                st.text(item["shown_answer"] or "")
+                show_ranked_documents(
+                    item["raw"], item["metadata"], item.get("params")
+                )  # a ranking
             st.caption(
                 f"status {item['status']} · finish {item['finish_reason']} · "
                 f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
@@ -242,12 +281,28 @@ else:
         with st.expander("Raw output line"):
             st.code(json.dumps(item["raw"], ensure_ascii=False, indent=1), language="json")
 
+# The address opens this view again: the jobs, the filter and the result in detail.
+write_link(
+    {
+        "job": job_id,
+        "and": more,
+        "q": search,
+        "case": match_case,
+        "status": statuses,
+        "finish": finish,
+        "model": models,
+        "version": versions,
+        "item": pick[1] if pick else None,
+        "item_job": pick[0] if pick and pick[0] != job_id else None,
+    }
+)
+
 # -- vectors (an embedding job) ---------------------------------------------------------------
 if has_vectors:
     on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
     show_vectors(db, job_id, open_job(job_id).read_spec().vectors_folder, on_page)
 
-show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank lines only
+show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank and score lines only
 
 # -- export -----------------------------------------------------------------------------------
 st.subheader("Export")

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from core.config import SAMPLE_DATA, default_model_dir
+from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
 from tests.browser_support import (
     PAGES,
     StreamlitServer,
@@ -341,6 +341,47 @@ def test_a_page_opened_by_its_address_on_a_fresh_server_has_the_apps_navigation(
     open_page(page, "Jobs")  # and the navigation works from there
 
 
+# Every link the sidebar's navigation shows, from the first paint on: a helper module of
+# pages/ (shared.py, vector_views.py) must never flash in it as a page.
+RECORD_SIDEBAR_LINKS = """
+window.__navSeen = new Set();
+new MutationObserver(() => {
+  document.querySelectorAll('[data-testid="stSidebarNav"] a').forEach((a) => {
+    const icon = a.querySelector('[data-testid="stIconMaterial"]');
+    window.__navSeen.add(a.textContent.replace(icon ? icon.textContent : "", "").trim());
+  });
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+@pytest.mark.browser
+def test_a_fresh_servers_sidebar_never_shows_helper_modules_as_pages(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 30, item 12: the first pages opened on a freshly started server list the app's
+    pages from the first paint; no message from the server ever names one of pages/'s
+    helper modules (shared.py, vector_views.py) as a page, which the sidebar then flashes."""
+    app = (REPO_ROOT / "app.py").read_text(encoding="utf-8")
+    helpers = [p.name for p in (REPO_ROOT / "pages").glob("*.py") if f"pages/{p.name}" not in app]
+    assert "shared.py" in helpers and "vector_views.py" in helpers
+    page, frames = chromium_page, []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f)))
+    page.add_init_script(RECORD_SIDEBAR_LINKS)
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+    wait_idle(page)
+    page.goto(f"{studio_server.url}/results")
+    expect_title(page, "Results")
+    wait_idle(page)
+    seen = set(page.evaluate("[...window.__navSeen]"))
+    assert seen, "the sidebar showed no links"
+    assert seen <= set(PAGES), f"the sidebar showed {sorted(seen - set(PAGES))} as pages"
+    sent = b"".join(f if isinstance(f, bytes) else f.encode() for f in frames)
+    # A page's address in the server's messages: its file's stem, as a length-prefixed string.
+    named = [h for h in helpers if bytes([len(h) - 3]) + h[:-3].encode() in sent]
+    assert named == [], f"the server sent {named} as pages"
+
+
 @pytest.mark.browser
 def test_prices_typed_into_the_price_table_are_saved(
     studio_server: StreamlitServer, chromium_page
@@ -535,3 +576,69 @@ def test_an_embeddings_batch_from_build_to_results_in_the_browser(
     expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
     expect_no_exception(page)
     screenshot(page, "embeddings_3_results_similar")
+
+
+@pytest.mark.browser
+@pytest.mark.engine
+def test_a_retried_jobs_figures_are_its_output_files_in_the_browser(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 30, items 2 and 13: a job on the default model whose first run lost two of its
+    four requests to an engine fault (scripted: a fault cannot be ordered from the real
+    engine) is opened by its address on Monitor; Retry runs them on the real engine; the
+    job's figures over both runs are those of its output file, and Results holds all four."""
+    from unittest import mock
+
+    from core.jobs.folder import create_job
+    from core.run import worker
+    from core.schemas import EngineConfig
+    from tests.factories import ScriptedExecutor, request_line
+
+    home, page = studio_server.home, chromium_page
+    batch = home.parent / "retry.jsonl"
+    prompts = {"r1": "Say hello.", "r2": "Name a colour.", "r3": "Count to three.", "r4": "Hi!"}
+    lines = [request_line(cid, text, max_tokens=12) for cid, text in prompts.items()]
+    batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    job = create_job(batch, home / "jobs", EngineConfig(model=str(default_model_dir())))
+    fault = ("engine_error", "the engine stopped")
+    rows = {
+        "r1": {"custom_id": "r1", "answer": "Hello.", "tokens": 2},
+        "r2": {"custom_id": "r2", "answer": "Blue.", "tokens": 2},
+        "r3": {"custom_id": "r3", "answer": None, "error": fault},
+        "r4": {"custom_id": "r4", "answer": None, "error": fault},
+    }
+    first_run = ScriptedExecutor(rows, default_model_dir().name)
+    with mock.patch.object(worker, "make_executor", lambda spec, job_dir: first_run):
+        worker.run_job(job)
+    assert (job_status(job.path)["succeeded"], job_status(job.path)["failed"]) == (2, 2)
+
+    page.goto(f"{studio_server.url}/monitor?job={job.job_id}")  # a shared link to the job
+    expect_title(page, "Monitor")
+    retry = page.get_by_role("button", name="Retry 2 failed")
+    retry.wait_for(timeout=90_000)
+    screenshot(page, "retry_1_monitor_two_failed")
+    retry.click()
+    wait_progress(page, state="completed", at_least=4, timeout=ENGINE_SECONDS)
+    expect(page.get_by_text("completed: 4 succeeded, 0 failed", exact=False)).to_be_visible()
+    output = [json.loads(x) for x in (job.path / "output.jsonl").read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in output) == sorted(prompts)
+    tokens = sum(line["response"]["body"]["usage"]["completion_tokens"] for line in output)
+    retried = sum(
+        line["response"]["body"]["usage"]["completion_tokens"]
+        for line in output
+        if line["custom_id"] in ("r3", "r4")
+    )
+    assert job_status(job.path)["completion_tokens"] == tokens
+    expect(page.get_by_text(f"{tokens:,} output tokens in", exact=False)).to_be_visible()
+    expect(page.get_by_text("over 2 runs", exact=False).first).to_be_visible()
+    this_run = page.get_by_text(f"This run: 2 results, {retried:,} output tokens", exact=False)
+    expect(this_run).to_be_visible()
+    screenshot(page, "retry_2_monitor_completed")
+
+    page.get_by_role("link", name=re.compile("Open results")).click()
+    expect_title(page, "Results")
+    expect(page.get_by_text("4 results (rows 1–4 shown)")).to_be_visible()
+    expect(metric_value(page, "Succeeded")).to_have_text("4")
+    expect(metric_value(page, "Failed")).to_have_text("0")
+    expect_no_exception(page)
+    screenshot(page, "retry_3_results")

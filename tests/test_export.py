@@ -96,6 +96,30 @@ def test_samples_labels_and_tallies_export(db, tmp_path):
     assert E.export_tally(store, tmp_path / "tally.xlsx", "xlsx") == 1
 
 
+def test_every_table_export_names_each_rows_job_beside_its_id(db, tmp_path):
+    """Issue 30, item 12: an exported file says which job a row is of by its name, not by
+    an id alone."""
+    store, job = db
+    job.rename("sentiment, week 48")
+    store.ingest(job)
+    sample = create_sample(
+        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job.job_id]), size=4)
+    )
+    E.export_results(store, ResultFilter(job_ids=[job.job_id]), tmp_path / "r.csv")
+    E.export_sample(store, sample.sample_id, tmp_path / "s.parquet", "parquet")
+    E.export_labels(store, tmp_path / "l.xlsx", "xlsx")
+    E.export_tally(store, tmp_path / "t.csv")
+    frames = {
+        "results": pd.read_csv(tmp_path / "r.csv"),
+        "sample": pd.read_parquet(tmp_path / "s.parquet"),
+        "labels": pd.read_excel(tmp_path / "l.xlsx"),
+        "tally": pd.read_csv(tmp_path / "t.csv"),
+    }
+    for what, frame in frames.items():
+        assert list(frame.columns).index("job_name") == list(frame.columns).index("job_id") + 1
+        assert set(frame["job_name"]) == {job.name}, what
+
+
 def test_unknown_format_and_odd_file_names(db, tmp_path):
     store, job = db
     with pytest.raises(E.ExportError, match="unknown format"):

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from core.config import data_paths
+from core.jobs.folder import JobFolder
 from core.qa.grading import grade_jobs
 from core.qa.rules import load_rules
+from core.schemas import job_label
 from core.store import export as ex
 from core.store.db import Store
 from core.store.results import ResultFilter
@@ -126,6 +128,7 @@ def test_exports_have_a_column_per_rule_and_jsonl_a_checks_field(graded, tmp_pat
 
 def test_checks_page_validates_runs_rules_and_shows_pass_rates(studio_home):
     job_id = job_in_home(studio_home, ROWS)
+    JobFolder(data_paths().jobs / job_id).rename("sentiment week 48")
     at = open_page("checks.py")
     assert "rules:" in at.text_area(key="checks_rules").value  # an example to start from
     at.text_area(key="checks_rules").set_value("rules:\n  - name: x\n    type: nope\n").run()
@@ -146,6 +149,9 @@ def test_checks_page_validates_runs_rules_and_shows_pass_rates(studio_home):
     failures = at.dataframe[1].value  # answers in a table: text, never markdown
     assert list(failures["custom_id"]) == ["b"]
     assert failures["answer"].iloc[0] == "I'm sorry, but I can't help with that."
+    # Each failure's job by its name beside its id (issue 30, item 12).
+    assert failures.columns[0] == "job"
+    assert failures["job"].iloc[0] == job_label(job_id, "sentiment week 48")
 
     # Jump to Results with the failures of no_refusal as the filter.
     at.button(key="checks_to_results").click().run()
@@ -190,3 +196,32 @@ def test_dashboards_chart_each_rules_pass_rate(graded):
     assert rates["no_refusal"] == [pytest.approx(2 / 3)]
     empty = dash.checks_figure(db, dash.Scope(job_ids=["job_other"]), "job")
     assert empty.layout.annotations[0].text == dash.NO_CHECKS
+
+
+def test_pages_grade_stale_checks_in_the_background_and_say_so(studio_home):
+    """Issue 26: a page never grades inside its render. With saved rules never graded (a
+    new database) and the grading held up, Dashboards draws at once with a "Grading…"
+    note; once the grading is done, Checks shows the pass rates it found."""
+    import time
+
+    from core.qa.grading import grading_now
+    from pages.shared import _open_store
+
+    job_id = job_in_home(studio_home, ROWS)
+    (data_paths().jobs / job_id / "rules.yaml").write_text(RULES, encoding="utf-8")
+    app_store = _open_store(str(data_paths().database))  # the app's own (one per process)
+    with app_store.writing("checks"):  # another grading is running: this one waits
+        started = time.monotonic()
+        at = open_page("dashboards.py")
+        assert time.monotonic() - started < 60  # it did not wait for the grading
+        notes = " ".join(c.value for c in at.caption)
+        assert "Grading" in notes and "brought up to date" in notes
+        assert grading_now(app_store, [job_id]) == [job_id]
+    deadline = time.monotonic() + 60
+    while grading_now(app_store, [job_id]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert grading_now(app_store, [job_id]) == []
+    at = open_page("checks.py")
+    assert not any("Grading" in c.value for c in at.caption)
+    table = at.dataframe[0].value.set_index("rule")
+    assert table.loc["mentions_refund", "passed"] == 2

@@ -10,6 +10,7 @@ import pytest
 from core.config import data_paths
 from core.jobs.folder import JobFolder
 from core.qa import judge as J
+from core.schemas import job_label
 from core.store.db import Store
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
@@ -53,6 +54,7 @@ def test_checks_page_starts_a_judge_and_shows_its_verdicts_and_agreement(
     studio_home, model, no_worker
 ):
     graded = job_in_home(studio_home, ROWS)
+    JobFolder(data_paths().jobs / graded).rename("tickets v2")
     label_in_store(graded, {"a": "pass", "b": "fail", "c": "pass"})
     at = open_page("checks.py", job_id=graded)
     assert at.text_area(key="judge_template").value == J.DEFAULT_TEMPLATE
@@ -84,6 +86,7 @@ def test_checks_page_starts_a_judge_and_shows_its_verdicts_and_agreement(
     assert matrix.loc["person: pass", "check: fail"] == 1
     shown = at.dataframe[-1].value  # the disagreements, answers as text
     assert list(shown["custom_id"]) == ["b", "c"]
+    assert set(shown["job"]) == {job_label(graded, "tickets v2")}  # its name, not an id
     at.button(key="agree_review").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.session_state["sample_id"].startswith("smp_")

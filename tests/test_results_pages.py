@@ -287,3 +287,13 @@ def test_results_show_each_requests_cost_and_the_total_in_view(studio_home):
     assert table.loc["a", "cost (USD)"] == "0.00045"
     assert table.loc["b", "cost (USD)"] == "0.00036"
     assert any(c.value == "Cost of the 3 results in view: 0.00081 USD" for c in at.caption)
+
+
+def test_dashboards_writes_no_price_table_until_a_price_is_edited(studio_home):
+    job_in_home(studio_home)
+    at = open_page("dashboards.py")
+    at.run()
+    assert not at.exception
+    # The table shown (a row per model, no price) is the saved one: nothing to write. It
+    # was written (with an fsync) on every rerun of every session.
+    assert not (studio_home / "prices.json").exists()

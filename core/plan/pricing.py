@@ -162,11 +162,18 @@ def table_from_rows(
             continue
         values = {field: row.get(label) for field, label in PRICE_COLUMNS.items()}
         try:
-            models[str(name)] = ModelPrice.model_validate(values)
+            price = ModelPrice.model_validate(values)
         except ValidationError as exc:
             for problem in problems_of(exc):
                 field, _, reason = problem.partition(": ")
                 problems.append(f"{name}, {PRICE_COLUMNS.get(field, field)}: {reason}")
+            continue
+        # A model with no price is not kept (as save_prices does), so an unedited table
+        # equals the saved one and a page that shows it writes nothing.
+        if price.empty:
+            models.pop(str(name), None)
+        else:
+            models[str(name)] = price
     if problems:
         raise PriceError("; ".join(problems))
     return PriceTable(models=models, budget=budget, currency=base.currency)

@@ -60,10 +60,13 @@ LEFT JOIN (
     GROUP BY job_id, custom_id
 ) v ON v.job_id = r.job_id AND v.custom_id = r.custom_id
 """
+# Each row's job by its name too (an id alone says nothing to whoever opens the file).
+_JOB_NAME = "LEFT JOIN jobs j ON j.job_id = r.job_id"
 _RESULT_COLUMNS = """
-r.job_id, r.custom_id, r.line_no, r.status, r.status_code, r.model, r.prompt_version,
+r.job_id, coalesce(j.name, '') AS job_name, r.custom_id, r.line_no, r.status, r.status_code,
+r.model, r.prompt_version,
 r.finish_reason, r.prompt_tokens, r.completion_tokens, r.latency_ms, r.prompt, r.answer,
-r.error_code,
+r.tool_calls, r.error_code,
 r.error_message, CAST(r.metadata AS VARCHAR) AS metadata, r.created_at,
 v.review_verdicts, v.review_mean_score, v.review_tags, v.review_comments, v.corrected_answer
 """
@@ -95,8 +98,8 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     target = "'" + str(path).replace("'", "''") + "'"
     copied = _inert_select(store, sql, params) if fmt == "csv" else sql
     with store.cursor() as cur:  # a read: no write waits for it
-        cur.execute(f"COPY ({copied}) TO {target} ({options})", params)
-    return _count(store, sql, params)
+        # COPY answers the rows it wrote: counting them again would run the query twice
+        return int(cur.execute(f"COPY ({copied}) TO {target} ({options})", params).fetchone()[0])
 
 
 def _inert_select(store: Store, sql: str, params: list[Any]) -> str:
@@ -140,12 +143,12 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: l
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
         with store.cursor() as cur:  # a read: no write waits for it
-            cur.execute(
+            copied = cur.execute(
                 f"COPY (SELECT raw FROM ({sql})) TO {target} "
                 "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
                 params,
             )
-        return _count(store, sql, params)
+            return int(copied.fetchone()[0])  # the rows written
     rows = 0
     with store.cursor() as cur, store.cursor() as vectors, path.open("w", encoding="utf-8") as out:
         batches = cur.execute(sql, params).to_arrow_reader(_RESTORE_BATCH)  # in its order
@@ -185,7 +188,7 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
         sql = f"SELECT r.job_id, r.custom_id, {raw} AS raw {FROM} {checks.join} {clause} {order}"
         return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
-    sql = f"SELECT {columns} {FROM} {_LABELS} {checks.join} {clause} {order}"
+    sql = f"SELECT {columns} {FROM} {_JOB_NAME} {_LABELS} {checks.join} {clause} {order}"
     return _copy(store, sql, [*checks.params, *params], path, fmt)
 
 
@@ -228,6 +231,7 @@ def export_sample(store: Store, sample_id: str, path: str | Path, fmt: str = "cs
         SELECT i.sample_id, i.position, i.stratum, {columns}
         FROM sample_items i
         JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
+        {_JOB_NAME}
         {_LABELS}
         {checks.join}
         WHERE i.sample_id = ?
@@ -242,10 +246,11 @@ def export_labels(store: Store, path: str | Path, fmt: str = "csv") -> int:
     fmt, path = _check_format(fmt), Path(path)
     checks = export_checks(store, _job_ids(store, "SELECT DISTINCT job_id FROM reviews", []))
     extra = f", {checks.columns}" if checks.columns else ""
-    sql = f"""SELECT r.job_id, r.custom_id, r.reviewer, r.verdict, r.score,
+    sql = f"""SELECT r.job_id, coalesce(j.name, '') AS job_name, r.custom_id, r.reviewer,
+                    r.verdict, r.score,
                     array_to_string(r.tags, ', ') AS tags, r.comment, r.corrected_answer,
                     r.sample_id, r.updated_at{extra}
-             FROM reviews r {checks.join}
+             FROM reviews r {_JOB_NAME} {checks.join}
              ORDER BY r.job_id, r.custom_id, r.reviewer"""
     return _copy(store, sql, list(checks.params), path, fmt)
 
@@ -256,6 +261,8 @@ def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "jo
 
     fmt, path = _check_format(fmt), Path(path)
     frame = tally(store, by)
+    if by == "job_id":
+        frame.insert(1, "job_name", frame["job_id"].map(store.job_names()).fillna(""))
     with store.cursor() as cur:
         cur.register("tally_frame", frame)
         try:
