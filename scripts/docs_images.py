@@ -5,8 +5,10 @@ test-output/screenshots/), then this script. Run alone, it uses the shots alread
 
     python scripts/docs_images.py [--from test-output/screenshots]
 
-Each picture is a window's worth of its page (1400x1000, most from the title down), scaled
-to 1000 pixels wide, in 256 colours: the docs' images stay a few hundred kilobytes in all.
+Each picture is a band of its page (1400 wide; most a window's worth from the title down,
+some the part worth showing), scaled to 1000 pixels wide, in 256 colours: the docs' images
+stay a few hundred kilobytes in all. The browser tests shoot a page once it has settled
+(tests/browser_support.py `settle`), so no picture shows a page still drawing.
 """
 
 from __future__ import annotations
@@ -20,11 +22,19 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "images"
 WIDTH = 1000
-HEIGHT = 1000  # pixels of the page kept, at the shot's own scale
+TITLE = 40  # the page's title starts this many pixels below a shot's top
+BAND = (TITLE, TITLE + 1000)  # a window's worth from the title, at the shot's own scale
 
-# docs/images/<name>.png <- test-output/screenshots/<shot>.png (tests/test_browser.py's names),
-# from this many pixels below the page's top (the title, or the part worth showing)
-FROM = {"walk-5-results": 1300, "results": 900}
+# The pictures that keep another band of their page: (top, bottom) pixels of the shot.
+BANDS = {
+    "results": (TITLE, 1450),  # the README's first picture: the title down to the table
+    "walk-1-sample": (TITLE, 1100),  # the table and the template, down to the preview
+    "walk-2-check": (TITLE, 1165),  # the figures and the summary's tables
+    "walk-3-run": (TITLE, 1440),  # the settings down to the Start run button
+    "walk-5-results": (1430, 2339),  # one answer beside its conversation, and the export
+    "check-broken-file": (TITLE, 1090),  # every problem with its line, and the verdict
+}
+# docs/images/<name>.png <- test-output/screenshots/<shot>.png (tests/test_browser.py's names)
 PICTURES = {
     "walk-1-sample": "build_1_preview",
     "walk-2-check": "run_1_upload",
@@ -46,12 +56,12 @@ PICTURES = {
 }
 
 
-def shrink(source: Path, target: Path, start: int = 40) -> None:
-    """HEIGHT pixels of a full-page shot from ``start``, scaled to WIDTH, in 256 colours."""
+def shrink(source: Path, target: Path, band: tuple[int, int] = BAND) -> None:
+    """The ``band`` (top, bottom) of a full-page shot, scaled to WIDTH, in 256 colours."""
     with Image.open(source) as image:
-        start = max(0, min(start, image.height - HEIGHT))
-        top = image.convert("RGB").crop((0, start, image.width, min(image.height, start + HEIGHT)))
-    small = top.resize((WIDTH, round(top.height * WIDTH / top.width)), Image.Resampling.LANCZOS)
+        bottom = min(band[1], image.height)
+        part = image.convert("RGB").crop((0, min(band[0], bottom - 1), image.width, bottom))
+    small = part.resize((WIDTH, round(part.height * WIDTH / part.width)), Image.Resampling.LANCZOS)
     small.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(target, optimize=True)
 
 
@@ -70,7 +80,7 @@ def main() -> int:
         return 1
     TARGET.mkdir(parents=True, exist_ok=True)
     for name, shot in PICTURES.items():
-        shrink(args.source / f"{shot}.png", TARGET / f"{name}.png", FROM.get(name, 40))
+        shrink(args.source / f"{shot}.png", TARGET / f"{name}.png", BANDS.get(name, BAND))
     total = sum(path.stat().st_size for path in TARGET.glob("*.png"))
     print(f"wrote {len(PICTURES)} pictures into {TARGET} ({total / 1e6:.1f} MB in all)")
     return 0

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -192,10 +193,30 @@ def kill_workers(home: Path) -> None:
             pass
 
 
+# `make screenshots` names a folder with a plain path for the server's files, so that the
+# docs' pictures show /tmp/batch-studio-demo/home/inbox, not a pytest temporary path.
+SHOTS_DIR = "BATCH_STUDIO_SHOTS_DIR"
+
+
+def server_folder(tmp_path: Path) -> Path:
+    """``tmp_path``, or the emptied folder ``$BATCH_STUDIO_SHOTS_DIR`` (under the system's
+    temporary folder only: it is wiped for each test)."""
+    named = os.environ.get(SHOTS_DIR)
+    if not named:
+        return tmp_path
+    folder = Path(named).resolve()
+    if not folder.is_relative_to(Path(tempfile.gettempdir()).resolve()):
+        pytest.fail(f"{SHOTS_DIR}={named} is wiped by each test: name a folder under /tmp")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
 @pytest.fixture
 def studio_server(tmp_path: Path) -> Iterator[StreamlitServer]:
     """The app on a free port with a private data folder; workers are killed at the end."""
-    server = StreamlitServer(tmp_path / "home", tmp_path)
+    folder = server_folder(tmp_path)
+    server = StreamlitServer(folder / "home", folder)
     try:
         server.start()
         yield server
@@ -226,12 +247,45 @@ def chromium_page() -> Iterator[Page]:
 # -- pages and widgets --------------------------------------------------------------------------
 
 
+# Streamlit is still drawing while any of these shows: a grey skeleton where an element is
+# yet to come, a spinner, an element left stale by a rerun, or the status widget (it appears
+# half a second into a run, or while the connection is lost).
+BUSY = (
+    "[data-testid^=stSkeleton], .stSkeleton, [data-testid=stSpinner],"
+    " [data-testid=stStatusWidget], [data-stale=true]"
+)
+SETTLE_SECONDS = 6.0  # at most this long; a page that never settles is shot as it is
+QUIET_SECONDS = 1.0  # longer than the status widget's half-second delay
+
+
+def settle(page: Page, timeout: float = SETTLE_SECONDS) -> bool:
+    """Waits until nothing of ``BUSY`` is shown for ``QUIET_SECONDS``; False after ``timeout``
+    (a Monitor refreshing itself, a lost connection) rather than hanging the test."""
+    deadline = time.monotonic() + timeout
+    quiet_since = None
+    while time.monotonic() < deadline:
+        busy = page.evaluate(
+            "selector => [...document.querySelectorAll(selector)]"
+            ".some(element => element.getClientRects().length > 0)",
+            BUSY,
+        )
+        if busy:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_SECONDS:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def screenshot(page: Page, name: str) -> Path:
-    """Saves the whole page as ``test-output/screenshots/<name>.png``.
+    """Saves the whole page as ``test-output/screenshots/<name>.png``, once it has settled.
 
     Streamlit scrolls inside its main block, not the document, so a full-page screenshot
     would stop at the window: the window is made as tall as the content for the shot.
     """
+    settle(page)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     size = page.viewport_size or {"width": 1400, "height": 1000}
@@ -242,6 +296,7 @@ def screenshot(page: Page, name: str) -> Path:
     if tall > size["height"]:
         page.set_viewport_size({"width": size["width"], "height": tall})
         page.wait_for_timeout(500)
+        settle(page, timeout=2)  # grids and charts draw again at the new size
     try:
         page.screenshot(path=str(path), full_page=True)
     finally:
