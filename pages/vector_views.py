@@ -132,8 +132,8 @@ def _similar_view(
         st.warning(escape(f"No model can embed a typed text: {note}."))
         return
     st.caption(
-        escape(f"Embedded with {model.name} ({note}). ")
-        + "The engine embeds it on the warm model: the first text loads the model (about "
+        escape(f"Embedded with {model.name} ({note}).")
+        + " The engine embeds it on the warm model: the first text loads the model (about "
         + "20 s on a CPU), later ones take well under a second while it stays loaded."
     )
     wanted = (str(model), text.strip())
