@@ -137,3 +137,20 @@ def _note(job, text: str) -> None:
     status = job.read_status()
     status.note(text)
     job.write_status(status)
+
+
+def test_each_gpu_node_is_asked_for_its_devices_on_the_node(monkeypatch):
+    """A real local Ray instance declaring one GPU: the reading runs on that node and
+    answers what NVML finds there (no device on a machine without a driver)."""
+    from core.run.monitoring import ResourceSampler
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False)
+    try:
+        nodes = ray.nodes()
+        [node] = [n["NodeID"] for n in nodes]
+        assert ray_stats._node_devices(nodes) == {node: ResourceSampler().sample()["gpus"]}
+        cpu_only = [{**n, "Resources": {"CPU": 1.0}} for n in nodes]
+        assert ray_stats._node_devices(cpu_only) == {}  # CPU nodes are not asked
+    finally:
+        ray.shutdown()

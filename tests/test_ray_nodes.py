@@ -23,6 +23,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from core.jobs.folder import JobFolder, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
+from core.store.db import Store  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]
 REQUESTS = 24
@@ -110,11 +111,15 @@ def test_a_node_lost_mid_job_loses_nothing_and_the_job_says_so(
         victim = next(r["node_id"] for r in replicas if r["node_id"] != head)
         node = next(n for n in cluster.worker_nodes if n.node_id == victim)
         cluster.remove_node(node, allow_graceful=False)  # its raylet and replica die at once
+        store = Store(tmp_path / "studio.duckdb")
+        arrived = store.ingest(job)  # the pages' store has the shards finished so far
+        assert 0 < arrived < REQUESTS
         assert worker.wait(timeout=600) == 0, JobFolder(job.path).log_tail(60)
     finally:
         if worker.poll() is None:
             worker.kill()
     _exactly_once(job)
+    assert arrived + store.ingest(job) == REQUESTS  # the rest, each once
     stats = read_ray_stats(job.path)
     lost = next(n for n in stats["nodes"] if n["node_id"] == victim)
     assert lost["alive"] is False  # Monitor's node table shows it dead

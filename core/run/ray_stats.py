@@ -231,30 +231,30 @@ def _node_devices(nodes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]
     """Each live GPU node's devices (memory used and total, utilisation), read by NVML on
     the node itself: a task of no CPU pinned there (NVML sees every device of the node,
     whatever the task's CUDA_VISIBLE_DEVICES). A node that does not answer in time is left
-    out of this reading."""
+    out of this reading; a failed reading leaves the rest of the stats alone."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     gpu_nodes = [
         n["NodeID"] for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get("GPU")
     ]
+    found: dict[str, list[dict[str, Any]]] = {}
     if not gpu_nodes:
-        return {}
-    read = ray.remote(num_cpus=0)(_devices_here)
-    refs = {
-        node: read.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote()
-        for node in gpu_nodes
-    }
-    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=STATS_SECONDS)
-    found = {}
-    for node, ref in refs.items():
-        if ref in ready:
-            try:
+        return found
+    try:
+        read = ray.remote(num_cpus=0)(_devices_here)
+        refs = {
+            node: read.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote()
+            for node in gpu_nodes
+        }
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=STATS_SECONDS)
+        for node, ref in refs.items():
+            if ref in ready:
                 found[node] = ray.get(ref)
-            except Exception as exc:  # a node lost while it answered: no reading
-                log.debug("devices of %s: %r", node, exc)
+    except Exception as exc:  # a node lost while it answered: no reading this time
+        log.debug("ray devices: %r", exc)
     return found
 
 
