@@ -124,13 +124,16 @@ def node_lost(batch: Path, home: Path, rows: int) -> dict:
     """Three nodes, two replicas (one node spare); a replica's node killed mid-job."""
     label = "ray-3-nodes-1-lost"
     cluster = cluster_of(3)
+    cleanup: list[subprocess.Popen] = []
     try:
         started = time.monotonic()
         process = start(label, batch, home, ray_args(cluster, 2))
+        cleanup.append(process)
         victim, killed_at, shards_before = None, 0.0, 0
         while process.poll() is None:
             job = job_folder(home, label)
-            stats = json.loads((job / "ray.json").read_text()) if job else {}
+            stats = read_stats(job) if job else None  # none until the cluster answered
+            stats = stats or {}
             working = [r for r in stats.get("replicas", []) if r.get("shards")]
             if victim is None and len(working) == 2:
                 head = cluster.head_node.node_id
@@ -142,7 +145,7 @@ def node_lost(batch: Path, home: Path, rows: int) -> dict:
             time.sleep(0.2)
         wall = time.monotonic() - started
         out = result(label, home, rows, wall, process)
-        stats = json.loads((job_folder(home, label) / "ray.json").read_text())
+        stats = read_stats(job_folder(home, label))
         events = stats["events"]
         moved = next((e for e in events if "restarted on node" in e["event"]), None)
         lost = next((e for e in events if " lost " in e["event"]), None)
@@ -156,7 +159,16 @@ def node_lost(batch: Path, home: Path, rows: int) -> dict:
         )
         return out
     finally:
+        for process in cleanup:
+            if process.poll() is None:  # the bench failed: no run outlives it
+                process.kill()
         cluster.shutdown()
+
+
+def read_stats(job: Path) -> dict | None:
+    from core.run.ray_stats import read_ray_stats
+
+    return read_ray_stats(job)
 
 
 def _since(killed_at: float, event: dict | None) -> float | None:
@@ -174,15 +186,18 @@ def main() -> None:
     home = scratch_folder("ray-bench-")
     batch = home / "batch.jsonl"
     make_file(batch, args.rows, args.max_tokens)
-    results = [run("local", batch, home, [], args.rows)]
+    print(f"{args.rows} rows, max_tokens {args.max_tokens}, temperature 0", flush=True)
+    local = run("local", batch, home, [], args.rows)
+    show(local, local)
     for nodes in (1, 2, 3):
-        results.append(on_nodes(nodes, batch, home, args.rows))
-    results.append(node_lost(batch, home, args.rows))
-    local = results[0]["running_s"]
-    print(f"{args.rows} rows, max_tokens {args.max_tokens}, temperature 0")
-    for entry in results:
-        entry["running_vs_local"] = round(entry["running_s"] / local, 2)
-        print(json.dumps(entry))
+        show(on_nodes(nodes, batch, home, args.rows), local)
+    show(node_lost(batch, home, args.rows), local)
+
+
+def show(entry: dict, local: dict) -> None:
+    """Prints a run as it ends (a later failure keeps the figures printed)."""
+    entry["running_vs_local"] = round(entry["running_s"] / local["running_s"], 2)
+    print(json.dumps(entry), flush=True)
 
 
 if __name__ == "__main__":
