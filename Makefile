@@ -1,11 +1,12 @@
-# The two commands of the README: `make run` and `make test`.
+# The two commands of the README (tests/test_docs.py checks them): `make run` and `make test`.
+SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint format bench
+.PHONY: setup run test lint format bench plots docs screenshots
 
 setup:
 	bash scripts/setup.sh
@@ -26,10 +27,27 @@ format:
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-# Benchmarks print figures (see README "Benchmarks"); none is part of `make test`.
+# Benchmarks print figures (see docs/benchmarks.md); none is part of `make test`. Each
+# output is also saved as bench/results/NAME.txt, which `make plots` draws.
+BENCHES := throughput ingest check_throughput results_store kill_resume
+
 bench: setup
-	$(PY) bench/throughput.py
-	$(PY) bench/ingest.py
-	$(PY) bench/check_throughput.py
-	$(PY) bench/results_store.py
-	$(PY) bench/kill_resume.py
+	mkdir -p bench/results
+	set -o pipefail; for name in $(BENCHES); do \
+		$(PY) bench/$$name.py | tee bench/results/$$name.txt || exit 1; done
+	$(PY) bench/plots.py
+
+# The benchmarks' pictures (docs/images/bench-*.svg) from their saved output.
+plots:
+	$(PY) bench/plots.py
+
+# The CLI reference (docs/cli.md) from the commands' --help; tests/test_docs.py checks it.
+docs:
+	$(PY) scripts/cli_docs.py
+
+# The docs' pictures: the browser tests' walk over the sample data (real engine, a few
+# minutes), then the shots the docs show, made small, into docs/images/.
+screenshots:
+	$(PY) -m pytest tests/test_browser.py -m browser -x -q \
+		-k "build_and_check or restart_cancel_kill_resume or rules_edited_and_run"
+	$(PY) scripts/docs_images.py

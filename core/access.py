@@ -55,7 +55,8 @@ def exposure_problem(address: str | None, sign_in: bool, open_override: bool) ->
     return (
         f"Batch Studio will not serve on {where} without sign-in: anyone on the network would "
         "have full access. Configure sign-in ([auth] and [access] in .streamlit/secrets.toml, "
-        f"see README), bind 127.0.0.1, or set {OPEN_ENV}=1 to serve openly on purpose."
+        f"see docs/configuration.md), bind 127.0.0.1, or set {OPEN_ENV}=1 to serve openly on "
+        "purpose."
     )
 
 

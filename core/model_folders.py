@@ -187,6 +187,21 @@ def is_embedding_model(folder: str | Path) -> bool:
     )
 
 
+def is_cross_encoder(folder: str | Path) -> bool:
+    """True for a folder whose model reads a pair of texts and says how well they match:
+    a sequence classifier of one label (``BertForSequenceClassification`` and the like),
+    as cross-encoder rerankers are saved."""
+    config = _read_json(Path(folder) / "config.json")
+    if not isinstance(config, dict):
+        return False
+    architectures = config.get("architectures") or []
+    labels = config.get("num_labels") or len(config.get("id2label") or {}) or 1
+    return (
+        any(isinstance(a, str) and a.endswith("ForSequenceClassification") for a in architectures)
+        and labels == 1
+    )
+
+
 def embedding_limits(folder: str | Path) -> EmbeddingLimits:
     """The longest input (in tokens) an embedding model folder takes, and its vector size.
 

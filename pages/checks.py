@@ -62,7 +62,7 @@ text = st.text_area(
     height=320,
     help="A list under `rules:`; each rule has a `name` and a `type`: "
     + ", ".join(RULE_TYPES)
-    + ". README's Checks section lists every type and its options.",
+    + ". docs/checks.md lists every type and its options.",
 )
 try:
     rules = load_rules(text)

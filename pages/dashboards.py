@@ -103,7 +103,7 @@ for i, (name, fig) in enumerate(figures.items()):
         options = {"toImageButtonOptions": {"filename": name, "format": "png"}}
         st.plotly_chart(fig, key=f"chart_{name}", config=options)
 
-show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank")  # labelled reranks
+show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=True)  # labelled
 
 # One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
 c = st.columns([2, 1])

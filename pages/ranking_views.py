@@ -1,6 +1,6 @@
-"""Widgets for rerank results: a result's documents as ranked, and the ranking's quality
-(NDCG@k and MRR) where the lines' metadata labels the documents (core/store/ranking.py).
-Texts go to dataframes, which show them as text."""
+"""Widgets for rerank (and one-query score) results: a result's documents as ranked, and
+the ranking's quality (NDCG@k and MRR) where the lines' metadata labels the documents
+(core/store/ranking.py). Texts go to dataframes, which show them as text."""
 
 from __future__ import annotations
 
@@ -9,22 +9,23 @@ from typing import Any
 import streamlit as st
 
 from core.store.db import Store
-from core.store.ranking import LABELS, ranked_documents, ranking_quality
+from core.store.ranking import LABELS, ranked_documents, ranking_figure, ranking_quality
 from pages.shared import escape
 
 
-def show_ranked_documents(raw: Any, metadata: Any) -> bool:
-    """A rerank result's documents, most relevant first, with scores (and labels); False
-    when the result is not a rerank."""
-    frame = ranked_documents(raw, metadata)
+def show_ranked_documents(raw: Any, metadata: Any, params: Any = None) -> bool:
+    """A rerank (or one-query score) result's documents, most relevant first, with scores
+    (and labels); False when the result ranks nothing."""
+    frame = ranked_documents(raw, metadata, params)
     if frame is None:
         return False
     st.dataframe(frame, hide_index=True, width="stretch")
     return True
 
 
-def show_ranking_quality(db: Store, job_ids: list[str], key: str) -> None:
-    """NDCG@k and MRR per job (mean, spread) and per query, when labels exist."""
+def show_ranking_quality(db: Store, job_ids: list[str], key: str, chart: bool = False) -> None:
+    """NDCG@k and MRR per job (mean, spread) and per query, when labels exist; with
+    ``chart``, as a chart too (Dashboards)."""
     k = int(st.session_state.get(f"{key}_k", 10))
     quality = ranking_quality(db, job_ids, k)
     if quality is None:
@@ -32,10 +33,13 @@ def show_ranking_quality(db: Store, job_ids: list[str], key: str) -> None:
     st.subheader("Ranking quality")
     st.number_input("k (NDCG@k)", min_value=1, max_value=1000, value=10, key=f"{key}_k")
     st.caption(
-        f"From the rerank lines whose metadata carries `{LABELS}`: one label per document "
-        "(0 not relevant; higher more). sd is the standard deviation over the queries."
+        f"From the rerank and one-query score lines whose metadata carries `{LABELS}`: one "
+        "label per document (0 not relevant; higher more). sd is the standard deviation "
+        "over the queries."
     )
     if not quality.queries.empty:
+        if chart:
+            st.plotly_chart(ranking_figure(quality), key=f"{key}_chart")
         st.dataframe(quality.overall(), hide_index=True, width="stretch")
         per_query = quality.queries.rename(
             columns={"ndcg": f"NDCG@{k}", "reciprocal_rank": "reciprocal rank"}

@@ -230,8 +230,12 @@ else:
             if item["status"] == "failed":
                 st.error(escape(f"{item['error_code']}: {item['error_message']}"))
             else:
-                st.text(item["answer"] or "")
-                show_ranked_documents(item["raw"], item["metadata"])  # a rerank result
+                if item.get("tool_calls"):
+                    st.caption("Tool calls: the function and its arguments, one call a line")
+                st.text(item["shown_answer"] or "")
+                show_ranked_documents(
+                    item["raw"], item["metadata"], item.get("params")
+                )  # a ranking
             st.caption(
                 f"status {item['status']} · finish {item['finish_reason']} · "
                 f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
@@ -247,7 +251,7 @@ if has_vectors:
     on_page = list(dict.fromkeys(table.loc[table["job_id"] == job_id, "custom_id"]))
     show_vectors(db, job_id, open_job(job_id).read_spec().vectors_folder, on_page)
 
-show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank lines only
+show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank and score lines only
 
 # -- export -----------------------------------------------------------------------------------
 st.subheader("Export")

@@ -129,6 +129,8 @@ with tab_review:
         if item["status"] == "failed":
             right.error(escape(item["error_message"] or "failed"))
         else:
+            if isinstance(item.get("tool_calls"), str):  # NULL reads as NaN
+                right.caption("Tool calls: the function and its arguments, one call a line")
             right.text(item["answer"] or "")
         old = rv.get_label(db, item["job_id"], item["custom_id"], reviewer)
         key = f"{sample_id}_{pos}"

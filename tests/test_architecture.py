@@ -1,4 +1,4 @@
-"""The layout of core/ as README's "How it works" draws it, kept true by tests.
+"""The layout of core/ as docs/architecture.md draws it, kept true by tests.
 
 Subpackages stand in layers and import only downwards: the command line and the store on
 top, then running jobs, the job folder, planning, the batch check, and at the ground the

@@ -111,10 +111,12 @@ class ChatRenderer:
         }
         self.chatml_default_system = self._detect_chatml()
 
-    def render_jinja(self, messages: list[dict[str, str]]) -> str:
+    def render_jinja(self, messages: list[dict[str, str]], **extra: Any) -> str:
+        """The prompt as the template writes it; ``extra`` are more template variables
+        (``tools``, as ``apply_chat_template`` passes them)."""
         try:
             return self._template.render(
-                messages=messages, add_generation_prompt=True, **self._special
+                messages=messages, add_generation_prompt=True, **self._special, **extra
             )
         except TokenizerError:
             raise

@@ -1,6 +1,8 @@
 """Does each line fit the model it runs on: prompt tokens counted with that model's
 tokenizer (and chat template), inputs within an embedding model's limit, token ids within
-its vocabulary, and a model of the kind the line needs (chat or embedding)."""
+its vocabulary, a model of the kind the line needs (chat or embedding), and, for
+``tool_choice`` ``"auto"``, a model that can decide itself to call a tool
+(:func:`core.check.tool_support.auto_support`)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from core.check.fast_path import FastChatLine
 from core.check.report import CONTEXT_EXCEEDED, CheckedLine, Problem
 from core.check.scanner import Batch
 from core.check.scoring import input_field
+from core.check.tool_support import auto_support, render_with_tools
+from core.check.tools import AUTO
 from core.config import default_embedding_model_dir
-from core.model_folders import is_embedding_model
+from core.model_folders import is_cross_encoder, is_embedding_model
 
 
 def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
@@ -80,13 +84,20 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
     from core.check.tokens import TokenizerError
 
     by_folder: dict[tuple[str, bool], list[tuple[int, Any, Any]]] = {}
+    counts: dict[int, tuple[int, int | None] | Problem] = {}
     for index, item in enumerate(batch.items):
         prompt = _prompt_of(item)
         if prompt is not None:
             folder = tokens.folder_for(prompt[0], prompt[3])
+            if type(item) is CheckedLine and item.request.tool_choice == AUTO:
+                prompt = _auto_prompt(batch, index, folder, counts)
+                if prompt is None:
+                    continue
             by_folder.setdefault((folder, prompt[3]), []).append((index, *prompt[1:3]))
-    counts: dict[int, tuple[int, int | None] | Problem] = {}
     for (folder, embedding), entries in by_folder.items():
+        if embedding and is_cross_encoder(folder):
+            _cross_encoder(batch, entries, folder, counts)
+            continue
         counter = tokens.counter(folder)
         if counter is None:
             continue
@@ -133,6 +144,46 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
             else:
                 counts[index] = (number, counter.context_length)
     return counts
+
+
+def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) -> tuple | None:
+    """An ``auto`` line's prompt with its tools rendered, to count; None (and the line's
+    problem in ``counts``) where the model cannot decide itself to call a tool."""
+    request = batch.items[index].request
+    support = auto_support(folder)
+    if support.reason is None:
+        try:
+            text = render_with_tools(folder, request.messages, request.tools or [])
+            return request.model, None, text, False
+        except ValueError as exc:  # TokenizerError: the template refused this conversation
+            support = type(support)(reason=str(exc))
+    counts[index] = Problem(
+        batch.line_nos[index],
+        "error",
+        f"body.tool_choice: {support.reason}",
+        batch.items[index].custom_id,
+        param="body.tool_choice",
+    )
+    return None
+
+
+CROSS_ENCODER_REFUSED = (
+    "{name} is a cross-encoder (a sequence classifier of one label); score and rerank on a "
+    "cross-encoder are not served yet, and it makes no vectors: map body.model to an "
+    "embedding model (the built-in one scores as a bi-encoder, the cosine of two vectors)"
+)
+
+
+def _cross_encoder(batch: Batch, entries: list, folder: str, counts: dict[int, Any]) -> None:
+    """Each line whose ``model`` maps to a cross-encoder folder: refused, saying why."""
+    for index, *_ in entries:
+        counts[index] = Problem(
+            batch.line_nos[index],
+            "error",
+            CROSS_ENCODER_REFUSED.format(name=Path(folder).name),
+            batch.items[index].custom_id,
+            param="body.model",
+        )
 
 
 def _wrong_kind(

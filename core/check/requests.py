@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.check.messages import parse_messages, role_order_warnings
 from core.check.sampling import RequestError, Sampling, integer
 from core.check.scoring import rerank_fields, score_fields
-from core.check.tools import tool_plan, tool_turn
+from core.check.tools import tool_plan
 from core.schemas import JobDefaults
 
 CHAT_URL = "/v1/chat/completions"
@@ -34,8 +35,6 @@ RERANK_URL = "/v1/rerank"
 SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL, SCORE_URL, RERANK_URL)
 POOLING_URLS = (EMBEDDINGS_URL, SCORE_URL, RERANK_URL)  # run on an embedding model
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
-ROLES = ("system", "developer", "user", "assistant", "tool")
-LEADING_ROLES = ("system", "developer")
 
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.
 UNSUPPORTED_FIELDS = {
@@ -88,7 +87,8 @@ class EngineRequest:
             of token ids (None for the other endpoints).
         encoding_format: how its vectors are written: ``float`` lists or ``base64``.
         dimensions: the vector size the body asks for (checked against the model).
-        tool_choice, tool_name: a forced tool call (:mod:`core.check.tools`).
+        tool_choice, tool_name: a tool call (:mod:`core.check.tools`): ``required``, a
+            named ``function``, or ``auto``, whose ``tools`` the template renders.
         queries, top_n, texts_from: how a score or rerank request's ``inputs`` pair up
             (:mod:`core.check.scoring`).
     """
@@ -107,6 +107,7 @@ class EngineRequest:
     dimensions: int | None = None
     tool_choice: str | None = None
     tool_name: str | None = None
+    tools: list[dict[str, Any]] | None = None
     queries: int = 0
     top_n: int = 0
     texts_from: tuple[str, ...] = ()
@@ -123,87 +124,6 @@ class EngineRequest:
 
 
 # -- field checks ---------------------------------------------------------------------------
-
-
-TEXT_PART_TYPES = ("text", "input_text", "output_text")
-
-
-def _message_text(index: int, content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") not in TEXT_PART_TYPES:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise RequestError(
-                    f"messages[{index}].content has a {kind!r} part; the model reads text only"
-                )
-            if not isinstance(part.get("text"), str):
-                raise RequestError(f"messages[{index}].content text part has no string 'text'")
-            texts.append(part["text"])
-        return "".join(texts)
-    raise RequestError(
-        f"messages[{index}].content must be a string or a list of text parts, got "
-        f"{type(content).__name__}"
-    )
-
-
-def _role_order_warnings(roles: list[str]) -> list[str]:
-    """Warnings for orders most chat templates handle badly (not fatal)."""
-    warnings = []
-    started = False
-    for index, role in enumerate(roles):
-        if role in LEADING_ROLES:
-            if started:
-                warnings.append(
-                    f"messages[{index}] is a {role} message after the conversation started; "
-                    "most chat templates expect instructions first"
-                )
-        else:
-            started = True
-    return warnings
-
-
-def parse_messages(messages: Any, field_name: str = "body.messages") -> list[dict[str, str]]:
-    """Checks a ``messages`` list and returns it with plain-text content.
-
-    An assistant message's ``tool_calls`` become text after its content (the JSON of the
-    calls, as :func:`core.check.tools.call_text` writes it), so the model sees them; a
-    ``tool`` message keeps its role and must answer one of those calls.
-
-    Raises:
-        RequestError: empty or malformed messages, an unknown role, non-text content, no
-            user message, or a conversation that ends with the assistant.
-    """
-    if not isinstance(messages, list) or not messages:
-        raise RequestError(f"{field_name} must be a non-empty list of messages")
-    parsed = []
-    call_ids: set[str] = set()
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise RequestError(f"messages[{index}] must be an object with 'role' and 'content'")
-        role = message.get("role")
-        if role not in ROLES:
-            raise RequestError(f"messages[{index}].role is {role!r}; use one of {', '.join(ROLES)}")
-        shown = tool_turn(index, message, call_ids)
-        if shown is not None:  # an assistant's tool calls, after what it said
-            said = message.get("content")
-            text = _message_text(index, said) + "\n" + shown if said else shown
-            parsed.append({"role": role, "content": text})
-            continue
-        if "content" not in message or message["content"] is None:
-            raise RequestError(f"messages[{index}] ({role}) has no content")
-        parsed.append({"role": role, "content": _message_text(index, message["content"])})
-    _check_turns([m["role"] for m in parsed], field_name)
-    return parsed
-
-
-def _check_turns(roles: list[str], field_name: str) -> None:
-    if "user" not in roles:
-        raise RequestError(f"{field_name} has no user message")
-    if roles[-1] == "assistant":
-        raise RequestError(f"{field_name} ends with an assistant message; end with the user's turn")
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:
@@ -279,7 +199,7 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
     sampling.present("tools", "tool_choice", "parallel_tool_calls")
     tools = tool_plan(body)
     json_schema = tools.schema if tools.choice else json_schema  # a forced call's shape
-    warnings = _role_order_warnings([m["role"] for m in messages])
+    warnings = role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
     return EngineRequest(
         custom_id,
@@ -293,6 +213,7 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
         tuple(sampling.defaulted),
         tool_choice=tools.choice,
         tool_name=tools.name,
+        tools=tools.tools,
     )
 
 
@@ -380,7 +301,7 @@ def parse_responses_body(
     if sampling.present("top_logprobs"):
         sampling.values["logprobs"] = integer(body, "top_logprobs", 0, 20)
     json_schema = _text_format(body["text"]) if sampling.present("text") else None
-    warnings = _role_order_warnings([m["role"] for m in messages])
+    warnings = role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
     return EngineRequest(
         custom_id,

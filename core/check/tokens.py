@@ -43,7 +43,8 @@ from core.check.chat_template import (
     template_source,
     vocab_size,
 )
-from core.check.requests import LEADING_ROLES, EngineRequest
+from core.check.messages import LEADING_ROLES
+from core.check.requests import EngineRequest
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
 # that comes right after a non-space (its patterns take at most one leading space, and a

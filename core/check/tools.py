@@ -4,9 +4,10 @@ tool turns of a conversation (an assistant's ``tool_calls``, a ``tool`` result).
 A forced call (``tool_choice`` ``"required"`` or a named function) runs on any chat model:
 the engine's structured output holds the answer to a JSON schema built here, and
 :mod:`core.run.outputs` turns the answer into OpenAI's ``message.tool_calls``. ``"none"``
-runs as a plain chat (the tools are not rendered). ``"auto"`` needs the model itself to
-decide whether to call a tool, which needs a chat template that renders the tools and a
-parser for the model's own call syntax; the batch engine has neither, so it is refused.
+runs as a plain chat (the tools are not rendered). ``"auto"`` (the default with tools)
+lets the model decide, which needs a chat template that renders the tools and a parser for
+the model's own call syntax: whether a model folder has both is
+:func:`core.check.tool_support.auto_support`, checked with the model.
 
 Each rule about a tool lives here once; :func:`core.check.requests.parse_body` calls it.
 """
@@ -23,15 +24,10 @@ import jsonschema
 from core.check.sampling import RequestError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
-AUTO_REFUSED = (
-    "tool_choice 'auto' lets the model decide whether to call a tool, which needs a chat "
-    "template that renders tools and a parser for the model's call syntax; the batch "
-    "engine runs forced calls only: set tool_choice to 'required', to "
-    '{"type": "function", "function": {"name": ...}}, or to \'none\''
-)
 EMPTY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
 REQUIRED = "required"  # EngineRequest.tool_choice: the model calls one or more of the tools
 NAMED = "function"  # EngineRequest.tool_choice: the model calls the function named
+AUTO = "auto"  # EngineRequest.tool_choice: the model decides (its template renders tools)
 DEFINITIONS = ("$defs", "definitions")  # where JSON Schema keeps what "$ref" points at
 
 
@@ -40,16 +36,19 @@ class ToolPlan:
     """What a body's tools ask of the engine.
 
     Attributes:
-        choice: ``required``, ``function`` (a named function) or None (no call is made).
+        choice: ``required``, ``function`` (a named function), ``auto`` or None (no call
+            is made).
         name: the function a named choice forces.
         schema: the JSON schema the answer is held to (None when no call is made).
         parameters: each function's parameters schema, by name.
+        tools: the body's ``tools`` for an ``auto`` choice (the template renders them).
     """
 
     choice: str | None = None
     name: str | None = None
     schema: dict[str, Any] | None = None
     parameters: dict[str, dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
 
 
 def _parameters(index: int, function: dict[str, Any]) -> dict[str, Any]:
@@ -108,8 +107,8 @@ def parse_tools(value: Any) -> dict[str, dict[str, Any]]:
 
 def _choice(value: Any, functions: dict[str, dict[str, Any]]) -> tuple[str | None, str | None]:
     """``(choice, name)`` for a ``tool_choice`` (the default with tools is ``auto``)."""
-    if value is None or value == "auto":
-        raise RequestError(f"body.tool_choice: {AUTO_REFUSED}")
+    if value is None or value == AUTO:
+        return AUTO, None
     if value == "none":
         return None, None
     if value == REQUIRED:
@@ -137,7 +136,7 @@ def forced_schema(
     """The JSON schema the engine holds the answer to: for a named function its parameters;
     for ``required`` a list of ``{"name", "arguments"}`` calls, each one of the tools (one
     call only when ``parallel_tool_calls`` is false)."""
-    if choice is None:
+    if choice in (None, AUTO):
         return None
     if choice == NAMED:
         return functions[name or ""]
@@ -172,7 +171,7 @@ def tool_plan(body: dict[str, Any]) -> ToolPlan:
     """What the body's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` ask for.
 
     Raises:
-        RequestError: malformed tools, a ``tool_choice`` naming no tool, ``auto``, or a
+        RequestError: malformed tools, a ``tool_choice`` naming no tool, or a
             ``tool_choice`` without tools.
     """
     parallel = body.get("parallel_tool_calls")
@@ -186,10 +185,10 @@ def tool_plan(body: dict[str, Any]) -> ToolPlan:
     choice, name = _choice(body.get("tool_choice"), functions)
     if choice is not None and body.get("response_format") is not None:
         raise RequestError(
-            "body.response_format and a forced tool call both set the answer's shape; use one"
+            "body.response_format and a tool call both set the answer's shape; use one"
         )
     schema = forced_schema(choice, name, functions, parallel is not False)
-    return ToolPlan(choice, name, schema, functions)
+    return ToolPlan(choice, name, schema, functions, body["tools"] if choice == AUTO else None)
 
 
 # -- the tool turns of a conversation --------------------------------------------------------

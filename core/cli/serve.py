@@ -43,5 +43,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="keep models loaded this long after the last job (default: Settings, 600)",
     )
-    serve.epilog = f"Beyond loopback, configure sign-in or set {OPEN_ENV}=1 (README)."
+    serve.epilog = (
+        f"Beyond loopback, configure sign-in or set {OPEN_ENV}=1 (docs/configuration.md)."
+    )
     serve.set_defaults(handler=cmd_serve)

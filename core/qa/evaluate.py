@@ -124,8 +124,8 @@ def sql_expression(rule: Any, params: list[Any]) -> str:
 def python_rows(rule: Any) -> str | None:
     """For a rule SQL cannot decide alone, the SQL condition on ``r`` that picks the rows
     :func:`python_outcome` grades instead (None: SQL decides every row)."""
-    if isinstance(rule, JsonSchema):
-        return "json_valid(r.a)"  # the schema is checked in Python; other rows fail
+    if isinstance(rule, JsonSchema):  # the schema is checked in Python; other rows fail
+        return "(json_valid(r.a) OR r.tool_calls IS NOT NULL)"
     if isinstance(rule, JsonValid):
         return f"json_valid(r.a) AND regexp_matches(r.a, {_lit(text.LENIENT_JSON_HINT)})"
     return None
@@ -140,6 +140,7 @@ class Item:
     finish_reason: str | None = "stop"
     completion_tokens: int | None = None
     metadata: dict[str, Any] | None = None
+    arguments: list[str] | None = None  # each tool call's arguments, where the model called
 
 
 def _contains(rule: Contains, answer: str) -> bool:
@@ -179,12 +180,12 @@ def python_outcome(rule: Any, item: Item) -> bool | None:
         return got == expected
     if isinstance(rule, JsonValid):
         return text.is_json(answer)
-    if isinstance(rule, JsonSchema):
+    if isinstance(rule, JsonSchema):  # a tool-call answer: every call's arguments
         try:
-            value = text.strict_json(answer)
+            values = [text.strict_json(a) for a in item.arguments or [answer]]
         except ValueError:
             return False
-        return json_schema.is_valid(rule.json_schema, value)  # patterns on RE2
+        return all(json_schema.is_valid(rule.json_schema, v) for v in values)  # RE2 patterns
     if isinstance(rule, Length):
         if rule.unit == "tokens":
             size = item.completion_tokens

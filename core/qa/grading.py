@@ -21,6 +21,7 @@ from core.qa.evaluate import Item, python_outcome, python_rows, sql_expression
 from core.qa.rules import FILE_NAME, MAX_RULES_BYTES, RulesError, RuleSet, load_rules
 from core.schemas import COMPLETED_WITH_ERRORS, FINAL_STATES
 from core.store.db import Store
+from core.store.schema import CALLS_SHAPE
 
 PY_BATCH = 50_000  # rows a Python-graded rule reads at a time
 RUNNING_REGRADE_SECONDS = 30.0  # a running job's outcomes are brought up to date this often
@@ -29,21 +30,29 @@ FINAL = {s.value for s in FINAL_STATES} | {COMPLETED_WITH_ERRORS, "interrupted"}
 
 # A result's answer as the rules read it: never NULL (a success without text is "").
 _RESULTS = "(SELECT *, coalesce(answer, '') AS a FROM results WHERE list_contains(?, job_id)) r"
+# Each tool call's arguments (NULL where the answer is text), for json_schema rules.
+_ARGUMENTS = (
+    "CASE WHEN r.tool_calls IS NOT NULL THEN list_transform(json_transform("
+    f"r.raw -> '$.response.body.choices[0].message.tool_calls', '{CALLS_SHAPE}'), "
+    "lambda c: c.function.arguments) END"
+)
 
 
 def _python_outcomes(cur: Any, job_ids: list[str], rule: Any, rows: str) -> pa.Table:
     """The outcomes of the rows that ``rows`` picks, graded in Python, as a table."""
     reader = cur.execute(
-        f"SELECT r.job_id, r.custom_id, r.a FROM {_RESULTS} "
+        f"SELECT r.job_id, r.custom_id, r.a, {_ARGUMENTS} FROM {_RESULTS} "
         f"WHERE r.status = 'succeeded' AND {rows}",
         [job_ids],
     ).fetch_record_batch(PY_BATCH)
     keys: dict[str, list] = {"job_id": [], "custom_id": [], "passed": []}
     for batch in reader:
-        for job_id, custom_id, answer in zip(*(c.to_pylist() for c in batch.columns), strict=True):
+        columns = (c.to_pylist() for c in batch.columns)
+        for job_id, custom_id, answer, arguments in zip(*columns, strict=True):
             keys["job_id"].append(job_id)
             keys["custom_id"].append(custom_id)
-            keys["passed"].append(python_outcome(rule, Item(answer=answer)))
+            item = Item(answer=answer, arguments=arguments)
+            keys["passed"].append(python_outcome(rule, item))
     return pa.table(
         keys,
         schema=pa.schema(

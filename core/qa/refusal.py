@@ -1,4 +1,4 @@
-"""The refusal detector's phrases: the one maintained list (README "Checks" points here).
+"""The refusal detector's phrases: the one maintained list (docs/checks.md points here).
 
 A ``refusal`` rule fails an answer that holds any of these phrases, in any case, anywhere.
 Each phrase is a regular expression that DuckDB (RE2) and Python's ``re`` read alike, so

@@ -21,9 +21,12 @@ import numpy as np
 
 from core.check.requests import EngineRequest
 from core.check.sampling import copied_answers
+from core.check.tool_support import auto_support
+from core.check.tools import AUTO
 from core.devices import cpu_has_bf16, gpu_count
 from core.model_folders import is_embedding_model
 from core.run.outputs import Choice, Completion, Embeddings
+from core.run.tool_parsing import read_calls
 from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -163,6 +166,8 @@ class Engine:
         kwargs = dict(request.sampling)
         if copies(request) > 1:
             kwargs["n"] = 1
+        if request.tool_choice == AUTO:  # call tokens may be special: keep them to parse
+            kwargs["skip_special_tokens"] = False
         if request.json_schema is not None:
             kwargs["structured_outputs"] = (
                 StructuredOutputsParams(json=request.json_schema)
@@ -170,6 +175,14 @@ class Engine:
                 else StructuredOutputsParams(json_object=True)
             )
         return SamplingParams(**kwargs)
+
+    def _read_calls(self, request: EngineRequest, result: Completion) -> None:
+        """An ``auto`` answer's calls, read by the model's tool parser (none: text)."""
+        parser = auto_support(self.config.model).parser
+        for choice in result.choices:
+            found = parser and read_calls(parser, self.tokenizer, choice.text, request.tools or [])
+            if found:
+                choice.calls, choice.text = found[0], found[1] or ""
 
     def close(self) -> None:
         """Releases the model's memory (best effort: vLLM keeps some process state)."""
@@ -188,7 +201,7 @@ class Engine:
         if request.prompt is not None and not request.messages:
             return {"prompt_token_ids": self.tokenizer.encode(request.prompt)}
         text = self.tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=False
+            request.messages, tools=request.tools, add_generation_prompt=True, tokenize=False
         )
         return {"prompt_token_ids": self.tokenizer.encode(text, add_special_tokens=False)}
 
@@ -277,6 +290,8 @@ class Engine:
                     else:
                         result = _completion(output, request.sampling.get("logprobs") or 0)
                         result.choices *= copies(request)
+                        if request.tool_choice == AUTO:
+                            self._read_calls(request, result)
                     result.latency_ms = round((now - added_at.pop(key)) * 1000)
                     finished.append((request, result))
                 self._held = len(finished)

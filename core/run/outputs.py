@@ -35,6 +35,7 @@ class Choice:
     completion_tokens: int
     stop_reason: int | str | None = None
     logprobs: list[dict[str, Any]] | None = None
+    calls: list[dict[str, Any]] | None = None  # an "auto" answer's calls, read by its parser
 
 
 @dataclass
@@ -98,11 +99,16 @@ def tool_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
         pairs = [(v.get("name"), v.get("arguments")) for v in value]
     else:
         return None
+    return _openai_calls((name, json.dumps(args, ensure_ascii=False)) for name, args in pairs)
+
+
+def _openai_calls(pairs: Any) -> list[dict[str, Any]]:
+    """OpenAI's ``tool_calls`` from ``(name, arguments as a JSON string)`` pairs."""
     return [
         {
             "id": f"call_{uuid.uuid4().hex[:24]}",
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+            "function": {"name": name, "arguments": arguments},
         }
         for name, arguments in pairs
     ]
@@ -116,6 +122,10 @@ def _chat_choice(index: int, choice: Choice, call: ToolCall | None) -> dict[str,
     calls = tool_calls(choice.text, call) if call is not None else None
     if calls is not None:
         message = {"role": "assistant", "content": None, "tool_calls": calls}
+        finish_reason = "tool_calls"
+    elif choice.calls:  # "auto": the model called, perhaps after some text
+        calls = _openai_calls((c["name"], c["arguments"]) for c in choice.calls)
+        message = {"role": "assistant", "content": choice.text or None, "tool_calls": calls}
         finish_reason = "tool_calls"
     return {
         "index": index,

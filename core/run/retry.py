@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from core.check.requests import EngineRequest
+from core.check.tools import NAMED, REQUIRED
 from core.run.engine import EngineRequestError
 from core.run.outputs import Completion, ScoreLayout, ToolCall, error_line, success_line
 
@@ -36,7 +37,7 @@ def result_line(request: EngineRequest, model: str, result: Completion | Excepti
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
     call: ToolCall | ScoreLayout | None = None
-    if request.tool_choice:
+    if request.tool_choice in (REQUIRED, NAMED):  # "auto" calls are read by the engine
         call = ToolCall(request.tool_choice, request.tool_name)
     elif request.texts_from:
         texts = [str(t) for t in (request.inputs or ())[request.queries :]]

@@ -22,6 +22,7 @@ from core.human.files import PreferenceRecord, append, now_utc
 from core.schemas import JobSpec
 from core.store.db import Store
 from core.store.results import metadata_path
+from core.store.schema import SHOWN_ANSWER_SQL
 
 CHOICES = ("A", "B", "tie")
 SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"
@@ -64,7 +65,8 @@ def _side_sql(side: Side, key: str, params: list[Any]) -> str:
         params.append(str(side.value))
     params.extend(key_params)  # the key appears again in the WHERE clause
     return f"""
-        SELECT {key_sql} AS key, r.job_id, r.custom_id, r.status, r.answer, r.finish_reason,
+        SELECT {key_sql} AS key, r.job_id, r.custom_id, r.status,
+               {SHOWN_ANSWER_SQL} AS answer, r.finish_reason,
                r.prompt, r.prompt_tokens, r.completion_tokens, r.model,
                CAST(q.messages AS VARCHAR) AS messages
         FROM results r

@@ -63,7 +63,7 @@ LEFT JOIN (
 _RESULT_COLUMNS = """
 r.job_id, r.custom_id, r.line_no, r.status, r.status_code, r.model, r.prompt_version,
 r.finish_reason, r.prompt_tokens, r.completion_tokens, r.latency_ms, r.prompt, r.answer,
-r.error_code,
+r.tool_calls, r.error_code,
 r.error_message, CAST(r.metadata AS VARCHAR) AS metadata, r.created_at,
 v.review_verdicts, v.review_mean_score, v.review_tags, v.review_comments, v.corrected_answer
 """

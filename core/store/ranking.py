@@ -1,8 +1,10 @@
-"""How well rerank results rank the documents, where the lines carry relevance labels.
+"""How well rerank and score results rank the documents, where the lines carry relevance
+labels.
 
-A ``/v1/rerank`` line may carry ``metadata.relevance``: one label per document, in the
-order of ``documents`` (a number, 0 for not relevant; graded labels such as 0-3 are
-welcome). Each such query gets NDCG@k (the gain of a document of label ``l`` is
+A ``/v1/rerank`` line, or a ``/v1/score`` line of one query and a list of documents (its
+documents ranked by their scores), may carry ``metadata.relevance``: one label per
+document, in the order of the documents (a number, 0 for not relevant; graded labels such
+as 0-3 are welcome). Each such query gets NDCG@k (the gain of a document of label ``l`` is
 ``2**l - 1``, discounted by ``log2(rank + 1)``, over the best order's) and its reciprocal
 rank (1 / the rank of the first document labelled above 0; 0 when none is ranked). A query
 whose labels do not fit (another count than its documents, not numbers) or that has no
@@ -19,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from core.check.scoring import LABELS
+from core.check.scoring import LABELS, SCORE_PAIRS
 from core.store.db import Store
 
 
@@ -37,11 +39,54 @@ def reciprocal_rank(order: list[int], labels: list[float]) -> float:
     return next((1.0 / (rank + 1) for rank, i in enumerate(order) if labels[i] > 0), 0.0)
 
 
-def ranked_documents(raw: dict[str, Any], metadata: Any = None) -> pd.DataFrame | None:
-    """A rerank output line's documents as ranked: rank, index, score, text and, where the
-    metadata labels them, each one's label (None for a line that is not a rerank)."""
+SEVERAL_QUERIES = (
+    "a /v1/score line of several queries pairs its texts one to one: give one query and "
+    "a list of documents to rank them"
+)
+
+
+def _score_pair(params: Any) -> tuple[Any, Any]:
+    """A score request's two texts (each a string or a list), as its body names them."""
+    if isinstance(params, str):
+        params = json.loads(params)
+    for first, second in SCORE_PAIRS:
+        if isinstance(params, dict) and first in params:
+            return params[first], params.get(second)
+    return None, None
+
+
+def ranked_results(body: dict[str, Any], params: Any = None) -> list[dict[str, Any]] | str | None:
+    """A rerank body's ``results``, or a one-query score body's pairs as the same
+    (``index``, ``relevance_score``, ``document``), best first; the reason a score line of
+    several queries is not a ranking; None for other bodies."""
+    if isinstance(body.get("results"), list):
+        return body["results"]
+    data = body.get("data")
+    if not isinstance(data, list) or not data or data[0].get("object") != "score":
+        return None
+    queries, documents = _score_pair(params)
+    if isinstance(queries, list) and len(queries) > 1:
+        return SEVERAL_QUERIES
+    texts = documents if isinstance(documents, list) else [documents]
+    ranked = sorted(data, key=lambda d: -d.get("score", 0.0))
+    return [
+        {
+            "index": d.get("index"),
+            "relevance_score": d.get("score"),
+            "document": {"text": texts[d["index"]] if d.get("index", -1) < len(texts) else None},
+        }
+        for d in ranked
+    ]
+
+
+def ranked_documents(
+    raw: dict[str, Any], metadata: Any = None, params: Any = None
+) -> pd.DataFrame | None:
+    """A rerank (or one-query score) output line's documents as ranked: rank, index,
+    score, text and, where the metadata labels them, each one's label (None for a line
+    that ranks nothing). ``params``: the request's body, where the score line's texts are."""
     body = ((raw or {}).get("response") or {}).get("body") or {}
-    results = body.get("results")
+    results = ranked_results(body, params)
     if not isinstance(results, list):
         return None
     frame = pd.DataFrame(
@@ -99,15 +144,16 @@ class RankingQuality:
 
 
 def ranking_quality(store: Store, job_ids: list[str], k: int = 10) -> RankingQuality | None:
-    """NDCG@k and reciprocal rank of every labelled rerank result of the jobs (None when
-    no rerank result of theirs carries labels)."""
+    """NDCG@k and reciprocal rank of every labelled rerank (or one-query score) result of
+    the jobs (None when no such result of theirs carries labels)."""
     sql = """
         SELECT r.job_id, r.custom_id, q.prompt AS query,
-               CAST(r.raw->'$.response.body.results' AS VARCHAR) AS results,
-               CAST(q.metadata AS VARCHAR) AS metadata
+               CAST(r.raw->'$.response.body' AS VARCHAR) AS body,
+               CAST(q.metadata AS VARCHAR) AS metadata, CAST(q.params AS VARCHAR) AS params
         FROM results r JOIN requests q USING (job_id, custom_id)
         WHERE list_contains(?, r.job_id) AND r.status = 'succeeded'
-          AND json_type(r.raw, '$.response.body.results') = 'ARRAY'
+          AND (json_type(r.raw, '$.response.body.results') = 'ARRAY'
+               OR (r.raw->>'$.response.body.data[0].object') = 'score')
           AND (q.metadata->'$.relevance') IS NOT NULL
         ORDER BY r.job_id, q.line_no
     """
@@ -116,10 +162,16 @@ def ranking_quality(store: Store, job_ids: list[str], k: int = 10) -> RankingQua
     if not rows:
         return None
     graded, skipped = [], {}
-    for job_id, custom_id, query, results, metadata in rows:
+    for job_id, custom_id, query, body, metadata, params in rows:
         labels = _labels(metadata)
-        order = [r["index"] for r in json.loads(results)]
+        results = ranked_results(json.loads(body), params)
+        order = [r["index"] for r in results] if isinstance(results, list) else []
         reason = labels if isinstance(labels, str) else None
+        if reason is None and isinstance(results, str):
+            reason = results
+        if query is None and isinstance(results, list):  # text_1 / data_1: the query's text
+            first = _score_pair(params)[0]
+            query = first[0] if isinstance(first, list) else first
         if reason is None and (len(labels) <= max(order, default=-1) or not labels):
             reason = f"metadata.{LABELS} has fewer labels than the line has documents"
         if reason is None and max(labels) <= 0:
@@ -140,3 +192,28 @@ def ranking_quality(store: Store, job_ids: list[str], k: int = 10) -> RankingQua
     columns = ["job_id", "custom_id", "query", "documents", "ndcg", "reciprocal_rank"]
     frame = pd.DataFrame(graded, columns=columns).astype({"ndcg": np.float64})
     return RankingQuality(k, frame, skipped)
+
+
+def ranking_figure(quality: RankingQuality) -> Any:
+    """NDCG@k and MRR per job (and over all jobs): the means as bars, the standard
+    deviation over the queries as error bars, the queries counted in the hover."""
+    import plotly.graph_objects as go
+
+    overall = quality.overall()
+    fig = go.Figure()
+    for name in (f"NDCG@{quality.k}", "MRR"):
+        fig.add_bar(
+            name=name,
+            x=overall["job_id"],
+            y=overall[name],
+            error_y={"type": "data", "array": overall[f"{name} sd"]},
+            customdata=overall["queries"],
+            hovertemplate=f"%{{x}}<br>{name} %{{y:.3f}} over %{{customdata}} queries",
+        )
+    fig.update_layout(
+        title="Ranking quality (mean, ± sd over queries)",
+        barmode="group",
+        yaxis={"range": [0, 1.05], "title": "score"},
+        xaxis={"title": "job"},
+    )
+    return fig

@@ -17,6 +17,7 @@ from pydantic import Field
 from core.schemas import Model
 from core.store.checks import Outcome, outcome_clause, rule_names
 from core.store.db import Store
+from core.store.schema import SHOWN_ANSWER_SQL
 from core.store.vector_ingest import restore_vectors
 
 # Ingest copies the request's fields (line_no, prompt, metadata...) into `results`, and the
@@ -37,12 +38,13 @@ COLUMNS: dict[str, str] = {
     "latency_ms": "r.latency_ms",
     "prompt": "r.prompt",
     "answer": "r.answer",
+    "tool_calls": "r.tool_calls",  # name(arguments), one call a line
     "error_message": "r.error_message",
     "created_at": "r.created_at",
     "metadata": "CAST(r.metadata AS VARCHAR)",  # sorts as its JSON text
 }
 PREVIEW_CHARS = 300  # the table shows the start of long texts; the detail view shows all
-PREVIEWED = ("prompt", "answer", "error_message", "metadata")
+PREVIEWED = ("prompt", "answer", "tool_calls", "error_message", "metadata")
 METADATA_SORT = "metadata."  # "metadata.KEY" sorts by one metadata field (as text)
 SEARCH_FIELDS = ("prompt", "answer", "both")
 DEEP_PAGE = 5_000  # from this offset on, a page is found by its keys first
@@ -311,7 +313,8 @@ def detail(store: Store, job_id: str, custom_id: str) -> dict[str, Any] | None:
     """Everything about one result: conversation, answer, parameters, tokens, raw line."""
     frame = store.query(
         f"""
-        {_select(False)}, q.messages, q.params, r.raw, r.status_code, r.error_code
+        {_select(False)}, q.messages, q.params, r.raw, r.status_code, r.error_code,
+        {SHOWN_ANSWER_SQL} AS shown_answer
         {FROM} LEFT JOIN requests q ON q.job_id = r.job_id AND q.custom_id = r.custom_id
         WHERE r.job_id = ? AND r.custom_id = ?
         """,

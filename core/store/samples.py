@@ -19,6 +19,7 @@ from core.human.files import SampleDeleted, SampleItem, SampleRecord, append, no
 from core.schemas import Model, problems_of
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, metadata_path, where
+from core.store.schema import SHOWN_ANSWER_SQL
 
 Method = Literal["random", "stratified", "failures_first"]
 METHODS: tuple[str, ...] = get_args(Method)
@@ -232,9 +233,10 @@ def sample_items(store: Store, sample_id: str) -> pd.DataFrame:
     """The sample's items in order, with their results (whole texts) and each request's
     whole conversation (``messages``, JSON text: the system prompt holds the task)."""
     return store.query(
-        """
+        f"""
         SELECT i.position, i.job_id, i.custom_id, i.stratum, r.status, r.finish_reason,
-               r.model, r.prompt_version, r.prompt, r.answer, r.error_message,
+               r.model, r.prompt_version, r.prompt, {SHOWN_ANSWER_SQL} AS answer,
+               r.tool_calls, r.error_message,
                r.prompt_tokens, r.completion_tokens, CAST(q.messages AS VARCHAR) AS messages
         FROM sample_items i
         LEFT JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id

@@ -14,6 +14,29 @@ import json
 # results stream in at full speed.
 SEARCH_TEXT_SQL = "concat_ws(chr(10), {prompt_lower}, lower({answer}))"
 
+# A chat answer's tool calls as a person reads them, one call a line: ``name(arguments)``
+# (NULL where the answer is text). ``answer`` keeps the first call's arguments, which checks
+# grade; this is what pages and exports show.
+CALLS_SHAPE = json.dumps([{"function": {"name": "VARCHAR", "arguments": "VARCHAR"}}])
+
+
+def tool_calls_sql(calls: str) -> str:
+    """``name(arguments)`` lines from a list of OpenAI tool calls (``calls`` is SQL)."""
+    return (
+        f"nullif(array_to_string(list_transform({calls}, lambda c: "
+        "c.function.name || '(' || c.function.arguments || ')'), chr(10)), '')"
+    )
+
+
+# The answer as a page shows it (results r): the calls where the model called a tool (with
+# any text it wrote first), else the answer.
+SHOWN_ANSWER_SQL = (
+    "CASE WHEN r.tool_calls IS NULL THEN r.answer "
+    "WHEN r.answer IS NULL OR contains(r.tool_calls, r.answer) THEN r.tool_calls "
+    "ELSE r.answer || chr(10) || r.tool_calls END"
+)
+
+
 # Numbered migrations, applied in order at start-up; never edit one that has shipped.
 MIGRATIONS: list[str] = [
     """
@@ -232,6 +255,17 @@ MIGRATIONS: list[str] = [
         line_no BIGINT
     );
     """,
+    # Tool calls shown as calls (see tool_calls_sql), filled from the stored lines.
+    f"""
+    ALTER TABLE results ADD COLUMN tool_calls VARCHAR;
+    UPDATE results SET tool_calls = {
+        tool_calls_sql(
+            "json_transform(raw -> '$.response.body.choices[0].message.tool_calls', "
+            f"'{CALLS_SHAPE}')"
+        )
+    }
+    WHERE status = 'succeeded' AND contains(CAST(raw AS VARCHAR), '"tool_calls"');
+    """,
 ]
 
 
@@ -264,7 +298,9 @@ RESULT_SHAPE = json.dumps(
                         "finish_reason": "VARCHAR",
                         "message": {
                             "content": "VARCHAR",
-                            "tool_calls": [{"function": {"arguments": "VARCHAR"}}],
+                            "tool_calls": [
+                                {"function": {"name": "VARCHAR", "arguments": "VARCHAR"}}
+                            ],
                         },
                     }
                 ],
@@ -307,6 +343,7 @@ RESULT_COLUMNS_SQL = f"""
              b.choices[1].message.tool_calls[1].function.arguments,
              b.output[1].content[1].text, {SCORE_ANSWER_SQL},
              {EMBEDDING_ANSWER_SQL}) AS answer,
+    {tool_calls_sql("b.choices[1].message.tool_calls")} AS tool_calls,
     CASE WHEN b.object = 'response'
          THEN CASE WHEN b.status = 'incomplete' THEN 'length' ELSE 'stop' END
          ELSE b.choices[1].finish_reason END AS finish_reason,

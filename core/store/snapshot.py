@@ -6,7 +6,7 @@ a temporary folder and opens the copy, then brings it up to date from the truth 
 folders and the human-work files) as every store is brought up to date. A copy taken in
 the middle of a write may not open; it is then set aside like any unreadable database and
 the private index is built from the files alone, slower but the same rows. Copying is
-measured to be far cheaper than rebuilding (see README, "Where data lives").
+measured to be far cheaper than rebuilding (see docs/data.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,131 @@
+"""Tool calls where a result goes: Results, Review and Compare show each call as its
+function and arguments (several calls, one a line), not an empty answer; exports carry the
+calls; a store made before the column existed fills it from the stored lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+import pytest
+
+from core.check.requests import CHAT_URL
+from core.store import compare as cmp
+from core.store import results as res
+from core.store.db import Store
+from core.store.export import export_results
+from core.store.schema import MIGRATIONS
+from tests.test_pages import open_page
+from tests.test_results_pages import job_in_home
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
+TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
+TOOLS = [
+    {"type": "function", "function": {"name": "weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "time", "parameters": TIME}},
+]
+TWO_CALLS = '[{"name": "weather", "arguments": {"city": "Oslo"}}, {"name": "time", "arguments": {"zone": "CET"}}]'  # noqa: E501
+SHOWN = 'weather({"city": "Oslo"})\ntime({"zone": "CET"})'
+ONE_CALL = '{"city": "Rome"}'
+
+
+def rows(answer: str, choice: Any, custom_id: str = "q") -> list[dict[str, Any]]:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Oslo?"}], "tools": TOOLS}
+    body["tool_choice"] = choice
+    line = {"custom_id": custom_id, "method": "POST", "url": CHAT_URL, "body": body}
+    return [{"custom_id": custom_id, "answer": answer, "request": line}]
+
+
+NAMED = {"type": "function", "function": {"name": "weather"}}
+
+
+def test_the_store_keeps_each_call_and_exports_it(tmp_path: Path):
+    from tests.factories import finished_job
+
+    job = finished_job(tmp_path, rows(TWO_CALLS, "required"))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    item = res.detail(store, job.job_id, "q")
+    assert item["tool_calls"] == SHOWN and item["shown_answer"] == SHOWN
+    assert item["answer"] == '{"city": "Oslo"}'  # the first call's arguments: what checks grade
+    out = tmp_path / "out.csv"
+    export_results(store, res.ResultFilter(job_ids=[job.job_id]), out, "csv")
+    assert pd.read_csv(out)["tool_calls"].tolist() == [SHOWN]
+
+
+def test_a_store_made_before_tool_calls_fills_them_from_its_lines(tmp_path: Path):
+    from tests.factories import finished_job
+
+    job = finished_job(tmp_path, rows(TWO_CALLS, "required"))
+    path = tmp_path / "old.duckdb"
+    store = Store(path)
+    store.ingest(job)
+    store.close()
+    con = duckdb.connect(str(path))  # back to the store as the last version left it
+    con.execute("ALTER TABLE results DROP COLUMN tool_calls")
+    con.execute("DELETE FROM schema_migrations WHERE version = ?", [len(MIGRATIONS)])
+    con.close()
+    store = Store(path)
+    assert res.detail(store, job.job_id, "q")["tool_calls"] == SHOWN
+
+
+@pytest.mark.usefixtures("studio_home")
+def test_results_review_and_compare_show_the_calls(studio_home: Path):
+    job_in_home(studio_home, rows(TWO_CALLS, "required"), name="a")
+    at = open_page("results.py")
+    assert not at.exception
+    assert SHOWN in [t.value for t in at.text]
+    assert any("Tool calls" in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    assert table["tool_calls"].tolist() == [SHOWN]
+
+    at.switch_page("pages/review.py").run()
+    at.text_input(key="sample_name").set_value("calls")
+    at.button[0].click().run()
+    at.text_input(key="reviewer").set_value("ana").run()
+    assert SHOWN in [t.value for t in at.text]
+
+    job_in_home(studio_home, rows(ONE_CALL, NAMED), name="b")
+    at.switch_page("pages/compare.py").run()
+    assert not at.exception
+    texts = [t.value for t in at.text]
+    assert SHOWN in texts and 'weather({"city": "Rome"})' in texts
+
+
+def test_compare_pairs_read_the_calls(tmp_path: Path):
+    from tests.factories import finished_job
+
+    a = finished_job(tmp_path / "a", rows(TWO_CALLS, "required"))
+    b = finished_job(tmp_path / "b", rows(ONE_CALL, NAMED))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(a)
+    store.ingest(b)
+    pairs = cmp.pairs(store, cmp.Side(a.job_id), cmp.Side(b.job_id))
+    assert json.loads(json.dumps(pairs[["answer_a", "answer_b"]].iloc[0].tolist())) == [
+        SHOWN,
+        'weather({"city": "Rome"})',
+    ]
+
+
+def test_a_json_schema_check_grades_every_calls_arguments(tmp_path: Path):
+    from core.qa import grading
+    from core.qa.rules import load_rules
+    from tests.factories import finished_job
+
+    bad_second = TWO_CALLS.replace('{"zone": "CET"}', '{"zone": 1}')
+    job = finished_job(
+        tmp_path,
+        [*rows(TWO_CALLS, "required"), *rows(bad_second, "required", "bad")],
+    )
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    # Each call's arguments are an object of strings: the second call of "bad" is not.
+    schema = json.dumps({"type": "object", "additionalProperties": {"type": "string"}})
+    rules = load_rules(f"rules:\n  - {{name: args, type: json_schema, schema: {schema}}}")
+    grading.grade(store, [job.job_id], rules)
+    with store.cursor() as cur:
+        got = dict(cur.execute("SELECT custom_id, passed[1] FROM rule_outcomes").fetchall())
+    assert got == {"q": True, "bad": False}
