@@ -127,7 +127,8 @@ def node_lost(batch: Path, home: Path, rows: int) -> dict:
     cleanup: list[subprocess.Popen] = []
     try:
         started = time.monotonic()
-        process = start(label, batch, home, ray_args(cluster, 2))
+        # Shards of two requests: the lost replica still holds shards when it is killed.
+        process = start(label, batch, home, [*ray_args(cluster, 2), "--chunk-size", "2"])
         cleanup.append(process)
         victim, killed_at, shards_before = None, 0.0, 0
         while process.poll() is None:
@@ -135,7 +136,8 @@ def node_lost(batch: Path, home: Path, rows: int) -> dict:
             stats = read_stats(job) if job else None  # none until the cluster answered
             stats = stats or {}
             working = [r for r in stats.get("replicas", []) if r.get("shards")]
-            if victim is None and len(working) == 2:
+            done = json.loads((job / "status.json").read_text())["done"] if job else 0
+            if victim is None and len(working) == 2 and done <= rows // 2:
                 head = cluster.head_node.node_id
                 replica = next(r for r in working if r["node_id"] != head)
                 victim, shards_before = replica, replica["shards"]
@@ -181,12 +183,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--node-loss-only", action="store_true", help="skip the scaling runs")
     args = parser.parse_args()
     os.environ["RAY_AUTH_MODE"] = "disabled"
     home = scratch_folder("ray-bench-")
     batch = home / "batch.jsonl"
     make_file(batch, args.rows, args.max_tokens)
     print(f"{args.rows} rows, max_tokens {args.max_tokens}, temperature 0", flush=True)
+    if args.node_loss_only:
+        print(json.dumps(node_lost(batch, home, args.rows)), flush=True)
+        return
     local = run("local", batch, home, [], args.rows)
     show(local, local)
     for nodes in (1, 2, 3):
