@@ -8,10 +8,16 @@ Usage::
 Starts ``python -m core serve`` on a free port with a scratch data folder, then prints:
 
 1. end-to-end seconds of the same chat file through the API (upload, create, poll every
-   0.5 s, download) and through ``python -m core run`` (both load the model once);
-2. while the same file runs through the API again, ``--pollers`` clients each calling
-   ``GET /v1/batches/{id}`` in a loop: their p50/p99 latency, and the job's run time
-   (``status.json``'s ``elapsed_seconds``) against the first API run's;
+   0.5 s, download) and through ``python -m core run`` (Python's start, the check, follow,
+   write the output file), each split into its parts (from the job's status history):
+   cold, both with no engine loaded (the engine is stopped between them), then warm, both
+   on the engine the resident worker keeps loaded. Parity is cold against cold and warm
+   against warm: a warm run skips vLLM's import and the model load, which a cold one pays;
+2. while the same file runs through the API again (warm), ``--pollers`` clients each
+   calling ``GET /v1/batches/{id}`` ten times a second: their p50/p99 latency, and the
+   job's engine time (``running`` to its end) against the warm API run's without pollers.
+   The pollers are one asyncio loop on raw keep-alive connections, so that the bench's own
+   Python costs little beside the server (its CPU per poll is printed);
 3. the server's resident memory before, at its peak during, and after a ``--upload-mb``
    upload (sampled every 20 ms).
 """
@@ -19,14 +25,17 @@ Starts ``python -m core serve`` on a free port with a scratch data folder, then 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -99,26 +108,105 @@ def through_api(api: httpx.Client, batch: Path) -> tuple[float, str]:
     return time.perf_counter() - started, created["id"]
 
 
-def through_cli(home: Path, batch: Path) -> float:
+def through_cli(home: Path, batch: Path, output: Path) -> tuple[float, str]:
+    """Seconds of ``core run`` (to its output file written), and the job's id."""
     started = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "core", "run", str(batch), "-o", str(batch.with_suffix(".out"))],
+    done = subprocess.run(
+        [sys.executable, "-m", "core", "run", str(batch), "-o", str(output)],
         cwd=REPO,
         env={**os.environ, "BATCH_STUDIO_HOME": str(home)},
         check=True,
         capture_output=True,
+        text=True,
     )
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    found = re.search(r"job (job_\w+) started", done.stdout)
+    assert found, done.stdout
+    return seconds, found.group(1)
 
 
-def elapsed(home: Path, job_id: str) -> float:
-    return json.loads((home / "jobs" / job_id / "status.json").read_text())["elapsed_seconds"]
+def history(home: Path, job_id: str) -> tuple[dict[str, float], dict]:
+    """When the job last entered each state (epoch seconds), and its status."""
+    status = json.loads((home / "jobs" / job_id / "status.json").read_text())
+    at = {h["state"]: datetime.fromisoformat(h["at"]).timestamp() for h in status["history"]}
+    return at, status
+
+
+def engine_seconds(home: Path, job_id: str) -> float:
+    """From ``running`` (the model loaded) to the job's end: the engine's part."""
+    at, _ = history(home, job_id)
+    return at["completed"] - at["running"]
+
+
+def parts(home: Path, job_id: str, began: float, seconds: float) -> str:
+    """A run's parts: submit (upload and check, or Python's start and the check), then
+    waiting for a worker and the model (its load within), the engine, and what follows the
+    end (the client seeing it and fetching the output)."""
+    at, status = history(home, job_id)
+    return (
+        f"submit {at['queued'] - began:.1f} s, worker and model "
+        f"{at['running'] - at['queued']:.1f} s (load {status['model_load_seconds'] or 0:.1f}),"
+        f" engine {at['completed'] - at['running']:.1f} s, after the end "
+        f"{began + seconds - at['completed']:.1f} s"
+    )
+
+
+def stop_engine(home: Path) -> None:
+    """Ends the resident worker (its model unloaded), so the next run starts cold."""
+    from core.jobs.engine_files import read_state
+    from core.schemas import worker_alive
+
+    state = read_state(home)
+    env = {**os.environ, "BATCH_STUDIO_HOME": str(home)}
+    subprocess.run([sys.executable, "-m", "core", "engine", "stop"], cwd=REPO, env=env,
+                   check=True, capture_output=True)  # fmt: skip
+    while state is not None and worker_alive(state.pid):
+        time.sleep(0.1)
+
+
+def compare(home: Path, api: httpx.Client, batch: Path, label: str) -> str:
+    """The API run, then the CLI run of the same file, in the same engine state (``cold``:
+    the engine stopped before each; ``warm``: loaded by the run before); the API's id."""
+    if label == "cold":
+        stop_engine(home)
+    began = time.time()
+    api_seconds, api_id = through_api(api, batch)
+    print(f"  API  {label}: {api_seconds:5.1f} s = {parts(home, api_id, began, api_seconds)}")
+    if label == "cold":
+        stop_engine(home)
+    began = time.time()
+    cli_seconds, cli_id = through_cli(home, batch, batch.with_suffix(f".{label}.out"))
+    print(f"  CLI  {label}: {cli_seconds:5.1f} s = {parts(home, cli_id, began, cli_seconds)}")
+    print(f"  {label}: API against core run {(api_seconds / cli_seconds - 1) * 100:+.1f} %")
+    return api_id
+
+
+async def _poll(port: int, path: str, latencies: list[float], done: asyncio.Event) -> None:
+    """One client polling ten times a second on a keep-alive connection (raw HTTP/1.1:
+    what the server does is measured, not an HTTP library's Python)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    try:
+        while not done.is_set():
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?i)content-length: *(\d+)", head)
+            assert head.startswith(b"HTTP/1.1 200") and length, head
+            body = await reader.readexactly(int(length.group(1)))
+            latencies.append((time.perf_counter() - started) * 1000)
+            if json.loads(body)["status"] in FINAL:
+                done.set()
+            await asyncio.sleep(0.1)
+    finally:
+        writer.close()
 
 
 def with_pollers(
-    base: str, api: httpx.Client, batch: Path, pollers: int
-) -> tuple[list[float], str]:
-    """Runs the batch while ``pollers`` clients poll it; their latencies (ms) and the id."""
+    port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process
+) -> tuple[list[float], str, float, float]:
+    """Runs the batch while ``pollers`` clients poll it; their latencies (ms), the batch
+    id, and this process's and the server's CPU seconds per poll."""
     with batch.open("rb") as handle:
         file_id = api.post("/files", files={"file": handle}, data={"purpose": "batch"}).json()["id"]
     body = {
@@ -128,26 +216,17 @@ def with_pollers(
     }
     batch_id = api.post("/batches", json=body).json()["id"]
     latencies: list[float] = []
-    done = threading.Event()
-    lock = threading.Lock()
 
-    def poll() -> None:
-        with httpx.Client(base_url=base, timeout=30) as own:
-            while not done.is_set():
-                started = time.perf_counter()
-                state = own.get(f"/batches/{batch_id}").json()["status"]
-                with lock:
-                    latencies.append((time.perf_counter() - started) * 1000)
-                if state in FINAL:
-                    done.set()
-                time.sleep(0.1)  # a client that polls ten times a second
+    async def poll_all() -> None:
+        done = asyncio.Event()
+        path = f"/v1/batches/{batch_id}"
+        await asyncio.gather(*(_poll(port, path, latencies, done) for _ in range(pollers)))
 
-    threads = [threading.Thread(target=poll) for _ in range(pollers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return latencies, batch_id
+    cpu, served = time.process_time(), sum(server.cpu_times()[:2])
+    asyncio.run(poll_all())
+    polls = max(len(latencies), 1)
+    served = (sum(server.cpu_times()[:2]) - served) / polls  # the job's ingest included
+    return latencies, batch_id, (time.process_time() - cpu) / polls, served
 
 
 def upload_memory(base: str, server: psutil.Process, megabytes: int, folder: Path) -> None:
@@ -205,28 +284,32 @@ def main() -> None:
         process = psutil.Process(server.pid)
         parts = set(args.parts.split(","))
         with httpx.Client(base_url=base, timeout=60) as api:
-            if "runs" in parts or "pollers" in parts:
-                api_seconds, first = through_api(api, batch)
             if "runs" in parts:
-                cli_seconds = through_cli(home, batch)
-                print(
-                    f"{args.requests} chats ({args.max_tokens} tokens): API end-to-end "
-                    f"{api_seconds:.1f} s, core run {cli_seconds:.1f} s "
-                    f"({(api_seconds / cli_seconds - 1) * 100:+.1f} %)"
-                )
+                print(f"{args.requests} chats ({args.max_tokens} tokens), API and core run:")
+                compare(home, api, batch, "cold")
+                warm = compare(home, api, batch, "warm")
             if "pollers" in parts:
-                latencies, polled = with_pollers(base, api, batch, args.pollers)
+                if "runs" not in parts:
+                    through_api(api, batch)  # loads the model: the runs compared are warm
+                    warm = through_api(api, batch)[1]
+                latencies, polled, client_cpu, server_cpu = with_pollers(
+                    port, api, batch, args.pollers, process
+                )
                 cuts = statistics.quantiles(latencies, n=100)
+                alone, polled_seconds = engine_seconds(home, warm), engine_seconds(home, polled)
                 print(
                     f"{args.pollers} pollers, {len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
-                    f"p99 {cuts[98]:.1f} ms; the job ran {elapsed(home, polled):.1f} s "
-                    f"with them, {elapsed(home, first):.1f} s without"
+                    f"p99 {cuts[98]:.1f} ms (CPU a poll: server {server_cpu * 1000:.2f} ms, the "
+                    f"bench's client {client_cpu * 1000:.2f} ms); the job's engine ran "
+                    f"{polled_seconds:.1f} s with them, "
+                    f"{alone:.1f} s without ({(polled_seconds / alone - 1) * 100:+.1f} %), warm"
                 )
         if "upload" in parts:
             upload_memory(base, process, args.upload_mb, work)
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
+        stop_engine(home)  # the resident worker would keep the model for its idle time
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ Usage::
 Builds, in a fresh data folder, a finished job of ``--finished`` requests (1% failed) and a
 running one of ``--running`` requests, through the product's own writers (``create_job``,
 ``OutputWriter``, ``JobStatus``, ``append_sample``) and ingested as the app ingests, so the
-files and tables are what a real run leaves; no engine runs. A stand-in worker process then
+files and tables are what a real run leaves; no engine runs. The finished job has saved
+checks (``rules.yaml``, the Checks page's example rules), graded by the first page that
+finds them ungraded, as after a new database. A stand-in worker process then
 appends ~200 results a second to the running job, with its heartbeat, for the whole
 benchmark. After a warm-up (a server's imports, and what its watchers read ahead of the
 first visitor), each page is opened with ``AppTest`` in a fresh session, with the big job
@@ -221,6 +223,10 @@ def main() -> None:
     jobs = {JobFolder(p).read_spec().source: JobFolder(p) for p in (home / "jobs").glob("job_*")}
     big = next(j for s, j in jobs.items() if s.endswith("finished.jsonl"))
     live = next(j for s, j in jobs.items() if s.endswith("running.jsonl"))
+    if not (big.path / "rules.yaml").exists():  # checks in place (graded on first sight)
+        from core.qa.rules import EXAMPLE
+
+        (big.path / "rules.yaml").write_text(EXAMPLE, encoding="utf-8")
     feeder = subprocess.Popen([sys.executable, __file__, "--feed", str(live.path)])
     rows = []
     try:

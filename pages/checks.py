@@ -13,7 +13,15 @@ from core.store import judged as jd
 from core.store import results as res
 from core.store import samples as sm
 from pages.judging import agreement_section, judge_section
-from pages.shared import escape, job_labels, jobs_or_stop, review_sample, store, through_app
+from pages.shared import (
+    escape,
+    fresh_checks,
+    job_labels,
+    jobs_or_stop,
+    review_sample,
+    store,
+    through_app,
+)
 
 through_app()
 st.title("Checks")
@@ -39,9 +47,7 @@ st.session_state["job_id"] = job_ids[0]  # the other pages follow the job chosen
 
 # Outcomes missing (a new database) or stale (results that arrived since) are graded again
 # from the rules saved in each job's folder.
-for job_id, problem in grading.refresh(db, job_ids).items():
-    st.warning(f"The saved rules of {escape(label(job_id))} cannot be used:")
-    st.text(problem)
+fresh_checks(job_ids, label)
 
 # -- the rules ----------------------------------------------------------------------------
 folders = grading.job_folders(db, job_ids)

@@ -15,11 +15,18 @@ from core.plan.pricing import (
     save_prices,
     table_from_rows,
 )
-from core.qa.grading import refresh
 from core.store import dashboards as dash
 from core.store.db import Store
 from pages.ranking_views import show_ranking_quality
-from pages.shared import escape, following, job_labels, jobs_or_stop, store, through_app
+from pages.shared import (
+    escape,
+    following,
+    fresh_checks,
+    job_labels,
+    jobs_or_stop,
+    store,
+    through_app,
+)
 
 through_app()
 st.title("Dashboards")
@@ -77,7 +84,7 @@ def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[p
     }
 
 
-refresh(db, job_ids or list(jobs["job_id"]))  # checks of results that came since
+fresh_checks(job_ids or list(jobs["job_id"]), job_labels())  # in the background
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
 priced = prices.model_dump_json()

@@ -10,7 +10,7 @@ import streamlit as st
 
 from core.store.db import Store
 from core.store.ranking import LABELS, ranked_documents, ranking_figure, ranking_quality
-from pages.shared import escape
+from pages.shared import escape, following
 
 
 def show_ranked_documents(raw: Any, metadata: Any, params: Any = None) -> bool:
@@ -27,7 +27,13 @@ def show_ranking_quality(db: Store, job_ids: list[str], key: str, chart: bool = 
     """NDCG@k and MRR per job (mean, spread) and per query, when labels exist; with
     ``chart``, as a chart too (Dashboards)."""
     k = int(st.session_state.get(f"{key}_k", 10))
-    quality = ranking_quality(db, job_ids, k)
+    # Read once per state of the index: it parses every result's line (a million on a rerun).
+    quality = following(
+        "ranking_quality",
+        (tuple(job_ids), k),
+        db.data_version(job_ids),
+        lambda ids=tuple(job_ids), k=k: ranking_quality(db, list(ids), k),
+    )
     if quality is None:
         return
     st.subheader("Ranking quality")

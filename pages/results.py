@@ -8,7 +8,6 @@ import json
 import streamlit as st
 
 from core.plan.pricing import format_money, load_prices, token_cost, tokens_cost
-from core.qa.grading import refresh
 from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
@@ -16,6 +15,7 @@ from core.store import vectors as vec
 from pages.ranking_views import show_ranked_documents, show_ranking_quality
 from pages.shared import (
     escape,
+    fresh_checks,
     job_labels,
     job_origin,
     jobs_or_stop,
@@ -77,9 +77,7 @@ def cached_facets(_db: object, job_ids: tuple[str, ...], version: tuple) -> dict
     return res.facets(_db, list(job_ids))
 
 
-for stale_job, problem in refresh(db, job_ids).items():  # checks of results that came since
-    st.warning(f"The saved rules of {escape(label(stale_job))} cannot be used:")
-    st.text(problem)
+fresh_checks(job_ids, label)  # checks of results that came since, in the background
 facets = cached_facets(db, tuple(job_ids), db.data_version(job_ids))
 with st.expander("Filter and search", expanded=True):
     search = st.text_input("Search prompts and answers (text is matched literally)", key="q")
@@ -145,7 +143,8 @@ size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_si
 # The page is read first: a page that is not full also tells how many match, with no count.
 wanted = int(st.session_state.get("page_no") or 1)
 table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(wanted - 1) * size)
-# "Count all" keeps its exact count while the filter and the jobs' results stay the same.
+# A count without a search (and "Count all"'s) is kept while the filter and the jobs' results stay
+# the same: a rerun does not count a million results again.
 done = by_id.loc[job_ids, ["succeeded", "failed"]].fillna(0).to_numpy().sum()
 signature = json.dumps([flt.model_dump(mode="json"), int(done)])
 counted = st.session_state.get("results_exact_count")
@@ -153,6 +152,8 @@ if counted and counted[0] == signature:
     total = res.Total(counted[1])
 else:
     total = res.total(db, flt, offset=(wanted - 1) * size, limit=size, shown=len(table))
+    if total.exact and not flt.search:  # (a search's count stops at a cap: cheap)
+        st.session_state["results_exact_count"] = (signature, total.n)
 page_no = c[3].number_input(
     "Page", min_value=1, max_value=total.pages(size), value=1, key="page_no"
 )

@@ -160,9 +160,12 @@ def _open_store(path: str) -> Store:
 @st.cache_resource(on_release=_stop_watchers)
 def _watchers(home: str) -> list:
     """The inbox and job-folder watchers, started once per data folder in this process."""
+    from core.qa.grading import refresh_in_background
     from core.store.watchers import start_watchers
 
-    return start_watchers(data_paths(), _open_store(str(data_paths().database)))
+    db = _open_store(str(data_paths().database))
+    # A job's checks are graded again when its results change, here, beside the pages.
+    return start_watchers(data_paths(), db, lambda job_id: refresh_in_background(db, [job_id], 0))
 
 
 def store() -> Store:
@@ -429,3 +432,31 @@ def estimate_metrics(estimate: dict) -> None:
     )
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
     cols[3].metric("Cost", format_money(cost, currency))
+
+
+def fresh_checks(job_ids: list[str], label: Callable[[str], str]) -> None:
+    """Brings the checks of these jobs up to date from their saved rules, in the background
+    (a page never grades a million results while it draws): names saved rules that no
+    longer load, and while a grading runs says so and reruns the page when it ends."""
+    from core.qa.grading import grading_now, refresh_in_background
+
+    db = store()
+    found = refresh_in_background(db, job_ids)
+    for job_id, problem in found.problems.items():
+        st.warning(f"The saved rules of {escape(label(job_id))} cannot be used:")
+        st.text(problem)
+    if not found.grading:
+        return
+
+    @st.fragment(run_every=1.0)
+    def grading_notice() -> None:
+        left = grading_now(db, found.grading)
+        if not left:
+            st.rerun()  # the whole page: its figures read the new outcomes
+        st.caption(
+            f"Grading… the checks of {', '.join(escape(label(j)) for j in left)} are being "
+            "brought up to date from their saved rules; the figures below are the last ones "
+            "and change when it is done."
+        )
+
+    grading_notice()

@@ -608,3 +608,35 @@ def test_a_batch_output_expires_after_what_it_was_created_with(
         with pytest.raises(openai.NotFoundError):
             client.files.content(file_id)
     assert [f.id for f in client.files.list()] == [file.id]
+
+
+def test_a_poll_of_an_unchanged_batch_reads_no_file_and_sees_each_change(
+    api, keys, studio_home, model, monkeypatch
+):
+    running = _walk(JobStatus(total=3, done=1, succeeded=1), "created", "queued", "running")
+    job = _job_with_status(data_paths().home, model, running, [_result("r0", True)], [])
+    spec = json.loads(job.spec_file.read_text())
+    spec["provenance"]["owner"] = "alice"
+    job.spec_file.write_text(json.dumps(spec))
+    alice, bob = sdk(api, keys["alice"]), sdk(api, keys["bob"])
+    assert alice.batches.retrieve(job.job_id).request_counts.completed == 1
+    reads: list[str] = []
+    for name in ("read_spec", "read_status"):
+        read = getattr(JobFolder, name)
+        counted = lambda self, read=read, name=name: reads.append(name) or read(self)  # noqa: E731
+        monkeypatch.setattr(JobFolder, name, counted)
+    monkeypatch.setattr("duckdb.connect", lambda *a, **k: pytest.fail("a poll opened DuckDB"))
+
+    polls = [alice.batches.retrieve(job.job_id) for _ in range(20)]
+
+    assert reads == []  # 20 polls of an unchanged job: answered from memory
+    assert {p.request_counts.completed for p in polls} == {1}
+    with pytest.raises(openai.NotFoundError):  # memory keeps the owner's rule
+        bob.batches.retrieve(job.job_id)
+    status = _walk(JobStatus(total=3, done=3, succeeded=3), "created", "queued", "running")
+    job.write_status(status)
+    assert alice.batches.retrieve(job.job_id).status == "finalizing"  # the next poll sees it
+    status.enter("completed")
+    job.write_status(status)
+    done = alice.batches.retrieve(job.job_id)
+    assert done.status == "completed" and done.output_file_id is not None

@@ -3,6 +3,7 @@ and the files the UI and the CLI talk to it through (the real engine: test_resid
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -20,7 +21,9 @@ from core.jobs.engine_files import (
     take_commands,
     write_settings,
 )
-from core.jobs.folder import mark_queue_changed
+from core.jobs.folder import mark_queue_changed, queue_changed_at
+from core.jobs.queue import EngineLock
+from core.jobs.submit import Submission, submit
 from core.run.pool import EnginePool
 from core.run.resident import SCAN_SECONDS, Resident
 from core.schemas import EngineConfig
@@ -247,3 +250,29 @@ def test_a_model_loaded_where_another_was_freed_counts_what_the_process_holds(tm
     engines.get(model(tmp_path, "b"))
     assert log == ["load a", "unload a", "load b"]
     assert engines.held[model(tmp_path, "b")].memory_bytes == 3 * GIB
+
+
+def chat_file(path: Path) -> Path:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    path.write_text(json.dumps(line) + "\n")
+    return path
+
+
+def test_a_submission_starts_no_second_worker_while_a_worker_holds_the_engine(
+    studio_home, model, tmp_path
+):
+    jobs = studio_home / "jobs"
+    jobs.mkdir(parents=True)
+    holder = EngineLock(jobs)  # this test is the resident worker
+    assert holder.acquire()
+    try:
+        started = submit(
+            chat_file(tmp_path / "a.jsonl"), Submission(EngineConfig(model=str(model)))
+        )
+    finally:
+        holder.release()
+    # No process importing vLLM beside the busy engine: the holder runs the job next.
+    assert started.worker is None
+    assert started.job.read_status().state == "queued"
+    assert queue_changed_at(jobs) > 0  # an idle holder looks at the queue at once

@@ -190,3 +190,32 @@ def test_dashboards_chart_each_rules_pass_rate(graded):
     assert rates["no_refusal"] == [pytest.approx(2 / 3)]
     empty = dash.checks_figure(db, dash.Scope(job_ids=["job_other"]), "job")
     assert empty.layout.annotations[0].text == dash.NO_CHECKS
+
+
+def test_pages_grade_stale_checks_in_the_background_and_say_so(studio_home):
+    """Issue 26: a page never grades inside its render. With saved rules never graded (a
+    new database) and the grading held up, Dashboards draws at once with a "Grading…"
+    note; once the grading is done, Checks shows the pass rates it found."""
+    import time
+
+    from core.qa.grading import grading_now
+    from pages.shared import _open_store
+
+    job_id = job_in_home(studio_home, ROWS)
+    (data_paths().jobs / job_id / "rules.yaml").write_text(RULES, encoding="utf-8")
+    app_store = _open_store(str(data_paths().database))  # the app's own (one per process)
+    with app_store.writing("checks"):  # another grading is running: this one waits
+        started = time.monotonic()
+        at = open_page("dashboards.py")
+        assert time.monotonic() - started < 60  # it did not wait for the grading
+        notes = " ".join(c.value for c in at.caption)
+        assert "Grading" in notes and "brought up to date" in notes
+        assert grading_now(app_store, [job_id]) == [job_id]
+    deadline = time.monotonic() + 60
+    while grading_now(app_store, [job_id]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert grading_now(app_store, [job_id]) == []
+    at = open_page("checks.py")
+    assert not any("Grading" in c.value for c in at.caption)
+    table = at.dataframe[0].value.set_index("rule")
+    assert table.loc["mentions_refund", "passed"] == 2

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 import time
 
 from core.jobs.queue import EngineLock, position, queued_jobs, set_priority
@@ -43,3 +44,28 @@ def test_one_worker_holds_the_engine_at_a_time(tmp_path):
     assert lock.acquire()  # the kernel dropped the dead worker's lock
     lock.release()
     assert EngineLock(tmp_path).holder() is None
+
+
+def test_core_run_follows_a_job_the_engines_worker_runs_and_takes_it_up_if_that_one_ends(
+    tmp_path, monkeypatch
+):
+    from core.cli import jobs as cli
+
+    job = finished_job(tmp_path, {"a": "x"})
+    job.write_status(JobStatus(state="queued"))
+    holder = EngineLock(tmp_path / "jobs")
+    assert holder.acquire()  # the resident worker: submit started no worker (None)
+    taken: list[str] = []
+
+    def take_up(job):  # a worker started for the stranded job runs it
+        taken.append(job.job_id)
+        job.write_status(JobStatus(state="completed"))
+
+    monkeypatch.setattr(cli, "take_up", take_up)
+    monkeypatch.setattr(cli, "FOLLOW_SECONDS", 0.01)
+    assert "the engine's worker" in cli.who_runs(job, None)
+    threading.Timer(0.3, holder.release).start()  # it exits with the job still queued
+
+    status = cli._follow(job, None)
+
+    assert taken == [job.job_id] and status.state == "completed"

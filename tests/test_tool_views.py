@@ -66,7 +66,8 @@ def test_a_store_made_before_tool_calls_fills_them_from_its_lines(tmp_path: Path
     store.close()
     con = duckdb.connect(str(path))  # back to the store as the last version left it
     con.execute("ALTER TABLE results DROP COLUMN tool_calls")
-    con.execute("DELETE FROM schema_migrations WHERE version = ?", [len(MIGRATIONS)])
+    version = next(i for i, sql in enumerate(MIGRATIONS, 1) if "ADD COLUMN tool_calls" in sql)
+    con.execute("DELETE FROM schema_migrations WHERE version = ?", [version])
     con.close()
     store = Store(path)
     assert res.detail(store, job.job_id, "q")["tool_calls"] == SHOWN

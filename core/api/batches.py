@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import secrets
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from core.api.batch_view import METADATA_VALUE, UrlOnly, answer, batch_of, openai_status
 from core.api.errors import ApiError, not_found
 from core.api.files import (
     FileRecord,
     content_path,
     expires_after,
-    has_lines,
-    job_file_id,
     owner_of_job,
     read_record,
     visible,
@@ -39,137 +37,13 @@ from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
 from core.jobs.submit import Refused, Submission, submit
 from core.model_names import studio_model_map
-from core.schemas import BatchOrigin, EngineConfig, JobSpec, JobStatus
+from core.schemas import BatchOrigin, EngineConfig
 
 ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
 COMPLETION_WINDOWS = {"24h": 24.0}
-METADATA_PAIRS, METADATA_KEY, METADATA_VALUE = 16, 64, 512  # OpenAI's limits
+METADATA_PAIRS, METADATA_KEY = 16, 64  # OpenAI's limits (METADATA_VALUE: batch_view)
 LISTED_ERRORS = 1_000  # errors.data entries of a failed validation
 _BATCH_ID = "batch_"
-
-
-class _Url(msgspec.Struct):
-    url: Any = None
-
-
-def _epoch(iso: str | None) -> int | None:
-    if not iso:
-        return None
-    try:
-        return int(datetime.fromisoformat(iso).timestamp())
-    except ValueError:
-        return None
-
-
-def _first(status: JobStatus, *states: str) -> int | None:
-    """When the job first entered one of ``states`` (from its history)."""
-    for entry in status.history:
-        if entry.get("state") in states:
-            return _epoch(entry.get("at"))
-    return None
-
-
-def _last(status: JobStatus, *states: str) -> int | None:
-    for entry in reversed(status.history):
-        if entry.get("state") in states:
-            return _epoch(entry.get("at"))
-    return None
-
-
-def _openai_status(status: JobStatus) -> str:
-    """The job's state in OpenAI's terms: waiting for the engine is still ``validating``
-    (nothing has run), and a run whose every request has its result is ``finalizing``."""
-    state = status.state.value
-    if state in ("created", "queued"):
-        return "validating"
-    if state in ("loading", "running"):
-        if status.total and status.done >= status.total:
-            return "finalizing"
-        return "in_progress"
-    return state  # cancelling, completed, failed, cancelled, expired: OpenAI's own words
-
-
-def _endpoint(job: JobFolder, spec: JobSpec) -> str:
-    """The batch's endpoint: what it was made with, else the first line's ``url``."""
-    if spec.batch is not None:
-        return spec.batch.endpoint
-    try:
-        with job.input.open("rb") as handle:
-            for raw in handle:
-                if raw.strip():
-                    url = msgspec.json.decode(raw, type=_Url).url
-                    return url if isinstance(url, str) and url else CHAT_URL
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        pass
-    return CHAT_URL
-
-
-def _named(name: str) -> dict[str, str]:
-    return {"name": name[:METADATA_VALUE]} if name else {}
-
-
-def batch_of(job: JobFolder) -> dict:
-    """A job as OpenAI's ``Batch``.
-
-    Raises:
-        JobUnreadable: its ``job.json`` or ``status.json`` cannot be read.
-    """
-    spec, status = job.read_spec(), job.read_status()
-    created = _epoch(spec.created_at) or 0
-    hours = spec.completion_window_hours
-    state = _openai_status(status)
-    final = status.is_final
-    ended = _epoch(status.finished_at) or _last(status, state)
-    batch: dict[str, Any] = {
-        "id": job.job_id,
-        "object": "batch",
-        "endpoint": _endpoint(job, spec),
-        "errors": None,
-        "input_file_id": spec.batch.input_file_id
-        if spec.batch
-        else job_file_id(job.job_id, "input"),
-        "completion_window": spec.batch.completion_window if spec.batch else "24h",
-        "status": state,
-        "created_at": created,
-        "in_progress_at": _first(status, "loading", "running"),
-        "expires_at": created + int(hours * 3600) if hours else None,
-        "finalizing_at": ended if state == "completed" else None,
-        "completed_at": ended if state == "completed" else None,
-        "failed_at": ended if state == "failed" else None,
-        "expired_at": ended if state == "expired" else None,
-        # A cancel while the model loads stops at once, with no `cancelling` in between.
-        "cancelling_at": (_first(status, "cancelling") or ended)
-        if state.startswith("cancel")
-        else None,
-        "cancelled_at": ended if state == "cancelled" else None,
-        "request_counts": {
-            "total": status.total or spec.input_lines,
-            "completed": status.succeeded,
-            "failed": status.failed,
-        },
-        # A batch echoes its metadata as sent; a job made elsewhere shows its name there.
-        "metadata": dict(spec.metadata) if spec.batch else _named(job.name),
-        "model": Path(spec.engine.model).name,
-        "usage": {
-            "input_tokens": status.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": status.completion_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": status.prompt_tokens + status.completion_tokens,
-        },
-    }
-    if state == "failed" and status.error:
-        batch["errors"] = {
-            "object": "list",
-            "data": [{"code": "job_failed", "line": None, "message": status.error, "param": None}],
-        }
-    # A result file is named only once the batch has ended and only when it holds lines:
-    # a client reads output_file_id as "done, download this" (never an empty string).
-    if final and has_lines(job.output):
-        batch["output_file_id"] = job_file_id(job.job_id, "output")
-    if final and has_lines(job.errors):
-        batch["error_file_id"] = job_file_id(job.job_id, "errors")
-    return batch
 
 
 # -- batches refused at validation ----------------------------------------------------------
@@ -227,7 +101,8 @@ def _refuse(
 
 
 def get_batch(home: Path, batch_id: str, caller: str | None) -> dict:
-    """One batch the caller may see.
+    """One batch the caller may see (what clients poll: answered from files, never
+    DuckDB, and from memory while the job's files are unchanged).
 
     Raises:
         ApiError: 404 when there is none.
@@ -238,17 +113,25 @@ def get_batch(home: Path, batch_id: str, caller: str | None) -> dict:
         if refused is not None and visible(refused.owner, caller):
             return refused.batch
         raise not_found("batch", batch_id)
-    job = _job(home, batch_id, caller)
+    job = _job_folder(home, batch_id)
     try:
-        return batch_of(job)
+        owner, batch = answer(job)
     except JobUnreadable as exc:
+        _job(home, batch_id, caller)  # 404 as "no such batch" unless the caller may see it
         raise ApiError(404, f"Batch {batch_id} cannot be read: {exc.reason}.") from None
+    if not visible(owner, caller):
+        raise not_found("batch", batch_id)
+    return dict(batch)  # a copy: the kept answer is never changed by a caller
+
+
+def _job_folder(home: Path, batch_id: str) -> JobFolder:
+    if not batch_id.startswith("job_") or "/" in batch_id or "\\" in batch_id:
+        raise not_found("batch", batch_id)
+    return JobFolder(home / "jobs" / batch_id)
 
 
 def _job(home: Path, batch_id: str, caller: str | None) -> JobFolder:
-    if not batch_id.startswith("job_") or "/" in batch_id or "\\" in batch_id:
-        raise not_found("batch", batch_id)
-    job = JobFolder(home / "jobs" / batch_id)
+    job = _job_folder(home, batch_id)
     try:
         spec = job.read_spec()
     except JobUnreadable:
@@ -263,13 +146,12 @@ def list_batches(home: Path, caller: str | None, limit: int, after: str | None) 
     found: list[tuple[int, str, dict]] = []
     for job in list_jobs(home / "jobs"):
         try:
-            spec = job.read_spec()
-            if not visible(owner_of_job(spec), caller):
+            owner, batch = answer(job)
+            if not visible(owner, caller):
                 continue
-            batch = batch_of(job)
         except JobUnreadable:
             continue  # that job's problem: the Jobs page names it
-        found.append((batch["created_at"], batch["id"], batch))
+        found.append((batch["created_at"], batch["id"], dict(batch)))
     folder = _refused_dir(home)
     if folder.is_dir():
         for path in folder.glob(f"{_BATCH_ID}*.json"):
@@ -346,7 +228,7 @@ def _url_mismatches(path: Path, endpoint: str) -> list[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                url = msgspec.json.decode(raw, type=_Url).url
+                url = msgspec.json.decode(raw, type=UrlOnly).url
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
             if url != endpoint:
@@ -427,7 +309,7 @@ def cancel_batch(home: Path, batch_id: str, caller: str | None) -> dict:
         status = job.read_status()
         if status.is_final:
             raise ApiError(
-                400, f"Batch {batch_id} is {_openai_status(status)}: it can no longer be cancelled."
+                400, f"Batch {batch_id} is {openai_status(status)}: it can no longer be cancelled."
             )
         cancel(job)
         batch = batch_of(job)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 from pathlib import Path
 
@@ -90,10 +91,25 @@ def revoke_key(home: Path, name: str) -> None:
     write_atomic(keys_file(home), _RECORDS.dump_json(kept, indent=1).decode())
 
 
+# keys file -> (its stat, [(sha256, name)]): every API call with a key asks, so the file is
+# parsed again only when it changed (a key made or revoked replaces it).
+_KEPT: dict[Path, tuple[tuple[int, int, int, int], list[tuple[str, str]]]] = {}
+
+
 def owner_of(home: Path, key: str) -> str | None:
     """The name of the stored key ``key`` is, or None when it is none of them."""
     digest = _digest(key)
-    for record in read_keys(home):
-        if hmac.compare_digest(record.sha256, digest):
-            return record.name
+    path = keys_file(home)
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return None
+    stamp = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size)
+    kept = _KEPT.get(path)
+    if kept is None or kept[0] != stamp:
+        kept = stamp, [(r.sha256, r.name) for r in read_keys(home)]
+        _KEPT[path] = kept
+    for sha256, name in kept[1]:
+        if hmac.compare_digest(sha256, digest):
+            return name
     return None

@@ -152,19 +152,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _follow_to_end(started.job, output, started.worker)
 
 
-def _follow_to_end(job: JobFolder, output: str | None, worker: Popen) -> int:
+def _follow_to_end(job: JobFolder, output: str | None, worker: Popen | None) -> int:
     """Follows a started job to its end, delivers its results to ``output``, and returns
     the exit code that says how it ended."""
-    print(f"job {job.job_id} started: worker pid {worker.pid}, folder {job.path}", flush=True)
+    print(f"job {job.job_id} started: {who_runs(job, worker)}, folder {job.path}", flush=True)
     try:
         status = _follow(job, worker)
     except KeyboardInterrupt:
         print(cancel(job), file=sys.stderr)
         try:
-            worker.wait()
+            _wait_final(job)
         except KeyboardInterrupt:  # a second Ctrl-C: stop at once
             print(cancel(job, now=True), file=sys.stderr)
-            worker.wait()
+            _wait_final(job)
         status = job.read_status()
     delivery_error = _delivered(job, output, status)
     print(
@@ -198,7 +198,24 @@ def _delivered(job: JobFolder, output: str | None, status: JobStatus) -> str | N
     return None
 
 
-def _follow(job: JobFolder, worker: Popen) -> JobStatus:
+def who_runs(job: JobFolder, worker: Popen | None) -> str:
+    """Which worker runs a job just started: its own, or the one holding the engine."""
+    if worker is not None:
+        return f"worker pid {worker.pid}"
+    holder = EngineLock(job.path.parent).holder()
+    return f"the engine's worker (pid {holder}) runs it" if holder else "queued"
+
+
+def _wait_final(job: JobFolder) -> None:
+    """Waits until a cancelled job has ended (its worker may run other jobs after it)."""
+    while True:
+        status = job.read_status()
+        if status.is_final or status.interrupted:
+            return
+        time.sleep(FOLLOW_SECONDS)
+
+
+def _follow(job: JobFolder, worker: Popen | None) -> JobStatus:
     """Shows the job's progress until it ends (it may first wait for another job)."""
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:
@@ -208,7 +225,8 @@ def _follow(job: JobFolder, worker: Popen) -> JobStatus:
             bar.update(status.done - bar.n)
             if status.is_final or status.interrupted:
                 return status
-            stranded = worker.poll() is not None and status.state == "queued"
+            gone = worker is None or worker.poll() is not None
+            stranded = gone and status.state == "queued"
             if stranded and EngineLock(job.path.parent).holder() is None:  # nobody took it
                 worker = take_up(job)
             time.sleep(FOLLOW_SECONDS)

@@ -15,6 +15,7 @@ from core.schemas import check_name
 
 
 def cmd_judge(args: argparse.Namespace) -> int:
+    from core.cli.jobs import who_runs
     from core.jobs.submit import Refused
     from core.qa.judge import Choice, JudgeError, JudgeSettings, check_template, start_judge
     from core.qa.pairwise import start_pairwise
@@ -71,7 +72,7 @@ def cmd_judge(args: argparse.Namespace) -> int:
         store.close()
     job = started.job
     print(
-        f"judge job {job.job_id} started: worker pid {started.worker.pid}, folder {job.path}; "
+        f"judge job {job.job_id} started: {who_runs(job, started.worker)}, folder {job.path}; "
         f"its verdicts become the check {job.read_spec().judge.check}",
         file=sys.stderr,
     )

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from core.config import REPO_ROOT
 from core.files import file_sha256, odd_entry, write_atomic
+from core.jobs.engine_lock import EngineLock
 from core.schemas import (
     BatchOrigin,
     EngineConfig,
@@ -299,11 +300,16 @@ def queue_changed_at(jobs_dir: Path) -> int:
 
 def start_worker(
     job: JobFolder, *, retry: bool = False, shard: int | None = None
-) -> subprocess.Popen:
-    """Starts ``python -m core.run.worker JOB_DIR`` in its own session, so it outlives the UI.
+) -> subprocess.Popen | None:
+    """Queues the job, and starts ``python -m core.run.worker JOB_DIR`` in its own session
+    (so it outlives the UI) unless a worker holds the engine: that one runs the job next.
 
     The status is reset to ``queued`` first, so nobody mistakes the previous run's final
     state for this one's.
+
+    Returns:
+        The started worker, or None when the worker holding the engine takes the job (a
+        second one would only import vLLM beside it, taking CPU from its run, and exit).
     """
     status = job.read_status()
     status.enter("queued", "waiting for the engine")
@@ -312,6 +318,10 @@ def start_worker(
     status.delivered_to = status.delivery_error = None  # this run delivers anew
     job.write_status(status)
     mark_queue_changed(job.path.parent)
+    # Queued before the lock is read: a holder that is ending reads the queue after it
+    # lets go of the lock and runs the job (core.run.worker.serve), so it is never stranded.
+    if EngineLock(job.path.parent).holder() is not None:
+        return None
     log = job.log_file.open("ab")
     return subprocess.Popen(
         [sys.executable, "-m", "core.run.worker", str(job.path)],

@@ -10,15 +10,11 @@ between jobs that use it.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
-from typing import IO
 
 from core.jobs.engine_files import read_state
+from core.jobs.engine_lock import EngineLock  # noqa: F401 (the queue's lock, imported from here)
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
-
-LOCK_NAME = "engine.lock"
 
 
 def priority(job: JobFolder) -> int:
@@ -64,45 +60,3 @@ def position(job: JobFolder, jobs_dir: Path) -> int | None:
     """1 for the next job to run; None when the job is not waiting."""
     order = [j.job_id for j in queued_jobs(jobs_dir)]
     return order.index(job.job_id) + 1 if job.job_id in order else None
-
-
-class EngineLock:
-    """The machine's one engine, held by one worker process at a time."""
-
-    def __init__(self, jobs_dir: Path) -> None:
-        self.path = jobs_dir / LOCK_NAME
-        self._handle: IO[str] | None = None
-
-    def acquire(self) -> bool:
-        """Takes the lock without waiting; False when another worker holds it."""
-        handle = self.path.open("a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._handle = handle
-        return True
-
-    def release(self) -> None:
-        if self._handle is not None:
-            fcntl.flock(self._handle, fcntl.LOCK_UN)
-            self._handle.close()
-            self._handle = None
-
-    def holder(self) -> int | None:
-        """PID of the worker holding the lock, if any."""
-        if self._handle is not None:
-            return os.getpid()
-        probe = EngineLock(self.path.parent)
-        if probe.acquire():
-            probe.release()
-            return None
-        try:
-            return int(self.path.read_text() or 0) or None
-        except (OSError, ValueError):
-            return None

@@ -63,10 +63,11 @@ class Refused(Exception):
 
 
 class Started(NamedTuple):
-    """A job whose worker was just started."""
+    """A job queued, and the worker just started for it (None: the worker holding the
+    engine runs it next)."""
 
     job: JobFolder
-    worker: subprocess.Popen
+    worker: subprocess.Popen | None
 
 
 @dataclass
@@ -287,7 +288,7 @@ def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -
     return Started(job, start_worker(job, retry=retry, shard=shard))
 
 
-def take_up(job: JobFolder) -> subprocess.Popen:
+def take_up(job: JobFolder) -> subprocess.Popen | None:
     """Starts a worker for an admitted job left ``queued`` with no worker to run it (its
     own exited while another held the engine, and that one has ended since)."""
     status = job.read_status()

@@ -9,8 +9,12 @@ are missing (a deleted database) or stale (other rules, or results that changed 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
+import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +27,13 @@ from core.schemas import COMPLETED_WITH_ERRORS, FINAL_STATES
 from core.store.db import Store
 from core.store.schema import CALLS_SHAPE
 
+log = logging.getLogger(__name__)
+
 PY_BATCH = 50_000  # rows a Python-graded rule reads at a time
 RUNNING_REGRADE_SECONDS = 30.0  # a running job's outcomes are brought up to date this often
+# What a page waits for a grading it started before it draws the last outcomes and says
+# "grading…": a small job is graded by then, a million results take seconds.
+BACKGROUND_WAIT_SECONDS = 0.2
 # Jobs whose results no longer change by themselves (an interrupted one waits for a resume)
 FINAL = {s.value for s in FINAL_STATES} | {COMPLETED_WITH_ERRORS, "interrupted"}
 
@@ -165,14 +174,18 @@ def grade_jobs(store: Store, job_ids: list[str], rules: RuleSet, text: str | Non
     grade(store, job_ids, rules)
 
 
-def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
-    """Grades again, from its saved rules, each of these jobs whose outcomes are missing or
-    stale (other rules, or results that changed since); a running job at most every
-    :data:`RUNNING_REGRADE_SECONDS`. Returns job id -> problem for saved rules that no
-    longer load (the job keeps its last outcomes)."""
-    job_ids = list(job_ids)
-    if not job_ids:
-        return {}
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> RuleSet:
+    """A saved rules file's rules, parsed once per text (pages look at them on each rerun)."""
+    return load_rules(text)
+
+
+def _stale(
+    store: Store, job_ids: list[str]
+) -> tuple[dict[str, str], list[tuple[RuleSet, list[str]]]]:
+    """Which of these jobs' outcomes are missing or stale, grouped by their saved rules
+    (a running job's at most every :data:`RUNNING_REGRADE_SECONDS`); and job id -> problem
+    for saved rules that no longer load."""
     # Small tables only: a page calls this on every rerun, and nothing here is read in
     # proportion to a job's size (ingest's offsets say whether results came since).
     runs = store.query(
@@ -199,7 +212,7 @@ def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
         if text is None:
             continue
         try:
-            rules = load_rules(text)
+            rules = _parsed(text)
         except RulesError as exc:
             problems[run.job_id] = f"{FILE_NAME}: {exc}"
             continue
@@ -211,9 +224,80 @@ def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
         if same and running and run.age is not None and run.age < RUNNING_REGRADE_SECONDS:
             continue
         stale.setdefault(rules.digest(), (rules, []))[1].append(run.job_id)
-    for rules, jobs in stale.values():
+    return problems, list(stale.values())
+
+
+def refresh(store: Store, job_ids: Iterable[str]) -> dict[str, str]:
+    """Grades again, from its saved rules, each of these jobs whose outcomes are missing or
+    stale (other rules, or results that changed since), and returns when it is done (the
+    command line); a running job at most every :data:`RUNNING_REGRADE_SECONDS`. Returns job
+    id -> problem for saved rules that no longer load (the job keeps its last outcomes)."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return {}
+    problems, stale = _stale(store, job_ids)
+    for rules, jobs in stale:
         grade(store, jobs, rules)
     return problems
+
+
+@dataclass
+class Refreshing:
+    """What :func:`refresh_in_background` found: saved rules that no longer load (job id ->
+    problem), and the jobs being graded in the background now (their last outcomes, if
+    any, are what the pages show meanwhile)."""
+
+    problems: dict[str, str] = field(default_factory=dict)
+    grading: list[str] = field(default_factory=list)
+
+
+_busy_lock = threading.Lock()
+_busy: dict[int, set[str]] = {}  # id(store) -> jobs its grading thread has still to grade
+
+
+def grading_now(store: Store, job_ids: Iterable[str]) -> list[str]:
+    """Those of these jobs that a background grading of this store has still to finish."""
+    with _busy_lock:
+        busy = _busy.get(id(store), set())
+        return [j for j in job_ids if j in busy]
+
+
+def refresh_in_background(
+    store: Store, job_ids: Iterable[str], wait: float = BACKGROUND_WAIT_SECONDS
+) -> Refreshing:
+    """:func:`refresh` on a thread of its own, so a page never grades a million results
+    while it draws: waits up to ``wait`` seconds (a small job is graded by then, and the
+    page shows its fresh outcomes), then returns what is still being graded. A job already
+    being graded is not graded twice; the thread's end moves :meth:`Store.data_version` on
+    (``rule_runs``), so the next rerun recomputes what read the outcomes."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return Refreshing()
+    problems, stale = _stale(store, job_ids)
+    with _busy_lock:
+        busy = _busy.setdefault(id(store), set())
+        todo = [(r, [j for j in jobs if j not in busy]) for r, jobs in stale]
+        todo = [(r, jobs) for r, jobs in todo if jobs]
+        for _, jobs in todo:
+            busy.update(jobs)
+    if todo:
+        thread = threading.Thread(
+            target=_grade_in_background, args=(store, todo), name="grading", daemon=True
+        )
+        thread.start()
+        thread.join(wait)
+    return Refreshing(problems, grading_now(store, job_ids))
+
+
+def _grade_in_background(store: Store, todo: list[tuple[RuleSet, list[str]]]) -> None:
+    for rules, jobs in todo:
+        try:
+            grade(store, jobs, rules)
+        except Exception:  # the store closed, or the database failed: graded on a later rerun
+            log.warning("grading of %s in the background failed", ", ".join(jobs), exc_info=True)
+        finally:
+            with _busy_lock:
+                _busy.get(id(store), set()).difference_update(jobs)
 
 
 def timed_grade_jobs(

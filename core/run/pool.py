@@ -11,6 +11,18 @@ vLLM 0.32 cannot hold two engines in one process: in-process on CPU, a second ``
 re-initialises vLLM's process-wide parallel state, and the first one then fails at its next
 step ("pipeline model parallel group is not initialized", measured 2026-12-02). So at most
 :data:`MAX_ENGINES` engines are kept; models take turns.
+
+With V1 multiprocessing on (``VLLM_ENABLE_V1_MULTIPROCESSING=1``: each ``LLM``'s engine core
+in a child process of its own), two ``LLM`` objects of two model folders do live in one
+worker: the first still runs after the second loaded and gives the same answers (tried
+2026-12-02 on the CPU build; it needs the ``if __name__ == "__main__"`` guard, which
+``core.run.worker`` has). It is not turned on, because (1) this pool judges memory by this
+process's RSS and its growth at a load, and an engine core's memory would then be in its
+child process (it would need the children's RSS summed); (2) whether one engine's
+throughput drops with its core in a child process (a message queue between the step loop
+and the model, on 2 cores) was not measured: the machine was loaded; (3) a worker killed
+with -9 must not leave engine-core children holding memory. Measure (2) before raising
+:data:`MAX_ENGINES`, and do (1) and (3) with it.
 """
 
 from __future__ import annotations

@@ -95,8 +95,8 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     target = "'" + str(path).replace("'", "''") + "'"
     copied = _inert_select(store, sql, params) if fmt == "csv" else sql
     with store.cursor() as cur:  # a read: no write waits for it
-        cur.execute(f"COPY ({copied}) TO {target} ({options})", params)
-    return _count(store, sql, params)
+        # COPY answers the rows it wrote: counting them again would run the query twice
+        return int(cur.execute(f"COPY ({copied}) TO {target} ({options})", params).fetchone()[0])
 
 
 def _inert_select(store: Store, sql: str, params: list[Any]) -> str:
@@ -140,12 +140,12 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: l
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
         with store.cursor() as cur:  # a read: no write waits for it
-            cur.execute(
+            copied = cur.execute(
                 f"COPY (SELECT raw FROM ({sql})) TO {target} "
                 "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
                 params,
             )
-        return _count(store, sql, params)
+            return int(copied.fetchone()[0])  # the rows written
     rows = 0
     with store.cursor() as cur, store.cursor() as vectors, path.open("w", encoding="utf-8") as out:
         batches = cur.execute(sql, params).to_arrow_reader(_RESTORE_BATCH)  # in its order

@@ -151,16 +151,22 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
                 f"INSERT INTO review_history ({columns}, saved_at, line_no) VALUES ({marks}, ?)",
                 [*values, line_no],
             )
-            cur.execute(
-                f"INSERT OR REPLACE INTO reviews ({columns}, updated_at) VALUES ({marks})", values
+            cur.execute(  # reviews has no key (schema.py): the old label goes first
+                "DELETE FROM reviews WHERE job_id = ? AND custom_id = ? AND reviewer = ?",
+                [r.job_id, r.custom_id, r.reviewer],
             )
+            cur.execute(f"INSERT INTO reviews ({columns}, updated_at) VALUES ({marks})", values)
         return
     cur.execute(
         f"INSERT INTO review_history BY NAME SELECT {columns}, saved_at, line_no FROM batch"
     )
     cur.execute(
+        "DELETE FROM reviews USING batch b WHERE reviews.job_id = b.job_id "
+        "AND reviews.custom_id = b.custom_id AND reviews.reviewer = b.reviewer"
+    )
+    cur.execute(
         f"""
-        INSERT OR REPLACE INTO reviews BY NAME
+        INSERT INTO reviews BY NAME
         SELECT {columns}, saved_at AS updated_at FROM batch
         QUALIFY row_number() OVER (PARTITION BY job_id, custom_id, reviewer
                                    ORDER BY line_no DESC) = 1

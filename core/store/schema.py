@@ -266,6 +266,27 @@ MIGRATIONS: list[str] = [
     }
     WHERE status = 'succeeded' AND contains(CAST(raw AS VARCHAR), '"tool_calls"');
     """,
+    # The latest label per result and reviewer without a key: a save deletes its row and
+    # inserts the new one under the edits writer (core.store.human_index); the key's upkeep
+    # (INSERT OR REPLACE through an index) was most of a save's time, which eight reviewers
+    # saving at once wait on in turn.
+    """
+    CREATE TABLE reviews_unkeyed (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        reviewer VARCHAR,
+        verdict VARCHAR,
+        score INTEGER,
+        tags VARCHAR[],
+        comment VARCHAR,
+        corrected_answer VARCHAR,
+        sample_id VARCHAR,
+        updated_at TIMESTAMPTZ DEFAULT now()
+    );
+    INSERT INTO reviews_unkeyed SELECT * FROM reviews;
+    DROP TABLE reviews;
+    ALTER TABLE reviews_unkeyed RENAME TO reviews;
+    """,
 ]
 
 

@@ -4,7 +4,8 @@ Both use watchdog. The jobs watcher ingests a job into DuckDB when its result or
 files or its name (a rename's ``name.txt``) change, at most once a second per job, so pages
 read fresh results without each page polling the folders; it also reads the new lines into
 the job's ledger kept in memory (``core.jobs.ledger.summary``), as a thread does for the
-newest jobs when the watchers start.
+newest jobs when the watchers start, and hands the job on (``after_ingest``: the UI grades its
+checks there, in the background).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
@@ -33,8 +35,10 @@ class _JobsHandler(FileSystemEventHandler):
     """Ingests a job whose files changed, at most once a second per job; a change inside
     that second is ingested when it ends (never dropped: a job's last status may be it)."""
 
-    def __init__(self, store: Store, jobs_dir: Path) -> None:
-        self.store, self.jobs_dir = store, jobs_dir
+    def __init__(
+        self, store: Store, jobs_dir: Path, after_ingest: Callable[[str], object] | None = None
+    ) -> None:
+        self.store, self.jobs_dir, self.after_ingest = store, jobs_dir, after_ingest
         self._last: dict[str, float] = {}
         self._waiting: set[str] = set()
         self._lock = threading.Lock()
@@ -69,6 +73,12 @@ class _JobsHandler(FileSystemEventHandler):
                 warm_ledger(job)
             except JobUnreadable as exc:  # that job's problem: the watcher goes on
                 self.store.unreadable[job.job_id] = exc.reason
+                return
+        if self.after_ingest is not None:
+            try:
+                self.after_ingest(job.job_id)
+            except Exception:  # the watcher goes on; the pages do it again
+                log.warning("after the ingest of %s", job.job_id, exc_info=True)
 
     def on_modified(self, event: FileSystemEvent) -> None:
         if not event.is_directory:
@@ -96,10 +106,15 @@ def stop_watchers(observers: list[Observer]) -> None:
         observer.join(timeout=5)
 
 
-def start_watchers(paths: DataPaths, store: Store) -> list[Observer]:
-    """Starts the inbox and jobs watchers; returns their observers (daemon threads)."""
+def start_watchers(
+    paths: DataPaths, store: Store, after_ingest: Callable[[str], object] | None = None
+) -> list[Observer]:
+    """Starts the inbox and jobs watchers; returns their observers (daemon threads).
+    ``after_ingest`` is called with a job's id after each ingest of it (the UI brings the
+    job's checks up to date there, so a page finds them graded)."""
     jobs = Observer()
-    jobs.schedule(_JobsHandler(store, paths.jobs), str(paths.jobs), recursive=True)
+    handler = _JobsHandler(store, paths.jobs, after_ingest)
+    jobs.schedule(handler, str(paths.jobs), recursive=True)
     jobs.daemon = True
     jobs.start()
     newest = list_jobs(paths.jobs)[:READERS_KEPT]  # what Jobs and Monitor show first

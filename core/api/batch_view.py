@@ -1,0 +1,217 @@
+"""A job as OpenAI's ``Batch``, read from its folder and kept in memory while the folder's
+files are unchanged.
+
+Clients poll ``GET /v1/batches/{id}`` over and over (50 pollers ten times a second is a
+normal load): an unchanged job is answered from memory after four ``lstat`` calls, without
+reading or parsing a file, so the answer is cheap enough for the server's event loop; a
+changed one is read again (``job.json``, ``status.json`` and its history). Never DuckDB.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from core.api.errors import not_found
+from core.api.files import has_lines, job_file_id, owner_of_job, visible
+from core.check.requests import CHAT_URL
+from core.jobs.folder import JobFolder
+from core.schemas import JobSpec, JobStatus
+
+METADATA_VALUE = 512  # OpenAI's longest metadata value
+
+
+class UrlOnly(msgspec.Struct):
+    url: Any = None
+
+
+def _epoch(iso: str | None) -> int | None:
+    if not iso:
+        return None
+    try:
+        return int(datetime.fromisoformat(iso).timestamp())
+    except ValueError:
+        return None
+
+
+def _first(status: JobStatus, *states: str) -> int | None:
+    """When the job first entered one of ``states`` (from its history)."""
+    for entry in status.history:
+        if entry.get("state") in states:
+            return _epoch(entry.get("at"))
+    return None
+
+
+def _last(status: JobStatus, *states: str) -> int | None:
+    for entry in reversed(status.history):
+        if entry.get("state") in states:
+            return _epoch(entry.get("at"))
+    return None
+
+
+def openai_status(status: JobStatus) -> str:
+    """The job's state in OpenAI's terms: waiting for the engine is still ``validating``
+    (nothing has run), and a run whose every request has its result is ``finalizing``."""
+    state = status.state.value
+    if state in ("created", "queued"):
+        return "validating"
+    if state in ("loading", "running"):
+        if status.total and status.done >= status.total:
+            return "finalizing"
+        return "in_progress"
+    return state  # cancelling, completed, failed, cancelled, expired: OpenAI's own words
+
+
+def _endpoint(job: JobFolder, spec: JobSpec) -> str:
+    """The batch's endpoint: what it was made with, else the first line's ``url``."""
+    if spec.batch is not None:
+        return spec.batch.endpoint
+    try:
+        with job.input.open("rb") as handle:
+            for raw in handle:
+                if raw.strip():
+                    url = msgspec.json.decode(raw, type=UrlOnly).url
+                    return url if isinstance(url, str) and url else CHAT_URL
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        pass
+    return CHAT_URL
+
+
+def _named(name: str) -> dict[str, str]:
+    return {"name": name[:METADATA_VALUE]} if name else {}
+
+
+def batch_of(job: JobFolder) -> dict:
+    """A job as OpenAI's ``Batch``.
+
+    Raises:
+        JobUnreadable: its ``job.json`` or ``status.json`` cannot be read.
+    """
+    spec, status = job.read_spec(), job.read_status()
+    created = _epoch(spec.created_at) or 0
+    hours = spec.completion_window_hours
+    state = openai_status(status)
+    final = status.is_final
+    ended = _epoch(status.finished_at) or _last(status, state)
+    batch: dict[str, Any] = {
+        "id": job.job_id,
+        "object": "batch",
+        "endpoint": _endpoint(job, spec),
+        "errors": None,
+        "input_file_id": spec.batch.input_file_id
+        if spec.batch
+        else job_file_id(job.job_id, "input"),
+        "completion_window": spec.batch.completion_window if spec.batch else "24h",
+        "status": state,
+        "created_at": created,
+        "in_progress_at": _first(status, "loading", "running"),
+        "expires_at": created + int(hours * 3600) if hours else None,
+        "finalizing_at": ended if state == "completed" else None,
+        "completed_at": ended if state == "completed" else None,
+        "failed_at": ended if state == "failed" else None,
+        "expired_at": ended if state == "expired" else None,
+        # A cancel while the model loads stops at once, with no `cancelling` in between.
+        "cancelling_at": (_first(status, "cancelling") or ended)
+        if state.startswith("cancel")
+        else None,
+        "cancelled_at": ended if state == "cancelled" else None,
+        "request_counts": {
+            "total": status.total or spec.input_lines,
+            "completed": status.succeeded,
+            "failed": status.failed,
+        },
+        # A batch echoes its metadata as sent; a job made elsewhere shows its name there.
+        "metadata": dict(spec.metadata) if spec.batch else _named(job.name),
+        "model": Path(spec.engine.model).name,
+        "usage": {
+            "input_tokens": status.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": status.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": status.prompt_tokens + status.completion_tokens,
+        },
+    }
+    if state == "failed" and status.error:
+        batch["errors"] = {
+            "object": "list",
+            "data": [{"code": "job_failed", "line": None, "message": status.error, "param": None}],
+        }
+    # A result file is named only once the batch has ended and only when it holds lines:
+    # a client reads output_file_id as "done, download this" (never an empty string).
+    if final and has_lines(job.output):
+        batch["output_file_id"] = job_file_id(job.job_id, "output")
+    if final and has_lines(job.errors):
+        batch["error_file_id"] = job_file_id(job.job_id, "errors")
+    return batch
+
+
+def _stamp(job: JobFolder) -> tuple | None:
+    """What a job's answer is made from, as ``lstat`` sees it: the folder (a file added,
+    removed or replaced, as ``status.json`` is at every update, changes its times) and the
+    files read in place. None when one is not what the studio makes (the full read then
+    says why)."""
+    stamp = []
+    for path, kind in (
+        (job.path, stat.S_ISDIR),
+        (job.spec_file, stat.S_ISREG),
+        (job.status_file, stat.S_ISREG),
+        (job.name_file, stat.S_ISREG),
+    ):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            stamp.append(None)
+            continue
+        except OSError:
+            return None
+        if not kind(info.st_mode):
+            return None
+        stamp.append((info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size))
+    return tuple(stamp)
+
+
+# Job folder -> (stamp, owner, batch): a poll of an unchanged job costs four lstat calls, not
+# two files parsed (what 50 clients polling a running batch ask over and over).
+_ANSWERS: dict[Path, tuple[tuple, str | None, dict]] = {}
+ANSWERS_KEPT = 4_096
+
+
+def answer(job: JobFolder) -> tuple[str | None, dict]:
+    """The job's owner and its ``Batch``, from the cache while its files are unchanged.
+
+    Raises:
+        JobUnreadable: ``job.json`` or ``status.json`` cannot be read.
+    """
+    stamp = _stamp(job)
+    kept = _ANSWERS.get(job.path)
+    if stamp is not None and kept is not None and kept[0] == stamp:
+        return kept[1], kept[2]
+    owner, batch = owner_of_job(job.read_spec()), batch_of(job)
+    if stamp is not None and stamp == _stamp(job):  # not changed while it was read
+        if len(_ANSWERS) >= ANSWERS_KEPT:
+            _ANSWERS.clear()
+        _ANSWERS[job.path] = (stamp, owner, batch)
+    return owner, batch
+
+
+def kept_batch(home: Path, batch_id: str, caller: str | None) -> dict | None:
+    """The batch from memory when its job's files are unchanged since it was read (no file
+    read: safe on the server's event loop); None when :func:`get_batch` must read them.
+
+    Raises:
+        ApiError: 404 when the caller may not see it.
+    """
+    if not batch_id.startswith("job_") or "/" in batch_id or "\\" in batch_id:
+        return None
+    job = JobFolder(home / "jobs" / batch_id)
+    kept = _ANSWERS.get(job.path)
+    if kept is None or kept[0] != _stamp(job):
+        return None
+    if not visible(kept[1], caller):
+        raise not_found("batch", batch_id)
+    return dict(kept[2])
