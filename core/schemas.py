@@ -329,7 +329,8 @@ class JobStatus(Model):
     elapsed_seconds: float | None = None
     message: str = ""
     error: str | None = None
-    history: list[dict[str, str]] = Field(default_factory=list)  # [{"state", "at"}]
+    # [{"state", "at"}], and {"state", "at", "note"} for what happened within a state
+    history: list[dict[str, str]] = Field(default_factory=list)
     retry: bool = False  # also rerun failed requests when the worker takes the job
     retry_shard: int | None = None  # ...and only those of this shard
     in_flight: int = 0  # requests inside the engine at the last update
@@ -364,6 +365,10 @@ class JobStatus(Model):
         if state != self.state or not self.history:
             self.history.append({"state": state.value, "at": now_iso()})
         self.state, self.message = state, message
+
+    def note(self, text: str) -> None:
+        """Keeps what happened within the current state (a Ray node lost) in ``history``."""
+        self.history.append({"state": self.state.value, "at": now_iso(), "note": text})
 
     @property
     def is_final(self) -> bool:

@@ -169,5 +169,5 @@ with st.expander("Provenance"):
         }
     )
 with st.expander("History and worker log"):
-    st.table(pd.DataFrame(status.history))
+    st.table(pd.DataFrame(status.history).fillna(""))  # notes: only some entries
     st.code(job.log_tail(40) or "(no log yet)", language=None)

@@ -81,8 +81,9 @@ def ray_section(job: JobFolder) -> None:
         f"{s.get('address')}: {s.get('replicas')} replica(s), {s.get('cpus_per_replica')} CPU "
         f"and {s.get('gpus_per_replica')} GPU each; updated {stats.get('updated_at')}{link}"
     )
-    if stats.get("reruns"):
-        st.caption(f"Requests run again after a replica was lost: {stats['reruns']}")
+    for event in stats.get("events", []):  # a node lost, its work moving: what happened
+        text = f"{event['at']}: {event['event']}"
+        st.warning(text) if " lost " in text else st.caption(text)
     nodes = [
         {
             "node": (n.get("node_id") or "")[:12],
@@ -90,6 +91,7 @@ def ray_section(job: JobFolder) -> None:
             "address": n.get("address"),
             "alive": n.get("alive"),
             "done": n.get("done", 0),
+            "rows/s": n.get("rows_per_s"),
             "failed": n.get("failed", 0),
             "CPU": (n.get("resources") or {}).get("CPU"),
             "GPU": (n.get("resources") or {}).get("GPU"),
@@ -114,6 +116,20 @@ def ray_section(job: JobFolder) -> None:
     cols = st.columns(2)
     cols[0].dataframe(pd.DataFrame(nodes), hide_index=True, width="stretch")
     cols[1].dataframe(pd.DataFrame(replicas), hide_index=True, width="stretch")
+    devices = [
+        {
+            "node": (n.get("node_id") or "")[:12],
+            "host": n.get("host"),
+            "GPU": gpu.get("index"),
+            "memory used MiB": round(gpu.get("memory_used_mib", 0)),
+            "memory total MiB": round(gpu.get("memory_total_mib", 0)),
+            "utilisation %": gpu.get("utilization"),
+        }
+        for n in stats.get("nodes", [])
+        for gpu in n.get("gpus") or ()
+    ]
+    if devices:  # read on each GPU node by NVML (core.run.ray_stats)
+        st.dataframe(pd.DataFrame(devices), hide_index=True, width="stretch")
 
 
 def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:

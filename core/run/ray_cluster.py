@@ -34,7 +34,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -185,6 +185,7 @@ class RayExecutor:
             raise
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
         self._draining = False
+        self.notify: Callable[[str], None] | None = None  # the job's history (the worker's)
         self.window = 0  # each replica has its own engine
         s = self.settings
         self.description = (
@@ -260,6 +261,7 @@ class RayExecutor:
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         left = {r.custom_id: r for r in requests}
+        self.stats.notify = self.notify
         self.stats.start(len(left))
         try:
             for attempt in range(1, MAX_PASSES + 1):
@@ -270,7 +272,7 @@ class RayExecutor:
                     self.stats.rerun(len(left))
                 before = len(left)
                 try:
-                    for lines in self._one_pass(list(left.values())):
+                    for lines in self._one_pass(list(left.values()), first=attempt == 1):
                         fresh = [line for line in lines if left.pop(line["custom_id"], None)]
                         if fresh:
                             yield fresh
@@ -288,7 +290,10 @@ class RayExecutor:
             self.stats.stop()
             self.close()
 
-    def _one_pass(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+    def _one_pass(self, requests: list[EngineRequest], first: bool) -> Iterator[list[dict]]:
+        """One Ray Data dataset over ``requests``. The first waits for every replica before
+        handing out shards; a later one (after a lost node) starts with those that fit on
+        the live nodes rather than wait for a node that may not come back."""
         import ray
 
         context = ray.data.DataContext.get_current()
@@ -309,7 +314,9 @@ class RayExecutor:
                 fn_constructor_kwargs={"engine": self.config.model_dump(), "model": self.model},
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(
-                    size=s.replicas, max_tasks_in_flight_per_actor=2
+                    min_size=s.replicas if first else 1,
+                    max_size=s.replicas,
+                    max_tasks_in_flight_per_actor=2,
                 ),
                 num_cpus=s.cpus_per_replica,
                 num_gpus=s.gpus_per_replica,

@@ -1,9 +1,14 @@
 """``ray.json``: what a Ray job's replicas and nodes are doing, for Monitor.
 
 While a job runs on a Ray cluster, :class:`RayStats` keeps, per node and per replica, the
-requests done, each replica's state, memory, GPU memory, load and busy time, the nodes'
-resources and the dashboard link, and writes them to ``ray.json`` in the job folder every
-few seconds; :func:`read_ray_stats` reads them back.
+requests done and their rate, each replica's state, memory, GPU memory, load and busy time,
+the nodes' resources and the dashboard link, and writes them to ``ray.json`` in the job
+folder every few seconds; :func:`read_ray_stats` reads them back.
+
+What happens to the cluster under the job is kept as ``events``: a node lost (alive in
+Ray's GCS, then not), a replica restarted on another node (its work moving there), and
+requests run again in a new pass. Each event also goes to ``notify`` (the worker puts it
+in the job's history).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +41,8 @@ class RayStats:
         self.reruns: list[int] = []
         self.nodes: dict[str, dict[str, Any]] = {}
         self.replicas: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.notify: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -50,6 +58,7 @@ class RayStats:
     def rerun(self, count: int) -> None:
         with self._lock:
             self.reruns.append(count)
+        self._tell([f"{count} request(s) without a result run again on the live nodes"])
         self.write()
 
     def record(self, row: dict[str, Any], lines: list[dict]) -> None:
@@ -89,15 +98,22 @@ class RayStats:
             available = ray.available_resources()
             nodes = ray.nodes()
             actors = _replica_actors()
+            devices = _node_devices(nodes)
         except Exception as exc:  # the cluster went away: keep what we know
             log.debug("ray stats: %r", exc)
             return
+        told: list[str] = []
         with self._lock:
             self.cluster = {"total": total, "available": available}
             for n in nodes:
                 node = self.nodes.setdefault(n["NodeID"], {"node_id": n["NodeID"]})
+                alive = bool(n.get("Alive"))
+                if node.get("alive") and not alive:
+                    told.append(self._node_lost(node))
+                if n["NodeID"] in devices:
+                    node["gpus"] = devices[n["NodeID"]]
                 node.update(
-                    alive=bool(n.get("Alive")),
+                    alive=alive,
                     address=n.get("NodeManagerAddress"),
                     host=n.get("NodeManagerHostname"),
                     resources={
@@ -111,17 +127,50 @@ class RayStats:
                     actor["replica_id"],
                     {"replica_id": actor["replica_id"], "node_id": actor["node_id"]},
                 )
+                moved_to = actor["node_id"]
+                if moved_to and replica["node_id"] and moved_to != replica["node_id"]:
+                    told.append(
+                        f"replica {actor['replica_id'][:12]} restarted on node {moved_to[:12]} "
+                        f"(was on {replica['node_id'][:12]}): its work moves there"
+                    )
                 replica.update(
                     state=actor["state"],
-                    node_id=actor["node_id"] or replica["node_id"],
+                    node_id=moved_to or replica["node_id"],
                     pid=actor["pid"] or replica.get("pid"),
                 )
+        self._tell(told)
         self.write()
+
+    def _node_lost(self, node: dict[str, Any]) -> str:
+        """The event of a node that left the cluster (under the lock)."""
+        on_it = [r for r in self.replicas.values() if r.get("node_id") == node["node_id"]]
+        return (
+            f"node {node['node_id'][:12]} ({node.get('address')}) lost with "
+            f"{len(on_it)} replica(s) on it after {node.get('done', 0)} result(s) there; "
+            "its unfinished work runs again on the other nodes"
+        )
+
+    def _tell(self, texts: list[str]) -> None:
+        """Keeps events and hands them to ``notify`` (outside the lock: it writes status)."""
+        if not texts:
+            return
+        with self._lock:
+            self.events.extend({"at": now_iso(), "event": text} for text in texts)
+        for text in texts:
+            log.warning("ray: %s", text)
+            if self.notify is not None:
+                try:
+                    self.notify(text)
+                except Exception:  # the history is for show; the job goes on
+                    log.exception("cannot note %r", text)
 
     def write(self) -> None:
         if self.path is None:
             return
         with self._lock:
+            elapsed = max(time.monotonic() - self._started, 1e-6)
+            for node in self.nodes.values():
+                node["rows_per_s"] = round(node.get("done", 0) / elapsed, 3)
             data = {
                 "updated_at": now_iso(),
                 "elapsed_seconds": round(time.monotonic() - self._started, 1),
@@ -130,6 +179,7 @@ class RayStats:
                 "requests": self.total,
                 "reruns": self.reruns,
                 "error": self.error,
+                "events": list(self.events),
                 "cluster": getattr(self, "cluster", {}),
                 "nodes": sorted(self.nodes.values(), key=lambda n: n["node_id"]),
                 "replicas": sorted(self.replicas.values(), key=lambda r: r["replica_id"]),
@@ -175,6 +225,44 @@ def _replica_actors() -> list[dict[str, Any]]:
             if a.get("JobID") == job_id
         ]
     return [a for a in found if "MapWorker" in (a["cls"] or "")]
+
+
+def _node_devices(nodes: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each live GPU node's devices (memory used and total, utilisation), read by NVML on
+    the node itself: a task of no CPU pinned there (NVML sees every device of the node,
+    whatever the task's CUDA_VISIBLE_DEVICES). A node that does not answer in time is left
+    out of this reading; a failed reading leaves the rest of the stats alone."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    gpu_nodes = [
+        n["NodeID"] for n in nodes if n.get("Alive") and (n.get("Resources") or {}).get("GPU")
+    ]
+    found: dict[str, list[dict[str, Any]]] = {}
+    if not gpu_nodes:
+        return found
+    try:
+        read = ray.remote(num_cpus=0)(_devices_here)
+        refs = {
+            node: read.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+            ).remote()
+            for node in gpu_nodes
+        }
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=STATS_SECONDS)
+        for node, ref in refs.items():
+            if ref in ready:
+                found[node] = ray.get(ref)
+    except Exception as exc:  # a node lost while it answered: no reading this time
+        log.debug("ray devices: %r", exc)
+    return found
+
+
+def _devices_here() -> list[dict[str, Any]]:
+    """This node's GPUs as the worker's own samples describe them (core.run.monitoring)."""
+    from core.run.monitoring import ResourceSampler
+
+    return ResourceSampler().sample()["gpus"]
 
 
 def read_ray_stats(job_dir: str | Path) -> dict[str, Any] | None:

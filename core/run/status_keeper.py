@@ -82,6 +82,12 @@ class StatusKeeper:
                 setattr(self.status, name, value)
             self._write()
 
+    def note(self, text: str) -> None:
+        """Adds ``text`` to the job's history (an executor's event: a node lost)."""
+        with self._lock:
+            self.status.note(text)
+            self._write()
+
     def count(self, lines: list[dict]) -> None:
         """Adds written result lines to the counts (a retried success replaces a failure)."""
         with self._lock:

@@ -223,6 +223,8 @@ def _run_pending(
         on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
         engine = fit_to_requests(group.engine, requests, on_gpu)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
+        if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
+            executor.notify = keeper.note
         part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
         keeper.update(
             state="running",
