@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/api.py [--requests 256] [--max-tokens 16] [--pollers 50] \
-        [--upload-mb 200]
+        [--poll-every 0.1] [--upload-mb 200]
 
 Starts ``python -m core serve`` on a free port with a scratch data folder, then prints:
 
@@ -14,8 +14,9 @@ Starts ``python -m core serve`` on a free port with a scratch data folder, then 
    on the engine the resident worker keeps loaded. Parity is cold against cold and warm
    against warm: a warm run skips vLLM's import and the model load, which a cold one pays;
 2. while the same file runs through the API again (warm), ``--pollers`` clients each
-   calling ``GET /v1/batches/{id}`` ten times a second: their p50/p99 latency, and the
-   job's engine time (``running`` to its end) against the warm API run's without pollers.
+   calling ``GET /v1/batches/{id}`` every ``--poll-every`` s (ten times a second by default):
+   their p50/p99 latency, and the job's engine time (``running`` to its end) against the
+   warm API run's without pollers.
    The pollers are one asyncio loop on raw keep-alive connections, so that the bench's own
    Python costs little beside the server (its CPU per poll is printed);
 3. the server's resident memory before, at its peak during, and after a ``--upload-mb``
@@ -181,8 +182,10 @@ def compare(home: Path, api: httpx.Client, batch: Path, label: str) -> str:
     return api_id
 
 
-async def _poll(port: int, path: str, latencies: list[float], done: asyncio.Event) -> None:
-    """One client polling ten times a second on a keep-alive connection (raw HTTP/1.1:
+async def _poll(
+    port: int, path: str, latencies: list[float], done: asyncio.Event, every: float
+) -> None:
+    """One client polling every ``every`` seconds on a keep-alive connection (raw HTTP/1.1:
     what the server does is measured, not an HTTP library's Python)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
@@ -197,13 +200,13 @@ async def _poll(port: int, path: str, latencies: list[float], done: asyncio.Even
             latencies.append((time.perf_counter() - started) * 1000)
             if json.loads(body)["status"] in FINAL:
                 done.set()
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(every)
     finally:
         writer.close()
 
 
 def with_pollers(
-    port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process
+    port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process, every: float
 ) -> tuple[list[float], str, float, float]:
     """Runs the batch while ``pollers`` clients poll it; their latencies (ms), the batch
     id, and this process's and the server's CPU seconds per poll."""
@@ -220,7 +223,7 @@ def with_pollers(
     async def poll_all() -> None:
         done = asyncio.Event()
         path = f"/v1/batches/{batch_id}"
-        await asyncio.gather(*(_poll(port, path, latencies, done) for _ in range(pollers)))
+        await asyncio.gather(*(_poll(port, path, latencies, done, every) for _ in range(pollers)))
 
     cpu, served = time.process_time(), sum(server.cpu_times()[:2])
     asyncio.run(poll_all())
@@ -267,6 +270,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--pollers", type=int, default=50)
+    parser.add_argument("--poll-every", type=float, default=0.1, help="seconds between polls")
     parser.add_argument("--upload-mb", type=int, default=200)
     parser.add_argument(
         "--parts", default="runs,pollers,upload", help="which figures (comma-separated)"
@@ -293,12 +297,13 @@ def main() -> None:
                     through_api(api, batch)  # loads the model: the runs compared are warm
                     warm = through_api(api, batch)[1]
                 latencies, polled, client_cpu, server_cpu = with_pollers(
-                    port, api, batch, args.pollers, process
+                    port, api, batch, args.pollers, process, args.poll_every
                 )
                 cuts = statistics.quantiles(latencies, n=100)
                 alone, polled_seconds = engine_seconds(home, warm), engine_seconds(home, polled)
                 print(
-                    f"{args.pollers} pollers, {len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
+                    f"{args.pollers} pollers every {args.poll_every:g} s, "
+                    f"{len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
                     f"p99 {cuts[98]:.1f} ms (CPU a poll: server {server_cpu * 1000:.2f} ms, the "
                     f"bench's client {client_cpu * 1000:.2f} ms); the job's engine ran "
                     f"{polled_seconds:.1f} s with them, "
