@@ -25,7 +25,6 @@ once (core/run/stopping.py). Results written always stay.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import time
@@ -51,7 +50,6 @@ from core.schemas import JobSpec, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
-WORKER_NICENESS = 5  # added to the worker's niceness (see main)
 
 
 def _expired(spec: JobSpec) -> bool:
@@ -376,9 +374,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, STOP.on_signal)
     signal.signal(signal.SIGINT, STOP.on_signal)
-    # Batch work yields to the studio's server: the engine's threads take every core they
-    # are given, and the pages and the API's polls should not queue behind them.
-    os.nice(WORKER_NICENESS)
     if resident:
         serve(None, Path(argv[1]))
         return 0
