@@ -78,7 +78,7 @@ EXPECTED: dict[str, tuple[int, int, list[tuple[int, str, str]]]] = {
         (6, "error", "body.n must be at least 1 and at most 16, got 0"),
         (7, "error", "body.temperature must be a number, got 'hot'"),
         (8, "error", "body.max_tokens must be an integer, got True"),
-        (9, "error", "body.tool_choice: tool_choice 'auto' lets the model decide"),
+        (9, "error", "body.tool_choice.function.name 'g' names no tool; the tools are"),
     ]),
     "unknown_fields.jsonl": (2, 2, [
         (1, "warning", "body.frobnicate is not a field the engine knows; it is ignored"),
