@@ -24,6 +24,7 @@ from core.jobs.folder import JobFolder, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from core.store.db import Store  # noqa: E402
+from tests.test_ray import _batch  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]
 REQUESTS = 24
@@ -56,19 +57,8 @@ def _job(cluster, tmp_path, default_model):
     from core.run.ray_cluster import ray_settings
     from core.schemas import EngineConfig
 
-    batch = tmp_path / "batch.jsonl"
-    with batch.open("w", encoding="utf-8") as out:
-        for i in range(REQUESTS):
-            body = {
-                "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": f"Name a colour. ({i})"}],
-                "max_tokens": 8,
-                "temperature": 0,
-            }
-            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions"}
-            out.write(json.dumps({**line, "body": body}) + "\n")
     return create_job(
-        batch,
+        _batch(tmp_path / "batch.jsonl", REQUESTS),
         data_paths().jobs,
         EngineConfig(model=str(default_model)),
         chunk_size=2,
