@@ -290,7 +290,7 @@ def test_results_show_each_requests_cost_and_the_total_in_view(studio_home):
     assert any(c.value == "Cost of the 3 results in view: 0.00081 USD" for c in at.caption)
 
 
-def test_dashboards_writes_no_price_table_until_a_price_is_edited(studio_home):
+def test_dashboards_writes_no_price_table_when_no_price_was_edited(studio_home):
     job_in_home(studio_home)
     at = open_page("dashboards.py")
     at.run()
