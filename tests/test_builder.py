@@ -194,9 +194,17 @@ def test_a_runaway_template_is_that_rows_error_and_stops_within_seconds(template
     assert took < 2 * (bounded_render.MAX_RENDER_SECONDS + 2)
 
 
+# n**3 empty Jinja steps: past the render bound at n=2000 on any CPU (8e9 steps), instant
+# at n=1 or 2. Two nested loops at 9000 finished within the bound on a fast CPU.
+RUNAWAY_LOOPS = (
+    "{% for i in range(n) %}{% for j in range(n) %}{% for k in range(n) %}"
+    "{% endfor %}{% endfor %}{% endfor %}"
+)
+
+
 def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
-    table = pd.DataFrame({"n": [9000, 1, 2]})
-    slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}row {{ n }}"
+    table = pd.DataFrame({"n": [2000, 1, 2]})
+    slow = RUNAWAY_LOOPS + "row {{ n }}"
     result = preview(table, BuildSpec(user_template=slow), rows=3)
     assert [p.row for p in result.problems] == [1]
     assert [line["body"]["messages"][-1]["content"] for line in result.lines] == ["row 1", "row 2"]
@@ -205,8 +213,8 @@ def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
 def test_a_template_too_slow_on_every_row_stops_the_build_after_three_rows():
     import time
 
-    table = pd.DataFrame({"n": [9000] * 1000})
-    slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
+    table = pd.DataFrame({"n": [2000] * 1000})
+    slow = RUNAWAY_LOOPS + "x"
     started = time.monotonic()
     with pytest.raises(BuildError, match="ran past 2 s on 3 rows"):
         preview(table, BuildSpec(user_template=slow), rows=1000)

@@ -80,9 +80,12 @@ class RayStats:
         self.write()
 
     def stop(self) -> None:
+        """Stops polling after a last reading, so the file ends with the cluster as the job
+        left it (a node lost in the job's last seconds is shown lost)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._poll()  # writes; when the cluster no longer answers, write what we know
         self.write()
 
     def _loop(self) -> None:
