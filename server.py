@@ -9,10 +9,11 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from core.api.media import media_sign_in
+from core.api.polls import batch_polls
 from core.api.routes import api_routes
 
 # app.py names its pages (st.navigation). Left unset, Streamlit sees the pages/ folder and
 # runs a fresh server's first session the old way, a sidebar of every file in it, helper
 # modules (shared, vector views) included, until app.py has run once.
 PagesManager.uses_pages_directory = False
-app = st.App("app.py", routes=api_routes(), middleware=[media_sign_in()])
+app = st.App("app.py", routes=api_routes(), middleware=[batch_polls(), media_sign_in()])

@@ -52,10 +52,24 @@ class DataPaths:
         return self
 
 
+_HOMES: dict[str, Path] = {}
+
+
+def data_home() -> Path:
+    """The data folder named by ``BATCH_STUDIO_HOME`` (not created: see :func:`data_paths`),
+    resolved once per absolute value (what every API poll asks)."""
+    named = os.path.expanduser(os.environ.get("BATCH_STUDIO_HOME", REPO_ROOT / "data"))
+    home = _HOMES.get(named)
+    if home is None:
+        home = Path(named).resolve()
+        if os.path.isabs(named):  # a relative one moves with the working folder
+            _HOMES[named] = home
+    return home
+
+
 def data_paths() -> DataPaths:
     """The data folder named by ``BATCH_STUDIO_HOME``, created if missing."""
-    home = Path(os.environ.get("BATCH_STUDIO_HOME", REPO_ROOT / "data")).expanduser()
-    return DataPaths(home.resolve()).ensure()
+    return DataPaths(data_home()).ensure()
 
 
 def models_dir() -> Path:

@@ -11,5 +11,6 @@ whose one writer is the app.
 - :mod:`core.api.files`: uploaded files, streamed to disk, and the files of jobs.
 - :mod:`core.api.batches`: jobs as OpenAI batches; creating, listing, cancelling.
 - :mod:`core.api.routes`: the Starlette routes under ``/v1``.
+- :mod:`core.api.polls`: polls of an unchanged batch, answered ahead of the middleware.
 - :mod:`core.api.media`: downloads (``/media``) need the pages' sign-in.
 """

@@ -39,13 +39,22 @@ def caller(request: Request, home: Path) -> str | None:
     Raises:
         ApiError: 401 from beyond loopback without a stored key.
     """
-    header = request.headers.get("authorization", "")
-    scheme, _, key = header.partition(" ")
+    host = request.client.host if request.client is not None else None
+    return caller_of(home, request.headers.get("authorization", ""), host)
+
+
+def caller_of(home: Path, authorization: str, host: str | None) -> str | None:
+    """:func:`caller` from the ``Authorization`` header and the client's address.
+
+    Raises:
+        ApiError: 401 from beyond loopback without a stored key.
+    """
+    scheme, _, key = authorization.partition(" ")
     key = key.strip() if scheme.lower() == "bearer" else ""
     owner = owner_of(home, key) if key else None
     if owner is not None:
         return owner
-    if request.client is not None and is_loopback(request.client.host):
+    if is_loopback(host):
         return None
     if not key:
         raise ApiError(
@@ -209,11 +218,12 @@ async def list_batches(request: Request, home: Path, who: str | None) -> Respons
 async def get_batch(request: Request, home: Path, who: str | None) -> Response:
     batch_id = request.path_params["batch_id"]
     # What every client polls: from memory while the job's files are unchanged (four lstat
-    # calls), so it stays on the event loop; a changed job is read in a worker thread.
-    kept = batch_view.kept_batch(home, batch_id, who)
-    if kept is None:
-        kept = await run_in_threadpool(batches.get_batch, home, batch_id, who)
-    return JSONResponse(kept)
+    # calls; core/api/polls.py answers most before this), so it stays on the event loop; a
+    # changed job is read in a worker thread.
+    kept = batch_view.kept_body(home, batch_id, who)
+    if kept is not None:
+        return Response(kept, media_type="application/json")
+    return JSONResponse(await run_in_threadpool(batches.get_batch, home, batch_id, who))
 
 
 @endpoint
