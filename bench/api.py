@@ -18,7 +18,9 @@ Starts ``python -m core serve`` on a free port with a scratch data folder, then 
    their p50/p99 latency, and the job's engine time (``running`` to its end) against the
    warm API run's without pollers.
    The pollers are one asyncio loop on raw keep-alive connections, so that the bench's own
-   Python costs little beside the server (its CPU per poll is printed);
+   Python costs little beside the server (its CPU per poll is printed), and the time the
+   server's event loop spent ready but waiting for a core (CPU contention, not the
+   server's own work) is printed per poll;
 3. the server's resident memory before, at its peak during, and after a ``--upload-mb``
    upload (sampled every 20 ms).
 """
@@ -205,11 +207,18 @@ async def _poll(
         writer.close()
 
 
+def waited(pid: int) -> float:
+    """Seconds the process's main thread (the server's event loop) has spent ready to run
+    but waiting for a core (the kernel's run-queue wait, ``/proc/PID/schedstat``)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
 def with_pollers(
     port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process, every: float
-) -> tuple[list[float], str, float, float]:
+) -> tuple[list[float], str, float, float, float]:
     """Runs the batch while ``pollers`` clients poll it; their latencies (ms), the batch
-    id, and this process's and the server's CPU seconds per poll."""
+    id, this process's and the server's CPU seconds per poll, and the seconds per poll the
+    server's event loop waited for a core."""
     with batch.open("rb") as handle:
         file_id = api.post("/files", files={"file": handle}, data={"purpose": "batch"}).json()["id"]
     body = {
@@ -225,11 +234,12 @@ def with_pollers(
         path = f"/v1/batches/{batch_id}"
         await asyncio.gather(*(_poll(port, path, latencies, done, every) for _ in range(pollers)))
 
-    cpu, served = time.process_time(), sum(server.cpu_times()[:2])
+    cpu, served, wait = time.process_time(), sum(server.cpu_times()[:2]), waited(server.pid)
     asyncio.run(poll_all())
     polls = max(len(latencies), 1)
     served = (sum(server.cpu_times()[:2]) - served) / polls  # the job's ingest included
-    return latencies, batch_id, (time.process_time() - cpu) / polls, served
+    wait = (waited(server.pid) - wait) / polls
+    return latencies, batch_id, (time.process_time() - cpu) / polls, served, wait
 
 
 def upload_memory(base: str, server: psutil.Process, megabytes: int, folder: Path) -> None:
@@ -296,7 +306,7 @@ def main() -> None:
                 if "runs" not in parts:
                     through_api(api, batch)  # loads the model: the runs compared are warm
                     warm = through_api(api, batch)[1]
-                latencies, polled, client_cpu, server_cpu = with_pollers(
+                latencies, polled, client_cpu, server_cpu, wait = with_pollers(
                     port, api, batch, args.pollers, process, args.poll_every
                 )
                 cuts = statistics.quantiles(latencies, n=100)
@@ -305,7 +315,8 @@ def main() -> None:
                     f"{args.pollers} pollers every {args.poll_every:g} s, "
                     f"{len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
                     f"p99 {cuts[98]:.1f} ms (CPU a poll: server {server_cpu * 1000:.2f} ms, the "
-                    f"bench's client {client_cpu * 1000:.2f} ms); the job's engine ran "
+                    f"bench's client {client_cpu * 1000:.2f} ms; the server's event loop "
+                    f"waited for a core {wait * 1000:.2f} ms a poll); the job's engine ran "
                     f"{polled_seconds:.1f} s with them, "
                     f"{alone:.1f} s without ({(polled_seconds / alone - 1) * 100:+.1f} %), warm"
                 )
