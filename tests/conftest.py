@@ -64,6 +64,14 @@ def embedding_model() -> Path:
     return prepare_embedding_model()
 
 
+@pytest.fixture(scope="session")
+def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real cross-encoder folder (tests/cross_encoder.py), made once per session."""
+    from tests.cross_encoder import make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-reranker", embedding_model)
+
+
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Runs ``python -m core ARGS`` as a user would, with this test's environment."""
     return subprocess.run(
