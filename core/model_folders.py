@@ -210,6 +210,14 @@ def is_pooling_model(folder: str | Path) -> bool:
     return is_cross_encoder(folder) or is_embedding_model(folder)
 
 
+def model_kind(folder: str | Path) -> str:
+    """What a model folder serves, in words: ``chat`` (text), ``embedding`` (vectors;
+    score and rerank as a bi-encoder) or ``cross-encoder`` (score and rerank only)."""
+    if is_cross_encoder(folder):
+        return "cross-encoder"
+    return "embedding" if is_embedding_model(folder) else "chat"
+
+
 def embedding_limits(folder: str | Path) -> EmbeddingLimits:
     """The longest input (in tokens) an embedding model folder takes, and its vector size.
 

@@ -172,3 +172,31 @@ def test_a_cross_encoder_job_killed_mid_run_resumes_with_one_result_per_line(
         rerank = RerankResponse.model_validate(final[custom_id]["response"]["body"])
         scores = [r.relevance_score for r in rerank.results]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+
+
+def test_settings_says_what_each_model_folder_serves(
+    studio_home: Path,
+    cross_encoder_model: Path,
+    default_model: Path,
+    embedding_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from tests.test_pages import open_page
+
+    models = tmp_path / "models"
+    models.mkdir()
+    for folder in (default_model, embedding_model, cross_encoder_model):
+        (models / folder.name).symlink_to(folder)
+    monkeypatch.setenv("BATCH_STUDIO_MODELS", str(models))
+
+    at = open_page("settings.py")
+
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "serves" in d.value.columns)
+    serves = dict(zip(table["model"], table["serves"], strict=True))
+    assert serves == {
+        default_model.name: "chat",
+        embedding_model.name: "embedding",
+        "tiny-reranker": "cross-encoder",
+    }
