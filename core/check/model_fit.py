@@ -157,14 +157,47 @@ def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) 
             return request.model, None, text, False
         except ValueError as exc:  # TokenizerError: the template refused this conversation
             support = type(support)(reason=str(exc))
-    counts[index] = Problem(
-        batch.line_nos[index],
-        "error",
-        f"body.tool_choice: {support.reason}",
-        batch.items[index].custom_id,
-        param="body.tool_choice",
-    )
+    counts[index] = _auto_problem(batch, index, "error", f"body.tool_choice: {support.reason}")
     return None
+
+
+def _auto_problem(batch: Batch, index: int, severity: str, message: str) -> Problem:
+    cid = batch.items[index].custom_id
+    return Problem(batch.line_nos[index], severity, message, cid, param="body.tool_choice")
+
+
+AUTO_UNCHECKED = (
+    "body.tool_choice 'auto' was not checked: whether the model can decide itself to call "
+    "a tool depends on its chat template, and this check had no model; check the file with "
+    "the model it runs on (core check --model DIR) before running it"
+)
+
+
+@dataclass
+class AutoRule:
+    """The ``auto`` rule alone, for a check that counts no tokens (``core check
+    --no-tokens``, Upload & check without counting): an ``auto`` line whose model is known
+    and cannot decide a call is refused with the reason the counting check gives; where no
+    model is known, a warning says that ``auto`` was not checked. Only the chat template
+    is read (once per folder), never a tokenizer."""
+
+    default_folder: str | None
+    model_map: dict[str, str]
+
+    def problems(self, batch: Batch) -> dict[int, Problem]:
+        """Each ``auto`` line's problem, by batch position."""
+        found: dict[int, Problem] = {}
+        for index, item in enumerate(batch.items):
+            if type(item) is not CheckedLine or item.request is None:
+                continue
+            if item.request.tool_choice != AUTO:
+                continue
+            folder = self.model_map.get(item.request.model or "") or self.default_folder
+            if folder is None:
+                found[index] = _auto_problem(batch, index, "warning", AUTO_UNCHECKED)
+            elif (reason := auto_support(folder).reason) is not None:
+                found[index] = _auto_problem(batch, index, "error", f"body.tool_choice: {reason}")
+        return found
 
 
 NO_VECTORS = (
