@@ -105,6 +105,33 @@ def test_the_check_counts_pairs_with_the_cross_encoder_and_refuses_what_it_canno
     assert report.prompt_tokens == sum(pair_tokens(cross_encoder_model, *p) for p in pairs)
 
 
+def test_a_cross_encoder_in_the_models_folder_answers_to_its_own_name(
+    studio_home: Path,
+    cross_encoder_model: Path,
+    default_model: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The names every entry point maps by (the API, core run, the inbox, Upload & check):
+    a rerank line naming the folder runs on it, counted as its pairs."""
+    from core.model_names import studio_model_map
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "tiny-reranker").symlink_to(cross_encoder_model)
+    monkeypatch.setenv("BATCH_STUDIO_MODELS", str(models))
+    mapping = studio_model_map()
+    assert Path(mapping["tiny-reranker"]).resolve() == cross_encoder_model.resolve()
+    line = RUNS[0] | {"body": {**RUNS[0]["body"], "model": "tiny-reranker"}}
+    path = _write(tmp_path / "named.jsonl", [line])
+
+    report = check_file(path, JobDefaults(), model_folder=default_model, model_map=mapping)
+
+    assert report.errors == []
+    pairs = [pair_tokens(cross_encoder_model, QUERY, d) for d in DOCS]
+    assert report.prompt_tokens == sum(pairs)
+
+
 @pytest.mark.engine
 def test_vllm_scores_each_pair_as_transformers_does_in_vllms_response_shapes(
     cross_encoder_model: Path, tmp_path: Path
