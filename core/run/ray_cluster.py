@@ -200,7 +200,7 @@ class RayExecutor:
         self.chunk_size = spec.chunk_size
         self.spec = spec
         self.job_dir = Path(job_dir) if job_dir is not None else None
-        self.object_input = replicas_read_input(spec) and self.job_dir is not None
+        self.object_input = replicas_read_input(spec)  # the worker then kept no prompts
         self.etag: str | None = None  # the input object's, when the replicas read it
         self.spans: dict[str, tuple[int, int]] = {}  # custom_id -> its line in the object
         self.stats = RayStats(Path(job_dir) if job_dir is not None else None, self.settings)
