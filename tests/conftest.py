@@ -12,6 +12,7 @@ import pytest
 
 from core.config import REPO_ROOT
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
