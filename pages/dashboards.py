@@ -3,6 +3,8 @@ rates and the checks' pass rates."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import pandas as pd
 import streamlit as st
 
@@ -17,6 +19,7 @@ from core.plan.pricing import (
 )
 from core.store import dashboards as dash
 from core.store.db import Store
+from pages.links import One, fill_from_link, write_link
 from pages.ranking_views import show_ranking_quality
 from pages.shared import (
     escape,
@@ -34,6 +37,14 @@ st.title("Dashboards")
 jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
 db = store()
 
+fill_from_link(  # a shared link or a bookmark
+    {
+        "jobs": ("dash_jobs", list(jobs["job_id"])),
+        "from": ("dash_from", date),
+        "to": ("dash_to", date),
+        "by": ("dash_by", One(dash.GROUPS)),
+    }
+)
 c = st.columns([3, 1, 1, 1])
 job_ids = c[0].multiselect(
     "Jobs (all when empty)", list(jobs["job_id"]), format_func=job_labels(), key="dash_jobs"
@@ -95,7 +106,14 @@ with st.spinner("Computing the charts…"):  # once per scope, grouping, prices 
         version,
         lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
     )
+link = {
+    "jobs": job_ids,
+    "from": start,
+    "to": end,
+    "by": by if by != next(iter(dash.GROUPS)) else None,
+}
 if summary.empty:
+    write_link(link)
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()
 # Cost as money reads (core.plan.pricing.format_money), beside the group, where a wide
@@ -114,6 +132,7 @@ show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=Tru
 
 # One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
 c = st.columns([2, 1])
+fill_from_link({"chart": ("dash_html", One(figures))})
 chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
 c[1].download_button(
     "Download HTML",
@@ -123,3 +142,4 @@ c[1].download_button(
     mime="text/html",
     key="html_download",
 )
+write_link({**link, "chart": chosen if chosen != next(iter(figures)) else None})
