@@ -140,6 +140,7 @@ def label_panel(
         st.error(escape(error))
     if old:
         st.caption(f"You labelled this item: {escape(old.verdict)}.")
+    db.sync_human()  # the label a key saved, indexed once the next item is up
     history = rv.label_history(db, job_id, custom_id)
     if len(history) > 1:
         with st.expander(f"Label history of this item ({len(history)} saves)"):
@@ -184,7 +185,7 @@ def _save(
         state.get(f"corrected_{form}", ""),
     )
     try:
-        rv.save_label(db, *item, reviewer, label, sample_id)
+        rv.record_label(db, *item, reviewer, label, sample_id)
     except rv.ReviewError as exc:
         state["review_error"] = str(exc)
         return
