@@ -36,8 +36,9 @@ ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
 judges = jd.judge_jobs(db)
 graded = [j for j in ids if j not in judges] or ids  # a judge is rarely graded
-fill_from_link({"jobs": ("checks_jobs", ids)})  # a shared link or a bookmark
-if "checks_jobs" not in st.session_state:  # a judge is rarely checked
+given = fill_from_link({"jobs": ("checks_jobs", ids)})  # a shared link or a bookmark
+chosen = st.session_state.get("checks_jobs")
+if chosen is None or ("jobs" in given and not chosen):  # none yet, or none linked is here
     st.session_state["checks_jobs"] = [current if current in graded else graded[0]]
 job_ids = st.multiselect("Jobs", ids, format_func=label, key="checks_jobs")
 link = {"jobs": job_ids}  # the address opens this view again (written as it grows)

@@ -2,8 +2,9 @@
 
 A page writes what it shows into its address (``st.query_params``: ``?job=...&q=...``); an
 address opened afresh (a shared link, a bookmark, a reload) chooses the same again. A value
-of the address that is not here (a removed job, a status no result has) is said, left out,
-and the page shows what it would without it.
+of the address that is not here (a removed job, a status no result has) or cannot be read
+(a page "x", a date "2026-13-45") is said, left out, and the page shows what it would
+without it.
 """
 
 from __future__ import annotations

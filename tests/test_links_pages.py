@@ -107,6 +107,9 @@ def test_checks_write_their_jobs_and_check_and_an_address_opens_them(studio_home
     assert at.selectbox(key="checks_rule").value == "no_refusal"
     assert at.radio(key="checks_by").value == "model"
     assert "The link's jobs 'job_gone' is not here" in said(at)
+    default = open_link("checks.py").multiselect(key="checks_jobs").value
+    at = open_link("checks.py", jobs="job_gone")  # none of the link's jobs: the default
+    assert at.multiselect(key="checks_jobs").value == default != []
     at = open_link("checks.py", jobs=older, check="gone")
     assert "The link's check 'gone' is not here" in said(at)
     assert at.selectbox(key="checks_rule").value == "mentions_refund"  # the first
