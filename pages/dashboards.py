@@ -88,13 +88,16 @@ fresh_checks(job_ids or list(jobs["job_id"]), job_labels())  # in the background
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
 priced = prices.model_dump_json()
-with st.spinner("Computing the charts…"):  # once per scope, grouping, prices and index state
-    summary, figures = following(
-        "dashboards",
-        (scope_key, by, priced),
-        version,
-        lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
-    )
+made = following(  # once per scope, grouping, prices and index state, for every session
+    "dashboards",
+    (scope_key, by, priced),
+    version,
+    lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
+    what="the summary and the charts",
+)
+if made is None:  # being computed: the page redraws itself when they are done
+    st.stop()
+summary, figures = made
 if summary.empty:
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()

@@ -254,7 +254,7 @@ class Store:
         if not gone:
             return
         with self.writing("index", "checks") as cur:
-            tables = ("results", "requests", "ingest_state", "job_events", "jobs")
+            tables = ("results", "requests", "ingest_state", "job_events", "jobs", "job_facets")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
             # a judge's verdicts go with its folder
