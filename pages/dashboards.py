@@ -70,7 +70,17 @@ def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[p
     frame = dash.with_cost(dash.summary(index, scope, by), priced)
     if frame.empty:
         return frame, {}
-    return frame, {
+    return frame, {  # each drawn on every rerun until the index changes: kept made
+        name: dash.KeptFigure(fig)
+        for name, fig in every_figure(index, frame, scope, by, priced).items()
+    }
+
+
+def every_figure(
+    index: Store, frame: pd.DataFrame, scope: dash.Scope, by: str, priced: PriceTable
+) -> dict:
+    """Every figure of a summary, by name."""
+    return {
         "requests": dash.requests_figure(frame, by),
         "rates": dash.rates_figure(frame, by),
         "finish_reasons": dash.finish_reasons_figure(index, scope, by),
@@ -115,14 +125,21 @@ for i, (name, fig) in enumerate(figures.items()):
 
 show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=True)  # labelled
 
-# One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
-c = st.columns([2, 1])
-chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
-c[1].download_button(
-    "Download HTML",
-    lambda: dash.figure_html(figures[chosen]),  # made when clicked: ~4 MB of HTML
-    on_click="ignore",
-    file_name=f"{chosen}.html",
-    mime="text/html",
-    key="html_download",
-)
+
+@st.fragment
+def html_download(figures: dict) -> None:
+    """One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
+    Choosing another chart reruns only this part, not the page's ten charts."""
+    c = st.columns([2, 1])
+    chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
+    c[1].download_button(
+        "Download HTML",
+        lambda: dash.figure_html(figures[chosen]),  # made when clicked: ~4 MB of HTML
+        on_click="ignore",
+        file_name=f"{chosen}.html",
+        mime="text/html",
+        key="html_download",
+    )
+
+
+html_download(figures)
