@@ -2,9 +2,10 @@
 what a fresh read of the results gives: after ingest, a resume, a retry and a delete."""
 
 import shutil
+import time
 
 from core.store.db import Store
-from core.store.facets import _read
+from core.store.facets import _read, keep_in_background
 from core.store.results import facets
 from tests.factories import finished_job
 
@@ -78,3 +79,24 @@ def test_two_jobs_filter_values_are_each_jobs_united(tmp_path):
     assert both["models"] == ["other", "tiny"]
     assert both["statuses"] == ["failed", "succeeded"]
     assert both["metadata_keys"] == ["lang", "prompt_version", "team"]
+
+
+def test_an_ended_jobs_filter_values_are_read_after_its_ingest_and_a_running_ones_are_not(
+    tmp_path,
+):
+    ended = finished_job(tmp_path / "ended", ROWS)
+    running = finished_job(tmp_path / "running", ROWS)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(ended)
+    store.ingest(running)
+    with store.writing() as cur:  # as a job still running is indexed
+        cur.execute("UPDATE jobs SET state = 'running' WHERE job_id = ?", [running.job_id])
+    keep_in_background(store, running.job_id)
+    keep_in_background(store, ended.job_id)
+    for _ in range(500):  # read on a thread of its own
+        kept = store.query("SELECT job_id FROM job_facets")["job_id"].tolist()
+        if kept:
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)  # a running job's would have come by now too
+    assert store.query("SELECT job_id FROM job_facets")["job_id"].tolist() == [ended.job_id]
