@@ -12,6 +12,7 @@ import pytest
 
 from core.config import REPO_ROOT
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
@@ -66,6 +67,14 @@ def embedding_model() -> Path:
     from core.model_folders import prepare_embedding_model
 
     return prepare_embedding_model()
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real cross-encoder folder (tests/cross_encoder.py), made once per session."""
+    from tests.cross_encoder import make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-reranker", embedding_model)
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ class LoadedModel(FrozenModel):
 
     model: str  # its folder
     name: str
-    kind: Literal["chat", "embedding"]
+    kind: Literal["chat", "embedding", "cross-encoder"]  # core.model_folders.model_kind
     memory_mib: float  # what loading it took: RSS growth on a CPU, GPU memory on a GPU
     load_seconds: float
     loaded_at: float

@@ -37,6 +37,7 @@ from core.jobs.engine_files import (
     write_state,
 )
 from core.jobs.folder import queue_changed_at
+from core.model_folders import model_kind
 from core.run.pool import POOL
 from core.schemas import EngineConfig, JobDefaults
 
@@ -67,7 +68,7 @@ class Resident:
             LoadedModel(
                 model=config.model,
                 name=config.model_name,
-                kind="embedding" if getattr(held.engine, "pooling", False) else "chat",
+                kind=model_kind(config.model),
                 memory_mib=round(held.memory_bytes / 2**20, 1),
                 load_seconds=round(held.engine.load_seconds, 2),
                 loaded_at=held.loaded_at,
