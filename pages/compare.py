@@ -90,7 +90,7 @@ def paired(a: cmp.Side = side_a, b: cmp.Side = side_b, on: str = key) -> tuple:
 
 
 try:
-    pairs, cover = following(  # once per comparison and state of the index
+    made = following(  # once per comparison and state of the index
         "compare",
         (
             (side_a.job_id, side_a.field, side_a.value),
@@ -99,11 +99,15 @@ try:
         ),
         db.data_version([side_a.job_id, side_b.job_id]),
         paired,
+        what="the pairs",
     )
 except cmp.CompareError as exc:
     write_link(link)
     st.warning(escape(exc))
     st.stop()
+if made is None:  # being computed: the page redraws itself when they are done
+    st.stop()
+pairs, cover = made
 
 st.caption(
     f"A has {cover['a']:,} items, B {cover['b']:,}; {cover['paired']:,} pair up on "

@@ -323,34 +323,41 @@ if has_vectors:
 
 show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank and score lines only
 
+
 # -- export -----------------------------------------------------------------------------------
+@st.fragment
+def export_section(flt: res.ResultFilter, job_id: str) -> None:
+    """The export of the filtered results; choosing a format reruns only this part."""
+    c = st.columns([1, 2])
+    fmt = c[0].selectbox("Format", ex.FORMATS, key="export_format")
+    c[1].caption(
+        "The filtered results with their review labels. JSONL is the OpenAI batch output "
+        f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
+    )
+    too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # for Excel only
+
+    def write_export() -> bytes:
+        """Runs when the button is clicked, on the filter shown then (never a stale file)."""
+        target = paths().home / "exports" / f"{job_id}_results.{fmt}"
+        ex.export_results(db, flt, target, fmt)
+        return target.read_bytes()
+
+    st.download_button(
+        f"Export {fmt.upper()}",
+        data=write_export,
+        file_name=f"{job_id}_results.{fmt}",
+        disabled=too_many,
+        key="export_go",
+        on_click="ignore",  # a download needs no rerun of the page
+    )
+    if too_many:
+        st.caption(
+            f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV."
+        )
+
+
 st.subheader("Export")
-c = st.columns([1, 2])
-fmt = c[0].selectbox("Format", ex.FORMATS, key="export_format")
-c[1].caption(
-    "The filtered results with their review labels. JSONL is the OpenAI batch output "
-    f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
-)
-too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # counted for Excel only
-
-
-def write_export() -> bytes:
-    """Runs when the button is clicked, on the filter shown then (never a stale file)."""
-    target = paths().home / "exports" / f"{job_id}_results.{fmt}"
-    ex.export_results(db, flt, target, fmt)
-    return target.read_bytes()
-
-
-st.download_button(
-    f"Export {fmt.upper()}",
-    data=write_export,
-    file_name=f"{job_id}_results.{fmt}",
-    disabled=too_many,
-    key="export_go",
-    on_click="ignore",  # a download needs no rerun of the page
-)
-if too_many:
-    st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV.")
+export_section(flt, job_id)
 
 job = open_job(job_id)
 c = st.columns(2)

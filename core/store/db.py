@@ -256,7 +256,7 @@ class Store:
         if not gone:
             return
         with self.writing("index", "checks") as cur:
-            tables = ("results", "requests", "ingest_state", "job_events", "jobs")
+            tables = ("results", "requests", "ingest_state", "job_events", "jobs", "job_facets")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
             # a judge's verdicts go with its folder
@@ -447,26 +447,20 @@ class Store:
         if job_ids:
             scope = f"WHERE job_id IN ({', '.join('?' * len(job_ids))})"
             params = list(job_ids)
-        with self.cursor() as cur:
-            jobs = cur.execute(
-                f"SELECT count(*), max(name), string_agg(state, ',' ORDER BY job_id), "
-                f"bool_or(state NOT IN ('completed', 'failed', 'cancelled', 'expired')) "
-                f"FROM jobs {scope}",
-                params,
+        with self.cursor() as cur:  # one statement: a page asks on every rerun
+            row = cur.execute(
+                f"SELECT * FROM (SELECT count(*), max(name), string_agg(state, ',' ORDER BY "
+                f"job_id), bool_or(state NOT IN ('completed', 'failed', 'cancelled', "
+                f"'expired')) FROM jobs {scope}), "
+                f"(SELECT count(*), max(updated_at) FROM reviews {scope}), "
+                f"(SELECT count(*), max(graded_at) FROM rule_runs {scope}), "  # regraded
+                f"(SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
+                f"FROM ingest_state {scope})",
+                params * 4,
             ).fetchone()
-            labels = cur.execute(
-                f"SELECT count(*), max(updated_at) FROM reviews {scope}", params
-            ).fetchone()
-            labels += cur.execute(  # checks graded again
-                f"SELECT count(*), max(graded_at) FROM rule_runs {scope}", params
-            ).fetchone()
-            if jobs[3]:  # running: a time bucket instead of the offsets
-                return (*jobs[:3], *labels, int(time.time() // live_seconds))
-            lines = cur.execute(
-                f"SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
-                f"FROM ingest_state {scope}",
-                params,
-            ).fetchone()
+        jobs, labels, lines = row[:4], row[4:8], row[8:]
+        if jobs[3]:  # running: a time bucket instead of the offsets
+            return (*jobs[:3], *labels, int(time.time() // live_seconds))
         return (*jobs[:3], *labels, *lines)
 
     def job_names(self) -> dict[str, str]:
