@@ -28,6 +28,7 @@ from core.jobs.engine_files import (
 from core.jobs.folder import mark_queue_changed, queue_changed_at
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Submission, submit
+from core.run.monitoring import ResourceSampler
 from core.run.pool import (
     BUDGET_ENV,
     MULTIPROCESSING_ENV,
@@ -149,6 +150,8 @@ def test_the_memory_in_use_counts_child_processes(tmp_path):
     try:
         assert child.stdout is not None and child.stdout.readline()
         assert tree_rss() - before > 250_000_000
+        # The Monitor's "Worker RSS" counts it too.
+        assert ResourceSampler().sample()["rss_mib"] * 2**20 - before > 250_000_000
     finally:
         child.kill()
         child.wait()
