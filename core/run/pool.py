@@ -15,8 +15,11 @@ initialized", measured 2026-12-02). The resident worker turns it on
 (:func:`core.run.worker.main`); where it is off (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as
 the CPU default of :func:`core.run.engine.configure_cpu_environment` elsewhere) one engine
 is kept at a time. Its cost, measured with ``bench/engines.py`` on the 2-core CPU under
-load (docs/benchmarks.md): no loss of tokens/s, a slower load, and about 1 GiB more memory
-(the engine core and its model runner are processes of their own, each with torch).
+heavy load (load average 17-33, docs/benchmarks.md): no loss of tokens/s (the child-process
+core made 1.14-1.58x the in-process tokens/s over four A/B pairs, same answers; the step
+loop and the model overlap), a slower load (96-208 s against 32-56 s there: three
+processes import torch), and about 1 GiB more memory (the engine core, 0.6 GiB, and its
+model runner are processes of their own).
 
 An engine's child processes must not outlive a worker killed with -9 (vLLM leaves them
 running, holding the model: tried): :func:`die_with_parent` makes each die with its parent.
