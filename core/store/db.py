@@ -112,6 +112,7 @@ class Store:
         self.set_aside: Path | None = None  # where an unreadable database file was moved
         self.set_aside_reason = ""
         self.temporary: Path | None = None  # a private copy's folder, removed on close
+        self.closed = False  # background work (a watcher's due ingest) checks before it runs
         self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
         # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
         # page calls on each rerun, reads only the jobs whose files changed since.
@@ -207,6 +208,7 @@ class Store:
             return cur.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
 
     def close(self) -> None:
+        self.closed = True
         self._con.close()
         if self.temporary is not None:
             shutil.rmtree(self.temporary, ignore_errors=True)
