@@ -11,8 +11,9 @@ before its first load its weights and KV cache (plus its processes' own, on a CP
 Several engines live in one worker only with vLLM's V1 multiprocessing on (each ``LLM``'s
 engine core in a child process of its own): in-process, vLLM 0.32 keeps one parallel state
 per process, and a second ``LLM`` breaks the first ("pipeline model parallel group is not
-initialized", measured 2026-12-02). The resident worker turns it on
-(:func:`core.run.worker.main`); where it is off (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as
+initialized", measured 2026-12-02). A worker with an idle time turns it on
+(:func:`core.run.worker.main`; one with none exits after its queue and keeps the shorter
+in-process cold start); where it is off (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as
 the CPU default of :func:`core.run.engine.configure_cpu_environment` elsewhere) one engine
 is kept at a time. Its cost, measured with ``bench/engines.py`` on the 2-core CPU under
 heavy load (load average 17-33, docs/benchmarks.md): no loss of tokens/s (the child-process
