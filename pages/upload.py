@@ -151,7 +151,8 @@ with st.expander("Model, job defaults and model mapping"):
 
 options = {
     "defaults": job_defaults,
-    "model_folder": model if count_tokens else None,
+    "model_folder": model,  # without counting, it judges only tool_choice "auto" lines
+    "count_tokens": count_tokens,
     "model_map": model_map,
 }
 key = check_key(path, **options)

@@ -12,10 +12,15 @@ import pytest
 
 from core.config import REPO_ROOT
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
 os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
+# Pages wait for the figures they compute (a test's few results take milliseconds, but a
+# loaded machine may take longer than a page's usual wait): tests assert the figures, and
+# tests/test_dashboards.py sets its own wait to see "Computing…" then the figures.
+os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
 
 
 @pytest.fixture
@@ -62,6 +67,14 @@ def embedding_model() -> Path:
     from core.model_folders import prepare_embedding_model
 
     return prepare_embedding_model()
+
+
+@pytest.fixture(scope="session")
+def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real cross-encoder folder (tests/cross_encoder.py), made once per session."""
+    from tests.cross_encoder import make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-reranker", embedding_model)
 
 
 def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ itself (not through ``core run``) runs one of these commands and reads its JSON:
 
     python -m tests.engine_child door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
     python -m tests.engine_child embed MODEL OUT.json TEXT [TEXT ...]
+    python -m tests.engine_child score MODEL BATCH.jsonl OUT.json
 """
 
 from __future__ import annotations
@@ -87,6 +88,28 @@ def embed(model: str, out: Path, texts: list[str]) -> None:
     )
 
 
+def score(model: str, batch: Path, out: Path) -> None:
+    """Each score or rerank line of ``batch`` run by the product's engine in float32 (the
+    worker's ``auto`` is bfloat16 on a CPU that has it), as its output line; and the kind
+    of scorer vLLM took the model for."""
+    from core.check.requests import parse_request
+    from core.run.engine import Engine
+    from core.run.retry import result_line
+    from core.schemas import EngineConfig, JobDefaults
+
+    lines = [json.loads(raw) for raw in batch.read_text().splitlines()]
+    requests = [parse_request(x["url"], x["custom_id"], x["body"], JobDefaults()) for x in lines]
+    engine = Engine(EngineConfig(model=model, dtype="float32"))
+    results = [
+        result_line(request, Path(model).name, result)
+        for finished in engine.stream(requests, window=8)
+        for request, result in finished
+    ]
+    config = engine.llm.llm_engine.model_config
+    kind = {"score_type": config.score_type, "max_model_len": config.max_model_len}
+    out.write_text(json.dumps({**kind, "lines": results}))
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "door":
         options = dict(zip(argv[4::2], argv[5::2], strict=True))
@@ -94,6 +117,8 @@ def main(argv: list[str]) -> None:
         door(Path(argv[1]), argv[2], Path(argv[3]), run, max_tokens)
     elif argv[0] == "embed":
         embed(argv[1], Path(argv[2]), argv[3:])
+    elif argv[0] == "score":
+        score(argv[1], Path(argv[2]), Path(argv[3]))
     else:
         raise SystemExit(f"unknown command {argv[0]!r}")
 

@@ -159,3 +159,95 @@ def _replica_pid_once_results_flow(job, worker, timeout=300.0):
             return pids[-1]
         time.sleep(0.2)
     raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
+
+
+# -- input in object storage ------------------------------------------------------------------
+
+
+def _input_reads(requests, key):
+    return [r for r in requests if r["method"] == "GET" and r["path"] == f"/batches/{key}"]
+
+
+def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
+    cluster, studio_home, tmp_path, default_model, s3, s3_requests
+):
+    from core.run.ray_input import REPLICA_AGENT
+
+    batch = _batch(tmp_path / "batch.jsonl", 8)
+    s3.put_object(Bucket="batches", Key="in/batch.jsonl", Body=batch.read_bytes())
+    local_out = tmp_path / "local.jsonl"
+    local = run_cli("run", str(batch), "-o", str(local_out), "--chunk-size", "2")
+    assert local.returncode == 0, local.stderr[-2000:]
+    args = ("s3://batches/in/batch.jsonl", "-o", "s3://batches/out/ray.jsonl")
+    on_ray = run_cli("run", *args, "--chunk-size", "2", *_ray_args(cluster))
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    body = s3.get_object(Bucket="batches", Key="out/ray.jsonl")["Body"].read().decode()
+    ray_lines = [json.loads(line) for line in body.splitlines()]
+    # One line per custom_id, the local run's answers, from both nodes.
+    assert [line["custom_id"] for line in ray_lines] == [f"r{i}" for i in range(8)]
+    local_lines = _lines(local_out)
+    for line in ray_lines:
+        ours, theirs = line["response"]["body"], local_lines[line["custom_id"]]["response"]["body"]
+        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
+        assert ours["usage"] == theirs["usage"]
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines} == node_ids
+    # The store's log: the submission's check read the object once, streamed, before the
+    # job existed; from then on only the replicas read it, a byte range per shard.
+    job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
+    made = job.spec_file.stat().st_mtime
+    reads = _input_reads(s3_requests, "in/batch.jsonl")
+    before, after = [r for r in reads if r["at"] < made], [r for r in reads if r["at"] >= made]
+    assert len(before) == 1 and before[0]["range"] is None
+    assert len(after) >= 4, after  # 8 requests in shards of 2
+    assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
+    assert verify(job).ok and reconcile(job).complete
+
+
+def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
+    cluster, studio_home, tmp_path, default_model, s3, monkeypatch
+):
+    from core.config import data_paths
+    from core.jobs.folder import create_job
+    from core.run.ray_cluster import ray_settings
+    from core.schemas import EngineConfig
+    from tests.test_s3 import _drop_bucket, _wrong_credentials
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
+    job = create_job(
+        batch,
+        data_paths().jobs,
+        EngineConfig(model=str(default_model)),
+        chunk_size=2,
+        source="s3://batches/in.jsonl",
+        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+    )
+    worker = start_worker(job)
+    try:
+        _replica_pid_once_results_flow(job, worker)
+        _drop_bucket(s3)
+        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    status = job.read_status()
+    assert status.state == "failed", status
+    assert "cannot read s3://batches/in.jsonl: the bucket 'batches' does not exist" in (
+        status.error or ""
+    )
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
+    with monkeypatch.context() as wrong:  # wrong credentials: refused in words, nothing lost
+        _wrong_credentials(wrong)
+        refused = run_cli("resume", job.job_id, timeout=600)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "cannot read s3://batches/in.jsonl: access denied" in job.read_status().error
+    assert reconcile(job).succeeded == kept.succeeded
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok

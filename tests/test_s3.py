@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,34 +23,8 @@ from core.storage.s3 import S3Location, StorageError, fetch, put
 from tests.browser_support import free_port
 from tests.conftest import run_cli
 from tests.factories import finished_job, request_line
+from tests.s3_support import BUCKET
 from tests.test_pages import shown
-
-BUCKET = "batches"
-
-
-@pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """A local S3 server (moto, in a thread of this process) with the bucket ``batches``;
-    the standard AWS variables point every client, and the processes the test starts, at
-    it. Yields a client for the test's own set-up."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(name, raising=False)
-    client = boto3.client("s3")
-    client.create_bucket(Bucket=BUCKET)
-    try:
-        yield client
-    finally:
-        server.stop()
 
 
 def _object(client: object, key: str) -> bytes:

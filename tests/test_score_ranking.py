@@ -1,7 +1,7 @@
 """A ``/v1/score`` line of one query and a list of documents is a ranking too: Results show
 its documents ranked by score, and with relevance labels in its metadata it gets NDCG@k
-and MRR beside the rerank lines'; Dashboards chart the ranking quality per job. A
-cross-encoder folder is refused by the check, saying why (not served yet)."""
+and MRR beside the rerank lines'; Dashboards chart the ranking quality per job. (Lines on
+a cross-encoder: tests/test_cross_encoder.py.)"""
 
 from __future__ import annotations
 
@@ -73,29 +73,3 @@ def test_results_rank_a_score_lines_documents_and_dashboards_chart_the_quality(
     assert set(bars) == {"NDCG@10", "MRR"}
     assert values(bars["NDCG@10"]["y"]) == pytest.approx([0.75])
     assert values(bars["MRR"]["y"]) == pytest.approx([(1 + 1 / 3) / 2])
-
-
-def test_a_cross_encoder_folder_is_refused_by_the_check_saying_why(
-    embedding_model: Path, tmp_path: Path
-):
-    from core.check import check_file
-    from core.check.requests import RERANK_URL
-    from core.schemas import JobDefaults
-
-    folder = tmp_path / "ms-marco-style-reranker"
-    folder.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        (folder / name).write_bytes((embedding_model / name).read_bytes())
-    config = json.loads((embedding_model / "config.json").read_text())
-    config.update(architectures=["BertForSequenceClassification"], id2label={"0": "LABEL_0"})
-    (folder / "config.json").write_text(json.dumps(config))
-    body = {"model": "reranker", "query": "sky?", "documents": DOCS}
-    line = {"custom_id": "r", "method": "POST", "url": RERANK_URL, "body": body}
-    path = tmp_path / "rerank.jsonl"
-    path.write_text(json.dumps(line) + "\n")
-    report = check_file(
-        path, JobDefaults(), model_folder=embedding_model, model_map={"reranker": str(folder)}
-    )
-    [problem] = report.errors
-    assert (problem.line, problem.param) == (1, "body.model")
-    assert "is a cross-encoder" in problem.message and "not served yet" in problem.message

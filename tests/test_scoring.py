@@ -105,7 +105,7 @@ def test_the_check_refuses_bad_lines_with_line_and_field(
 
 def test_unsupported_cross_encoder_fields_say_why():
     body = {"query": QUERY, "documents": DOCS, "instruction": "Judge relevance."}
-    with pytest.raises(RequestError, match="cosine of two embeddings"):
+    with pytest.raises(RequestError, match="is read whole, as written"):
         parse_request(RERANK_URL, "c", body, JobDefaults())
 
 

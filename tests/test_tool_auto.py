@@ -143,6 +143,44 @@ def test_every_entry_point_refuses_auto_on_the_built_in_model_with_the_reason(
     assert not no_worker
 
 
+def test_the_structure_only_check_judges_auto_by_the_model_or_says_it_was_not_checked(
+    default_model: Path,
+    hermes_model: Path,
+    studio_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from core.check.model_fit import AUTO_UNCHECKED
+
+    path = tmp_path / "auto.jsonl"
+    path.write_text("\n".join([auto_line("a", "none"), auto_line("b"), auto_line("c", None)]))
+    counted = check_file(path, JobDefaults(), model_folder=default_model).errors
+
+    # core check --no-tokens on the built-in model: refused for the counting check's reason.
+    cli = run_cli("check", str(path), "--json", "--no-tokens")
+    assert cli.returncode != 0
+    report = json.loads(cli.stdout)
+    errors = [p for p in report["problems"] if p["severity"] == "error"]
+    assert [(e["line"], e["param"], e["message"]) for e in errors] == [
+        (p.line, p.param, p.message) for p in counted
+    ]
+    assert not report["tokens_counted"]
+    # A name mapped to a model whose template renders tools: the same lines pass.
+    cli = run_cli("check", str(path), "--json", "--no-tokens", "--map", f"m={hermes_model}")
+    assert cli.returncode == 0, cli.stdout[-2000:]
+    # No model at all (the built-in one not prepared): not refused, but said unchecked.
+    monkeypatch.setenv("BATCH_STUDIO_MODELS", str(tmp_path / "no-models"))
+    cli = run_cli("check", str(path), "--no-tokens")
+    assert cli.returncode == 0, cli.stdout[-2000:]
+    assert cli.stdout.count("'auto' was not checked") == 2
+    unchecked_report = check_file(path, JobDefaults(), count_tokens=False)
+    unchecked = [p for p in unchecked_report.problems if p.param == "body.tool_choice"]
+    assert [(p.line, p.param, p.message) for p in unchecked] == [
+        (2, "body.tool_choice", AUTO_UNCHECKED),
+        (3, "body.tool_choice", AUTO_UNCHECKED),
+    ]
+
+
 def test_an_auto_line_on_a_tools_template_passes_and_its_tools_are_counted(
     default_model: Path, hermes_model: Path, tmp_path: Path
 ):

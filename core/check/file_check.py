@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from core.check.model_fit import TokenCheck
+from core.check.model_fit import AutoRule, TokenCheck
 from core.check.report import CheckReport
 from core.check.scanner import Scanner
 from core.check.summary import Part, Summary
@@ -43,14 +43,15 @@ class Options:
     model_folder: str | None
     model_map: dict[str, str]
     embedding_folder: str | None = None
+    count_tokens: bool = True  # False: the model judges only tool_choice "auto" lines
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[Summary, Scanner]:
         report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
-        tokens = None
-        if self.model_folder:
+        tokens, auto = None, AutoRule(self.model_folder, dict(self.model_map))
+        if self.model_folder and self.count_tokens:
             tokens = TokenCheck(self.model_folder, dict(self.model_map), self.embedding_folder)
         summary, scanner = (
-            Summary(report, self.defaults, tokens, valid_out),
+            Summary(report, self.defaults, tokens, valid_out, auto),
             Scanner(self.defaults),
         )
         if tokens is None:  # nothing is counted per line: the scanner folds lines in itself
@@ -222,6 +223,7 @@ def check_file(
     model_folder: str | Path | None = None,
     model_map: dict[str, str] | None = None,
     embedding_folder: str | Path | None = None,
+    count_tokens: bool = True,
     valid_out: str | Path | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
@@ -243,6 +245,10 @@ def check_file(
             ``model_folder`` (``embedding_folder`` for embeddings lines).
         embedding_folder: the embedding model embeddings lines run on (default: the
             built-in one).
+        count_tokens: False for a check of the structure only: no tokenizer is loaded,
+            and the model (``model_folder``, or a mapped one) judges only whether an
+            ``auto`` tool line can run on it (with no model, such a line gets a warning
+            that it was not checked).
         valid_out: when given, the valid lines are written there (same order).
         progress: called as ``progress(bytes_read, total_bytes, lines)`` after each batch.
         cancel: set it to stop early; the report then says ``cancelled``.
@@ -256,6 +262,7 @@ def check_file(
         str(model_folder) if model_folder is not None else None,
         dict(model_map or {}),
         str(embedding_folder) if embedding_folder is not None else None,
+        count_tokens,
     )
     total = options.path.stat().st_size
     points = _split_points(options.path, total, _processes(total, processes))

@@ -17,7 +17,7 @@ from core.check.scoring import input_field
 from core.check.tool_support import auto_support, render_with_tools
 from core.check.tools import AUTO
 from core.config import default_embedding_model_dir
-from core.model_folders import is_cross_encoder, is_embedding_model
+from core.model_folders import is_cross_encoder, is_pooling_model
 
 
 def resolve_model(name: str | None, model_map: dict[str, str], default_folder: str) -> str:
@@ -53,7 +53,7 @@ class TokenCheck:
         if folder in self.counters or folder in self.failed:
             return self.counters.get(folder)
         try:
-            embedding = is_embedding_model(folder)
+            embedding = is_pooling_model(folder)
             counter = (load_input_counter if embedding else load_counter)(folder)
         except TokenizerError as exc:
             self.failed[folder] = str(exc)
@@ -95,14 +95,14 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
                     continue
             by_folder.setdefault((folder, prompt[3]), []).append((index, *prompt[1:3]))
     for (folder, embedding), entries in by_folder.items():
-        if embedding and is_cross_encoder(folder):
-            _cross_encoder(batch, entries, folder, counts)
-            continue
         counter = tokens.counter(folder)
         if counter is None:
             continue
         if counter.embeds != embedding:
             _wrong_kind(batch, entries, folder, embedding, counts)
+            continue
+        if is_cross_encoder(folder):
+            _count_pairs(batch, entries, counter, counts)
             continue
         if embedding:
             _count_inputs(batch, entries, counter, counts)
@@ -157,32 +157,84 @@ def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) 
             return request.model, None, text, False
         except ValueError as exc:  # TokenizerError: the template refused this conversation
             support = type(support)(reason=str(exc))
-    counts[index] = Problem(
-        batch.line_nos[index],
-        "error",
-        f"body.tool_choice: {support.reason}",
-        batch.items[index].custom_id,
-        param="body.tool_choice",
-    )
+    counts[index] = _auto_problem(batch, index, "error", f"body.tool_choice: {support.reason}")
     return None
 
 
-CROSS_ENCODER_REFUSED = (
-    "{name} is a cross-encoder (a sequence classifier of one label); score and rerank on a "
-    "cross-encoder are not served yet, and it makes no vectors: map body.model to an "
-    "embedding model (the built-in one scores as a bi-encoder, the cosine of two vectors)"
+def _auto_problem(batch: Batch, index: int, severity: str, message: str) -> Problem:
+    cid = batch.items[index].custom_id
+    return Problem(batch.line_nos[index], severity, message, cid, param="body.tool_choice")
+
+
+AUTO_UNCHECKED = (
+    "body.tool_choice 'auto' was not checked: whether the model can decide itself to call "
+    "a tool depends on its chat template, and this check had no model; check the file with "
+    "the model it runs on (core check --model DIR) before running it"
 )
 
 
-def _cross_encoder(batch: Batch, entries: list, folder: str, counts: dict[int, Any]) -> None:
-    """Each line whose ``model`` maps to a cross-encoder folder: refused, saying why."""
-    for index, *_ in entries:
+@dataclass
+class AutoRule:
+    """The ``auto`` rule alone, for a check that counts no tokens (``core check
+    --no-tokens``, Upload & check without counting): an ``auto`` line whose model is known
+    and cannot decide a call is refused with the reason the counting check gives; where no
+    model is known, a warning says that ``auto`` was not checked. Only the chat template
+    is read (once per folder), never a tokenizer."""
+
+    default_folder: str | None
+    model_map: dict[str, str]
+
+    def problems(self, batch: Batch) -> dict[int, Problem]:
+        """Each ``auto`` line's problem, by batch position."""
+        found: dict[int, Problem] = {}
+        for index, item in enumerate(batch.items):
+            if type(item) is not CheckedLine or item.request is None:
+                continue
+            if item.request.tool_choice != AUTO:
+                continue
+            folder = self.model_map.get(item.request.model or "") or self.default_folder
+            if folder is None:
+                found[index] = _auto_problem(batch, index, "warning", AUTO_UNCHECKED)
+            elif (reason := auto_support(folder).reason) is not None:
+                found[index] = _auto_problem(batch, index, "error", f"body.tool_choice: {reason}")
+        return found
+
+
+NO_VECTORS = (
+    "body.model runs on {name}, a cross-encoder: it scores pairs of texts and makes no "
+    "vectors; map body.model to an embedding model"
+)
+
+
+def _count_pairs(batch: Batch, entries: list, counter: Any, counts: dict[int, Any]) -> None:
+    """A score or rerank line on a cross-encoder: the tokens of its pairs (each query read
+    with its document, as vLLM tokenizes a pair), or the first pair too long for the model
+    (the engine refuses it rather than cut it). An embeddings line there is refused."""
+    limit, name = counter.context_length, Path(counter.folder).name
+    for index, _, inputs in entries:
+        request = batch.items[index].request
+        line, cid = batch.line_nos[index], batch.items[index].custom_id
+        if not request.texts_from:
+            message = NO_VECTORS.format(name=name)
+            counts[index] = Problem(line, "error", message, cid, param="body.model")
+            continue
+        queries, documents = inputs[: request.queries], inputs[request.queries :]
+        if len(queries) == 1:  # one query with each document
+            queries = queries * len(documents)
+        numbers = counter.count_pairs(list(zip(queries, documents, strict=True)))
+        over = next((i for i, n in enumerate(numbers) if limit and n > limit), None)
+        if over is None:
+            counts[index] = (sum(numbers), None)
+            continue
+        where = input_field(request.texts_from, request.queries, request.queries + over)
         counts[index] = Problem(
-            batch.line_nos[index],
+            line,
             "error",
-            CROSS_ENCODER_REFUSED.format(name=Path(folder).name),
-            batch.items[index].custom_id,
-            param="body.model",
+            f"{where} and its query make a pair of {numbers[over]:,} tokens; {name} reads "
+            f"at most {limit:,} per pair (query and document together): shorten them",
+            cid,
+            CONTEXT_EXCEEDED,
+            where.split("[")[0],
         )
 
 

@@ -3,10 +3,12 @@
 A score body pairs texts: ``queries`` with ``documents`` (or ``items``), or the older
 ``data_1``/``data_2`` and ``text_1``/``text_2``, each a string or a list of strings, one
 to one, one to many or many to many (vLLM's rule). A rerank body is one ``query`` and its
-``documents``, with ``top_n`` (0: all). Both run on an embedding model as a bi-encoder:
-each text is embedded alone and a pair's score is the cosine of its two vectors, so each
-text must fit the model (checked with the model, as embeddings inputs are). Image and
-other multi-modal parts are refused: the built-in models read text only.
+``documents``, with ``top_n`` (0: all). Both run on a cross-encoder where ``model`` maps to
+one (it reads each pair together and scores it; each pair must fit the model), else on an
+embedding model as a bi-encoder: each text is embedded alone and a pair's score is the
+cosine of its two vectors, so each text must fit the model (checked with the model, as
+embeddings inputs are: :mod:`core.check.model_fit`). Image and other multi-modal parts are
+refused: the built-in models read text only.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ SCORE_PAIRS = (
     ("data_1", "data_2"),
     ("text_1", "text_2"),
 )
-# vLLM's fields that change how a cross-encoder reads a pair; a bi-encoder has no such knob.
+# vLLM's fields that change how a pair is read (cut, templated, padded); no such knob is
+# served: each text, or pair, is read whole, and one too long is refused by the check.
 CROSS_ENCODER_FIELDS = (
     "truncate_prompt_tokens",
     "max_tokens_per_query",
@@ -63,8 +66,8 @@ def _refuse_cross_encoder_fields(body: dict[str, Any]) -> list[str]:
     for name in CROSS_ENCODER_FIELDS:
         if body.get(name) not in (None, 0):
             raise RequestError(
-                f"body.{name} is not supported: scores here are the cosine of two "
-                "embeddings, each text embedded whole"
+                f"body.{name} is not supported: each text (each pair, on a cross-encoder) "
+                "is read whole, as written; leave it out"
             )
     known = PASSIVE | set(CROSS_ENCODER_FIELDS) | {n for pair in SCORE_PAIRS for n in pair}
     known |= {"query", "top_n"}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from core.check.fast_path import fast_chat_settings
-from core.check.model_fit import TokenCheck, fit_batch
+from core.check.model_fit import AutoRule, TokenCheck, fit_batch
 from core.check.report import (
     CONTEXT_EXCEEDED,
     DUPLICATE_ID,
@@ -37,10 +37,12 @@ class Summary:
         defaults: JobDefaults,
         tokens: TokenCheck | None,
         valid_out: BinaryIO | None,
+        auto: AutoRule | None = None,
     ) -> None:
         self.report = report
         self.defaults = defaults
         self.tokens = tokens
+        self.auto = auto  # judges "auto" tool lines where no tokens are counted
         self.valid_out = valid_out
         self.default_lines: list[int] = []
         # (valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted) -> lines:
@@ -87,7 +89,10 @@ class Summary:
 
     def add_batch(self, batch: Batch) -> None:
         report = self.report
-        counts = fit_batch(self.tokens, batch) if self.tokens is not None else None
+        if self.tokens is not None:
+            counts = fit_batch(self.tokens, batch)
+        else:
+            counts = self.auto.problems(batch) if self.auto is not None else None
         shapes = self.shapes
         defaults = self.defaults
         for index, item in enumerate(batch.items):

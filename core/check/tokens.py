@@ -432,9 +432,10 @@ def load_counter(folder: str | Path) -> TokenCounter:
 
 
 class InputCounter:
-    """Token counts of an embedding model's inputs: each text with the special tokens the
-    tokenizer adds (``[CLS]`` and ``[SEP]``), as vLLM counts it; a list of token ids is its
-    length. ``context_length`` is the longest input the model takes."""
+    """Token counts of an embedding model's inputs (or a cross-encoder's pairs): each text
+    with the special tokens the tokenizer adds (``[CLS]`` and ``[SEP]``), as vLLM counts
+    it; a list of token ids is its length. ``context_length`` is the longest input the
+    model takes."""
 
     embeds = True
 
@@ -461,6 +462,12 @@ class InputCounter:
         texts = [text for text in inputs if isinstance(text, str)]
         counted = iter(len(e.ids) for e in self.tokenizer.encode_batch(texts)) if texts else None
         return [next(counted) if isinstance(item, str) else len(item) for item in inputs]
+
+    def count_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[int]:
+        """Each (query, document) pair's tokens as a cross-encoder reads it: the two texts
+        encoded together with the tokenizer's pair template (``[CLS] a [SEP] b [SEP]``),
+        as vLLM tokenizes a pair."""
+        return [len(e.ids) for e in self.tokenizer.encode_batch(list(pairs))] if pairs else []
 
 
 @lru_cache(maxsize=4)

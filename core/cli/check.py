@@ -33,16 +33,23 @@ def cmd_check(args: argparse.Namespace) -> int:
     defaults = job_defaults(args)
     if file is None or model_map is None or defaults is None:
         return EXIT_USAGE
-    model = None
-    if not args.no_tokens:
-        model = Path(args.model).expanduser() if args.model else default_model_dir()
-        if not (model / "tokenizer.json").is_file():
-            if args.model:
-                print(f"error: {model} has no tokenizer.json", file=sys.stderr)
-                return EXIT_USAGE
-            model = None  # the built-in model is not prepared: check the structure only
+    model: Path | None = Path(args.model).expanduser() if args.model else default_model_dir()
+    if args.no_tokens:
+        # No tokenizer is loaded; the model still judges tool_choice "auto" lines (its chat
+        # template decides whether it can run them). None: they are flagged unchecked.
+        model = model if model.is_dir() else None
+    elif not (model / "tokenizer.json").is_file():
+        if args.model:
+            print(f"error: {model} has no tokenizer.json", file=sys.stderr)
+            return EXIT_USAGE
+        model = None  # the built-in model is not prepared: check the structure only
     report = check_file(
-        file, defaults, model_folder=model, model_map=model_map, valid_out=args.valid_out
+        file,
+        defaults,
+        model_folder=model,
+        model_map=model_map,
+        count_tokens=not args.no_tokens,
+        valid_out=args.valid_out,
     )
     prices = load_prices()
     if args.budget is not None:
@@ -59,7 +66,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     print("summary:")
     for line in summary_lines(report):
         print(f"  {line}")
-    if model is None:
+    if args.no_tokens:
+        print("  prompt tokens not counted (--no-tokens)")
+    elif model is None:
         print("  prompt tokens not counted (no model folder with a tokenizer; see --model)")
     print("estimate:")
     for line in estimate_lines(result):
@@ -170,7 +179,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--model",
         help=f"model folder whose tokenizer counts tokens (default: {default_model_dir()})",
     )
-    check.add_argument("--no-tokens", action="store_true", help="check the structure only")
+    check.add_argument(
+        "--no-tokens",
+        action="store_true",
+        help="check the structure only: no prompt tokens counted (the model still "
+        "judges tool_choice 'auto' lines by its chat template)",
+    )
     check.add_argument(
         "--map",
         action="append",

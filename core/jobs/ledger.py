@@ -44,7 +44,7 @@ class _Line(msgspec.Struct):
 _decode_line = msgspec.json.Decoder(_Line).decode
 
 
-def _request_id(raw: bytes) -> str | None:
+def request_id(raw: bytes) -> str | None:
     """A request line's ``custom_id`` as the check reads it: a non-blank string, else None
     (the check reports such a line; the ledger counts it as ``line-N``)."""
     try:
@@ -64,7 +64,7 @@ def input_lines(job: JobFolder) -> Iterator[tuple[int, str]]:
             if line_no == 1 and raw.startswith(BOM):
                 raw = raw[len(BOM) :]
             if raw.strip():
-                yield line_no, _request_id(raw) or f"line-{line_no}"
+                yield line_no, request_id(raw) or f"line-{line_no}"
 
 
 def input_ids(job: JobFolder) -> Iterator[tuple[int, str]]:

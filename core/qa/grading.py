@@ -53,7 +53,7 @@ def _python_outcomes(cur: Any, job_ids: list[str], rule: Any, rows: str) -> pa.T
         f"SELECT r.job_id, r.custom_id, r.a, {_ARGUMENTS} FROM {_RESULTS} "
         f"WHERE r.status = 'succeeded' AND {rows}",
         [job_ids],
-    ).fetch_record_batch(PY_BATCH)
+    ).to_arrow_reader(PY_BATCH)
     keys: dict[str, list] = {"job_id": [], "custom_id": [], "passed": []}
     for batch in reader:
         columns = (c.to_pylist() for c in batch.columns)

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from core.check.requests import EngineRequest
 from core.check.sampling import copied_answers
 from core.check.tool_support import auto_support
 from core.check.tools import AUTO
 from core.devices import cpu_has_bf16, gpu_count
-from core.model_folders import is_embedding_model
+from core.model_folders import is_cross_encoder, is_pooling_model
 from core.run.outputs import Choice, Completion, Embeddings
+from core.run.pooling import Gathering, pair_requests
 from core.run.tool_parsing import read_calls
 from core.schemas import EngineConfig
 
@@ -87,7 +86,10 @@ class Engine:
                 "point to a Hugging Face model folder"
             )
         self.on_gpu = gpu_count() > 0
-        self.pooling = is_embedding_model(model_path)  # makes vectors, not text
+        # A cross-encoder scores (query, document) pairs itself; an embedding model makes
+        # vectors, which a score or rerank request compares (a bi-encoder). Neither writes text.
+        self.cross_encoder = is_cross_encoder(model_path)
+        self.pooling = is_pooling_model(model_path)
         if not self.on_gpu:
             configure_cpu_environment(config.cpu_kv_cache_gib)
         started = time.monotonic()
@@ -188,6 +190,9 @@ class Engine:
         """Releases the model's memory (best effort: vLLM keeps some process state)."""
         import gc
 
+        # With the engine core in a child process, end it now rather than when the
+        # collector finds the client: its memory is the model's.
+        self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         gc.collect()
         if self.on_gpu:
@@ -234,7 +239,7 @@ class Engine:
         # one engine request per input, and finishes when the last of them does.
         inside: dict[str, tuple[EngineRequest, str, int]] = {}
         added_at: dict[str, float] = {}  # request key -> monotonic time it entered the engine
-        gathering: dict[str, _Gathering] = {}  # request key -> its vectors so far
+        gathering: dict[str, Gathering] = {}  # request key -> its vectors so far
         finished: list[tuple[EngineRequest, Completion | Embeddings | EngineRequestError]] = []
         # The first finished requests are yielded at once (a warm engine's first result
         # should not wait a flush interval), then about every ``flush_seconds``.
@@ -268,7 +273,9 @@ class Engine:
                         continue
                     added_at[key] = entered
                     if request.is_embedding:
-                        gathering[key] = _Gathering([None] * len(parts), left=len(parts))
+                        gathering[key] = Gathering(
+                            [None] * len(parts), left=len(parts), scores=self.cross_encoder
+                        )
                 if not inside:
                     break
                 running, started = len(inside), time.monotonic()
@@ -313,11 +320,15 @@ class Engine:
             ValueError: the request is of the other kind than the loaded model.
         """
         if request.is_embedding != self.pooling:
-            kind = "an embedding" if self.pooling else "a chat"
+            kind = "a chat"
+            if self.pooling:
+                kind = "a cross-encoder" if self.cross_encoder else "an embedding"
             raise ValueError(
                 f"{Path(self.config.model).name} is {kind} model; this request "
                 f"needs {'an embedding' if request.is_embedding else 'a chat'} model"
             )
+        if self.cross_encoder:
+            return pair_requests(self.llm, request, key, Path(self.config.model).name)
         if request.is_embedding:
             from vllm.pooling_params import PoolingParams
 
@@ -336,22 +347,6 @@ class Engine:
         ``LLM.embed`` does), or the ids the line gave."""
         ids = self.tokenizer.encode(item) if isinstance(item, str) else list(item)
         return {"prompt_token_ids": ids}
-
-
-@dataclass
-class _Gathering:
-    """The vectors of one embeddings request as its inputs finish."""
-
-    vectors: list[Any]
-    left: int  # inputs still in the engine
-    tokens: int = 0
-
-    def add(self, index: int, output: Any) -> Embeddings | None:
-        """Keeps one input's vector; returns the whole result once every input has one."""
-        self.vectors[index] = np.asarray(output.outputs.data.tolist(), dtype=np.float32)
-        self.tokens += len(output.prompt_token_ids or ())
-        self.left -= 1
-        return Embeddings(self.tokens, self.vectors) if self.left == 0 else None
 
 
 STEPS_LOGGED = 4_096

@@ -56,6 +56,7 @@ class Embeddings:
     vectors: list[Any]  # float32 arrays (numpy, or anything with ``tolist``)
     encoding_format: str = "float"  # how the body writes them: float lists or base64
     latency_ms: int | None = None
+    scores: list[float] | None = None  # a cross-encoder's score of each pair (no vectors)
 
 
 def _ids() -> tuple[str, str]:
@@ -281,7 +282,9 @@ def cosine(a: Any, b: Any) -> float:
 
 def pair_scores(result: Embeddings, layout: ScoreLayout) -> list[float]:
     """Each pair's score, in vLLM's pairing: one query against every document, or the
-    i-th query against the i-th document."""
+    i-th query against the i-th document. A cross-encoder scored each pair itself."""
+    if result.scores is not None:
+        return list(result.scores)
     queries, documents = result.vectors[: layout.queries], result.vectors[layout.queries :]
     if len(queries) == 1:
         return [cosine(queries[0], d) for d in documents]

@@ -24,6 +24,10 @@ retryable ``engine_error``. A line for a request that already has one is dropped
 runs vLLM in-process and eager (the settings of ``core.run.engine``) with as many OpenMP
 threads as it has CPUs. Progress per node and replica, the cluster's resources and the
 dashboard link go to ``ray.json`` in the job folder, which Monitor shows.
+
+A job whose input is an object (``s3://...``) sends the replicas where their lines are,
+not the requests: they read them from the store themselves (:mod:`core.run.ray_input`),
+with the ``AWS_*`` variables of the driver in their runtime env.
 """
 
 from __future__ import annotations
@@ -40,10 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from core.check.requests import EngineRequest
+from core.jobs.folder import JobFolder
 from core.run.engine import EngineLoadError
 from core.run.outputs import error_line
+from core.run.ray_input import ObjectShard, input_spans, read_requests, replicas_read_input
 from core.run.ray_stats import RayStats
-from core.schemas import EngineConfig, JobSpec, RaySettings
+from core.schemas import EngineConfig, JobDefaults, JobSpec, RaySettings
+from core.storage.s3 import StorageError, stat
 
 log = logging.getLogger(__name__)
 MAX_PASSES = 3  # datasets run for one job before requests still without a line fail
@@ -72,13 +79,17 @@ def replica_engine_config(config: EngineConfig, settings: RaySettings) -> Engine
     return config.model_copy(update={"tensor_parallel_size": tp})
 
 
-def replica_env(config: EngineConfig, settings: RaySettings) -> dict[str, str]:
+def replica_env(
+    config: EngineConfig, settings: RaySettings, storage: bool = False
+) -> dict[str, str]:
     """Environment of the replicas (Ray's runtime_env).
 
     On CPU nodes vLLM runs in-process and eager with a fixed KV cache (as in
     ``core.run.engine``); it binds no threads in-process, so each replica gets as many OpenMP
     threads as it has CPUs (``nobind``: replicas that share a machine do not pin the same
-    cores). ``VLLM_*`` variables set by the user here win.
+    cores). ``VLLM_*`` variables set by the user here win. With ``storage`` (the replicas
+    read or write objects) the ``AWS_*`` variables go too: the store's endpoint, region
+    and credentials, as boto3 reads them here.
     """
     env: dict[str, str] = {}
     if not settings.gpus_per_replica:
@@ -88,14 +99,17 @@ def replica_env(config: EngineConfig, settings: RaySettings) -> dict[str, str]:
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "OMP_NUM_THREADS": str(max(1, math.floor(settings.cpus_per_replica))),
         }
-    env.update({k: v for k, v in os.environ.items() if k.startswith("VLLM_")})
+    prefixes = ("VLLM_", "AWS_") if storage else ("VLLM_",)
+    env.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})
     return env
 
 
 class Replica:
     """One engine replica: an actor of the Ray Data actor pool; loads the model once."""
 
-    def __init__(self, engine: dict[str, Any], model: str) -> None:
+    def __init__(
+        self, engine: dict[str, Any], model: str, defaults: dict[str, Any] | None = None
+    ) -> None:
         import ray
 
         from core.run.engine import Engine
@@ -104,19 +118,23 @@ class Replica:
         self.node_id = context.get_node_id()
         self.replica_id = context.get_actor_id() or f"pid-{os.getpid()}"
         self.model = model
+        self.defaults = JobDefaults.model_validate(defaults or {})
         self.engine = Engine(EngineConfig.model_validate(engine))
         self.load_seconds = self.engine.load_seconds
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         from core.run.retry import run_chunk
 
-        out: dict[str, list[Any]] = {
-            k: [] for k in ("lines", "node_id", "replica_id", "pid", "seconds", "resources")
-        }
-        for raw in batch["requests"]:
-            requests = [request_from_dict(d) for d in json.loads(raw)]
+        keys = ("lines", "node_id", "replica_id", "pid", "seconds", "resources", "problem")
+        out: dict[str, list[Any]] = {k: [] for k in keys}
+        for raw in batch["requests"] if "requests" in batch else batch["object"]:
             started = time.monotonic()
-            lines = run_chunk(self.engine, requests, self.model)
+            try:
+                requests = self._requests(raw, "object" in batch)
+            except StorageError as exc:  # said to the driver, which stops the job with it
+                lines, problem = [], str(exc)
+            else:
+                lines, problem = run_chunk(self.engine, requests, self.model), ""
             for line in lines:
                 line["node_id"] = self.node_id
             out["lines"].append(json.dumps(lines, ensure_ascii=False))
@@ -125,7 +143,13 @@ class Replica:
             out["pid"].append(os.getpid())
             out["seconds"].append(round(time.monotonic() - started, 3))
             out["resources"].append(json.dumps(_own_resources(self.load_seconds)))
+            out["problem"].append(problem)
         return out
+
+    def _requests(self, raw: str, in_object: bool) -> list[EngineRequest]:
+        if in_object:
+            return read_requests(ObjectShard.model_validate_json(raw), self.defaults)
+        return [request_from_dict(d) for d in json.loads(raw)]
 
 
 def _own_resources(load_seconds: float) -> dict[str, Any]:
@@ -174,6 +198,11 @@ class RayExecutor:
         self.config = replica_engine_config(spec.engine, self.settings)
         self.model = self.config.model_name
         self.chunk_size = spec.chunk_size
+        self.spec = spec
+        self.job_dir = Path(job_dir) if job_dir is not None else None
+        self.object_input = replicas_read_input(spec)  # the worker then kept no prompts
+        self.etag: str | None = None  # the input object's, when the replicas read it
+        self.spans: dict[str, tuple[int, int]] = {}  # custom_id -> its line in the object
         self.stats = RayStats(Path(job_dir) if job_dir is not None else None, self.settings)
         started = time.monotonic()
         self._started_ray = False
@@ -203,7 +232,7 @@ class RayExecutor:
         if ray.is_initialized():
             return
         runtime_env = {
-            "env_vars": replica_env(self.config, self.settings),
+            "env_vars": replica_env(self.config, self.settings, self.object_input),
             # The nodes import Batch Studio's engine code from here, not from their disks.
             "py_modules": [str(Path(core.__file__).parent)],
         }
@@ -264,6 +293,8 @@ class RayExecutor:
         self.stats.notify = self.notify
         self.stats.start(len(left))
         try:
+            if self.object_input:
+                self._find_lines(set(left))
             for attempt in range(1, MAX_PASSES + 1):
                 if not left or self._draining:
                     break
@@ -278,6 +309,8 @@ class RayExecutor:
                             yield fresh
                         if self._draining:
                             break
+                except StorageError:  # the store refused: the job stops, saying why
+                    raise
                 except Exception as exc:  # a replica or the dataset failed: run the rest again
                     log.warning("Ray pass %d ended with %r", attempt, exc)
                     self.stats.error = repr(exc)[:500]
@@ -303,15 +336,16 @@ class RayExecutor:
         context.wait_for_min_actors_s = REPLICA_START_SECONDS
         s = self.settings
         size = shard_size(len(requests), s.replicas, self.chunk_size)
-        shards = [
-            {"requests": json.dumps([request_to_dict(r) for r in requests[i : i + size]])}
-            for i in range(0, len(requests), size)
-        ]
+        shards = [self._shard(requests[i : i + size]) for i in range(0, len(requests), size)]
         with warnings.catch_warnings():  # max_restarts has no named parameter in 2.60
             warnings.filterwarnings("ignore", message=".*ray_remote_args")
             dataset = ray.data.from_items(shards, override_num_blocks=len(shards)).map_batches(
                 Replica,
-                fn_constructor_kwargs={"engine": self.config.model_dump(), "model": self.model},
+                fn_constructor_kwargs={
+                    "engine": self.config.model_dump(),
+                    "model": self.model,
+                    "defaults": self.spec.defaults.model_dump(),
+                },
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(
                     min_size=s.replicas if first else 1,
@@ -325,9 +359,33 @@ class RayExecutor:
                 max_task_retries=REPLICA_RESTARTS,
             )
         for row in dataset.iter_rows():
+            if row["problem"]:
+                raise StorageError(row["problem"])
             lines = json.loads(row["lines"])
             self.stats.record(row, lines)
             yield lines
+
+    def _find_lines(self, ids: set[str]) -> None:
+        """Where each request's line is in the input object (from the job folder's copy,
+        streamed), and the object's version; an object that is not the job's is refused."""
+        assert self.job_dir is not None
+        local = JobFolder(self.job_dir).input
+        found = stat(self.spec.source)
+        if found.size != local.stat().st_size:
+            raise StorageError(
+                f"cannot read {self.spec.source}: it is {found.size:,} bytes, the job's input "
+                f"{local.stat().st_size:,}; the object changed since the job was made"
+            )
+        self.etag = found.etag
+        self.spans = input_spans(local, ids)
+
+    def _shard(self, requests: list[EngineRequest]) -> dict[str, str]:
+        """One row of the dataset: the requests, or where their lines are in the object."""
+        if not self.object_input:
+            return {"requests": json.dumps([request_to_dict(r) for r in requests])}
+        lines = sorted(((r.custom_id, *self.spans[r.custom_id]) for r in requests), key=_offset)
+        shard = ObjectShard(source=self.spec.source, etag=self.etag, lines=lines)
+        return {"object": shard.model_dump_json()}
 
     def close(self) -> None:
         if self._started_ray:
@@ -335,6 +393,10 @@ class RayExecutor:
 
             ray.shutdown()
             self._started_ray = False
+
+
+def _offset(line: tuple[str, int, int]) -> int:
+    return line[1]
 
 
 def shard_size(requests: int, replicas: int, chunk_size: int | None) -> int:

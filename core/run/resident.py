@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
-
 from core.check.requests import parse_embeddings_body
 from core.check.sampling import RequestError
 from core.jobs.engine_files import (
@@ -37,7 +35,8 @@ from core.jobs.engine_files import (
     write_state,
 )
 from core.jobs.folder import queue_changed_at
-from core.run.pool import POOL
+from core.model_folders import model_kind
+from core.run.pool import POOL, tree_rss
 from core.schemas import EngineConfig, JobDefaults
 
 log = logging.getLogger("core.run.worker")
@@ -67,7 +66,7 @@ class Resident:
             LoadedModel(
                 model=config.model,
                 name=config.model_name,
-                kind="embedding" if getattr(held.engine, "pooling", False) else "chat",
+                kind=model_kind(config.model),
                 memory_mib=round(held.memory_bytes / 2**20, 1),
                 load_seconds=round(held.engine.load_seconds, 2),
                 loaded_at=held.loaded_at,
@@ -84,7 +83,7 @@ class Resident:
                 models=models,
                 idle_seconds=idle_seconds(self.home),
                 idle_since=self.idle_since,
-                rss_mib=round(psutil.Process().memory_info().rss / 2**20, 1),
+                rss_mib=round(tree_rss() / 2**20, 1),
                 updated_at=time.time(),
             ),
         )

@@ -25,6 +25,7 @@ once (core/run/stopping.py). Results written always stay.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import time
@@ -43,13 +44,19 @@ from core.run.engine import EngineLoadError, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
+from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, die_with_parent
+from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
 from core.run.status_keeper import ResultWriters, StatusKeeper
 from core.run.stopping import STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
+from core.storage.s3 import StorageError
 
 log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
+
+if __name__ == "__mp_main__":  # a process vLLM spawned from this worker: an engine's core or
+    die_with_parent()  # its model runner, which must not outlive a worker killed with -9
 
 
 def _expired(spec: JobSpec) -> bool:
@@ -76,6 +83,7 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     invalid: list[dict] = []
     seen: set[str] = set()
     refused = job.read_refusals()  # what the submission's check found against the models
+    keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
     for checked in scan(job.input, spec.defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
         if custom_id in seen or custom_id not in rerun:
@@ -83,7 +91,7 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         seen.add(custom_id)
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
-            pending.append(checked.request)
+            pending.append(keep(checked.request) if keep else checked.request)
         elif problem is not None and custom_id not in ledger.failed:
             message = f"line {checked.line_no}: {problem['message']}"
             invalid.append(
@@ -123,6 +131,9 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
     except EngineLoadError as exc:
         keeper.finish("failed", "the model could not be loaded", error=str(exc))
+    except StorageError as exc:  # the replicas could not read the input object
+        message = "the input object could not be read; Resume runs the requests left"
+        keeper.finish("failed", message, error=str(exc))
     except Exception as exc:  # the job fails with the reason; results written stay
         log.exception("job %s failed", job.job_id)
         keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
@@ -374,6 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     signal.signal(signal.SIGTERM, STOP.on_signal)
     signal.signal(signal.SIGINT, STOP.on_signal)
+    # Each engine's core in a child process, so several engines live beside each other
+    # (core.run.pool); spawned children run die_with_parent above, forked ones here.
+    os.environ.setdefault(MULTIPROCESSING_ENV, "1")
+    os.environ[PARENT_ENV] = str(os.getpid())
+    os.register_at_fork(after_in_child=die_with_parent)
     if resident:
         serve(None, Path(argv[1]))
         return 0

@@ -7,13 +7,15 @@ names them: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_T
 ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for a store that is not AWS.
 
 Objects are streamed between the store and a file on disk (one GET read in blocks; a
-multipart upload from the file), never held whole in memory. Every failure is a
+multipart upload from the file), never held whole in memory; the replicas of a Ray job read
+the lines of their shards with ranged GETs (:func:`read_spans`). Every failure is a
 :class:`StorageError` whose message names the object and says what to check.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +69,18 @@ class S3Location(BaseModel):
         return S3Location(bucket=self.bucket, key=base + suffix)
 
 
-def _client() -> Any:
+def _client(agent: str = "batch-studio") -> Any:
     """An S3 client from the standard chain; a session of its own, as boto3's default
-    session is not safe to share between threads."""
+    session is not safe to share between threads. ``agent`` ends its User-Agent, so a
+    store's access log tells the studio's requests from its replicas'."""
     import boto3
     from botocore.config import Config
 
-    config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10)
+    config = Config(
+        retries={"max_attempts": 3, "mode": "standard"},
+        connect_timeout=10,
+        user_agent_extra=agent,
+    )
     return boto3.session.Session().client("s3", config=config)
 
 
@@ -124,6 +131,11 @@ def _explain(exc: BaseException, location: S3Location, doing: str, client: Any) 
             if code == "NoSuchBucket" or _bucket_exists(client, location.bucket) is False:
                 return StorageError(f"{where}: the bucket {location.bucket!r} does not exist")
             return StorageError(f"{where}: there is no object {location.key!r} in that bucket")
+        if code in ("PreconditionFailed", "412"):
+            return StorageError(
+                f"{where}: the object changed since the job was made; "
+                "make a new job for the new object"
+            )
         return StorageError(f"{where}: {code or 'error'}: {error.get('Message', cause)}")
     return StorageError(f"{where}: {cause or exc}")
 
@@ -166,6 +178,95 @@ def put(path: Path, uri: str) -> None:
         client.upload_file(os.fspath(path), location.bucket, location.key)
     except (Boto3Error, BotoCoreError, ClientError) as exc:
         raise _explain(exc, location, "write", client) from None
+
+
+class ObjectInfo(BaseModel):
+    """What a HEAD tells of an object: its size and its version tag."""
+
+    size: int
+    etag: str
+
+
+def stat(uri: str) -> ObjectInfo:
+    """The object's size and ETag, without reading it.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be read (named, with why).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client()
+    try:
+        head = client.head_object(Bucket=location.bucket, Key=location.key)
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "read", client) from None
+    return ObjectInfo(size=head["ContentLength"], etag=head["ETag"])
+
+
+RUN_GAP = 1 << 16  # spans this close are read by one GET (the bytes between are skipped)
+
+
+def read_spans(
+    uri: str, spans: list[tuple[int, int]], etag: str | None = None, agent: str = "batch-studio"
+) -> Iterator[bytes]:
+    """Yields the bytes of each ``(offset, length)`` span of the object, in order.
+
+    Spans must ascend without overlapping; each run of nearby spans is one ranged GET, read
+    as a stream, so what is held is one span at a time. With ``etag`` every GET asks for
+    that version of the object, and a replaced object is refused in words.
+
+    Raises:
+        StorageError: the object cannot be read, changed, or is shorter than a span.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client(agent)
+    try:
+        for run in _runs(spans):
+            start, end = run[0][0], run[-1][0] + run[-1][1]
+            extra = {"IfMatch": etag} if etag else {}
+            got = client.get_object(
+                Bucket=location.bucket, Key=location.key, Range=f"bytes={start}-{end - 1}", **extra
+            )
+            with got["Body"] as body:
+                position = start
+                for offset, length in run:
+                    _read_exactly(body, offset - position)  # the bytes between two spans
+                    data = _read_exactly(body, length)
+                    if len(data) < length:
+                        raise StorageError(
+                            f"cannot read {location.uri}: it ends before byte {offset + length}"
+                            "; the object changed since the job was made"
+                        )
+                    position = offset + length
+                    yield data
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "read", client) from None
+
+
+def _runs(spans: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    run: list[tuple[int, int]] = []
+    for offset, length in spans:
+        if run and offset - (run[-1][0] + run[-1][1]) > RUN_GAP:
+            yield run
+            run = []
+        run.append((offset, length))
+    if run:
+        yield run
+
+
+def _read_exactly(body: Any, size: int) -> bytes:
+    """``size`` bytes of a stream (fewer only at its end)."""
+    parts, left = [], size
+    while left > 0:
+        data = body.read(min(left, 1 << 20))
+        if not data:
+            break
+        parts.append(data)
+        left -= len(data)
+    return b"".join(parts)
 
 
 def _location(uri: str) -> S3Location:

@@ -112,6 +112,7 @@ class Store:
         self.set_aside: Path | None = None  # where an unreadable database file was moved
         self.set_aside_reason = ""
         self.temporary: Path | None = None  # a private copy's folder, removed on close
+        self.closed = False  # background work (a watcher's due ingest) checks before it runs
         self._writes = {scope: threading.RLock() for scope in WRITE_SCOPES}
         # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
         # page calls on each rerun, reads only the jobs whose files changed since.
@@ -212,6 +213,7 @@ class Store:
             return cur.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
 
     def close(self) -> None:
+        self.closed = True
         self._con.close()
         if self.temporary is not None:
             shutil.rmtree(self.temporary, ignore_errors=True)
@@ -260,7 +262,7 @@ class Store:
         if not gone:
             return
         with self.writing("index", "checks") as cur:
-            tables = ("results", "requests", "ingest_state", "job_events", "jobs")
+            tables = ("results", "requests", "ingest_state", "job_events", "jobs", "job_facets")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
             # a judge's verdicts go with its folder
@@ -451,26 +453,20 @@ class Store:
         if job_ids:
             scope = f"WHERE job_id IN ({', '.join('?' * len(job_ids))})"
             params = list(job_ids)
-        with self.cursor() as cur:
-            jobs = cur.execute(
-                f"SELECT count(*), max(name), string_agg(state, ',' ORDER BY job_id), "
-                f"bool_or(state NOT IN ('completed', 'failed', 'cancelled', 'expired')) "
-                f"FROM jobs {scope}",
-                params,
+        with self.cursor() as cur:  # one statement: a page asks on every rerun
+            row = cur.execute(
+                f"SELECT * FROM (SELECT count(*), max(name), string_agg(state, ',' ORDER BY "
+                f"job_id), bool_or(state NOT IN ('completed', 'failed', 'cancelled', "
+                f"'expired')) FROM jobs {scope}), "
+                f"(SELECT count(*), max(updated_at) FROM reviews {scope}), "
+                f"(SELECT count(*), max(graded_at) FROM rule_runs {scope}), "  # regraded
+                f"(SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
+                f"FROM ingest_state {scope})",
+                params * 4,
             ).fetchone()
-            labels = cur.execute(
-                f"SELECT count(*), max(updated_at) FROM reviews {scope}", params
-            ).fetchone()
-            labels += cur.execute(  # checks graded again
-                f"SELECT count(*), max(graded_at) FROM rule_runs {scope}", params
-            ).fetchone()
-            if jobs[3]:  # running: a time bucket instead of the offsets
-                return (*jobs[:3], *labels, int(time.time() // live_seconds))
-            lines = cur.execute(
-                f"SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
-                f"FROM ingest_state {scope}",
-                params,
-            ).fetchone()
+        jobs, labels, lines = row[:4], row[4:8], row[8:]
+        if jobs[3]:  # running: a time bucket instead of the offsets
+            return (*jobs[:3], *labels, int(time.time() // live_seconds))
         return (*jobs[:3], *labels, *lines)
 
     def job_names(self) -> dict[str, str]:

@@ -68,6 +68,8 @@ class _JobsHandler(FileSystemEventHandler):
         if not job.spec_file.exists():
             return
         with self._ingesting:
+            if self.store.closed:  # a change due after the app closed its store
+                return
             try:
                 self.store.ingest(job)
                 warm_ledger(job)

@@ -1,0 +1,63 @@
+"""A local S3 server (moto) for the tests, and a log of the requests it answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser_support import free_port
+
+BUCKET = "batches"
+
+
+@pytest.fixture
+def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A local S3 server (moto, in a thread of this process) with the bucket ``batches``;
+    the standard AWS variables point every client, and the processes the test starts, at
+    it. Yields a client for the test's own set-up."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    try:
+        yield client
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Every request the local S3 server answers, as the store's access log has it: when,
+    the method, the key's path, its Range header and who sent it (User-Agent)."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    seen: list[dict[str, Any]] = []
+    serve = DomainDispatcherApplication.__call__
+
+    def logged(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        seen.append(
+            {
+                "at": time.time(),
+                "method": environ.get("REQUEST_METHOD"),
+                "path": environ.get("PATH_INFO"),
+                "range": environ.get("HTTP_RANGE"),
+                "agent": environ.get("HTTP_USER_AGENT", ""),
+            }
+        )
+        return serve(self, environ, start_response)
+
+    monkeypatch.setattr(DomainDispatcherApplication, "__call__", logged)
+    return seen
