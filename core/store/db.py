@@ -117,6 +117,10 @@ class Store:
         # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
         # page calls on each rerun, reads only the jobs whose files changed since.
         self._ingested: dict[str, tuple] = {}
+        # How far the last sync read each human-work file (human_files, kept here too): a
+        # save whose line another session's sync already indexed runs no query (None: read
+        # it from the index, after a failed sync or a hand-made write).
+        self._human_read: human_index.Offsets | None = None
         try:
             self._open()
         except duckdb.Error as exc:
@@ -154,7 +158,8 @@ class Store:
         """Indexes what was appended to the human-work files since the last sync (by this
         process or another); the whole files when the index is new."""
         with self.writing("edits") as cur:  # one sync at a time: each reads on from the last
-            human_index.sync(cur, self.human_dir)
+            read, self._human_read = self._human_read, None  # kept only if the sync ends well
+            self._human_read = human_index.sync(cur, self.human_dir, read)
 
     def human_problems(self) -> list[str]:
         """The lines of the human-work files that were skipped, named by file and line."""
@@ -222,6 +227,7 @@ class Store:
         """Runs one write of what people make (labels, preferences, samples); see
         :meth:`writing`. A ``COPY ... TO`` file is a read: run it on a :meth:`cursor`."""
         with self.writing("edits") as cur:
+            self._human_read = None  # it may change human_files: read it again next sync
             cur.execute(sql, params or [])
 
     # -- ingest ---------------------------------------------------------------------------

@@ -78,9 +78,10 @@ def record_label(
     reviewer = reviewer.strip()
     if not reviewer:
         raise ReviewError("enter your reviewer name first")
-    allowed = (*VERDICTS, *own_labels(store.human_dir, reviewer))
-    if label.verdict not in allowed:
-        raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
+    if label.verdict not in VERDICTS:  # the reviewer's own labels are read only then
+        allowed = (*VERDICTS, *own_labels(store.human_dir, reviewer))
+        if label.verdict not in allowed:
+            raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
     record = LabelRecord(
