@@ -68,8 +68,11 @@ def warm(text: str) -> tuple[str, Bars, list[str], str]:
 
 
 def pages(text: str) -> tuple[str, Bars, list[str], str]:
-    """bench/pages.py's Markdown table: page, job, cold, first render, rerun (ms)."""
-    rows = re.findall(r"^\| (\w+)\.py \| (\w+) \| [\d,]+ \| ([\d,]+) \| ([\d,]+) \|$", text, re.M)
+    """bench/pages.py's Markdown table: page, job, cold, (figures drawn,) first render,
+    rerun (ms)."""
+    rows = re.findall(
+        r"^\| (\w+)\.py \| (\w+) \| [\d,]+ (?:\| [\d,]+ )?\| ([\d,]+) \| ([\d,]+) \|$", text, re.M
+    )
     bars = [
         (f"{page} ({job})", [float(first.replace(",", "")), float(rerun.replace(",", ""))])
         for page, job, first, rerun in rows

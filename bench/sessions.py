@@ -1,6 +1,6 @@
 """Sessions side by side: reviewers saving labels while another session exports everything.
 
-    .venv/bin/python bench/sessions.py [--rows 1000000] [--reviewers 8] [--every 0.5]
+    .venv/bin/python bench/sessions.py [--rows 1000000] [--reviewers 8] [--every 1.0]
 
 One store (the UI process's, as every Streamlit session shares it) is filled with synthetic
 results (``bench/results_store.py``'s ``fill``). The export of every result (``core``'s

@@ -86,3 +86,19 @@ def default_model_dir() -> Path:
 def default_embedding_model_dir() -> Path:
     """The Hugging Face folder of the built-in embedding model (``core.model_folders``)."""
     return models_dir() / DEFAULT_EMBEDDING_MODEL_NAME
+
+
+PAGE_WAIT_ENV = "BATCH_STUDIO_PAGE_WAIT"
+
+
+def page_wait_seconds() -> float | None:
+    """How long a page waits for figures it computes for the first time (over a million
+    results, seconds) before it shows "Computing…" and draws them when they are done:
+    ``BATCH_STUDIO_PAGE_WAIT`` seconds, default 0.3; "none" waits as long as it takes."""
+    value = os.environ.get(PAGE_WAIT_ENV, "0.3").strip().lower()
+    if value == "none":
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return 0.3

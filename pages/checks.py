@@ -13,6 +13,7 @@ from core.store import judged as jd
 from core.store import results as res
 from core.store import samples as sm
 from pages.judging import agreement_section, judge_section
+from pages.links import One, fill_from_link, write_link
 from pages.shared import (
     escape,
     fresh_checks,
@@ -22,6 +23,8 @@ from pages.shared import (
     store,
     through_app,
 )
+
+PER = ["job", "model", "prompt_version", "all"]  # what a pass rate is given per
 
 through_app()
 st.title("Checks")
@@ -33,14 +36,14 @@ ids = list(jobs["job_id"])
 current = st.session_state.get("job_id")
 judges = jd.judge_jobs(db)
 graded = [j for j in ids if j not in judges] or ids  # a judge is rarely graded
-job_ids = st.multiselect(
-    "Jobs",
-    ids,
-    default=[current if current in graded else graded[0]],  # a judge is rarely checked
-    format_func=label,
-    key="checks_jobs",
-)
+given = fill_from_link({"jobs": ("checks_jobs", ids)})  # a shared link or a bookmark
+chosen = st.session_state.get("checks_jobs")
+if chosen is None or ("jobs" in given and not chosen):  # none yet, or none linked is here
+    st.session_state["checks_jobs"] = [current if current in graded else graded[0]]
+job_ids = st.multiselect("Jobs", ids, format_func=label, key="checks_jobs")
+link = {"jobs": job_ids}  # the address opens this view again (written as it grows)
 if not job_ids:
+    write_link(link)
     st.info("Choose at least one job.")
     st.stop()
 st.session_state["job_id"] = job_ids[0]  # the other pages follow the job chosen here
@@ -95,13 +98,21 @@ judge_section(db, job_ids, label)
 # -- pass rates -----------------------------------------------------------------------------
 names = ck.rule_names(db, job_ids)
 if not names:
+    write_link(link)
     st.info(
         "No checks have run on these jobs yet: write rules above and run them, or start a "
         "judge job."
     )
     st.stop()
 st.subheader("Pass rates")
-by = st.radio("Per", ["job", "model", "prompt_version", "all"], horizontal=True, key="checks_by")
+fill_from_link(
+    {
+        "per": ("checks_by", One(PER)),
+        "check": ("checks_rule", One(names)),
+        "outcome": ("checks_outcome", One(ck.FAILED_FIRST)),
+    }
+)
+by = st.radio("Per", PER, horizontal=True, key="checks_by")
 table = ck.pass_rates(db, job_ids, by)
 if by == "job":
     table["job"] = table["job"].map(label)
@@ -131,6 +142,7 @@ st.subheader("Failures")
 c = st.columns([2, 1, 1])
 rule = c[0].selectbox("Rule", names, key="checks_rule")
 outcome = c[1].selectbox("Outcome", ck.FAILED_FIRST, key="checks_outcome")
+write_link({**link, "per": by if by != PER[0] else None, "check": rule, "outcome": outcome})
 flt = res.ResultFilter(job_ids=job_ids, checks={rule: outcome})
 found = res.count(db, flt)
 c[2].metric("Results", f"{found:,}")

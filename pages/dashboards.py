@@ -3,6 +3,8 @@ rates and the checks' pass rates."""
 
 from __future__ import annotations
 
+from datetime import date
+
 import pandas as pd
 import streamlit as st
 
@@ -17,6 +19,7 @@ from core.plan.pricing import (
 )
 from core.store import dashboards as dash
 from core.store.db import Store
+from pages.links import One, fill_from_link, write_link
 from pages.ranking_views import show_ranking_quality
 from pages.shared import (
     escape,
@@ -34,6 +37,14 @@ st.title("Dashboards")
 jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
 db = store()
 
+fill_from_link(  # a shared link or a bookmark
+    {
+        "jobs": ("dash_jobs", list(jobs["job_id"])),
+        "from": ("dash_from", date),
+        "to": ("dash_to", date),
+        "by": ("dash_by", One(dash.GROUPS)),
+    }
+)
 c = st.columns([3, 1, 1, 1])
 job_ids = c[0].multiselect(
     "Jobs (all when empty)", list(jobs["job_id"]), format_func=job_labels(), key="dash_jobs"
@@ -70,7 +81,17 @@ def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[p
     frame = dash.with_cost(dash.summary(index, scope, by), priced)
     if frame.empty:
         return frame, {}
-    return frame, {
+    return frame, {  # each drawn on every rerun until the index changes: kept made
+        name: dash.KeptFigure(fig)
+        for name, fig in every_figure(index, frame, scope, by, priced).items()
+    }
+
+
+def every_figure(
+    index: Store, frame: pd.DataFrame, scope: dash.Scope, by: str, priced: PriceTable
+) -> dict:
+    """Every figure of a summary, by name."""
+    return {
         "requests": dash.requests_figure(frame, by),
         "rates": dash.rates_figure(frame, by),
         "finish_reasons": dash.finish_reasons_figure(index, scope, by),
@@ -88,14 +109,25 @@ fresh_checks(job_ids or list(jobs["job_id"]), job_labels())  # in the background
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
 priced = prices.model_dump_json()
-with st.spinner("Computing the charts…"):  # once per scope, grouping, prices and index state
-    summary, figures = following(
-        "dashboards",
-        (scope_key, by, priced),
-        version,
-        lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
-    )
+made = following(  # once per scope, grouping, prices and index state, for every session
+    "dashboards",
+    (scope_key, by, priced),
+    version,
+    lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
+    what="the summary and the charts",
+)
+link = {
+    "jobs": job_ids,
+    "from": start,
+    "to": end,
+    "by": by if by != next(iter(dash.GROUPS)) else None,
+}
+if made is None:  # being computed: the page redraws itself when they are done
+    write_link(link)
+    st.stop()
+summary, figures = made
 if summary.empty:
+    write_link(link)
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()
 # Cost as money reads (core.plan.pricing.format_money), beside the group, where a wide
@@ -112,14 +144,23 @@ for i, (name, fig) in enumerate(figures.items()):
 
 show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=True)  # labelled
 
-# One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
-c = st.columns([2, 1])
-chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
-c[1].download_button(
-    "Download HTML",
-    lambda: dash.figure_html(figures[chosen]),  # made when clicked: ~4 MB of HTML
-    on_click="ignore",
-    file_name=f"{chosen}.html",
-    mime="text/html",
-    key="html_download",
-)
+
+@st.fragment
+def html_download(figures: dict, link: dict) -> None:
+    """One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
+    Choosing another chart reruns only this part, not the page's ten charts."""
+    c = st.columns([2, 1])
+    fill_from_link({"chart": ("dash_html", One(figures))})
+    chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
+    c[1].download_button(
+        "Download HTML",
+        lambda: dash.figure_html(figures[chosen]),  # made when clicked: ~4 MB of HTML
+        on_click="ignore",
+        file_name=f"{chosen}.html",
+        mime="text/html",
+        key="html_download",
+    )
+    write_link({**link, "chart": chosen if chosen != next(iter(figures)) else None})
+
+
+html_download(figures, link)

@@ -33,6 +33,7 @@ def show_ranking_quality(db: Store, job_ids: list[str], key: str, chart: bool = 
         (tuple(job_ids), k),
         db.data_version(job_ids),
         lambda ids=tuple(job_ids), k=k: ranking_quality(db, list(ids), k),
+        what="the ranking quality",
     )
     if quality is None:
         return

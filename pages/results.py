@@ -13,10 +13,12 @@ from core.store import export as ex
 from core.store import results as res
 from core.store import vectors as vec
 from pages.links import (
+    One,
     fill_from_link,
     linked,
     linked_job_notice,
     not_here,
+    not_valid,
     open_linked_job,
     write_link,
 )
@@ -152,6 +154,15 @@ flt = res.ResultFilter(
 # -- the table ----------------------------------------------------------------------------------
 c = st.columns([2, 1, 1, 1])
 sort_names = res.sort_options(facets["metadata_keys"])
+sizes = [25, 50, 100, 500]
+from_link = fill_from_link(
+    {
+        "sort": ("sort", One(sort_names)),
+        "desc": ("descending", bool),
+        "rows": ("page_size", One(sizes)),
+        "page": ("page_no", int),
+    }
+)
 sort = c[0].selectbox(
     "Sort by",
     sort_names,
@@ -161,7 +172,7 @@ sort = c[0].selectbox(
     "last. metadata.KEY orders by one metadata field, as text.",
 )
 descending = c[1].toggle("Descending", key="descending")
-size = c[2].selectbox("Rows per page", [25, 50, 100, 500], index=1, key="page_size")
+size = c[2].selectbox("Rows per page", sizes, index=1, key="page_size")
 # The page is read first: a page that is not full also tells how many match, with no count.
 wanted = int(st.session_state.get("page_no") or 1)
 table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=(wanted - 1) * size)
@@ -176,6 +187,10 @@ else:
     total = res.total(db, flt, offset=(wanted - 1) * size, limit=size, shown=len(table))
     if total.exact and not flt.search:  # (a search's count stops at a cap: cheap)
         st.session_state["results_exact_count"] = (signature, total.n)
+if "page" in from_link and wanted > total.pages(size):  # past the last (fewer results now)
+    not_valid("page", str(wanted), "page 1 is shown", f"is past the last ({total.pages(size):,})")
+    st.session_state["page_no"] = wanted = 1
+    table = res.page(db, flt, sort=sort, descending=descending, limit=size, offset=0)
 page_no = c[3].number_input(
     "Page", min_value=1, max_value=total.pages(size), value=1, key="page_no"
 )
@@ -292,6 +307,10 @@ write_link(
         "finish": finish,
         "model": models,
         "version": versions,
+        "sort": sort if sort != "line_no" else None,
+        "desc": descending,
+        "rows": size if size != 50 else None,
+        "page": page_no if page_no > 1 else None,
         "item": pick[1] if pick else None,
         "item_job": pick[0] if pick and pick[0] != job_id else None,
     }
@@ -304,34 +323,41 @@ if has_vectors:
 
 show_ranking_quality(db, job_ids, "results_rank")  # labelled rerank and score lines only
 
+
 # -- export -----------------------------------------------------------------------------------
+@st.fragment
+def export_section(flt: res.ResultFilter, job_id: str) -> None:
+    """The export of the filtered results; choosing a format reruns only this part."""
+    c = st.columns([1, 2])
+    fmt = c[0].selectbox("Format", ex.FORMATS, key="export_format")
+    c[1].caption(
+        "The filtered results with their review labels. JSONL is the OpenAI batch output "
+        f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
+    )
+    too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # for Excel only
+
+    def write_export() -> bytes:
+        """Runs when the button is clicked, on the filter shown then (never a stale file)."""
+        target = paths().home / "exports" / f"{job_id}_results.{fmt}"
+        ex.export_results(db, flt, target, fmt)
+        return target.read_bytes()
+
+    st.download_button(
+        f"Export {fmt.upper()}",
+        data=write_export,
+        file_name=f"{job_id}_results.{fmt}",
+        disabled=too_many,
+        key="export_go",
+        on_click="ignore",  # a download needs no rerun of the page
+    )
+    if too_many:
+        st.caption(
+            f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV."
+        )
+
+
 st.subheader("Export")
-c = st.columns([1, 2])
-fmt = c[0].selectbox("Format", ex.FORMATS, key="export_format")
-c[1].caption(
-    "The filtered results with their review labels. JSONL is the OpenAI batch output "
-    f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
-)
-too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # counted for Excel only
-
-
-def write_export() -> bytes:
-    """Runs when the button is clicked, on the filter shown then (never a stale file)."""
-    target = paths().home / "exports" / f"{job_id}_results.{fmt}"
-    ex.export_results(db, flt, target, fmt)
-    return target.read_bytes()
-
-
-st.download_button(
-    f"Export {fmt.upper()}",
-    data=write_export,
-    file_name=f"{job_id}_results.{fmt}",
-    disabled=too_many,
-    key="export_go",
-    on_click="ignore",  # a download needs no rerun of the page
-)
-if too_many:
-    st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: narrow the filter, or use CSV.")
+export_section(flt, job_id)
 
 job = open_job(job_id)
 c = st.columns(2)

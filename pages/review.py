@@ -8,7 +8,8 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.review_views import label_panel, load_labels, own_labels_editor
+from pages.links import One, fill_from_link, open_linked_position
+from pages.review_views import TABS, label_panel, link_review, load_labels, own_labels_editor
 from pages.shared import (
     escape,
     job_labels,
@@ -69,6 +70,8 @@ if samples.empty:
     st.stop()
 sample_ids = list(samples["sample_id"])
 names = dict(zip(samples["sample_id"], samples["name"], strict=True))
+# A shared link or a bookmark: its sample, item (from 1) and tab, in a session new to them.
+fill_from_link({"sample": ("sample_id", One(sample_ids)), "tab": ("review_tab", One(TABS))})
 chosen = st.session_state.get("sample_id")
 sample_id = st.selectbox(
     "Sample",
@@ -91,11 +94,11 @@ st.caption(
     + f" · seed {d.seed} · jobs {', '.join(escape(label(j)) for j in d.filter.job_ids)}"
 )
 items = sm.sample_items(db, sample_id)
+open_linked_position("item", "review_pos", len(items))
 
 # Only the open tab runs (each switch reruns the page: its figures are fresh).
-tab_review, tab_stats, tab_export = st.tabs(
-    ["Label", "Progress & agreement", "Export"], key="review_tab", on_change="rerun"
-)
+tab_review, tab_stats, tab_export = st.tabs(TABS, key="review_tab", on_change="rerun")
+link_review(sample_id, len(items))  # the panel writes its item as it moves
 
 if tab_review.open:
     with tab_review:

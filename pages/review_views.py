@@ -1,9 +1,10 @@
 """Review's labelling panel (not a page of its own): one item at a time, labelled by key.
 
 The panel is a fragment: a key (a verdict, a score, Previous/Next) reruns the panel only,
-not the page with its sample and job queries, and its callbacks save the label and move on
-before the panel draws, so the next item shows at once, even while a worker runs (the
-page's rerun waits on the ingest of its results). The reviewer's labels of the sample are
+not the page with its sample and job queries, and its callbacks save the label in its file
+and move on before the panel draws, so the next item shows at once, even while a worker runs
+(the page's rerun waits on the ingest of its results; the index's write and commit, slow
+while results stream in, follow the next item). The reviewer's labels of the sample are
 read once per page run and kept in the session; a save updates them there.
 """
 
@@ -15,8 +16,10 @@ import streamlit as st
 from core.human import label_sets as ls
 from core.store import review as rv
 from core.store.db import Store
+from pages.links import write_link
 from pages.shared import escape, show_conversation
 
+TABS = ("Label", "Progress & agreement", "Export")
 LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}
 SCORES = (1, 2, 3, 4, 5)
 
@@ -74,6 +77,7 @@ def label_panel(
     item = items.iloc[pos]
     job_id, custom_id = keys[pos]
     nav[3].markdown(f"**Item {pos + 1} of {n}** · {escape(custom_id)}")
+    link_review(sample_id, n)
     left, right = st.columns(2)
     left.subheader("Conversation")
     show_conversation(left, item["messages"], item["prompt"])
@@ -136,10 +140,18 @@ def label_panel(
         st.error(escape(error))
     if old:
         st.caption(f"You labelled this item: {escape(old.verdict)}.")
+    db.sync_human()  # the label a key saved, indexed once the next item is up
     history = rv.label_history(db, job_id, custom_id)
     if len(history) > 1:
         with st.expander(f"Label history of this item ({len(history)} saves)"):
             st.dataframe(history, hide_index=True)
+
+
+def link_review(sample_id: str, n: int) -> None:
+    """Writes the sample, the item (from 1) and the tab shown into the page's address."""
+    pos = min(st.session_state.get("review_pos", 0), n - 1) + 1
+    tab = st.session_state.get("review_tab")
+    write_link({"sample": sample_id, "item": pos, "tab": tab if tab != TABS[0] else None})
 
 
 def _go(pos: int) -> None:
@@ -161,8 +173,9 @@ def _save(
     pos: int,
     n: int,
 ) -> None:
-    """Saves the label (file, then index) and moves to the next item, before the panel
-    reruns; a refused label stays on the item with the reason."""
+    """Saves the label in its file and moves to the next item, before the panel reruns (the
+    panel indexes it after drawing that item); a refused label stays on the item with the
+    reason."""
     state = st.session_state
     label = rv.Label(
         verdict,
@@ -172,7 +185,7 @@ def _save(
         state.get(f"corrected_{form}", ""),
     )
     try:
-        rv.save_label(db, *item, reviewer, label, sample_id)
+        rv.record_label(db, *item, reviewer, label, sample_id)
     except rv.ReviewError as exc:
         state["review_error"] = str(exc)
         return

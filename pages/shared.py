@@ -12,13 +12,13 @@ import pandas as pd
 import streamlit as st
 
 from core.access import allowed, exposure_problem, open_override
-from core.config import DataPaths, data_paths
+from core.config import DataPaths, data_paths, page_wait_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, cancel
 from core.jobs.ledger import summary as ledger_summary
 from core.jobs.submit import Refused, resubmit
 from core.plan.estimate import format_duration, load_note
 from core.plan.pricing import format_money
-from core.recent import Latest
+from core.recent import PENDING, Latest
 from core.schemas import job_label as label_of
 from core.store.db import Store, StoreLocked
 from core.store.results import conversation
@@ -161,11 +161,18 @@ def _open_store(path: str) -> Store:
 def _watchers(home: str) -> list:
     """The inbox and job-folder watchers, started once per data folder in this process."""
     from core.qa.grading import refresh_in_background
+    from core.store.facets import keep_in_background
     from core.store.watchers import start_watchers
 
     db = _open_store(str(data_paths().database))
-    # A job's checks are graded again when its results change, here, beside the pages.
-    return start_watchers(data_paths(), db, lambda job_id: refresh_in_background(db, [job_id], 0))
+
+    def after_ingest(job_id: str) -> None:
+        """Beside the pages: a job's checks are graded again when its results change, and
+        an ended job's filter values are read once for every later visitor."""
+        refresh_in_background(db, [job_id], 0)
+        keep_in_background(db, job_id)
+
+    return start_watchers(data_paths(), db, after_ingest)
 
 
 def store() -> Store:
@@ -218,13 +225,28 @@ def page_values(page: str) -> Latest:
     return Latest(16)
 
 
-def following(page: str, key: tuple, version: tuple, make: Callable[[], Any]) -> Any:
+def following(
+    page: str, key: tuple, version: tuple, make: Callable[[], Any], what: str = "these figures"
+) -> Any:
     """``make()`` for ``key`` at the index's ``version`` (:meth:`Store.data_version`), kept
-    per page. When the index changed, it is made again before the page goes on; when only
-    results streaming in moved the version on (its last item), the last value is shown at
-    once and the next one made in the background, and a caption says so."""
+    per page and shared by every session. When only results streaming in moved the version
+    on (its last item), the last value is shown at once and the next one made in the
+    background, and a caption says so. A value not made yet is made in the background too:
+    the page waits for it a moment (:func:`core.config.page_wait_seconds`), then gets None,
+    says that ``what`` is being computed, and reruns by itself when it is done."""
     index = str(store().path)  # another data folder is another index
-    value, current = page_values(page).get((index, key, version[:-1]), version[-1], make)
+    values, kept = page_values(page), (index, key, version[:-1])
+    value, current = values.get(kept, version[-1], make, page_wait_seconds())
+    if value is PENDING:
+
+        @st.fragment(run_every=1.0)
+        def computing() -> None:
+            if values.ready(kept):
+                st.rerun()  # the whole page, now with the value
+            st.caption(f"Computing {what}… they show here as soon as they are done.")
+
+        computing()
+        return None
     if not current:
         st.caption(
             "Results are still coming in: these figures are from a moment ago and catch up "

@@ -17,6 +17,10 @@ from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage test
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
 os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
+# Pages wait for the figures they compute (a test's few results take milliseconds, but a
+# loaded machine may take longer than a page's usual wait): tests assert the figures, and
+# tests/test_dashboards.py sets its own wait to see "Computing…" then the figures.
+os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
 
 
 @pytest.fixture

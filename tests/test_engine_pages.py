@@ -50,14 +50,26 @@ def page_text(at) -> str:
 
 def test_settings_lists_the_loaded_models_and_unloads_one(studio_home, monkeypatch):
     monkeypatch.delenv(IDLE_ENV)
-    resident_state(studio_home)
+    state = resident_state(studio_home)
+    embedder = LoadedModel(  # loaded beside the chat model
+        model="/models/all-MiniLM-L6-v2",
+        name="all-MiniLM-L6-v2",
+        kind="embedding",
+        memory_mib=2730.0,
+        load_seconds=9.1,
+        loaded_at=time.time(),
+        last_used=time.time(),
+    )
+    resident_state(studio_home, models=[*state.models, embedder])
     at = open_page("settings.py")
     text = page_text(at)
     assert "SmolLM2-135M-Instruct" in text and "1,650 MiB" in text and "idle" in text
-    unload = next(b for b in at.button if b.label == "Unload")
-    unload.click().run()
+    assert "all-MiniLM-L6-v2" in text and "2,730 MiB" in text
+    unloads = [b for b in at.button if b.label == "Unload"]
+    assert len(unloads) == 2
+    unloads[1].click().run()
     commands = take_commands(studio_home)
-    assert [(c.action, c.model) for c in commands] == [("unload", "/models/SmolLM2-135M-Instruct")]
+    assert [(c.action, c.model) for c in commands] == [("unload", "/models/all-MiniLM-L6-v2")]
 
 
 def test_settings_sets_how_long_models_stay_loaded(studio_home, monkeypatch):

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from core.config import REPO_ROOT
 from core.jobs.engine_files import (
     IDLE_ENV,
     EngineCommand,
@@ -24,7 +28,15 @@ from core.jobs.engine_files import (
 from core.jobs.folder import mark_queue_changed, queue_changed_at
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Submission, submit
-from core.run.pool import EnginePool
+from core.run.monitoring import ResourceSampler
+from core.run.pool import (
+    BUDGET_ENV,
+    MULTIPROCESSING_ENV,
+    EnginePool,
+    budget_bytes,
+    max_engines,
+    tree_rss,
+)
 from core.run.resident import SCAN_SECONDS, Resident
 from core.schemas import EngineConfig
 
@@ -42,7 +54,9 @@ class Loaded:
         self.log.append(f"unload {self.config.model_name}")
 
 
-def pool(available_gib: float, max_engines: int = 3) -> tuple[EnginePool, list[str]]:
+def pool(
+    available_gib: float, max_engines: int | None = 3, budget_gib: float | None = None
+) -> tuple[EnginePool, list[str]]:
     log: list[str] = []
     memory = {"used": 0}
 
@@ -54,7 +68,10 @@ def pool(available_gib: float, max_engines: int = 3) -> tuple[EnginePool, list[s
         held = sum(2 * GIB for _ in engines.held)
         return int(available_gib * GIB) - held
 
-    engines = EnginePool(load, lambda: memory["used"], available, max_engines)
+    budget = None if budget_gib is None else int(budget_gib * GIB)
+    engines = EnginePool(
+        load, lambda: memory["used"], available, lambda: max_engines, lambda: budget
+    )
     return engines, log
 
 
@@ -83,9 +100,9 @@ def test_another_model_loads_beside_when_memory_allows(tmp_path):
 
 
 def test_the_least_recently_used_model_is_unloaded_when_memory_is_short(tmp_path):
-    # 5.5 GiB: two models (2 GiB each) and the 1 GiB reserve fit; then a third model's
-    # weights and 1 GiB KV cache do not.
-    engines, log = pool(available_gib=5.5)
+    # 6 GiB: two models (2 GiB each) and the 1 GiB reserve fit; then a third model's
+    # weights, 1 GiB KV cache (and its engine processes' own memory) do not.
+    engines, log = pool(available_gib=6)
     a, b, c = (model(tmp_path, n) for n in "abc")
     engines.get(a)
     engines.get(b)
@@ -93,6 +110,79 @@ def test_the_least_recently_used_model_is_unloaded_when_memory_is_short(tmp_path
     engines.get(c)
     assert log == ["load a", "load b", "unload b", "load c"]
     assert [cfg.model_name for cfg in engines.held] == ["a", "c"]
+
+
+def test_a_memory_budget_unloads_the_least_recently_used_first(tmp_path, monkeypatch):
+    monkeypatch.setenv(BUDGET_ENV, "5120")  # MiB: two models of 2 GiB, not three
+    assert budget_bytes() == 5 * GIB
+    engines, log = pool(available_gib=64, max_engines=None, budget_gib=5)
+    a, b, c = (model(tmp_path, n) for n in "abc")
+    engines.get(a)
+    engines.get(b)
+    engines.get(a)  # a used last
+    engines.get(c)
+    assert log == ["load a", "load b", "unload b", "load c"]
+    assert [cfg.model_name for cfg in engines.held] == ["a", "c"]
+    monkeypatch.setenv(BUDGET_ENV, "lots")
+    assert budget_bytes() is None  # not a number: no cap, and no crash
+
+
+def test_engines_live_beside_each_other_only_with_engine_cores_in_child_processes(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "1")  # what the resident worker runs with
+    assert max_engines() is None
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "0")  # in-process: vLLM holds one engine
+    assert max_engines() == 1
+    engines, log = pool(available_gib=64, max_engines=max_engines())
+    engines.get(model(tmp_path, "a"))
+    engines.get(model(tmp_path, "b"))
+    assert log == ["load a", "unload a", "load b"]
+
+
+def test_the_memory_in_use_counts_child_processes(tmp_path):
+    before = tree_rss()
+    child = subprocess.Popen(  # holds 300 MB, touched, as an engine core holds a model
+        [sys.executable, "-c", "import sys,time; x=b'1'*300_000_000; print(1,flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline()
+        assert tree_rss() - before > 250_000_000
+        # The Monitor's "Worker RSS" counts it too.
+        assert ResourceSampler().sample()["rss_mib"] * 2**20 - before > 250_000_000
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_an_engine_child_process_dies_with_a_worker_killed_with_9(tmp_path):
+    ready = tmp_path / "ready"
+    child_code = (
+        "from core.run.pool import die_with_parent; die_with_parent(); import pathlib, time; "
+        f"pathlib.Path({str(ready)!r}).write_text('1'); time.sleep(120)"
+    )
+    parent_code = (
+        "import os, subprocess, sys, time; "
+        "os.environ['BATCH_STUDIO_PARENT_PID'] = str(os.getpid()); "
+        f"subprocess.Popen([sys.executable, '-c', {child_code!r}]); time.sleep(120)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=REPO_ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), "the child did not start"
+        (child,) = psutil.Process(parent.pid).children()
+        parent.kill()  # SIGKILL: the parent runs nothing more
+        parent.wait()
+        _, alive = psutil.wait_procs([child], timeout=10)
+        assert not alive, "the child outlived its parent"
+    finally:
+        parent.kill()
+        for process in psutil.Process().children(recursive=True):
+            process.kill()
 
 
 def test_one_model_is_never_held_twice_with_other_settings(tmp_path):
@@ -245,7 +335,7 @@ def test_a_model_loaded_where_another_was_freed_counts_what_the_process_holds(tm
         # b reuses the memory a freed (the allocator keeps it): the process grows by little.
         return Loaded(config, log)
 
-    engines = EnginePool(load, lambda: memory["used"], lambda: 64 * GIB, max_engines=1)
+    engines = EnginePool(load, lambda: memory["used"], lambda: 64 * GIB, lambda: 1)
     engines.get(model(tmp_path, "a"))
     engines.get(model(tmp_path, "b"))
     assert log == ["load a", "unload a", "load b"]

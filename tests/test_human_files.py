@@ -335,3 +335,80 @@ def test_a_labels_file_edited_by_hand_is_read_again_whole(tmp_path):
     assert store.human_problems() == []
     assert len(label_history(store, job_id, "r0")) == 1
     store.close()
+
+
+def test_a_label_is_fsynced_to_its_file_before_the_save_returns(tmp_path, monkeypatch):
+    from core.human import files
+
+    store, job_id, _ = _studio(tmp_path / "home")
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append(os.fstat(fd).st_ino)
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    save_label(store, job_id, "r0", "ana", Label("pass"))
+    assert (store.human_dir / LABELS).stat().st_ino in synced
+    store.close()
+
+
+def test_lines_of_several_sessions_indexed_together_keep_every_label_and_the_last_wins(tmp_path):
+    from core.human.files import LabelRecord, append, now_utc
+
+    home = tmp_path / "home"
+    store, job_id, _ = _studio(home)
+    saved = [("r0", "ana", "fail"), ("r1", "bob", "pass"), ("r0", "ana", "unsure"),
+             ("r0", "bob", "pass"), ("r2", "ana", "fail")]  # fmt: skip
+    for custom_id, reviewer, verdict in saved:  # appended, as other sessions' saves are
+        record = LabelRecord(
+            job_id=job_id, custom_id=custom_id, reviewer=reviewer, verdict=verdict,
+            tags=["t"], at=now_utc(),
+        )  # fmt: skip
+        append(store.human_dir, record)
+
+    store.sync_human()  # one sync indexes the five lines
+
+    rows = labels(store)[["custom_id", "reviewer", "verdict", "tags"]].values.tolist()
+    assert rows == [["r0", "ana", "unsure", "t"], ["r0", "bob", "pass", "t"],
+                    ["r1", "bob", "pass", "t"], ["r2", "ana", "fail", "t"]]  # fmt: skip
+    history = label_history(store, job_id, "r0")
+    assert history[["reviewer", "verdict"]].values.tolist() == [
+        ["ana", "fail"], ["ana", "unsure"], ["bob", "pass"],
+    ]  # fmt: skip
+    store.close()
+
+
+def test_eight_sessions_saving_at_once_lose_no_label_in_the_index_or_the_file(tmp_path):
+    import random
+    import threading
+
+    home = tmp_path / "home"
+    store, job_id, _ = _studio(home)
+    last: dict[tuple[str, str], str] = {}
+
+    def reviewer(name: str) -> None:
+        rng = random.Random(name)
+        for _ in range(12):
+            custom_id, verdict = f"r{rng.randrange(6)}", rng.choice(["pass", "fail", "unsure"])
+            save_label(store, job_id, custom_id, name, Label(verdict))
+            last[(custom_id, name)] = verdict
+
+    threads = [threading.Thread(target=reviewer, args=(f"rev{k}",)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    def stored(store: Store) -> dict[tuple[str, str], str]:
+        frame = labels(store)
+        return {(c, r): v for c, r, v in frame[["custom_id", "reviewer", "verdict"]].values}
+
+    assert stored(store) == last
+    assert len((store.human_dir / LABELS).read_text().splitlines()) == 8 * 12
+    store.close()
+    (home / "studio.duckdb").unlink()
+    store = Store(home / "studio.duckdb")  # rebuilt from the file alone
+    assert stored(store) == last
+    store.close()

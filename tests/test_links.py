@@ -15,7 +15,7 @@ from tests.test_results_pages import job_in_home
 pytestmark = pytest.mark.usefixtures("studio_home")
 
 
-def open_link(page: str, **params: str | list[str]) -> AppTest:
+def open_link(page: str, /, **params: str | list[str]) -> AppTest:
     """A new session opened on ``pages/<page>`` by an address with ``params``."""
     at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
     at.run()

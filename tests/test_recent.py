@@ -2,7 +2,7 @@
 
 import threading
 
-from core.recent import Latest
+from core.recent import PENDING, Latest
 
 
 def test_a_value_behind_the_version_is_shown_at_once_while_the_next_is_made_aside():
@@ -27,3 +27,35 @@ def test_a_value_behind_the_version_is_shown_at_once_while_the_next_is_made_asid
             break
         threading.Event().wait(0.01)
     assert value == (20, True)
+
+
+def test_a_first_value_slower_than_the_wait_is_pending_then_ready():
+    latest: Latest[str, int] = Latest(4)
+    release = threading.Event()
+
+    def slow() -> int:
+        release.wait(10)
+        return 7
+
+    assert latest.get("charts", 1, slow, wait=0.01) == (PENDING, False)  # not waited for
+    assert not latest.ready("charts")
+    release.set()
+    for _ in range(500):
+        if latest.ready("charts"):
+            break
+        threading.Event().wait(0.01)
+    assert latest.get("charts", 1, lambda: 0, wait=0.01) == (7, True)  # made once, kept
+
+
+def test_a_first_value_whose_maker_fails_raises_in_the_page():
+    latest: Latest[str, int] = Latest(4)
+
+    def broken() -> int:
+        raise ValueError("no such column")
+
+    try:
+        latest.get("pairs", 1, broken, wait=5)
+    except ValueError as exc:
+        assert "no such column" in str(exc)
+    else:
+        raise AssertionError("the maker's error was swallowed")

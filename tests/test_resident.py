@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from core.config import REPO_ROOT, default_embedding_model_dir
@@ -25,6 +26,7 @@ from core.jobs.engine_files import IDLE_ENV, read_state
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.ledger import read_ledger
 from core.jobs.submit import Submission, submit
+from core.run.pool import BUDGET_ENV
 from core.schemas import EngineConfig, worker_alive
 from core.store.text_query import embed_texts
 from tests.conftest import run_cli
@@ -132,9 +134,14 @@ def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
             "the long job exists",
         )
         wait_for(lambda: 0 < job.read_status().done < 40, 300, "some results written")
+        engine_processes = psutil.Process(first.pid).children(recursive=True)
+        assert engine_processes  # the engine's core runs in a child process
         os.kill(first.pid, signal.SIGKILL)
         follower.wait(timeout=60)
         assert job.read_status().interrupted
+        # None of the killed worker's engine processes goes on holding the model.
+        _, alive = psutil.wait_procs(engine_processes, timeout=30)
+        assert not alive, [p.pid for p in alive]
         written = job.read_status().done
         resumed = run_cli("resume", job.job_id)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -155,6 +162,75 @@ def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
         stopped = run_cli("engine", "stop")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not worker_alive(state.pid) and read_state(studio_home) is None
+    finally:
+        stop_resident(studio_home)
+
+
+def embedding_lines(path: Path, model: Path, n: int = 2) -> Path:
+    rows = [
+        {
+            "custom_id": f"e{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": model.name, "input": f"Ticket {i}: refund my order."},
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memory_is_short(
+    studio_home, tmp_path, default_model, embedding_model, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, IDLE)
+    try:
+        chat = run_cli(
+            "run",
+            str(chat_lines(tmp_path / "cold-chat.jsonl", 1, "one")),
+            "-o",
+            str(tmp_path / "c1.out"),
+        )
+        assert chat.returncode == 0, chat.stderr[-2000:]
+        embed = run_cli("run", str(embedding_lines(tmp_path / "e1.jsonl", embedding_model)),
+                        "-o", str(tmp_path / "e1.out"))  # fmt: skip
+        assert embed.returncode == 0, embed.stderr[-2000:]
+        state = read_state(studio_home)  # both loaded, each with its memory
+        assert state is not None
+        assert {m.name: m.kind for m in state.models} == {
+            default_model.name: "chat",
+            embedding_model.name: "embedding",
+        }
+        assert all(m.memory_mib > 100 for m in state.models), state.models
+        listed = run_cli("engine", "status").stdout
+        assert default_model.name in listed and embedding_model.name in listed
+        again = run_cli(
+            "run",
+            str(chat_lines(tmp_path / "warm-chat.jsonl", 1, "two")),
+            "-o",
+            str(tmp_path / "c2.out"),
+        )
+        assert again.returncode == 0, again.stderr[-2000:]
+        warm = job_of(studio_home, "warm-chat").read_status()
+        assert warm.model_load_seconds == 0 and warm.pid == state.pid  # no reload
+        assert run_cli("engine", "stop").returncode == 0
+        wait_for(lambda: not worker_alive(state.pid), 60, "the worker stopped")
+
+        # Room for one model only: the embedding job unloads the chat model first.
+        chat_mib = next(m.memory_mib for m in state.models if m.kind == "chat")
+        monkeypatch.setenv(BUDGET_ENV, str(round(chat_mib + 200)))
+        small = run_cli(
+            "run",
+            str(chat_lines(tmp_path / "small-chat.jsonl", 1, "three")),
+            "-o",
+            str(tmp_path / "c3.out"),
+        )
+        assert small.returncode == 0, small.stderr[-2000:]
+        embed = run_cli("run", str(embedding_lines(tmp_path / "e2.jsonl", embedding_model)),
+                        "-o", str(tmp_path / "e2.out"))  # fmt: skip
+        assert embed.returncode == 0, embed.stderr[-2000:]
+        state = read_state(studio_home)
+        assert state is not None and [m.name for m in state.models] == [embedding_model.name]
     finally:
         stop_resident(studio_home)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +231,36 @@ def test_dashboards_page_draws_every_chart(studio_home):
     counted = {t["name"]: values(t["y"]) for t in drawn["Requests"]["data"]}
     assert counted == {"succeeded": [3], "failed": [1]}  # every request, by outcome
     assert [b.label for b in at.download_button] == ["Download HTML"]
+
+
+def test_dashboards_slower_than_the_wait_say_computing_then_draw_when_done(
+    studio_home, monkeypatch
+):
+    job_in_home(studio_home)
+    from core.store import dashboards
+
+    monkeypatch.setenv("BATCH_STUDIO_PAGE_WAIT", "0")
+    release, summary = threading.Event(), dashboards.summary
+
+    def slow_summary(*args, **kw):  # figures over a million results
+        release.wait(30)
+        return summary(*args, **kw)
+
+    monkeypatch.setattr(dashboards, "summary", slow_summary)
+    at = open_page("dashboards.py")
+    assert any("Computing the summary and the charts" in c.value for c in at.caption)
+    assert not charts(at)  # nothing half-made or stale is shown
+    assert not [d for d in at.dataframe if "requests" in d.value.columns]
+    release.set()
+    for _ in range(300):  # the page's fragment reruns it once they are there
+        at.run()
+        if charts(at):
+            break
+        time.sleep(0.1)
+    assert not at.exception
+    (table,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
+    assert int(table["requests"].iloc[0]) == 4 and int(table["failed"].iloc[0]) == 1
+    assert not any("Computing the summary" in c.value for c in at.caption)
 
 
 def test_pages_without_jobs_say_what_to_do():

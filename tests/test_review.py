@@ -20,6 +20,7 @@ from core.store.review import (
     parse_tags,
     pass_rate,
     progress,
+    record_label,
     save_label,
     tally,
     wilson,
@@ -50,6 +51,19 @@ def test_a_label_is_saved_replaced_and_survives_a_restart(db):
     assert get_label(store, job_id, "r1", "ana") == Label("pass", 5, ("tone", "facts"))
     assert len(labels(store)) == 1
     assert get_label(store, job_id, "r1", "bob") is None
+
+
+def test_a_label_recorded_by_a_key_is_in_its_file_at_once_and_indexed_at_the_next_sync(db):
+    """Review's keys record the label (file, fsynced) and index it after the next item is
+    drawn: the file has it in between."""
+    store, job_id, sample_id, _ = db
+    record_label(store, job_id, "r2", "ana", Label("fail"), sample_id)
+    assert '"verdict":"fail"' in (store.human_dir / "labels.jsonl").read_text(encoding="utf-8")
+    assert get_label(store, job_id, "r2", "ana") is None  # not indexed yet
+    store.sync_human()
+    assert get_label(store, job_id, "r2", "ana") == Label("fail")
+    with pytest.raises(ReviewError, match="verdict must be one of"):
+        record_label(store, job_id, "r2", "ana", Label("maybe"), sample_id)
 
 
 def test_bad_labels_are_refused_with_a_reason(db):

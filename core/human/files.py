@@ -145,7 +145,9 @@ def append(
 
     An exclusive ``flock`` keeps two processes' lines whole. If the file ends inside a line
     (a writer died mid-write), a newline first closes that torn line, which readers then
-    name and skip, instead of gluing it to this record.
+    name and skip, instead of gluing it to this record. The fsync comes after the lock is
+    let go (it flushes every line written so far, this one too): saves made at once then
+    wait for the disk together instead of in turn, and their lines are indexed together.
     """
     name = next(file for file, kinds in KINDS.items() if record.kind in kinds)
     folder.mkdir(parents=True, exist_ok=True)
@@ -160,9 +162,9 @@ def append(
                 data = b"\n" + data
             handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+        os.fsync(handle.fileno())
     if new:  # the new file's name is durable too
         fd = os.open(folder, os.O_RDONLY)
         try:

@@ -63,7 +63,7 @@ class EngineState(FrozenModel):
     models: list[LoadedModel] = Field(default_factory=list)
     idle_seconds: float
     idle_since: float | None = None  # time.time() the last job ended, while idle
-    rss_mib: float = 0.0  # the worker's whole RSS
+    rss_mib: float = 0.0  # the worker's whole RSS, its engines' child processes included
     updated_at: float
 
     @property

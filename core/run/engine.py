@@ -190,6 +190,9 @@ class Engine:
         """Releases the model's memory (best effort: vLLM keeps some process state)."""
         import gc
 
+        # With the engine core in a child process, end it now rather than when the
+        # collector finds the client: its memory is the model's.
+        self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         gc.collect()
         if self.on_gpu:

@@ -1,7 +1,8 @@
 """Resource and progress samples of a running job, and the rates read from them.
 
 The worker appends one sample every heartbeat to ``metrics.jsonl`` in the job folder:
-progress counters, its own RSS and CPU use (psutil), and per-GPU memory and utilisation
+progress counters, its RSS and CPU use with its children's (an engine's core and model
+runner are child processes; psutil), and per-GPU memory and utilisation
 read with NVML (nvidia-ml-py) where there is a GPU. The samples stay with the job, so the
 monitor can chart a run after it ended.
 """
@@ -23,11 +24,13 @@ from core.schemas import JobStatus
 
 
 class ResourceSampler:
-    """Reads this process's CPU/RSS and, when NVML finds GPUs, each GPU's memory and load."""
+    """Reads this process's and its children's CPU/RSS and, when NVML finds GPUs, each
+    GPU's memory and load."""
 
     def __init__(self) -> None:
         self._process = psutil.Process()
         self._process.cpu_percent(None)  # the first reading only starts the interval
+        self._children: dict[int, psutil.Process] = {}  # kept: CPU % is read between calls
         self._nvml = None
         try:
             import pynvml
@@ -40,8 +43,23 @@ class ResourceSampler:
         except Exception:  # no driver or no library: CPU readings only
             self._handles = []
 
+    def _usage(self) -> tuple[int, float]:
+        """RSS bytes and CPU % of this process and its children together."""
+        rss, cpu = self._process.memory_info().rss, self._process.cpu_percent(None)
+        alive = {}
+        for child in self._process.children(recursive=True):
+            known = self._children.get(child.pid, child)
+            try:
+                rss += known.memory_info().rss
+                cpu += known.cpu_percent(None)  # 0.0 at a child's first reading
+            except psutil.Error:  # ended meanwhile
+                continue
+            alive[child.pid] = known
+        self._children = alive
+        return rss, cpu
+
     def sample(self) -> dict[str, Any]:
-        memory = self._process.memory_info()
+        rss, cpu = self._usage()
         gpus = []
         for index, handle in enumerate(self._handles):
             info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
@@ -55,8 +73,8 @@ class ResourceSampler:
                 }
             )
         return {
-            "rss_mib": memory.rss / 2**20,
-            "cpu_percent": self._process.cpu_percent(None),
+            "rss_mib": rss / 2**20,
+            "cpu_percent": cpu,
             "gpus": gpus,
         }
 

@@ -4,30 +4,35 @@ A job on a loaded model gets its engine at once. A job on another model loads it
 the loaded ones when memory allows, else the least recently used engines are unloaded
 first. Memory is judged from what the machine reports: available RAM (psutil) on a CPU,
 free GPU memory (NVML) on a GPU, against what this model took when it was last loaded in
-this process (its RSS or GPU memory growth), or before its first load its weights and KV
-cache.
+this process (the growth of this process's and its children's RSS, or of GPU memory), or
+before its first load its weights and KV cache (plus its processes' own, on a CPU).
+``BATCH_STUDIO_ENGINE_MEMORY`` (MiB) caps what the loaded engines may hold together.
 
-vLLM 0.32 cannot hold two engines in one process: in-process on CPU, a second ``LLM``
-re-initialises vLLM's process-wide parallel state, and the first one then fails at its next
-step ("pipeline model parallel group is not initialized", measured 2026-12-02). So at most
-:data:`MAX_ENGINES` engines are kept; models take turns.
+Several engines live in one worker only with vLLM's V1 multiprocessing on (each ``LLM``'s
+engine core in a child process of its own): in-process, vLLM 0.32 keeps one parallel state
+per process, and a second ``LLM`` breaks the first ("pipeline model parallel group is not
+initialized", measured 2026-12-02). A worker with an idle time turns it on
+(:func:`core.run.worker.main`; one with none exits after its queue and keeps the shorter
+in-process cold start); where it is off (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as
+the CPU default of :func:`core.run.engine.configure_cpu_environment` elsewhere) one engine
+is kept at a time. Its cost, measured with ``bench/engines.py`` on the 2-core CPU under
+heavy load (load average 17-33, docs/benchmarks.md): no loss of tokens/s (the child-process
+core made 1.14-1.58x the in-process tokens/s over four A/B pairs, same answers; the step
+loop and the model overlap), a slower load (96-208 s against 32-56 s there: three
+processes import torch), and about 1 GiB more memory (the engine core, 0.6 GiB, and its
+model runner are processes of their own).
 
-With V1 multiprocessing on (``VLLM_ENABLE_V1_MULTIPROCESSING=1``: each ``LLM``'s engine core
-in a child process of its own), two ``LLM`` objects of two model folders do live in one
-worker: the first still runs after the second loaded and gives the same answers (tried
-2026-12-02 on the CPU build; it needs the ``if __name__ == "__main__"`` guard, which
-``core.run.worker`` has). It is not turned on, because (1) this pool judges memory by this
-process's RSS and its growth at a load, and an engine core's memory would then be in its
-child process (it would need the children's RSS summed); (2) whether one engine's
-throughput drops with its core in a child process (a message queue between the step loop
-and the model, on 2 cores) was not measured: the machine was loaded; (3) a worker killed
-with -9 must not leave engine-core children holding memory. Measure (2) before raising
-:data:`MAX_ENGINES`, and do (1) and (3) with it.
+An engine's child processes must not outlive a worker killed with -9 (vLLM leaves them
+running, holding the model: tried): :func:`die_with_parent` makes each die with its parent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,8 +45,14 @@ from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
 
-MAX_ENGINES = 1  # vLLM's parallel state is per process (see above)
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+BUDGET_ENV = "BATCH_STUDIO_ENGINE_MEMORY"  # MiB the loaded engines may hold together
+PARENT_ENV = "BATCH_STUDIO_PARENT_PID"  # the process a child must die with
 RESERVE_BYTES = 1 << 30  # left to the rest of the machine when judging a new load
+# A CPU engine core and its model runner each import torch and vLLM: about 0.6 and 0.9 GiB
+# beyond the weights and KV cache (measured with SmolLM2-135M, 2026-12-02).
+PROCESS_BYTES = 3 << 29
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
 
@@ -79,10 +90,58 @@ def _gpu_memory() -> tuple[int, int, int] | None:
     return sum(i.used for i in infos), sum(i.free for i in infos), sum(i.total for i in infos)
 
 
+def multiprocessing_on() -> bool:
+    """Whether each engine's core runs in a child process (vLLM's default; the CPU setup
+    turns it off outside the resident worker)."""
+    return os.environ.get(MULTIPROCESSING_ENV, "1") != "0"
+
+
+def max_engines() -> int | None:
+    """How many engines one process may hold: any number (memory decides) with engine
+    cores in child processes, else one."""
+    return None if multiprocessing_on() else 1
+
+
+def tree_rss(process: psutil.Process | None = None) -> int:
+    """The RSS of a process and all its descendants (an engine core and its model runner
+    are child processes): what it holds in RAM."""
+    process = process or psutil.Process()
+    total = process.memory_info().rss
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # ended meanwhile
+            total += child.memory_info().rss
+    return total
+
+
 def memory_in_use() -> int:
-    """What this process holds: GPU memory in use where there is a GPU, else its RSS."""
+    """What this worker holds: GPU memory in use where there is a GPU, else the RSS of this
+    process and its children."""
     gpu = _gpu_memory()
-    return gpu[0] if gpu is not None else psutil.Process().memory_info().rss
+    return gpu[0] if gpu is not None else tree_rss()
+
+
+def budget_bytes() -> int | None:
+    """``BATCH_STUDIO_ENGINE_MEMORY`` in bytes (None: no cap beyond what the machine has)."""
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    try:
+        return int(float(value) * 2**20) if value else None
+    except ValueError:
+        log.warning("%s=%r is not a number of MiB; ignored", BUDGET_ENV, value)
+        return None
+
+
+def die_with_parent() -> None:
+    """Makes this process die when its parent does (Linux ``PR_SET_PDEATHSIG``), and its own
+    children die with it. Runs in an engine's child processes (see
+    :mod:`core.run.worker`): vLLM leaves them running when a worker is killed with -9."""
+    expected = int(os.environ.get(PARENT_ENV, os.getppid()))
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to ask the kernel
+        return
+    if os.getppid() != expected:  # the parent died before the signal was asked for
+        os._exit(1)
+    os.environ[PARENT_ENV] = str(os.getpid())  # what this process's children check
 
 
 def memory_available() -> int:
@@ -98,11 +157,12 @@ def first_load_bytes(config: EngineConfig) -> int:
     gpu = _gpu_memory()
     if gpu is not None:
         return int(config.gpu_memory_utilization * gpu[2])
+    processes = PROCESS_BYTES if multiprocessing_on() else 0
     folder = Path(config.model)
     weights = sum(
         f.stat().st_size for f in folder.glob("*") if f.suffix in WEIGHT_SUFFIXES and f.is_file()
     )
-    return weights + int(config.cpu_kv_cache_gib * (1 << 30))
+    return weights + int(config.cpu_kv_cache_gib * (1 << 30)) + processes
 
 
 class EnginePool:
@@ -113,12 +173,14 @@ class EnginePool:
         load: Callable[[EngineConfig], Closable],
         in_use: Callable[[], int] = memory_in_use,
         available: Callable[[], int] = memory_available,
-        max_engines: int = MAX_ENGINES,
+        limit: Callable[[], int | None] = max_engines,
+        budget: Callable[[], int | None] = budget_bytes,
     ) -> None:
         self._load = load
         self._in_use = in_use
         self._available = available
-        self.max_engines = max_engines
+        self._limit = limit
+        self._budget = budget
         self.held: dict[EngineConfig, Held] = {}  # insertion order = least recently used first
         self.measured: dict[str, int] = {}  # model folder -> bytes its last load took
         self.on_change: Callable[[], None] | None = None  # told after a load or unload
@@ -134,10 +196,8 @@ class EnginePool:
         for other in [c for c in self.held if c.model == config.model]:
             self.unload(other)  # the same model with other settings: one copy at a time
         need = self.measured.get(config.model) or first_load_bytes(config)
-        while self.held and (
-            len(self.held) >= self.max_engines or self._available() - RESERVE_BYTES < need
-        ):
-            self.unload(next(iter(self.held)))
+        while self.held and not self._room_for(need):
+            self.unload(next(iter(self.held)))  # the least recently used
         before = self._in_use()
         if self.baseline is None:
             self.baseline = before
@@ -154,6 +214,15 @@ class EnginePool:
         self.held[config] = Held(engine, took)
         self._changed()
         return engine, engine.load_seconds
+
+    def _room_for(self, need: int) -> bool:
+        """Whether an engine that takes ``need`` bytes fits beside those held."""
+        limit, budget = self._limit(), self._budget()
+        if limit is not None and len(self.held) >= limit:
+            return False
+        if budget is not None and sum(h.memory_bytes for h in self.held.values()) + need > budget:
+            return False
+        return self._available() - RESERVE_BYTES >= need
 
     def _changed(self) -> None:
         if self.on_change is not None:

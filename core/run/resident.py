@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
-
 from core.check.requests import parse_embeddings_body
 from core.check.sampling import RequestError
 from core.jobs.engine_files import (
@@ -38,7 +36,7 @@ from core.jobs.engine_files import (
 )
 from core.jobs.folder import queue_changed_at
 from core.model_folders import model_kind
-from core.run.pool import POOL
+from core.run.pool import POOL, tree_rss
 from core.schemas import EngineConfig, JobDefaults
 
 log = logging.getLogger("core.run.worker")
@@ -85,7 +83,7 @@ class Resident:
                 models=models,
                 idle_seconds=idle_seconds(self.home),
                 idle_since=self.idle_since,
-                rss_mib=round(psutil.Process().memory_info().rss / 2**20, 1),
+                rss_mib=round(tree_rss() / 2**20, 1),
                 updated_at=time.time(),
             ),
         )

@@ -199,7 +199,10 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
     """Output tokens and requests per minute over time, per job (from the answers' times)."""
     clause, params = _where(scope)
     frame = store.query(
-        f"""SELECT {JOB_LABEL_SQL} AS job, date_trunc('minute', r.created_at) AS minute,
+        # The minute from the epoch, not date_trunc: that goes through the time zone for
+        # each row (10x slower at a million); the same minute in any whole-minute zone.
+        f"""SELECT {JOB_LABEL_SQL} AS job,
+                   to_timestamp(60 * (epoch_ms(r.created_at) // 60000)) AS minute,
                    sum(r.completion_tokens) AS tokens_out, count(*) AS requests
             {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
             GROUP BY 1, 2 ORDER BY 2""",
@@ -331,6 +334,18 @@ def checks_figure(store: Store, scope: Scope, by: str = "job") -> go.Figure:
     )
     fig.update_yaxes(tickformat=".0%", range=[0, 1])
     return fig
+
+
+class KeptFigure(go.Figure):
+    """A figure made once and drawn on many reruns: the dict that ``st.plotly_chart`` sends
+    (numbers packed as base64, a few hundredths of a second a chart) is made once here."""
+
+    def __init__(self, figure: go.Figure) -> None:
+        super().__init__(figure)
+        self._kept = super().to_dict()
+
+    def to_dict(self) -> dict:
+        return self._kept
 
 
 def figure_html(fig: go.Figure) -> str:

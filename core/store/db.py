@@ -117,6 +117,10 @@ class Store:
         # Each job's files (size, mtime) when it was last ingested: ingest_all, which every
         # page calls on each rerun, reads only the jobs whose files changed since.
         self._ingested: dict[str, tuple] = {}
+        # How far the last sync read each human-work file (human_files, kept here too): a
+        # save whose line another session's sync already indexed runs no query (None: read
+        # it from the index, after a failed sync or a hand-made write).
+        self._human_read: human_index.Offsets | None = None
         try:
             self._open()
         except duckdb.Error as exc:
@@ -154,7 +158,8 @@ class Store:
         """Indexes what was appended to the human-work files since the last sync (by this
         process or another); the whole files when the index is new."""
         with self.writing("edits") as cur:  # one sync at a time: each reads on from the last
-            human_index.sync(cur, self.human_dir)
+            read, self._human_read = self._human_read, None  # kept only if the sync ends well
+            self._human_read = human_index.sync(cur, self.human_dir, read)
 
     def human_problems(self) -> list[str]:
         """The lines of the human-work files that were skipped, named by file and line."""
@@ -222,6 +227,7 @@ class Store:
         """Runs one write of what people make (labels, preferences, samples); see
         :meth:`writing`. A ``COPY ... TO`` file is a read: run it on a :meth:`cursor`."""
         with self.writing("edits") as cur:
+            self._human_read = None  # it may change human_files: read it again next sync
             cur.execute(sql, params or [])
 
     # -- ingest ---------------------------------------------------------------------------
@@ -256,7 +262,7 @@ class Store:
         if not gone:
             return
         with self.writing("index", "checks") as cur:
-            tables = ("results", "requests", "ingest_state", "job_events", "jobs")
+            tables = ("results", "requests", "ingest_state", "job_events", "jobs", "job_facets")
             for table in (*tables, "rule_outcomes", "rule_runs"):  # outcomes: from rules.yaml
                 cur.execute(f"DELETE FROM {table} WHERE list_contains(?, job_id)", [gone])
             # a judge's verdicts go with its folder
@@ -447,26 +453,20 @@ class Store:
         if job_ids:
             scope = f"WHERE job_id IN ({', '.join('?' * len(job_ids))})"
             params = list(job_ids)
-        with self.cursor() as cur:
-            jobs = cur.execute(
-                f"SELECT count(*), max(name), string_agg(state, ',' ORDER BY job_id), "
-                f"bool_or(state NOT IN ('completed', 'failed', 'cancelled', 'expired')) "
-                f"FROM jobs {scope}",
-                params,
+        with self.cursor() as cur:  # one statement: a page asks on every rerun
+            row = cur.execute(
+                f"SELECT * FROM (SELECT count(*), max(name), string_agg(state, ',' ORDER BY "
+                f"job_id), bool_or(state NOT IN ('completed', 'failed', 'cancelled', "
+                f"'expired')) FROM jobs {scope}), "
+                f"(SELECT count(*), max(updated_at) FROM reviews {scope}), "
+                f"(SELECT count(*), max(graded_at) FROM rule_runs {scope}), "  # regraded
+                f"(SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
+                f"FROM ingest_state {scope})",
+                params * 4,
             ).fetchone()
-            labels = cur.execute(
-                f"SELECT count(*), max(updated_at) FROM reviews {scope}", params
-            ).fetchone()
-            labels += cur.execute(  # checks graded again
-                f"SELECT count(*), max(graded_at) FROM rule_runs {scope}", params
-            ).fetchone()
-            if jobs[3]:  # running: a time bucket instead of the offsets
-                return (*jobs[:3], *labels, int(time.time() // live_seconds))
-            lines = cur.execute(
-                f"SELECT coalesce(sum(output_offset), 0) + coalesce(sum(errors_offset), 0) "
-                f"FROM ingest_state {scope}",
-                params,
-            ).fetchone()
+        jobs, labels, lines = row[:4], row[4:8], row[8:]
+        if jobs[3]:  # running: a time bucket instead of the offsets
+            return (*jobs[:3], *labels, int(time.time() // live_seconds))
         return (*jobs[:3], *labels, *lines)
 
     def job_names(self) -> dict[str, str]:

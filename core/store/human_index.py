@@ -38,9 +38,19 @@ TABLES: dict[str, tuple[str, ...]] = {
 FEW = 8  # up to this many new lines are written row by row, more as one table
 
 
-def sync(cur: duckdb.DuckDBPyConnection, folder: Path) -> None:
-    """Brings every human-work file's new lines into the index (one transaction per file)."""
-    read = {f: (o, n) for f, o, n in cur.execute("SELECT * FROM human_files").fetchall()}
+Offsets = dict[str, tuple[int, int]]  # file name -> (bytes read, lines read)
+
+
+def sync(cur: duckdb.DuckDBPyConnection, folder: Path, read: Offsets | None = None) -> Offsets:
+    """Brings every human-work file's new lines into the index (one transaction per file).
+
+    ``read`` is how far each file was read, as the last sync returned it (None: from the
+    index). A save's sync then costs a stat per file and no query when another session's
+    sync already indexed its line. Returns the offsets after this sync.
+    """
+    if read is None:
+        read = {f: (o, n) for f, o, n in cur.execute("SELECT * FROM human_files").fetchall()}
+    read = dict(read)
     for name in FILES:
         path = folder / name
         size = path.stat().st_size if path.exists() else 0
@@ -48,18 +58,19 @@ def sync(cur: duckdb.DuckDBPyConnection, folder: Path) -> None:
             continue  # nothing new (the common case: a stat, no transaction)
         cur.execute("BEGIN")
         try:
-            _sync_file(cur, folder, path, read.get(name))
+            read[name] = _sync_file(cur, folder, path, read.get(name))
         except BaseException:
             cur.execute("ROLLBACK")
             raise
         cur.execute("COMMIT")
+    return read
 
 
 def _sync_file(
     cur: duckdb.DuckDBPyConnection, folder: Path, path: Path, row: tuple[int, int] | None
-) -> None:
+) -> tuple[int, int]:
     """Reads one file from where the last sync stopped (``row``: byte offset and lines;
-    None when it was never read into this index)."""
+    None when it was never read into this index); returns how far it read."""
     name = path.name
     size = path.stat().st_size if path.exists() else 0
     if row is None:  # a new index (or one made before these files): read the file whole
@@ -72,7 +83,7 @@ def _sync_file(
     else:
         offset, lines = row
         if size == offset:
-            return
+            return offset, lines
         if size < offset or not _line_ends_at(path, offset):
             # Replaced or edited by hand (appends never shrink a file or move a line's end):
             # read it again whole.
@@ -81,7 +92,7 @@ def _sync_file(
     while True:  # a piece at a time, each applied before the next is read
         chunk = read_from(path, offset, lines)
         if chunk.offset == offset and not chunk.problems:
-            return  # nothing (more) to read
+            return offset, lines  # nothing (more) to read
         if name == LABELS:
             _apply_labels(cur, [(n, r) for n, r in chunk.records if isinstance(r, LabelRecord)])
         elif name == PREFERENCES:
@@ -103,7 +114,7 @@ def _sync_file(
             [chunk.offset, chunk.lines, name],
         )
         if chunk.offset == offset:
-            return
+            return offset, lines
         offset, lines = chunk.offset, chunk.lines
 
 
@@ -133,6 +144,27 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
         "job_id", "custom_id", "reviewer", "verdict", "score", "comment", "corrected_answer",
         "sample_id",
     )  # fmt: skip
+    columns = ", ".join((*fields, "tags"))
+    if len(found) <= FEW:  # saves: plain statements cost a fraction of a scan of a table
+        # One statement of each kind for the lines that came together (saves of several
+        # sessions, indexed by whichever took the writer first), not one per line.
+        latest = {(r.job_id, r.custom_id, r.reviewer): r for _, r in found}  # last line wins
+        row = "(" + ", ".join("?" * (len(fields) + 2)) + ")"  # the fields, tags, time
+        cur.execute(
+            f"INSERT INTO review_history ({columns}, saved_at, line_no) VALUES "
+            + ", ".join([row[:-1] + ", ?)"] * len(found)),
+            [v for n, r in found for v in (*_values(r, fields), n)],
+        )
+        cur.execute(  # reviews has no key (schema.py): the old label goes first
+            "DELETE FROM reviews WHERE "
+            + " OR ".join(["(job_id = ? AND custom_id = ? AND reviewer = ?)"] * len(latest)),
+            [v for key in latest for v in key],
+        )
+        cur.execute(
+            f"INSERT INTO reviews ({columns}, updated_at) VALUES " + ", ".join([row] * len(latest)),
+            [v for r in latest.values() for v in _values(r, fields)],
+        )
+        return
     batch = pa.table(  # noqa: F841 (read by DuckDB by name)
         {
             **{f: [getattr(r, f) for _, r in found] for f in fields},
@@ -142,21 +174,6 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
             "line_no": [n for n, _ in found],
         }
     )
-    columns = ", ".join((*fields, "tags"))
-    if len(found) <= FEW:  # a save: plain statements cost a fraction of a scan of a table
-        for line_no, r in found:
-            values = [getattr(r, f) for f in fields] + [r.tags, r.at]
-            marks = ", ".join("?" * len(values))
-            cur.execute(
-                f"INSERT INTO review_history ({columns}, saved_at, line_no) VALUES ({marks}, ?)",
-                [*values, line_no],
-            )
-            cur.execute(  # reviews has no key (schema.py): the old label goes first
-                "DELETE FROM reviews WHERE job_id = ? AND custom_id = ? AND reviewer = ?",
-                [r.job_id, r.custom_id, r.reviewer],
-            )
-            cur.execute(f"INSERT INTO reviews ({columns}, updated_at) VALUES ({marks})", values)
-        return
     cur.execute(
         f"INSERT INTO review_history BY NAME SELECT {columns}, saved_at, line_no FROM batch"
     )
@@ -172,6 +189,11 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
                                    ORDER BY line_no DESC) = 1
         """
     )
+
+
+def _values(r: LabelRecord, fields: tuple[str, ...]) -> list:
+    """A label's column values in the order of ``fields``, then tags and time saved."""
+    return [*(getattr(r, f) for f in fields), r.tags, r.at]
 
 
 def _apply_preferences(

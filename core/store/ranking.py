@@ -152,6 +152,8 @@ def ranking_quality(store: Store, job_ids: list[str], k: int = 10) -> RankingQua
                CAST(q.metadata AS VARCHAR) AS metadata, CAST(q.params AS VARCHAR) AS params
         FROM results r JOIN requests q USING (job_id, custom_id)
         WHERE list_contains(?, r.job_id) AND r.status = 'succeeded'
+          -- a ranking has no finish reason: chat answers are never parsed (1M: 10 s)
+          AND r.finish_reason IS NULL
           AND (json_type(r.raw, '$.response.body.results') = 'ARRAY'
                OR (r.raw->>'$.response.body.data[0].object') = 'score')
           AND (q.metadata->'$.relevance') IS NOT NULL

@@ -17,6 +17,7 @@ from pydantic import Field
 from core.schemas import Model
 from core.store.checks import Outcome, outcome_clause, rule_names
 from core.store.db import Store
+from core.store.facets import jobs_facets
 from core.store.schema import SHOWN_ANSWER_SQL
 from core.store.vector_ingest import restore_vectors
 
@@ -273,27 +274,9 @@ def total(
 
 
 def facets(store: Store, job_ids: list[str]) -> dict[str, list[str]]:
-    """The values each filter can take in these jobs (for the filter widgets)."""
-    f = ResultFilter(job_ids=job_ids)
-    clause, params = where(f)
-    out: dict[str, list[str]] = {}
-    for name, expr in (
-        ("statuses", "r.status"),
-        ("finish_reasons", "coalesce(r.finish_reason, '(none)')"),
-        ("models", COLUMNS["model"]),
-        ("prompt_versions", "r.prompt_version"),
-    ):
-        frame = store.query(
-            f"SELECT DISTINCT {expr} AS v {FROM} {clause} AND {expr} IS NOT NULL ORDER BY v",
-            params,
-        )
-        out[name] = [str(v) for v in frame["v"]]
-    keys = store.query(
-        f"SELECT DISTINCT unnest(json_keys(r.metadata)) AS k {FROM} {clause} "
-        "AND r.metadata IS NOT NULL ORDER BY k",
-        params,
-    )
-    out["metadata_keys"] = [str(k) for k in keys["k"]]
+    """The values each filter can take in these jobs (for the filter widgets); each job's
+    are kept in the index while its results are unchanged (core/store/facets.py)."""
+    out = jobs_facets(store, job_ids)
     out["checks"] = rule_names(store, job_ids)
     return out
 

@@ -54,13 +54,34 @@ def save_label(
     label: Label,
     sample_id: str | None = None,
 ) -> None:
-    """Saves (or replaces) a reviewer's label for a result."""
+    """Saves (or replaces) a reviewer's label for a result: in its file, then the index."""
+    record_label(store, job_id, custom_id, reviewer, label, sample_id)
+    store.sync_human()
+
+
+def record_label(
+    store: Store,
+    job_id: str,
+    custom_id: str,
+    reviewer: str,
+    label: Label,
+    sample_id: str | None = None,
+) -> None:
+    """Saves a label in its file only (durable: the file is the truth); the index has it
+    at the next :meth:`Store.sync_human` (every page run's ingest makes one). Review's
+    keys save this way and show the next item before the index's write and commit.
+
+    Raises:
+        ReviewError: no reviewer, a verdict that is not one of the reviewer's, or a score
+            out of 1-5.
+    """
     reviewer = reviewer.strip()
     if not reviewer:
         raise ReviewError("enter your reviewer name first")
-    allowed = (*VERDICTS, *own_labels(store.human_dir, reviewer))
-    if label.verdict not in allowed:
-        raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
+    if label.verdict not in VERDICTS:  # the reviewer's own labels are read only then
+        allowed = (*VERDICTS, *own_labels(store.human_dir, reviewer))
+        if label.verdict not in allowed:
+            raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
     record = LabelRecord(
@@ -76,7 +97,6 @@ def save_label(
         at=now_utc(),
     )
     append(store.human_dir, record)  # the file first: the index is rebuilt from it
-    store.sync_human()
 
 
 def label_history(store: Store, job_id: str, custom_id: str) -> pd.DataFrame:

@@ -287,6 +287,11 @@ MIGRATIONS: list[str] = [
     DROP TABLE reviews;
     ALTER TABLE reviews_unkeyed RENAME TO reviews;
     """,
+    # Each job's Results filter values, with the result-file bytes ingested when they were
+    # read (core/store/facets.py): kept while those are unchanged, read again after.
+    """
+    CREATE TABLE job_facets (job_id VARCHAR PRIMARY KEY, lines BIGINT, facets JSON);
+    """,
 ]
 
 
