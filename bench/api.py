@@ -15,8 +15,10 @@ Starts ``python -m core serve`` on a free port with a scratch data folder, then 
    against warm: a warm run skips vLLM's import and the model load, which a cold one pays;
 2. while the same file runs through the API again (warm), ``--pollers`` clients each
    calling ``GET /v1/batches/{id}`` every ``--poll-every`` s (ten times a second by default):
-   their p50/p99 latency, and the job's engine time (``running`` to its end) against the
-   warm API run's without pollers.
+   their p50/p99 latency, and the job's engine time (``running`` to its end) against a
+   warm API run's without pollers: ``--rounds`` rounds of a run without then a run with,
+   so the ratio is the median of pairs measured side by side and the runs without show
+   the noise (their spread).
    The pollers are one asyncio loop on raw keep-alive connections, so that the bench's own
    Python costs little beside the server (its CPU per poll is printed), and the time the
    server's event loop spent ready but waiting for a core (CPU contention, not the
@@ -242,6 +244,45 @@ def with_pollers(
     return latencies, batch_id, (time.process_time() - cpu) / polls, served, wait
 
 
+def pollers_figures(
+    home: Path,
+    port: int,
+    api: httpx.Client,
+    batch: Path,
+    server: psutil.Process,
+    args: argparse.Namespace,
+) -> None:
+    """Rounds of a warm run without pollers then one with them; prints the latencies over
+    every round and the engine's time with against without, pair by pair."""
+    latencies: list[float] = []
+    alone: list[float] = []
+    ratios: list[float] = []
+    cpu = [0.0, 0.0, 0.0]
+    for _ in range(args.rounds):
+        alone.append(engine_seconds(home, through_api(api, batch)[1]))
+        polled, polled_id, *costs = with_pollers(
+            port, api, batch, args.pollers, server, args.poll_every
+        )
+        latencies += polled
+        cpu = [c + x / args.rounds for c, x in zip(cpu, costs, strict=True)]
+        ratios.append(engine_seconds(home, polled_id) / alone[-1])
+    client_cpu, server_cpu, wait = cpu
+    cuts = statistics.quantiles(latencies, n=100)
+    pairs = ", ".join(f"{(r - 1) * 100:+.1f} %" for r in ratios)
+    noise = (max(alone) / min(alone) - 1) * 100
+    print(
+        f"{args.pollers} pollers every {args.poll_every:g} s, {len(latencies)} polls over "
+        f"{args.rounds} runs: p50 {cuts[49]:.1f} ms, p99 {cuts[98]:.1f} ms (CPU a poll: "
+        f"server {server_cpu * 1000:.2f} ms, the bench's client {client_cpu * 1000:.2f} ms; "
+        f"the server's event loop waited for a core {wait * 1000:.2f} ms a poll)"
+    )
+    print(
+        f"  the job's engine time with pollers against the run before without, warm: {pairs} "
+        f"(median {(statistics.median(ratios) - 1) * 100:+.1f} %); the runs without spread "
+        f"{noise:.1f} % ({', '.join(f'{a:.1f}' for a in alone)} s)"
+    )
+
+
 def upload_memory(base: str, server: psutil.Process, megabytes: int, folder: Path) -> None:
     big = folder / "big.jsonl"
     line = (json.dumps({"custom_id": "x" * 20, "body": {"text": "y" * 900}}) + "\n").encode()
@@ -282,6 +323,7 @@ def main() -> None:
     parser.add_argument("--pollers", type=int, default=50)
     parser.add_argument("--poll-every", type=float, default=0.1, help="seconds between polls")
     parser.add_argument("--upload-mb", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3, help="pairs of runs without/with")
     parser.add_argument(
         "--parts", default="runs,pollers,upload", help="which figures (comma-separated)"
     )
@@ -301,25 +343,11 @@ def main() -> None:
             if "runs" in parts:
                 print(f"{args.requests} chats ({args.max_tokens} tokens), API and core run:")
                 compare(home, api, batch, "cold")
-                warm = compare(home, api, batch, "warm")
+                compare(home, api, batch, "warm")
             if "pollers" in parts:
                 if "runs" not in parts:
                     through_api(api, batch)  # loads the model: the runs compared are warm
-                    warm = through_api(api, batch)[1]
-                latencies, polled, client_cpu, server_cpu, wait = with_pollers(
-                    port, api, batch, args.pollers, process, args.poll_every
-                )
-                cuts = statistics.quantiles(latencies, n=100)
-                alone, polled_seconds = engine_seconds(home, warm), engine_seconds(home, polled)
-                print(
-                    f"{args.pollers} pollers every {args.poll_every:g} s, "
-                    f"{len(latencies)} polls: p50 {cuts[49]:.1f} ms, "
-                    f"p99 {cuts[98]:.1f} ms (CPU a poll: server {server_cpu * 1000:.2f} ms, the "
-                    f"bench's client {client_cpu * 1000:.2f} ms; the server's event loop "
-                    f"waited for a core {wait * 1000:.2f} ms a poll); the job's engine ran "
-                    f"{polled_seconds:.1f} s with them, "
-                    f"{alone:.1f} s without ({(polled_seconds / alone - 1) * 100:+.1f} %), warm"
-                )
+                pollers_figures(home, port, api, batch, process, args)
         if "upload" in parts:
             upload_memory(base, process, args.upload_mb, work)
     finally:
