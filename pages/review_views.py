@@ -4,8 +4,9 @@ The panel is a fragment: a key (a verdict, a score, Previous/Next) reruns the pa
 not the page with its sample and job queries, and its callbacks save the label in its file
 and move on before the panel draws, so the next item shows at once, even while a worker runs
 (the page's rerun waits on the ingest of its results; the index's write and commit, slow
-while results stream in, follow the next item). The reviewer's labels of the sample are
-read once per page run and kept in the session; a save updates them there.
+while results stream in, run on a thread of their own after the next item). The reviewer's
+labels of the sample are read once per page run and kept in the session; a save updates
+them there.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def label_panel(
         st.error(escape(error))
     if old:
         st.caption(f"You labelled this item: {escape(old.verdict)}.")
-    db.sync_human()  # the label a key saved, indexed once the next item is up
+    rv.index_in_background(db)  # the label a key saved: the next key does not wait for it
     history = rv.label_history(db, job_id, custom_id)
     if len(history) > 1:
         with st.expander(f"Label history of this item ({len(history)} saves)"):

@@ -9,7 +9,9 @@ the items both labelled.
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,7 @@ from core.human.files import VERDICTS, LabelRecord, append, now_utc
 from core.human.label_sets import own_labels
 from core.store.db import Store
 
+log = logging.getLogger(__name__)
 __all__ = ["VERDICTS"]  # the verdicts every reviewer has (each may add labels of their own)
 
 
@@ -97,6 +100,21 @@ def record_label(
         at=now_utc(),
     )
     append(store.human_dir, record)  # the file first: the index is rebuilt from it
+
+
+def index_in_background(store: Store) -> None:
+    """Indexes the labels saved since the last sync on a thread of its own: Review's next
+    key must not wait for the index's write and commit, slow while a worker's results
+    stream in. Syncs take turns (each reads on from where the last stopped, and one that
+    finds nothing new costs a stat per file); the label's file already holds it."""
+
+    def sync() -> None:
+        try:
+            store.sync_human()
+        except Exception:  # the store closed, or a file it cannot read: the next run syncs
+            log.warning("labels not indexed in the background", exc_info=True)
+
+    threading.Thread(target=sync, name="index-labels", daemon=True).start()
 
 
 def label_history(store: Store, job_id: str, custom_id: str) -> pd.DataFrame:
