@@ -180,21 +180,19 @@ def embedding_lines(path: Path, model: Path, n: int = 2) -> Path:
     return path
 
 
+def run_ok(batch: Path) -> None:
+    """``core run`` of a batch file, its output beside it; the run must succeed."""
+    done = run_cli("run", str(batch), "-o", str(batch.with_suffix(".out")))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memory_is_short(
     studio_home, tmp_path, default_model, embedding_model, monkeypatch
 ):
     monkeypatch.setenv(IDLE_ENV, IDLE)
     try:
-        chat = run_cli(
-            "run",
-            str(chat_lines(tmp_path / "cold-chat.jsonl", 1, "one")),
-            "-o",
-            str(tmp_path / "c1.out"),
-        )
-        assert chat.returncode == 0, chat.stderr[-2000:]
-        embed = run_cli("run", str(embedding_lines(tmp_path / "e1.jsonl", embedding_model)),
-                        "-o", str(tmp_path / "e1.out"))  # fmt: skip
-        assert embed.returncode == 0, embed.stderr[-2000:]
+        run_ok(chat_lines(tmp_path / "cold-chat.jsonl", 1, "one"))
+        run_ok(embedding_lines(tmp_path / "e1.jsonl", embedding_model))
         state = read_state(studio_home)  # both loaded, each with its memory
         assert state is not None
         assert {m.name: m.kind for m in state.models} == {
@@ -204,13 +202,7 @@ def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memo
         assert all(m.memory_mib > 100 for m in state.models), state.models
         listed = run_cli("engine", "status").stdout
         assert default_model.name in listed and embedding_model.name in listed
-        again = run_cli(
-            "run",
-            str(chat_lines(tmp_path / "warm-chat.jsonl", 1, "two")),
-            "-o",
-            str(tmp_path / "c2.out"),
-        )
-        assert again.returncode == 0, again.stderr[-2000:]
+        run_ok(chat_lines(tmp_path / "warm-chat.jsonl", 1, "two"))
         warm = job_of(studio_home, "warm-chat").read_status()
         assert warm.model_load_seconds == 0 and warm.pid == state.pid  # no reload
         assert run_cli("engine", "stop").returncode == 0
@@ -219,16 +211,8 @@ def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memo
         # Room for one model only: the embedding job unloads the chat model first.
         chat_mib = next(m.memory_mib for m in state.models if m.kind == "chat")
         monkeypatch.setenv(BUDGET_ENV, str(round(chat_mib + 200)))
-        small = run_cli(
-            "run",
-            str(chat_lines(tmp_path / "small-chat.jsonl", 1, "three")),
-            "-o",
-            str(tmp_path / "c3.out"),
-        )
-        assert small.returncode == 0, small.stderr[-2000:]
-        embed = run_cli("run", str(embedding_lines(tmp_path / "e2.jsonl", embedding_model)),
-                        "-o", str(tmp_path / "e2.out"))  # fmt: skip
-        assert embed.returncode == 0, embed.stderr[-2000:]
+        run_ok(chat_lines(tmp_path / "small-chat.jsonl", 1, "three"))
+        run_ok(embedding_lines(tmp_path / "e2.jsonl", embedding_model))
         state = read_state(studio_home)
         assert state is not None and [m.name for m in state.models] == [embedding_model.name]
     finally:
