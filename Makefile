@@ -14,10 +14,12 @@ setup:
 run: setup
 	$(PY) -m core serve --host $(HOST) --port $(PORT)
 
+# pytest in two phases (scripts/test.sh): the tests not marked serial on one worker per
+# core, then those marked serial alone. PYTEST_ARGS go to both.
 test:
 	bash scripts/setup.sh --test
 	$(PY) -m ruff check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	PY=$(PY) bash scripts/test.sh $(PYTEST_ARGS)
 
 lint:
 	$(PY) -m ruff check .

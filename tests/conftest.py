@@ -22,6 +22,45 @@ os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
 # tests/test_dashboards.py sets its own wait to see "Computing…" then the figures.
 os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
 
+PHASES = ("all", "parallel", "serial")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--phase",
+        choices=PHASES,
+        default="all",
+        help="`make test`'s phases (docs/tests.md): the tests not marked serial (on one "
+        "worker per core), or those marked serial (alone on the machine)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a pytest-xdist worker (``gw0``, ``gw1``, ...), binds the OpenMP threads of the
+    engines its tests start to a core of its own, and torch's in this process to one: each
+    worker's model runs on one core instead of every engine's threads spinning on all."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw"):
+        cores = sorted(os.sched_getaffinity(0))
+        core = cores[int(worker[2:]) % len(cores)]
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))  # read by core/run/engine.py
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--phase parallel`` leaves out the tests marked serial; ``--phase serial`` keeps
+    only them."""
+    phase = config.getoption("phase")
+    if phase == "all":
+        return
+    kept, left = [], []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (kept if serial == (phase == "serial") else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
 
 @pytest.fixture
 def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:

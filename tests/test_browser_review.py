@@ -141,6 +141,7 @@ def label_walk(page: Page, home: Path, shots: str, job_id: str | None = None) ->
 
 
 @pytest.mark.browser
+@pytest.mark.serial  # times keys to the next item
 def test_labelling_by_key_shows_the_next_item_at_once_in_the_browser(
     studio_server: StreamlitServer, chromium_page
 ) -> None:

@@ -177,6 +177,7 @@ def test_build_page_names_a_missing_column(studio_home: Path) -> None:
         ("{{ range(10**7) | length }}", "range of 10,000,000 items"),
     ],
 )  # fmt: skip
+@pytest.mark.serial  # times the render bound
 def test_a_runaway_template_is_that_rows_error_and_stops_within_seconds(template, expected):
     import time
 
@@ -202,6 +203,7 @@ RUNAWAY_LOOPS = (
 )
 
 
+@pytest.mark.serial  # times the render bound
 def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
     table = pd.DataFrame({"n": [2000, 1, 2]})
     slow = RUNAWAY_LOOPS + "row {{ n }}"
@@ -210,6 +212,7 @@ def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
     assert [line["body"]["messages"][-1]["content"] for line in result.lines] == ["row 1", "row 2"]
 
 
+@pytest.mark.serial  # times the render bound
 def test_a_template_too_slow_on_every_row_stops_the_build_after_three_rows():
     import time
 

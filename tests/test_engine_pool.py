@@ -239,6 +239,7 @@ def resident(tmp_path, monkeypatch) -> Resident:
     return Resident(tmp_path / "jobs")
 
 
+@pytest.mark.serial  # times the wait
 def test_an_idle_worker_publishes_its_state_and_exits_after_the_idle_time(resident, tmp_path):
     started = time.monotonic()
     assert resident.wait_for_work(lambda: False) is False
@@ -247,6 +248,7 @@ def test_an_idle_worker_publishes_its_state_and_exits_after_the_idle_time(reside
     assert read_state(tmp_path) is None  # gone with the worker
 
 
+@pytest.mark.serial  # times the wait
 def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path):
     queued = threading.Event()
 
@@ -263,6 +265,7 @@ def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path)
     resident.close()
 
 
+@pytest.mark.serial  # times the wait
 def test_a_job_queued_without_the_mark_is_found_by_the_periodic_scan(
     resident, tmp_path, monkeypatch
 ):
@@ -275,6 +278,7 @@ def test_a_job_queued_without_the_mark_is_found_by_the_periodic_scan(
     resident.close()
 
 
+@pytest.mark.serial  # times the wait
 def test_a_stop_command_ends_an_idle_worker(resident, tmp_path, monkeypatch):
     monkeypatch.setenv(IDLE_ENV, "60")
     threading.Timer(0.2, send_command, (tmp_path, EngineCommand(action="stop"))).start()
@@ -284,6 +288,7 @@ def test_a_stop_command_ends_an_idle_worker(resident, tmp_path, monkeypatch):
     resident.close()
 
 
+@pytest.mark.serial  # times the wait
 def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
     from core.jobs.engine_files import EngineBusy, EngineState, embed_on_engine, write_state
 

@@ -25,7 +25,7 @@ from core.run.monitoring import rates, read_samples
 from core.schemas import worker_alive
 from tests.conftest import run_cli
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.serial]  # times the engine: alone
 LINES = 160
 MAX_TOKENS = 96
 STALE_SECONDS = 2.0  # the heartbeat writes status and samples every 2 s

@@ -23,7 +23,7 @@ from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
-pytestmark = [pytest.mark.engine, pytest.mark.ray]
+pytestmark = [pytest.mark.engine, pytest.mark.ray, pytest.mark.serial]  # a cluster, alone
 
 
 @pytest.fixture(scope="module")

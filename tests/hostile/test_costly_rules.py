@@ -41,6 +41,7 @@ def run_bounded(script: str, seconds: float) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.serial  # times the grading
 def test_a_backtracking_schema_pattern_grades_a_long_answer_in_well_under_a_second(tmp_path):
     script = f"""
         import json, time
@@ -123,6 +124,7 @@ rules:
 
 
 @pytest.mark.parametrize("text", [ALIAS_BOMB, NESTED_ALLOF], ids=["billion_laughs", "allOf"])
+@pytest.mark.serial  # times the refusal
 def test_yaml_aliases_that_expand_too_far_are_refused_with_their_line_at_once(text):
     started = time.monotonic()
     with pytest.raises(RulesError) as refused:

@@ -36,6 +36,7 @@ GIANT_CALLS = [
 
 
 @pytest.mark.parametrize("template", GIANT_CALLS)
+@pytest.mark.serial  # times the render bound
 def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(template):
     script = f"""
         import json
@@ -80,6 +81,7 @@ def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_st
     assert report["peak_mb"] < 600, report
 
 
+@pytest.mark.serial  # times the render bound
 def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
     slow = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}x"
     contexts = ((f"r{i}", {"answer": "a"}) for i in range(100_000))
@@ -95,6 +97,7 @@ def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
     assert took < MAX_SLOW_ROWS * (MAX_RENDER_SECONDS + 2)  # three answers, not 100,000
 
 
+@pytest.mark.serial  # times the render bound
 def test_a_builder_template_too_slow_on_every_row_still_stops_after_three_rows():
     table = pd.DataFrame({"n": [10000] * 50})
     slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
