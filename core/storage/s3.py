@@ -14,8 +14,9 @@ the lines of their shards with ranged GETs (:func:`read_spans`). Every failure i
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +179,108 @@ def put(path: Path, uri: str) -> None:
         client.upload_file(os.fspath(path), location.bucket, location.key)
     except (Boto3Error, BotoCoreError, ClientError) as exc:
         raise _explain(exc, location, "write", client) from None
+
+
+PART_BYTES = 8 << 20  # a multipart upload's part; S3 wants 5 MiB or more but for the last
+
+
+def upload_stream(chunks: Iterable[bytes], uri: str, part_bytes: int = PART_BYTES) -> int:
+    """Uploads the bytes of ``chunks``, in order, to the object ``uri`` as one multipart
+    upload, holding at most one part (``part_bytes``, plus one chunk) at a time; returns the
+    object's size. The object is replaced only once the whole stream is in; a failed upload
+    is aborted so the store keeps no orphan parts.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be written (named, with why).
+    """
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client()
+    where = {"Bucket": location.bucket, "Key": location.key}
+    buffer, size, upload, done = bytearray(), 0, None, []
+    try:
+        for chunk in chunks:
+            buffer += chunk
+            size += len(chunk)
+            if len(buffer) >= part_bytes:
+                if upload is None:
+                    upload = client.create_multipart_upload(**where)["UploadId"]
+                number = len(done) + 1
+                got = client.upload_part(
+                    **where, UploadId=upload, PartNumber=number, Body=bytes(buffer)
+                )
+                done.append({"PartNumber": number, "ETag": got["ETag"]})
+                buffer.clear()
+        if upload is None:  # smaller than one part: one PUT
+            client.put_object(**where, Body=bytes(buffer))
+            return size
+        if buffer:
+            number = len(done) + 1
+            got = client.upload_part(
+                **where, UploadId=upload, PartNumber=number, Body=bytes(buffer)
+            )
+            done.append({"PartNumber": number, "ETag": got["ETag"]})
+        client.complete_multipart_upload(**where, UploadId=upload, MultipartUpload={"Parts": done})
+    except (Boto3Error, BotoCoreError, ClientError) as exc:
+        if upload is not None:
+            _abort(client, where, upload)
+        raise _explain(exc, location, "write", client) from None
+    except BaseException:
+        if upload is not None:
+            _abort(client, where, upload)
+        raise
+    return size
+
+
+def _abort(client: Any, where: dict[str, str], upload: str) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    with contextlib.suppress(BotoCoreError, ClientError):  # a store gone: nothing to free
+        client.abort_multipart_upload(**where, UploadId=upload)
+
+
+def put_bytes(data: bytes, uri: str, agent: str = "batch-studio") -> str:
+    """Writes ``data`` as the object ``uri`` in one PUT; returns its ETag.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be written (named, with why).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client(agent)
+    try:
+        return client.put_object(Bucket=location.bucket, Key=location.key, Body=data)["ETag"]
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "write", client) from None
+
+
+def remove_under(uri: str) -> int:
+    """Removes every object whose key starts with ``uri``'s key; returns how many.
+
+    Raises:
+        StorageError: the objects cannot be listed or removed (named, with why).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri.rstrip("/"))
+    prefix = uri[len(SCHEME) + len(location.bucket) + 1 :]
+    client = _client()
+    removed = 0
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=location.bucket, Prefix=prefix
+        )
+        for page in pages:
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=location.bucket, Delete={"Objects": keys})
+                removed += len(keys)
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "remove", client) from None
+    return removed
 
 
 class ObjectInfo(BaseModel):
