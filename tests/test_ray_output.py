@@ -26,7 +26,7 @@ def _result(cid: str, answer: str) -> dict:
     }
 
 
-def test_the_output_object_goes_up_in_parts_of_the_size_asked_holding_one_part_at_most(
+def test_the_output_object_goes_up_in_parts_of_the_size_asked_holding_a_few_parts_at_most(
     s3, s3_requests, monkeypatch
 ):
     from moto.s3 import models
@@ -44,14 +44,15 @@ def test_the_output_object_goes_up_in_parts_of_the_size_asked_holding_one_part_a
             made += len(line)
             yield line
 
-    size = upload_stream(stream(), f"s3://{BUCKET}/out.jsonl", part_bytes=part_bytes)
+    size = upload_stream(stream(), f"s3://{BUCKET}/out.jsonl", part_bytes, in_flight=2)
     body = s3.get_object(Bucket=BUCKET, Key="out.jsonl")["Body"].read()
     assert body == b"".join(lines) and size == len(body)
     uploaded = [r["size"] for r in s3_requests if "partNumber" in r["query"]]
     longest = max(map(len, lines))
     assert len(uploaded) > 10 and sum(uploaded) == len(body)
     assert all(part_bytes <= n < part_bytes + longest for n in uploaded[:-1])  # S3's minimum
-    assert max(held) < part_bytes + longest < len(body) // 10  # a part, never the whole
+    # Two parts on their way and one filling, never the whole output.
+    assert max(held) < 3 * (part_bytes + longest) < len(body) // 10
 
 
 def test_a_small_output_object_goes_up_in_one_put(s3, s3_requests):
@@ -103,3 +104,23 @@ def test_delivering_a_job_removes_the_parts_its_replicas_wrote(s3, half_run_job)
         json.loads(s3.get_object(Bucket=BUCKET, Key="out.jsonl")["Body"].read())["custom_id"]
         == "r2"
     )
+
+
+def test_a_bucket_gone_during_the_upload_fails_it_naming_the_object(s3, monkeypatch):
+    from moto.s3 import models
+
+    from core.storage.s3 import StorageError
+    from tests.test_s3 import _drop_bucket
+
+    monkeypatch.setattr(models, "S3_UPLOAD_PART_MIN_SIZE", 1024)
+
+    def stream():
+        for i in range(200):
+            if i == 100:  # a few parts are in by now
+                _drop_bucket(s3)
+            yield b"x" * 99 + b"\n"
+
+    with pytest.raises(
+        StorageError, match=r"cannot write s3://batches/out\.jsonl: the bucket .batches. does not"
+    ):
+        upload_stream(stream(), f"s3://{BUCKET}/out.jsonl", 1024, in_flight=2)

@@ -182,13 +182,17 @@ def put(path: Path, uri: str) -> None:
 
 
 PART_BYTES = 8 << 20  # a multipart upload's part; S3 wants 5 MiB or more but for the last
+IN_FLIGHT = 4  # parts sent at once (boto3's own transfers send 10): what memory holds
 
 
-def upload_stream(chunks: Iterable[bytes], uri: str, part_bytes: int = PART_BYTES) -> int:
+def upload_stream(
+    chunks: Iterable[bytes], uri: str, part_bytes: int = PART_BYTES, in_flight: int = IN_FLIGHT
+) -> int:
     """Uploads the bytes of ``chunks``, in order, to the object ``uri`` as one multipart
-    upload, holding at most one part (``part_bytes``, plus one chunk) at a time; returns the
-    object's size. The object is replaced only once the whole stream is in; a failed upload
-    is aborted so the store keeps no orphan parts.
+    upload of ``part_bytes`` parts, ``in_flight`` of them sent at once: what is held is
+    those parts and the one filling. Returns the object's size. The object is replaced
+    only once the whole stream is in; a failed upload is aborted so the store keeps no
+    orphan parts.
 
     Raises:
         StorageError: the URI is malformed, or the object cannot be written (named, with why).
@@ -198,40 +202,77 @@ def upload_stream(chunks: Iterable[bytes], uri: str, part_bytes: int = PART_BYTE
 
     location = _location(uri)
     client = _client()
-    where = {"Bucket": location.bucket, "Key": location.key}
-    buffer, size, upload, done = bytearray(), 0, None, []
+    upload = _Upload(client, {"Bucket": location.bucket, "Key": location.key}, in_flight)
+    buffer: list[bytes] = []
+    held = 0
     try:
         for chunk in chunks:
-            buffer += chunk
-            size += len(chunk)
-            if len(buffer) >= part_bytes:
-                if upload is None:
-                    upload = client.create_multipart_upload(**where)["UploadId"]
-                number = len(done) + 1
-                got = client.upload_part(
-                    **where, UploadId=upload, PartNumber=number, Body=bytes(buffer)
-                )
-                done.append({"PartNumber": number, "ETag": got["ETag"]})
-                buffer.clear()
-        if upload is None:  # smaller than one part: one PUT
-            client.put_object(**where, Body=bytes(buffer))
-            return size
-        if buffer:
-            number = len(done) + 1
-            got = client.upload_part(
-                **where, UploadId=upload, PartNumber=number, Body=bytes(buffer)
-            )
-            done.append({"PartNumber": number, "ETag": got["ETag"]})
-        client.complete_multipart_upload(**where, UploadId=upload, MultipartUpload={"Parts": done})
+            buffer.append(chunk)
+            held += len(chunk)
+            if held >= part_bytes:
+                upload.send(b"".join(buffer))
+                buffer, held = [], 0
+        upload.finish(b"".join(buffer))
     except (Boto3Error, BotoCoreError, ClientError) as exc:
-        if upload is not None:
-            _abort(client, where, upload)
+        upload.abort()
         raise _explain(exc, location, "write", client) from None
     except BaseException:
-        if upload is not None:
-            _abort(client, where, upload)
+        upload.abort()
         raise
-    return size
+    return upload.size
+
+
+class _Upload:
+    """One multipart upload, its parts sent by a few threads (a client is thread safe)."""
+
+    def __init__(self, client: Any, where: dict[str, str], in_flight: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.client, self.where, self.in_flight = client, where, max(1, in_flight)
+        self.pool = ThreadPoolExecutor(self.in_flight)
+        self.upload_id: str | None = None
+        self.sent: list[Any] = []  # futures of the parts' ETags, in part order
+        self.size = 0
+
+    def send(self, data: bytes) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self.upload_id is None:
+            self.upload_id = self.client.create_multipart_upload(**self.where)["UploadId"]
+        while True:  # at most in_flight parts held; a failed one stops the upload now
+            running = [f for f in self.sent if not f.done()]
+            for failed in (f for f in self.sent if f.done() and f.exception()):
+                raise failed.exception()
+            if len(running) < self.in_flight:
+                break
+            wait(running, return_when=FIRST_COMPLETED)
+        self.size += len(data)
+        self.sent.append(self.pool.submit(self._part, len(self.sent) + 1, data))
+
+    def _part(self, number: int, data: bytes) -> dict[str, Any]:
+        got = self.client.upload_part(
+            **self.where, UploadId=self.upload_id, PartNumber=number, Body=data
+        )
+        return {"PartNumber": number, "ETag": got["ETag"]}
+
+    def finish(self, rest: bytes) -> None:
+        """Sends the last bytes and completes (one PUT when all fit in one part)."""
+        if self.upload_id is None:
+            self.client.put_object(**self.where, Body=rest)
+            self.size += len(rest)
+        else:
+            if rest:
+                self.send(rest)
+            parts = [f.result() for f in self.sent]
+            self.client.complete_multipart_upload(
+                **self.where, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
+            )
+        self.pool.shutdown()
+
+    def abort(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        if self.upload_id is not None:
+            _abort(self.client, self.where, self.upload_id)
 
 
 def _abort(client: Any, where: dict[str, str], upload: str) -> None:
