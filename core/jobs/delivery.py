@@ -41,9 +41,9 @@ def errors_beside(target: str) -> str:
 def deliver(job: JobFolder, target: str) -> Delivery:
     """Writes the job's final results to ``target`` and the failures to the file beside it.
 
-    An object is written by one multipart upload streamed from the job folder's files (at
-    most one part in memory, nothing staged on disk); the parts a Ray job's replicas wrote
-    under the output are removed after.
+    An object is written by one multipart upload streamed from the job folder's files (a
+    few parts in memory, never the whole; nothing staged on disk); the parts a Ray job's
+    replicas wrote under the output are removed after.
 
     Raises:
         StorageError: an object could not be written (the message names it and why); the

@@ -7,9 +7,10 @@ names them: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_T
 ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for a store that is not AWS.
 
 Objects are streamed between the store and a file on disk (one GET read in blocks; a
-multipart upload from the file), never held whole in memory; the replicas of a Ray job read
-the lines of their shards with ranged GETs (:func:`read_spans`). Every failure is a
-:class:`StorageError` whose message names the object and says what to check.
+multipart upload from the file) or from a stream of lines (:func:`upload_stream`), never held
+whole in memory; the replicas of a Ray job read the lines of their shards with ranged GETs
+(:func:`read_spans`) and write their results as small objects (:func:`put_bytes`). Every
+failure is a :class:`StorageError` whose message names the object and says what to check.
 """
 
 from __future__ import annotations
