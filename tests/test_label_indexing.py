@@ -104,3 +104,22 @@ def test_a_store_closed_before_its_pass_keeps_the_label_in_its_file_for_the_next
         assert get_label(again, job_id, "r1", "bob") == Label("pass", 4)
     finally:
         again.close()
+
+
+def test_a_failed_pass_says_so_and_the_next_indexes_the_label(db, monkeypatch):
+    store, job_id, _ = db
+    real_sync = human_index.sync
+    calls: list[int] = []
+
+    def sync_failing_once(cur, folder, read=None):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("disk went away")
+        return real_sync(cur, folder, read)
+
+    monkeypatch.setattr(human_index, "sync", sync_failing_once)
+    record_label(store, job_id, "r2", "ana", Label("unsure"))
+    assert not wait_indexed(store, index_in_background(store))  # said, not hidden
+    assert get_label(store, job_id, "r2", "ana") is None
+    assert wait_indexed(store, index_in_background(store))
+    assert get_label(store, job_id, "r2", "ana").verdict == "unsure"

@@ -53,7 +53,10 @@ class BackgroundSync:
         """Waits until the pass for ``ticket`` (default: the last ask) ended; True when it
         indexed it, False after a failed pass, a ``timeout`` or :meth:`stop`."""
         with self._changed:
-            ticket = self._asked if ticket is None else ticket
+            # (a ticket past the last ask is another store's, one reopened: its last ask)
+            ticket = self._asked if ticket is None else min(ticket, self._asked)
+            if ticket <= 0:  # nothing asked yet; or a stopped store's ask, never met
+                return not self._stopped
             self._changed.wait_for(lambda: self._done >= ticket or self._stopped, timeout)
             return self._done >= ticket and self._failed < ticket
 
