@@ -104,7 +104,8 @@ def index_in_background(store: Store) -> int:
     """Asks the store's indexing thread for the labels saved so far (``Store.human_sync``):
     one pass, a quarter second after the first ask, indexes every label saved meanwhile
     (eight reviewers' saves in that while cost one sync, not eight), and Review's next key
-    never waits for the index's write and commit. Returns the ask's ticket, for :func:`wait_indexed`."""
+    never waits for the index's write and commit. Returns the ask's ticket, for
+    :func:`wait_indexed`."""
     return store.human_sync.soon()
 
 
