@@ -4,9 +4,9 @@ The panel is a fragment: a key (a verdict, a score, Previous/Next) reruns the pa
 not the page with its sample and job queries, and its callbacks save the label in its file
 and move on before the panel draws, so the next item shows at once, even while a worker runs
 (the page's rerun waits on the ingest of its results; the index's write and commit, slow
-while results stream in, run on a thread of their own after the next item). The reviewer's
-labels of the sample are read once per page run and kept in the session; a save updates
-them there.
+while results stream in, run on the store's indexing thread, one pass for the saves of a
+quarter second of every session). The reviewer's labels of the sample are read once per
+page run and kept in the session; a save updates them there.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pages.shared import escape, show_conversation
 
 TABS = ("Label", "Progress & agreement", "Export")
 LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}
+INDEXING = "review_indexing"  # (job_id, custom_id) -> the ticket of its save's index pass
 SCORES = (1, 2, 3, 4, 5)
 
 
@@ -141,7 +142,9 @@ def label_panel(
         st.error(escape(error))
     if old:
         st.caption(f"You labelled this item: {escape(old.verdict)}.")
-    rv.index_in_background(db)  # the label a key saved: the next key does not wait for it
+    ticket = st.session_state.get(INDEXING, {}).pop((job_id, custom_id), None)
+    if ticket:  # this session saved a label here: its history shows it (in the index soon)
+        rv.wait_indexed(db, ticket)
     history = rv.label_history(db, job_id, custom_id)
     if len(history) > 1:
         with st.expander(f"Label history of this item ({len(history)} saves)"):
@@ -191,5 +194,7 @@ def _save(
         state["review_error"] = str(exc)
         return
     state[LABELS][(sample_id, reviewer)][item] = label
+    # indexed on the store's thread with other sessions' saves; the next item shows first
+    state.setdefault(INDEXING, {})[item] = rv.index_in_background(db)
     state.pop(f"score_{form}", None)
     state["review_pos"] = min(pos + 1, n - 1)

@@ -52,3 +52,21 @@ def test_a_bad_label_set_is_refused_with_a_reason_and_nothing_saved(studio_home)
     assert not (studio_home / "human" / "label_sets.jsonl").exists()
     verdicts = [b.label for b in at.button if b.proto.shortcut in ("p", "f", "u")]
     assert verdicts == ["Pass", "Fail", "Unsure"]  # and no other label
+
+
+def test_labels_saved_twice_on_the_last_item_show_both_in_its_history_at_once(studio_home):
+    at = _labelling(studio_home)
+    for _ in range(3):
+        at.button(key="next").click().run()
+    assert any("Item 4 of 4" in m.value for m in at.markdown)
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    keys["p"].click().run()
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    keys["f"].click().run()  # the last item stays: its history reads both saves
+    assert not at.exception
+    assert any("Item 4 of 4" in m.value for m in at.markdown)
+    assert [e.label for e in at.expander if e.label.startswith("Label history")] == [
+        "Label history of this item (2 saves)"
+    ]
+    history = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    assert history["verdict"].tolist() == ["pass", "fail"]
