@@ -31,9 +31,10 @@ from tests.browser_support import (
 from tests.factories import finished_job
 
 NEXT_ITEM_MS = 200  # the issue's bound: the next item within 200 ms of the key
-# Records, in the page, when each key went down and when, after it, each "Item k of" and each
-# highlighted form button (a score's) first showed; ``__shown(name)`` waits (no polling by the test
-# meanwhile, which would take the page's thread) and gives the ms from the key, or null.
+# Records, in the page, when each key went down and when, after it, each "Item k of" and
+# each highlighted form button (a score's) first showed. ``__shown(name)`` waits for one and
+# gives its ms from the key (null after 30 s): the test does not poll the page meanwhile,
+# which would take the page's thread from the redraw it times.
 TIMER = """() => {
   let key = 0, marks = {}, waiting = {};
   const mark = name => {
