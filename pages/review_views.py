@@ -104,7 +104,7 @@ def label_panel(
     score = st.session_state.get(f"score_{form}", old.score if old else None)
     _fill_fields((sample_id, reviewer, job_id, custom_id), old)
     # One form for every item: its widgets keep their ids, so the browser updates them in
-    # place for the next item instead of building them anew (that took most of a key's time).
+    # place for the next item instead of building a new form (long redraws after each key).
     with st.form("label_item"):
         st.caption("Score (optional): keys 1–5; the same key again clears it.")
         for column, value in zip(st.columns(len(SCORES)), SCORES, strict=True):
