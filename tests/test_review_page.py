@@ -70,3 +70,27 @@ def test_labels_saved_twice_on_the_last_item_show_both_in_its_history_at_once(st
     ]
     history = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
     assert history["verdict"].tolist() == ["pass", "fail"]
+
+
+def test_an_items_tags_and_comment_save_and_come_back_with_it_the_next_item_starts_empty(
+    studio_home,
+):
+    """The form's fields are the same widgets for every item: filled with the shown item's
+    saved label, empty for an item without one."""
+    at = _labelling(studio_home)
+    at.text_input(key="review_tags").set_value("short, polite")
+    at.text_area(key="review_comment").set_value("fine")
+    _button(at, "Pass").click().run()
+    assert any("Item 2 of 4" in m.value for m in at.markdown)
+    assert at.text_input(key="review_tags").value == ""
+    assert at.text_area(key="review_comment").value == ""
+    _button(at, "Previous").click().run()
+    assert any("Item 1 of 4" in m.value for m in at.markdown)
+    assert at.text_input(key="review_tags").value == "short, polite"
+    assert at.text_area(key="review_comment").value == "fine"
+    saved = json.loads((studio_home / "human" / "labels.jsonl").read_text(encoding="utf-8"))
+    assert (saved["verdict"], saved["tags"], saved["comment"]) == (
+        "pass",
+        ["short", "polite"],
+        "fine",
+    )
