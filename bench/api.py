@@ -19,10 +19,14 @@ Starts ``python -m core serve`` on a free port with a scratch data folder, then 
    warm API run's without pollers: ``--rounds`` rounds of a run without then a run with,
    so the ratio is the median of pairs measured side by side and the runs without show
    the noise (their spread).
-   The pollers are one asyncio loop on raw keep-alive connections, so that the bench's own
-   Python costs little beside the server (its CPU per poll is printed), and the time the
-   server's event loop spent ready but waiting for a core (CPU contention, not the
-   server's own work) is printed per poll;
+   The pollers are one asyncio loop on raw keep-alive connections in a child process, so
+   that the clients' Python costs little beside the server (their CPU per poll is
+   printed), and the time the server's event loop spent ready but waiting for a core (CPU
+   contention, not the server's own work) is printed per poll. In real use the clients
+   run on other machines; here they share the studio's two cores, so their process runs
+   at ``--poller-nice`` 19 by default: it gets a core only when the studio and its engine
+   leave one idle, and what is measured is the server's own cost. ``--poller-nice 0``
+   gives them an equal share, which adds their CPU to the engine's slowdown;
 3. the server's resident memory before, at its peak during, and after a ``--upload-mb``
    upload (sampled every 20 ms).
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import random
 import re
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -215,12 +221,27 @@ def waited(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
+def run_pollers(port: int, path: str, pollers: int, every: float, nice: int) -> tuple:
+    """In a child process: lowers its priority by ``nice``, then runs ``pollers`` clients
+    until the batch ends; their latencies (ms) and this process's CPU seconds."""
+    os.nice(nice)
+    latencies: list[float] = []
+
+    async def poll_all() -> None:
+        done = asyncio.Event()
+        await asyncio.gather(*(_poll(port, path, latencies, done, every) for _ in range(pollers)))
+
+    cpu = time.process_time()
+    asyncio.run(poll_all())
+    return latencies, time.process_time() - cpu
+
+
 def with_pollers(
-    port: int, api: httpx.Client, batch: Path, pollers: int, server: psutil.Process, every: float
+    port: int, api: httpx.Client, batch: Path, server: psutil.Process, args: argparse.Namespace
 ) -> tuple[list[float], str, float, float, float]:
-    """Runs the batch while ``pollers`` clients poll it; their latencies (ms), the batch
-    id, this process's and the server's CPU seconds per poll, and the seconds per poll the
-    server's event loop waited for a core."""
+    """Runs the batch while ``args.pollers`` clients poll it; their latencies (ms), the
+    batch id, the clients' and the server's CPU seconds per poll, and the seconds per poll
+    the server's event loop waited for a core."""
     with batch.open("rb") as handle:
         file_id = api.post("/files", files={"file": handle}, data={"purpose": "batch"}).json()["id"]
     body = {
@@ -229,19 +250,15 @@ def with_pollers(
         "completion_window": "24h",
     }
     batch_id = api.post("/batches", json=body).json()["id"]
-    latencies: list[float] = []
-
-    async def poll_all() -> None:
-        done = asyncio.Event()
-        path = f"/v1/batches/{batch_id}"
-        await asyncio.gather(*(_poll(port, path, latencies, done, every) for _ in range(pollers)))
-
-    cpu, served, wait = time.process_time(), sum(server.cpu_times()[:2]), waited(server.pid)
-    asyncio.run(poll_all())
+    served, wait = sum(server.cpu_times()[:2]), waited(server.pid)
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as clients:
+        work = (port, f"/v1/batches/{batch_id}", args.pollers, args.poll_every, args.poller_nice)
+        latencies, client_cpu = clients.submit(run_pollers, *work).result()
     polls = max(len(latencies), 1)
     served = (sum(server.cpu_times()[:2]) - served) / polls  # the job's ingest included
     wait = (waited(server.pid) - wait) / polls
-    return latencies, batch_id, (time.process_time() - cpu) / polls, served, wait
+    return latencies, batch_id, client_cpu / polls, served, wait
 
 
 def pollers_figures(
@@ -260,9 +277,7 @@ def pollers_figures(
     cpu = [0.0, 0.0, 0.0]
     for _ in range(args.rounds):
         alone.append(engine_seconds(home, through_api(api, batch)[1]))
-        polled, polled_id, *costs = with_pollers(
-            port, api, batch, args.pollers, server, args.poll_every
-        )
+        polled, polled_id, *costs = with_pollers(port, api, batch, server, args)
         latencies += polled
         cpu = [c + x / args.rounds for c, x in zip(cpu, costs, strict=True)]
         ratios.append(engine_seconds(home, polled_id) / alone[-1])
@@ -271,7 +286,8 @@ def pollers_figures(
     pairs = ", ".join(f"{(r - 1) * 100:+.1f} %" for r in ratios)
     noise = (max(alone) / min(alone) - 1) * 100
     print(
-        f"{args.pollers} pollers every {args.poll_every:g} s, {len(latencies)} polls over "
+        f"{args.pollers} pollers every {args.poll_every:g} s (their process at nice "
+        f"{args.poller_nice}), {len(latencies)} polls over "
         f"{args.rounds} runs: p50 {cuts[49]:.1f} ms, p99 {cuts[98]:.1f} ms (CPU a poll: "
         f"server {server_cpu * 1000:.2f} ms, the bench's client {client_cpu * 1000:.2f} ms; "
         f"the server's event loop waited for a core {wait * 1000:.2f} ms a poll)"
@@ -323,6 +339,13 @@ def main() -> None:
     parser.add_argument("--pollers", type=int, default=50)
     parser.add_argument("--poll-every", type=float, default=0.1, help="seconds between polls")
     parser.add_argument("--upload-mb", type=int, default=200)
+    parser.add_argument(
+        "--poller-nice",
+        type=int,
+        default=19,
+        help="niceness of the pollers' process (19: they yield to the studio, as clients on "
+        "other machines would; 0: they take an equal share of its cores)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="pairs of runs without/with")
     parser.add_argument(
         "--parts", default="runs,pollers,upload", help="which figures (comma-separated)"

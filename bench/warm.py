@@ -167,7 +167,7 @@ def main() -> int:
         times.append(time.monotonic() - started)
     times.sort()
     print(
-        f"typed text embedded: first {cold_text:.2f} s (model swap), then median "
+        f"typed text embedded: first {cold_text:.2f} s (the first call), then median "
         f"{times[len(times) // 2] * 1000:.0f} ms, worst {times[-1] * 1000:.0f} ms of 10"
     )
 

@@ -4,9 +4,11 @@ The panel is a fragment: a key (a verdict, a score, Previous/Next) reruns the pa
 not the page with its sample and job queries, and its callbacks save the label in its file
 and move on before the panel draws, so the next item shows at once, even while a worker runs
 (the page's rerun waits on the ingest of its results; the index's write and commit, slow
-while results stream in, run on a thread of their own after the next item). The reviewer's
-labels of the sample are read once per page run and kept in the session; a save updates
-them there.
+while results stream in, run on the store's indexing thread, one pass for the saves of a
+quarter second of every session). The reviewer's labels of the sample are read once per
+page run and kept in the session; a save updates them there. The label form is one form for
+every item, its fields filled for the item shown: the browser updates its widgets in place
+rather than building a new form for each item.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from pages.shared import escape, show_conversation
 
 TABS = ("Label", "Progress & agreement", "Export")
 LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}
+INDEXING = "review_indexing"  # (job_id, custom_id) -> the ticket of its save's index pass
 SCORES = (1, 2, 3, 4, 5)
+FIELDS = ("review_tags", "review_comment", "review_corrected")  # the form's text fields
+FILLED = "review_filled"  # the item (sample, reviewer, job, custom_id) FIELDS were filled for
 
 
 def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
@@ -99,7 +104,10 @@ def label_panel(
     old = labels.get((job_id, custom_id))
     form = f"{sample_id}_{pos}"
     score = st.session_state.get(f"score_{form}", old.score if old else None)
-    with st.form(f"label_{form}"):
+    _fill_fields((sample_id, reviewer, job_id, custom_id), old)
+    # One form for every item: its widgets keep their ids, so the browser updates them in
+    # place for the next item instead of building a new form (long redraws after each key).
+    with st.form("label_item"):
         st.caption("Score (optional): keys 1–5; the same key again clears it.")
         for column, value in zip(st.columns(len(SCORES)), SCORES, strict=True):
             column.form_submit_button(
@@ -110,16 +118,9 @@ def label_panel(
                 on_click=_set_score,
                 args=(form, value, score),
             )
-        st.text_input(
-            "Tags (comma-separated)", ", ".join(old.tags) if old else "", key=f"tags_{form}"
-        )
-        st.text_area("Comment", old.comment if old else "", height=68, key=f"comment_{form}")
-        st.text_area(
-            "Corrected answer (optional)",
-            old.corrected_answer if old else "",
-            height=68,
-            key=f"corrected_{form}",
-        )
+        st.text_input("Tags (comma-separated)", key=FIELDS[0])
+        st.text_area("Comment", height=68, key=FIELDS[1])
+        st.text_area("Corrected answer (optional)", height=68, key=FIELDS[2])
         shortcuts = {v: v[0].upper() for v in rv.VERDICTS} | ls.shortcut_keys(own)
         st.caption(
             "A label saves the item and moves on: keys "
@@ -141,7 +142,9 @@ def label_panel(
         st.error(escape(error))
     if old:
         st.caption(f"You labelled this item: {escape(old.verdict)}.")
-    rv.index_in_background(db)  # the label a key saved: the next key does not wait for it
+    ticket = st.session_state.get(INDEXING, {}).pop((job_id, custom_id), None)
+    if ticket:  # this session saved a label here: its history shows it (in the index soon)
+        rv.wait_indexed(db, ticket)
     history = rv.label_history(db, job_id, custom_id)
     if len(history) > 1:
         with st.expander(f"Label history of this item ({len(history)} saves)"):
@@ -153,6 +156,17 @@ def link_review(sample_id: str, n: int) -> None:
     pos = min(st.session_state.get("review_pos", 0), n - 1) + 1
     tab = st.session_state.get("review_tab")
     write_link({"sample": sample_id, "item": pos, "tab": tab if tab != TABS[0] else None})
+
+
+def _fill_fields(item: tuple[str, str, str, str], old: rv.Label | None) -> None:
+    """Fills the form's text fields with the item's saved label (empty without one) when the
+    panel shows another item; on the same item they keep what the reviewer typed."""
+    if st.session_state.get(FILLED) == item and all(f in st.session_state for f in FIELDS):
+        return
+    st.session_state[FILLED] = item
+    values = (", ".join(old.tags), old.comment, old.corrected_answer) if old else ("", "", "")
+    for field, value in zip(FIELDS, values, strict=True):
+        st.session_state[field] = value
 
 
 def _go(pos: int) -> None:
@@ -181,9 +195,9 @@ def _save(
     label = rv.Label(
         verdict,
         score,
-        rv.parse_tags(state.get(f"tags_{form}", "")),
-        state.get(f"comment_{form}", ""),
-        state.get(f"corrected_{form}", ""),
+        rv.parse_tags(state.get(FIELDS[0], "")),
+        state.get(FIELDS[1], ""),
+        state.get(FIELDS[2], ""),
     )
     try:
         rv.record_label(db, *item, reviewer, label, sample_id)
@@ -191,5 +205,7 @@ def _save(
         state["review_error"] = str(exc)
         return
     state[LABELS][(sample_id, reviewer)][item] = label
+    # indexed on the store's thread with other sessions' saves; the next item shows first
+    state.setdefault(INDEXING, {})[item] = rv.index_in_background(db)
     state.pop(f"score_{form}", None)
     state["review_pos"] = min(pos + 1, n - 1)

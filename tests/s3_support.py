@@ -41,7 +41,8 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 @pytest.fixture
 def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Every request the local S3 server answers, as the store's access log has it: when,
-    the method, the key's path, its Range header and who sent it (User-Agent)."""
+    the method, the key's path, the query, the body's size, its Range header and who sent
+    it (User-Agent)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 
     seen: list[dict[str, Any]] = []
@@ -53,6 +54,8 @@ def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                 "at": time.time(),
                 "method": environ.get("REQUEST_METHOD"),
                 "path": environ.get("PATH_INFO"),
+                "query": environ.get("QUERY_STRING", ""),
+                "size": int(environ.get("CONTENT_LENGTH") or 0),
                 "range": environ.get("HTTP_RANGE"),
                 "agent": environ.get("HTTP_USER_AGENT", ""),
             }

@@ -31,18 +31,32 @@ from tests.browser_support import (
 from tests.factories import finished_job
 
 NEXT_ITEM_MS = 200  # the issue's bound: the next item within 200 ms of the key
-# Records, in the page, when each key went down and when each "Item k of" first showed.
+# Records, in the page, when each key went down and when, after it, each "Item k of" and
+# each highlighted form button (a score's) first showed. ``__shown(name)`` waits for one and
+# gives its ms from the key (null after 30 s): the test does not poll the page meanwhile,
+# which would take the page's thread from the redraw it times.
 TIMER = """() => {
-  window.__keys = []; window.__items = {};
-  document.addEventListener('keydown', e => window.__keys.push(performance.now()), true);
+  let key = 0, marks = {}, waiting = {};
+  const mark = name => {
+    if (name in marks) return;
+    marks[name] = performance.now() - key;
+    if (waiting[name]) waiting[name](marks[name]);
+  };
   const seen = () => {
     for (const el of document.querySelectorAll('[data-testid=stMarkdownContainer] strong')) {
       const m = /^Item (\\d+) of/.exec(el.textContent);
-      if (m && !(m[1] in window.__items)) window.__items[m[1]] = performance.now();
+      if (m) mark('item ' + m[1]);
     }
+    for (const el of document.querySelectorAll('[data-testid=stBaseButton-primaryFormSubmit]'))
+      mark('marked ' + el.textContent);  // a button's text: its label, then its key
   };
-  new MutationObserver(seen).observe(document.body, {subtree: true, childList: true,
-                                                     characterData: true});
+  document.addEventListener('keydown', () => { key = performance.now(); marks = {}; }, true);
+  new MutationObserver(seen).observe(document.body, {
+    subtree: true, childList: true, characterData: true, attributeFilter: ['data-testid']});
+  window.__shown = name => name in marks ? marks[name] : new Promise(done => {
+    waiting[name] = done;
+    setTimeout(() => done(null), 30000);
+  });
 }"""
 # (key, what it does): a score key keeps the item; a label key saves it and moves on;
 # Right moves on without a label (the browser's own redraw of the next item: the baseline).
@@ -53,28 +67,38 @@ WALK = [("3", None), ("p", "pass"), ("ArrowRight", ""), ("f", "fail"), ("5", Non
 
 @dataclass
 class Walk:
-    """Times from a key to the next item in the browser, in ms."""
+    """Times from a key to what it shows in the browser, in ms."""
 
-    labels: list[float]  # a label key (saved, then the next item)
-    moves: list[float]  # Right (the next item, nothing saved)
+    labels: list[float]  # a label key: saved, then the next item
+    moves: list[float]  # Right: the next item, nothing saved
+    scores: list[float]  # 1-5: the score's button marked, the item kept
 
     def say(self) -> str:
         return (
             f"key to next item, ms: labels {[round(t) for t in self.labels]} (median "
             f"{statistics.median(self.labels):.0f}); moves {[round(t) for t in self.moves]}; "
-            f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+            f"key to score marked: {[round(t) for t in self.scores]}; bound per key "
+            f"{bound():.0f}; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         )
 
     def check(self) -> None:
-        """The issue's bound: the next item within 200 ms of the key (the median of the
-        label keys). On a machine loaded past its cores the browser alone redraws slower
-        than that: then a label costs under 200 ms more than a plain move, measured in the
-        same run (both figures are printed)."""
-        median = statistics.median(self.labels)
-        if os.getloadavg()[0] <= (os.cpu_count() or 1):
-            assert median < NEXT_ITEM_MS, self.say()
-        else:
+        """The issue's bound: every label and score key shows its effect within 200 ms on
+        a machine not loaded past its cores. Loaded past them, the browser and the app
+        each get a share of a core, and the same work takes longer in proportion: then each
+        key within 200 ms times the load per core (:func:`bound`), and the labels' median
+        under 200 ms more than a plain move's, measured in the same run. Labelling as slow
+        as it was (2-7 s a key) fails either way."""
+        for shown in (*self.labels, *self.scores):
+            assert shown < bound(), self.say()
+        if os.getloadavg()[0] > (os.cpu_count() or 1):
+            median = statistics.median(self.labels)
             assert median < statistics.median(self.moves) + NEXT_ITEM_MS, self.say()
+
+
+def bound() -> float:
+    """The bound on each key, in ms: :data:`NEXT_ITEM_MS`, times the load per core (the last
+    minute's) where the machine is loaded past its cores."""
+    return NEXT_ITEM_MS * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 
 
 def label_walk(page: Page, home: Path, shots: str, job_id: str | None = None) -> Walk:
@@ -104,19 +128,21 @@ def label_walk(page: Page, home: Path, shots: str, job_id: str | None = None) ->
 
     page.evaluate(TIMER)
     page.get_by_role("heading", name="Review", level=1).click()  # keys go to the page
-    item, walk = 1, Walk([], [])
+    item, walk = 1, Walk([], [], [])
     for key, verdict in WALK:
         page.keyboard.press(key)
+        what = f"marked {key}{key}" if verdict is None else f"item {item + 1}"
+        shown = page.evaluate("what => window.__shown(what)", what)
+        assert shown is not None, f"{what} not shown within 30 s of the key {key}"
         if verdict is None:  # a score: the item stays, its button marked
+            walk.scores.append(shown)
             button = page.get_by_role("button", name=f"{key} Shortcut {key}", exact=True)
             expect(button).to_have_attribute("data-testid", "stBaseButton-primaryFormSubmit")
             wait_idle(page)
             continue
         item += 1
-        expect(page.get_by_text(f"Item {item} of", exact=False)).to_be_visible()
-        pressed = page.evaluate("window.__keys[window.__keys.length - 1]")
-        shown = page.evaluate(f"window.__items['{item}']") - pressed
         (walk.labels if verdict else walk.moves).append(shown)
+        expect(page.get_by_text(f"Item {item} of", exact=False)).to_be_visible()
         if item == 3:
             screenshot(page, f"{shots}_2_after_two_keys")
         wait_idle(page)  # the new item's buttons are up before its key (as a person reads)
@@ -145,8 +171,8 @@ def label_walk(page: Page, home: Path, shots: str, job_id: str | None = None) ->
 def test_labelling_by_key_shows_the_next_item_at_once_in_the_browser(
     studio_server: StreamlitServer, chromium_page
 ) -> None:
-    """Issue 30, item 10: P/F/U and the reviewer's own labels save and show the next item
-    within 200 ms of the key (see :meth:`Walk.check`); keys 1-5 set the score."""
+    """Issue 30, item 10: P/F/U and the reviewer's own labels save and show the next item,
+    and keys 1-5 mark the score, each within 200 ms of the key (see :meth:`Walk.check`)."""
     rows = [{"custom_id": f"q{i}", "prompt": f"Question {i}?", "answer": f"A{i}"} for i in range(9)]
     made = finished_job(studio_server.home.parent / "build", rows)
     (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
+from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
@@ -171,8 +172,6 @@ def _input_reads(requests, key):
 def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
     cluster, studio_home, tmp_path, default_model, s3, s3_requests
 ):
-    from core.run.ray_input import REPLICA_AGENT
-
     batch = _batch(tmp_path / "batch.jsonl", 8)
     s3.put_object(Bucket="batches", Key="in/batch.jsonl", Body=batch.read_bytes())
     local_out = tmp_path / "local.jsonl"
@@ -202,6 +201,124 @@ def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
     assert len(after) >= 4, after  # 8 requests in shards of 2
     assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
     assert verify(job).ok and reconcile(job).complete
+    # The results: the replicas wrote them to parts; the driver uploaded only the output
+    # object and its error file, assembled at the end, then removed the parts.
+    parts = [r for r in s3_requests if r["method"] == "PUT" and ".parts/" in r["path"]]
+    assert len(parts) >= 4 and all(REPLICA_AGENT in r["agent"] for r in parts), parts
+    assert all(r["path"].startswith(f"/batches/out/ray.jsonl.parts/{job.job_id}/") for r in parts)
+    assert _driver_uploads([r for r in s3_requests if r["at"] >= made]) == {
+        "/batches/out/ray.jsonl",
+        "/batches/out/ray.errors.jsonl",
+    }
+    assert not _keys(s3, "out/ray.jsonl.parts/")
+
+
+def _driver_uploads(requests):
+    """The keys the studio's side (not a replica) sent a body to (removing objects aside)."""
+    return {
+        r["path"]
+        for r in requests
+        if r["method"] in ("PUT", "POST")
+        and REPLICA_AGENT not in r["agent"]
+        and "delete" not in r["query"]
+    }
+
+
+def _keys(client, prefix):
+    return [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket="batches", Prefix=prefix).get("Contents", [])
+    ]
+
+
+def _object_lines(client, key):
+    body = client.get_object(Bucket="batches", Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_output_object(
+    cluster, studio_home, tmp_path, default_model, s3
+):
+    from core.config import data_paths
+    from core.jobs.folder import create_job
+    from core.run.ray_cluster import ray_settings
+    from core.run.ray_output import AckLedger
+    from core.schemas import EngineConfig
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    job = create_job(
+        batch,
+        data_paths().jobs,
+        EngineConfig(model=str(default_model)),
+        chunk_size=2,
+        output_path="s3://batches/out.jsonl",
+        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+    )
+    worker = start_worker(job)
+    try:
+        victim = _replica_pid_once_results_flow(job, worker)
+        os.kill(victim, signal.SIGKILL)
+        assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert job.read_status().delivered_to == "s3://batches/out.jsonl"
+    lines = _object_lines(s3, "out.jsonl")
+    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
+    assert all(line["error"] is None for line in lines)
+    assert {
+        cid
+        for ack in AckLedger(job.acks).first({f"r{i}" for i in range(32)})
+        for cid, _, _ in ack.lines
+    } == {f"r{i}" for i in range(32)}
+    assert not _keys(s3, "out.jsonl.parts/")  # those of the killed replica's shard too
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok
+
+
+def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
+    cluster, studio_home, tmp_path, default_model, s3
+):
+    from core.config import data_paths
+    from core.jobs.folder import create_job
+    from core.run.ray_cluster import ray_settings
+    from core.schemas import EngineConfig
+    from tests.test_s3 import _drop_bucket
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    job = create_job(
+        batch,
+        data_paths().jobs,
+        EngineConfig(model=str(default_model)),
+        chunk_size=2,
+        output_path="s3://batches/out.jsonl",
+        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+    )
+    worker = start_worker(job)
+    try:
+        _replica_pid_once_results_flow(job, worker)
+        _drop_bucket(s3)
+        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    status = job.read_status()
+    assert status.state == "failed", status
+    # A replica's part, or the driver's read of one, names the object and why.
+    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
+    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
+    assert "Traceback" not in status.error
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = _object_lines(s3, "out.jsonl")
+    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok
 
 
 def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(

@@ -8,13 +8,16 @@ same ``core run`` once more) writes the same files.
 
 from __future__ import annotations
 
-import os
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from core.jobs.folder import JobFolder
-from core.jobs.ledger import write_combined
+from core.jobs.ledger import combined_lines, write_combined
 from core.schemas import Model
-from core.storage.s3 import S3Location, is_s3, put
+from core.storage.s3 import S3Location, StorageError, is_s3, remove_under, upload_stream
+
+log = logging.getLogger(__name__)
 
 ERRORS_SUFFIX = ".errors.jsonl"
 
@@ -38,8 +41,9 @@ def errors_beside(target: str) -> str:
 def deliver(job: JobFolder, target: str) -> Delivery:
     """Writes the job's final results to ``target`` and the failures to the file beside it.
 
-    An object is first written into the job folder, then uploaded from there, streamed (the
-    results are never whole in memory), and the staged copies are removed.
+    An object is written by one multipart upload streamed from the job folder's files (a
+    few parts in memory, never the whole; nothing staged on disk); the parts a Ray job's
+    replicas wrote under the output are removed after.
 
     Raises:
         StorageError: an object could not be written (the message names it and why); the
@@ -51,14 +55,31 @@ def deliver(job: JobFolder, target: str) -> Delivery:
         output.parent.mkdir(parents=True, exist_ok=True)
         results, failed = write_combined(job, output, Path(errors))
         return Delivery(output=str(output), errors=errors, results=results, failed=failed)
-    # Staged under this process's id: the worker and a CLI that delivers for a dead one
-    # never share a file.
-    staged = [job.path / f".delivering-{os.getpid()}{end}" for end in (".jsonl", ERRORS_SUFFIX)]
+    counted = [0, 0]
+    upload_stream(_counting(combined_lines(job), counted, 0), target)
+    upload_stream(_counting(combined_lines(job, only="errors"), counted, 1), errors)
+    _remove_parts(job, target)
+    return Delivery(output=target, errors=errors, results=counted[0], failed=counted[1])
+
+
+def _counting(lines: Iterator[bytes], counts: list[int], slot: int) -> Iterator[bytes]:
+    for line in lines:
+        counts[slot] += 1
+        yield line
+
+
+def parts_prefix(target: str, job_id: str) -> str:
+    """Where the replicas of a Ray job write their shards' results before the output
+    object is assembled: ``<output key>.parts/<job id>/``, one object per shard run."""
+    return f"{target}.parts/{job_id}/"
+
+
+def _remove_parts(job: JobFolder, target: str) -> None:
+    """Removes the parts a Ray job's replicas wrote (those of dead attempts too): the job
+    folder holds every acknowledged result, so they are not needed once delivered."""
+    if not job.acks.exists():
+        return
     try:
-        results, failed = write_combined(job, staged[0], staged[1])
-        put(staged[0], target)
-        put(staged[1], errors)
-    finally:
-        for path in staged:
-            path.unlink(missing_ok=True)
-    return Delivery(output=target, errors=errors, results=results, failed=failed)
+        remove_under(parts_prefix(target, job.job_id))
+    except StorageError as exc:  # the results are delivered: leftovers only cost storage
+        log.warning("job %s: the result parts stay: %s", job.job_id, exc)

@@ -7,6 +7,7 @@
         output.jsonl  one success line per request, appended and fsynced in chunks
         errors.jsonl  failure lines (OpenAI's layout); a retried request may appear again
         metrics.jsonl progress and resource samples, one per heartbeat
+        acks.jsonl    a Ray job's acknowledged result parts in object storage (s3 output)
         status.json   state, counts and heartbeat, replaced atomically by the worker
         worker.log    the worker's own log
 
@@ -81,6 +82,8 @@ class JobFolder:
     output = property(lambda self: self.path / "output.jsonl")
     errors = property(lambda self: self.path / "errors.jsonl")
     metrics = property(lambda self: self.path / "metrics.jsonl")
+    # A Ray job's acknowledgements of result parts its replicas wrote to object storage.
+    acks = property(lambda self: self.path / "acks.jsonl")
     spec_file = property(lambda self: self.path / "job.json")
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")

@@ -27,7 +27,9 @@ dashboard link go to ``ray.json`` in the job folder, which Monitor shows.
 
 A job whose input is an object (``s3://...``) sends the replicas where their lines are,
 not the requests: they read them from the store themselves (:mod:`core.run.ray_input`),
-with the ``AWS_*`` variables of the driver in their runtime env.
+with the ``AWS_*`` variables of the driver in their runtime env. A job whose output is an
+object has the replicas write their results to parts there and send back only where they
+are (:mod:`core.run.ray_output`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from typing import Any
 
 from core.check.requests import EngineRequest
 from core.jobs.folder import JobFolder
+from core.run import ray_output
 from core.run.engine import EngineLoadError
 from core.run.outputs import error_line
 from core.run.ray_input import ObjectShard, input_spans, read_requests, replicas_read_input
@@ -108,7 +111,11 @@ class Replica:
     """One engine replica: an actor of the Ray Data actor pool; loads the model once."""
 
     def __init__(
-        self, engine: dict[str, Any], model: str, defaults: dict[str, Any] | None = None
+        self,
+        engine: dict[str, Any],
+        model: str,
+        defaults: dict[str, Any] | None = None,
+        parts: str | None = None,
     ) -> None:
         import ray
 
@@ -118,6 +125,7 @@ class Replica:
         self.node_id = context.get_node_id()
         self.replica_id = context.get_actor_id() or f"pid-{os.getpid()}"
         self.model = model
+        self.parts = parts  # where to write result parts (None: lines go back over Ray)
         self.defaults = JobDefaults.model_validate(defaults or {})
         self.engine = Engine(EngineConfig.model_validate(engine))
         self.load_seconds = self.engine.load_seconds
@@ -137,7 +145,13 @@ class Replica:
                 lines, problem = run_chunk(self.engine, requests, self.model), ""
             for line in lines:
                 line["node_id"] = self.node_id
-            out["lines"].append(json.dumps(lines, ensure_ascii=False))
+            sent: Any = lines
+            if self.parts and lines:  # the driver gets where they are, not the lines
+                try:
+                    sent = ray_output.write_part(self.parts, lines).model_dump()
+                except StorageError as exc:
+                    sent, problem = [], str(exc)
+            out["lines"].append(json.dumps(sent, ensure_ascii=False))
             out["node_id"].append(self.node_id)
             out["replica_id"].append(self.replica_id)
             out["pid"].append(os.getpid())
@@ -201,6 +215,8 @@ class RayExecutor:
         self.spec = spec
         self.job_dir = Path(job_dir) if job_dir is not None else None
         self.object_input = replicas_read_input(spec)  # the worker then kept no prompts
+        self.parts = ray_output.job_parts(spec)  # where replicas write results, if they do
+        self.acks = ray_output.AckLedger(JobFolder(job_dir).acks) if job_dir else None
         self.etag: str | None = None  # the input object's, when the replicas read it
         self.spans: dict[str, tuple[int, int]] = {}  # custom_id -> its line in the object
         self.stats = RayStats(Path(job_dir) if job_dir is not None else None, self.settings)
@@ -232,7 +248,9 @@ class RayExecutor:
         if ray.is_initialized():
             return
         runtime_env = {
-            "env_vars": replica_env(self.config, self.settings, self.object_input),
+            "env_vars": replica_env(
+                self.config, self.settings, self.object_input or self.parts is not None
+            ),
             # The nodes import Batch Studio's engine code from here, not from their disks.
             "py_modules": [str(Path(core.__file__).parent)],
         }
@@ -295,6 +313,8 @@ class RayExecutor:
         try:
             if self.object_input:
                 self._find_lines(set(left))
+            if self.parts and self.job_dir is not None:
+                yield from self._recover(left)
             for attempt in range(1, MAX_PASSES + 1):
                 if not left or self._draining:
                     break
@@ -345,6 +365,7 @@ class RayExecutor:
                     "engine": self.config.model_dump(),
                     "model": self.model,
                     "defaults": self.spec.defaults.model_dump(),
+                    "parts": self.parts if self.acks else None,
                 },
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(
@@ -362,8 +383,28 @@ class RayExecutor:
             if row["problem"]:
                 raise StorageError(row["problem"])
             lines = json.loads(row["lines"])
+            if isinstance(lines, dict):  # a part's acknowledgement: durable, then read
+                ack = ray_output.PartAck.model_validate(lines)
+                assert self.acks is not None
+                self.acks.append(ack)
+                lines = list(ray_output.read_part(ack))
             self.stats.record(row, lines)
             yield lines
+
+    def _recover(self, left: dict[str, EngineRequest]) -> Iterator[list[dict]]:
+        """The lines of requests acknowledged in an earlier run whose lines the job
+        folder lacks (its driver stopped in between): read from their parts, not run again;
+        a part that cannot be read any more is run again."""
+        assert self.job_dir is not None
+        for ack in ray_output.acked_without_line(self.job_dir, set(left)):
+            try:
+                lines = list(ray_output.read_part(ack))
+            except StorageError as exc:
+                log.warning("acknowledged results run again: %s", exc)
+                continue
+            fresh = [line for line in lines if left.pop(line["custom_id"], None)]
+            if fresh:
+                yield fresh
 
     def _find_lines(self, ids: set[str]) -> None:
         """Where each request's line is in the input object (from the job folder's copy,

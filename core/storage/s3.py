@@ -7,15 +7,17 @@ names them: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_T
 ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``) for a store that is not AWS.
 
 Objects are streamed between the store and a file on disk (one GET read in blocks; a
-multipart upload from the file), never held whole in memory; the replicas of a Ray job read
-the lines of their shards with ranged GETs (:func:`read_spans`). Every failure is a
-:class:`StorageError` whose message names the object and says what to check.
+multipart upload from the file) or from a stream of lines (:func:`upload_stream`), never held
+whole in memory; the replicas of a Ray job read the lines of their shards with ranged GETs
+(:func:`read_spans`) and write their results as small objects (:func:`put_bytes`). Every
+failure is a :class:`StorageError` whose message names the object and says what to check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,149 @@ def put(path: Path, uri: str) -> None:
         client.upload_file(os.fspath(path), location.bucket, location.key)
     except (Boto3Error, BotoCoreError, ClientError) as exc:
         raise _explain(exc, location, "write", client) from None
+
+
+PART_BYTES = 8 << 20  # a multipart upload's part; S3 wants 5 MiB or more but for the last
+IN_FLIGHT = 4  # parts sent at once (boto3's own transfers send 10): what memory holds
+
+
+def upload_stream(
+    chunks: Iterable[bytes], uri: str, part_bytes: int = PART_BYTES, in_flight: int = IN_FLIGHT
+) -> int:
+    """Uploads the bytes of ``chunks``, in order, to the object ``uri`` as one multipart
+    upload of ``part_bytes`` parts, ``in_flight`` of them sent at once: what is held is
+    those parts and the one filling. Returns the object's size. The object is replaced
+    only once the whole stream is in; a failed upload is aborted so the store keeps no
+    orphan parts.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be written (named, with why).
+    """
+    from boto3.exceptions import Boto3Error
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client()
+    upload = _Upload(client, {"Bucket": location.bucket, "Key": location.key}, in_flight)
+    buffer: list[bytes] = []
+    held = 0
+    try:
+        for chunk in chunks:
+            buffer.append(chunk)
+            held += len(chunk)
+            if held >= part_bytes:
+                upload.send(b"".join(buffer))
+                buffer, held = [], 0
+        upload.finish(b"".join(buffer))
+    except (Boto3Error, BotoCoreError, ClientError) as exc:
+        upload.abort()
+        raise _explain(exc, location, "write", client) from None
+    except BaseException:
+        upload.abort()
+        raise
+    return upload.size
+
+
+class _Upload:
+    """One multipart upload, its parts sent by a few threads (a client is thread safe)."""
+
+    def __init__(self, client: Any, where: dict[str, str], in_flight: int) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.client, self.where, self.in_flight = client, where, max(1, in_flight)
+        self.pool = ThreadPoolExecutor(self.in_flight)
+        self.upload_id: str | None = None
+        self.sent: list[Any] = []  # futures of the parts' ETags, in part order
+        self.size = 0
+
+    def send(self, data: bytes) -> None:
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        if self.upload_id is None:
+            self.upload_id = self.client.create_multipart_upload(**self.where)["UploadId"]
+        while True:  # at most in_flight parts held; a failed one stops the upload now
+            running = [f for f in self.sent if not f.done()]
+            for failed in (f for f in self.sent if f.done() and f.exception()):
+                raise failed.exception()
+            if len(running) < self.in_flight:
+                break
+            wait(running, return_when=FIRST_COMPLETED)
+        self.size += len(data)
+        self.sent.append(self.pool.submit(self._part, len(self.sent) + 1, data))
+
+    def _part(self, number: int, data: bytes) -> dict[str, Any]:
+        got = self.client.upload_part(
+            **self.where, UploadId=self.upload_id, PartNumber=number, Body=data
+        )
+        return {"PartNumber": number, "ETag": got["ETag"]}
+
+    def finish(self, rest: bytes) -> None:
+        """Sends the last bytes and completes (one PUT when all fit in one part)."""
+        if self.upload_id is None:
+            self.client.put_object(**self.where, Body=rest)
+            self.size += len(rest)
+        else:
+            if rest:
+                self.send(rest)
+            parts = [f.result() for f in self.sent]
+            self.client.complete_multipart_upload(
+                **self.where, UploadId=self.upload_id, MultipartUpload={"Parts": parts}
+            )
+        self.pool.shutdown()
+
+    def abort(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        if self.upload_id is not None:
+            _abort(self.client, self.where, self.upload_id)
+
+
+def _abort(client: Any, where: dict[str, str], upload: str) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    with contextlib.suppress(BotoCoreError, ClientError):  # a store gone: nothing to free
+        client.abort_multipart_upload(**where, UploadId=upload)
+
+
+def put_bytes(data: bytes, uri: str, agent: str = "batch-studio") -> str:
+    """Writes ``data`` as the object ``uri`` in one PUT; returns its ETag.
+
+    Raises:
+        StorageError: the URI is malformed, or the object cannot be written (named, with why).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri)
+    client = _client(agent)
+    try:
+        return client.put_object(Bucket=location.bucket, Key=location.key, Body=data)["ETag"]
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "write", client) from None
+
+
+def remove_under(uri: str) -> int:
+    """Removes every object whose key starts with ``uri``'s key; returns how many.
+
+    Raises:
+        StorageError: the objects cannot be listed or removed (named, with why).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    location = _location(uri.rstrip("/"))
+    prefix = uri[len(SCHEME) + len(location.bucket) + 1 :]
+    client = _client()
+    removed = 0
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=location.bucket, Prefix=prefix
+        )
+        for page in pages:
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=location.bucket, Delete={"Objects": keys})
+                removed += len(keys)
+    except (BotoCoreError, ClientError) as exc:
+        raise _explain(exc, location, "remove", client) from None
+    return removed
 
 
 class ObjectInfo(BaseModel):

@@ -9,9 +9,7 @@ the items both labelled.
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +19,6 @@ from core.human.files import VERDICTS, LabelRecord, append, now_utc
 from core.human.label_sets import own_labels
 from core.store.db import Store
 
-log = logging.getLogger(__name__)
 __all__ = ["VERDICTS"]  # the verdicts every reviewer has (each may add labels of their own)
 
 
@@ -71,8 +68,9 @@ def record_label(
     sample_id: str | None = None,
 ) -> None:
     """Saves a label in its file only (durable: the file is the truth); the index has it
-    at the next :meth:`Store.sync_human` (every page run's ingest makes one). Review's
-    keys save this way and show the next item before the index's write and commit.
+    at the next :meth:`Store.sync_human` (every page run's ingest makes one) or after
+    :func:`index_in_background`. Review's keys save this way and show the next item before
+    the index's write and commit.
 
     Raises:
         ReviewError: no reviewer, a verdict that is not one of the reviewer's, or a score
@@ -102,19 +100,20 @@ def record_label(
     append(store.human_dir, record)  # the file first: the index is rebuilt from it
 
 
-def index_in_background(store: Store) -> None:
-    """Indexes the labels saved since the last sync on a thread of its own: Review's next
-    key must not wait for the index's write and commit, slow while a worker's results
-    stream in. Syncs take turns (each reads on from where the last stopped, and one that
-    finds nothing new costs a stat per file); the label's file already holds it."""
+def index_in_background(store: Store) -> int:
+    """Asks the store's indexing thread for the labels saved so far (``Store.human_sync``):
+    one pass, a quarter second after the first ask, indexes every label saved meanwhile
+    (eight reviewers' saves in that while cost one sync, not eight), and Review's next key
+    never waits for the index's write and commit. Returns the ask's ticket, for
+    :func:`wait_indexed`."""
+    return store.human_sync.soon()
 
-    def sync() -> None:
-        try:
-            store.sync_human()
-        except Exception:  # the store closed, or a file it cannot read: the next run syncs
-            log.warning("labels not indexed in the background", exc_info=True)
 
-    threading.Thread(target=sync, name="index-labels", daemon=True).start()
+def wait_indexed(store: Store, ticket: int | None = None, timeout: float = 10.0) -> bool:
+    """Waits until the labels saved before the ask of ``ticket`` (default: the last ask)
+    are in the index, so a read shows them; False when that pass failed or timed out (the
+    labels wait in their file for the next sync)."""
+    return store.human_sync.wait(ticket, timeout)
 
 
 def label_history(store: Store, job_id: str, custom_id: str) -> pd.DataFrame:
