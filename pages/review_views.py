@@ -200,7 +200,7 @@ def _save(
         state.get(FIELDS[2], ""),
     )
     try:
-        rv.record_label(db, *item, reviewer, label, sample_id)
+        rv.record_label(db, *item, reviewer, label, sample_id, durable=False)
     except rv.ReviewError as exc:
         state["review_error"] = str(exc)
         return

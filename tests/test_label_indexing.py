@@ -3,6 +3,7 @@ store's indexing thread, one pass for the saves of many sessions (core.store.ind
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from pathlib import Path
@@ -123,3 +124,26 @@ def test_a_failed_pass_says_so_and_the_next_indexes_the_label(db, monkeypatch):
     assert get_label(store, job_id, "r2", "ana") is None
     assert wait_indexed(store, index_in_background(store))
     assert get_label(store, job_id, "r2", "ana").verdict == "unsure"
+
+
+def test_a_keys_save_is_in_its_file_at_once_and_on_disk_before_the_index_has_it(db, monkeypatch):
+    """Review's keys do not wait on the disk's flush (queued behind a job's or an export's
+    writes); the index pass flushes the labels' file before it indexes the line."""
+    store, job_id, _ = db
+    events: list[str] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), fsync(fd))[1])
+    apply = human_index._apply_labels
+    monkeypatch.setattr(
+        human_index, "_apply_labels", lambda cur, found: (events.append("index"), apply(cur, found))
+    )
+    record_label(store, job_id, "r1", "ana", Label("pass"), durable=False)
+    record_label(store, job_id, "r2", "ana", Label("fail"), durable=False)
+    events.append("saved")
+    assert '"custom_id":"r2"' in (store.human_dir / LABELS).read_text()
+    assert wait_indexed(store, index_in_background(store))
+    first_save = events.index("saved")
+    # the first save made the file (its folder's entry is fsynced); no line was flushed by a
+    # save, and the pass flushed the file once before it indexed both labels
+    assert events[first_save:] == ["saved", "fsync", "index"], events
+    assert get_label(store, job_id, "r2", "ana").verdict == "fail"

@@ -140,8 +140,13 @@ KINDS: dict[str, tuple[str, ...]] = {
 def append(
     folder: Path,
     record: LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted | LabelSetRecord,
+    *,
+    durable: bool = True,
 ) -> None:
-    """Appends one record to its file, durably (fsynced) before returning.
+    """Appends one record to its file, durably (fsynced) before returning unless
+    ``durable`` is False: then the line is in the file (a crash of this process keeps it)
+    and reaches the disk at the next index sync, which fsyncs a file before it reads its
+    new lines (:func:`to_disk`), or at the next durable append.
 
     An exclusive ``flock`` keeps two processes' lines whole. If the file ends inside a line
     (a writer died mid-write), a newline first closes that torn line, which readers then
@@ -164,13 +169,23 @@ def append(
             handle.flush()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-        os.fsync(handle.fileno())
+        if durable:
+            os.fsync(handle.fileno())
     if new:  # the new file's name is durable too
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def to_disk(path: Path) -> None:
+    """Fsyncs a human-work file: lines appended without ``durable`` reach the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass

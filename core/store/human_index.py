@@ -27,6 +27,7 @@ from core.human.files import (
     SampleRecord,
     append,
     read_from,
+    to_disk,
 )
 
 # The index tables each file fills (cleared before the file is read again whole).
@@ -56,6 +57,8 @@ def sync(cur: duckdb.DuckDBPyConnection, folder: Path, read: Offsets | None = No
         size = path.stat().st_size if path.exists() else 0
         if name in read and read[name][0] == size:
             continue  # nothing new (the common case: a stat, no transaction)
+        if size:  # never index a line a power cut could still take back
+            to_disk(path)
         cur.execute("BEGIN")
         try:
             read[name] = _sync_file(cur, folder, path, read.get(name))

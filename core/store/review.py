@@ -66,11 +66,16 @@ def record_label(
     reviewer: str,
     label: Label,
     sample_id: str | None = None,
+    *,
+    durable: bool = True,
 ) -> None:
-    """Saves a label in its file only (durable: the file is the truth); the index has it
-    at the next :meth:`Store.sync_human` (every page run's ingest makes one) or after
-    :func:`index_in_background`. Review's keys save this way and show the next item before
-    the index's write and commit.
+    """Saves a label in its file only (the file is the truth); the index has it at the
+    next :meth:`Store.sync_human` (every page run's ingest makes one) or after
+    :func:`index_in_background`. Review's keys save this way with ``durable`` False and
+    show the next item before the disk's flush and the index's write and commit: the line
+    is in the file at once (a crash of the app keeps it) and on disk within the index
+    pass's quarter second (the sync fsyncs a file before it indexes its lines), so a
+    reviewer never waits on a flush queued behind a job's or an export's writes.
 
     Raises:
         ReviewError: no reviewer, a verdict that is not one of the reviewer's, or a score
@@ -97,7 +102,7 @@ def record_label(
         sample_id=sample_id,
         at=now_utc(),
     )
-    append(store.human_dir, record)  # the file first: the index is rebuilt from it
+    append(store.human_dir, record, durable=durable)  # the file first: the index is rebuilt from it
 
 
 def index_in_background(store: Store) -> int:
