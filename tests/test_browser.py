@@ -148,6 +148,7 @@ def test_build_and_check_in_the_browser(studio_server: StreamlitServer, chromium
 
 @pytest.mark.browser
 @pytest.mark.engine
+@pytest.mark.serial  # times Review's keys while a worker runs: alone on the machine
 def test_restart_cancel_kill_resume_run_in_the_browser(
     studio_server: StreamlitServer, chromium_page, tmp_path: Path
 ) -> None:
