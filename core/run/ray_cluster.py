@@ -379,17 +379,23 @@ class RayExecutor:
                 max_restarts=REPLICA_RESTARTS,
                 max_task_retries=REPLICA_RESTARTS,
             )
-        for row in dataset.iter_rows():
-            if row["problem"]:
-                raise StorageError(row["problem"])
-            lines = json.loads(row["lines"])
-            if isinstance(lines, dict):  # a part's acknowledgement: durable, then read
-                ack = ray_output.PartAck.model_validate(lines)
-                assert self.acks is not None
-                self.acks.append(ack)
-                lines = list(ray_output.read_part(ack))
-            self.stats.record(row, lines)
-            yield lines
+        # Closed here, not when the exception that ends a pass lets go of this frame: Ray
+        # Data's executor, stopped after ray.shutdown(), ended the worker's process.
+        rows = iter(dataset.iter_rows())
+        try:
+            for row in rows:
+                if row["problem"]:
+                    raise StorageError(row["problem"])
+                lines = json.loads(row["lines"])
+                if isinstance(lines, dict):  # a part's acknowledgement: durable, then read
+                    ack = ray_output.PartAck.model_validate(lines)
+                    assert self.acks is not None
+                    self.acks.append(ack)
+                    lines = list(ray_output.read_part(ack))
+                self.stats.record(row, lines)
+                yield lines
+        finally:
+            rows.close()
 
     def _recover(self, left: dict[str, EngineRequest]) -> Iterator[list[dict]]:
         """The lines of requests acknowledged in an earlier run whose lines the job
