@@ -3,8 +3,7 @@
 #
 #   1. the tests not marked serial, on one pytest-xdist worker per core (at most 4: each
 #      may hold a loaded model); tests/conftest.py binds each worker's engines to its core
-#      (the Ray tests, marked xdist_group("ray"), all on one of them, one at a time)
-#   2. the tests marked serial (they time something), alone
+#   2. the tests marked serial (they time something, or start a Ray cluster), alone
 #
 # Both phases run; a phase that selects no test (exit 5) passes unless neither selects one.
 set -uo pipefail
@@ -15,9 +14,7 @@ workers=$(nproc)
 if [ "$workers" -gt 4 ]; then workers=4; fi
 if [ "$workers" -lt 2 ]; then workers=0; fi  # one core: no worker processes
 
-dist=()
-if [ "$workers" -gt 0 ]; then dist=(--dist loadgroup); fi  # a group (Ray) on one worker
-"$PY" -m pytest --phase parallel -n "$workers" "${dist[@]}" "$@"
+"$PY" -m pytest --phase parallel -n "$workers" "$@"
 parallel=$?
 "$PY" -m pytest --phase serial "$@"
 serial=$?

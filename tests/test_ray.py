@@ -24,8 +24,7 @@ from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
-# A cluster: every Ray test runs on one xdist worker, one after another (scripts/test.sh).
-pytestmark = [pytest.mark.engine, pytest.mark.ray, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.engine, pytest.mark.ray, pytest.mark.serial]  # a cluster, alone
 
 
 @pytest.fixture(scope="module")
