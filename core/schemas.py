@@ -353,6 +353,9 @@ class JobStatus(Model):
     job_seconds: float | None = None  # running time over all runs (elapsed: this run's)
     run_done: int = 0  # results this run wrote
     run_completion_tokens: int = 0  # output tokens of this run's answers
+    # When this run's first output token came, from the engine's own step (epoch seconds):
+    # the live speed counts from it (core/run/monitoring.py), not from a heartbeat.
+    first_token_at: float | None = None
 
     @property
     def left(self) -> int:

@@ -45,6 +45,27 @@ def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
     assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / (2_990 / 15))
 
 
+def test_the_speed_counts_from_the_engines_first_token_not_from_a_heartbeat() -> None:
+    # 160 requests: nothing for 4 s (prompts), then 1,121 tokens/s from t=102.76. The one
+    # sample with tokens (t=104) saw 1,388 of them; a rate from the sample before (t=102,
+    # no tokens yet) showed 694, one from the run's start 110 (a fresh clone's failure).
+    status = running_status(total=160, generated_tokens=1_388, expected_output_tokens=12_619)
+    status.first_token_at = 102.76
+    samples = [{"t": 100.0 + 2 * i, "done": 0, "output_tokens": 0} for i in range(2)]
+    samples.append({"t": 104.0, "done": 0, "output_tokens": 1_388})
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_388 / 1.24)
+    # Under a second of tokens says too little (a first step's tokens over a moment): the
+    # samples' rate stands in until the next heartbeat.
+    status.first_token_at = 103.5
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_388 / 4)
+    # A resumed run: the earlier runs' 500 answer tokens are not this run's speed.
+    status = running_status(total=160, completion_tokens=700, run_completion_tokens=200)
+    status.first_token_at = 100.0
+    samples = [{"t": 99.0, "done": 40, "output_tokens": 500}]
+    samples.append({"t": 110.0, "done": 60, "output_tokens": 1_500})
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_000 / 10)
+
+
 def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> None:
     # A warm engine answered 39 requests (1,170 tokens) in 1.5 s: one sample, none moved.
     status = JobStatus(

@@ -106,6 +106,7 @@ class Engine:
         self.steps = 0  # engine steps taken
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
         self._held = 0  # requests finished in the engine, not yet yielded
+        self.first_token_at: float | None = None  # this run()'s first token, epoch seconds
         self._inside: dict[str, tuple[int, int]] = {}  # request id -> (step admitted, limit)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
@@ -140,6 +141,10 @@ class Engine:
             kwargs["enforce_eager"] = True
         return kwargs
 
+    def _generated_tokens(self) -> int:
+        metric = next(m for m in self.llm.get_metrics() if m.name == "vllm:generation_tokens")
+        return int(metric.value)
+
     def activity(self) -> EngineActivity:
         """What the engine is doing now, from its own counters (safe from another thread):
         tokens generated since it loaded, finished requests' and running ones' alike."""
@@ -159,6 +164,7 @@ class Engine:
             progress=tuple((steps - at, limit) for at, limit in list(self._inside.values())),
             held=self._held,
             recent_steps=tuple(self.step_log),
+            first_token_at=self.first_token_at,
         )
 
     def _sampling_params(self, request: EngineRequest) -> Any:
@@ -245,6 +251,10 @@ class Engine:
         # should not wait a flush interval), then about every ``flush_seconds``.
         last_flush = float("-inf")
         exhausted = False
+        self.first_token_at = None
+        # Answers come back only when finished, so until the first token the engine's
+        # token counter is read after each step (the prompts' steps: a few).
+        tokens_before = None if self.pooling else self._generated_tokens()
         try:
             while True:
                 while not exhausted and not self.draining and len(inside) < window:
@@ -283,6 +293,8 @@ class Engine:
                 now = time.monotonic()
                 self.steps += 1
                 self.step_log.append((self.steps, running, now - started))
+                if tokens_before is not None and self._generated_tokens() > tokens_before:
+                    self.first_token_at, tokens_before = time.time(), None
                 for output in outputs:
                     if not output.finished:
                         continue
@@ -378,6 +390,7 @@ class EngineActivity:
     kv_cache_usage: float = 0.0  # share of the KV cache in use
     prefix_cache_queries: int = 0  # prompt tokens looked up in the prefix cache
     prefix_cache_hits: int = 0  # of them, found cached
+    first_token_at: float | None = None  # when the run's first token came (epoch seconds)
 
     def numbers(self) -> dict[str, float | int | None]:
         """What the Monitor shows of the engine: requests running and waiting, the KV

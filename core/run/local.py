@@ -64,6 +64,7 @@ class LocalExecutor:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
         self.engine.draining = False
         self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
+        self._first_token_at: float | None = None  # of this job's first run() on the engine
         self.model = spec.engine.model_name
         # As many as the engine runs at once: a finished request is replaced at the next step,
         # so the batch stays full, and a kill loses at most one batch of work.
@@ -84,8 +85,11 @@ class LocalExecutor:
 
     def activity(self) -> EngineActivity:
         now, base = self.engine.activity(), self._base
+        if self._first_token_at is None:
+            self._first_token_at = now.first_token_at
         return replace(
             now,
+            first_token_at=self._first_token_at,
             generated_tokens=now.generated_tokens - base.generated_tokens,
             prefix_cache_queries=now.prefix_cache_queries - base.prefix_cache_queries,
             prefix_cache_hits=now.prefix_cache_hits - base.prefix_cache_hits,

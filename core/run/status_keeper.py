@@ -24,6 +24,7 @@ from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
+FIRST_TOKENS_FOLLOW_UP = 0.5  # seconds from the first sample with tokens to the next
 
 
 class StatusKeeper:
@@ -160,6 +161,8 @@ class StatusKeeper:
                 self._engine_tokens = activity.generated_tokens
                 self._engine_numbers = activity.numbers()
                 self.status.in_flight = activity.running + activity.waiting
+                if self.status.first_token_at is None:
+                    self.status.first_token_at = activity.first_token_at
                 self.status.eta_seconds = None if eta is None else round(eta, 1)
                 self.status.eta_at = time.time()
 
@@ -209,7 +212,8 @@ class StatusKeeper:
 
     def _beat(self) -> None:
         sampler = ResourceSampler()
-        while not self._stop.wait(HEARTBEAT_SECONDS):
+        wait, quick_sample_taken = HEARTBEAT_SECONDS, False
+        while not self._stop.wait(wait):
             resources = sampler.sample()
             try:
                 self._read_engine()
@@ -226,6 +230,11 @@ class StatusKeeper:
                     sample["embedded"] = s.embedded
                 if self._executor is not None and self._engine_numbers is not None:
                     sample["engine"] = self._engine_numbers
+                # The first sample with tokens is followed half a second later: the speed
+                # from two samples with tokens is the engine's, not its first seconds'.
+                wait = HEARTBEAT_SECONDS
+                if s.first_token_at is not None and not quick_sample_taken:
+                    wait, quick_sample_taken = FIRST_TOKENS_FOLLOW_UP, True
             append_sample(self.job.metrics, sample)
 
 
