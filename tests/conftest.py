@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xdist.remote import Producer
 
 from core.config import REPO_ROOT
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
 from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
+from tests.xdist_schedule import ClusterTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
@@ -48,8 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--phase parallel`` leaves out the tests marked serial; ``--phase serial`` keeps
-    only them."""
+    """``--phase parallel`` leaves out the tests marked serial and puts the slow ones
+    first; ``--phase serial`` keeps only the tests marked serial."""
     phase = config.getoption("phase")
     if phase == "all":
         return
@@ -60,6 +62,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
+    if phase == "parallel":
+        order_slow_first(items)
+
+
+def pytest_xdist_make_scheduler(
+    config: pytest.Config, log: Producer
+) -> ClusterTestsTogether | None:
+    """``-n N`` (``--dist load``) runs the Ray cluster tests on one worker, one after
+    another (tests/xdist_schedule.py)."""
+    if config.getoption("dist") == "load":
+        return ClusterTestsTogether(config, log)
+    return None
 
 
 @pytest.fixture

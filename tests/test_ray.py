@@ -24,7 +24,7 @@ from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 
-pytestmark = [pytest.mark.engine, pytest.mark.ray, pytest.mark.serial]  # a cluster, alone
+pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
 
 
 @pytest.fixture(scope="module")

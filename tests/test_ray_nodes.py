@@ -26,7 +26,7 @@ from core.run.ray_stats import read_ray_stats  # noqa: E402
 from core.store.db import Store  # noqa: E402
 from tests.test_ray import _batch  # noqa: E402
 
-pytestmark = [pytest.mark.engine, pytest.mark.ray, pytest.mark.serial]  # a cluster, alone
+pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
 REQUESTS = 24
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 

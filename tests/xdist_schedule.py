@@ -1,0 +1,45 @@
+"""How `make test`'s first phase shares the tests among pytest-xdist workers (docs/tests.md).
+
+As with xdist's ``--dist load``, a worker that runs short takes the next test, with one
+exception: the tests that start a Ray cluster (``tests/test_ray*.py``) are one unit, run in
+order by a single worker, so that two clusters (about 6 GB and two engines each) never run
+at once. xdist's own ``--dist loadgroup`` would do this but, in pytest-xdist 3.8 under
+pytest 9, groups nothing: it renames ``item._nodeid``, which pytest 9 no longer reads.
+
+``order_slow_first`` puts that unit first and the other tests that load a model or drive a
+browser next, so the many quick tests fill the workers' last minutes instead of one slow
+test running alone at the end.
+"""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+CLUSTER_FILES = "tests/test_ray"  # the prefix of the files that start a Ray cluster
+CLUSTER = "ray-cluster"  # the unit's name
+
+
+def starts_a_cluster(nodeid: str) -> bool:
+    return nodeid.startswith(CLUSTER_FILES)
+
+
+class ClusterTestsTogether(LoadScopeScheduling):
+    """``--dist load`` with the Ray cluster tests as one unit."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return CLUSTER if starts_a_cluster(nodeid) else nodeid
+
+
+def order_slow_first(items: list[pytest.Item]) -> None:
+    """Reorders ``items`` in place: the cluster tests, then tests marked ``engine`` or
+    ``browser``, then the rest; each group keeps its order (so a module's tests stay
+    together)."""
+
+    def rank(item: pytest.Item) -> int:
+        if starts_a_cluster(item.nodeid):
+            return 0
+        slow = item.get_closest_marker("engine") or item.get_closest_marker("browser")
+        return 1 if slow else 2
+
+    items.sort(key=rank)
