@@ -141,7 +141,6 @@ def _note(job, text: str) -> None:
     job.write_status(status)
 
 
-@pytest.mark.serial  # a real local Ray instance
 def test_each_gpu_node_is_asked_for_its_devices_on_the_node(monkeypatch):
     """A real local Ray instance declaring one GPU: the reading runs on that node and
     answers what NVML finds there (no device on a machine without a driver). A reading that

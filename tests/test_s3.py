@@ -32,9 +32,20 @@ def _object(client: object, key: str) -> bytes:
 
 
 def _drop_bucket(client: object) -> None:
-    for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=item["Key"])
-    client.delete_bucket(Bucket=BUCKET)
+    """Empties and deletes the bucket, again while a running job's replicas still write to
+    it (the delete then finds new objects: BucketNotEmpty)."""
+    from botocore.exceptions import ClientError
+
+    for _ in range(20):
+        for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=item["Key"])
+        try:
+            client.delete_bucket(Bucket=BUCKET)
+            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "BucketNotEmpty":
+                raise
+    raise AssertionError("the bucket kept filling while it was emptied")
 
 
 def _wrong_credentials(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,9 +6,11 @@ order by a single worker, so that two clusters (about 6 GB and two engines each)
 at once. xdist's own ``--dist loadgroup`` would do this but, in pytest-xdist 3.8 under
 pytest 9, groups nothing: it renames ``item._nodeid``, which pytest 9 no longer reads.
 
-``order_slow_first`` puts that unit first and the other tests that load a model or drive a
-browser next, so the many quick tests fill the workers' last minutes instead of one slow
-test running alone at the end.
+``order_slow_first`` puts that unit first, the other tests that load a model next and the
+browser tests after them: while one worker runs the cluster (many processes), the other
+runs engine tests, so chromium's pages, whose clicks time out on an overloaded machine,
+mostly run beside something lighter; the many quick tests fill the workers' last minutes
+instead of one slow test running alone at the end.
 """
 
 from __future__ import annotations
@@ -32,14 +34,15 @@ class ClusterTestsTogether(LoadScopeScheduling):
 
 
 def order_slow_first(items: list[pytest.Item]) -> None:
-    """Reorders ``items`` in place: the cluster tests, then tests marked ``engine`` or
-    ``browser``, then the rest; each group keeps its order (so a module's tests stay
-    together)."""
+    """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine``,
+    those marked ``browser``, then the rest; each group keeps its order (so a module's
+    tests stay together)."""
 
     def rank(item: pytest.Item) -> int:
         if starts_a_cluster(item.nodeid):
             return 0
-        slow = item.get_closest_marker("engine") or item.get_closest_marker("browser")
-        return 1 if slow else 2
+        if item.get_closest_marker("browser"):
+            return 2
+        return 1 if item.get_closest_marker("engine") else 3
 
     items.sort(key=rank)
