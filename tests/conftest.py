@@ -12,7 +12,9 @@ import pytest
 from xdist.remote import Producer
 
 from core.config import REPO_ROOT
+from core.store.db import Store
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.factories import finished_job
 from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
 from tests.xdist_schedule import ClusterTestsTogether, order_slow_first
 
@@ -87,6 +89,18 @@ def studio_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     st.cache_resource.clear()
     yield home
     st.cache_resource.clear()
+
+
+@pytest.fixture
+def finished_store(tmp_path: Path) -> Iterator[tuple[Store, str]]:
+    """A fresh store (``tmp_path/studio.duckdb``) holding one finished job of six answered
+    requests, ``r0`` to ``r5``; yields the store and the job's id."""
+    rows = [{"custom_id": f"r{i}", "prompt": f"p{i}", "answer": f"a{i}"} for i in range(6)]
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    yield store, job.job_id
+    store.close()
 
 
 @pytest.fixture

@@ -22,17 +22,12 @@ from core.store.review import (
     record_label,
     wait_indexed,
 )
-from tests.factories import finished_job
 
 
 @pytest.fixture
-def db(tmp_path: Path):
-    rows = [{"custom_id": f"r{i}", "prompt": f"p{i}", "answer": f"a{i}"} for i in range(6)]
-    job = finished_job(tmp_path, rows)
-    store = Store(tmp_path / "studio.duckdb")
-    store.ingest(job)
-    yield store, job.job_id, tmp_path
-    store.close()
+def db(finished_store, tmp_path: Path):
+    store, job_id = finished_store
+    return store, job_id, tmp_path
 
 
 def test_eight_sessions_labels_reach_the_index_once_each_in_order_in_few_passes(db, monkeypatch):

@@ -26,19 +26,15 @@ from core.store.review import (
     wilson,
 )
 from core.store.samples import SampleDefinition, create_sample, sample_items
-from tests.factories import finished_job
 
 
 @pytest.fixture
-def db(tmp_path: Path):
-    rows = [{"custom_id": f"r{i}", "prompt": f"p{i}", "answer": f"a{i}"} for i in range(6)]
-    job = finished_job(tmp_path, rows)
-    store = Store(tmp_path / "studio.duckdb")
-    store.ingest(job)
+def db(finished_store, tmp_path: Path):
+    store, job_id = finished_store
     sample = create_sample(
-        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job.job_id]), size=4)
+        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
     )
-    return store, job.job_id, sample.sample_id, tmp_path
+    return store, job_id, sample.sample_id, tmp_path
 
 
 def test_a_label_is_saved_replaced_and_survives_a_restart(db):
