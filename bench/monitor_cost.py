@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.scratch import scratch_folder  # noqa: E402
-from core.run.monitoring import append_sample, progress_sample  # noqa: E402
+from core.run.monitoring import append_samples, progress_sample  # noqa: E402
 from core.schemas import JobStatus  # noqa: E402
 from tests.factories import finished_job  # noqa: E402
 
@@ -58,9 +58,8 @@ def fake_worker(job_dir: Path, seconds: float) -> None:
             JobStatus(state="running", total=10_000, done=done, succeeded=done,
                       completion_tokens=done * 30, pid=os.getpid(), heartbeat_at=time.time())
         )  # fmt: skip
-        append_sample(
-            job.metrics, progress_sample(done, done * 30, {"rss_mib": 900.0, "cpu_percent": 180.0})
-        )
+        resources = {"rss_mib": 900.0, "cpu_percent": 180.0}
+        append_samples(job.metrics, [progress_sample(done, done * 30, resources)])
         time.sleep(2)
 
 

@@ -6,7 +6,7 @@ Usage::
 
 Builds, in a fresh data folder, a finished job of ``--finished`` requests (1% failed) and a
 running one of ``--running`` requests, through the product's own writers (``create_job``,
-``OutputWriter``, ``JobStatus``, ``append_sample``) and ingested as the app ingests, so the
+``OutputWriter``, ``JobStatus``, ``append_samples``) and ingested as the app ingests, so the
 files and tables are what a real run leaves; no engine runs. The finished job has saved
 checks (``rules.yaml``, the Checks page's example rules), graded by the first page that
 finds them ungraded, as after a new database. A stand-in worker process then
@@ -42,7 +42,7 @@ sys.path[:] = [str(REPO)] + [p for p in sys.path if Path(p or ".").resolve() != 
 
 from core.jobs.folder import JobFolder, create_job  # noqa: E402
 from core.jobs.output_file import OutputWriter  # noqa: E402
-from core.run.monitoring import append_sample, progress_sample  # noqa: E402
+from core.run.monitoring import append_samples, progress_sample  # noqa: E402
 from core.run.outputs import Choice, Completion, error_line, success_line  # noqa: E402
 from core.schemas import EngineConfig, JobStatus, now_iso  # noqa: E402
 
@@ -122,7 +122,7 @@ def build_job(home: Path, name: str, requests: int, written: int, state: str) ->
     for k in range(600):  # ten minutes of heartbeats
         sample = progress_sample(k * written // 600, 2 * k * written // 600, RESOURCES)
         sample["t"] = time.time() - 600 + k
-        append_sample(job.metrics, sample)
+        append_samples(job.metrics, [sample])
     return job
 
 
@@ -143,7 +143,7 @@ def feed(job_dir: Path) -> None:
         )
         status.heartbeat_at = time.time()
         job.write_status(status)
-        append_sample(job.metrics, progress_sample(i, 2 * i, RESOURCES))
+        append_samples(job.metrics, [progress_sample(i, 2 * i, RESOURCES)])
         time.sleep(max(0.25 - (time.monotonic() - started), 0))
 
 

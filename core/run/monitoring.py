@@ -79,9 +79,10 @@ class ResourceSampler:
         }
 
 
-def append_sample(path: Path, sample: dict[str, Any]) -> None:
+def append_samples(path: Path, samples: list[dict[str, Any]]) -> None:
+    """Adds samples in one write, so a reader sees all of them or none."""
     with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(sample) + "\n")
+        handle.write("".join(json.dumps(sample) + "\n" for sample in samples))
 
 
 SAMPLE_FILES_KEPT = 8
