@@ -24,7 +24,7 @@ from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
-FIRST_TOKENS_FOLLOW_UP = 1.0  # seconds from the first sample with tokens to the next
+FIRST_TOKENS_FOLLOW_UP = HEARTBEAT_SECONDS  # from the first sample with tokens to the next
 
 
 class StatusKeeper:
@@ -218,9 +218,10 @@ class StatusKeeper:
         """Every heartbeat: the engine's counters read, the status written, a sample added.
 
         The first beat that finds tokens holds its sample back, reads the engine again a
-        second later and adds both samples before the status shows any token: the speed
+        beat later and adds both samples before the status shows any token: the speed
         between two samples with tokens is the engine's (a speed over the time since the
-        first token counts the engine's first, slower seconds: 735 tokens/s for a true 982).
+        first token counts the engine's first, slower seconds: 735 tokens/s for a true 982;
+        one over a second after it was 37 % too high once).
         """
         sampler = ResourceSampler()
         held: dict | None = None  # the first sample with tokens, until its follow-up
