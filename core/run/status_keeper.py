@@ -24,7 +24,6 @@ from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
-FIRST_TOKENS_FOLLOW_UP = HEARTBEAT_SECONDS  # from the first sample with tokens to the next
 
 
 class StatusKeeper:
@@ -226,7 +225,7 @@ class StatusKeeper:
         sampler = ResourceSampler()
         held: dict | None = None  # the first sample with tokens, until its follow-up
         followed_up = False
-        while not self._stop.wait(FIRST_TOKENS_FOLLOW_UP if held else HEARTBEAT_SECONDS):
+        while not self._stop.wait(HEARTBEAT_SECONDS):
             resources = sampler.sample()
             try:
                 self._read_engine()
