@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from core.config import REPO_ROOT
 
@@ -339,10 +340,28 @@ def expect_title(page: Page, title: str, timeout: float = 30_000) -> None:
     expect_no_exception(page)
 
 
-def choose(page: Page, label: str, option: str) -> None:
-    """Picks ``option`` in the selectbox labelled ``label``."""
-    page.get_by_role("combobox", name=label, exact=True).click()
-    page.get_by_role("option", name=option, exact=True).click()
+def choose(page: Page, label: str, option: str, tries: int = 4) -> None:
+    """Picks ``option`` in the selectbox or multiselect labelled ``label``.
+
+    A rerun that lands while the list is open (a download finishing, a fragment's timer)
+    draws the widget again and detaches the open list, so the list is opened again until a
+    click lands. A click that times out never reached the option, so a retry cannot toggle
+    a multiselect's option twice.
+    """
+    box = page.get_by_role("combobox", name=label, exact=True)
+    item = page.get_by_role("option", name=option, exact=True)
+    for attempt in range(tries):
+        wait_idle(page)
+        box.click()
+        try:
+            item.click(timeout=5_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt == tries - 1:
+                raise
+            page.keyboard.press("Escape")
+    if page.get_by_role("listbox").count():  # a multiselect's list stays open after a pick
+        page.keyboard.press("Escape")
     wait_idle(page)
 
 
