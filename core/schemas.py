@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from core.config import default_embedding_model_dir
 
@@ -97,6 +104,16 @@ class EngineConfig(FrozenModel):
         return Path(self.model).name or self.model
 
 
+# Ray Data's executor needs a driver on a cluster node; through Ray Client it stops at
+# once ("'Worker' object has no attribute 'core_worker'", Ray 2.60, tried 2026-12-02).
+RAY_CLIENT_REFUSED = (
+    "a Ray Client address (ray://) cannot run a job: Ray Data needs its driver on a node of "
+    "the cluster. Join this machine as a node that offers nothing (ray start --address "
+    "HEAD:6379 --num-cpus 0 --num-gpus 0) and use auto, give HEAD:6379, or submit the job "
+    "with ray job submit (docs/ray.md)"
+)
+
+
 class RaySettings(FrozenModel):
     """Where and how wide a job runs on a Ray cluster; ``job.json``'s ``ray``.
 
@@ -111,10 +128,14 @@ class RaySettings(FrozenModel):
 
     @field_validator("address")
     @classmethod
-    def _address(cls, value: str) -> str:
-        if not value.strip():
+    def _address(cls, value: str, info: ValidationInfo) -> str:
+        value = value.strip()
+        if not value:
             raise ValueError("give the Ray cluster's address (local starts a local instance)")
-        return value.strip()
+        # Checked for a new job only (context "new"): a job.json kept from before reads.
+        if (info.context or {}).get("new") and value.lower().startswith("ray://"):
+            raise ValueError(RAY_CLIENT_REFUSED)
+        return value
 
     @field_validator("gpus_per_replica")
     @classmethod

@@ -115,6 +115,10 @@ def test_cli_validates_its_defaults_before_any_model_loads(studio_home, tmp_path
     assert result.returncode == 2 and "job default temperature: input should be" in result.stderr
     result = run_cli("run", str(batch), "-o", str(out), "--ray", "local", "--replicas", "0")
     assert result.returncode == 2 and "Ray setting replicas: input should be" in result.stderr
+    # Ray Data cannot run through Ray Client: refused in words, not a failed job.
+    result = run_cli("run", str(batch), "-o", str(out), "--ray", "ray://head:10001")
+    assert result.returncode == 2 and "Ray setting address: a Ray Client address" in result.stderr
+    assert "ray start --address HEAD:6379 --num-cpus 0" in result.stderr
     assert list_jobs(studio_home / "jobs") == []
 
 

@@ -413,7 +413,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     ray_group = run.add_argument_group("Ray cluster (needs requirements-ray.txt)")
     ray_group.add_argument(
-        "--ray", metavar="ADDRESS", help="run on a Ray cluster: local, auto, HOST:6379, ray://..."
+        "--ray", metavar="ADDRESS", help="run on a Ray cluster: local, auto or HOST:6379"
     )
     ray_group.add_argument("--replicas", type=int, default=1, help="engine replicas")
     ray_group.add_argument(

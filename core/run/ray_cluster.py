@@ -16,7 +16,7 @@ retryable ``engine_error``. A line for a request that already has one is dropped
 
 ``spec.ray`` (see :class:`core.schemas.RaySettings`)::
 
-    {"address": "local" | "auto" | "HOST:6379" | "ray://HOST:10001",
+    {"address": "local" | "auto" | "HOST:6379",
      "replicas": 2, "gpus_per_replica": 0, "cpus_per_replica": 1,
      "resources": {"slot": 1}}
 
@@ -474,10 +474,11 @@ def ray_settings(
     """
     if not address:
         return None
-    return RaySettings(
-        address=address,
-        replicas=replicas,
-        gpus_per_replica=gpus_per_replica,
-        cpus_per_replica=cpus_per_replica,
-        resources=dict(resources or {}),
-    )
+    given = {
+        "address": address,
+        "replicas": replicas,
+        "gpus_per_replica": gpus_per_replica,
+        "cpus_per_replica": cpus_per_replica,
+        "resources": dict(resources or {}),
+    }
+    return RaySettings.model_validate(given, context={"new": True})
