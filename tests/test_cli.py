@@ -2,9 +2,13 @@
 
 import json
 
+import pytest
+
 from core.config import SAMPLE_DATA
 from tests.conftest import run_cli
 
+# Every command runs on a scratch data folder, never the checkout's own data/.
+pytestmark = pytest.mark.usefixtures("studio_home")
 BROKEN = SAMPLE_DATA / "broken_batch.jsonl"
 
 
