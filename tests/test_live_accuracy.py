@@ -1,8 +1,8 @@
 """The Monitor's live numbers against the truth, on the real engine.
 
 A first job of the model records what it measured; a second job, other prompts with the
-same limits and the default window, is watched as the Monitor watches it: its status and samples
-read every half second and turned into numbers by the same :func:`rates`. Once a tenth of
+same limits and the default window, is watched as the Monitor watches it: its status and
+samples read every half second and turned into numbers by the same :func:`rates`. Once a tenth of
 its output is written, each number must be within 25 % of what the finished job shows was
 true at that moment: the share of its output tokens, the engine's speed (tokens from its
 first to the end), and the time left until it finished.
