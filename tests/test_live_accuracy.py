@@ -5,7 +5,9 @@ same limits and the default window, is watched as the Monitor watches it: its st
 samples read every half second and turned into numbers by the same :func:`rates`. Once a tenth of
 its output is written, each number must be within 25 % of what the finished job shows was
 true at that moment: the share of its output tokens, the engine's speed (tokens from its
-first to the end), and the time left until it finished.
+first to the end), and the time left until it finished. The last two widen by however much
+the engine's own pace changed during the job (:func:`pace_change`) beyond a steady host's
+change, which no Monitor can foresee.
 
 Every answer is exactly ``MAX_TOKENS`` long (``min_tokens``), so all requests stay in the
 engine's batch until its last step and the engine runs at one speed from its first token to
@@ -35,6 +37,9 @@ pytestmark = [pytest.mark.engine, pytest.mark.serial]  # times the engine: alone
 LINES = 160
 MAX_TOKENS = 128
 STALE_SECONDS = 2.0  # the heartbeat writes status and samples every 2 s
+# How much slower the engine runs the judged part's second half than its first on a steady
+# host, as every answer grows (24 % in a quiet run on the Xeon, 2026-12-03).
+STEADY_CHANGE = 0.3
 
 
 def batch(path, topic: str) -> None:
@@ -116,11 +121,32 @@ def test_progress_speed_and_eta_are_within_a_quarter_of_the_truth(
     # included, is behind it).
     judged = [s for s in seen if s[1] >= 0.1 * total_tokens]
     assert len(judged) >= 10, "the job ran too briefly to judge its live numbers"
+    # No number shown can foresee the host itself changing pace (a shared machine slowed to
+    # half speed mid-job in a fresh-clone run): the bound widens by the change in the
+    # engine's own speed over the judged part, read from its live counter, not the Monitor,
+    # beyond the change of a steady host (its answers grow, so each step takes longer).
+    change = pace_change([(t, generated) for t, generated, _ in judged])
+    rel = 0.25 + max(0.0, change - STEADY_CHANGE)
+    print(f"the engine's own pace changed by {change:.0%} over the judged part: bound {rel:.0%}")
     for t, generated, shown in judged:
         assert shown.work_done == pytest.approx(generated / total_tokens, rel=0.25)
-        assert shown.tokens_per_s == pytest.approx(speed, rel=0.25)
+        assert shown.tokens_per_s == pytest.approx(speed, rel=rel)
         # The Monitor reads a status written up to a heartbeat ago.
-        assert shown.eta_seconds == pytest.approx(end - t, rel=0.25, abs=STALE_SECONDS)
+        assert shown.eta_seconds == pytest.approx(end - t, rel=rel, abs=STALE_SECONDS)
+
+
+def pace_change(counts: list[tuple[float, int]]) -> float:
+    """How far the speed of the first half of ``counts`` (time, tokens so far) and that of
+    its second half are apart: 0.0 for a steady engine, 1.0 when one is twice the other.
+
+    The counter moves once a heartbeat, so only the first reading of each count is kept:
+    its time is within a poll of the heartbeat's."""
+    counts = [c for i, c in enumerate(counts) if i == 0 or c[1] != counts[i - 1][1]]
+    start, end = counts[0], counts[-1]
+    middle = min(counts, key=lambda c: abs(c[0] - (start[0] + end[0]) / 2))
+    first = (middle[1] - start[1]) / (middle[0] - start[0])
+    second = (end[1] - middle[1]) / (end[0] - middle[0])
+    return max(first, second) / min(first, second) - 1
 
 
 def _timestamp(iso: str) -> float:
