@@ -76,6 +76,10 @@ class _JobsHandler(FileSystemEventHandler):
             except JobUnreadable as exc:  # that job's problem: the watcher goes on
                 self.store.unreadable[job.job_id] = exc.reason
                 return
+            except Exception:
+                if self.store.closed:  # the app closed its store during this ingest
+                    return
+                raise
         if self.after_ingest is not None:
             try:
                 self.after_ingest(job.job_id)
