@@ -161,7 +161,9 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     page, server, home = chromium_page, studio_server, studio_server.home
     batch = long_batch(tmp_path)
     total = COPIES * 16
-    rows = [{"custom_id": f"q{i}", "prompt": f"Question {i}?", "answer": f"A{i}"} for i in range(9)]
+    rows = [
+        {"custom_id": f"q{i}", "prompt": f"Question {i}?", "answer": f"A{i}"} for i in range(12)
+    ]
     made = finished_job(tmp_path / "made", rows)  # labelled while a worker runs (item 10)
     (home / "jobs").mkdir(parents=True, exist_ok=True)
     made_id = made.path.rename(home / "jobs" / made.job_id).name
