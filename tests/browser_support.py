@@ -406,7 +406,10 @@ def progress_text(page: Page) -> str:
 
 def grid_rows(grid: Locator) -> list[list[str]]:
     """The rows of an ``st.dataframe`` as text, from the accessibility table the grid keeps
-    under its canvas (glide-data-grid paints cells; it mirrors the rows in view)."""
+    under its canvas (glide-data-grid paints cells; it mirrors the rows in view). Waits for
+    the first row: the mirror can fill after the page is idle (Jobs' table read empty once
+    in a fresh-clone run)."""
+    expect(grid.locator("tbody tr").first).to_be_attached(timeout=30_000)
     rows = []
     for row in grid.locator("tbody tr").all():
         rows.append([cell.inner_text().strip() for cell in row.locator("td").all()])
