@@ -180,7 +180,8 @@ def test_labelling_by_key_shows_the_next_item_at_once_in_the_browser(
     studio_server: StreamlitServer, chromium_page
 ) -> None:
     """Issue 30, item 10: P/F/U and the reviewer's own labels save and show the next item,
-    and keys 1-5 mark the score, within 200 ms of the key (see :meth:`Walk.check`)."""
+    and keys 1-5 mark the score: the keys' medians within 200 ms, or within twice a plain
+    move's redraw on a slower host, and no key past three times that (:meth:`Walk.check`)."""
     rows = [
         {"custom_id": f"q{i}", "prompt": f"Question {i}?", "answer": f"A{i}"} for i in range(12)
     ]
