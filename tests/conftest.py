@@ -16,6 +16,7 @@ from core.store.db import Store
 from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
 from tests.factories import finished_job
 from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
+from tests.warm_engine import warm_engine_home, warm_home  # noqa: F401  (a shared engine)
 from tests.xdist_schedule import ClusterTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless

@@ -15,7 +15,6 @@ import pytest
 
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.config import REPO_ROOT
-from core.jobs.folder import list_jobs
 from core.run.outputs import Choice, Completion, error_line, success_line
 from tests.conformance import (
     SDK_TYPES,
@@ -23,6 +22,7 @@ from tests.conformance import (
     validate_line,
 )
 from tests.conftest import run_cli
+from tests.warm_engine import started_job
 
 URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
 
@@ -168,7 +168,7 @@ LINES = {
 
 
 @pytest.mark.engine
-def test_real_output_of_every_endpoint_and_shape_validates(studio_home, tmp_path, default_model):
+def test_real_output_of_every_endpoint_and_shape_validates(warm_home, tmp_path, default_model):
     batch, out = tmp_path / "mixed.jsonl", tmp_path / "out.jsonl"
     batch.write_text("\n".join(LINES.values()) + "\n")
     urls = {cid: json.loads(raw)["url"] for cid, raw in LINES.items()}
@@ -209,7 +209,7 @@ def test_real_output_of_every_endpoint_and_shape_validates(studio_home, tmp_path
     assert "colour" in json.loads(parsed["resp-json"].output_text)
 
     # The JSONL export is the same OpenAI format, line for line.
-    [job] = list_jobs(studio_home / "jobs")
+    job = started_job(result, warm_home)
     exported = tmp_path / "export.jsonl"
     result = run_cli("export", job.job_id, "-o", str(exported))
     assert result.returncode == 0, result.stderr[-2000:]

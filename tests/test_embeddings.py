@@ -19,7 +19,7 @@ from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 from core.check import check_file
 from core.check.requests import EMBEDDINGS_URL, RequestError, parse_request
 from core.config import REPO_ROOT, data_paths, default_embedding_model_dir, default_model_dir
-from core.jobs.folder import cancel, list_jobs
+from core.jobs.folder import cancel
 from core.jobs.inbox import process_file
 from core.jobs.ledger import reconcile, verify
 from core.plan.estimate import estimate
@@ -29,6 +29,7 @@ from core.schemas import JobDefaults
 from tests.conftest import run_cli
 from tests.test_embedding_model import reference_vectors
 from tests.test_faults import wait_for
+from tests.warm_engine import started_job
 
 
 def embed_line(custom_id: str, **body) -> dict:
@@ -150,7 +151,7 @@ TEXTS = ["The cat sat on the mat.", "A dog barked at the mailman.", "你好，�
 
 @pytest.mark.engine
 def test_a_mixed_file_runs_each_line_on_its_model_and_vectors_match_the_reference(
-    studio_home, tmp_path, default_model
+    warm_home, tmp_path, default_model
 ):
     model = default_embedding_model_dir()
     ids = [[101, 7592, 2088, 102]]  # "[CLS] hello world [SEP]"
@@ -194,7 +195,7 @@ def test_a_mixed_file_runs_each_line_on_its_model_and_vectors_match_the_referenc
     hello = reference_vectors(model, ["hello world"])[0]
     assert float(np.dot(decoded(got["ids"]["response"]["body"]["data"][0]), hello)) >= 0.999
     assert got["ids"]["response"]["body"]["usage"]["prompt_tokens"] == 4
-    [job] = list_jobs(studio_home / "jobs")
+    job = started_job(result, warm_home)
     assert job.read_spec().embedding_model == str(model)
 
 

@@ -1,6 +1,7 @@
 """The real worker on the real engine (vLLM CPU build, default model), file in, file out."""
 
 import json
+import re
 
 import pytest
 from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
@@ -9,6 +10,7 @@ from core.jobs.folder import list_jobs
 from core.store.db import Store
 from core.store.results import detail
 from tests.conftest import run_cli
+from tests.warm_engine import started_job
 
 pytestmark = pytest.mark.engine
 
@@ -54,7 +56,7 @@ LINES = [
 ]  # fmt: skip
 
 
-def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, default_model):
+def test_run_writes_one_valid_output_line_per_input_line(warm_home, tmp_path, default_model):
     batch = tmp_path / "batch.jsonl"
     batch.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
@@ -63,7 +65,7 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
 
     assert result.returncode == 4, result.stderr[-2000:]  # completed, with 3 failed requests
     assert "completed with errors: 6 succeeded, 3 failed" in result.stdout
-    assert "worker pid" in result.stdout
+    assert re.search(r"worker pid \d+|the engine's worker \(pid \d+\) runs it", result.stdout)
     lines = [json.loads(raw) for raw in out.read_text(encoding="utf-8").splitlines()]
     assert [line["custom_id"] for line in lines] == [
         "en",
@@ -108,10 +110,10 @@ def test_run_writes_one_valid_output_line_per_input_line(studio_home, tmp_path, 
     assert response["object"] == "response" and response["usage"]["output_tokens"] <= 5
     assert response["output"][0]["content"][0]["text"]
 
-    [job] = list_jobs(studio_home / "jobs")
+    job = started_job(result, warm_home)
     status = job.read_status()
     assert (status.state, status.succeeded, status.failed) == ("completed", 6, 3)
-    store = Store(studio_home / "studio.duckdb")
+    store = Store(tmp_path / "studio.duckdb")
     assert store.ingest(job) == 9
     rows = store.results(job.job_id).set_index("custom_id")
     assert rows.loc["resp", "answer"] == response["output"][0]["content"][0]["text"]

@@ -40,9 +40,9 @@ def wait_final(job: JobFolder, timeout: float = 400):
 
 
 def test_core_judge_runs_a_judge_job_whose_verdicts_join_back_as_a_check(
-    studio_home, tmp_path, default_model
+    warm_home, tmp_path, default_model
 ):
-    graded = job_in_home(studio_home, ROWS)
+    graded = job_in_home(warm_home, ROWS)
     template = tmp_path / "judge.j2"
     template.write_text(DEFAULT_TEMPLATE, encoding="utf-8")
     done = run_cli(

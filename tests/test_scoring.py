@@ -156,7 +156,7 @@ def test_results_show_the_query_and_its_documents_ranked_with_scores(tmp_path: P
 
 @pytest.mark.engine
 def test_bi_encoder_scores_equal_the_cosine_of_the_same_models_embeddings(
-    studio_home, tmp_path: Path
+    warm_home, tmp_path: Path
 ):
     texts = [QUERY, *DOCS, "opening hours"]
     lines = [_line(name, url, body) for name, (url, body) in VALID.items()]
@@ -221,7 +221,7 @@ def sweep_lines() -> list[dict[str, Any]]:
 
 @pytest.mark.engine
 def test_every_score_and_rerank_line_the_check_passes_runs(
-    studio_home, tmp_path: Path, default_model: Path, embedding_model: Path
+    warm_home, tmp_path: Path, default_model: Path, embedding_model: Path
 ):
     valid = sweep_lines()
     bad = [_line(f"bad{i}", url, body) for i, (url, body, _) in enumerate(REFUSED)]

@@ -377,7 +377,7 @@ def _schema_of(body: dict[str, Any], name: str) -> dict[str, Any]:
 
 @pytest.mark.engine
 def test_every_tools_line_the_check_passes_runs_and_calls_with_valid_arguments(
-    studio_home, tmp_path: Path, default_model: Path
+    warm_home, tmp_path: Path, default_model: Path
 ):
     bodies = valid_bodies() + [body for body, _ in REFUSED + AUTO_ON_SMOLLM2]
     path, out = tmp_path / "tools.jsonl", tmp_path / "out.jsonl"

@@ -318,10 +318,10 @@ def test_a_chat_job_shows_no_vector_views() -> None:
 
 
 @pytest.mark.engine
-def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path) -> None:
+def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path, warm_home) -> None:
     """A typed text as the page embeds it (on the resident worker's warm engine): the
     built-in model on vLLM, its vectors those of the sentence-transformers recipe (as a
-    job's are)."""
+    job's are). ``warm_home`` replaces the module's fresh home (set up before it)."""
     import time
 
     from tests.test_embedding_model import reference_vectors
