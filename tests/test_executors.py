@@ -134,3 +134,19 @@ def test_seeded_requests_run_without_chunked_prefill_on_cpu_only():
     assert fit_to_requests(config, seeded, on_gpu=True) == config
     chosen = config.model_copy(update={"enable_chunked_prefill": True})
     assert fit_to_requests(chosen, seeded, on_gpu=False) == chosen  # the user's choice stays
+
+
+def test_an_unseeded_job_runs_on_the_loaded_engine_an_earlier_seeded_job_fitted():
+    """The resident worker keeps the engine a seeded job loaded without chunked prefill: an
+    unseeded job on the same model runs on it at once, instead of reloading the model."""
+    from core.run.engine import fit_to_requests
+    from core.schemas import EngineConfig
+
+    config = EngineConfig(model="/models/m")
+    fitted = config.model_copy(update={"enable_chunked_prefill": False})
+    other = EngineConfig(model="/models/other", enable_chunked_prefill=False)
+    assert fit_to_requests(config, requests(2), on_gpu=False, loaded=[fitted]) == fitted
+    assert fit_to_requests(config, requests(2), on_gpu=False, loaded=[other]) == config
+    chosen = config.model_copy(update={"enable_chunked_prefill": True})
+    assert fit_to_requests(chosen, requests(2), on_gpu=False, loaded=[fitted]) == chosen
+    assert fit_to_requests(config, requests(2), on_gpu=True, loaded=[fitted]) == config

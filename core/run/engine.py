@@ -44,7 +44,10 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
 
 
 def fit_to_requests(
-    config: EngineConfig, requests: list[EngineRequest], on_gpu: bool
+    config: EngineConfig,
+    requests: list[EngineRequest],
+    on_gpu: bool,
+    loaded: Iterable[EngineConfig] = (),
 ) -> EngineConfig:
     """The engine settings for these requests: the job's, except where the engine build
     cannot run them.
@@ -55,11 +58,16 @@ def fit_to_requests(
     whole while 4 or 20 ran. Without chunked prefill no prefill is split, so a job with
     seeded requests runs with it off on CPU (measured on 200 chats: about 10% fewer
     tokens/s, so unseeded jobs keep it on). A setting the user chose is kept.
+
+    An unseeded job runs as it is on an engine among ``loaded`` (the resident worker's)
+    that an earlier seeded job had turned chunked prefill off for: that engine runs any
+    request, and the next job on a loaded model starts at once instead of reloading it.
     """
-    seeded = any("seed" in request.sampling for request in requests)
-    if on_gpu or not seeded or config.enable_chunked_prefill is not None:
+    if on_gpu or config.enable_chunked_prefill is not None:
         return config
-    return config.model_copy(update={"enable_chunked_prefill": False})
+    without = config.model_copy(update={"enable_chunked_prefill": False})
+    seeded = any("seed" in request.sampling for request in requests)
+    return without if seeded or without in set(loaded) else config
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:

@@ -45,7 +45,7 @@ from core.run.engine import EngineLoadError, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
-from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, die_with_parent
+from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, POOL, die_with_parent
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
 from core.run.status_keeper import ResultWriters, StatusKeeper
@@ -233,7 +233,7 @@ def _run_pending(
             return "expired"
         group = spec.on_model(folder)
         on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
-        engine = fit_to_requests(group.engine, requests, on_gpu)
+        engine = fit_to_requests(group.engine, requests, on_gpu, loaded=POOL.held)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
         if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
             executor.notify = keeper.note
