@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ def fit_to_requests(
     config: EngineConfig,
     requests: list[EngineRequest],
     on_gpu: bool,
-    loaded: Iterable[EngineConfig] = (),
+    loaded: Collection[EngineConfig] = (),
 ) -> EngineConfig:
     """The engine settings for these requests: the job's, except where the engine build
     cannot run them.
@@ -67,7 +67,7 @@ def fit_to_requests(
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
     seeded = any("seed" in request.sampling for request in requests)
-    return without if seeded or without in set(loaded) else config
+    return without if seeded or without in loaded else config
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:
