@@ -31,16 +31,44 @@ from core.schemas import EngineConfig
 log = logging.getLogger(__name__)
 
 
+def cpu_thread_settings(threads: int) -> dict[str, str]:
+    """The OpenMP settings of a CPU engine: ``threads`` threads, free to move between
+    cores, that sleep while they wait.
+
+    OpenMP's defaults spin at every barrier, and vLLM binds each thread to a core. Beside
+    another busy process that is the worst of both: the thread whose core is taken falls a
+    time slice behind at every step, and the others spin waiting for it (128 chats took
+    5-12x their quiet time beside one busy core of two, and a warm engine 5x beside a
+    second engine). Unbound, the scheduler moves a waiting thread's work to the free core;
+    passive, a waiting thread gives its core away. ``bench/neighbour.py`` measures it
+    against vLLM's own defaults beside the same neighbours.
+    """
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
+
+
+def configure_cpu_threads() -> None:
+    """Sets :func:`cpu_thread_settings` for every core this process may use, unless set.
+
+    OpenMP reads them once, when torch first loads: an engine process calls this at its
+    start (the worker's ``main``), before anything imports torch.
+    """
+    for name, value in cpu_thread_settings(len(os.sched_getaffinity(0))).items():
+        os.environ.setdefault(name, value)
+
+
 def configure_cpu_environment(kv_cache_gib: float) -> None:
     """Sets vLLM's CPU variables; must run before vLLM is imported.
 
     In-process (no engine subprocess), a fixed KV cache (vLLM otherwise sizes it from one
-    NUMA node and fails here), and OpenMP threads bound to every core we may use.
+    NUMA node and fails here), and the threads of :func:`configure_cpu_threads`.
     """
-    cores = sorted(os.sched_getaffinity(0))
+    configure_cpu_threads()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
-    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
 
 
 def fit_to_requests(

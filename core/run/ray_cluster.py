@@ -48,7 +48,7 @@ from typing import Any
 from core.check.requests import EngineRequest
 from core.jobs.folder import JobFolder
 from core.run import ray_output
-from core.run.engine import EngineLoadError
+from core.run.engine import EngineLoadError, cpu_thread_settings
 from core.run.outputs import error_line
 from core.run.ray_input import ObjectShard, input_spans, read_requests, replicas_read_input
 from core.run.ray_stats import RayStats
@@ -88,19 +88,18 @@ def replica_env(
     """Environment of the replicas (Ray's runtime_env).
 
     On CPU nodes vLLM runs in-process and eager with a fixed KV cache (as in
-    ``core.run.engine``); it binds no threads in-process, so each replica gets as many OpenMP
-    threads as it has CPUs (``nobind``: replicas that share a machine do not pin the same
-    cores). ``VLLM_*`` variables set by the user here win. With ``storage`` (the replicas
-    read or write objects) the ``AWS_*`` variables go too: the store's endpoint, region
-    and credentials, as boto3 reads them here.
+    ``core.run.engine``); each replica gets as many OpenMP threads as it has CPUs, unbound and
+    waiting passively (:func:`core.run.engine.cpu_thread_settings`: replicas that share a
+    machine do not pin the same cores). ``VLLM_*`` variables set by the user here win.
+    With ``storage`` (the replicas read or write objects) the ``AWS_*`` variables go too:
+    the store's endpoint, region and credentials, as boto3 reads them here.
     """
     env: dict[str, str] = {}
     if not settings.gpus_per_replica:
         env = {
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
             "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(config.cpu_kv_cache_gib))),
-            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-            "OMP_NUM_THREADS": str(max(1, math.floor(settings.cpus_per_replica))),
+            **cpu_thread_settings(max(1, math.floor(settings.cpus_per_replica))),
         }
     prefixes = ("VLLM_", "AWS_") if storage else ("VLLM_",)
     env.update({k: v for k, v in os.environ.items() if k.startswith(prefixes)})

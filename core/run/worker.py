@@ -41,7 +41,7 @@ from core.jobs.folder import JobFolder, JobUnreadable, draining_message
 from core.jobs.ledger import read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
-from core.run.engine import EngineLoadError, copies, fit_to_requests
+from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
@@ -392,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     # start about a third shorter (two fewer processes importing torch). Spawned children
     # run die_with_parent above, forked ones here.
     jobs_dir = Path(argv[1]) if resident else Path(argv[0]).parent
+    if gpu_count() == 0:
+        configure_cpu_threads()  # before anything loads torch: OpenMP reads them once
     keeps_models = idle_seconds(jobs_dir.parent) > 0
     os.environ.setdefault(MULTIPROCESSING_ENV, "1" if keeps_models else "0")
     os.environ[PARENT_ENV] = str(os.getpid())
