@@ -127,12 +127,14 @@ class Neighbour:
         ready = self.work / "neighbour-ready"
         ready.unlink(missing_ok=True)
         command = [sys.executable, __file__, "--neighbour", str(ready)]
-        self.process = subprocess.Popen(
-            command, cwd=REPO, env=studio_env(before=False), stderr=subprocess.DEVNULL
-        )
+        log = self.work / "neighbour.log"
+        with log.open("w") as stderr:
+            self.process = subprocess.Popen(
+                command, cwd=REPO, env=studio_env(before=False), stderr=stderr
+            )
         while not ready.exists():  # loaded and generating
             if self.process.poll() is not None:
-                raise SystemExit("the second engine failed to start")
+                raise SystemExit(f"the second engine failed:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -221,7 +223,7 @@ def main() -> int:
             if kind == "quiet" and contender == "vllm" and warm:
                 continue  # quiet, vLLM's warm run is its cold run without the load
             got = figures[kind, contender, warm] = measure(contender, warm, neighbour, args, work)
-            label = f"{contender} {'warm' if warm else 'cold'}"
+            label = f"vllm {'warm' if warm else 'cold'}" if contender == "vllm" else contender
             print(
                 f"  {kind:13s} {label:17s} {got['seconds']:6.1f} s (load {got['load']:5.1f} s,"
                 f" run {got['run']:5.1f} s, {got['tokens'] / got['run']:5.1f} tokens/s;"
