@@ -135,6 +135,28 @@ def test_while_the_model_loads_the_eta_says_so_with_the_measured_load_time() -> 
     assert rates([], status).eta_seconds == pytest.approx(27.0)
 
 
+def test_the_worker_says_it_is_loading_with_the_models_last_load_time(
+    tmp_path, monkeypatch
+) -> None:
+    from core.plan.measured import record_run
+    from tests.factories import ScriptedExecutor
+
+    record_run("none", output_tokens=0, requests=0, seconds=1.0, answers=[], load_seconds=77.0,
+               home=tmp_path)  # fmt: skip
+    job = ten_request_job(tmp_path)
+    seen = []
+
+    def loading(spec, job_dir):  # what the Monitor reads while the model loads
+        seen.append(job.read_status())
+        return ScriptedExecutor({f"r{i}": {"answer": "ok"} for i in range(10)}, "none")
+
+    monkeypatch.setattr(worker, "make_executor", loading)
+    assert worker.run_job(job).state == "completed"
+    [status] = seen
+    assert (status.state, status.measured_load_seconds) == ("loading", 77.0)
+    assert rates([], status).loading
+
+
 def _one_line_batch(tmp_path):
     batch = tmp_path / "b.jsonl"
     batch.write_text(request_line("a", "hi") + "\n")
