@@ -363,6 +363,7 @@ class JobStatus(Model):
     expected_output_tokens: int | None = None
     expected_is_bound: bool = False
     measured_tokens_per_s: float | None = None  # the model's speed on earlier runs
+    measured_load_seconds: float | None = None  # the loading model's last load time
     eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
     eta_at: float | None = None  # ...made at this time (seconds since the epoch)
     # An output that is an object (s3://...): where the worker wrote the results, or why not.

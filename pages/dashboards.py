@@ -11,7 +11,7 @@ import streamlit as st
 from core.plan.pricing import (
     PriceError,
     PriceTable,
-    format_money,
+    cost_text,
     load_prices,
     price_rows,
     save_prices,
@@ -55,7 +55,10 @@ by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")
 scope = dash.Scope(job_ids=job_ids, start=start, end=end)
 
 saved = load_prices()
-with st.expander(f"Price table ({saved.currency}; model `*` prices the models not listed)"):
+# A label is markdown: the currency (from prices.json) and the model named * are escaped,
+# or "*" reads as emphasis or a bullet.
+price_label = f"Price table ({saved.currency}; the model named * prices the models not listed)"
+with st.expander(escape(price_label)):
     models = ["*", *sorted(set(jobs["model"].dropna()))]
     edited = st.data_editor(
         pd.DataFrame(price_rows(saved, models)), hide_index=True, key="price_editor"
@@ -130,10 +133,10 @@ if summary.empty:
     write_link(link)
     st.info("No results in this scope; widen the jobs or the dates.")
     st.stop()
-# Cost as money reads (core.plan.pricing.format_money), beside the group, where a wide
-# table cannot push it out of sight.
+# Cost as money reads ("no price" where a model has none: core.plan.pricing), beside the
+# group, where a wide table cannot push it out of sight.
 shown = summary.drop(columns=["cost"])
-shown.insert(1, f"cost ({prices.currency})", summary["cost"].map(format_money))
+shown.insert(1, f"cost ({prices.currency})", summary["cost"].map(cost_text))
 st.dataframe(shown, hide_index=True, width="stretch")
 columns = st.columns(2)
 for i, (name, fig) in enumerate(figures.items()):

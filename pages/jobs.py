@@ -5,7 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from core.api.batches import refused_rows
+from core.jobs.folder import list_jobs
 from core.jobs.ledger import read_ledger, summary, verify, write_rerun_file
+from core.jobs.names import rename_job
 from core.jobs.queue import priority, queued_jobs, set_priority
 from core.schemas import NAME_MAX
 from pages.shared import (
@@ -25,6 +28,24 @@ from pages.shared import (
 through_app()
 st.title("Jobs")
 
+
+def refused_section(rows: list[dict]) -> None:
+    """The Batch API's batches that failed validation: submitted, but no job was made."""
+    if not rows:
+        return
+    st.subheader("Batches that failed validation")
+    st.caption(
+        "Sent to the Batch API (/v1/batches) with a file that has invalid lines, or lines "
+        "for another endpoint: refused whole, as OpenAI does, before any job was made. "
+        "GET /v1/batches/ID lists every error."
+    )
+    shown = pd.DataFrame(rows)[["batch_id", "name", "state", "reason", "created_at"]]
+    st.dataframe(shown, hide_index=True, width="stretch")
+
+
+refused = refused_rows(paths().home)
+if not list_jobs(paths().jobs):  # the page stops below: show them before it does
+    refused_section(refused)
 jobs = jobs_or_stop("No jobs yet. Check a batch file and start a run first.")
 
 COLUMNS = ["name", "job_id", "source", "model", "state", "total", "succeeded", "failed"]
@@ -33,6 +54,7 @@ st.dataframe(
     hide_index=True,
     width="stretch",
 )
+refused_section(refused)
 
 waiting = queued_jobs(paths().jobs)
 if waiting:
@@ -76,7 +98,7 @@ with st.form("rename", border=False):
     )
     if c2.form_submit_button("Rename", icon=":material/edit:"):
         try:
-            kept_name = job.rename(new_name)
+            kept_name = rename_job(job, new_name)
         except ValueError as exc:
             st.error(escape(exc), icon=":material/block:")
         else:

@@ -140,6 +140,14 @@ def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
         return "–", "Nothing is running: a resume runs the requests without a result."
     if status.state == "cancelling":
         return "–", "Cancelling: the requests in the engine finish; nothing new starts."
+    if speed.loading:
+        if speed.load_left_seconds is None:
+            return "loading", "The model is loading; the ETA follows once it runs."
+        took = _duration(status.measured_load_seconds)
+        help = (
+            f"The model is loading; its last load here took {took}. The ETA follows once it runs."
+        )
+        return f"loading, ~{_duration(speed.load_left_seconds)}", help
     if speed.eta_seconds is None:
         if speed.eta_counts == "requests":
             return "estimating", "Known once the first results are written."
@@ -156,6 +164,14 @@ def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
     help = "The output still expected (measured answer lengths under each line's limit) at "
     help += "the current speed."
     return _duration(speed.eta_seconds), help
+
+
+def _work_text(work_done: float, status: JobStatus) -> str:
+    """The share of the output generated, against the total it is measured on."""
+    expected = status.expected_output_tokens or 0
+    if status.expected_is_bound:  # no answer measured: every answer taken to its limit
+        return f"{work_done:.0%} of at most {expected:,} output tokens generated"
+    return f"{work_done:.0%} of about {expected:,} expected output tokens generated"
 
 
 CHART_POINTS = 2_000  # a long job's samples are thinned to this many per chart
@@ -221,8 +237,7 @@ def show(job: JobFolder) -> None:
     work = status.progress
     if speed.work_done is not None and not status.is_final:
         work = speed.work_done
-        bound = " at most" if speed.eta_is_bound else " expected"
-        text += f" · {speed.work_done:.0%} of the{bound} output tokens generated"
+        text += " · " + _work_text(speed.work_done, status)
     st.progress(work, text=text)
     final = status.is_final or status.interrupted
     c = st.columns(4)

@@ -7,7 +7,8 @@ import json
 
 import streamlit as st
 
-from core.plan.pricing import format_money, load_prices, token_cost, tokens_cost
+from core.plan.pricing import cost_text, load_prices, priced_total, token_cost, tokens_cost
+from core.schemas import JobState, JobStatus
 from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
@@ -151,6 +152,28 @@ flt = res.ResultFilter(
     checks=checks,
 )
 
+
+def _no_results(status: JobStatus) -> str:
+    """Why a job shows no result: one that ended wrote none, and none will come."""
+    if status.interrupted:
+        return (
+            "This job's worker stopped before any request had a result. Resume (on Jobs or "
+            "Monitor) runs its requests; their results appear here as the worker writes them."
+        )
+    if status.state == JobState.COMPLETED:
+        return "This job completed without a result: its input had no request to run."
+    if status.state == JobState.CANCELLED:
+        return (
+            "This job was cancelled before any request had a result, so it has none. "
+            "Resume (on Jobs or Monitor) runs its requests."
+        )
+    if status.state == JobState.EXPIRED:
+        return "This job's completion window ended before any request ran: it has no result."
+    if status.is_final:
+        return "This job failed before any request had a result; the Monitor says why."
+    return "This job has no results yet. They appear here as the worker writes them."
+
+
 # -- the table ----------------------------------------------------------------------------------
 c = st.columns([2, 1, 1, 1])
 sort_names = res.sort_options(facets["metadata_keys"])
@@ -202,7 +225,7 @@ if page_no != wanted:  # the pager went back to 1 (its range changed): show that
 pick = None  # the result whose details show
 if total.n == 0:
     if db.count_results(job_id) == 0:
-        st.info("This job has no results yet. They appear here as the worker writes them.")
+        st.info(_no_results(open_job(job_id).read_status()))
     else:
         st.info("No results match these filters.")
 else:
@@ -227,15 +250,15 @@ else:
             token_cost(prices, model, *row)
             for model, row in zip(table["model"], tokens.itertuples(index=False), strict=True)
         ]
-        shown.insert(len(first), f"cost ({prices.currency})", [format_money(c) for c in costs])
+        shown.insert(len(first), f"cost ({prices.currency})", [cost_text(c) for c in costs])
         totals = res.token_totals(db, flt)
-        spent, unpriced = tokens_cost(
+        spent, priced, unpriced = tokens_cost(
             prices, totals[["model", "prompt_tokens", "completion_tokens"]].itertuples(index=False)
         )
         left_out = f"; no token price for {', '.join(unpriced)}" if unpriced else ""
         st.caption(
             f"Cost of the {int(totals['results'].sum()):,} results in view: "
-            f"{format_money(spent, prices.currency)}{escape(left_out)}"
+            f"{priced_total(spent, priced, prices.currency)}{escape(left_out)}"
         )
     st.dataframe(shown, hide_index=True, width="stretch")
     st.caption(

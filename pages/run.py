@@ -214,7 +214,7 @@ if estimate:
     if estimate["over_budget"]:
         currency = estimate.get("currency", "USD")
         budget = format_money(estimate["budget"], currency)
-        st.warning(f"The expected cost is over the budget of {budget}.")
+        st.warning(f"The expected cost is over the budget of {escape(budget)}.")
 else:
     st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
 

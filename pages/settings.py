@@ -25,7 +25,7 @@ from core.jobs.engine_files import (
 )
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_problem, read_names, write_names
-from pages.shared import paths, through_app
+from pages.shared import escape, paths, through_app
 
 through_app()
 st.title("Settings")
@@ -110,7 +110,7 @@ if st.button("Save model names", key="save_model_names"):
         )
         st.success(f"{len(rows_now)} model name(s) kept.")
     except ValueError as exc:
-        st.error(f"Not saved: {exc}.")
+        st.error(f"Not saved: {escape(exc)}.")
 
 st.subheader("Engine")
 engine_state = read_state(data.home)
@@ -138,7 +138,7 @@ if engine_state is not None:
         c[2].write(f"loaded in {loaded.load_seconds:.1f} s")
         if c[3].button("Unload", key=f"unload-{loaded.model}"):
             send_command(data.home, EngineCommand(action="unload", model=loaded.model))
-            st.toast(f"Unloading {loaded.name} (after the job running now, if any).")
+            st.toast(f"Unloading {escape(loaded.name)} (after the job running now, if any).")
     if st.button("Stop the engine", help="Unload every model and end the resident worker."):
         send_command(data.home, EngineCommand(action="stop"))
         st.toast("Stopping the engine.")

@@ -453,7 +453,8 @@ def estimate_metrics(estimate: dict) -> None:
         "Time", format_duration(estimate["seconds"]), help="; ".join(n for n in notes if n) or None
     )
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
-    cols[3].metric("Cost", format_money(cost, currency))
+    # "no price" where a model has none (an estimate kept from before cost_text: the amount).
+    cols[3].metric("Cost", estimate.get("cost_text") or format_money(cost, currency))
 
 
 def fresh_checks(job_ids: list[str], label: Callable[[str], str]) -> None:

@@ -262,7 +262,19 @@ if report.lines:
     st.subheader("Summary")
     left, middle, right = st.columns(3)
     left.markdown("**url**")
-    left.table(pd.Series(dict(report.urls), name="lines"))
+    # The lines that run, by url; invalid lines apart (they run nowhere).
+    urls = sorted(set(report.urls) | set(report.invalid_urls))
+    left.table(
+        pd.DataFrame(
+            {
+                "valid lines": [report.urls.get(u, 0) for u in urls],
+                "invalid lines": [report.invalid_urls.get(u, 0) for u in urls],
+            },
+            index=urls,
+        )
+        if report.invalid_urls
+        else pd.Series(dict(report.urls), name="lines")
+    )
     middle.markdown("**body.model → local model**")
     middle.table(
         pd.DataFrame(
@@ -349,7 +361,7 @@ if report.valid and report.by_local_model:
         else:
             if st.button("Save prices and budget", key="save_prices"):
                 save_prices(prices)
-                st.toast(f"Price table saved to {prices_path()}.")
+                st.toast(f"Price table saved to {escape(prices_path())}.")
     share = st.slider(
         "Expected answer length (share of max_tokens, until a run is measured)",
         0.05,
@@ -367,7 +379,7 @@ if report.valid and report.by_local_model:
             if model_estimate.embedding
             else f"expected output from {model_estimate.expected_basis}"
         )
-        st.caption(f"{model_estimate.model}: {made}; cost: {model_estimate.cost_basis}.")
+        st.caption(f"{escape(model_estimate.model)}: {made}; cost: {model_estimate.cost_basis}.")
     for note in result.notes:
         st.info(escape(note))
     if result.over_budget:

@@ -395,7 +395,7 @@ def test_prices_typed_into_the_price_table_are_saved(
     expect_title(page, "Upload & check")
     pick_radio(page, "Use a sample")
     choose(page, "Sample batch", "review_sentiment.jsonl")
-    expect(metric_value(page, "Cost")).to_have_text("unknown")  # no price yet
+    expect(metric_value(page, "Cost")).to_have_text("no price")  # no price yet
 
     open_expander(page, "Price table and budget")
     grid = page.get_by_test_id("stDataFrame").filter(has_text=model).first
@@ -403,7 +403,7 @@ def test_prices_typed_into_the_price_table_are_saved(
     wait_idle(page)
     edit_grid_cell(grid, 0, 2, "2000")  # Output / 1M tokens
     wait_idle(page)
-    expect(metric_value(page, "Cost")).not_to_have_text("unknown")  # the edit took
+    expect(metric_value(page, "Cost")).not_to_have_text("no price")  # the edit took
     screenshot(page, "prices_1_typed")
     page.get_by_role("button", name="Save prices and budget").click()
     wait_idle(page)
@@ -423,6 +423,31 @@ def test_prices_typed_into_the_price_table_are_saved(
     expect(metric_value(page, "Cost")).to_have_text(f"{cost:,.2f} USD")
     expect(page.get_by_text("cost: price per 1M tokens")).to_be_visible()
     screenshot(page, "prices_2_saved_estimate")
+
+
+@pytest.mark.browser
+def test_a_model_without_a_price_reads_no_price_and_the_tables_label_reads_as_typed(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 38, item 14: a model without prices showed 0.00 USD on Results, and the
+    price table's label drew the model named * as a bullet (no engine: a made-up job)."""
+    made = finished_job(studio_server.home.parent / "build", {"a": "yes", "b": "no"})
+    (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
+    made.path.rename(studio_server.home / "jobs" / made.job_id)
+    prices = {"models": {"other": {"input_per_1m": 1.0, "output_per_1m": 1.0}}}
+    (studio_server.home / "prices.json").write_text(json.dumps(prices), encoding="utf-8")
+    page = chromium_page
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+    open_page(page, "Results")
+    total = page.get_by_text(re.compile("^Cost of the 2 results in view"))
+    expect(total).to_have_text("Cost of the 2 results in view: no price; no token price for tiny")
+    open_page(page, "Dashboards")
+    label = "Price table (USD; the model named * prices the models not listed)"
+    summary = page.get_by_test_id("stExpander").filter(has_text="Price table").locator("summary")
+    expect(summary.get_by_role("paragraph")).to_have_text(label)
+    expect(summary.locator("li, ul, em, strong")).to_have_count(0)  # no markdown drawn
+    screenshot(page, "no_price_dashboards")
 
 
 @pytest.mark.browser

@@ -124,7 +124,9 @@ def test_the_summary_counts_urls_models_roles_and_what_lines_run_with(tmp_path):
         JobDefaults(max_tokens=100, temperature=0.5),
     )
     assert (report.lines, report.valid, report.duplicates) == (4, 3, 1)
-    assert report.urls == {"/v1/chat/completions": 4}
+    # The url table counts the lines that run; the invalid one (the repeated id) apart.
+    assert report.urls == {"/v1/chat/completions": 3}
+    assert report.invalid_urls == {"/v1/chat/completions": 1}
     assert report.models == {"m": 3, "gpt-4o": 1}
     assert report.roles == {"user": 4, "system": 1}
     assert report.effective["max_tokens"] == {"5 (body)": 2, "100 (job default)": 1}

@@ -62,7 +62,8 @@ def test_without_a_measurement_the_estimate_says_so_plainly(tmp_path: Path) -> N
         f"no run of {MODEL} measured yet on this machine: no time estimate "
         "(a finished run records one)"
     ]
-    assert "total: time unknown, cost unknown" in estimate_lines(result)
+    assert "total: time unknown, cost no price" in estimate_lines(result)
+    assert result.to_dict()["cost_text"] == "no price"  # the pages' Cost (never 0.00 USD)
 
 
 def test_time_is_the_expected_output_at_the_measured_speed_plus_the_model_load(
@@ -239,3 +240,22 @@ def test_money_keeps_the_figures_its_size_needs() -> None:
     assert format_money(1234.5, "EUR") == "1,234.50 EUR"
     assert format_money(0) == "0.00"
     assert format_money(None) == format_money(math.nan) == "unknown"
+
+
+def test_a_model_without_a_price_costs_no_price_never_zero(tmp_path: Path) -> None:
+    """Issue 38, item 14: a model without prices showed 0.00 USD."""
+    from core.plan.pricing import cost_text, priced_total, tokens_cost
+
+    other = PriceTable(models={"other": ModelPrice(input_per_1m=1.0)})
+    assert cost_text(None) == cost_text(math.nan) == "no price"
+    assert cost_text(0.0009, "USD") == "0.0009 USD"
+    spent, priced, unpriced = tokens_cost(other, [(MODEL, 1_000, 1_000)])
+    assert (spent, priced, unpriced) == (0.0, 0, [MODEL])
+    assert priced_total(spent, priced, "USD") == "no price"  # was 0.00 USD
+    spent, priced, _ = tokens_cost(other, [(MODEL, 1_000, 0), ("other", 1_000, 0)])
+    assert priced_total(spent, priced, "USD") == "0.001 USD"
+    # The estimate says "no price" for a model with none, "unknown" for a price it cannot
+    # turn into a cost (a GPU-hour price without a measured speed).
+    assert estimate(report_for(), other, home=tmp_path).cost_text == "no price"
+    gpu = PriceTable(models={MODEL: ModelPrice(gpu_hour=3.6)})
+    assert estimate(report_for(), gpu, home=tmp_path).cost_text == "unknown"

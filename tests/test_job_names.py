@@ -78,6 +78,37 @@ def test_a_given_name_wins_and_a_bad_one_is_refused_with_nothing_made(tmp_path, 
     assert len(list_jobs(data_paths().jobs)) == 1
 
 
+def test_a_name_another_job_has_gets_a_number_so_two_jobs_never_share_one(
+    tmp_path, model, no_worker
+):
+    """Issue 38, item 14: two different jobs were both named "cancel100"."""
+    file = batch(tmp_path / "tickets.jsonl")
+    names = [submitted(file, model, name="cancel100").name for _ in range(3)]
+    assert names == ["cancel100", "cancel100 (2)", "cancel100 (3)"]
+    assert submitted(file, model, name="CANCEL100").name == "CANCEL100 (4)"  # case aside
+    # Names made from the file too: the second run of a file is told apart.
+    assert [submitted(file, model).name for _ in range(2)] == ["tickets", "tickets (2)"]
+    long = "x" * NAME_MAX
+    assert submitted(file, model, name=long).name == long
+    assert submitted(file, model, name=long).name == "x" * (NAME_MAX - 4) + " (2)"
+
+
+def test_a_rename_to_another_jobs_name_is_refused_naming_it(tmp_path, model, no_worker):
+    file = batch(tmp_path / "tickets.jsonl")
+    first = submitted(file, model, name="cancel100")
+    second = submitted(file, model, name="other")
+    refused = run_cli("jobs", "rename", second.job_id, "Cancel100")
+    assert refused.returncode == 2
+    assert f"job {first.job_id} is already named 'Cancel100'" in refused.stderr
+    assert second.name == "other"
+    done = run_cli("jobs", "rename", first.job_id, "CANCEL100")  # its own name, recased
+    assert done.returncode == 0, done.stderr
+    at = open_page("jobs.py", job_id=second.job_id)
+    rename(at, second, "cancel100")
+    assert any("is already named 'cancel100'" in shown(e.value) for e in at.error)
+    assert second.name == "other"
+
+
 # -- renaming -----------------------------------------------------------------------------
 
 

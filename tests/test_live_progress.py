@@ -77,6 +77,126 @@ def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> 
     assert speed.tokens_per_s == pytest.approx(1_170 / 1.5)
 
 
+def test_a_finished_jobs_average_is_its_results_over_its_running_time() -> None:
+    # 80 requests (2,400 tokens) on a warm engine in 23.5 s (3.4/s). The engine handed the
+    # results back at the end: every sample says done 0, the last one 1,900 tokens (the
+    # Monitor read "Requests/s (average) 0.00" and a token speed as skewed).
+    from datetime import UTC, datetime
+
+    t0 = 1_000_000.0
+    status = JobStatus(
+        state="completed", total=80, done=80, succeeded=80, run_done=80,
+        completion_tokens=2_400, run_completion_tokens=2_400, elapsed_seconds=24.0,
+        model_load_seconds=0.0,
+    )  # fmt: skip
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 24, UTC).isoformat()
+    samples = [{"t": t0 + 0.5, "done": 0, "output_tokens": 0}]
+    samples += [
+        {"t": t0 + 2.5 + 2 * i, "done": 0, "output_tokens": 190 * (i + 1)} for i in range(10)
+    ]
+    speed = rates(samples, status)  # from the sample before the first that moved (t0 + 0.5)
+    assert speed.requests_per_s == pytest.approx(80 / 23.5)
+    assert speed.average_requests_per_s == pytest.approx(80 / 23.5)
+    assert speed.tokens_per_s == pytest.approx(2_400 / 23.5)
+    # An interrupted run: what it wrote up to its last heartbeat.
+    status = running_status(total=80, done=30, run_done=30, run_completion_tokens=900)
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.pid, status.heartbeat_at = 2**22 + 7, t0 + 10.5  # no such process: interrupted
+    assert status.interrupted
+    assert rates(samples[:4], status).requests_per_s == pytest.approx(30 / 10)
+
+
+def test_the_worker_ends_its_samples_with_the_final_counts(tmp_path) -> None:
+    from core.run.status_keeper import StatusKeeper
+
+    job = create_job(_one_line_batch(tmp_path), tmp_path / "jobs", EngineConfig(model="m"))
+    keeper = StatusKeeper(job)
+    keeper.start(state="running", total=1)
+    keeper.count([ok("a", tokens=7)])  # the result came after the last heartbeat
+    keeper.finish("completed")
+    last = json.loads(job.metrics.read_text().splitlines()[-1])
+    assert (last["done"], last["output_tokens"]) == (1, 7)
+
+
+def test_while_the_model_loads_the_eta_says_so_with_the_measured_load_time() -> None:
+    from datetime import UTC, datetime
+
+    # The model's speed is known (an ETA of 0:27 from it stood for the whole 77 s load and
+    # then jumped to 4:45): while it loads, no ETA, but the load's time left.
+    status = running_status(total=80, expected_output_tokens=2_700, measured_tokens_per_s=100.0)
+    status.enter("loading")
+    status.history[-1]["at"] = datetime.fromtimestamp(time.time() - 20, UTC).isoformat()
+    status.measured_load_seconds = 77.0
+    speed = rates([], status)
+    assert speed.loading and speed.eta_seconds is None
+    assert speed.load_left_seconds == pytest.approx(57.0, abs=1.0)
+    status.state = "running"
+    assert rates([], status).eta_seconds == pytest.approx(27.0)
+
+
+def test_the_worker_says_it_is_loading_with_the_models_last_load_time(
+    tmp_path, monkeypatch
+) -> None:
+    from core.plan.measured import record_run
+    from tests.factories import ScriptedExecutor
+
+    record_run("none", output_tokens=0, requests=0, seconds=1.0, answers=[], load_seconds=77.0,
+               home=tmp_path)  # fmt: skip
+    job = ten_request_job(tmp_path)
+    seen = []
+
+    def loading(spec, job_dir):  # what the Monitor reads while the model loads
+        seen.append(job.read_status())
+        return ScriptedExecutor({f"r{i}": {"answer": "ok"} for i in range(10)}, "none")
+
+    monkeypatch.setattr(worker, "make_executor", loading)
+    assert worker.run_job(job).state == "completed"
+    [status] = seen
+    assert (status.state, status.measured_load_seconds) == ("loading", 77.0)
+    assert rates([], status).loading
+
+
+def _one_line_batch(tmp_path):
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    return batch
+
+
+def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) -> None:
+    job = monitored_job(studio_home)
+    status = running_status(total=80, expected_output_tokens=2_700, measured_tokens_per_s=100.0)
+    status.enter("loading", "loading the model")
+    status.measured_load_seconds = 77.0
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    eta = next(m for m in at.metric if m.label == "ETA")
+    assert eta.value.startswith("loading, ~1:1")  # 1:17 less the seconds since
+    assert "last load here took 1:17" in eta.help
+    progress = at.get("progress")[0].proto
+    assert "0% of about 2,700 expected output tokens generated" in progress.text
+
+
+def test_the_monitor_shows_a_finished_jobs_average_not_its_last_samples(studio_home) -> None:
+    from datetime import UTC, datetime
+
+    job = monitored_job(studio_home)
+    t0 = time.time() - 60
+    samples = [{"t": t0 + 0.5 + 2 * i, "done": 0, "output_tokens": 200 * i} for i in range(12)]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    status = JobStatus(
+        state="completed", total=80, done=80, succeeded=80, run_done=80, runs=1,
+        completion_tokens=2_400, run_completion_tokens=2_400, elapsed_seconds=24.0,
+        model_load_seconds=0.0, job_seconds=24.0,
+    )  # fmt: skip
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 24, UTC).isoformat()
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "Requests/s (average)") == "3.40"  # 80 in 23.5 s; it showed 0.00
+    assert metric(at, "Output tokens/s (average)") == "102"
+
+
 def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
     status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
     assert rates([], status).eta_seconds == pytest.approx(20.0)
@@ -108,7 +228,11 @@ def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_mea
     job.write_status(status)
     at = open_page("monitor.py", job_id=job.job_id)
     progress = at.get("progress")[0].proto
-    assert "running: 0 / 200 requests · 25% of the at most output tokens" in progress.text
+    # The share against the total it is measured on (it read "25% of the at most output
+    # tokens generated").
+    assert "running: 0 / 200 requests · 25% of at most 4,000 output tokens generated" in (
+        progress.text
+    )
     assert progress.value == 25
     assert metric(at, "Output tokens/s") == "40"  # from the first sample that moved
     assert metric(at, "ETA") == "≤ 1:15"  # 3,000 tokens to go at 40/s, at most
@@ -272,8 +396,10 @@ def test_a_resumed_jobs_speed_counts_only_this_run() -> None:
     from datetime import UTC, datetime
 
     t0 = 1_000_000.0
-    status = JobStatus(state="completed", total=15, done=15, succeeded=15)
+    status = JobStatus(state="completed", total=15, done=15, succeeded=15, run_done=10)
+    status.run_completion_tokens = 100
     status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 31, UTC).isoformat()
     samples = [
         {"t": t0 - 100, "done": 0, "output_tokens": 0},  # the first run, killed
         {"t": t0 - 90, "done": 5, "output_tokens": 50},

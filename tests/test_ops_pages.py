@@ -61,10 +61,14 @@ def test_monitor_shows_a_finished_job_with_its_rates_and_charts(studio_home):
     job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
     status = job.read_status()
     status.started_at = datetime.fromtimestamp(now - 5, UTC).isoformat()  # the run's start
+    status.finished_at = datetime.fromtimestamp(now, UTC).isoformat()  # ...and its end
+    status.run_completion_tokens = 16  # as the samples say
     job.write_status(status)
     at = open_page("monitor.py", job_id=job.job_id)
     assert metric(at, "Succeeded") == "2" and metric(at, "Failed") == "1"
-    # A finished job's speed is its average over the run (never "0.00" once it stopped).
+    # A finished job's speed is its average over the run (never "0.00" once it stopped):
+    # its results and their tokens over the time from the sample before the first that
+    # moved to its end.
     assert metric(at, "Requests/s (average)") == "0.75"
     assert metric(at, "Output tokens/s (average)") == "4"
     assert metric(at, "ETA") == "done"

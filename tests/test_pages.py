@@ -78,6 +78,13 @@ def test_broken_sample_shows_counts_and_the_lines_with_problems() -> None:
     assert not at.success
 
 
+def test_the_summarys_url_table_counts_valid_lines_and_invalid_ones_apart() -> None:
+    """Issue 38, item 14: the url table counted 5 lines to run of a file with 4 valid."""
+    at = pick_sample(open_page("upload.py"), "broken_batch.jsonl")
+    [urls] = [t.value for t in at.table if "valid lines" in t.value.columns]
+    assert urls.loc["/v1/chat/completions"].to_dict() == {"valid lines": 4, "invalid lines": 1}
+
+
 def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
     at = pick_sample(open_page("upload.py"), "review_sentiment.jsonl")
     assert at.success[0].value == "All 16 lines are valid."

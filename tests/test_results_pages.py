@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -223,7 +224,8 @@ def test_dashboards_page_draws_every_chart(studio_home):
     (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
     assert int(summary["requests"].iloc[0]) == 4 and int(summary["failed"].iloc[0]) == 1
     # Cost as money reads, second from the left, where a wide table cannot hide it.
-    assert list(summary.columns)[1] == "cost (USD)" and summary.iloc[0, 1] == "unknown"
+    # No price for the model: "no price", never 0.00 nor "unknown".
+    assert list(summary.columns)[1] == "cost (USD)" and summary.iloc[0, 1] == "no price"
     drawn = charts(at)
     offered = at.selectbox(key="dash_html").options  # one HTML download per chart
     assert len(drawn) == len(offered) == 10
@@ -330,3 +332,52 @@ def test_dashboards_writes_no_price_table_when_no_price_was_edited(studio_home):
     # The table shown (a row per model, no price) is the saved one: nothing to write. It
     # was written (with an fsync) on every rerun of every session.
     assert not (studio_home / "prices.json").exists()
+
+
+def test_results_of_a_model_without_a_price_say_no_price_never_zero(studio_home):
+    """Issue 38, item 14: with prices for other models only, the total read 0.00 USD."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    job_in_home(studio_home)
+    save_prices(PriceTable(models={"other": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)}))
+    at = open_page("results.py")
+    table = at.dataframe[0].value
+    assert set(table["cost (USD)"]) == {"no price"}
+    [total] = [c.value for c in at.caption if c.value.startswith("Cost of the")]
+    assert total == "Cost of the 4 results in view: no price; no token price for tiny"
+
+
+def test_a_cancelled_job_without_results_says_none_will_come(tmp_path):
+    """Issue 38, item 14: a cancelled batch with no results said they "appear here as the
+    worker writes them"."""
+    from core.jobs.folder import create_job
+    from core.schemas import EngineConfig, JobStatus
+    from tests.factories import request_line
+
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n" + request_line("b", "ho") + "\n")
+    job = create_job(batch, data_paths().jobs, EngineConfig(model="/models/tiny"))
+    status = JobStatus(total=2, finished_at="2026-12-03T10:00:00+00:00")
+    status.enter("cancelled", "cancelled (stopped at once): 0 of 2 requests have a result")
+    job.write_status(status)
+    at = open_page("results.py")
+    [info] = [i.value for i in at.info]
+    assert "cancelled before any request had a result" in info
+    assert "as the worker writes them" not in info
+    status.enter("running")
+    status.pid, status.heartbeat_at = os.getpid(), time.time()
+    job.write_status(status)
+    at = open_page("results.py")
+    assert "They appear here as the worker writes them." in at.info[0].value
+
+
+def test_the_price_tables_label_is_text_not_markdown(studio_home):
+    """Issue 38, item 14: the model named * rendered as a bullet in the expander's label."""
+    from tests.test_pages import shown
+
+    job_in_home(studio_home)
+    at = open_page("dashboards.py")
+    [label] = [e.label for e in at.expander if "Price table" in e.label]
+    # Every markdown character escaped: the label reads as typed.
+    assert label == r"Price table \(USD; the model named \* prices the models not listed\)"
+    assert shown(label) == "Price table (USD; the model named * prices the models not listed)"

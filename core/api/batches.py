@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,48 @@ def _refuse(
     return batch
 
 
+def refused_batches(home: Path, caller: str | None = None) -> list[dict[str, Any]]:
+    """The batches that failed validation a caller sees (None: this machine's user, every
+    one), as the API answers them, newest first. They made no job, so the Jobs page and
+    ``core jobs list`` show them from here, beside the jobs."""
+    folder = _refused_dir(home)
+    found = []
+    for path in folder.glob(f"{_BATCH_ID}*.json") if folder.is_dir() else ():
+        refused = _read_refused(path)
+        if refused is not None and visible(refused.owner, caller):
+            found.append(refused.batch)
+    return sorted(found, key=lambda b: (b["created_at"], b["id"]), reverse=True)
+
+
+def refusal_reason(batch: dict[str, Any]) -> str:
+    """Why a batch failed validation, in one line: how many errors, and the first."""
+    errors = (batch.get("errors") or {}).get("data") or []
+    if not errors:
+        return "failed validation"
+    first = errors[0]
+    where = f"line {first['line']}: " if first.get("line") else ""
+    at_least = "at least " if len(errors) >= LISTED_ERRORS else ""  # the list is cut there
+    more = f" (and {at_least}{len(errors) - 1:,} more)" if len(errors) > 1 else ""
+    return f"failed validation: {where}{first.get('message', '')}{more}"
+
+
+def refused_rows(home: Path) -> list[dict[str, Any]]:
+    """Every batch that failed validation as a row beside the jobs (``core jobs list``,
+    the Jobs page): no job id, its batch id, name, state, reason, 0 requests, when."""
+    return [
+        {
+            "job_id": None,
+            "batch_id": batch["id"],
+            "name": str((batch.get("metadata") or {}).get("name") or ""),
+            "state": "failed",
+            "reason": refusal_reason(batch),
+            "requests": 0,
+            "created_at": datetime.fromtimestamp(batch["created_at"], UTC).isoformat(),
+        }
+        for batch in refused_batches(home)
+    ]
+
+
 # -- reading --------------------------------------------------------------------------------
 
 
@@ -152,12 +195,7 @@ def list_batches(home: Path, caller: str | None, limit: int, after: str | None) 
         except JobUnreadable:
             continue  # that job's problem: the Jobs page names it
         found.append((batch["created_at"], batch["id"], dict(batch)))
-    folder = _refused_dir(home)
-    if folder.is_dir():
-        for path in folder.glob(f"{_BATCH_ID}*.json"):
-            refused = _read_refused(path)
-            if refused is not None and visible(refused.owner, caller):
-                found.append((refused.batch["created_at"], refused.batch["id"], refused.batch))
+    found += [(b["created_at"], b["id"], b) for b in refused_batches(home, caller)]
     found.sort(key=lambda item: (item[0], item[1]), reverse=True)
     batches = [b for _, _, b in found]
     if after is not None:

@@ -89,7 +89,8 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     problems_dropped: int = 0
     models: Counter = field(default_factory=Counter)
-    urls: Counter = field(default_factory=Counter)
+    urls: Counter = field(default_factory=Counter)  # valid lines by url
+    invalid_urls: Counter = field(default_factory=Counter)  # invalid lines that name a url
     roles: Counter = field(default_factory=Counter)
     duplicates: int = 0
     max_output_tokens: int = 0
@@ -127,7 +128,7 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["ok"] = self.ok
-        for name in ("models", "urls", "roles"):
+        for name in ("models", "urls", "invalid_urls", "roles"):
             data[name] = dict(getattr(self, name))
         data["effective"] = {k: dict(v) for k, v in self.effective.items()}
         data["token_histogram"] = dict(zip(histogram_labels(), self.token_histogram, strict=True))
@@ -144,7 +145,9 @@ def summary_lines(report: CheckReport) -> list[str]:
 
     lines = []
     if report.urls:
-        lines.append(f"urls: {counts(report.urls)}")
+        lines.append(f"urls (valid lines): {counts(report.urls)}")
+    if report.invalid_urls:
+        lines.append(f"urls of invalid lines: {counts(report.invalid_urls)}")
     for name, lines_of in sorted(report.models.items(), key=lambda i: -i[1]):
         local = report.model_map.get(name)
         target = f" -> {local}" if local else ""

@@ -216,7 +216,8 @@ class Summary:
         valid_lines = 0
         for shape, lines in self.shapes.items():
             valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted = shape
-            report.urls[url] += lines
+            # The url table counts the lines that run; invalid ones beside, apart.
+            (report.urls if valid else report.invalid_urls)[url] += lines
             report.models[model or ""] += lines
             for role in roles:
                 report.roles[role] += lines

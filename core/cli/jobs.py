@@ -37,6 +37,7 @@ from core.jobs.ledger import (
     verify,
     write_rerun_file,
 )
+from core.jobs.names import distinct_name, rename_job
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.jobs.uploads import fetch_upload
@@ -126,7 +127,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if job is not None:
             print(f"continuing job {job.job_id}: requests with a result are not run again")
             if args.name is not None:  # a name given now wins over the one it was made with
-                job.rename(args.name)
+                name = distinct_name(job.path.parent, check_name(args.name), but=job.job_id)
+                job.rename(name)
             started = resubmit(job)
         else:
             submission = Submission(
@@ -334,7 +336,10 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    """Every job, newest first: id, state, requests and name (scripts: ``--json``)."""
+    """Every job, newest first: id, state, requests and name (scripts: ``--json``); and
+    the Batch API's batches that failed validation (no job: a ``batch_id`` and the reason)."""
+    from core.api.batches import refused_rows  # the API's layer: only for this listing
+
     rows = []
     for job in list_jobs(data_paths().jobs):
         try:
@@ -344,12 +349,19 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         except JobUnreadable as exc:  # that job's problem: the others are listed
             rows.append({"job_id": job.job_id, "name": "", "state": "unreadable"})
             print(f"warning: {exc}", file=sys.stderr)
+    refused = refused_rows(data_paths().home)
+    if refused:  # among the jobs by time (jobs alone: in their folders' order, newest first)
+        rows = sorted(rows + refused, key=lambda row: row.get("created_at") or "", reverse=True)
     if args.json:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
         return 0
+    width = max(len(row["job_id"] or row["batch_id"]) for row in rows) if rows else 0
     for row in rows:
         requests = row.get("requests", "")
-        print(f"{row['job_id']}  {row['state']:<21}  {requests:>9}  {row['name'] or '-'}")
+        name = row["name"] or "-"
+        reason = f"  ({row['reason']})" if row.get("reason") else ""
+        ident = row["job_id"] or row["batch_id"]
+        print(f"{ident:<{width}}  {row['state']:<21}  {requests:>9}  {name}{reason}")
     return 0
 
 
@@ -358,7 +370,7 @@ def cmd_jobs_rename(args: argparse.Namespace) -> int:
     if job is None:
         return EXIT_USAGE
     try:
-        name = job.rename(args.name)
+        name = rename_job(job, args.name)
     except (ValueError, JobUnreadable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -473,7 +485,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     jobs = commands.add_parser("jobs", help="list jobs and name them")
     jobs_commands = jobs.add_subparsers(dest="jobs_command", required=True)
-    listing = jobs_commands.add_parser("list", help="every job, newest first, with its name")
+    listing = jobs_commands.add_parser(
+        "list", help="every job, newest first, with its name (and batches refused by the API)"
+    )
     listing.add_argument("--json", action="store_true", help="print the jobs as JSON")
     listing.set_defaults(handler=cmd_jobs_list)
     rename = jobs_commands.add_parser("rename", help="give a job a new name")

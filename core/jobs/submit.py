@@ -16,7 +16,8 @@ The rules:
 - the model folders exist and are model folders, and the engine settings can work on this
   machine (the settings' own bounds are their models' field constraints, core/schemas.py);
 - a name given for the job is not empty and not too long (``core.schemas.check_name``);
-  without one, the job is named after its file (:func:`default_name`).
+  without one, the job is named after its file (:func:`default_name`); a name another job
+  has gets the first free `` (2)``, `` (3)``... (:mod:`core.jobs.names`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from core.check.requests import POOLING_URLS
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.jobs.folder import JobFolder, create_job, start_worker
+from core.jobs.names import distinct_name
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
     BatchOrigin,
@@ -233,9 +235,11 @@ def submit(
         raise Refused(problems, report)
     s = submission
     engine = s.engine.model_copy(update={"model": str(check_model_folder(s.engine.model))})
+    jobs_dir = jobs_dir or data_paths().jobs
+    name = check_name(s.name) if s.name is not None else default_name(file, s.source)
     job = create_job(
         file,
-        jobs_dir or data_paths().jobs,
+        jobs_dir,
         engine,
         s.defaults,
         skip_invalid=s.skip_invalid,
@@ -247,7 +251,7 @@ def submit(
         model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
         shard_size=s.shard_size,
         owner=s.owner,
-        name=check_name(s.name) if s.name is not None else default_name(file, s.source),
+        name=distinct_name(jobs_dir, name),  # another job's name gets " (2)"
         embedding_model=_embedding_model(s, report),
         judge=s.judge,
         metadata=s.metadata,

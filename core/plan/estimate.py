@@ -18,7 +18,7 @@ from typing import Any
 
 from core.check import CheckReport
 from core.plan.measured import ModelRecord, model_record
-from core.plan.pricing import PriceTable, format_money
+from core.plan.pricing import NO_PRICE, PriceTable, format_money
 
 DEFAULT_EXPECTED_SHARE = 0.5
 
@@ -91,6 +91,16 @@ class JobEstimate:
         return sum(m.cost for m in self.models)
 
     @property
+    def cost_text(self) -> str:
+        """The total cost as the pages and the command line show it: "no price" when a
+        model has none (never ``0.00``), "unknown" when a price cannot be turned into one."""
+        if self.cost is not None:
+            return format_money(self.cost, self.currency)
+        if any(m.cost is None and m.cost_basis == NO_PRICE_BASIS for m in self.models):
+            return NO_PRICE
+        return format_money(None)
+
+    @property
     def over_budget(self) -> bool:
         """True when the expected cost is known and above the budget: ask before running."""
         cost = self.cost
@@ -102,8 +112,12 @@ class JobEstimate:
             data[name] = getattr(self, name)
         data["seconds"] = self.seconds
         data["cost"] = self.cost
+        data["cost_text"] = self.cost_text
         data["over_budget"] = self.over_budget
         return data
+
+
+NO_PRICE_BASIS = "no price set for this model"
 
 
 def _cost(
@@ -133,7 +147,7 @@ def _cost(
                 f"{per_s:,.0f} tokens/s)"
             )
         return seconds / 3600 * price.gpu_hour, basis
-    return None, "no price set for this model"
+    return None, NO_PRICE_BASIS
 
 
 def _speed(local: dict[str, Any], record: ModelRecord) -> tuple[float, str] | None:
@@ -285,11 +299,11 @@ def estimate_lines(result: JobEstimate) -> list[str]:
             f"time {format_duration(m.seconds)}{load}; cost {cost}"
         )
     if result.models:
-        total = format_money(result.cost, result.currency)
+        total = result.cost_text
         lines.append(f"total: time {format_duration(result.seconds)}, cost {total}")
     if result.budget is not None:
         if result.cost is None:
-            verdict = "the cost is unknown, so it cannot be compared (set a price)"
+            verdict = f"the cost is {result.cost_text}, so it cannot be compared (set a price)"
         elif result.over_budget:
             verdict = "OVER budget: a run needs explicit confirmation"
         else:

@@ -37,6 +37,23 @@ def format_money(amount: float | None, currency: str = "") -> str:
     return f"{text} {currency}".strip()
 
 
+NO_PRICE = "no price"
+
+
+def cost_text(amount: float | None, currency: str = "") -> str:
+    """A cost that is None (or NaN) for want of a price: "no price", never ``0.00`` (free)
+    nor "unknown"; else :func:`format_money`."""
+    if amount is None or not math.isfinite(amount):
+        return NO_PRICE
+    return format_money(amount, currency)
+
+
+def priced_total(spent: float, priced: int, currency: str) -> str:
+    """The total of a set of costs (see :func:`tokens_cost`): "no price" when none of them
+    had a price (never ``0.00``), else the amount."""
+    return format_money(spent, currency) if priced else NO_PRICE
+
+
 def _blank_is_none(value: Any) -> Any:
     """An empty cell of the editable table (None, NaN or blank text) means "not set"."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -95,17 +112,17 @@ def token_cost(
 
 def tokens_cost(
     prices: PriceTable, rows: Iterable[tuple[str | None, float, float]]
-) -> tuple[float, list[str]]:
-    """The cost of ``(model, prompt tokens, completion tokens)`` rows, and the models
-    left out of it for want of a token price."""
-    total, unpriced = 0.0, []
+) -> tuple[float, int, list[str]]:
+    """The cost of ``(model, prompt tokens, completion tokens)`` rows, how many rows had a
+    token price, and the models left out of it for want of one."""
+    total, priced, unpriced = 0.0, 0, []
     for model, prompt_tokens, completion_tokens in rows:
         cost = token_cost(prices, model, prompt_tokens, completion_tokens)
         if cost is None:
             unpriced.append(str(model or "(none)"))
         else:
-            total += cost
-    return total, unpriced
+            total, priced = total + cost, priced + 1
+    return total, priced, unpriced
 
 
 def prices_path(home: Path | None = None) -> Path:

@@ -20,7 +20,7 @@ import psutil
 
 from core.jobs.output_file import complete_lines
 from core.recent import Recent
-from core.schemas import JobStatus
+from core.schemas import JobState, JobStatus
 
 
 class ResourceSampler:
@@ -127,6 +127,8 @@ class Rates:
     # speed), or requests without a result at the request rate (embeddings write no tokens).
     eta_counts: Literal["output", "requests"] = "output"
     work_done: float | None = None  # generated / expected output tokens
+    loading: bool = False  # a model is loading: no ETA until it runs
+    load_left_seconds: float | None = None  # the load's expected time left, when measured
 
 
 def _tokens(sample: dict[str, Any]) -> int:
@@ -185,15 +187,8 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
             result.average_tokens_per_s = (_tokens(last) - _tokens(base)) / elapsed
             embedded = last.get("embedded", 0) - base.get("embedded", 0)
             result.average_texts_per_s = embedded / elapsed
-    if moved is None and status.run_done and status.elapsed_seconds:
-        # A run too short for two moving samples (a warm engine answers a small job within
-        # one sample's interval): its averages from the status, over the run less the load.
-        seconds = max(status.elapsed_seconds - (status.model_load_seconds or 0.0), 1e-3)
-        result.average_requests_per_s = status.run_done / seconds
-        result.average_tokens_per_s = status.run_completion_tokens / seconds
-        if status.embedded and not status.completion_tokens:
-            result.average_texts_per_s = status.embedded / seconds
     if status.is_final or status.interrupted:
+        _final_averages(result, running, moved, status)
         result.requests_per_s = result.average_requests_per_s
         result.tokens_per_s = result.average_tokens_per_s
         result.texts_per_s = result.average_texts_per_s
@@ -203,6 +198,15 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     if expected:
         result.work_done = min(status.generated_tokens / expected, 1.0)
         result.eta_is_bound = status.expected_is_bound
+    if status.state == JobState.LOADING:
+        # No figure from a speed while the model loads: it would stand still for the load
+        # and then jump (0:27 for a 77 s load, then 4:45).
+        result.loading = True
+        if status.measured_load_seconds:
+            loading = _ts(_last_entered(status, JobState.LOADING))
+            since = time.time() - loading if loading is not None else 0.0
+            result.load_left_seconds = max(status.measured_load_seconds - max(since, 0.0), 0.0)
+        return result
     if status.eta_seconds is not None:  # the worker's forecast, less the time since
         since = time.time() - (status.eta_at or time.time())
         result.eta_seconds = max(status.eta_seconds - max(since, 0.0), 0.0)
@@ -222,6 +226,38 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
         if speed > 0:
             result.eta_seconds = status.left / speed
     return result
+
+
+def _ts(iso: str | None) -> float | None:
+    return datetime.fromisoformat(iso).timestamp() if iso else None
+
+
+def _last_entered(status: JobStatus, state: JobState) -> str | None:
+    """When the job last entered ``state`` (its history), or None."""
+    entered = [h["at"] for h in status.history if h.get("state") == state and "note" not in h]
+    return entered[-1] if entered else None
+
+
+def _final_averages(
+    result: Rates, running: list[dict[str, Any]], moved: int | None, status: JobStatus
+) -> None:
+    """A run that ended: what it did (the status's counts) over the time it ran, from the
+    sample before the first that moved (else from the run's start less the model load) to
+    its end. Never the samples' last counts: the last heartbeat can come before the last
+    results (a warm engine hands a small job's results back at its end, so the last sample
+    said ``done: 0`` and the average read 0.00 for a true 3.4 requests/s)."""
+    end = _ts(status.finished_at) or status.heartbeat_at
+    base = running[max(moved - 1, 0)] if moved is not None else None
+    if base is not None and end is not None and end > base["t"]:
+        seconds = end - base["t"]
+    elif status.elapsed_seconds:
+        seconds = max(status.elapsed_seconds - (status.model_load_seconds or 0.0), 1e-3)
+    else:  # a status without times (written before they were kept): the samples' rates
+        return
+    result.average_requests_per_s = status.run_done / seconds
+    result.average_tokens_per_s = status.run_completion_tokens / seconds
+    embedded = status.embedded - (base.get("embedded", 0) if base is not None else 0)
+    result.average_texts_per_s = max(embedded, 0) / seconds
 
 
 def progress_sample(done: int, output_tokens: int, resources: dict[str, Any]) -> dict:

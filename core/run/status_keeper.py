@@ -172,8 +172,23 @@ class StatusKeeper:
     def finish(self, state: str, message: str = "", error: str | None = None) -> None:
         delivered = self._deliver()  # while the heartbeat still beats: an upload takes time
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * HEARTBEAT_SECONDS)  # its last sample written first
         self.reserve.unlink(missing_ok=True)  # frees room for this last status
         self.update(state=state, message=message, error=error, finished_at=now_iso(), **delivered)
+        if self._thread.ident is not None:  # a run that sampled: its end is its last sample
+            self._append_last_sample()
+
+    def _append_last_sample(self) -> None:
+        """The run's final counts as its last sample: the last heartbeat can come before
+        the last results (a warm engine hands a small job's results back at its end), and
+        a chart or rate read from the samples would end at ``done: 0``."""
+        with self._lock:
+            sample = self._sample({})
+        try:
+            append_samples(self.job.metrics, [sample])
+        except OSError as exc:  # a full disk: the status above holds the counts
+            log.warning("job %s: the last sample was not written: %s", self.job.job_id, exc)
 
     def _deliver(self) -> dict[str, str]:
         """Writes the results to the job's output when it is an object (s3://...), whichever

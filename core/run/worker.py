@@ -232,12 +232,19 @@ def _run_pending(
             _expire(writers, left)
             return "expired"
         group = spec.on_model(folder)
+        part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
+        # The Monitor says "loading" (with the time this model's last load took), not an
+        # ETA that stands still for the load and then jumps.
+        keeper.update(
+            state="loading",
+            message=f"loading the model{part}",
+            measured_load_seconds=records[folder].load_seconds,
+        )
         on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
         engine = fit_to_requests(group.engine, requests, on_gpu, loaded=POOL.held)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
         if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
             executor.notify = keeper.note
-        part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
         keeper.update(
             state="running",
             model_load_seconds=round(executor.load_seconds, 2),
