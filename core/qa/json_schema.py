@@ -7,6 +7,12 @@ app's process. Here those keywords run on RE2 (google-re2), the engine DuckDB gr
 ``regex`` rules with: linear time in the text, and the same dialect (no look-around or
 back-references) as a regex rule. ``unevaluatedProperties`` beside ``patternProperties``
 would still reach Python's ``re`` inside the library, so that pair is refused.
+
+A ``$ref`` is followed by the library as it validates: one that leads back to the schema
+holding it (``{"$ref": "#"}``) recurses until Python's stack runs out, and one it cannot
+resolve (another document, an anchor) fails the grading. So a ``$ref`` is taken only as a
+JSON pointer into the same schema (``#/$defs/NAME``) that names a part of it and never
+leads back to itself, which is checked when the rules are loaded.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import functools
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 import re2
@@ -93,6 +100,102 @@ def _has_both(node: Any, found: set[str]) -> bool:
     return False
 
 
+Path = tuple[str, ...]  # where a node is in a schema: keys and list indexes, as text
+
+
+def _refs(node: Any, path: Path = ()) -> Iterator[tuple[Path, str, Any]]:
+    """Each reference keyword in a schema: where its object is, the keyword, its value."""
+    if isinstance(node, dict):
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if isinstance(node.get(key), str):  # else a property so named, or no schema
+                yield path, key, node[key]
+        for key, value in node.items():
+            yield from _refs(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _refs(value, (*path, str(index)))
+
+
+def _pointer(ref: str) -> Path | None:
+    """The path a JSON pointer into the same schema names (``#``, ``#/$defs/a``)."""
+    if ref == "#":
+        return ()
+    if not ref.startswith("#/"):
+        return None
+    return tuple(unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
+
+
+def _names_a_part(schema: Any, path: Path) -> bool:
+    node = schema
+    for part in path:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _check_refs(schema: dict[str, Any]) -> None:
+    """Raises ValueError unless every ``$ref`` points into the schema and none leads back
+    to itself, directly or through others (see the module's docstring)."""
+    found = list(_refs(schema))
+    if not found:
+        return
+    targets: dict[Path, Path] = {}
+    for where, key, ref in found:
+        target = _pointer(ref) if key == "$ref" else None
+        if target is None:
+            raise ValueError(
+                f"the schema's {key} {str(ref)[:80]!r} cannot be followed here: a $ref names "
+                "a part of the same schema, such as '#/$defs/NAME'"
+            )
+        if not _names_a_part(schema, target):
+            raise ValueError(f"the schema's $ref {ref!r} names no part of the schema")
+        targets[where] = target
+    if any(isinstance(node.get("$id"), str) for node, _ in _subschemas(schema)):
+        raise ValueError("a $ref beside an $id inside the schema is not supported; drop the $id")
+    # A $ref leads to every $ref inside what it names; a cycle can recurse without end.
+    leads = {
+        ref: [other for other in targets if other[: len(target)] == target]
+        for ref, target in targets.items()
+    }
+    for start in leads:
+        seen, todo = set(), list(leads[start])
+        while todo:
+            at = todo.pop()
+            if at == start:
+                shown = "#" + "".join(f"/{p}" for p in start)
+                ref = _ref_at(schema, start)
+                raise ValueError(
+                    f"the schema's $ref {ref!r} (at {shown!r}) leads back to itself, so grading it "
+                    "would never end; write the nesting out as deep as the answers go"
+                )
+            if at not in seen:
+                seen.add(at)
+                todo.extend(leads[at])
+
+
+def _ref_at(schema: Any, path: Path) -> str:
+    node = schema
+    for part in path:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node["$ref"]
+
+
+def _subschemas(node: Any, top: bool = True) -> Iterator[tuple[dict, bool]]:
+    """Every object below the schema's root (``$id`` at the root is allowed)."""
+    if isinstance(node, dict):
+        if not top:
+            yield node, top
+        for value in node.values():
+            yield from _subschemas(value, False)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _subschemas(value, False)
+
+
 def check_schema(schema: dict[str, Any]) -> None:
     """Raises ValueError, in a sentence, unless the schema is valid and its patterns are RE2's."""
     try:
@@ -108,6 +211,7 @@ def check_schema(schema: dict[str, Any]) -> None:
                 f"the schema's pattern {pattern!r} is not an RE2 regular expression: {reason} "
                 "(no look-around or back-references)"
             ) from None
+    _check_refs(schema)
     if _has_both(schema, set()):
         raise ValueError(
             "unevaluatedProperties with patternProperties is not supported; "

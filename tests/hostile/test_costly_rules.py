@@ -174,3 +174,68 @@ def test_a_saved_rules_file_that_would_hang_does_not_hang_a_regrade(tmp_path: Pa
     done = run_bounded(script, 60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["{}", "[([False, False],)]"]
+
+
+SELF_REF = """\
+rules:
+  - name: ok
+    type: json
+  - name: tree
+    type: json_schema
+    schema: {"$ref": "#"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ('{"$ref": "#"}', "$ref '#' (at '#') leads back to itself"),
+        (
+            '{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, '
+            '"$ref": "#/$defs/a"}',
+            "leads back to itself",
+        ),
+        (
+            '{"$defs": {"node": {"properties": {"kids": {"items": {"$ref": "#/$defs/node"}}}}}}',
+            "leads back to itself",
+        ),
+        ('{"$ref": "#/$defs/none"}', "$ref '#/$defs/none' names no part of the schema"),
+        ('{"$ref": "https://example.com/s.json"}', "cannot be followed here"),
+        ('{"$defs": {"a": {"$anchor": "a"}}, "$ref": "#a"}', "cannot be followed here"),
+    ],
+    ids=["itself", "through_another", "a_tree", "nothing", "remote", "anchor"],
+)
+def test_a_schema_ref_that_recurses_or_cannot_be_followed_is_refused_at_load(schema, says):
+    with pytest.raises(RulesError) as refused:
+        load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {schema}\n")
+    (problem,) = refused.value.problems
+    assert problem.startswith("line 4, rule 1 ('x'), field schema: the schema's "), problem
+    assert says in problem
+
+
+def test_a_schema_ref_into_its_own_defs_still_grades():
+    rules = load_rules(
+        'rules:\n  - name: x\n    type: json_schema\n    schema: {"$defs": {"label": {"enum": '
+        '[pos, neg]}}, type: object, properties: {label: {"$ref": "#/$defs/label"}}}\n'
+    )
+    from core.qa.json_schema import is_valid
+
+    schema = rules.rules[0].json_schema
+    assert is_valid(schema, {"label": "pos"}) and not is_valid(schema, {"label": "meh"})
+
+
+def test_core_grade_refuses_a_self_referring_schema_naming_its_line(studio_home, tmp_path):
+    from core.config import data_paths
+    from tests.conftest import run_cli
+    from tests.test_results_pages import job_in_home
+
+    job_id = job_in_home(studio_home, [{"custom_id": "a", "answer": '{"a": 1}'}])
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(SELF_REF, encoding="utf-8")
+    done = run_cli("grade", job_id, "--rules", str(rules))
+    assert done.returncode == 1, done.stdout
+    assert f"error: {rules}: line 6, rule 2 ('tree'), field schema: the schema's $ref" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+    assert not (data_paths().jobs / job_id / "rules.yaml").exists()
