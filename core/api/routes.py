@@ -1,7 +1,8 @@
 """The ``/v1`` routes: OpenAI's Files, Batches and Models endpoints, on the app's server.
 
 Every answer is OpenAI's shape; every refusal OpenAI's error body with a status of 400,
-401 or 404 and a sentence that says what to fix, whatever the body, form or id holds.
+401, 404, 413 (a JSON body past :data:`JSON_BODY_MAX`) or 507 (a full disk) and a sentence
+that says what to fix, whatever the body, form or id holds.
 """
 
 from __future__ import annotations
