@@ -125,7 +125,8 @@ def _pointer(ref: str) -> Path | None:
     return tuple(unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
 
 
-def _names_a_part(schema: Any, path: Path) -> bool:
+def _part(schema: Any, path: Path) -> tuple[bool, Any]:
+    """Whether a path names a part of the schema, and that part."""
     node = schema
     for part in path:
         if isinstance(node, dict) and part in node:
@@ -133,17 +134,17 @@ def _names_a_part(schema: Any, path: Path) -> bool:
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return False
-    return True
+            return False, None
+    return True, node
 
 
-def _check_refs(schema: dict[str, Any]) -> None:
+def check_refs(schema: dict[str, Any]) -> None:
     """Raises ValueError unless every ``$ref`` points into the schema and none leads back
     to itself, directly or through others (see the module's docstring)."""
     found = list(_refs(schema))
     if not found:
         return
-    targets: dict[Path, Path] = {}
+    targets: dict[int, Any] = {}  # id of a node holding a $ref: the node it names
     for where, key, ref in found:
         target = _pointer(ref) if key == "$ref" else None
         if target is None:
@@ -151,37 +152,47 @@ def _check_refs(schema: dict[str, Any]) -> None:
                 f"the schema's {key} {str(ref)[:80]!r} cannot be followed here: a $ref names "
                 "a part of the same schema, such as '#/$defs/NAME'"
             )
-        if not _names_a_part(schema, target):
+        named, part = _part(schema, target)
+        if not named or not isinstance(part, dict | bool):
             raise ValueError(f"the schema's $ref {ref!r} names no part of the schema")
-        targets[where] = target
+        holder = _part(schema, where)[1]
+        if isinstance(part, dict):
+            targets[id(holder)] = part
     if any(isinstance(node.get("$id"), str) for node, _ in _subschemas(schema)):
         raise ValueError("a $ref beside an $id inside the schema is not supported; drop the $id")
-    # A $ref leads to every $ref inside what it names; a cycle can recurse without end.
-    leads = {
-        ref: [other for other in targets if other[: len(target)] == target]
-        for ref, target in targets.items()
-    }
-    for start in leads:
-        seen, todo = set(), list(leads[start])
-        while todo:
-            at = todo.pop()
-            if at == start:
-                shown = "#" + "".join(f"/{p}" for p in start)
-                ref = _ref_at(schema, start)
-                raise ValueError(
-                    f"the schema's $ref {ref!r} (at {shown!r}) leads back to itself, so grading it "
-                    "would never end; write the nesting out as deep as the answers go"
-                )
-            if at not in seen:
-                seen.add(at)
-                todo.extend(leads[at])
+    _refuse_cycles(schema, targets)
 
 
-def _ref_at(schema: Any, path: Path) -> str:
-    node = schema
-    for part in path:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node["$ref"]
+def _refuse_cycles(schema: Any, targets: dict[int, Any]) -> None:
+    """Raises ValueError when a walk down the schema that follows each $ref can come back to
+    a part it is inside: validating there could recurse without end. One depth-first walk
+    over the parts and the refs' edges (linear, whatever the number of refs)."""
+    state: dict[int, bool] = {}  # True: on the walk's path now; False: done, no way back
+
+    def edges(node: Any) -> list[Any]:
+        parts = list(node.values()) if isinstance(node, dict) else list(node)
+        following = [p for p in parts if isinstance(p, dict | list)]
+        if id(node) in targets:
+            following.append(targets[id(node)])
+        return following
+
+    stack = [(schema, iter(edges(schema)))]
+    state[id(schema)] = True
+    while stack:
+        node, pending = stack[-1]
+        step = next(pending, None)
+        if step is None:
+            state[id(node)] = False
+            stack.pop()
+        elif state.get(id(step)) is True:
+            ref = node.get("$ref") if isinstance(node, dict) else None
+            raise ValueError(
+                f"the schema's $ref {ref!r} leads back to a part it is inside, so grading it "
+                "would never end; write the nesting out as deep as the answers go"
+            )
+        elif id(step) not in state:
+            state[id(step)] = True
+            stack.append((step, iter(edges(step))))
 
 
 def _subschemas(node: Any, top: bool = True) -> Iterator[tuple[dict, bool]]:
@@ -211,7 +222,7 @@ def check_schema(schema: dict[str, Any]) -> None:
                 f"the schema's pattern {pattern!r} is not an RE2 regular expression: {reason} "
                 "(no look-around or back-references)"
             ) from None
-    _check_refs(schema)
+    check_refs(schema)
     if _has_both(schema, set()):
         raise ValueError(
             "unevaluatedProperties with patternProperties is not supported; "
