@@ -51,7 +51,10 @@ def strict_json(text: str, unique_keys: bool = False, max_depth: int | None = No
         return value
 
     hook = unique if unique_keys else None
-    value = json.loads(text, parse_constant=refuse, object_pairs_hook=hook)
+    try:
+        value = json.loads(text, parse_constant=refuse, object_pairs_hook=hook)
+    except RecursionError:  # an answer nested past Python's stack: no reader here takes it
+        raise ValueError("it nests too deep to read") from None
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

@@ -258,3 +258,14 @@ def test_thousands_of_schema_refs_are_checked_at_once():
     users["q0"] = {"$ref": "#"}  # and the one way back among them is found
     with pytest.raises(ValueError, match="'#' leads back"):
         check_refs(schema)
+
+
+def test_a_rules_file_nested_too_deep_is_refused_with_its_line():
+    deep = "{items: " * 3000 + "{}" + "}" * 3000
+    with pytest.raises(RulesError) as refused:
+        load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {deep}\n")
+    (problem,) = refused.value.problems
+    assert problem.startswith("line 4, column ") and "nest deeper than 100 levels" in problem
+    # As deep as a schema can be graded still loads.
+    fits = "{items: " * 95 + "{type: string}" + "}" * 95
+    assert load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {fits}\n")
