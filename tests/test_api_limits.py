@@ -189,3 +189,22 @@ def test_a_full_disk_when_the_record_is_written_leaves_no_content(api, keys, mon
         client.files.create(file=("a.jsonl", chats(2)), purpose="batch")
     assert refused.value.status_code == 507
     assert stored() == []
+
+
+def test_a_form_padded_past_the_limit_outside_its_file_is_refused(api, keys, monkeypatch):
+    """The whole form is counted as it streams, not only its file part."""
+    monkeypatch.setenv("BATCH_STUDIO_API_MAX_UPLOAD_MB", "0.01")  # 10,000 bytes
+    auth = {"Authorization": f"Bearer {keys['alice']}", "Content-Type": MULTIPART}
+    padded = form(
+        ("padding", None, b"x" * 1_100_000),
+        ("purpose", None, b"batch"),
+        ("file", "a.jsonl", chats(1).getvalue()),
+    )
+
+    def chunks():  # no Content-Length: only counting can tell
+        for start in range(0, len(padded), 1 << 16):
+            yield padded[start : start + (1 << 16)]
+
+    reply = api.post("/v1/files", content=chunks(), headers=auth)
+    assert assert_openai_error(reply, 400)["code"] == "file_too_large"
+    assert stored() == []
