@@ -11,6 +11,7 @@ import streamlit as st
 from streamlit.runtime.pages_manager import PagesManager
 
 from core.api.media import media_sign_in
+from core.api.paths import api_paths
 from core.api.polls import batch_polls
 from core.api.routes import api_routes
 
@@ -18,7 +19,9 @@ from core.api.routes import api_routes
 # runs a fresh server's first session the old way, a sidebar of every file in it, helper
 # modules (shared, vector views) included, until app.py has run once.
 PagesManager.uses_pages_directory = False
-app = st.App("app.py", routes=api_routes(), middleware=[batch_polls(), media_sign_in()])
+app = st.App(
+    "app.py", routes=api_routes(), middleware=[batch_polls(), api_paths(), media_sign_in()]
+)
 
 # A full collection walks every object the imports above made (about 100,000: 80-700 ms
 # measured with the machine loaded), with the event loop stopped and every poll waiting;

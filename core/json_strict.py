@@ -9,14 +9,37 @@ Python the last).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_PAIRS = str.maketrans("[]{}", "()()")
 
-def strict_json(text: str, unique_keys: bool = False) -> Any:
+
+def nests_deeper(text: str, depth: int) -> bool:
+    """Whether a JSON text's arrays and objects nest deeper than ``depth`` (brackets in
+    strings do not count), found without parsing it, so without recursion: each pass
+    takes away the innermost pairs, one level, in linear time."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text)).translate(_PAIRS)
+    if "(" * (depth + 1) in brackets:
+        return True  # what a body nested to crash a parser looks like: said at once
+    for _ in range(depth):
+        inner = brackets.replace("()", "")
+        if inner == brackets:
+            break  # none paired: an unpaired bracket, for the parser to report
+        brackets = inner
+    return "()" in brackets or brackets.count("(") > depth
+
+
+def strict_json(text: str, unique_keys: bool = False, max_depth: int | None = None) -> Any:
     """The JSON value of a text, or raises ValueError: RFC 8259 only (no NaN or Infinity,
     no unpaired surrogate escapes; Python's json already refuses trailing commas); with
     ``unique_keys``, an object naming a key twice too (RFC 8259 only says they SHOULD be
-    unique; parsers then disagree on which one counts)."""
+    unique; parsers then disagree on which one counts); with ``max_depth``, a text nested
+    deeper than that too (before it is parsed: Python's parser recurses)."""
+    if max_depth is not None and nests_deeper(text, max_depth):
+        raise ValueError(f"it nests more than {max_depth} arrays or objects deep")
 
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
@@ -28,7 +51,10 @@ def strict_json(text: str, unique_keys: bool = False) -> Any:
         return value
 
     hook = unique if unique_keys else None
-    value = json.loads(text, parse_constant=refuse, object_pairs_hook=hook)
+    try:
+        value = json.loads(text, parse_constant=refuse, object_pairs_hook=hook)
+    except RecursionError:  # an answer nested past Python's stack: no reader here takes it
+        raise ValueError("it nests too deep to read") from None
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import select
 import socket
 import time
 from collections.abc import Iterator
@@ -205,3 +206,64 @@ def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_p
     studio = client_of(served).batches.retrieve(ended.id)
     assert studio.metadata == {"client": "openai-batch"}
     assert studio.request_counts.completed == 3
+
+
+@pytest.mark.parametrize("name", ["日本語 данные.jsonl", "résumé.jsonl"])
+def test_the_sdk_uploads_a_file_named_outside_ascii_under_its_exact_name(served, name):
+    client = client_of(served)
+    upload = client.files.create(file=(name, chats(1)), purpose="batch")
+    assert upload.filename == name
+    assert client.files.retrieve(upload.id).filename == name
+
+
+def test_an_id_holding_a_slash_or_nul_gets_openais_error_body(served):
+    for ident in ("..%2F..%2Fetc%2Fpasswd", "%2F..%2Fx", "%2F", "a%2Fb", "%00", "a%00b"):
+        for method, path in (
+            ("GET", f"/v1/files/{ident}"),
+            ("GET", f"/v1/files/{ident}/content"),
+            ("DELETE", f"/v1/files/{ident}"),
+            ("GET", f"/v1/batches/{ident}"),
+            ("POST", f"/v1/batches/{ident}/cancel"),
+        ):
+            reply = httpx.request(method, f"{served.url}{path}")
+            assert reply.status_code in (400, 404), (path, reply.text)
+            error = reply.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}, path
+    with pytest.raises(openai.NotFoundError):
+        client_of(served).files.retrieve("%00")
+
+
+def test_a_chunked_json_body_gets_413_before_it_is_all_sent(served):
+    """400 MB offered without a length: the server answers once it has read past its cap
+    (1 MiB), so the client has sent only a few MB of it, and the server holds none."""
+    server = psutil.Process(served.process.pid)
+    before = server.memory_info().rss
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
+    offered = 400 * (1 << 20)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as conn:
+        pending = (
+            b"POST /v1/batches HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        sent, answer = 0, b""
+        deadline = time.monotonic() + 60
+        while b"}}" not in answer and time.monotonic() < deadline:
+            readable, writable, _ = select.select([conn], [conn] if pending else [], [], 1)
+            if readable:
+                more = conn.recv(65536)
+                answer += more
+                if not more:
+                    break
+            elif writable:
+                try:
+                    done = conn.send(pending)
+                except (BrokenPipeError, ConnectionResetError):
+                    pending = b""
+                    continue
+                sent, pending = sent + done, pending[done:]
+                if not pending and sent < offered:
+                    pending = chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"code":"request_too_large"' in answer
+    assert sent < 50 * (1 << 20), sent  # refused long before the 400 MB were sent
+    assert server.memory_info().rss - before < 100 * (1 << 20)

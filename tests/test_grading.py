@@ -503,3 +503,11 @@ def test_results_are_filtered_and_sampled_by_a_rules_outcome(db):
     assert sorted(sample["custom_id"]) == ["r001", "r002"]
     saved = S.create_sample(db, "failures of y", S.SampleDefinition(filter=failures, size=1))
     assert S.get_sample(db, saved.sample_id).definition.filter.checks == {"y": "failed"}
+
+
+def test_an_answer_nested_past_pythons_parser_fails_a_json_schema_rule_and_grades_on(db):
+    deep = "[" * 100_000 + "]" * 100_000  # valid JSON that Python's parser cannot read
+    got = both_ways(
+        db, "- {name: r, type: json_schema, schema: {type: array}}", answers(deep, "[]")
+    )
+    assert got == [False, True]

@@ -234,8 +234,10 @@ def _request(body: Any) -> dict[str, Any]:
             "endpoint",
         )
     window = body.get("completion_window")
-    if window not in COMPLETION_WINDOWS:
-        raise ApiError(400, "completion_window must be '24h'.", "completion_window")
+    if not isinstance(window, str) or window not in COMPLETION_WINDOWS:
+        raise ApiError(
+            400, f"completion_window must be '24h', not {str(window)[:40]}.", "completion_window"
+        )
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict) or len(metadata) > METADATA_PAIRS:
         raise ApiError(400, f"metadata is an object of at most {METADATA_PAIRS} pairs.", "metadata")

@@ -12,6 +12,7 @@ _TYPES = {
     405: "invalid_request_error",
     413: "invalid_request_error",
     500: "server_error",
+    507: "server_error",
 }
 
 
@@ -46,7 +47,9 @@ def error_response(
             "code": code,
         }
     }
-    return JSONResponse(body, status_code=status)
+    # The pinned SDKs retry a 5xx (and send an upload again each time); no answer here
+    # changes when the same request comes again, so they are told not to.
+    return JSONResponse(body, status_code=status, headers={"x-should-retry": "false"})
 
 
 def not_found(what: str, ident: str) -> ApiError:

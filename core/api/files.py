@@ -16,30 +16,31 @@ place, so a 200 MB upload costs the server a few chunks of memory, never the fil
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 
 from core.api.errors import ApiError, not_found
+from core.api.form import MAX_UPLOAD_ENV, Form, too_large
 from core.files import file_atomic, write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.ledger import combined_lines
 from core.schemas import JobSpec
 
-MAX_UPLOAD_ENV = "BATCH_STUDIO_API_MAX_UPLOAD_MB"
 DEFAULT_MAX_UPLOAD_MB = 200  # OpenAI's limit for a batch file
 EXPIRES_MIN, EXPIRES_MAX = 3600, 30 * 24 * 3600  # OpenAI's bounds: an hour to 30 days
 UPLOAD_PURPOSES = ("batch", "user_data")  # what a batch reads (others are refused: say so)
-FILENAME_MAX = 255
+FORM_OVERHEAD = 1_000_000  # bytes of a form beyond its file: boundaries, headers, fields
 _UPLOAD_ID = re.compile(r"^file-[0-9a-f]{24}$")
 _JOB_FILE_ID = re.compile(r"^file-(?P<job>job_[0-9A-Za-z_]+)-(?P<kind>input|output|errors)$")
 JobFileKind = Literal["input", "output", "errors"]
@@ -149,68 +150,16 @@ def visible(owner_of_thing: str | None, caller: str | None) -> bool:
 # -- uploads -------------------------------------------------------------------------------
 
 
-@dataclass
-class _Form:
-    """What the streaming parser has read so far; the file part goes into ``out``."""
-
-    out: BinaryIO
-    limit: int
-    purpose: bytearray = field(default_factory=bytearray)
-    # expires_after as the SDK sends a nested object in a form: expires_after[anchor] ...
-    expires: dict[str, bytearray] = field(default_factory=dict)
-    filename: str | None = None
-    size: int = 0
-    _name: str | None = None
-    _header_field: bytearray = field(default_factory=bytearray)
-    _header_value: bytearray = field(default_factory=bytearray)
-    _headers: dict[str, str] = field(default_factory=dict)
-
-    def callbacks(self) -> dict:
-        return {
-            "on_part_begin": self._part_begin,
-            "on_header_field": lambda d, s, e: self._header_field.extend(d[s:e]),
-            "on_header_value": lambda d, s, e: self._header_value.extend(d[s:e]),
-            "on_header_end": self._header_end,
-            "on_headers_finished": self._headers_finished,
-            "on_part_data": self._part_data,
-        }
-
-    def _part_begin(self) -> None:
-        self._headers, self._name = {}, None
-
-    def _header_end(self) -> None:
-        name = self._header_field.decode("latin-1").strip().lower()
-        self._headers[name] = self._header_value.decode("utf-8", "replace")
-        self._header_field.clear()
-        self._header_value.clear()
-
-    def _headers_finished(self) -> None:
-        _, options = parse_options_header(self._headers.get("content-disposition", ""))
-        self._name = options.get(b"name", b"").decode("utf-8", "replace")
-        if self._name == "file":
-            if self.filename is not None:
-                raise ApiError(400, "Send one file per upload.", param="file")
-            raw = options.get(b"filename", b"").decode("utf-8", "replace")
-            self.filename = Path(raw.replace("\\", "/")).name[:FILENAME_MAX] or "upload.jsonl"
-
-    def _part_data(self, data: bytes, start: int, end: int) -> None:
-        if self._name == "file":
-            self.size += end - start
-            if self.size > self.limit:
-                raise ApiError(
-                    400,
-                    f"The file is larger than this server's limit of {self.limit:,} bytes "
-                    f"(set {MAX_UPLOAD_ENV} to change it); split it into smaller batches.",
-                    param="file",
-                    code="file_too_large",
-                )
-            self.out.write(data[start:end])
-        elif self._name == "purpose" and len(self.purpose) < 100:
-            self.purpose.extend(data[start:end])
-        elif self._name in ("expires_after[anchor]", "expires_after[seconds]"):
-            value = self.expires.setdefault(self._name, bytearray())
-            if len(value) < 100:
-                value.extend(data[start:end])
+def _disk_full(exc: OSError) -> ApiError | None:
+    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    return ApiError(
+        507,
+        "The server's disk is full: the upload was not kept. Free space in its data "
+        "folder (or ask whoever runs it to), then upload again.",
+        "file",
+        "insufficient_storage",
+    )
 
 
 async def receive_upload(
@@ -230,18 +179,32 @@ async def receive_upload(
             400, "Upload a file as multipart/form-data with fields 'file' and 'purpose'."
         )
     file_id = f"file-{secrets.token_hex(12)}"
+    limit = max_upload_bytes()
     try:
         # The content appears only once the whole form is read and valid.
         with file_atomic(content_path(home, file_id)) as out:
-            form = _Form(out, max_upload_bytes())
+            form = Form(out, limit)
             parser = MultipartParser(boundary, form.callbacks())
+            received = 0
             async for chunk in body:
+                received += len(chunk)
+                if received > limit + FORM_OVERHEAD:  # the form's other parts, counted too
+                    raise too_large(limit)
                 parser.write(chunk)
             parser.finalize()
+            if not form.ended:
+                raise ApiError(
+                    400,
+                    "The upload was cut short: the form ends without its closing boundary, "
+                    "so the file may be missing lines. Nothing was kept; upload it again.",
+                    "file",
+                )
             purpose = _purpose(form)
             seconds = _expires_seconds(form)
     except MultipartParseError as exc:
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
+    except OSError as exc:
+        raise _disk_full(exc) or exc from None
     created = now()
     record = FileRecord(
         id=file_id,
@@ -252,11 +215,15 @@ async def receive_upload(
         owner=owner,
         expires_at=created + seconds if seconds is not None else None,
     )
-    write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
+    try:
+        write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
+    except OSError as exc:
+        content_path(home, file_id).unlink(missing_ok=True)  # no content without its record
+        raise _disk_full(exc) or exc from None
     return record
 
 
-def _purpose(form: _Form) -> str:
+def _purpose(form: Form) -> str:
     """The form's purpose, once it is known to have a file and a purpose a batch reads."""
     purpose = form.purpose.decode("utf-8", "replace").strip()
     if form.filename is None:
@@ -273,7 +240,7 @@ def _purpose(form: _Form) -> str:
     return purpose
 
 
-def _expires_seconds(form: _Form) -> int | None:
+def _expires_seconds(form: Form) -> int | None:
     if not form.expires:
         return None
     anchor, seconds = (

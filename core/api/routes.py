@@ -1,33 +1,37 @@
 """The ``/v1`` routes: OpenAI's Files, Batches and Models endpoints, on the app's server.
 
 Every answer is OpenAI's shape; every refusal OpenAI's error body with a status of 400,
-401 or 404 and a sentence that says what to fix, whatever the body, form or id holds.
+401, 404, 413 (a JSON body past :data:`JSON_BODY_MAX`) or 507 (a full disk) and a sentence
+that says what to fix, whatever the body, form or id holds.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from core.access import is_loopback
 from core.api import batch_view, batches, files
 from core.api.errors import ApiError, error_response, not_found
+from core.api.form import too_large
 from core.api.keys import owner_of
 from core.config import data_paths
 from core.jobs.folder import JobUnreadable
+from core.json_strict import strict_json
 from core.model_folders import is_model_folder, model_folders
 from core.model_names import read_names
 
 log = logging.getLogger(__name__)
 LIST_LIMIT_MAX = 100  # OpenAI's largest page of batches
 FILES_LIMIT_MAX = 10_000
+JSON_BODY_MAX = 1 << 20  # a batch request is a few hundred bytes; its lines go in a file
+JSON_DEPTH_MAX = 64  # metadata, the deepest field a request has, nests two deep
 
 Handler = Callable[[Request, Path, str | None], Awaitable[Response]]
 
@@ -78,6 +82,8 @@ def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return await handler(request, home, caller(request, home))
         except ApiError as exc:
             return exc.response()
+        except ClientDisconnect:  # a cut request: nothing of it was kept, nobody to answer
+            return error_response(400, "The request was cut off before it was read whole.")
         except Exception:  # the last net: logged for the operator, a plain 500 for the client
             log.exception("the API failed on %s %s", request.method, request.url.path)
             return error_response(500, "The server failed on this request; its log says why.")
@@ -97,11 +103,35 @@ def _limit(request: Request, default: int, most: int) -> int:
 
 
 async def _json_body(request: Request) -> object:
-    raw = await request.body()
+    """The request's JSON, read only up to :data:`JSON_BODY_MAX` bytes: a longer body is
+    refused by its Content-Length, or (chunked, or a length that lies) as soon as the bytes
+    read pass the cap, before any is parsed.
+
+    Raises:
+        ApiError: 413 for a body over the cap, 400 for one that is not JSON or nests deeper
+            than :data:`JSON_DEPTH_MAX`.
+    """
+    too_large = ApiError(
+        413,
+        f"The body is larger than the {JSON_BODY_MAX:,} bytes a JSON request may be here; "
+        "a batch's lines go in an uploaded file (POST /v1/files).",
+        code="request_too_large",
+    )
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > JSON_BODY_MAX:
+        raise too_large
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > JSON_BODY_MAX:
+            raise too_large
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "The body must be JSON (Content-Type: application/json).") from None
+        text = raw.decode("utf-8")
+        return await run_in_threadpool(strict_json, text, max_depth=JSON_DEPTH_MAX)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            400, f"The body must be JSON (Content-Type: application/json): {exc}."
+        ) from None
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -109,15 +139,9 @@ async def _json_body(request: Request) -> object:
 
 @endpoint
 async def upload_file(request: Request, home: Path, who: str | None) -> Response:
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > files.max_upload_bytes() + 1_000_000:
-        raise ApiError(
-            400,
-            f"The upload is larger than this server's limit of {files.max_upload_bytes():,} "
-            f"bytes (set {files.MAX_UPLOAD_ENV} to change it).",
-            "file",
-            "file_too_large",
-        )
+    length, limit = request.headers.get("content-length", ""), files.max_upload_bytes()
+    if length.isdigit() and int(length) > limit + files.FORM_OVERHEAD:
+        raise too_large(limit)  # said before a byte is read; a chunked body is counted
     content_type = request.headers.get("content-type", "")
     record = await files.receive_upload(home, content_type, request.stream(), who)
     return JSONResponse(record.openai())

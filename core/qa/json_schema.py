@@ -7,6 +7,12 @@ app's process. Here those keywords run on RE2 (google-re2), the engine DuckDB gr
 ``regex`` rules with: linear time in the text, and the same dialect (no look-around or
 back-references) as a regex rule. ``unevaluatedProperties`` beside ``patternProperties``
 would still reach Python's ``re`` inside the library, so that pair is refused.
+
+A ``$ref`` is followed by the library as it validates: one that leads back to the schema
+holding it (``{"$ref": "#"}``) recurses until Python's stack runs out, and one it cannot
+resolve (another document, an anchor) fails the grading. So a ``$ref`` is taken only as a
+JSON pointer into the same schema (``#/$defs/NAME``) that names a part of it and never
+leads back to itself, which is checked when the rules are loaded.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import functools
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 import re2
@@ -93,6 +100,113 @@ def _has_both(node: Any, found: set[str]) -> bool:
     return False
 
 
+Path = tuple[str, ...]  # where a node is in a schema: keys and list indexes, as text
+
+
+def _refs(node: Any, path: Path = ()) -> Iterator[tuple[Path, str, Any]]:
+    """Each reference keyword in a schema: where its object is, the keyword, its value."""
+    if isinstance(node, dict):
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if isinstance(node.get(key), str):  # else a property so named, or no schema
+                yield path, key, node[key]
+        for key, value in node.items():
+            yield from _refs(value, (*path, str(key)))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _refs(value, (*path, str(index)))
+
+
+def _pointer(ref: str) -> Path | None:
+    """The path a JSON pointer into the same schema names (``#``, ``#/$defs/a``)."""
+    if ref == "#":
+        return ()
+    if not ref.startswith("#/"):
+        return None
+    return tuple(unquote(p).replace("~1", "/").replace("~0", "~") for p in ref[2:].split("/"))
+
+
+def _part(schema: Any, path: Path) -> tuple[bool, Any]:
+    """Whether a path names a part of the schema, and that part."""
+    node = schema
+    for part in path:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, None
+    return True, node
+
+
+def check_refs(schema: dict[str, Any]) -> None:
+    """Raises ValueError unless every ``$ref`` points into the schema and none leads back
+    to itself, directly or through others (see the module's docstring)."""
+    found = list(_refs(schema))
+    if not found:
+        return
+    targets: dict[int, Any] = {}  # id of a node holding a $ref: the node it names
+    for where, key, ref in found:
+        target = _pointer(ref) if key == "$ref" else None
+        if target is None:
+            raise ValueError(
+                f"the schema's {key} {str(ref)[:80]!r} cannot be followed here: a $ref names "
+                "a part of the same schema, such as '#/$defs/NAME'"
+            )
+        named, part = _part(schema, target)
+        if not named or not isinstance(part, dict | bool):
+            raise ValueError(f"the schema's $ref {ref!r} names no part of the schema")
+        holder = _part(schema, where)[1]
+        if isinstance(part, dict):
+            targets[id(holder)] = part
+    if any(isinstance(node.get("$id"), str) for node, _ in _subschemas(schema)):
+        raise ValueError("a $ref beside an $id inside the schema is not supported; drop the $id")
+    _refuse_cycles(schema, targets)
+
+
+def _refuse_cycles(schema: Any, targets: dict[int, Any]) -> None:
+    """Raises ValueError when a walk down the schema that follows each $ref can come back to
+    a part it is inside: validating there could recurse without end. One depth-first walk
+    over the parts and the refs' edges (linear, whatever the number of refs)."""
+    state: dict[int, bool] = {}  # True: on the walk's path now; False: done, no way back
+
+    def edges(node: Any) -> list[Any]:
+        parts = list(node.values()) if isinstance(node, dict) else list(node)
+        following = [p for p in parts if isinstance(p, dict | list)]
+        if id(node) in targets:
+            following.append(targets[id(node)])
+        return following
+
+    stack = [(schema, iter(edges(schema)))]
+    state[id(schema)] = True
+    while stack:
+        node, pending = stack[-1]
+        step = next(pending, None)
+        if step is None:
+            state[id(node)] = False
+            stack.pop()
+        elif state.get(id(step)) is True:
+            ref = node.get("$ref") if isinstance(node, dict) else None
+            raise ValueError(
+                f"the schema's $ref {ref!r} leads back to a part it is inside, so grading it "
+                "would never end; write the nesting out as deep as the answers go"
+            )
+        elif id(step) not in state:
+            state[id(step)] = True
+            stack.append((step, iter(edges(step))))
+
+
+def _subschemas(node: Any, top: bool = True) -> Iterator[tuple[dict, bool]]:
+    """Every object below the schema's root (``$id`` at the root is allowed)."""
+    if isinstance(node, dict):
+        if not top:
+            yield node, top
+        for value in node.values():
+            yield from _subschemas(value, False)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _subschemas(value, False)
+
+
 def check_schema(schema: dict[str, Any]) -> None:
     """Raises ValueError, in a sentence, unless the schema is valid and its patterns are RE2's."""
     try:
@@ -108,6 +222,7 @@ def check_schema(schema: dict[str, Any]) -> None:
                 f"the schema's pattern {pattern!r} is not an RE2 regular expression: {reason} "
                 "(no look-around or back-references)"
             ) from None
+    check_refs(schema)
     if _has_both(schema, set()):
         raise ValueError(
             "unevaluatedProperties with patternProperties is not supported; "

@@ -25,15 +25,17 @@ MAX_RULES_BYTES = 256 * 1024  # a rules file; hundreds of rules fit in a tenth o
 # Values a rules file may stand for once its aliases (*name) are expanded: 560 bytes of
 # nested aliases can stand for billions, which validating them would build.
 MAX_EXPANDED_NODES = 50_000
+MAX_DEPTH = 100  # nesting levels: composing (and later checking) a level recurses
 
 
 class _Loader(yaml.SafeLoader):
     """YAML as people write rules: only true and false are booleans (YAML 1.2), so that
     ``values: [yes, no, on]`` are the words, not True and False; and aliases refused where
-    they would expand past :data:`MAX_EXPANDED_NODES` values, or refer to themselves."""
+    they would expand past :data:`MAX_EXPANDED_NODES` values, or refer to themselves; and
+    nesting past :data:`MAX_DEPTH` levels refused before Python's stack runs out."""
 
     def compose_document(self) -> Any:
-        self._expanded, self._sizes = 0, {}
+        self._expanded, self._sizes, self._depth = 0, {}, 0
         return super().compose_document()
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -47,8 +49,17 @@ class _Loader(yaml.SafeLoader):
                 )
             self._expanded += size
         else:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"values nest deeper than {MAX_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
             before = self._expanded
             node = super().compose_node(parent, index)
+            self._depth -= 1
             self._expanded += 1
             self._sizes[id(node)] = self._expanded - before
             mark = node.start_mark

@@ -174,3 +174,98 @@ def test_a_saved_rules_file_that_would_hang_does_not_hang_a_regrade(tmp_path: Pa
     done = run_bounded(script, 60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-2:] == ["{}", "[([False, False],)]"]
+
+
+SELF_REF = """\
+rules:
+  - name: ok
+    type: json
+  - name: tree
+    type: json_schema
+    schema: {"$ref": "#"}
+"""
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ('{"$ref": "#"}', "$ref '#' leads back to a part it is inside"),
+        (
+            '{"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"anyOf": [{"$ref": "#/$defs/a"}]}}, '
+            '"$ref": "#/$defs/a"}',
+            "leads back to a part it is inside",
+        ),
+        (
+            '{"$defs": {"node": {"properties": {"kids": {"items": {"$ref": "#/$defs/node"}}}}}}',
+            "$ref '#/$defs/node' leads back",
+        ),
+        ('{"$ref": "#/$defs/none"}', "$ref '#/$defs/none' names no part of the schema"),
+        ('{"$defs": {"a": {type: string}}, "$ref": "#/$defs/a/type"}', "names no part"),
+        ('{"$ref": "https://example.com/s.json"}', "cannot be followed here"),
+        ('{"$defs": {"a": {"$anchor": "a"}}, "$ref": "#a"}', "cannot be followed here"),
+    ],
+    ids=["itself", "through_another", "a_tree", "nothing", "not_a_schema", "remote", "anchor"],
+)
+def test_a_schema_ref_that_recurses_or_cannot_be_followed_is_refused_at_load(schema, says):
+    with pytest.raises(RulesError) as refused:
+        load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {schema}\n")
+    (problem,) = refused.value.problems
+    assert problem.startswith("line 4, rule 1 ('x'), field schema: the schema's "), problem
+    assert says in problem
+
+
+def test_a_schema_ref_into_its_own_defs_still_grades():
+    rules = load_rules(
+        'rules:\n  - name: x\n    type: json_schema\n    schema: {"$defs": {"label": {"enum": '
+        '[pos, neg]}}, type: object, properties: {label: {"$ref": "#/$defs/label"}}}\n'
+    )
+    from core.qa.json_schema import is_valid
+
+    schema = rules.rules[0].json_schema
+    assert is_valid(schema, {"label": "pos"}) and not is_valid(schema, {"label": "meh"})
+
+
+def test_core_grade_refuses_a_self_referring_schema_naming_its_line(studio_home, tmp_path):
+    from core.config import data_paths
+    from tests.conftest import run_cli
+    from tests.test_results_pages import job_in_home
+
+    job_id = job_in_home(studio_home, [{"custom_id": "a", "answer": '{"a": 1}'}])
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(SELF_REF, encoding="utf-8")
+    done = run_cli("grade", job_id, "--rules", str(rules))
+    assert done.returncode == 1, done.stdout
+    assert f"error: {rules}: line 6, rule 2 ('tree'), field schema: the schema's $ref" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+    assert not (data_paths().jobs / job_id / "rules.yaml").exists()
+
+
+@pytest.mark.serial  # times the check
+def test_thousands_of_schema_refs_are_checked_at_once():
+    """Each $ref's way back is looked for in one walk, not one walk per $ref (3,000 refs
+    into a part holding 3,000 more took 12 s so; jsonschema's own check of the schema is
+    timed apart from this)."""
+    from core.qa.json_schema import check_refs
+
+    holders = {f"p{i}": {"$ref": "#/$defs/b"} for i in range(3000)}
+    users = {f"q{i}": {"$ref": "#/$defs/a"} for i in range(3000)}
+    schema = {"$defs": {"a": {"properties": holders}, "b": {}}, "properties": users}
+    started = time.monotonic()
+    check_refs(schema)
+    assert time.monotonic() - started < 1.0
+    users["q0"] = {"$ref": "#"}  # and the one way back among them is found
+    with pytest.raises(ValueError, match="'#' leads back"):
+        check_refs(schema)
+
+
+def test_a_rules_file_nested_too_deep_is_refused_with_its_line():
+    deep = "{items: " * 3000 + "{}" + "}" * 3000
+    with pytest.raises(RulesError) as refused:
+        load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {deep}\n")
+    (problem,) = refused.value.problems
+    assert problem.startswith("line 4, column ") and "nest deeper than 100 levels" in problem
+    # As deep as a schema can be graded still loads.
+    fits = "{items: " * 95 + "{type: string}" + "}" * 95
+    assert load_rules(f"rules:\n  - name: x\n    type: json_schema\n    schema: {fits}\n")
