@@ -73,8 +73,13 @@ try:
         uploaded = st.file_uploader(
             "CSV, Parquet or Excel (.xlsx)", type=["csv", "parquet", "xlsx"]
         )
-        if uploaded is not None and uploaded.file_id == st.session_state.get("build_draft_upload"):
-            table, table_name = kept("build_table", (None, ""))  # read once, not on each rerun
+        read_before = kept("build_table", (None, ""))
+        if (
+            uploaded is not None
+            and uploaded.file_id == st.session_state.get("build_draft_upload")
+            and read_before[1] == uploaded.name
+        ):
+            table, table_name = read_before  # read once, not again on each rerun
         elif uploaded is not None:
             table, table_name = read_table(uploaded.getvalue(), uploaded.name), uploaded.name
             if st.session_state.get("build_draft_upload") != uploaded.file_id:

@@ -171,4 +171,5 @@ def test_the_request_parameter_that_differs_is_a_row_of_its_own(tmp_path: Path) 
     differ = job_differences(store, a.read_spec(), b.read_spec()).set_index("setting")
     assert differ.loc["request temperature"].tolist() == ["0.0", "0.7"]
     assert "request max_tokens" not in differ.index  # the same in both
+    assert "request model" not in differ.index  # the model has its own row
     assert not any(name.startswith("request parameters") for name in differ.index)

@@ -80,3 +80,22 @@ def test_cli_build_refuses_a_table_over_a_million_rows_quickly(tmp_path: Path) -
         result.stderr
     )
     assert "Split it into files" in result.stderr
+
+
+def test_the_build_page_refuses_an_upload_over_the_row_limit_with_the_message(
+    studio_home: Path,
+) -> None:
+    from tests.test_builder import open_build_page
+    from tests.test_pages import shown
+
+    rows = MAX_TABLE_ROWS + 1
+    raw = io.BytesIO()
+    pq.write_table(pa.table({"id": pa.array(range(rows))}), raw)
+    at = open_build_page()
+    at.radio(key="build_source").set_value("Upload a table").run()
+    at.file_uploader[0].upload("big.parquet", raw.getvalue()).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert f"the table has {rows:,} rows; a build reads at most {MAX_TABLE_ROWS:,}. Split it" in (
+        shown(at.error[0].value)
+    )
+    assert not at.code  # no preview of a table that was not read

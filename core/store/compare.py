@@ -356,6 +356,8 @@ def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFr
             except ValueError:
                 continue
             for name, value in body.items() if isinstance(body, dict) else ():
+                if name == "model":
+                    continue  # the "model" row says it
                 shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
                 values.setdefault(name, set()).add(shown)
         return {
