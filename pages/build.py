@@ -73,7 +73,14 @@ try:
         uploaded = st.file_uploader(
             "CSV, Parquet or Excel (.xlsx)", type=["csv", "parquet", "xlsx"]
         )
-        if uploaded is not None:
+        read_before = kept("build_table", (None, ""))
+        if (
+            uploaded is not None
+            and uploaded.file_id == st.session_state.get("build_draft_upload")
+            and read_before[1] == uploaded.name
+        ):
+            table, table_name = read_before  # read once, not again on each rerun
+        elif uploaded is not None:
             table, table_name = read_table(uploaded.getvalue(), uploaded.name), uploaded.name
             if st.session_state.get("build_draft_upload") != uploaded.file_id:
                 save_table(user, uploaded.name, uploaded.getvalue())  # the draft's table
@@ -96,6 +103,25 @@ if table is not None:
 if table is None:
     st.info("Upload a table, or use the sample table, to build a batch file from it.")
     st.stop()
+
+# Fields that name a table's columns or come from its name start afresh for another table:
+# else its ids would be `tickets:1...` and its template another table's columns.
+TABLE_FIELDS = (
+    "build_id",
+    "build_task",
+    "build_user",
+    "build_embed_column",
+    "build_meta_columns",
+    "build_rerank_query",
+    "build_rerank_doc",
+    "build_rerank_label",
+    "build_file_name",
+)
+if kept("build_fields_table", table_name) != table_name:
+    for key in TABLE_FIELDS:
+        st.session_state.pop(key, None)
+        st.session_state.pop(f"kept::{key}", None)
+keep("build_fields_table", table_name)
 
 st.caption(
     f"**{escape(table_name)}**: {len(table):,} rows, columns: "
@@ -134,6 +160,17 @@ if kind == KINDS[0]:
     prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
 job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
 id_column = None if id_choice == ROW_NUMBERS else id_choice
+if id_column is None:
+    why = (
+        "No column is named `id` or `*_id`, so each"
+        if default_id_column(columns) is None
+        else "Each"
+    )
+    st.warning(
+        f"{why} line's custom_id is its row number ({escape(task.strip() or 'task')}:1, "
+        f"{escape(task.strip() or 'task')}:2, ...). If a column holds the rows' ids, pick "
+        "it under *Id column*: row numbers change when the table is sorted or filtered."
+    )
 first_text = default_text_column(table, id_choice)  # the longest texts, never a timestamp
 spec: BuildSpec | EmbedSpec | RerankSpec
 if kind == "Rerank":

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
 from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.links import One, fill_from_link, open_linked_position
+from pages.links import (
+    One,
+    fill_from_link,
+    linked,
+    linked_job_notice,
+    open_linked_job,
+    open_linked_position,
+)
 from pages.review_views import TABS, label_panel, link_review, load_labels, own_labels_editor
 from pages.shared import (
     escape,
@@ -30,11 +39,21 @@ label = job_labels()
 reviewer = reviewer_name("Your name (labels are kept per reviewer)")
 
 # -- a new sample -------------------------------------------------------------------------------
-with st.expander("New sample", expanded=sm.list_samples(db).empty), st.form("new_sample"):
-    ids, current = list(jobs["job_id"]), st.session_state.get("job_id")
-    job_ids = st.multiselect(  # the job chosen on another page, else the newest
-        "Jobs", ids, default=[current if current in ids else ids[0]], format_func=label
+ids = list(jobs["job_id"])
+# A link's ?job= (Results, Monitor, a bookmark): a new sample of that job, its form open.
+from_link = "review_jobs" not in st.session_state and bool(linked("job"))
+open_linked_job(ids, "review_jobs")
+current = st.session_state.get("job_id")
+opened = sm.list_samples(db).empty or (from_link and current in linked("job"))
+with st.expander("New sample", expanded=opened), st.form("new_sample"):
+    job_ids = st.multiselect(  # the job of the link or chosen on another page, else the newest
+        "Jobs",
+        ids,
+        default=[current if current in ids else ids[0]],
+        format_func=label,
+        key="review_jobs",
     )
+    linked_job_notice("review_jobs", job_ids[0] if job_ids else "")
     c = st.columns(4)
     method = c[0].selectbox("Method", sm.METHODS, key="sample_method")
     size = c[1].number_input("Size", 1, sm.MAX_SIZE, 50, key="sample_size")
@@ -72,6 +91,14 @@ sample_ids = list(samples["sample_id"])
 names = dict(zip(samples["sample_id"], samples["name"], strict=True))
 # A shared link or a bookmark: its sample, item (from 1) and tab, in a session new to them.
 fill_from_link({"sample": ("sample_id", One(sample_ids)), "tab": ("review_tab", One(TABS))})
+if from_link and "sample_id" not in st.session_state:  # the link's job's newest sample
+    of_job = [
+        s
+        for s, d in zip(sample_ids, samples["definition"], strict=True)
+        if current in json.loads(d).get("filter", {}).get("job_ids", [])
+    ]
+    if of_job:
+        st.session_state["sample_id"] = of_job[0]
 chosen = st.session_state.get("sample_id")
 sample_id = st.selectbox(
     "Sample",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,7 @@ from core.store.compare import (
     word_diff,
 )
 from core.store.db import Store
-from tests.factories import finished_job
+from tests.factories import finished_job, request_line
 
 
 @pytest.fixture
@@ -134,3 +136,40 @@ def test_two_jobs_say_what_differs_between_them(tmp_path: Path) -> None:
     assert differ.loc["prompt version"].tolist() == ["v1", "v2"]
     assert "input file" not in differ.index  # both batch.jsonl
     assert job_differences(store, a.read_spec(), same.read_spec()).empty
+
+
+def test_the_word_diff_keeps_removed_and_added_words_apart():
+    """Issue 38, item 15: "spätZürich ist esnatürlällt": a removed word shown against the
+    added one read as one word."""
+    a = "Die Lieferung kam zu spät. Zürich ist es natürlich egal."
+    b = "Die Lieferung kam spät an. Zürich ist es nicht egal, es gefällt."
+    assert diff_text(a, b) == (
+        "Die Lieferung kam [-zu spät.-]{+spät an.+} Zürich ist es [-natürlich egal.-]"
+        "{+nicht egal, es gefällt.+}"
+    )
+    shown = re.sub(r"<[^>]+>", "", diff_html(a, b)).split()  # what the page's text reads
+    assert set(shown) <= set(a.split()) | set(b.split()), shown
+    for x, y in ((a, b), ("x  y", "x y"), ("a b c d", "a x c y")):  # either text, joined back
+        ops = word_diff(x, y)
+        assert "".join(t for op, t in ops if op != "+") == x
+        assert "".join(t for op, t in ops if op != "-") == y
+
+
+def test_the_request_parameter_that_differs_is_a_row_of_its_own(tmp_path: Path) -> None:
+    from core.store.compare import job_differences
+
+    def job(folder: str, temperature: float):
+        line = json.loads(request_line("q1", "hi", temperature=temperature, max_tokens=64))
+        return finished_job(
+            tmp_path / folder, [{"custom_id": "q1", "answer": "x", "request": line}]
+        )
+
+    a, b = job("a", 0.0), job("b", 0.7)
+    store = Store(tmp_path / "studio.duckdb")
+    for made in (a, b):
+        store.ingest(made)
+    differ = job_differences(store, a.read_spec(), b.read_spec()).set_index("setting")
+    assert differ.loc["request temperature"].tolist() == ["0.0", "0.7"]
+    assert "request max_tokens" not in differ.index  # the same in both
+    assert "request model" not in differ.index  # the model has its own row
+    assert not any(name.startswith("request parameters") for name in differ.index)

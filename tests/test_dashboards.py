@@ -13,6 +13,7 @@ from core.store.dashboards import (
     cost_figure,
     latency_figure,
     throughput_figure,
+    token_distribution_figure,
     with_cost,
 )
 from core.store.db import Store
@@ -76,3 +77,16 @@ def test_a_short_jobs_throughput_is_a_bar_not_a_lone_dot(tmp_path):
     store.ingest(job)
     fig = throughput_figure(store, Scope(job_ids=[job.job_id]))
     assert fig.data[0].type == "bar" and list(fig.data[0].y) == [6]  # 3 tokens per answer
+
+
+def test_the_tokens_per_request_facets_have_short_titles_and_room(tmp_path):
+    """Issue 38, item 15: the facet titles ("tokens=tokens_in") overlapped at half width,
+    the legend of long job names beside them."""
+    job = finished_job(tmp_path, {"a": "x", "b": "y"})
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    fig = token_distribution_figure(store, Scope(job_ids=[job.job_id]))
+    assert [a.text for a in fig.layout.annotations] == ["in (prompt)", "out (answer)"]
+    assert fig.layout.legend.orientation == "h"  # under the chart, not eating its width
+    assert fig.layout.xaxis.domain[1] + 0.05 < fig.layout.xaxis2.domain[0]  # apart
+    assert fig.layout.xaxis2.matches is None  # each facet its own range

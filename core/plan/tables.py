@@ -84,14 +84,145 @@ def collect(
     return result
 
 
-def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFrame:
-    """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table.
+MAX_TABLE_ROWS = 1_000_000  # a build reads at most this many data rows
+MAX_TABLE_BYTES = 512 * 2**20  # and at most this much cell data (CSV text, Parquet buffers)
+MAX_XLSX_XML_BYTES = 2 * 2**30  # an .xlsx sheet's XML, unpacked (markup and all)
+CSV_CHUNK_ROWS = 100_000
+
+
+class TableTooLarge(BuildError):
+    """The table is over a build's row or size limit; the message says which and how to
+    split it."""
+
+
+def _too_many_rows(rows: int | None, limit: int) -> TableTooLarge:
+    counted = f"{rows:,} rows" if rows is not None else f"more than {limit:,} rows"
+    return TableTooLarge(
+        f"the table has {counted}; a build reads at most {limit:,}. Split it into files of "
+        f"at most {limit:,} rows (e.g. by date or by id range) and build one batch file "
+        "from each."
+    )
+
+
+def _bytes(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB" if size >= 2**20 else f"{size:,} bytes"
+
+
+def _too_big(size: int, limit: int, what: str = "cell data") -> TableTooLarge:
+    return TableTooLarge(
+        f"the table holds {_bytes(size)} of {what} or more; a build reads at most "
+        f"{_bytes(limit)}. Split it into smaller "
+        "files (fewer rows, or only the columns the batch needs) and build one batch file "
+        "from each."
+    )
+
+
+def _read_csv(data: Any, size: int | None, max_rows: int, max_bytes: int) -> pd.DataFrame:
+    if size is not None and size > max_bytes:  # a CSV's cells are at most its bytes
+        raise _too_big(size, max_bytes)
+    chunks, rows = [], 0
+    reader = pd.read_csv(
+        data, dtype=str, keep_default_na=False, na_values=[""], chunksize=CSV_CHUNK_ROWS
+    )
+    with reader:
+        for chunk in reader:  # stops reading as soon as the limit is passed
+            rows += len(chunk)
+            if rows > max_rows:
+                raise _too_many_rows(None, max_rows)
+            chunks.append(chunk)
+    return pd.concat(chunks, ignore_index=True) if len(chunks) != 1 else chunks[0]
+
+
+def _read_parquet(data: Any, max_rows: int, max_bytes: int) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(data)
+    if file.metadata.num_rows > max_rows:  # known from the footer: nothing else is read
+        raise _too_many_rows(file.metadata.num_rows, max_rows)
+    batches, size = [], 0
+    for batch in file.iter_batches():  # row group by row group: memory stops at the budget
+        size += batch.nbytes
+        if size > max_bytes:
+            raise _too_big(size, max_bytes)
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=file.schema_arrow).to_pandas()
+
+
+_DIMENSION = re.compile(rb"<(?:\w+:)?dimension\s+ref=\"[A-Z]*\d+:[A-Z]*(\d+)\"")
+_ROW = re.compile(rb"<(?:\w+:)?row\b[^>]*?(?<!/)>")  # a row that holds cells
+_SHEET_DATA = re.compile(rb"<(?:\w+:)?sheetData\b")
+
+
+def _first_sheet(archive: Any) -> str:
+    """The path of the workbook's first sheet (the one read) inside the .xlsx."""
+    book = archive.read("xl/workbook.xml")
+    first = re.search(rb"<(?:\w+:)?sheet\b[^>]*?\br:id=\"([^\"]+)\"", book)
+    rels = archive.read("xl/_rels/workbook.xml.rels")
+    for rel in re.finditer(rb"<(?:\w+:)?Relationship\b[^>]*>", rels):
+        if first and b'Id="' + first.group(1) + b'"' in rel.group(0):
+            target = re.search(rb'Target="([^"]+)"', rel.group(0))
+            if target:
+                path = target.group(1).decode().lstrip("/")
+                return path if path.startswith("xl/") else f"xl/{path}"
+    return "xl/worksheets/sheet1.xml"
+
+
+def _xlsx_rows_over(archive: Any, max_rows: int) -> int | None:
+    """The first sheet's data rows when over ``max_rows`` (None: within; 0: over, not
+    counted to the end): from its recorded size, else counted in the raw XML, stopping
+    at the limit. openpyxl would parse the whole sheet before it yields a row."""
+    with archive.open(_first_sheet(archive)) as sheet:
+        head = sheet.read(1 << 16)
+        recorded = _DIMENSION.search(head.split(b"<sheetData")[0])
+        if recorded is not None:
+            rows = int(recorded.group(1)) - 1  # less the header
+            return rows if rows > max_rows else None
+        rows, tail, chunk = 0, b"", head
+        while chunk:
+            text = tail + chunk
+            rows += len(_ROW.findall(text)) - len(_ROW.findall(tail))
+            if rows - 1 > max_rows:
+                return 0
+            tail, chunk = text[-256:], sheet.read(1 << 20)
+    return None
+
+
+def _read_xlsx(data: Any, max_rows: int) -> pd.DataFrame:
+    import zipfile
+
+    with zipfile.ZipFile(data) as archive:  # the unpacked XML bounds what the cells hold
+        xml = sum(i.file_size for i in archive.infolist() if i.filename.startswith("xl/"))
+        if xml > MAX_XLSX_XML_BYTES:
+            raise _too_big(xml, MAX_XLSX_XML_BYTES, "sheet XML")
+        over = _xlsx_rows_over(archive, max_rows)
+    if over is not None:
+        raise _too_many_rows(over or None, max_rows)
+    if hasattr(data, "seek"):
+        data.seek(0)
+    table = pd.read_excel(data, sheet_name=0, nrows=max_rows + 1)  # stops at the limit
+    if len(table) > max_rows:
+        raise _too_many_rows(None, max_rows)
+    return table
+
+
+def read_table(
+    source: str | Path | bytes,
+    name: str | None = None,
+    max_rows: int = MAX_TABLE_ROWS,
+    max_bytes: int = MAX_TABLE_BYTES,
+) -> pd.DataFrame:
+    """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table, streamed: CSV in chunks,
+    Parquet row group by row group, Excel row by row, each stopping at the limits.
 
     Args:
         source: a path, or the file's bytes (then ``name`` gives the suffix).
         name: the file name, when ``source`` is bytes.
+        max_rows: the most data rows read (:data:`MAX_TABLE_ROWS`).
+        max_bytes: the most cell data read (:data:`MAX_TABLE_BYTES`).
 
     Raises:
+        TableTooLarge: more rows or data than the limits; the message says how to split.
         BuildError: an unknown kind of file, or one that cannot be read.
     """
     label = name if name is not None else ("" if isinstance(source, bytes) else str(source))
@@ -101,11 +232,14 @@ def read_table(source: str | Path | bytes, name: str | None = None) -> pd.DataFr
     data = io.BytesIO(source) if isinstance(source, bytes) else source
     try:
         if suffix == ".csv":
-            table = pd.read_csv(data, dtype=str, keep_default_na=False, na_values=[""])
+            size = len(source) if isinstance(source, bytes) else Path(source).stat().st_size
+            table = _read_csv(data, size, max_rows, max_bytes)
         elif suffix == ".parquet":
-            table = pd.read_parquet(data)
+            table = _read_parquet(data, max_rows, max_bytes)
         else:
-            table = pd.read_excel(data, sheet_name=0)
+            table = _read_xlsx(data, max_rows)
+    except BuildError:
+        raise
     except ImportError as exc:
         raise BuildError(f"reading {suffix} files needs a package that is missing: {exc}") from None
     except Exception as exc:  # pandas raises many kinds; all mean "not a readable table"

@@ -176,16 +176,46 @@ def word_diff(a: str | None, b: str | None) -> list[tuple[str, str]]:
     whitespace is kept so the pieces join back into either text."""
     words_a = _TOKENS.findall(a or "")
     words_b = _TOKENS.findall(b or "")
-    out: list[tuple[str, str]] = []
+    raw: list[tuple[str, str]] = []
     matcher = difflib.SequenceMatcher(a=words_a, b=words_b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
-            out.append(("=", "".join(words_a[i1:i2])))
+            raw.append(("=", "".join(words_a[i1:i2])))
             continue
         if i2 > i1:
-            out.append(("-", "".join(words_a[i1:i2])))
+            raw.append(("-", "".join(words_a[i1:i2])))
         if j2 > j1:
-            out.append(("+", "".join(words_b[j1:j2])))
+            raw.append(("+", "".join(words_b[j1:j2])))
+    return _joined_changes(raw)
+
+
+def _joined_changes(raw: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Changes apart only by white space become one removed and one added piece, the
+    space kept inside each (``[-zu spät-]{+spät an+}``, not ``zu``/``spät`` then ``spät``/
+    ``an``, which read as words run together)."""
+    out: list[tuple[str, str]] = []
+    group: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        trailing = []
+        while group and group[-1][0] == "=":  # space after the last change is no part of it
+            trailing.insert(0, group.pop())
+        ops = {op for op, _ in group}
+        if {"-", "+"} <= ops:
+            out.append(("-", "".join(t for op, t in group if op != "+")))
+            out.append(("+", "".join(t for op, t in group if op != "-")))
+        else:
+            out.extend(group)
+        out.extend(trailing)
+        group.clear()
+
+    for op, text in raw:
+        if op != "=" or (group and text.isspace()):
+            group.append((op, text))
+        else:
+            flush()
+            out.append((op, text))
+    flush()
     return out
 
 
@@ -206,10 +236,13 @@ DIFF_STYLES = {
 def diff_html(a: str | None, b: str | None) -> str:
     """The diff coloured for a page: removed words struck through on red, added ones on
     green. Every word is HTML-escaped: an answer is shown as the text it is."""
-    parts = []
+    parts, last = [], ("=", "")
     for op, text in word_diff(a, b):
         escaped = html.escape(text)
+        if op == "+" and last[0] == "-" and not (last[1][-1:].isspace() or text[:1].isspace()):
+            parts.append(" ")  # the removed words and the added ones are apart, not one word
         parts.append(escaped if op == "=" else f'<span style="{DIFF_STYLES[op]}">{escaped}</span>')
+        last = (op, text)
     return '<div style="white-space:pre-wrap;line-height:1.6">' + "".join(parts) + "</div>"
 
 
@@ -281,6 +314,9 @@ def split_values(store: Store, job_id: str, field: str, limit: int = 200) -> lis
     return [str(v) for v in frame["v"]]
 
 
+NOT_SET = "(not set)"  # a parameter one job's lines do not give
+
+
 def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFrame:
     """What differs between two jobs, one row per setting (setting, A, B): the models
     their lines run on, prompt versions and request parameters (up to five distinct values
@@ -299,14 +335,43 @@ def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFr
         return {
             "model": ", ".join(spec.model_names()),
             "prompt version": distinct("prompt_version"),
-            "request parameters": distinct("params"),
+            **request_parameters(spec.job_id),
             "input file": spec.source,
             **{f"engine {name}": str(value) for name, value in engine.items()},
             **{f"default {name}": str(v) for name, v in spec.defaults.model_dump().items()},
         }
 
+    def request_parameters(job_id: str) -> dict[str, str]:
+        """Each body parameter (``temperature``, ``max_tokens``...) a row of its own, with
+        its distinct values: the one that differs is seen, not cut off in a JSON cell."""
+        bodies = store.query(
+            "SELECT DISTINCT CAST(params AS VARCHAR) AS v FROM requests "
+            "WHERE job_id = ? AND v IS NOT NULL LIMIT 50",
+            [job_id],
+        )["v"]
+        values: dict[str, set[str]] = {}
+        for text in bodies:
+            try:
+                body = json.loads(text)
+            except ValueError:
+                continue
+            for name, value in body.items() if isinstance(body, dict) else ():
+                if name == "model":
+                    continue  # the "model" row says it
+                shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                values.setdefault(name, set()).add(shown)
+        return {
+            f"request {name}": "; ".join(sorted(v)[:5]) + ("; ..." if len(v) > 5 else "")
+            for name, v in sorted(values.items())
+        }
+
     a, b = facts(spec_a), facts(spec_b)
+    names = [*a, *(name for name in b if name not in a)]
     return pd.DataFrame(
-        [{"setting": name, "A": a[name], "B": b[name]} for name in a if a[name] != b[name]],
+        [
+            {"setting": name, "A": a.get(name, NOT_SET), "B": b.get(name, NOT_SET)}
+            for name in names
+            if a.get(name, NOT_SET) != b.get(name, NOT_SET)
+        ],
         columns=["setting", "A", "B"],
     )

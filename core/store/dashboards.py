@@ -182,17 +182,27 @@ def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go
     )
     if frame.empty:
         return _empty("Tokens per request")
-    long = frame.melt(id_vars=[by], value_vars=["tokens_in", "tokens_out"], var_name="tokens")
-    return px.histogram(
+    # Short facet titles, each facet its own x range, and the legend (long job names) under
+    # the chart: at half the page's width the titles overlapped (issue 38, item 15).
+    long = frame.rename(columns={"tokens_in": "in (prompt)", "tokens_out": "out (answer)"}).melt(
+        id_vars=[by], value_vars=["in (prompt)", "out (answer)"], var_name="tokens"
+    )
+    fig = px.histogram(
         long,
         x="value",
         color=by,
         facet_col="tokens",
+        facet_col_spacing=0.08,
         barmode="overlay",
         opacity=0.6,
         title="Tokens per request",
         nbins=40,
+        labels={"value": "tokens"},
     )
+    fig.for_each_annotation(lambda a: a.update(text=a.text.removeprefix("tokens=")))
+    fig.update_xaxes(matches=None)
+    fig.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0})
+    return fig
 
 
 def throughput_figure(store: Store, scope: Scope) -> go.Figure:
