@@ -28,8 +28,10 @@ bound to every core, OpenMP's spinning waits) for a before/after figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -90,8 +92,9 @@ def one_run(contender: str, count: int, max_tokens: int, loaded: Path, out: Path
     begun = time.monotonic()
     tokens = run()
     seconds = time.monotonic() - begun
-    out.write_text(json.dumps({"load": load, "run": seconds, "tokens": tokens}))
-    os._exit(0)  # vLLM's engine core and threads need not be shut down politely
+    written = out.with_suffix(".tmp")
+    written.write_text(json.dumps({"load": load, "run": seconds, "tokens": tokens}))
+    written.replace(out)  # whole, or not yet there: the parent waits for it
 
 
 def second_engine(ready: Path) -> None:
@@ -122,7 +125,7 @@ class Neighbour:
         if self.kind == "quiet" or self.process is not None:
             return
         if self.kind == "busy core":
-            self.process = subprocess.Popen([sys.executable, "-c", SPINNER])
+            self.process = subprocess.Popen([sys.executable, "-c", SPINNER], start_new_session=True)
             return
         ready = self.work / "neighbour-ready"
         ready.unlink(missing_ok=True)
@@ -130,7 +133,11 @@ class Neighbour:
         log = self.work / "neighbour.log"
         with log.open("w") as stderr:
             self.process = subprocess.Popen(
-                command, cwd=REPO, env=studio_env(before=False), stderr=stderr
+                command,
+                cwd=REPO,
+                env=studio_env(before=False),
+                stderr=stderr,
+                start_new_session=True,
             )
         while not ready.exists():  # loaded and generating
             if self.process.poll() is not None:
@@ -139,9 +146,16 @@ class Neighbour:
 
     def stop(self) -> None:
         if self.process is not None:
-            self.process.kill()
-            self.process.wait()
+            end_group(self.process)
             self.process = None
+
+
+def end_group(process: subprocess.Popen) -> None:
+    """Kills a child started in a session of its own with every process it started (an
+    engine core in a child process outlives its parent otherwise)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def studio_env(before: bool) -> dict[str, str]:
@@ -169,21 +183,30 @@ def measure(
     started = time.monotonic()
     command = [sys.executable, __file__, "--one", contender, str(args.requests)]
     command += [str(args.max_tokens), str(loaded), str(out)]
-    child = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    log = work / "child.log"
+    with log.open("w") as stderr:
+        child = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
     while not loaded.exists():
         if child.poll() is not None:
-            raise SystemExit(f"{contender} failed:\n{child.stderr.read()[-3000:]}")
+            raise SystemExit(f"{contender} failed:\n{log.read_text()[-3000:]}")
         time.sleep(0.05)
     if warm:
         neighbour.start()
     loaded.unlink()
-    child.wait()
+    while not out.exists() and child.poll() is None:
+        time.sleep(0.05)
     wall = time.monotonic() - started
+    end_group(child)
     neighbour.stop()
-    if child.returncode != 0 or not out.exists():
-        raise SystemExit(f"{contender} failed:\n{child.stderr.read()[-3000:]}")
+    if not out.exists():
+        raise SystemExit(f"{contender} failed:\n{log.read_text()[-3000:]}")
     figures = json.loads(out.read_text())
     # Cold: the load and the run beside the neighbour; warm: the run alone.
     figures["seconds"] = figures["run"] if warm else figures["load"] + figures["run"]
