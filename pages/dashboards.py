@@ -19,7 +19,7 @@ from core.plan.pricing import (
 )
 from core.store import dashboards as dash
 from core.store.db import Store
-from pages.links import One, fill_from_link, write_link
+from pages.links import One, fill_from_link, linked, write_link
 from pages.ranking_views import show_ranking_quality
 from pages.shared import (
     escape,
@@ -90,12 +90,15 @@ def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[p
     }
 
 
+FIRST_CHART = "requests"  # the chart the download offers first
+
+
 def every_figure(
     index: Store, frame: pd.DataFrame, scope: dash.Scope, by: str, priced: PriceTable
 ) -> dict:
     """Every figure of a summary, by name."""
     return {
-        "requests": dash.requests_figure(frame, by),
+        FIRST_CHART: dash.requests_figure(frame, by),
         "rates": dash.rates_figure(frame, by),
         "finish_reasons": dash.finish_reasons_figure(index, scope, by),
         "tokens": dash.tokens_figure(frame, by),
@@ -119,11 +122,15 @@ made = following(  # once per scope, grouping, prices and index state, for every
     lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
     what="the summary and the charts",
 )
+# The chart to download, as chosen or as the address has it: kept in the address while the
+# charts are being made (the part that chooses it is not drawn then), never dropped.
+chart = st.session_state.get("dash_html") or next(iter(linked("chart")), None)
 link = {
     "jobs": job_ids,
     "from": start,
     "to": end,
     "by": by if by != next(iter(dash.GROUPS)) else None,
+    "chart": chart if chart != FIRST_CHART else None,
 }
 if made is None:  # being computed: the page redraws itself when they are done
     write_link(link)
@@ -148,10 +155,10 @@ for i, (name, fig) in enumerate(figures.items()):
 show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=True)  # labelled
 
 
-@st.fragment
 def html_download(figures: dict, link: dict) -> None:
-    """One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline.
-    Choosing another chart reruns only this part, not the page's ten charts."""
+    """One HTML file at a time: each holds plotly.js (about 4 MB) so it opens offline, and
+    is made only when its button is clicked. The choice is in the page's address; it is
+    not a fragment, whose reruns do not reliably write the address (Streamlit 1.67)."""
     c = st.columns([2, 1])
     fill_from_link({"chart": ("dash_html", One(figures))})
     chosen = c[0].selectbox("Chart to download as HTML", list(figures), key="dash_html")
@@ -163,7 +170,7 @@ def html_download(figures: dict, link: dict) -> None:
         mime="text/html",
         key="html_download",
     )
-    write_link({**link, "chart": chosen if chosen != next(iter(figures)) else None})
+    write_link({**link, "chart": chosen if chosen != FIRST_CHART else None})
 
 
 html_download(figures, link)
