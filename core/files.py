@@ -26,6 +26,18 @@ def write_atomic(path: Path, data: str | bytes | BinaryIO) -> None:
             shutil.copyfileobj(data, out, 1 << 20)
 
 
+def write_atomic_into(reserve: Path, path: Path, data: bytes) -> None:
+    """Writes ``data`` into ``reserve`` (a file whose blocks are already allocated, so no
+    new space is needed up to its size), then renames it over ``path``: an atomic write
+    that works on a full disk. ``reserve`` is gone afterwards."""
+    with reserve.open("r+b") as handle:
+        handle.write(data)
+        handle.truncate(len(data))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(reserve, path)
+
+
 @contextmanager
 def file_atomic(path: Path) -> Iterator[BinaryIO]:
     """Yields a binary handle to write a file through, so that it appears whole or not at

@@ -372,6 +372,9 @@ class JobStatus(Model):
     # The counts and tokens above are the job's, over all its runs (a resume or a retry
     # starts them from the result files); these are the latest run's own, shown beside.
     runs: int = 0  # worker runs of the job so far
+    # Times a worker died while running the job and the job was queued again by itself
+    # (core/jobs/recovery.py); a job that keeps killing its worker fails instead.
+    interruptions: int = 0
     job_seconds: float | None = None  # running time over all runs (elapsed: this run's)
     run_done: int = 0  # results this run wrote
     run_completion_tokens: int = 0  # output tokens of this run's answers

@@ -10,6 +10,7 @@ from core.jobs.delivery import errors_beside
 from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
+from core.jobs.recovery import resumes_by_itself
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus
@@ -300,8 +301,13 @@ def show(job: JobFolder) -> None:
     if numbers and not final:
         engine_section(numbers)
     if status.interrupted:
+        itself = (
+            " The studio resumes it by itself in a few seconds, once; or"
+            if resumes_by_itself(status)
+            else " It was resumed by itself once already, so it waits for you:"
+        )
         st.warning(
-            "The worker stopped without finishing (killed or crashed). Resume runs "
+            f"The worker stopped without finishing (killed or crashed).{itself} Resume runs "
             f"only the {status.left:,} requests that have no result yet."
         )
     job_controls(job, key="monitor")
@@ -328,7 +334,8 @@ def show(job: JobFolder) -> None:
             st.rerun()  # leave the live refresh: the final state needs no polling
 
 
-final = job.read_status().is_final or job.read_status().interrupted
+now = job.read_status()  # an interrupted job that resumes by itself is watched on
+final = now.is_final or (now.interrupted and not resumes_by_itself(now))
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     status = job.read_status()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import time
 from pathlib import Path
 
 import httpx
@@ -613,7 +615,10 @@ def test_a_batch_output_expires_after_what_it_was_created_with(
 def test_a_poll_of_an_unchanged_batch_reads_no_file_and_sees_each_change(
     api, keys, studio_home, model, monkeypatch
 ):
-    running = _walk(JobStatus(total=3, done=1, succeeded=1), "created", "queued", "running")
+    alive = {"pid": os.getpid(), "heartbeat_at": time.time()}  # a worker that is running
+    running = _walk(
+        JobStatus(total=3, done=1, succeeded=1, **alive), "created", "queued", "running"
+    )
     job = _job_with_status(data_paths().home, model, running, [_result("r0", True)], [])
     spec = json.loads(job.spec_file.read_text())
     spec["provenance"]["owner"] = "alice"
@@ -633,7 +638,7 @@ def test_a_poll_of_an_unchanged_batch_reads_no_file_and_sees_each_change(
     assert {p.request_counts.completed for p in polls} == {1}
     with pytest.raises(openai.NotFoundError):  # memory keeps the owner's rule
         bob.batches.retrieve(job.job_id)
-    status = _walk(JobStatus(total=3, done=3, succeeded=3), "created", "queued", "running")
+    status = _walk(JobStatus(total=3, done=3, succeeded=3, **alive), "created", "queued", "running")
     job.write_status(status)
     assert alice.batches.retrieve(job.job_id).status == "finalizing"  # the next poll sees it
     status.enter("completed")

@@ -155,7 +155,8 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
 
     A (a long batch): start → the app's server stops and starts again while the worker runs
     on → the new server's Monitor catches up from the job folder → Cancel.
-    B (the sentiment sample): start → its worker is killed (interrupted) → Resume → 100% →
+    B (the sentiment sample): start → its worker is killed (interrupted) → the studio resumes
+    it by itself (issue 38, item 3) → 100% →
     Results. Then every page of the sidebar in its state after the runs.
     """
     page, server, home = chromium_page, studio_server, studio_server.home
@@ -240,10 +241,11 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     interrupted = wait_progress(page, state="interrupted", at_least=1, timeout=60)
     assert interrupted < 16, "the job finished before its worker could be killed"
     expect(page.get_by_text("The worker stopped without finishing", exact=False)).to_be_visible()
+    expect(page.get_by_text("resumes it by itself", exact=False)).to_be_visible()
     screenshot(page, "run_7_interrupted")
-    page.get_by_role("button", name="Resume").click()
+    # Issue 38, item 3: nobody clicks Resume; the studio starts a worker, which resumes it.
+    wait_for(lambda: worker_pids(home), 60, "the worker the studio started to resume it")
     # Issue 30, item 10: labelling by key while the resumed worker loads and runs.
-    wait_for(lambda: worker_pids(home), 30, "the resumed worker")
     label_walk(page, home, "run_10_review_while_running", made_id).check()
     open_page(page, "Monitor")
     wait_progress(page, state="completed", at_least=16, timeout=ENGINE_SECONDS)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.jobs.folder import JobFolder
+from core.jobs.folder import JobFolder, queue_job
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line, token_usage
 from core.run.status_keeper import StatusKeeper
@@ -43,7 +43,8 @@ def test_a_resume_with_nothing_to_run_keeps_the_jobs_token_totals(studio_home: P
     rows = [{"custom_id": c, "answer": "yes", "tokens": 11} for c in "abc"]
     job = finished_job(studio_home, rows)
     assert job.read_status().completion_tokens == 33
-    status = worker.run_job(job)  # "Resume (0 to run)": nothing without a result
+    queue_job(job)  # "Resume (0 to run)": nothing without a result
+    status = worker.run_job(job)
     assert (status.state, status.succeeded, status.failed) == ("completed", 3, 0)
     assert (status.prompt_tokens, status.completion_tokens) == output_tokens(job) == (15, 33)
     assert (status.runs, status.run_done, status.run_completion_tokens) == (2, 0, 0)
@@ -63,6 +64,7 @@ def test_a_retry_adds_its_answers_to_the_jobs_figures(studio_home: Path, monkeyp
     ]
     job = finished_job(studio_home, rows)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Answers(7))
+    queue_job(job, retry=True)
     status = worker.run_job(job, retry=True)
     assert (status.succeeded, status.failed) == (2, 0)
     assert (status.prompt_tokens, status.completion_tokens) == output_tokens(job) == (9, 18)

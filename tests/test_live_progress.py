@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from core.jobs.folder import JobFolder, create_job
+from core.jobs.folder import JobFolder, create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.engine import EngineActivity
@@ -112,7 +112,7 @@ def test_the_worker_ends_its_samples_with_the_final_counts(tmp_path) -> None:
 
     job = create_job(_one_line_batch(tmp_path), tmp_path / "jobs", EngineConfig(model="m"))
     keeper = StatusKeeper(job)
-    keeper.start(state="running", total=1)
+    assert keeper.claim(state="running", total=1)
     keeper.count([ok("a", tokens=7)])  # the result came after the last heartbeat
     keeper.finish("completed")
     last = json.loads(job.metrics.read_text().splitlines()[-1])
@@ -313,6 +313,7 @@ def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_r
     assert "a resume runs the 7 without one" in status.message
     assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(3, 10)]
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=0))
+    queue_job(job)  # Resume
     resumed = worker.run_job(job)
     assert resumed.state == "completed" and resumed.succeeded == 10
     assert read_ledger(job).coverage_problems() == []

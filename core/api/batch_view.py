@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ import msgspec
 from core.api.files import has_lines, job_file_id, owner_of_job, visible
 from core.check.requests import CHAT_URL
 from core.jobs.folder import JobFolder
-from core.schemas import JobSpec, JobStatus
+from core.jobs.recovery import interrupted_message, wake_worker
+from core.schemas import STALE_AFTER_SECONDS, JobSpec, JobStatus
 
 METADATA_VALUE = 512  # OpenAI's longest metadata value
 
@@ -58,6 +60,10 @@ def openai_status(status: JobStatus) -> str:
     """The job's state in OpenAI's terms: waiting for the engine is still ``validating``
     (nothing has run), and a run whose every request has its result is ``finalizing``."""
     state = status.state.value
+    if status.interrupted:  # its worker died: it resumes (core.jobs.recovery), or fails
+        return "in_progress"
+    if state == "queued" and status.runs:  # queued again to resume: it has run
+        return "in_progress"
     if state in ("created", "queued"):
         return "validating"
     if state in ("loading", "running"):
@@ -80,6 +86,13 @@ def _endpoint(job: JobFolder, spec: JobSpec) -> str:
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         pass
     return CHAT_URL
+
+
+def _errors(code: str, message: str) -> dict:
+    return {
+        "object": "list",
+        "data": [{"code": code, "line": None, "message": message, "param": None}],
+    }
 
 
 def _named(name: str) -> dict[str, str]:
@@ -137,10 +150,10 @@ def batch_of(job: JobFolder) -> dict:
         },
     }
     if state == "failed" and status.error:
-        batch["errors"] = {
-            "object": "list",
-            "data": [{"code": "job_failed", "line": None, "message": status.error, "param": None}],
-        }
+        batch["errors"] = _errors("job_failed", status.error)
+    elif status.interrupted:  # what happens meanwhile, and a worker woken to do it
+        batch["errors"] = _errors("worker_stopped", interrupted_message(status.interruptions))
+        wake_worker(job.path.parent)
     # A result file is named only once the batch has ended and only when it holds lines:
     # a client reads output_file_id as "done, download this" (never an empty string).
     if final and has_lines(job.output):
@@ -198,7 +211,7 @@ def answer(job: JobFolder) -> tuple[str | None, dict]:
     folder = str(job.path)
     stamp = _stamp(folder)
     kept = _ANSWERS.get(folder)
-    if stamp is not None and kept is not None and kept[0] == stamp:
+    if stamp is not None and kept is not None and kept[0] == stamp and not _stale(kept):
         return kept[1], kept[2]
     owner, batch = owner_of_job(job.read_spec()), batch_of(job)
     if stamp is not None and stamp == _stamp(folder):  # not changed while it was read
@@ -217,6 +230,18 @@ def kept_body(home: Path, batch_id: str, caller: str | None) -> bytes | None:
         return None
     folder = os.path.join(home, "jobs", batch_id)
     kept = _ANSWERS.get(folder)
-    if kept is None or kept[0] != _stamp(folder) or not visible(kept[1], caller):
+    if kept is None or kept[0] != _stamp(folder) or _stale(kept) or not visible(kept[1], caller):
         return None
     return kept[3]
+
+
+def _stale(kept: tuple) -> bool:
+    """A running batch whose ``status.json`` has not changed for longer than a heartbeat
+    may: its worker may have died, which no file says (read it again)."""
+    status_stamp = kept[0][2]
+    if kept[2]["status"] not in RUNNING or status_stamp is None:
+        return False
+    return time.time() - status_stamp[1] / 1e9 > STALE_AFTER_SECONDS
+
+
+RUNNING = frozenset({"in_progress", "finalizing", "cancelling"})

@@ -17,6 +17,7 @@ ask a worker to stop with a signal (see :func:`cancel`).
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import os
@@ -25,6 +26,8 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ from core.config import REPO_ROOT
 from core.files import file_sha256, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
 from core.schemas import (
+    WAITING_STATES,
     BatchOrigin,
     EngineConfig,
     JobDefaults,
@@ -51,6 +55,7 @@ from core.schemas import (
 )
 
 HEARTBEAT_SECONDS = 2.0
+STATUS_LOCK = ".status.lock"
 
 
 class JobUnreadable(Exception):
@@ -176,6 +181,17 @@ class JobFolder:
     def write_status(self, status: JobStatus) -> None:
         write_atomic(self.status_file, status.to_json())
 
+    @contextmanager
+    def status_lock(self) -> Iterator[None]:
+        """Holds the job's status lock (an ``flock`` on ``.status.lock``, dropped by the
+        kernel if the holder dies) for a read-then-write of ``status.json`` that must not
+        interleave with another process's: a cancel, the worker taking the job, a queueing.
+        The worker's own updates while it runs need none: nobody else writes then."""
+        self.check_own()
+        with (self.path / STATUS_LOCK).open("ab") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield  # the lock goes with the handle
+
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_file.exists():
             return ""
@@ -208,18 +224,23 @@ def cancel(job: JobFolder, now: bool = False) -> str:
     cancelling, stops at once (SIGINT): the requests in the engine are dropped, and a
     resume runs them.
     """
-    status = job.read_status()
-    if status.is_final:
-        return f"job is already {status.state}"
-    if status.pid is not None and worker_alive(status.pid):
-        if now or status.state == "cancelling":
-            os.kill(status.pid, signal.SIGINT)
-            return "stopping now: requests in the engine are dropped; a resume runs them"
-        os.kill(status.pid, signal.SIGTERM)
-        return draining_message(status.in_flight, status.left)
-    status.enter("cancelled", "cancelled")
-    status.finished_at = now_iso()
-    job.write_status(status)
+    with job.status_lock():  # a worker takes a job under it too: one of the two is first
+        status = job.read_status()
+        if status.is_final:
+            return f"job is already {status.state}"
+        taken = status.state not in WAITING_STATES and status.pid is not None
+        if taken and worker_alive(status.pid):
+            if now or status.state == "cancelling":
+                os.kill(status.pid, signal.SIGINT)
+                return "stopping now: requests in the engine are dropped; a resume runs them"
+            os.kill(status.pid, signal.SIGTERM)
+            return draining_message(status.in_flight, status.left)
+        waited = status.state in WAITING_STATES
+        status.enter("cancelled", "cancelled before it ran" if waited else "cancelled")
+        status.finished_at = now_iso()
+        job.write_status(status)
+    if waited:
+        return "job cancelled: it had not started, and no worker will run it"
     return "job marked cancelled (its worker was not running)"
 
 
@@ -301,6 +322,20 @@ def queue_changed_at(jobs_dir: Path) -> int:
         return 0
 
 
+def queue_job(job: JobFolder, *, retry: bool = False, shard: int | None = None) -> None:
+    """Marks the job ``queued`` for the next run (a resume, a retry, one shard's retry) and
+    tells an idle worker; :func:`start_worker` also starts one."""
+    with job.status_lock():
+        status = job.read_status()
+        status.enter("queued", "waiting for the engine")
+        status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
+        status.retry_shard = shard
+        status.delivered_to = status.delivery_error = None  # this run delivers anew
+        status.interruptions = 0  # a person asked for this run: it may be interrupted anew
+        job.write_status(status)
+    mark_queue_changed(job.path.parent)
+
+
 def start_worker(
     job: JobFolder, *, retry: bool = False, shard: int | None = None
 ) -> subprocess.Popen | None:
@@ -314,13 +349,7 @@ def start_worker(
         The started worker, or None when the worker holding the engine takes the job (a
         second one would only import vLLM beside it, taking CPU from its run, and exit).
     """
-    status = job.read_status()
-    status.enter("queued", "waiting for the engine")
-    status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
-    status.retry_shard = shard
-    status.delivered_to = status.delivery_error = None  # this run delivers anew
-    job.write_status(status)
-    mark_queue_changed(job.path.parent)
+    queue_job(job, retry=retry, shard=shard)
     # Queued before the lock is read: a holder that is ending reads the queue after it
     # lets go of the lock and runs the job (core.run.worker.serve), so it is never stranded.
     if EngineLock(job.path.parent).holder() is not None:

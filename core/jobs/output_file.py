@@ -114,19 +114,28 @@ class OutputWriter:
     def __init__(self, path: Path) -> None:
         repair_torn_tail(path)
         self._chain = _last_chain(path)
-        self._handle = path.open("ab")
+        self._handle = path.open("ab", buffering=0)  # no buffer to flush again on close
 
     def write(self, lines: Iterable[dict[str, Any]]) -> None:
-        parts = []
+        """Appends the lines and fsyncs them. On an error (a full disk) the file is cut
+        back to where it was, so it never ends in a torn line, and the error is raised."""
+        chain, parts = self._chain, []
         for line in lines:
             content = json.dumps(line, ensure_ascii=False).encode("utf-8")
-            self._chain = chain_hash(self._chain, content)
-            parts.append(content[:-1] + _CHAIN_PREFIX + self._chain.encode() + b'"}\n')
+            chain = chain_hash(chain, content)
+            parts.append(content[:-1] + _CHAIN_PREFIX + chain.encode() + b'"}\n')
         if not parts:
             return
-        self._handle.write(b"".join(parts))
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        fd, data = self._handle.fileno(), memoryview(b"".join(parts))
+        start = os.fstat(fd).st_size
+        try:
+            while data:  # a write may take only part of it
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, start)  # frees what it took: always possible
+            raise
+        self._chain = chain
 
     def close(self) -> None:
         self._handle.close()

@@ -3,6 +3,7 @@ the result files, counted only once they are durable."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from core.files import write_atomic_into
 from core.jobs.delivery import deliver
 from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable, draining_message
 from core.jobs.output_file import OutputWriter, complete_lines
@@ -19,11 +21,16 @@ from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_samples, progress_sample
 from core.run.outputs import token_usage
 from core.run.stopping import STOP
-from core.schemas import JobState, JobStatus, now_iso
+from core.schemas import WAITING_STATES, JobState, JobStatus, now_iso
 from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFull(OSError):
+    """The disk of the job folder has no room for a run to start (see ``RESERVE_BYTES``)."""
 
 
 class StatusKeeper:
@@ -31,15 +38,9 @@ class StatusKeeper:
 
     def __init__(self, job: JobFolder) -> None:
         self.job = job
-        previous = job.read_status()
-        self.status = JobStatus(
-            history=previous.history,
-            first_result_seconds=previous.first_result_seconds,
-            runs=previous.runs + 1,
-        )
-        # Time the job's earlier runs took (a status from before job_seconds: its run's).
-        earlier = previous.job_seconds if previous.job_seconds is not None else None
-        self._earlier_seconds = earlier or (previous.elapsed_seconds or 0.0)
+        self.status = JobStatus()
+        self._earlier_seconds = 0.0  # time the job's earlier runs took
+        self.claimed = False
         self.succeeded: set[str] = set()
         self.failed: set[str] = set()
         # custom_id -> (expected tokens, limit) of each request still to finish, in the
@@ -56,19 +57,54 @@ class StatusKeeper:
         self._started = time.monotonic()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
-    def start(self, **changes: object) -> None:
-        """Marks the job as taken by this process and starts the heartbeat."""
-        self.update(pid=os.getpid(), started_at=now_iso(), **changes)
+    def claim(self, **changes: object) -> bool:
+        """Takes the job for this process if it still waits (``created`` or ``queued``),
+        then starts the heartbeat; False, touching nothing, when it no longer waits.
+
+        Under the job's status lock, as :func:`core.jobs.folder.cancel` is: a cancel that
+        came first holds (the job is ``cancelled`` and stays so), and one that comes after
+        finds this process's pid and signals it.
+
+        Raises:
+            DiskFull: not even the space to say so is left; the job still waits.
+        """
+        with self.job.status_lock():
+            previous = self.job.read_status()
+            if previous.state not in WAITING_STATES:
+                return False
+            self.status = JobStatus(
+                history=previous.history,
+                first_result_seconds=previous.first_result_seconds,
+                runs=previous.runs + 1,
+                interruptions=previous.interruptions,
+            )
+            # A status from before job_seconds: its run's elapsed time.
+            earlier = previous.job_seconds
+            self._earlier_seconds = earlier or (previous.elapsed_seconds or 0.0)
+            self.update(pid=os.getpid(), started_at=now_iso(), **changes)
+            self.claimed = True
         self._reserve_space()
         self._thread.start()
+        return True
 
     def _reserve_space(self) -> None:
-        """Holds a little disk space, so the reason can still be written on a full disk."""
+        """Holds a little disk space: the final status is written into it (see
+        :meth:`_write_final`), so a job that fills the disk still says so."""
         try:
             with self.reserve.open("wb") as handle:
-                os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)
-        except OSError:  # already short of space: nothing to hold
+                try:
+                    os.posix_fallocate(handle.fileno(), 0, RESERVE_BYTES)
+                except OSError as exc:
+                    if exc.errno in NO_SPACE:
+                        raise
+                    handle.write(bytes(RESERVE_BYTES))  # a file system without fallocate
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        except OSError as exc:
             self.reserve.unlink(missing_ok=True)
+            if exc.errno in NO_SPACE:  # already short of space: the job cannot run
+                raise DiskFull(exc.errno, f"less than {RESERVE_BYTES >> 20} MiB free") from None
+            raise
 
     @property
     def reserve(self) -> Path:
@@ -174,8 +210,13 @@ class StatusKeeper:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2 * HEARTBEAT_SECONDS)  # its last sample written first
-        self.reserve.unlink(missing_ok=True)  # frees room for this last status
-        self.update(state=state, message=message, error=error, finished_at=now_iso(), **delivered)
+        with self._lock:
+            self.status.enter(state, message)
+            self.status.error, self.status.finished_at = error, now_iso()
+            for name, value in delivered.items():
+                setattr(self.status, name, value)
+            self._refresh()
+            self._write_final()
         if self._thread.ident is not None:  # a run that sampled: its end is its last sample
             self._append_last_sample()
 
@@ -215,6 +256,15 @@ class StatusKeeper:
     def _write(self) -> None:
         self._refresh()
         self.job.write_status(self.status)
+
+    def _write_final(self) -> None:
+        """Writes the last status into the space held for it, then renames it into place:
+        on a full disk too, the job ends with its reason, never at ``running``. (Without a
+        reserve, as for a run that failed before it held one, an ordinary write.)"""
+        if not self.reserve.exists():
+            self.job.write_status(self.status)
+            return
+        write_atomic_into(self.reserve, self.job.status_file, self.status.to_json().encode())
 
     def _refresh(self) -> None:
         """Brings the status's times and live token counts up to now (under the lock)."""
@@ -256,11 +306,17 @@ class StatusKeeper:
                     held, followed_up = sample, True
                     # Answers' tokens only, as before the engine's first token, for now.
                     shown = s.model_copy(update={"generated_tokens": s.completion_tokens})
-                    self.job.write_status(shown)
+                    try:
+                        self.job.write_status(shown)
+                    except OSError as exc:
+                        log.warning("job %s: heartbeat not written: %s", self.job.job_id, exc)
                     continue
                 samples, held = [*([held] if held else []), sample], None
-                append_samples(self.job.metrics, samples)  # before the status counts them
-                self.job.write_status(s)
+                try:
+                    append_samples(self.job.metrics, samples)  # before the status counts them
+                    self.job.write_status(s)
+                except OSError as exc:  # a full disk: the main thread fails the job
+                    log.warning("job %s: heartbeat not written: %s", self.job.job_id, exc)
 
     def _sample(self, resources: dict) -> dict:
         s = self.status

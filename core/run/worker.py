@@ -38,8 +38,9 @@ from core.check.requests import EngineRequest
 from core.devices import gpu_count
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, draining_message
-from core.jobs.ledger import read_ledger, shard_ids
+from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
+from core.jobs.recovery import requeue_interrupted
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
@@ -48,7 +49,7 @@ from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, POOL, die_with_parent
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
-from core.run.status_keeper import ResultWriters, StatusKeeper
+from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
 from core.run.stopping import STOP, Cancelled
 from core.schemas import JobSpec, JobStatus, now_iso
 from core.storage.s3 import StorageError
@@ -70,13 +71,70 @@ def _expired(spec: JobSpec) -> bool:
 def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> JobStatus:
     """Runs every request of the job without a final result; returns the final status.
 
+    The job is taken only while it still waits (:meth:`StatusKeeper.claim`): one cancelled
+    before this worker got to it is left cancelled, and its status returned as it is.
+
     Args:
         job: the job folder.
         retry: also rerun failed requests (never those that failed as invalid input).
         shard: with ``retry``, rerun only this shard's requests.
     """
-    spec = job.read_spec()
-    ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
+    STOP.reset()  # before the claim: from then on a cancel signals this run
+    keeper = StatusKeeper(job)
+    writers = None
+    try:
+        if not keeper.claim(state="loading", message="reading the requests"):
+            return job.read_status()
+        spec = job.read_spec()
+        ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
+        keeper.update(total=len(ledger.ids))
+        writers = ResultWriters(job, keeper)
+        keeper.seed(ledger.succeeded, set(ledger.failed))
+        pending, invalid = _to_run(job, spec, ledger, retry, shard)
+        writers.write(invalid)
+        keeper.update(message="loading the model")
+        ended = _run_pending(spec, pending, writers, keeper) if pending else "completed"
+        if ended == "expired":
+            keeper.finish("expired", "the completion window ended; pending requests expired")
+            return keeper.status
+        if ended == "cancelled" and keeper.status.left:
+            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=True))
+            return keeper.status
+        # A cancel that drained the engine of the last requests: the job is complete.
+    except Cancelled:
+        if keeper.claimed:
+            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
+    except EngineLoadError as exc:
+        keeper.finish("failed", "the model could not be loaded", error=str(exc))
+    except StorageError as exc:  # the replicas could not read the input object
+        message = "the input object could not be read; Resume runs the requests left"
+        keeper.finish("failed", message, error=str(exc))
+    except JobUnreadable as exc:
+        keeper.finish("failed", "the job folder cannot be read", error=str(exc))
+    except OSError as exc:
+        if exc.errno not in NO_SPACE or not keeper.claimed:
+            raise
+        log.error("job %s: %s", job.job_id, exc)
+        message = "the disk is full; the results written stay: free space, then Resume"
+        keeper.finish("failed", message, error=f"{exc.strerror or exc} ({job.path})")
+    except Exception as exc:  # the job fails with the reason; results written stay
+        log.exception("job %s failed", job.job_id)
+        keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
+    else:
+        if writers is not None:
+            writers.close()
+        _finish(job, keeper)
+    finally:
+        if writers is not None:
+            writers.close()
+    return keeper.status
+
+
+def _to_run(
+    job: JobFolder, spec: JobSpec, ledger: Ledger, retry: bool, shard: int | None
+) -> tuple[list[EngineRequest], list[dict]]:
+    """The requests this run sends to the engine, and the result lines of the invalid ones
+    (never run: their error is their result)."""
     rerun = set(ledger.retryable()) if retry else set(ledger.missing)
     if retry and shard is not None:
         rerun &= set(shard_ids(ledger, spec.shard_size, shard))
@@ -111,41 +169,7 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
             invalid.append(
                 error_line(custom_id, "invalid_request", message, line=checked.line_no, param=param)
             )
-
-    keeper = StatusKeeper(job)
-    writers = None
-    STOP.reset()
-    try:
-        keeper.start(state="loading", total=len(ledger.ids), message="loading the model")
-        writers = ResultWriters(job, keeper)
-        keeper.seed(ledger.succeeded, set(ledger.failed))
-        writers.write(invalid)
-        ended = _run_pending(spec, pending, writers, keeper) if pending else "completed"
-        if ended == "expired":
-            keeper.finish("expired", "the completion window ended; pending requests expired")
-            return keeper.status
-        if ended == "cancelled" and keeper.status.left:
-            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=True))
-            return keeper.status
-        # A cancel that drained the engine of the last requests: the job is complete.
-    except Cancelled:
-        keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
-    except EngineLoadError as exc:
-        keeper.finish("failed", "the model could not be loaded", error=str(exc))
-    except StorageError as exc:  # the replicas could not read the input object
-        message = "the input object could not be read; Resume runs the requests left"
-        keeper.finish("failed", message, error=str(exc))
-    except Exception as exc:  # the job fails with the reason; results written stay
-        log.exception("job %s failed", job.job_id)
-        keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
-    else:
-        if writers is not None:
-            writers.close()
-        _finish(job, keeper)
-    finally:
-        if writers is not None:
-            writers.close()
-    return keeper.status
+    return pending, invalid
 
 
 def _finish(job: JobFolder, keeper: StatusKeeper) -> None:
@@ -339,6 +363,17 @@ def _run_queued(job: JobFolder) -> JobStatus:
         return status
 
 
+def _acquire(lock: EngineLock, tries: int = 5) -> bool:
+    """Takes the engine lock; tries a few times, 20 ms apart, because a look at who holds
+    it (``EngineLock.holder``, from the UI) takes it for an instant."""
+    for attempt in range(tries):
+        if lock.acquire():
+            return True
+        if attempt < tries - 1:
+            time.sleep(0.02)
+    return False
+
+
 def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | None:
     """Runs ``job`` and then every queued job, holding the engine lock throughout; then
     keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
@@ -351,7 +386,8 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
     assert jobs_dir is not None
     lock = EngineLock(jobs_dir)
     first: JobStatus | None = None
-    while lock.acquire():
+    while _acquire(lock):
+        requeue_interrupted(jobs_dir)  # jobs a killed worker left: resumed here, once
         resident = Resident(jobs_dir)
         try:
             while True:

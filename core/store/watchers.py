@@ -1,6 +1,7 @@
 """Background watchers of the UI process: the inbox, and job folders to ingest.
 
-Both use watchdog. The jobs watcher ingests a job into DuckDB when its result or status
+Both use watchdog; a third thread wakes a worker for jobs a dead one left
+(``core.jobs.recovery``). The jobs watcher ingests a job into DuckDB when its result or status
 files or its name (a rename's ``name.txt``) change, at most once a second per job, so pages
 read fresh results without each page polling the folders; it also reads the new lines into
 the job's ledger kept in memory (``core.jobs.ledger.summary``), as a thread does for the
@@ -23,6 +24,7 @@ from core.config import DataPaths
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.inbox import watch_inbox
 from core.jobs.ledger import READERS_KEPT, summary
+from core.jobs.recovery import Recovery
 from core.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,7 @@ def warm_ledger(job: JobFolder) -> None:
         log.warning("ledger of %s not read ahead: %s", job.job_id, exc)
 
 
-def stop_watchers(observers: list[Observer]) -> None:
+def stop_watchers(observers: list[Observer | Recovery]) -> None:
     """Stops what :func:`start_watchers` started and releases its inotify instances."""
     for observer in observers:
         observer.stop()
@@ -114,8 +116,9 @@ def stop_watchers(observers: list[Observer]) -> None:
 
 def start_watchers(
     paths: DataPaths, store: Store, after_ingest: Callable[[str], object] | None = None
-) -> list[Observer]:
-    """Starts the inbox and jobs watchers; returns their observers (daemon threads).
+) -> list[Observer | Recovery]:
+    """Starts the inbox and jobs watchers and the look for interrupted jobs
+    (:class:`core.jobs.recovery.Recovery`); returns them (daemon threads).
     ``after_ingest`` is called with a job's id after each ingest of it (the UI brings the
     job's checks up to date there, so a page finds them graded)."""
     jobs = Observer()
@@ -125,4 +128,6 @@ def start_watchers(
     jobs.start()
     newest = list_jobs(paths.jobs)[:READERS_KEPT]  # what Jobs and Monitor show first
     threading.Thread(target=lambda: [warm_ledger(j) for j in newest], daemon=True).start()
-    return [watch_inbox(paths), jobs]
+    recovery = Recovery(paths.jobs)  # a worker woken for jobs a dead one left
+    recovery.start()
+    return [watch_inbox(paths), jobs, recovery]
