@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -89,7 +90,7 @@ class ToolCall:
 
 def tool_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
     """OpenAI's ``message.tool_calls`` read from a forced call's answer, or None where the
-    answer is not the whole JSON (cut short by ``max_tokens``)."""
+    answer is not the whole JSON (cut short by ``max_tokens``: :func:`cut_calls`)."""
     try:
         value = json.loads(text)
     except ValueError:
@@ -101,6 +102,36 @@ def tool_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
     else:
         return None
     return _openai_calls((name, json.dumps(args, ensure_ascii=False)) for name, args in pairs)
+
+
+# The start of a ``required`` call as the engine writes it: compact JSON, name first.
+_CALL_START = re.compile(
+    r'\s*,?\s*\{\s*"name"\s*:\s*"([A-Za-z0-9_-]{1,64})"\s*,\s*"arguments"\s*:\s*'
+)
+
+
+def cut_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
+    """The calls of a forced answer that ``max_tokens`` cut short, as OpenAI writes one:
+    each call whose name was written, the last one's ``arguments`` the JSON text written
+    so far (not valid JSON; the finish reason stays ``length``). None where not even a
+    call's name was written."""
+    if call.choice == "function":
+        return _openai_calls([(call.name, text)])
+    decoder, pairs, at = json.JSONDecoder(), [], text.find("[") + 1
+    if not at:
+        return None
+    while match := _CALL_START.match(text, at):
+        start = match.end()
+        try:
+            arguments, end = decoder.raw_decode(text, start)
+        except ValueError:
+            pairs.append((match.group(1), text[start:]))
+            break
+        pairs.append((match.group(1), json.dumps(arguments, ensure_ascii=False)))
+        at = text.find("}", end) + 1  # the call's own closing brace
+        if not at:
+            break
+    return _openai_calls(pairs) if pairs else None
 
 
 def _openai_calls(pairs: Any) -> list[dict[str, Any]]:
@@ -117,13 +148,16 @@ def _openai_calls(pairs: Any) -> list[dict[str, Any]]:
 
 def _chat_choice(index: int, choice: Choice, call: ToolCall | None) -> dict[str, Any]:
     """One choice; a forced call's answer becomes ``tool_calls`` with ``content`` null and
-    finish reason ``tool_calls`` (an answer cut short stays text, finish reason ``length``)."""
+    finish reason ``tool_calls``. An answer cut short by ``max_tokens`` keeps finish reason
+    ``length`` and is still the calls it began (:func:`cut_calls`), as OpenAI writes it."""
     message: dict[str, Any] = {"role": "assistant", "content": choice.text}
     finish_reason = choice.finish_reason
     calls = tool_calls(choice.text, call) if call is not None else None
     if calls is not None:
         message = {"role": "assistant", "content": None, "tool_calls": calls}
         finish_reason = "tool_calls"
+    elif call is not None and finish_reason == "length" and (cut := cut_calls(choice.text, call)):
+        message = {"role": "assistant", "content": None, "tool_calls": cut}
     elif choice.calls:  # "auto": the model called, perhaps after some text
         calls = _openai_calls((c["name"], c["arguments"]) for c in choice.calls)
         message = {"role": "assistant", "content": choice.text or None, "tool_calls": calls}
