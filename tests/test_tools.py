@@ -311,7 +311,7 @@ def test_the_engine_writes_structured_output_as_compact_json():
     with max_tokens 64 then spent its tokens on newlines. vLLM's own config takes it."""
     from vllm.config.structured_outputs import StructuredOutputsConfig
 
-    from core.run.engine import STRUCTURED_OUTPUTS
+    from core.run.structured import STRUCTURED_OUTPUTS
 
     config = StructuredOutputsConfig(**STRUCTURED_OUTPUTS)
     assert config.disable_any_whitespace and config.backend in ("guidance", "xgrammar")
