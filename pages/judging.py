@@ -35,6 +35,47 @@ def _model_picker(key: str) -> str:
     return choice
 
 
+def _judge_picker(text: str, max_tokens: int) -> str:
+    """The verdict judge's model: never one that failed its calibration with this template
+    and max tokens (each left out is named, with why and what to choose instead); one that
+    passed comes first."""
+    offered, refused = [], []
+    for folder in model_folders():
+        found = jg.calibration(text, jg.JudgeSettings(str(folder), max_tokens), paths().jobs)
+        if found is not None and found.state == "failed":
+            refused.append(found)
+        else:
+            offered.append((found is None or not found.passed, str(folder)))
+    options = [folder for _, folder in sorted(offered, key=lambda o: o[0])] + [OTHER_FOLDER]
+    for found in refused:
+        st.warning(escape(f"Not offered as a judge: {found.refusal()}"), icon=":material/block:")
+    choice = st.selectbox(
+        "Judge model", options, format_func=lambda p: Path(p).name or p, key="judge_model"
+    )
+    if choice == OTHER_FOLDER:
+        return st.text_input("Judge model folder", key="judge_model_path").strip()
+    return choice
+
+
+def _calibrate_first(text: str, settings: jg.JudgeSettings) -> None:
+    """Starts the judge's calibration, or says how the one running is doing."""
+    found = jg.calibration(text, settings, paths().jobs)
+    if found is None:
+        try:
+            found = jg.start_calibration(text, settings, paths().jobs)
+        except (jg.JudgeError, Refused) as exc:
+            st.error("The judge's calibration was not started:", icon=":material/block:")
+            st.text("\n".join(exc.problems))
+            return
+    st.info(
+        escape(
+            f"{found.summary()}. Before it may judge, the model grades {found.items} answers "
+            "whose verdicts are known; start the judge again once that job has finished."
+        ),
+        icon=":material/hourglass_top:",
+    )
+
+
 def _start(make: Callable[[], Started]) -> None:
     """Starts a judge job: then it is the current job, and the page moves to Monitor; or
     says why it was not started (the problems may quote the template: shown as text)."""
@@ -61,7 +102,10 @@ def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) ->
         "`system`, `messages`, `answer`, `metadata`, `custom_id`, `finish_reason`, `model`) "
         "becomes one request per answer, and structured output forces a verdict (pass or "
         "fail, a score from 1 to 5, a reason). It runs as a job (queue, Monitor, cancel, "
-        "resume); its verdicts join these results as a check named after it."
+        "resume); its verdicts join these results as a check named after it. A model judges "
+        "only once it has shown it can: first it grades ten answers whose verdicts are known "
+        "(a calibration, kept per model, template and max tokens), and one that gets fewer "
+        "than eight right is not offered."
     )
     found = judged.judges(db, job_ids)
     if not found.empty:
@@ -95,10 +139,14 @@ def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) ->
             sample = c[1].selectbox("Sample", list(names), format_func=names.get, key="judge_sm")
             choice = jg.Choice("sample", sample_id=sample)
         max_tokens = c[2].number_input("Max tokens per verdict", 16, 4096, 96, key="judge_mt")
-        model = _model_picker("judge")
+        model = _judge_picker(text, int(max_tokens))
         name = st.text_input("Job name (optional)", key="judge_name").strip()
         if st.button("Start judge job", type="primary", key="judge_start"):
             settings = jg.JudgeSettings(model, int(max_tokens), name or None, signed_in_user())
+            found = jg.calibration(text, settings, paths().jobs)
+            if found is None or found.state == "running":
+                _calibrate_first(text, settings)
+                return
             _start(
                 lambda: jg.start_judge(
                     db, graded, text, settings, choice, paths().jobs, label=label

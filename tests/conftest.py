@@ -155,3 +155,19 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def calibrated_judges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every verdict judge counts as having passed its calibration, in this process: for
+    the tests of what a judge does once offered (tests/test_judge_calibration.py tests the
+    calibration itself, and tests/test_judge_engine.py the built-in model's refusal)."""
+    from core.qa import calibration as cal
+    from core.qa import judge
+
+    def passed(text: str, settings: judge.JudgeSettings, jobs_dir: Path | None = None):
+        return cal.Calibration(
+            key="test", model=settings.model, job_id="job_test", state="passed", agreed=10
+        )
+
+    monkeypatch.setattr(judge, "calibration", passed)

@@ -30,7 +30,7 @@ from tests.conftest import run_cli
 from tests.factories import ScriptedExecutor
 from tests.test_results_pages import job_in_home
 
-pytestmark = pytest.mark.usefixtures("studio_home")
+pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 
 ROWS = [
     {"custom_id": "a", "answer": "Your refund is on its way.", "system": "Be kind."},

@@ -1,4 +1,5 @@
-"""A real judge job on the built-in model: ``core judge`` starts it, the real worker runs it,
+"""A real judge on the built-in model: ``core judge`` calibrates it and refuses it (it cannot
+judge); a judge job started in the library past its calibration runs on the real worker,
 structured output holds every verdict to the schema, and the verdicts join back as a check."""
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import jsonschema
 import pytest
 
 from core.config import data_paths
-from core.jobs.folder import JobFolder
-from core.qa.judge import DEFAULT_TEMPLATE, VERDICT_SCHEMA
+from core.jobs.folder import JobFolder, list_jobs
+from core.qa.judge import DEFAULT_TEMPLATE, VERDICT_SCHEMA, JudgeSettings, start_judge
 from core.store import checks, judged
 from core.store.db import Store
 from tests.conftest import run_cli
@@ -39,20 +40,41 @@ def wait_final(job: JobFolder, timeout: float = 400):
     raise AssertionError(f"{job.job_id} did not finish: {job.read_status()}")
 
 
-def test_core_judge_runs_a_judge_job_whose_verdicts_join_back_as_a_check(
+def test_core_judge_calibrates_the_built_in_model_and_refuses_it(
     warm_home, tmp_path, default_model
 ):
+    """Issue 38: all 40 verdicts of SmolLM2-135M contradicted their own score; it is not
+    offered as a judge, and the refusal says what it did and which model to choose."""
     graded = job_in_home(warm_home, ROWS)
     template = tmp_path / "judge.j2"
     template.write_text(DEFAULT_TEMPLATE, encoding="utf-8")
-    done = run_cli(
-        "judge", graded, "--template", str(template), "--model", str(default_model),
-        "--max-tokens", "80", "--name", "judge on the engine",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    job_id = done.stdout.strip()
-    assert job_id.startswith("job_") and "\n" not in job_id  # the id alone, for pipelines
-    job = JobFolder(data_paths().jobs / job_id)
+    args = ("judge", graded, "--template", str(template), "--model", str(default_model),
+            "--max-tokens", "80")  # fmt: skip
+    done = run_cli(*args)
+    assert done.returncode == 2, done.stderr
+    assert "calibrating the judge: SmolLM2-135M-Instruct grades 10 answers" in done.stderr
+    assert "calibration answers (at least 8 needed)" in done.stderr, done.stderr
+    assert "cannot judge" in done.stderr and "bigger instruct model" in done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr
+    links = [job.read_spec().judge for job in list_jobs(data_paths().jobs)]
+    assert not any(link and link.graded == [graded] for link in links)  # no judge job made
+    again = run_cli(*args)  # kept: refused at once, not calibrated again
+    assert again.returncode == 2 and "cannot judge" in again.stderr
+    assert "calibrating" not in again.stderr
+
+
+@pytest.mark.usefixtures("calibrated_judges")
+def test_a_judge_job_runs_on_the_engine_and_its_verdicts_join_back_as_a_check(
+    warm_home, default_model
+):
+    graded = job_in_home(warm_home, ROWS)
+    db = Store(data_paths().database)
+    try:
+        db.ingest_all(data_paths().jobs)
+        settings = JudgeSettings(str(default_model), 80, "judge on the engine")
+        job = start_judge(db, graded, DEFAULT_TEMPLATE, settings).job
+    finally:
+        db.close()
     status = wait_final(job)
     assert status.state == "completed", (status, job.log_tail())
     assert status.succeeded == len(ROWS)

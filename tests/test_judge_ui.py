@@ -19,7 +19,7 @@ from tests.test_judge import answer_judge, verdict
 from tests.test_pages import open_page
 from tests.test_results_pages import job_in_home
 
-pytestmark = pytest.mark.usefixtures("studio_home")
+pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 
 ROWS = [
     {"custom_id": "a", "answer": "Paris is the capital of France."},

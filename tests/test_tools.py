@@ -278,12 +278,45 @@ def test_a_forced_call_is_written_as_openais_tool_calls(text: str, call: ToolCal
     assert answer_text(line) == calls[0].function.arguments  # what Results shows and grades
 
 
-def test_a_call_cut_short_stays_text_with_finish_reason_length():
-    completion = Completion(9, [Choice('{"city": "Par', "length", 4)])
-    line = success_line("c1", "m", completion, CHAT_URL, {}, ToolCall("function", "weather"))
+@pytest.mark.parametrize(
+    ("text", "call", "expected"),
+    [
+        ('{"city":"Par', ToolCall("function", "weather"), [("weather", '{"city":"Par')]),
+        ('[{"name":"weather","arguments":{"city":"Pa', ToolCall("required"),
+         [("weather", '{"city":"Pa')]),
+        ('[{"name":"a","arguments":{}},{"name":"b","arguments":{"x":[1,', ToolCall("required"),
+         [("a", "{}"), ("b", '{"x":[1,')]),
+    ],
+)  # fmt: skip
+def test_a_call_cut_short_is_a_call_with_finish_reason_length(text, call, expected):
+    """As OpenAI writes it: the call it began, its arguments the JSON written so far."""
+    completion = Completion(9, [Choice(text, "length", 64)])
+    line = success_line("c1", "m", completion, CHAT_URL, {}, call)
+    choice = validate_line(line, CHAT_URL).choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls]
+    assert calls == expected
+
+
+def test_a_required_call_cut_before_its_name_stays_text():
+    completion = Completion(9, [Choice('[{"name":"wea', "length", 4)])
+    line = success_line("c1", "m", completion, CHAT_URL, {}, ToolCall("required"))
     choice = validate_line(line, CHAT_URL).choices[0]
     assert choice.finish_reason == "length" and choice.message.tool_calls is None
-    assert choice.message.content == '{"city": "Par'
+    assert choice.message.content == '[{"name":"wea'
+
+
+def test_the_engine_writes_structured_output_as_compact_json():
+    """vLLM's default lets a model write any whitespace inside guided JSON; a forced call
+    with max_tokens 64 then spent its tokens on newlines. vLLM's own config takes it."""
+    from vllm.config.structured_outputs import StructuredOutputsConfig
+
+    from core.run.structured import STRUCTURED_OUTPUTS
+
+    config = StructuredOutputsConfig(**STRUCTURED_OUTPUTS)
+    assert config.disable_any_whitespace and config.backend in ("guidance", "xgrammar")
+    # as xgrammar: a schema's object has only the properties it names
+    assert config.backend == "xgrammar" or config.disable_additional_properties
 
 
 def test_results_show_and_grade_a_calls_arguments(tmp_path: Path):
@@ -400,8 +433,8 @@ def test_every_tools_line_the_check_passes_runs_and_calls_with_valid_arguments(
             if body["tool_choice"] == "none":
                 assert choice.message.tool_calls is None and choice.finish_reason != "tool_calls"
                 continue
-            if choice.finish_reason == "length":  # cut short: the JSON is not whole
-                assert choice.message.tool_calls is None
+            if choice.finish_reason == "length":  # cut short: the calls begun, or text
+                assert (choice.message.tool_calls is None) != (choice.message.content is None)
                 continue
             called += 1
             assert choice.finish_reason == "tool_calls" and choice.message.content is None
@@ -414,3 +447,49 @@ def test_every_tools_line_the_check_passes_runs_and_calls_with_valid_arguments(
                 assert len(choice.message.tool_calls) == 1
     # A few answers run out of max_tokens inside a long string or list (SmolLM2 rambles).
     assert called >= 0.7 * sum(b["tool_choice"] != "none" for b in valid_bodies())
+
+
+TRIAGE = {
+    "type": "object",
+    "properties": {
+        "priority": {"type": "string", "enum": ["urgent", "normal", "low"]},
+        "team": {"type": "string", "enum": ["billing", "technical", "account"]},
+        "summary": {"type": "string", "maxLength": 60},
+    },
+    "required": ["priority", "team", "summary"],
+    "additionalProperties": False,
+}
+TICKETS = [
+    "My card was charged twice for the March invoice, please refund one charge.",
+    "The app crashes every time I open the settings screen since the last update.",
+]
+
+
+@pytest.mark.engine
+def test_forced_calls_fit_in_64_tokens_as_compact_json(warm_home, tmp_path: Path):
+    """Issue 38: with max_tokens 64, forced calls spent their tokens on whitespace inside
+    the guided JSON and came back as text; compact JSON fits, as OpenAI's calls do."""
+    bodies = [
+        _body(
+            messages=[{"role": "user", "content": f"Triage this ticket: {ticket}"}],
+            tools=[tool("triage", TRIAGE)],
+            tool_choice=choice,
+            max_tokens=64,
+            temperature=0,
+            **({"parallel_tool_calls": False} if choice == "required" else {}),
+        )
+        for ticket in TICKETS
+        for choice in (named("triage"), "required")
+    ]
+    path, out = tmp_path / "triage.jsonl", tmp_path / "out.jsonl"
+    _write(path, bodies)
+    result = run_cli("run", str(path), "-o", str(out))
+    assert result.returncode == 0, result.stderr[-2000:]
+    for raw in out.read_text().splitlines():
+        parsed = validate_line(json.loads(raw), CHAT_URL)
+        [choice] = parsed.choices
+        assert choice.finish_reason == "tool_calls", choice
+        [call] = choice.message.tool_calls
+        assert call.function.name == "triage"
+        jsonschema.validate(json.loads(call.function.arguments), TRIAGE)
+        assert parsed.usage.completion_tokens < 64

@@ -27,6 +27,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Literal
 
+from core.config import data_paths
 from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.submit import Started, Submission, submit
@@ -37,6 +38,7 @@ from core.plan.bounded_render import (
     RenderTimeout,
     TemplateProblem,
 )
+from core.qa import calibration as cal
 from core.schemas import EngineConfig, JobDefaults, JudgeLink, read_name
 from core.store.db import Store
 from core.store.results import ResultFilter, conversation, where
@@ -86,10 +88,13 @@ class JudgeError(ValueError):
     """A judge job that cannot be made; ``problems`` are sentences a user can act on,
     each naming the template line where it has one."""
 
-    def __init__(self, problems: list[str], *, template: bool = False) -> None:
+    def __init__(
+        self, problems: list[str], *, template: bool = False, calibration: bool = False
+    ) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
         self.template = template  # the template's fault (else: how the judge was asked)
+        self.calibration = calibration  # the model has not shown it can judge
 
 
 @dataclass
@@ -318,6 +323,83 @@ def submit_lines(
     return started
 
 
+def _home(jobs_dir: Path | None) -> Path:
+    return jobs_dir.parent if jobs_dir is not None else data_paths().home
+
+
+def calibration_key(template_text: str, settings: JudgeSettings) -> str:
+    """What a verdict judge's calibration holds for (:mod:`core.qa.calibration`)."""
+    return cal.calibration_key(
+        settings.model, template_text, settings.max_tokens, JUDGE_SYSTEM, VERDICT_SCHEMA
+    )
+
+
+def calibration(
+    template_text: str, settings: JudgeSettings, jobs_dir: Path | None = None
+) -> cal.Calibration | None:
+    """The calibration of this judge (model, template, ``max_tokens``), or None."""
+    return cal.lookup(calibration_key(template_text, settings), _home(jobs_dir))
+
+
+def start_calibration(
+    template_text: str, settings: JudgeSettings, jobs_dir: Path | None = None
+) -> cal.Calibration:
+    """Starts the job in which this judge grades the calibration answers, asked exactly as
+    its judge job will ask (template, system message, schema, ``max_tokens``).
+
+    Raises:
+        JudgeError: the template does not compile or fails on the calibration answers.
+        core.jobs.submit.Refused: the model folder or the settings cannot run.
+    """
+    contexts = (
+        (item.custom_id, {
+            "messages": [{"role": "user", "content": item.prompt}], "system": "",
+            "prompt": item.prompt, "answer": item.answer, "metadata": {},
+            "custom_id": item.custom_id, "finish_reason": "stop", "model": "",
+        })
+        for item in cal.ITEMS
+    )  # fmt: skip
+    model = Path(settings.model).name or "judge"
+    key = calibration_key(template_text, settings)
+    lines = [
+        judge_line(cid, text, VERDICT_SCHEMA, {"calibration": key}, model, settings.max_tokens)
+        for cid, text in render_all(template_text, contexts)
+    ]
+    with tempfile.TemporaryDirectory(prefix="calibration-") as tmp:
+        file = Path(tmp) / "judge_calibration.jsonl"
+        file.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        submission = Submission(
+            engine=EngineConfig(model=settings.model),
+            defaults=JobDefaults(max_tokens=settings.max_tokens, temperature=0),
+            name=read_name(f"judge calibration of {model}"),
+            source="judge_calibration.jsonl",
+            owner=settings.owner,
+        )
+        started = submit(file, submission, jobs_dir)
+    return cal.record(key, settings.model, started.job.job_id, _home(jobs_dir))
+
+
+def require_calibrated(
+    template_text: str, settings: JudgeSettings, jobs_dir: Path | None = None
+) -> cal.Calibration:
+    """This judge's calibration, if it passed.
+
+    Raises:
+        JudgeError: it failed (what it did, and which model to choose), is running, or has
+            not been run.
+    """
+    found = calibration(template_text, settings, jobs_dir)
+    if found is None:
+        name = Path(settings.model).name or settings.model
+        raise JudgeError([f"{name} has not been calibrated as a judge with this template "
+                          f"and max tokens: calibrate it first"], calibration=True)  # fmt: skip
+    if found.state == "running":
+        raise JudgeError([f"{found.summary()}: wait for it to finish"], calibration=True)
+    if not found.passed:
+        raise JudgeError([found.refusal()], calibration=True)
+    return found
+
+
 def new_check_name() -> str:
     """A judge's name among the checks: ``judge_`` and six hex digits (``JUDGE_CHECK``)."""
     return f"judge_{secrets.token_hex(3)}"
@@ -335,8 +417,8 @@ def start_judge(
     """Renders the template over the chosen results of ``job_id`` and starts the judge job.
 
     Raises:
-        JudgeError: the template does not compile or fails on some results, or nothing is
-            chosen (nothing was created).
+        JudgeError: the template does not compile or fails on some results, nothing is
+            chosen, or the judge has not passed its calibration (nothing was created).
         core.jobs.submit.Refused: the model folder or the settings cannot run.
     """
     check_template(template_text)
@@ -344,6 +426,7 @@ def start_judge(
     first = next(rows, None)
     if first is None:
         raise JudgeError(["no answers to judge: the choice picks no succeeded result"])
+    require_calibrated(template_text, settings, jobs_dir)
     contexts = (
         (row["custom_id"], {**base_context(row), "answer": row["answer"] or ""})
         for row in chain([first], rows)

@@ -25,6 +25,7 @@ from core.devices import cpu_has_bf16, gpu_count
 from core.model_folders import is_cross_encoder, is_pooling_model
 from core.run.outputs import Choice, Completion, Embeddings
 from core.run.pooling import Gathering, pair_requests
+from core.run.structured import STRUCTURED_OUTPUTS
 from core.run.tool_parsing import read_calls
 from core.schemas import EngineConfig
 
@@ -161,6 +162,8 @@ class Engine:
         }
         if self.pooling:
             kwargs["runner"] = "pooling"
+        else:
+            kwargs["structured_outputs_config"] = dict(STRUCTURED_OUTPUTS)
         optional = {
             "max_model_len": c.max_model_len,
             "max_num_seqs": c.max_num_seqs,

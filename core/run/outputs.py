@@ -14,7 +14,6 @@ format ignore it).
 from __future__ import annotations
 
 import base64
-import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from core.run.tool_calls import ToolCall, cut_calls, openai_calls, tool_calls
 
 Sampling = Mapping[str, Any]  # what a request ran with: ``EngineRequest.sampling``
 
@@ -78,54 +79,20 @@ def _completions_usage(completion: Completion) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    """The tool call a request forced (``EngineRequest.tool_choice`` and ``tool_name``):
-    its answer is the JSON the engine held it to, written as ``message.tool_calls``."""
-
-    choice: str  # "required" (a list of {"name", "arguments"}) or "function" (arguments)
-    name: str | None = None  # the function a "function" choice calls
-
-
-def tool_calls(text: str, call: ToolCall) -> list[dict[str, Any]] | None:
-    """OpenAI's ``message.tool_calls`` read from a forced call's answer, or None where the
-    answer is not the whole JSON (cut short by ``max_tokens``)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if call.choice == "function":
-        pairs = [(call.name, value)]
-    elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
-        pairs = [(v.get("name"), v.get("arguments")) for v in value]
-    else:
-        return None
-    return _openai_calls((name, json.dumps(args, ensure_ascii=False)) for name, args in pairs)
-
-
-def _openai_calls(pairs: Any) -> list[dict[str, Any]]:
-    """OpenAI's ``tool_calls`` from ``(name, arguments as a JSON string)`` pairs."""
-    return [
-        {
-            "id": f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": name, "arguments": arguments},
-        }
-        for name, arguments in pairs
-    ]
-
-
 def _chat_choice(index: int, choice: Choice, call: ToolCall | None) -> dict[str, Any]:
     """One choice; a forced call's answer becomes ``tool_calls`` with ``content`` null and
-    finish reason ``tool_calls`` (an answer cut short stays text, finish reason ``length``)."""
+    finish reason ``tool_calls``. An answer cut short by ``max_tokens`` keeps finish reason
+    ``length`` and is still the calls it began (:func:`cut_calls`), as OpenAI writes it."""
     message: dict[str, Any] = {"role": "assistant", "content": choice.text}
     finish_reason = choice.finish_reason
     calls = tool_calls(choice.text, call) if call is not None else None
     if calls is not None:
         message = {"role": "assistant", "content": None, "tool_calls": calls}
         finish_reason = "tool_calls"
+    elif call is not None and finish_reason == "length" and (cut := cut_calls(choice.text, call)):
+        message = {"role": "assistant", "content": None, "tool_calls": cut}
     elif choice.calls:  # "auto": the model called, perhaps after some text
-        calls = _openai_calls((c["name"], c["arguments"]) for c in choice.calls)
+        calls = openai_calls((c["name"], c["arguments"]) for c in choice.calls)
         message = {"role": "assistant", "content": choice.text or None, "tool_calls": calls}
         finish_reason = "tool_calls"
     return {

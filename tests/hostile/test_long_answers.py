@@ -12,7 +12,7 @@ from core.store import checks, judged
 from tests.test_judge import answer_judge, open_store, verdict
 from tests.test_results_pages import job_in_home
 
-pytestmark = pytest.mark.usefixtures("studio_home")
+pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 
 LONG = {"l1", "l2", "l3"}  # answers far beyond SmolLM2's 8,192-token context
 

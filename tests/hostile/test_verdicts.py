@@ -13,7 +13,7 @@ from core.store import judged
 from tests.test_judge import answer_judge, input_lines, open_store
 from tests.test_results_pages import job_in_home
 
-pytestmark = pytest.mark.usefixtures("studio_home")
+pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 
 LENIENT = {
     "trailing_comma": '{"verdict": "pass", "score": 5, "reason": "fine",}',
