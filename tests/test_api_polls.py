@@ -4,6 +4,8 @@ same bytes, the same rules, and nothing but an unchanged batch answered there.""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import openai
 import pytest
@@ -54,7 +56,10 @@ def _auth(key: str) -> dict[str, str]:
 def test_a_poll_of_an_unchanged_batch_skips_the_middleware_with_the_routes_bytes(
     served, keys, model
 ):
-    running = _walk(JobStatus(total=3, done=1, succeeded=1), "created", "queued", "running")
+    alive = {"pid": os.getpid(), "heartbeat_at": time.time()}  # a worker that is running
+    running = _walk(
+        JobStatus(total=3, done=1, succeeded=1, **alive), "created", "queued", "running"
+    )
     job = _job_with_status(data_paths().home, model, running, [_result("r0", True)], [])
     spec = json.loads(job.spec_file.read_text())
     spec["provenance"]["owner"] = "alice"
@@ -72,7 +77,7 @@ def test_a_poll_of_an_unchanged_batch_skips_the_middleware_with_the_routes_bytes
     assert {p.content for p in polls} == {first.content}  # ...with the routes' bytes
     assert {p.headers["content-type"] for p in polls} == {first.headers["content-type"]}
     assert polls[0].parse().request_counts.completed == 1  # the SDK's Batch type
-    status = _walk(JobStatus(total=3, done=3, succeeded=3), "created", "queued", "running")
+    status = _walk(JobStatus(total=3, done=3, succeeded=3, **alive), "created", "queued", "running")
     job.write_status(status)
     assert alice.batches.retrieve(job.job_id).status == "finalizing"  # a change: the routes
     assert reached == [f"GET {path}"] * 2
