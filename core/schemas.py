@@ -259,6 +259,13 @@ class JobSpec(Model):
         return owner if isinstance(owner, str) else None
 
     @property
+    def owner_key(self) -> str | None:
+        """The id of the API key that made the job (core/api/keys.py), which owns it in
+        the API; None when no key did."""
+        key = self.provenance.get("owner_key")
+        return key if isinstance(key, str) else None
+
+    @property
     def origin(self) -> str:
         """Its owner and metadata in one line (``owner alice · team=support``), shown
         wherever a job is picked; "" when it has neither."""

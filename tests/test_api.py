@@ -181,6 +181,15 @@ def _job_with_status(
     return job
 
 
+def own(job: JobFolder, name: str) -> None:
+    """Makes a job the CLI made the API key ``name``'s, recorded as a batch it created is:
+    by the key's id (and its name, shown as the owner)."""
+    [key] = [k for k in read_keys(data_paths().home) if k.name == name]
+    spec = json.loads(job.spec_file.read_text())
+    spec["provenance"].update(owner=name, owner_key=key.identity)
+    job.spec_file.write_text(json.dumps(spec))
+
+
 def _result(custom_id: str, ok: bool) -> str:
     body = {"id": "x", "object": "chat.completion"} if ok else None
     error = None if ok else {"code": "cancelled", "message": "cancelled"}
@@ -233,9 +242,7 @@ def test_every_job_is_a_batch_in_openai_terms_with_its_result_files(api, keys, s
     # ...and this machine's user (no key, on loopback: the real server's test) sees all;
     # here, the owner is made alice's so the key may read them.
     for job in (waiting, completed, cancelled, live):
-        spec = json.loads(job.spec_file.read_text())
-        spec["provenance"]["owner"] = "alice"
-        job.spec_file.write_text(json.dumps(spec))
+        own(job, "alice")
     by_id = {b.id: b for b in client.batches.list()}
     assert list(by_id) == sorted(by_id, reverse=True)  # newest first
     assert by_id[waiting.job_id].status == "validating"
@@ -495,9 +502,7 @@ def test_a_batch_past_its_window_is_expired_with_what_finished(api, keys, model)
     )
     expired_lines = [_result("r1", False), _result("r2", False)]
     job = _job_with_status(home, model, ended, [_result("r0", True)], expired_lines)
-    spec = json.loads(job.spec_file.read_text())
-    spec["provenance"]["owner"] = "alice"
-    job.spec_file.write_text(json.dumps(spec))
+    own(job, "alice")
     batch = client.batches.retrieve(job.job_id)
     assert batch.status == "expired" and batch.expired_at and batch.completed_at is None
     assert batch.request_counts.model_dump() == {"total": 3, "completed": 1, "failed": 2}
@@ -517,8 +522,8 @@ def _ended_batch(home: Path, model: Path, owner: str, expires_seconds: int | Non
     job = _job_with_status(
         home, model, stopped, [_result("r0", True)], [_result("r1", False), _result("r2", False)]
     )
+    own(job, owner)
     spec = json.loads(job.spec_file.read_text())
-    spec["provenance"]["owner"] = owner
     spec["batch"] = {
         "input_file_id": "file-" + "0" * 24,
         "endpoint": "/v1/chat/completions",
@@ -620,9 +625,7 @@ def test_a_poll_of_an_unchanged_batch_reads_no_file_and_sees_each_change(
         JobStatus(total=3, done=1, succeeded=1, **alive), "created", "queued", "running"
     )
     job = _job_with_status(data_paths().home, model, running, [_result("r0", True)], [])
-    spec = json.loads(job.spec_file.read_text())
-    spec["provenance"]["owner"] = "alice"
-    job.spec_file.write_text(json.dumps(spec))
+    own(job, "alice")
     alice, bob = sdk(api, keys["alice"]), sdk(api, keys["bob"])
     assert alice.batches.retrieve(job.job_id).request_counts.completed == 1
     reads: list[str] = []

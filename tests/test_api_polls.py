@@ -3,7 +3,6 @@ same bytes, the same rules, and nothing but an unchanged batch answered there.""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -19,7 +18,14 @@ from core.api.polls import BatchPolls, batch_polls
 from core.api.routes import api_routes
 from core.config import data_paths
 from core.schemas import JobStatus
-from tests.test_api import _ended_batch, _job_with_status, _result, _walk, assert_openai_error
+from tests.test_api import (
+    _ended_batch,
+    _job_with_status,
+    _result,
+    _walk,
+    assert_openai_error,
+    own,
+)
 
 reached: list[str] = []
 
@@ -61,9 +67,7 @@ def test_a_poll_of_an_unchanged_batch_skips_the_middleware_with_the_routes_bytes
         JobStatus(total=3, done=1, succeeded=1, **alive), "created", "queued", "running"
     )
     job = _job_with_status(data_paths().home, model, running, [_result("r0", True)], [])
-    spec = json.loads(job.spec_file.read_text())
-    spec["provenance"]["owner"] = "alice"
-    job.spec_file.write_text(json.dumps(spec))
+    own(job, "alice")
     path = f"/v1/batches/{job.job_id}"
     first = served.get(path, headers=_auth(keys["alice"]))
     assert reached == [f"GET {path}"]  # read once through the routes

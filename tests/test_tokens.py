@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from core.check.requests import EngineRequest
 from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from core.config import default_model_dir
+from tests.conftest import run_cli
 
 MODEL = default_model_dir()
 pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
@@ -215,3 +217,66 @@ def test_logit_bias_on_a_token_the_model_lacks_is_refused_with_its_line(tmp_path
     (error,) = report.errors
     assert (error.line, error.param) == (2, "body.logit_bias")
     assert f"token id {vocab}; the model's ids run from 0 to {vocab - 1}" in error.message
+
+
+# transformers' extensions to Jinja, as a Llama 3.1 style template uses them: the loop
+# controls, strftime_now, tojson with its options, `tools is none` (transformers passes it),
+# a {% generation %} block, and a bos_token that is only used when the tokenizer has one.
+EXTENDED_TEMPLATE = (
+    "{{- bos_token if bos_token is defined else '' -}}\n"
+    '{%- set today = strftime_now("%d %b %Y") -%}\n'
+    "<|im_start|>system\nToday is {{ today }}.{% if tools is not none %} Tools: "
+    "{{ tools | tojson(separators=(',', ':'), sort_keys=true) }}{% endif %}<|im_end|>\n"
+    "{% for m in messages %}\n"
+    "{%- if m['role'] == 'system' %}{% continue %}{% endif %}\n"
+    "{%- if loop.index > 6 %}{% break %}{% endif %}\n"
+    "<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] }}{% endgeneration %}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n"
+    "{% endfor %}\n"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_using_transformers_extensions_is_counted_as_the_tokenizer_renders_it(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "extended"
+    shutil.copytree(MODEL, folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "chat_template.jinja").write_text(EXTENDED_TEMPLATE)
+    counter = TokenCounter(folder)  # it compiles: no "the chat template does not compile"
+    conversations = [*CONVERSATIONS, [{"role": "user", "content": f"turn {i}"} for i in range(9)]]
+    expected = reference_counts(folder, conversations)
+    counter.start_file()
+    assert counter.count_requests([chat(c) for c in conversations]) == expected
+    assert "Today is " in counter.renderer.render(CONVERSATIONS[0])
+
+
+@pytest.mark.engine
+def test_the_engine_reports_the_prompt_tokens_the_check_counted_under_those_extensions(
+    studio_home: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "SmolLM2-extended"
+    folder.mkdir()
+    for item in MODEL.iterdir():
+        if item.name != "chat_template.jinja":
+            os.symlink(item, folder / item.name)
+    (folder / "chat_template.jinja").write_text(EXTENDED_TEMPLATE)
+    conversations = [*CONVERSATIONS, [{"role": "user", "content": f"turn {i}"} for i in range(9)]]
+    batch, out = tmp_path / "batch.jsonl", tmp_path / "out.jsonl"
+    batch.write_text(
+        "".join(
+            json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions",
+                        "body": {"model": "m", "messages": c, "max_tokens": 1}}) + "\n"
+            for i, c in enumerate(conversations)
+        )
+    )  # fmt: skip
+    result = run_cli("check", str(batch), "--model", str(folder))
+    assert "not counted" not in result.stdout + result.stderr, result.stdout
+    result = run_cli("run", str(batch), "-o", str(out), "--model", str(folder))
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(raw) for raw in out.read_text().splitlines()]
+    engine = [line["response"]["body"]["usage"]["prompt_tokens"] for line in lines]
+    counter = TokenCounter(folder)
+    counter.start_file()
+    assert counter.count_requests([chat(c) for c in conversations]) == engine

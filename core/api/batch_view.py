@@ -19,7 +19,8 @@ from typing import Any
 
 import msgspec
 
-from core.api.files import has_lines, job_file_id, owner_of_job, visible
+from core.api.files import Owner, has_lines, job_file_id, owner_of_job, visible
+from core.api.keys import Caller
 from core.check.requests import CHAT_URL
 from core.jobs.folder import JobFolder
 from core.jobs.recovery import interrupted_message, wake_worker
@@ -198,11 +199,11 @@ def body_of(batch: dict) -> bytes:
 # Job folder -> (stamp, owner, batch, its body): a poll of an unchanged job costs four lstat
 # calls, not two files parsed nor a dict serialized (what 50 clients polling a running batch
 # ask over and over).
-_ANSWERS: dict[str, tuple[tuple, str | None, dict, bytes]] = {}
+_ANSWERS: dict[str, tuple[tuple, Owner, dict, bytes]] = {}
 ANSWERS_KEPT = 4_096
 
 
-def answer(job: JobFolder) -> tuple[str | None, dict]:
+def answer(job: JobFolder) -> tuple[Owner, dict]:
     """The job's owner and its ``Batch``, from the cache while its files are unchanged.
 
     Raises:
@@ -221,7 +222,7 @@ def answer(job: JobFolder) -> tuple[str | None, dict]:
     return owner, batch
 
 
-def kept_body(home: Path, batch_id: str, caller: str | None) -> bytes | None:
+def kept_body(home: Path, batch_id: str, caller: Caller | None) -> bytes | None:
     """The batch's response body from memory when its job's files are unchanged since it
     was read (no file read: safe on the server's event loop); None when
     :func:`core.api.batches.get_batch` must read them, or say it is not the caller's.

@@ -25,12 +25,14 @@ from core.api.batch_view import METADATA_VALUE, UrlOnly, answer, batch_of, opena
 from core.api.errors import ApiError, not_found
 from core.api.files import (
     FileRecord,
+    Owner,
     content_path,
     expires_after,
     owner_of_job,
     read_record,
     visible,
 )
+from core.api.keys import Caller
 from core.check import check_file
 from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
 from core.config import default_model_dir
@@ -64,7 +66,13 @@ class RefusedBatch(msgspec.Struct):
     """A batch that failed validation and so made no job: its answer and its owner."""
 
     batch: dict[str, Any]
-    owner: str | None = None
+    owner: str | None = None  # the key's name
+    owner_key: str | None = None  # the key's id (None: no key, or refused before ids)
+
+    def ownership(self) -> Owner:
+        # Only a key's batch has an owner, so a name without an id is one from before ids.
+        legacy = self.owner_key is None and self.owner is not None
+        return Owner(self.owner_key, self.owner, int(self.batch.get("created_at") or 0), legacy)
 
 
 def _read_refused(path: Path) -> RefusedBatch | None:
@@ -75,7 +83,7 @@ def _read_refused(path: Path) -> RefusedBatch | None:
 
 
 def _refuse(
-    home: Path, request: dict[str, Any], errors: list[dict[str, Any]], owner: str | None
+    home: Path, request: dict[str, Any], errors: list[dict[str, Any]], owner: Caller | None
 ) -> dict:
     now = int(time.time())
     batch = {
@@ -94,11 +102,12 @@ def _refuse(
     }
     path = _refused_path(home, batch["id"])
     assert path is not None
-    write_atomic(path, msgspec.json.encode(RefusedBatch(batch, owner)))
+    name, key = (owner.name, owner.key_id) if owner is not None else (None, None)
+    write_atomic(path, msgspec.json.encode(RefusedBatch(batch, name, key)))
     return batch
 
 
-def refused_batches(home: Path, caller: str | None = None) -> list[dict[str, Any]]:
+def refused_batches(home: Path, caller: Caller | None = None) -> list[dict[str, Any]]:
     """The batches that failed validation a caller sees (None: this machine's user, every
     one), as the API answers them, newest first. They made no job, so the Jobs page and
     ``core jobs list`` show them from here, beside the jobs."""
@@ -106,7 +115,7 @@ def refused_batches(home: Path, caller: str | None = None) -> list[dict[str, Any
     found = []
     for path in folder.glob(f"{_BATCH_ID}*.json") if folder.is_dir() else ():
         refused = _read_refused(path)
-        if refused is not None and visible(refused.owner, caller):
+        if refused is not None and visible(refused.ownership(), caller):
             found.append(refused.batch)
     return sorted(found, key=lambda b: (b["created_at"], b["id"]), reverse=True)
 
@@ -143,7 +152,7 @@ def refused_rows(home: Path) -> list[dict[str, Any]]:
 # -- reading --------------------------------------------------------------------------------
 
 
-def get_batch(home: Path, batch_id: str, caller: str | None) -> dict:
+def get_batch(home: Path, batch_id: str, caller: Caller | None) -> dict:
     """One batch the caller may see (what clients poll: answered from files, never
     DuckDB, and from memory while the job's files are unchanged).
 
@@ -153,7 +162,7 @@ def get_batch(home: Path, batch_id: str, caller: str | None) -> dict:
     refused_path = _refused_path(home, batch_id)
     if refused_path is not None:
         refused = _read_refused(refused_path)
-        if refused is not None and visible(refused.owner, caller):
+        if refused is not None and visible(refused.ownership(), caller):
             return refused.batch
         raise not_found("batch", batch_id)
     job = _job_folder(home, batch_id)
@@ -173,7 +182,7 @@ def _job_folder(home: Path, batch_id: str) -> JobFolder:
     return JobFolder(home / "jobs" / batch_id)
 
 
-def _job(home: Path, batch_id: str, caller: str | None) -> JobFolder:
+def _job(home: Path, batch_id: str, caller: Caller | None) -> JobFolder:
     job = _job_folder(home, batch_id)
     try:
         spec = job.read_spec()
@@ -184,7 +193,7 @@ def _job(home: Path, batch_id: str, caller: str | None) -> JobFolder:
     return job
 
 
-def list_batches(home: Path, caller: str | None, limit: int, after: str | None) -> dict:
+def list_batches(home: Path, caller: Caller | None, limit: int, after: str | None) -> dict:
     """A page of the batches a caller sees, newest first (OpenAI's cursor page)."""
     found: list[tuple[int, str, dict]] = []
     for job in list_jobs(home / "jobs"):
@@ -291,7 +300,7 @@ def _line_errors(report: Any) -> list[dict[str, Any]]:
     ]
 
 
-def create_batch(home: Path, body: Any, caller: str | None) -> dict:
+def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
     """Validates the request and its file as OpenAI does (all lines or none), then makes
     the job with :func:`submit`; returns the batch.
 
@@ -301,7 +310,7 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
     """
     request = _request(body)
     record: FileRecord | None = read_record(home, request["input_file_id"])
-    if record is None or not visible(record.owner, caller):
+    if record is None or not visible(record.ownership(), caller):
         raise not_found("file", request["input_file_id"])
     path = content_path(home, record.id)
     errors = _url_mismatches(path, request["endpoint"])
@@ -313,7 +322,8 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
         engine=EngineConfig(model=str(default_model_dir())),
         model_map=studio_model_map(home),
         source=record.filename,
-        owner=caller,
+        owner=caller.name if caller is not None else None,
+        owner_key=caller.key_id if caller is not None else None,
         name=request["metadata"].get("name"),
         metadata=request["metadata"],
         batch=BatchOrigin(
@@ -337,7 +347,7 @@ def create_batch(home: Path, body: Any, caller: str | None) -> dict:
     return batch_of(started.job)
 
 
-def cancel_batch(home: Path, batch_id: str, caller: str | None) -> dict:
+def cancel_batch(home: Path, batch_id: str, caller: Caller | None) -> dict:
     """Cancels as the app's cancel does: ``cancelling`` while the requests in the engine
     finish (kept in the output file), then ``cancelled``."""
     refused_path = _refused_path(home, batch_id)

@@ -32,6 +32,7 @@ from python_multipart.multipart import MultipartParseError, MultipartParser, par
 
 from core.api.errors import ApiError, not_found
 from core.api.form import MAX_UPLOAD_ENV, Form, too_large
+from core.api.keys import Caller
 from core.files import file_atomic, write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.ledger import combined_lines
@@ -56,6 +57,12 @@ class FileRecord(BaseModel):
     purpose: str
     owner: str | None = None  # the key's name; None: this machine's user
     expires_at: int | None = None  # from the upload's expires_after; None: kept
+    owner_key: str | None = None  # the key's id (None: no key, or an upload from before ids)
+
+    def ownership(self) -> Owner:
+        # Only a key uploads with an owner, so a name without an id is a key's from before ids.
+        legacy = self.owner_key is None and self.owner is not None
+        return Owner(self.owner_key, self.owner, self.created_at, legacy)
 
     def openai(self) -> dict:
         """The file as OpenAI's ``FileObject``."""
@@ -141,10 +148,43 @@ def _record_path(home: Path, file_id: str) -> Path:
     return files_dir(home) / f"{file_id}.json"
 
 
-def visible(owner_of_thing: str | None, caller: str | None) -> bool:
+@dataclass(frozen=True)
+class Owner:
+    """Whose a file or batch is.
+
+    Attributes:
+        key: the id of the key that made it; None when no key did, or it was made before
+            keys had ids (then ``legacy``).
+        name: the key's name (or the user's, for a job made without a key), as shown.
+        made_at: when it was made (epoch seconds).
+        legacy: made before keys had ids, when only the name said whose it was.
+    """
+
+    key: str | None
+    name: str | None
+    made_at: int
+    legacy: bool = False
+
+
+def visible(owner: Owner, caller: Caller | None) -> bool:
     """Whether a caller sees a file or batch: this machine's user (None) sees all, a key
-    only what was made with it."""
-    return caller is None or owner_of_thing == caller
+    only what was made with it, by the key's id, never its name: a key made with a revoked
+    key's name sees none of that key's work.
+
+    What was made before keys had ids names its owner only by name. It stays with the key
+    of that name only if that key, too, is from before ids and already existed when the
+    thing was made; a key made later never inherits it (its holder on this machine sees it).
+    """
+    if caller is None:
+        return True
+    if owner.key is not None:
+        return owner.key == caller.key_id
+    return (
+        owner.legacy
+        and caller.legacy
+        and owner.name == caller.name
+        and owner.made_at >= caller.since
+    )
 
 
 # -- uploads -------------------------------------------------------------------------------
@@ -163,7 +203,7 @@ def _disk_full(exc: OSError) -> ApiError | None:
 
 
 async def receive_upload(
-    home: Path, content_type: str, body: AsyncIterator[bytes], owner: str | None
+    home: Path, content_type: str, body: AsyncIterator[bytes], owner: Caller | None
 ) -> FileRecord:
     """Reads a multipart upload (``file`` and ``purpose``) from ``body`` into the files
     folder as it arrives, and records it.
@@ -212,7 +252,8 @@ async def receive_upload(
         created_at=created,
         filename=form.filename or "upload.jsonl",
         purpose=purpose,
-        owner=owner,
+        owner=owner.name if owner is not None else None,
+        owner_key=owner.key_id if owner is not None else None,
         expires_at=created + seconds if seconds is not None else None,
     )
     try:
@@ -267,19 +308,19 @@ def read_record(home: Path, file_id: str) -> FileRecord | None:
     return None if expired(record.expires_at) else record
 
 
-def uploaded(home: Path, caller: str | None) -> list[FileRecord]:
+def uploaded(home: Path, caller: Caller | None) -> list[FileRecord]:
     """The uploads a caller sees, newest first."""
     folder = files_dir(home)
     if not folder.is_dir():
         return []
     records = (read_record(home, p.stem) for p in folder.glob("file-*.json"))
-    seen = [r for r in records if r is not None and visible(r.owner, caller)]
+    seen = [r for r in records if r is not None and visible(r.ownership(), caller)]
     return sorted(seen, key=lambda r: (r.created_at, r.id), reverse=True)
 
 
-def delete_upload(home: Path, file_id: str, caller: str | None) -> None:
+def delete_upload(home: Path, file_id: str, caller: Caller | None) -> None:
     record = read_record(home, file_id)
-    if record is None or not visible(record.owner, caller):
+    if record is None or not visible(record.ownership(), caller):
         if _JOB_FILE_ID.match(file_id):
             raise ApiError(
                 400,
@@ -316,9 +357,11 @@ def job_file_lines(job: JobFolder, kind: JobFileKind) -> Iterator[bytes]:
     yield from combined_lines(job, only="successes" if kind == "output" else "errors")
 
 
-def owner_of_job(spec: JobSpec) -> str | None:
-    """Whose a job is (:attr:`JobSpec.owner`)."""
-    return spec.owner
+def owner_of_job(spec: JobSpec) -> Owner:
+    """Whose a job is: :attr:`JobSpec.owner_key` and :attr:`JobSpec.owner`. A job whose
+    provenance has no ``owner_key`` at all was made before keys had ids."""
+    legacy = "owner_key" not in spec.provenance
+    return Owner(spec.owner_key, spec.owner, _epoch(spec.created_at), legacy)
 
 
 def has_lines(path: Path) -> bool:
@@ -370,7 +413,7 @@ class Listed:
     object: Callable[[], dict]
 
 
-def listed_files(home: Path, caller: str | None) -> list[Listed]:
+def listed_files(home: Path, caller: Caller | None) -> list[Listed]:
     """The files a caller sees, newest first: the uploads, and the output and error files
     of the batches that ended with lines in them (``batch_output``, as OpenAI lists
     them), less what has expired."""

@@ -20,7 +20,7 @@ from core.access import is_loopback
 from core.api import batch_view, batches, files
 from core.api.errors import ApiError, error_response, not_found
 from core.api.form import too_large
-from core.api.keys import owner_of
+from core.api.keys import Caller, owner_of
 from core.config import data_paths
 from core.jobs.folder import JobUnreadable
 from core.json_strict import strict_json
@@ -33,11 +33,11 @@ FILES_LIMIT_MAX = 10_000
 JSON_BODY_MAX = 1 << 20  # a batch request is a few hundred bytes; its lines go in a file
 JSON_DEPTH_MAX = 64  # metadata, the deepest field a request has, nests two deep
 
-Handler = Callable[[Request, Path, str | None], Awaitable[Response]]
+Handler = Callable[[Request, Path, Caller | None], Awaitable[Response]]
 
 
-def caller(request: Request, home: Path) -> str | None:
-    """Who calls: a stored key's name, or None for this machine's user (a loopback client
+def caller(request: Request, home: Path) -> Caller | None:
+    """Who calls: a stored key, or None for this machine's user (a loopback client
     with no key, or a key that is not stored: loopback admits anyone, as the app does).
 
     Raises:
@@ -47,7 +47,7 @@ def caller(request: Request, home: Path) -> str | None:
     return caller_of(home, request.headers.get("authorization", ""), host)
 
 
-def caller_of(home: Path, authorization: str, host: str | None) -> str | None:
+def caller_of(home: Path, authorization: str, host: str | None) -> Caller | None:
     """:func:`caller` from the ``Authorization`` header and the client's address.
 
     Raises:
@@ -138,7 +138,7 @@ async def _json_body(request: Request) -> object:
 
 
 @endpoint
-async def upload_file(request: Request, home: Path, who: str | None) -> Response:
+async def upload_file(request: Request, home: Path, who: Caller | None) -> Response:
     length, limit = request.headers.get("content-length", ""), files.max_upload_bytes()
     if length.isdigit() and int(length) > limit + files.FORM_OVERHEAD:
         raise too_large(limit)  # said before a byte is read; a chunked body is counted
@@ -148,7 +148,7 @@ async def upload_file(request: Request, home: Path, who: str | None) -> Response
 
 
 @endpoint
-async def list_files(request: Request, home: Path, who: str | None) -> Response:
+async def list_files(request: Request, home: Path, who: Caller | None) -> Response:
     def page() -> dict:
         records = files.listed_files(home, who)
         purpose = request.query_params.get("purpose")
@@ -177,10 +177,10 @@ async def list_files(request: Request, home: Path, who: str | None) -> Response:
     return JSONResponse(await run_in_threadpool(page))
 
 
-def _file(home: Path, file_id: str, who: str | None) -> tuple[dict, Callable]:
+def _file(home: Path, file_id: str, who: Caller | None) -> tuple[dict, Callable]:
     """A file the caller may see: its ``FileObject`` and its content's line iterator."""
     record = files.read_record(home, file_id)
-    if record is not None and files.visible(record.owner, who):
+    if record is not None and files.visible(record.ownership(), who):
         path = files.content_path(home, file_id)
 
         def chunks():
@@ -201,14 +201,14 @@ def _file(home: Path, file_id: str, who: str | None) -> tuple[dict, Callable]:
 
 
 @endpoint
-async def get_file(request: Request, home: Path, who: str | None) -> Response:
+async def get_file(request: Request, home: Path, who: Caller | None) -> Response:
     file_id = request.path_params["file_id"]
     obj, _ = await run_in_threadpool(_file, home, file_id, who)
     return JSONResponse(obj)
 
 
 @endpoint
-async def file_content(request: Request, home: Path, who: str | None) -> Response:
+async def file_content(request: Request, home: Path, who: Caller | None) -> Response:
     file_id = request.path_params["file_id"]
     _, content = await run_in_threadpool(_file, home, file_id, who)
     # A sync iterator: Starlette reads it in a worker thread, a block at a time.
@@ -216,7 +216,7 @@ async def file_content(request: Request, home: Path, who: str | None) -> Respons
 
 
 @endpoint
-async def delete_file(request: Request, home: Path, who: str | None) -> Response:
+async def delete_file(request: Request, home: Path, who: Caller | None) -> Response:
     file_id = request.path_params["file_id"]
     await run_in_threadpool(files.delete_upload, home, file_id, who)
     return JSONResponse({"id": file_id, "object": "file", "deleted": True})
@@ -226,20 +226,20 @@ async def delete_file(request: Request, home: Path, who: str | None) -> Response
 
 
 @endpoint
-async def create_batch(request: Request, home: Path, who: str | None) -> Response:
+async def create_batch(request: Request, home: Path, who: Caller | None) -> Response:
     body = await _json_body(request)
     return JSONResponse(await run_in_threadpool(batches.create_batch, home, body, who))
 
 
 @endpoint
-async def list_batches(request: Request, home: Path, who: str | None) -> Response:
+async def list_batches(request: Request, home: Path, who: Caller | None) -> Response:
     limit = _limit(request, 20, LIST_LIMIT_MAX)
     after = request.query_params.get("after")
     return JSONResponse(await run_in_threadpool(batches.list_batches, home, who, limit, after))
 
 
 @endpoint
-async def get_batch(request: Request, home: Path, who: str | None) -> Response:
+async def get_batch(request: Request, home: Path, who: Caller | None) -> Response:
     batch_id = request.path_params["batch_id"]
     # What every client polls: from memory while the job's files are unchanged (four lstat
     # calls; core/api/polls.py answers most before this), so it stays on the event loop; a
@@ -251,7 +251,7 @@ async def get_batch(request: Request, home: Path, who: str | None) -> Response:
 
 
 @endpoint
-async def cancel_batch(request: Request, home: Path, who: str | None) -> Response:
+async def cancel_batch(request: Request, home: Path, who: Caller | None) -> Response:
     batch_id = request.path_params["batch_id"]
     return JSONResponse(await run_in_threadpool(batches.cancel_batch, home, batch_id, who))
 
@@ -280,13 +280,13 @@ def _models(home: Path) -> dict[str, dict]:
 
 
 @endpoint
-async def list_models(request: Request, home: Path, who: str | None) -> Response:
+async def list_models(request: Request, home: Path, who: Caller | None) -> Response:
     found = await run_in_threadpool(_models, home)
     return JSONResponse({"object": "list", "data": list(found.values())})
 
 
 @endpoint
-async def get_model(request: Request, home: Path, who: str | None) -> Response:
+async def get_model(request: Request, home: Path, who: Caller | None) -> Response:
     name = request.path_params["model"]
     found = (await run_in_threadpool(_models, home)).get(name)
     if found is None:
@@ -295,7 +295,7 @@ async def get_model(request: Request, home: Path, who: str | None) -> Response:
 
 
 @endpoint
-async def unknown(request: Request, home: Path, who: str | None) -> Response:
+async def unknown(request: Request, home: Path, who: Caller | None) -> Response:
     raise ApiError(
         404,
         f"Invalid URL ({request.method} {request.url.path}): this server answers /v1/files, "

@@ -1,12 +1,15 @@
 """A model folder's chat template and context length, read without vLLM or transformers.
 
 :class:`ChatRenderer` renders a conversation as the engine will (generation prompt
-included), by plain string joins when the template is ChatML and with Jinja otherwise.
+included), by plain string joins when the template is ChatML and with Jinja otherwise, in
+the environment transformers compiles chat templates in (:func:`template_environment`).
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,16 @@ CONTEXT_KEYS = (
     "max_seq_len",
     "seq_length",
     "max_sequence_length",
+)
+# The named special tokens transformers passes to a template (``special_tokens_map``).
+SPECIAL_TOKENS = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
 )
 PROBES: list[list[dict[str, str]]] = [
     [{"role": "user", "content": "Hi there"}],
@@ -79,6 +92,70 @@ def template_source(folder: Path) -> tuple[str | None, dict[str, Any]]:
     return (template if isinstance(template, str) else None), config
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """transformers' ``tojson``: Jinja's own escapes HTML, and takes fewer options."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def _raise_exception(message: str) -> None:
+    raise TokenizerError(f"the chat template refused the conversation: {message}")
+
+
+@lru_cache(maxsize=1)
+def template_environment() -> Any:
+    """The Jinja environment transformers' ``apply_chat_template`` compiles a chat template
+    in (``transformers.utils.chat_template_utils``), which vLLM renders with: sandboxed,
+    ``trim_blocks`` and ``lstrip_blocks``, the loop controls (``{% break %}``,
+    ``{% continue %}``), ``{% generation %}`` blocks, ``raise_exception``,
+    ``strftime_now`` and its ``tojson``. Built here, not imported: importing transformers
+    costs seconds of CPU, this a few milliseconds."""
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_generation_block(), jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def _generation_block() -> type:
+    """``{% generation %}...{% endgeneration %}`` as transformers reads it when it does not
+    track assistant tokens: the block's text, as is."""
+    import jinja2.nodes
+    from jinja2.ext import Extension
+
+    class GenerationBlock(Extension):
+        tags = {"generation"}  # noqa: RUF012 (jinja2 Extension declares a set)
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            call = self.call_method("_body")
+            return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+        def _body(self, caller: Any) -> str:
+            return caller()
+
+    return GenerationBlock
+
+
 def _token_text(value: Any) -> str:
     if isinstance(value, dict):
         return str(value.get("content", ""))
@@ -89,25 +166,16 @@ class ChatRenderer:
     """Renders messages with a model's chat template (ChatML by joins when it matches)."""
 
     def __init__(self, template: str, tokenizer_config: dict[str, Any]) -> None:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        # The same environment settings transformers uses for chat templates.
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-        def raise_exception(message: str) -> None:
-            raise TokenizerError(f"the chat template refused the conversation: {message}")
-
-        env.globals["raise_exception"] = raise_exception
-        env.filters["tojson"] = lambda value, indent=None: json.dumps(
-            value, ensure_ascii=False, indent=indent
-        )
         try:
-            self._template = env.from_string(template)
+            self._template = template_environment().from_string(template)
         except Exception as exc:  # jinja2 raises several kinds; all mean "unusable here"
             raise TokenizerError(f"the chat template does not compile: {exc}") from None
+        # What transformers passes besides the messages: its named special tokens, only
+        # those the tokenizer has (an absent one is undefined to the template, not "").
         self._special = {
-            name: _token_text(tokenizer_config.get(name))
-            for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+            name: _token_text(tokenizer_config[name])
+            for name in SPECIAL_TOKENS
+            if tokenizer_config.get(name) is not None
         }
         self.chatml_default_system = self._detect_chatml()
 
@@ -115,9 +183,8 @@ class ChatRenderer:
         """The prompt as the template writes it; ``extra`` are more template variables
         (``tools``, as ``apply_chat_template`` passes them)."""
         try:
-            return self._template.render(
-                messages=messages, add_generation_prompt=True, **self._special, **extra
-            )
+            variables = {"tools": None, "documents": None, **self._special, **extra}
+            return self._template.render(messages=messages, add_generation_prompt=True, **variables)
         except TokenizerError:
             raise
         except Exception as exc:

@@ -5,23 +5,32 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.api.keys import KeyProblem, create_key, read_keys, revoke_key
+from core.api.keys import KeyProblem, create_key, read_keys, revoke_key, revoked_with_name
 from core.cli.common import EXIT_USAGE
 from core.config import data_paths
 
 
 def cmd_create(args: argparse.Namespace) -> int:
+    home = data_paths().home
+    revoked = revoked_with_name(home, args.name)
     try:
-        key = create_key(data_paths().home, args.name)
+        key = create_key(home, args.name)
     except KeyProblem as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(key)
     print(
         f"key {args.name!r} created: it is shown only now (only its hash is kept); its "
-        "holder owns the batches it makes and sees only those",
+        "holder owns the files and batches it makes and sees only those",
         file=sys.stderr,
     )
+    if revoked:
+        print(
+            f"note: a key named {args.name!r} was revoked before ({revoked[-1].revoked_at}); "
+            "this key is another one and does not see that key's files and batches (they "
+            "stay visible on this machine: the app, and the API without a key)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -54,6 +63,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     actions.add_parser("list", help="the keys' names and first characters").set_defaults(
         handler=cmd_list
     )
-    revoke = actions.add_parser("revoke", help="remove a key; its holder is refused")
+    revoke = actions.add_parser(
+        "revoke", help="revoke a key: its holder is refused; its work stays its own"
+    )
     revoke.add_argument("name")
     revoke.set_defaults(handler=cmd_revoke)

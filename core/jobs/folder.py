@@ -263,6 +263,7 @@ def create_job(
     model_map: dict[str, str] | None = None,
     shard_size: int = 10_000,
     owner: str | None = None,
+    owner_key: str | None = None,
     name: str = "",
     embedding_model: str | None = None,
     judge: JudgeLink | None = None,
@@ -271,7 +272,8 @@ def create_job(
     endpoints: list[str] | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
-    signed-in user, else this machine's user) goes into its provenance."""
+    signed-in user, else this machine's user) and ``owner_key`` (the API key that made
+    it, recorded as None when none did) go into its provenance."""
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())
     job.path.mkdir(parents=True)
@@ -293,7 +295,11 @@ def create_job(
         model_map=dict(model_map or {}),
         embedding_model=embedding_model,
         shard_size=shard_size,
-        provenance={**provenance(engine), "owner": owner or getpass.getuser()},
+        provenance={
+            **provenance(engine),
+            "owner": owner or getpass.getuser(),
+            "owner_key": owner_key,
+        },
         judge=judge,
         metadata=dict(metadata or {}),
         batch=batch,

@@ -92,6 +92,7 @@ class Submission:
     output_path: str | None = None
     source: str | None = None  # the file's name as the user knows it (an upload's own name)
     owner: str | None = None  # the signed-in user; None: this machine's user
+    owner_key: str | None = None  # the id of the API key that submits it (core/api/keys.py)
     name: str | None = None  # the job's name; None: made from the file (see default_name)
     # Where /v1/embeddings lines run (None: the built-in embedding model, if the file has any).
     embedding_model: str | None = None
@@ -251,6 +252,7 @@ def submit(
         model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
         shard_size=s.shard_size,
         owner=s.owner,
+        owner_key=s.owner_key,
         name=distinct_name(jobs_dir, name),  # another job's name gets " (2)"
         embedding_model=_embedding_model(s, report),
         judge=s.judge,
