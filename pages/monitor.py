@@ -301,13 +301,14 @@ def show(job: JobFolder) -> None:
     if numbers and not final:
         engine_section(numbers)
     if status.interrupted:
-        itself = (
-            " The studio resumes it by itself in a few seconds, once; or"
+        what = (
+            "The studio resumes the job by itself within seconds (once), or Resume does it "
+            "now: it runs"
             if resumes_by_itself(status)
-            else " It was resumed by itself once already, so it waits for you:"
+            else "It had been resumed by itself once already, so it is not again: Resume runs"
         )
         st.warning(
-            f"The worker stopped without finishing (killed or crashed).{itself} Resume runs "
+            f"The worker stopped without finishing (killed or crashed). {what} "
             f"only the {status.left:,} requests that have no result yet."
         )
     job_controls(job, key="monitor")

@@ -241,7 +241,7 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     interrupted = wait_progress(page, state="interrupted", at_least=1, timeout=60)
     assert interrupted < 16, "the job finished before its worker could be killed"
     expect(page.get_by_text("The worker stopped without finishing", exact=False)).to_be_visible()
-    expect(page.get_by_text("resumes it by itself", exact=False)).to_be_visible()
+    expect(page.get_by_text("resumes the job by itself", exact=False)).to_be_visible()
     screenshot(page, "run_7_interrupted")
     # Issue 38, item 3: nobody clicks Resume; the studio starts a worker, which resumes it.
     wait_for(lambda: worker_pids(home), 60, "the worker the studio started to resume it")

@@ -108,6 +108,12 @@ def test_monitor_flags_an_interrupted_job_and_offers_resume(studio_home):
     assert "running 3 requests on tiny" not in texts(at)
     assert metric(at, "ETA") == "–"  # nothing runs: no time to wait for, and not "done"
     assert [b.label for b in at.button] == ["Resume (2 to run)"]
+    assert "The studio resumes the job by itself within seconds (once)" in texts(at)
+    status.interruptions = 1  # it was resumed by itself once already (core.jobs.recovery)
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert "resumed by itself once already, so it is not again" in texts(at)
+    assert "only the 2 requests that have no result yet" in texts(at)
 
 
 def test_jobs_page_reconciles_and_verifies(studio_home):
