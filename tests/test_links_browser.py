@@ -259,6 +259,9 @@ def test_a_view_chosen_on_each_page_opens_the_same_from_its_address_in_the_brows
     assert set(costs.values()) == {"0.000813"}, costs  # each job: 3005 x 0.15 + 603 x 0.60
     type_choice(page, "Group by", "model")
     type_choice(page, "Chart to download as HTML", "latency")
+    # The address carries both (written by the page's run, which a busy machine may finish
+    # after the widgets settle): what a user copies.
+    expect(page).to_have_url(re.compile(r"(?=.*\bby=model\b)(?=.*\bchart=latency\b)"))
     other = same_view_elsewhere(page, "Dashboards")
     expect(other.get_by_role("combobox", name="Group by", exact=True)).to_have_value("model")
     chart = other.get_by_role("combobox", name="Chart to download as HTML", exact=True)
