@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from core.api.batch_view import batch_of
+from core.jobs import engine_files, recovery
 from core.jobs import folder as folder_module
-from core.jobs import recovery
 from core.jobs.folder import cancel, create_job, queue_job
 from core.jobs.ledger import read_ledger, verify_chain
 from core.run import worker
@@ -135,7 +135,7 @@ def test_a_worker_that_starts_resumes_the_jobs_a_dead_one_left(tmp_path, monkeyp
 
 def test_the_batch_api_says_an_interrupted_batch_resumes_and_wakes_a_worker(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr(recovery.subprocess, "Popen", lambda args, **kw: started.append(args))
+    monkeypatch.setattr(engine_files.subprocess, "Popen", lambda args, **kw: started.append(args))
     recovery._woken.clear()
     job = make_job(tmp_path, 2)
     queue_job(job)

@@ -16,13 +16,11 @@ looks every few seconds, and the Batch API when a client reads such a batch.
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from core.config import REPO_ROOT
+from core.jobs.engine_files import start_resident
 from core.jobs.engine_lock import EngineLock
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs, mark_queue_changed
 from core.schemas import JobStatus, now_iso
@@ -116,15 +114,7 @@ def wake_worker(jobs_dir: Path) -> bool:
     if EngineLock(jobs_dir).holder() is not None or not interrupted_jobs(jobs_dir):
         return False
     log.warning("interrupted jobs in %s: starting a worker to resume them", jobs_dir)
-    with (jobs_dir / "recovery.log").open("ab") as out:
-        subprocess.Popen(
-            [sys.executable, "-m", "core.run.worker", "--resident", str(jobs_dir)],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    start_resident(jobs_dir.parent)
     return True
 
 
