@@ -23,6 +23,7 @@ from core.check.tool_support import auto_support
 from core.check.tools import AUTO
 from core.devices import cpu_has_bf16, gpu_count
 from core.model_folders import is_cross_encoder, is_pooling_model
+from core.run.cpu_threads import WORKER_EXTENSION, CpuThreads
 from core.run.outputs import Choice, Completion, Embeddings
 from core.run.pooling import Gathering, pair_requests
 from core.run.structured import STRUCTURED_OUTPUTS
@@ -41,8 +42,10 @@ def cpu_thread_settings(threads: int) -> dict[str, str]:
     time slice behind at every step, and the others spin waiting for it (128 chats took
     5-12x their quiet time beside one busy core of two, and a warm engine 5x beside a
     second engine). Unbound, the scheduler moves a waiting thread's work to the free core;
-    passive, a waiting thread gives its core away. ``bench/neighbour.py`` measures it
-    against vLLM's own defaults beside the same neighbours.
+    passive, a waiting thread gives its core away. While it runs, the engine gives up the
+    threads a neighbour takes (:class:`core.run.cpu_threads.CpuThreads`).
+    ``bench/neighbour.py`` measures it against vLLM's own defaults beside the same
+    neighbours.
     """
     return {
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
@@ -51,13 +54,18 @@ def cpu_thread_settings(threads: int) -> dict[str, str]:
     }
 
 
+def cpu_threads() -> int:
+    """The threads a CPU engine of this process starts with: a core each."""
+    return int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0)))
+
+
 def configure_cpu_threads() -> None:
     """Sets :func:`cpu_thread_settings` for every core this process may use, unless set.
 
     OpenMP reads them once, when torch first loads: an engine process calls this at its
     start (the worker's ``main``), before anything imports torch.
     """
-    for name, value in cpu_thread_settings(len(os.sched_getaffinity(0))).items():
+    for name, value in cpu_thread_settings(cpu_threads()).items():
         os.environ.setdefault(name, value)
 
 
@@ -147,6 +155,10 @@ class Engine:
         self._inside: dict[str, tuple[int, int]] = {}  # request id -> (step admitted, limit)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
+        self.cpu_threads = None
+        if not self.on_gpu:
+            workers = self.llm.collective_rpc("process_id")
+            self.cpu_threads = CpuThreads(self._set_cpu_threads, cpu_threads(), workers)
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
 
     def _llm_kwargs(self) -> dict[str, Any]:
@@ -178,7 +190,11 @@ class Engine:
         else:
             # Compiled mode costs 60-90 s at every start on CPU for little gain.
             kwargs["enforce_eager"] = True
+            kwargs["worker_extension_cls"] = WORKER_EXTENSION
         return kwargs
+
+    def _set_cpu_threads(self, threads: int) -> None:
+        self.llm.collective_rpc("set_cpu_threads", args=(threads,))
 
     def _generated_tokens(self) -> int:
         metric = next(m for m in self.llm.get_metrics() if m.name == "vllm:generation_tokens")
@@ -294,6 +310,8 @@ class Engine:
         # Answers come back only when finished, so until the first token the engine's
         # token counter is read after each step (the prompts' steps: a few).
         tokens_before = None if self.pooling else self._generated_tokens()
+        if self.cpu_threads is not None:
+            self.cpu_threads.restart()  # idle since the last run: read the load afresh
         try:
             while True:
                 while not exhausted and not self.draining and len(inside) < window:
@@ -327,6 +345,8 @@ class Engine:
                         )
                 if not inside:
                     break
+                if self.cpu_threads is not None:
+                    self.cpu_threads.check()
                 running, started = len(inside), time.monotonic()
                 outputs = engine.step()
                 now = time.monotonic()
