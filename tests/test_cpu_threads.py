@@ -45,11 +45,13 @@ class FakeMachine:
         self.busy += (engine + others) * seconds
 
 
-def two_cores(monkeypatch: pytest.MonkeyPatch) -> tuple[CpuThreads, list[int], FakeMachine]:
+def two_cores(
+    monkeypatch: pytest.MonkeyPatch, threads: int = 2
+) -> tuple[CpuThreads, list[int], FakeMachine]:
     machine = FakeMachine(monkeypatch)
     monkeypatch.setattr(cpu_threads.os, "sched_getaffinity", lambda pid: {0, 1})
     applied: list[int] = []
-    return CpuThreads(applied.append, 2, []), applied, machine
+    return CpuThreads(applied.append, threads, []), applied, machine
 
 
 def test_drops_a_thread_while_a_neighbour_spins_and_takes_it_back(monkeypatch) -> None:
@@ -70,6 +72,15 @@ def test_drops_a_thread_while_a_neighbour_spins_and_takes_it_back(monkeypatch) -
     machine.run(CHECK_SECONDS, engine=1.0, others=0.0)
     threads.check()
     assert applied == [1, 2] and threads.threads == 2
+
+
+def test_never_more_threads_than_it_started_with(monkeypatch) -> None:
+    """OMP_NUM_THREADS=1 on two cores (as the tests' xdist workers set it): a cap, kept."""
+    threads, applied, machine = two_cores(monkeypatch, threads=1)
+    threads.check()
+    machine.run(CHECK_SECONDS, engine=1.0, others=0.0)
+    threads.check()
+    assert applied == [] and threads.threads == 1
 
 
 def test_reads_no_more_often_than_every_check_seconds(monkeypatch) -> None:

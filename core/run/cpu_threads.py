@@ -91,7 +91,8 @@ class CpuThreads:
 
     Args:
         apply: sets the engine's thread count.
-        threads: the count the engine started with (its ``OMP_NUM_THREADS``).
+        threads: the count the engine started with (its ``OMP_NUM_THREADS``): never
+            exceeded, since a user who set it meant it as a cap.
         workers: the process ids of the engine's workers (its engine core's, when it runs
             in a child process); their work and this process's are the engine's own.
     """
@@ -101,7 +102,7 @@ class CpuThreads:
     ) -> None:
         self._apply = apply
         self.cores = os.sched_getaffinity(0)
-        self.threads = threads
+        self.threads = self.ceiling = threads
         self._processes = engine_processes(workers)
         self._last: tuple[float, float, float] | None = None
 
@@ -119,7 +120,7 @@ class CpuThreads:
             return
         wall = reading[0] - last[0]
         others = max(0.0, (reading[1] - last[1]) - (reading[2] - last[2])) / wall
-        wanted = threads_for(len(self.cores), others)
+        wanted = min(self.ceiling, threads_for(len(self.cores), others))
         if wanted != self.threads:
             log.info(
                 "CPU threads %d -> %d: other processes use %.1f of %d cores",
