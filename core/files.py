@@ -1,5 +1,5 @@
 """Small file helpers every part shares: the one atomic write (of a file, or of a whole
-folder), and a file's SHA-256."""
+folder), the one JSON reader beside it, and a file's SHA-256."""
 
 from __future__ import annotations
 
@@ -82,6 +82,38 @@ def folder_atomic(target: Path, complete: Callable[[Path], bool]) -> Iterator[Pa
 def write_json_atomic(path: Path, data: Any) -> None:
     """:func:`write_atomic` of ``data`` as indented JSON (UTF-8, not escaped)."""
     write_atomic(path, json.dumps(data, ensure_ascii=False, indent=1))
+
+
+class JsonUnreadable(ValueError):
+    """A JSON file that is missing, cannot be read (permissions, a folder, a device
+    error), is not UTF-8, or holds no valid JSON. ``reason`` says which, for a message."""
+
+    def __init__(self, path: Path, reason: str, missing: bool = False) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason, self.missing = path, reason, missing
+
+
+def load_json(path: Path) -> Any:
+    """A JSON file's value, or :class:`JsonUnreadable` saying why there is none."""
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise JsonUnreadable(path, f"{Path(path).name} is missing", missing=True) from None
+    except UnicodeDecodeError as exc:
+        raise JsonUnreadable(path, f"not UTF-8 at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise JsonUnreadable(path, f"not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise JsonUnreadable(path, f"cannot be read: {exc.strerror or exc}") from None
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """A JSON file's value, or ``default`` when it has none (:func:`load_json`): for files
+    that are caches or optional (a model's config, the measured speeds)."""
+    try:
+        return load_json(path)
+    except JsonUnreadable:
+        return default
 
 
 def file_sha256(path: Path) -> str:

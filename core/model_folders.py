@@ -20,10 +20,9 @@ import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from core.config import default_embedding_model_dir, default_model_dir, models_dir
-from core.files import folder_atomic
+from core.files import folder_atomic, read_json
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +160,6 @@ class EmbeddingLimits:
     dimensions: int | None  # length of each vector; None if unknown
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def is_embedding_model(folder: str | Path) -> bool:
     """True for a folder whose model makes vectors (a bare encoder such as ``BertModel``, or
     anything sentence-transformers saved), False for a chat/generation model or no model."""
@@ -176,7 +168,7 @@ def is_embedding_model(folder: str | Path) -> bool:
         return True
     if any((folder / name).is_file() for name in SENTENCE_CONFIG_FILES):
         return True
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     architectures = config.get("architectures") if isinstance(config, dict) else None
     if not architectures or not isinstance(architectures, list):
         return False
@@ -193,7 +185,7 @@ def is_cross_encoder(folder: str | Path) -> bool:
     a sequence classifier of one label (``BertForSequenceClassification`` and the like),
     as cross-encoder rerankers are saved. vLLM scores pairs on such a model only (its
     ``score_type`` is then ``cross-encoder``; more labels classify, they do not score)."""
-    config = _read_json(Path(folder) / "config.json")
+    config = read_json(Path(folder) / "config.json")
     if not isinstance(config, dict):
         return False
     architectures = config.get("architectures") or []
@@ -234,20 +226,20 @@ def embedding_limits(folder: str | Path) -> EmbeddingLimits:
     sentence-transformers wrote one, else the config's ``hidden_size``.
     """
     folder = Path(folder)
-    config = _read_json(folder / "config.json")
+    config = read_json(folder / "config.json")
     config = config if isinstance(config, dict) else {}
-    tokenizer = _read_json(folder / "tokenizer_config.json")
+    tokenizer = read_json(folder / "tokenizer_config.json")
     tokenizer = tokenizer if isinstance(tokenizer, dict) else {}
     candidates = [config.get("max_position_embeddings"), config.get("n_positions")]
     if isinstance(tokenizer.get("model_max_length"), int | float):
         candidates.append(int(tokenizer["model_max_length"]))
     for name in SENTENCE_CONFIG_FILES:
-        sentence = _read_json(folder / name)
+        sentence = read_json(folder / name)
         if isinstance(sentence, dict) and "max_seq_length" in sentence:
             candidates.append(sentence["max_seq_length"])
             break
     limits = [int(c) for c in candidates if isinstance(c, int) and 0 < c < _NO_LIMIT]
-    pooling = _read_json(folder / "1_Pooling" / "config.json")
+    pooling = read_json(folder / "1_Pooling" / "config.json")
     dimensions = pooling.get("word_embedding_dimension") if isinstance(pooling, dict) else None
     dimensions = dimensions or config.get("hidden_size") or config.get("d_model")
     return EmbeddingLimits(
@@ -277,10 +269,7 @@ def weight_manifest(folder: Path) -> dict[str, str]:
     if not folder.is_dir():
         return {}
     cache_file = models_dir() / ".manifest-cache.json"
-    try:
-        cache = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        cache = {}
+    cache = read_json(cache_file, {})
     manifest = {}
     for path in sorted(folder.iterdir()):
         if path.suffix not in (".safetensors", ".bin", ".json", ".gguf", ".model"):

@@ -13,6 +13,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.files import read_json
+
 CONTEXT_KEYS = (
     "max_position_embeddings",
     "n_positions",
@@ -60,10 +62,7 @@ def vocab_size(folder: Path) -> int | None:
 
 def _config_int(folder: Path, keys: tuple[str, ...]) -> int | None:
     """The first positive integer under ``keys`` in ``config.json`` or its ``text_config``."""
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    config = read_json(folder / "config.json")
     if not isinstance(config, dict):
         return None
     for source in (config, config.get("text_config") or {}):
@@ -75,13 +74,9 @@ def _config_int(folder: Path, keys: tuple[str, ...]) -> int | None:
 
 def template_source(folder: Path) -> tuple[str | None, dict[str, Any]]:
     """The chat template text (or None) and the tokenizer config."""
-    config: dict[str, Any] = {}
-    config_file = folder / "tokenizer_config.json"
-    if config_file.is_file():
-        try:
-            config = json.loads(config_file.read_text(encoding="utf-8"))
-        except ValueError:
-            config = {}
+    config = read_json(folder / "tokenizer_config.json", {})
+    if not isinstance(config, dict):
+        config = {}
     jinja_file = folder / "chat_template.jinja"
     if jinja_file.is_file():
         return jinja_file.read_text(encoding="utf-8"), config

@@ -25,7 +25,6 @@ Any other tokenizer uses ``Tokenizer.encode_batch`` on batches of rendered text.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -45,6 +44,7 @@ from core.check.chat_template import (
 )
 from core.check.messages import LEADING_ROLES
 from core.check.requests import EngineRequest
+from core.files import load_json
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
 # that comes right after a non-space (its patterns take at most one leading space, and a
@@ -114,7 +114,7 @@ class TokenCounter:
             )
         try:
             self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
-            spec = json.loads(tokenizer_file.read_text(encoding="utf-8"))
+            spec = load_json(tokenizer_file)
         except Exception as exc:  # a corrupt file: say so instead of a traceback
             raise TokenizerError(f"{tokenizer_file} cannot be read: {exc}") from None
         template, config = template_source(self.folder)

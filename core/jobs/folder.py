@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from core.config import REPO_ROOT
-from core.files import file_sha256, odd_entry, write_atomic
+from core.files import JsonUnreadable, file_sha256, load_json, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
 from core.schemas import (
     WAITING_STATES,
@@ -117,11 +117,13 @@ class JobFolder:
     def read_refusals(self) -> dict[int, dict[str, str | None]]:
         """The lines the submission's check refused; none for a job made without them."""
         try:
-            data = json.loads(self.refusals_file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise JobUnreadable(self.job_id, f"refused.json: {_reason(exc)}") from None
+            data = load_json(self.refusals_file)
+        except JsonUnreadable as exc:
+            if exc.missing:
+                return {}
+            raise JobUnreadable(self.job_id, f"refused.json: {exc.reason}") from None
+        if not isinstance(data, dict):
+            raise JobUnreadable(self.job_id, "refused.json: not an object of line numbers")
         return {int(k): v for k, v in data.items()}
 
     @property

@@ -10,7 +10,6 @@ truncated answers only tell that an answer is at least 8 tokens long.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -18,7 +17,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from core.config import data_paths
-from core.files import write_json_atomic
+from core.files import read_json, write_json_atomic
 
 M = TypeVar("M", bound=BaseModel)
 MEASURED_FILE = "throughput.json"
@@ -82,10 +81,7 @@ def _path(home: Path | None) -> Path:
 
 
 def _read_all(home: Path | None) -> dict[str, object]:
-    try:
-        data = json.loads(_path(home).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = read_json(_path(home), {})
     return data if isinstance(data, dict) else {}
 
 

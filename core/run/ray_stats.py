@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.files import write_json_atomic
+from core.files import read_json, write_json_atomic
 from core.schemas import RaySettings, now_iso
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,5 @@ def _devices_here() -> list[dict[str, Any]]:
 
 def read_ray_stats(job_dir: str | Path) -> dict[str, Any] | None:
     """A job's ``ray.json`` (None for a local job or before the cluster answered)."""
-    try:
-        return json.loads((Path(job_dir) / STATS_FILE).read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
+    stats = read_json(Path(job_dir) / STATS_FILE)
+    return stats if isinstance(stats, dict) else None
