@@ -17,7 +17,7 @@ import unicodedata
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import psutil
 from pydantic import (
@@ -64,13 +64,44 @@ def now_iso() -> str:
 # -- what a job runs ----------------------------------------------------------------------
 
 
+class Bounds(NamedTuple):
+    """The range a sampling field may take: the batch check (``core.check.sampling``), its
+    fast path (``core.check.fast_path``) and the job defaults below all read it here."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False  # ``low`` itself is out (top_p > 0)
+
+    def constraints(self) -> dict[str, float]:
+        """As pydantic's and msgspec's keywords (``ge`` or ``gt``, and ``le``)."""
+        found = {"gt" if self.low_open else "ge": self.low}
+        return found if self.high is None else {**found, "le": self.high}
+
+
+SAMPLING_BOUNDS: dict[str, Bounds] = {
+    "max_tokens": Bounds(1),
+    "min_tokens": Bounds(0),
+    "temperature": Bounds(0, 2),
+    "top_p": Bounds(0, 1, low_open=True),
+    "top_k": Bounds(-1),  # -1: every token
+    "min_p": Bounds(0, 1),
+    "presence_penalty": Bounds(-2, 2),
+    "frequency_penalty": Bounds(-2, 2),
+    "repetition_penalty": Bounds(0, 2, low_open=True),
+    "seed": Bounds(-(2**63), 2**63 - 1),
+    "n": Bounds(1, 16),
+}
+
+
 class JobDefaults(FrozenModel):
     """Values used where a body leaves a field out; set once per job (the same bounds as a
     body's own fields)."""
 
-    max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(1.0, ge=0, le=2, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+    max_tokens: int = Field(256, **SAMPLING_BOUNDS["max_tokens"].constraints())
+    temperature: float = Field(
+        1.0, allow_inf_nan=False, **SAMPLING_BOUNDS["temperature"].constraints()
+    )
+    top_p: float = Field(1.0, allow_inf_nan=False, **SAMPLING_BOUNDS["top_p"].constraints())
 
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]

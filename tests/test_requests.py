@@ -3,16 +3,18 @@
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from core.check.fast_path import decode_fast_chat_line, fast_chat_request
 from core.check.requests import (
+    CHAT_URL,
     COMPLETIONS_URL,
     RESPONSES_URL,
     RequestError,
     parse_body,
     parse_request,
 )
-from core.schemas import JobDefaults
+from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
 USER = [{"role": "user", "content": "Hi"}]
 
@@ -246,3 +248,39 @@ def test_anything_unusual_leaves_the_fast_path(body):
     line = {"custom_id": "id-1", "method": "POST", "url": "/v1/chat/completions", "body": full}
     fast = decode_fast_chat_line(json.dumps(line).encode())
     assert fast is None or fast_chat_request(fast, JobDefaults()) is None
+
+
+FAST_FIELDS = ("max_tokens", "temperature", "top_p", "seed", "n")
+
+
+@pytest.mark.parametrize("field", sorted(SAMPLING_BOUNDS))
+def test_each_sampling_bound_is_the_same_for_the_check_its_fast_path_and_job_defaults(field):
+    """A value just past either end of a field's range (core.schemas.SAMPLING_BOUNDS) is
+    refused by the check, never kept by the fast path, and refused as a job default; the
+    ends themselves are taken by all three (top_p's open end excepted)."""
+    low, high, low_open = SAMPLING_BOUNDS[field]
+    step = 1 if isinstance(low, int) and field not in ("temperature", "top_p", "min_p") else 0.01
+    outside = [low if low_open else low - step] + ([] if high is None else [high + step])
+    inside = ([] if low_open else [low]) + ([] if high is None else [high])
+    extra = {"max_tokens": 2**62} if field == "min_tokens" else {}  # min_tokens <= max_tokens
+    for value, taken in [(v, False) for v in outside] + [(v, True) for v in inside]:
+        body = {"model": "m", "messages": USER, **extra, field: value}
+        if field == "n" and value > 1:
+            body["temperature"] = 1  # n > 1 at temperature 0 is copied, not refused
+        try:
+            parse_body("id-1", body, JobDefaults())
+            checked = True
+        except RequestError:
+            checked = False
+        assert checked == taken, (field, value)
+        if field in FAST_FIELDS:
+            line = {"custom_id": "i", "method": "POST", "url": CHAT_URL, "body": body}
+            fast = decode_fast_chat_line(json.dumps(line).encode())
+            assert (fast is not None) == taken, (field, value)
+        if field in JobDefaults.model_fields:
+            try:
+                JobDefaults(**{field: value})
+                defaulted = True
+            except ValidationError:
+                defaulted = False
+            assert defaulted == taken, (field, value)

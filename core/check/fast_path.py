@@ -18,9 +18,14 @@ from core.check.requests import (
     CHAT_URL,
     EngineRequest,
 )
-from core.schemas import JobDefaults
+from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
-_MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
+
+def _bounded(kind: type, field: str) -> object:
+    return Annotated[kind, msgspec.Meta(**SAMPLING_BOUNDS[field].constraints())]
+
+
+_MaxTokens = _bounded(int, "max_tokens")
 _NULL = msgspec.Raw(b"null")
 
 
@@ -34,10 +39,10 @@ class _FastChatBody(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     messages: Annotated[tuple[_FastMessage, ...], msgspec.Meta(min_length=1)]
     max_completion_tokens: _MaxTokens | None = None
     max_tokens: _MaxTokens | None = None
-    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] | None = None
-    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] | None = None
-    seed: Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)] | None = None
-    n: Annotated[int, msgspec.Meta(ge=1, le=16)] | None = None
+    temperature: _bounded(float, "temperature") | None = None
+    top_p: _bounded(float, "top_p") | None = None
+    seed: _bounded(int, "seed") | None = None
+    n: _bounded(int, "n") | None = None
     # Passive fields are kept undecoded (much faster); the caller checks the line's UTF-8.
     metadata: msgspec.Raw = _NULL
     user: msgspec.Raw = _NULL

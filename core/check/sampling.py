@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from core.schemas import JobDefaults
+from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
 # Fields a body may carry that change nothing about generation.
 PASSIVE_FIELDS = {"model", "metadata", "user", "store", "service_tier", "stream"}
@@ -42,11 +42,13 @@ def copied_answers(n: int, temperature: float | None) -> int:
     return n - 1 if n > 1 and temperature == 0 else 0
 
 
-def number(body: dict, name: str, low: float, high: float, *, low_open: bool = False) -> float:
+def number(
+    body: dict, name: str, low: float, high: float | None, *, low_open: bool = False
+) -> float:
     value = body[name]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise RequestError(f"body.{name} must be a number, got {value!r}")
-    if value > high or value < low or (low_open and value == low):
+    if (high is not None and value > high) or value < low or (low_open and value == low):
         bracket = "(" if low_open else "["
         raise RequestError(f"body.{name} must be in {bracket}{low}, {high}], got {value}")
     return float(value)
@@ -60,6 +62,19 @@ def integer(body: dict, name: str, low: int, high: int | None = None) -> int:
         upper = f" and at most {high}" if high is not None else ""
         raise RequestError(f"body.{name} must be at least {low}{upper}, got {value}")
     return value
+
+
+def sampling_number(body: dict, name: str, field: str | None = None) -> float:
+    """:func:`number` in the sampling field's range (:data:`core.schemas.SAMPLING_BOUNDS`,
+    under ``field`` where the body's name is an alias)."""
+    low, high, low_open = SAMPLING_BOUNDS[field or name]
+    return number(body, name, low, high, low_open=low_open)
+
+
+def sampling_integer(body: dict, name: str, field: str | None = None) -> int:
+    """:func:`integer` in the sampling field's range (see :func:`sampling_number`)."""
+    low, high, _ = SAMPLING_BOUNDS[field or name]
+    return integer(body, name, int(low), None if high is None else int(high))
 
 
 class Sampling:
@@ -85,39 +100,39 @@ class Sampling:
         body, values = self.body, self.values
         name = self.present(*max_names)
         if name:
-            values["max_tokens"] = integer(body, name, 1)
+            values["max_tokens"] = sampling_integer(body, name, "max_tokens")
             self.max_name = f"body.{name}"
         else:
             self.defaulted.append("max_tokens")
             self.max_name = "the job's default max_tokens"
         if self.present("temperature"):
-            values["temperature"] = number(body, "temperature", 0, 2)
+            values["temperature"] = sampling_number(body, "temperature")
         else:
             self.defaulted.append("temperature")
         if self.present("top_p"):
-            values["top_p"] = number(body, "top_p", 0, 1, low_open=True)
+            values["top_p"] = sampling_number(body, "top_p")
         else:
             self.defaulted.append("top_p")
 
     def penalties_and_more(self) -> None:
         body, values = self.body, self.values
         if self.present("top_k"):
-            values["top_k"] = integer(body, "top_k", -1)
+            values["top_k"] = sampling_integer(body, "top_k")
         if self.present("min_p"):
-            values["min_p"] = number(body, "min_p", 0, 1)
+            values["min_p"] = sampling_number(body, "min_p")
         if self.present("presence_penalty"):
-            values["presence_penalty"] = number(body, "presence_penalty", -2, 2)
+            values["presence_penalty"] = sampling_number(body, "presence_penalty")
         if self.present("frequency_penalty"):
-            values["frequency_penalty"] = number(body, "frequency_penalty", -2, 2)
+            values["frequency_penalty"] = sampling_number(body, "frequency_penalty")
         name = self.present("repetition_penalty", "repeat_penalty")
         if name:
-            values["repetition_penalty"] = number(body, name, 0, 2, low_open=True)
+            values["repetition_penalty"] = sampling_number(body, name, "repetition_penalty")
         if self.present("seed"):
-            values["seed"] = integer(body, "seed", -(2**63), 2**63 - 1)
+            values["seed"] = sampling_integer(body, "seed")
         if self.present("n"):
-            values["n"] = integer(body, "n", 1, 16)
+            values["n"] = sampling_integer(body, "n")
         if self.present("min_tokens"):
-            values["min_tokens"] = integer(body, "min_tokens", 0)
+            values["min_tokens"] = sampling_integer(body, "min_tokens")
         if self.present("stop"):
             stop = body["stop"]
             if isinstance(stop, str):
