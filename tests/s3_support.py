@@ -64,3 +64,17 @@ def s3_requests(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(DomainDispatcherApplication, "__call__", logged)
     return seen
+
+
+def small_parts(monkeypatch: pytest.MonkeyPatch, part_bytes: int) -> None:
+    """Scales S3's rule that a part (but the last) holds 5 MiB or more down to
+    ``part_bytes``, in the server (moto) and in boto3's transfer manager (s3transfer, which
+    raises a smaller part size to S3's minimum), so a test sends many parts quickly."""
+    from functools import partial
+
+    from moto.s3 import models
+    from s3transfer import upload
+
+    monkeypatch.setattr(models, "S3_UPLOAD_PART_MIN_SIZE", part_bytes)
+    adjuster = partial(upload.ChunksizeAdjuster, min_size=part_bytes)
+    monkeypatch.setattr(upload, "ChunksizeAdjuster", adjuster)

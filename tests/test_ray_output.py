@@ -15,7 +15,7 @@ from core.jobs.output_file import OutputWriter
 from core.run.ray_output import AckLedger, acked_without_line, read_part, write_part
 from core.storage.s3 import upload_stream
 from tests.factories import request_line
-from tests.s3_support import BUCKET
+from tests.s3_support import BUCKET, small_parts
 
 
 def _result(cid: str, answer: str) -> dict:
@@ -30,10 +30,8 @@ def _result(cid: str, answer: str) -> dict:
 def test_the_output_object_goes_up_in_parts_of_the_size_asked_holding_a_few_parts_at_most(
     s3, s3_requests, monkeypatch
 ):
-    from moto.s3 import models
-
     part_bytes = 16 << 10
-    monkeypatch.setattr(models, "S3_UPLOAD_PART_MIN_SIZE", part_bytes)  # S3's rule, scaled down
+    small_parts(monkeypatch, part_bytes)  # S3's rule, scaled down
     lines = [json.dumps(_result(f"r{i}", "é" * (i % 50))).encode() + b"\n" for i in range(4000)]
     held = []  # bytes made but not yet in the store, each time a line is asked for
 
@@ -111,12 +109,10 @@ def test_delivering_a_job_removes_the_parts_its_replicas_wrote(s3, half_run_job)
 
 
 def test_a_bucket_gone_during_the_upload_fails_it_naming_the_object(s3, monkeypatch):
-    from moto.s3 import models
-
     from core.storage.s3 import StorageError
     from tests.test_s3 import _drop_bucket
 
-    monkeypatch.setattr(models, "S3_UPLOAD_PART_MIN_SIZE", 1024)
+    small_parts(monkeypatch, 1024)
 
     def stream():
         for i in range(200):

@@ -295,3 +295,93 @@ def test_monitor_says_where_the_results_went_or_why_not(s3, studio_home):
     warning = shown(" ".join(w.value for w in at.warning))
     assert "cannot write s3://batches/p.jsonl: the bucket 'batches' does not exist" in warning
     assert f"core resume {kept.job_id}" in warning
+
+
+# -- a stream uploaded (boto3's transfer manager) ----------------------------------------------
+
+
+def _chunks(size: int, seed: int = 0) -> list[bytes]:
+    """``size`` bytes in chunks of uneven lengths (a part never ends on a chunk's end),
+    each chunk's bytes its own."""
+    import random
+
+    sizes, rng, total = [], random.Random(seed), 0
+    while total < size:
+        sizes.append(min(rng.randint(1, 3 << 20), size - total))
+        total += sizes[-1]
+    return [rng.randbytes(n) for n in sizes]
+
+
+def _open_uploads(client: object) -> list[dict]:
+    return client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+
+
+def test_a_stream_several_parts_long_round_trips_byte_identical(s3):
+    from core.storage.s3 import upload_stream
+
+    chunks = _chunks(17 << 20)  # three parts of 5 MiB (S3's minimum) and 2 MiB
+    size = upload_stream(iter(chunks), f"s3://{BUCKET}/out.jsonl", 5 << 20, in_flight=2)
+    assert size == 17 << 20
+    head = s3.head_object(Bucket=BUCKET, Key="out.jsonl")
+    assert head["ETag"].strip('"').endswith("-4")  # one multipart upload of four parts
+    assert _object(s3, "out.jsonl") == b"".join(chunks)
+    assert not _open_uploads(s3)
+
+
+def test_the_size_returned_is_the_bytes_sent_one_put_or_many_parts(s3, s3_requests, monkeypatch):
+    from core.storage.s3 import upload_stream
+    from tests.s3_support import small_parts
+
+    small_parts(monkeypatch, 1024)
+    for total, chunk in ((0, 1), (1000, 7), (1024, 1024), (1025, 100), (5000, 333), (9000, 5000)):
+        data = bytes(i % 251 for i in range(total))
+        pieces = [data[i : i + chunk] for i in range(0, total, chunk)]
+        key = f"sizes/{total}.bin"
+        s3_requests.clear()
+        assert upload_stream(iter(pieces), f"s3://{BUCKET}/{key}", 1024, in_flight=2) == total
+        assert s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"] == total
+        assert _object(s3, key) == data
+        multipart = [r for r in s3_requests if "uploads" in r["query"]]
+        assert bool(multipart) == (total >= 1024), total  # under one part: one PUT
+
+
+def test_a_stream_that_fails_midway_leaves_no_object_and_no_open_upload(s3):
+    from core.storage.s3 import upload_stream
+
+    s3.put_object(Bucket=BUCKET, Key="out.jsonl", Body=b"the last delivery\n")
+    read = []
+
+    def failing():
+        for chunk in _chunks(12 << 20):  # two parts sent by the time it fails
+            read.append(len(chunk))
+            yield chunk
+        raise OSError("the job folder's disk went away")
+
+    with pytest.raises(OSError, match="disk went away"):
+        upload_stream(failing(), f"s3://{BUCKET}/out.jsonl", 5 << 20, in_flight=2)
+    assert sum(read) == 12 << 20
+    assert not _open_uploads(s3)  # aborted: the store keeps no parts
+    assert _object(s3, "out.jsonl") == b"the last delivery\n"  # not replaced
+    with pytest.raises(OSError, match="went away"):  # and where there was no object
+        upload_stream(failing(), f"s3://{BUCKET}/new.jsonl", 5 << 20, in_flight=2)
+    assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET, Prefix="new")
+    assert not _open_uploads(s3)
+
+
+def test_a_store_that_refuses_a_part_stops_the_stream_being_read(s3, monkeypatch):
+    from core.storage.s3 import upload_stream
+    from tests.s3_support import small_parts
+
+    small_parts(monkeypatch, 1024)
+    read = [0]
+
+    def stream():
+        for i in range(4000):
+            if i == 100:
+                _drop_bucket(s3)
+            read[0] += 1
+            yield b"x" * 99 + b"\n"
+
+    with pytest.raises(StorageError, match=r"out\.jsonl: the bucket 'batches' does not exist"):
+        upload_stream(stream(), f"s3://{BUCKET}/out.jsonl", 1024, in_flight=2)
+    assert read[0] < 1000, f"{read[0]} of 4000 lines read after the upload failed"
