@@ -4,7 +4,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from pages.shared import guard
+from ui.sign_in import guard
 
 # The icon is a file of ours: a :material/...: page icon is fetched from Google's servers,
 # and the studio runs offline.

@@ -188,7 +188,7 @@ def page_times(page: str, state: dict) -> tuple[float, float, float, float]:
         for key, value in state.items():
             at.session_state[key] = value
         if clear:  # what the index gave the pages; the ledgers stay read
-            from pages.shared import page_values
+            from ui.page_cache import page_values
 
             st.cache_data.clear()
             page_values.clear()

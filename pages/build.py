@@ -31,7 +31,10 @@ from core.plan.embed_builder import (
     EmbedSpec,
 )
 from core.plan.rerank_builder import RerankSpec
-from pages.shared import drafted, escape, keep, kept, paths, signed_in_user, through_app
+from ui.remembered import remember, remembered, remembered_input
+from ui.sign_in import signed_in_user
+from ui.store import paths, through_app
+from ui.text import escape
 
 ROW_NUMBERS = "(row numbers)"
 DRY_RUN_ROWS = 50_000  # larger tables are checked row by row when saved
@@ -54,18 +57,18 @@ if "build_draft_loaded" not in st.session_state:
     for name, value in draft.fields.items():
         st.session_state.setdefault(f"kept::{name}", value)
     st.session_state["build_draft_table"] = draft.table_name
-    if draft_table is not None and kept("build_table", None) is None:
-        keep("build_table", draft_table)
+    if draft_table is not None and remembered("build_table", None) is None:
+        remember("build_table", draft_table)
 
 SOURCES = ["Upload a table", "Use the sample table"]
 source = st.radio(
     "Table",
     SOURCES,
-    index=SOURCES.index(kept("build_source", SOURCES[0])),
+    index=SOURCES.index(remembered("build_source", SOURCES[0])),
     horizontal=True,
     key="build_source",
 )
-keep("build_source", source)
+remember("build_source", source)
 table: pd.DataFrame | None = None
 table_name = ""
 try:
@@ -73,7 +76,7 @@ try:
         uploaded = st.file_uploader(
             "CSV, Parquet or Excel (.xlsx)", type=["csv", "parquet", "xlsx"]
         )
-        read_before = kept("build_table", (None, ""))
+        read_before = remembered("build_table", (None, ""))
         if (
             uploaded is not None
             and uploaded.file_id == st.session_state.get("build_draft_upload")
@@ -95,11 +98,11 @@ except BuildError as exc:
     st.error(escape(exc))
     st.stop()
 
-if table is None and source == "Upload a table" and kept("build_table", None) is not None:
-    table, table_name = kept("build_table", None)  # the draft's table: the uploader forgets
+if table is None and source == "Upload a table" and remembered("build_table", None) is not None:
+    table, table_name = remembered("build_table", None)  # the draft's table: the uploader forgets
     st.caption(f"The table of your draft, {escape(table_name)}; upload another to replace it.")
 if table is not None:
-    keep("build_table", (table, table_name))
+    remember("build_table", (table, table_name))
 if table is None:
     st.info("Upload a table, or use the sample table, to build a batch file from it.")
     st.stop()
@@ -117,11 +120,11 @@ TABLE_FIELDS = (
     "build_rerank_label",
     "build_file_name",
 )
-if kept("build_fields_table", table_name) != table_name:
+if remembered("build_fields_table", table_name) != table_name:
     for key in TABLE_FIELDS:
         st.session_state.pop(key, None)
         st.session_state.pop(f"kept::{key}", None)
-keep("build_fields_table", table_name)
+remember("build_fields_table", table_name)
 
 st.caption(
     f"**{escape(table_name)}**: {len(table):,} rows, columns: "
@@ -131,12 +134,12 @@ st.dataframe(table.head(5), hide_index=True, width="stretch", key="table_head")
 
 # Every field of the draft is kept for the session: leaving the page forgets nothing.
 KINDS = ["Chat prompts", "Embeddings", "Rerank"]
-kind = keep(
+kind = remember(
     "build_kind",
     st.radio(
         "Batch of",
         KINDS,
-        index=KINDS.index(kept("build_kind", KINDS[0])),
+        index=KINDS.index(remembered("build_kind", KINDS[0])),
         horizontal=True,
         key="build_kind",
         help="Chat prompts: /v1/chat/completions lines from templates. Embeddings: "
@@ -147,18 +150,18 @@ kind = keep(
 embeddings = kind == "Embeddings"
 columns = list(table.columns)
 ids = [ROW_NUMBERS, *columns]
-id_default = kept("build_id", default_id_column(columns))
+id_default = remembered("build_id", default_id_column(columns))
 c1, c2, c3, c4 = st.columns(4)
-id_choice = keep(
+id_choice = remember(
     "build_id",
     c1.selectbox(
         "Id column", ids, index=ids.index(id_default) if id_default in ids else 0, key="build_id"
     ),
 )
-task = drafted(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
+task = remembered_input(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
 if kind == KINDS[0]:
-    prompt_version = drafted(c3.text_input, "Prompt version", "v1", "build_version")
-job_id = drafted(c4.text_input, "Job id (optional)", "", "build_job_id")
+    prompt_version = remembered_input(c3.text_input, "Prompt version", "v1", "build_version")
+job_id = remembered_input(c4.text_input, "Job id (optional)", "", "build_job_id")
 id_column = None if id_choice == ROW_NUMBERS else id_choice
 if id_column is None:
     why = (
@@ -175,8 +178,10 @@ first_text = default_text_column(table, id_choice)  # the longest texts, never a
 spec: BuildSpec | EmbedSpec | RerankSpec
 if kind == "Rerank":
     c1, c2, c3 = st.columns(3)
-    picked = [kept(f"build_rerank_{n}", d) for n, d in (("query", columns[0]), ("doc", first_text))]
-    query_column = keep(
+    picked = [
+        remembered(f"build_rerank_{n}", d) for n, d in (("query", columns[0]), ("doc", first_text))
+    ]
+    query_column = remember(
         "build_rerank_query",
         c1.selectbox(
             "Query column",
@@ -185,7 +190,7 @@ if kind == "Rerank":
             key="build_rerank_query",
         ),
     )
-    document_column = keep(
+    document_column = remember(
         "build_rerank_doc",
         c2.selectbox(
             "Document column",
@@ -195,8 +200,8 @@ if kind == "Rerank":
         ),
     )
     label_options = ["(none)", *columns]
-    label_default = kept("build_rerank_label", "(none)")
-    label_column = keep(
+    label_default = remembered("build_rerank_label", "(none)")
+    label_column = remember(
         "build_rerank_label",
         c3.selectbox(
             "Relevance label column (optional)",
@@ -208,8 +213,8 @@ if kind == "Rerank":
         ),
     )
     c1, c2 = st.columns(2)
-    model_name = drafted(c1.text_input, "body.model", "rerank-model", "build_rerank_model")
-    top_n = drafted(c2.number_input, "top_n (0: all)", 0, "build_top_n", min_value=0)
+    model_name = remembered_input(c1.text_input, "body.model", "rerank-model", "build_rerank_model")
+    top_n = remembered_input(c2.number_input, "top_n (0: all)", 0, "build_top_n", min_value=0)
     spec = RerankSpec(
         query_column=query_column,
         document_column=document_column,
@@ -221,8 +226,8 @@ if kind == "Rerank":
         job_id=job_id.strip(),
     )
 elif embeddings:
-    text_default = kept("build_embed_column", first_text)
-    text_column = keep(
+    text_default = remembered("build_embed_column", first_text)
+    text_column = remember(
         "build_embed_column",
         st.selectbox(
             "Column to embed",
@@ -233,8 +238,10 @@ elif embeddings:
         ),
     )
     c1, c2, c3, c4 = st.columns(4)
-    model_name = drafted(c1.text_input, "body.model", DEFAULT_EMBEDDING_MODEL, "build_embed_model")
-    rows_per_line = drafted(
+    model_name = remembered_input(
+        c1.text_input, "body.model", DEFAULT_EMBEDDING_MODEL, "build_embed_model"
+    )
+    rows_per_line = remembered_input(
         c2.number_input,
         "Rows per line",
         1,
@@ -245,18 +252,18 @@ elif embeddings:
         "of a result is row i of its line).",
     )
     formats = list(ENCODING_FORMATS)
-    encoding = keep(
+    encoding = remember(
         "build_encoding",
         c3.selectbox(
             "encoding_format",
             formats,
-            index=formats.index(kept("build_encoding", formats[0])),
+            index=formats.index(remembered("build_encoding", formats[0])),
             key="build_encoding",
             help="float: vectors as lists of numbers; base64: little-endian float32, "
             "a quarter of the text.",
         ),
     )
-    with_metadata = drafted(
+    with_metadata = remembered_input(
         c4.checkbox,
         "Metadata in each body",
         True,
@@ -267,8 +274,8 @@ elif embeddings:
     )
     meta_columns: list[str] = []
     if with_metadata:
-        meta_default = [c for c in kept("build_meta_columns", []) if c in columns]
-        meta_columns = keep(
+        meta_default = [c for c in remembered("build_meta_columns", []) if c in columns]
+        meta_columns = remember(
             "build_meta_columns",
             st.multiselect(
                 "Columns copied into metadata",
@@ -289,7 +296,7 @@ elif embeddings:
         metadata_columns=meta_columns,
     )
 else:
-    system_prompt = drafted(
+    system_prompt = remembered_input(
         st.text_area,
         "System prompt",
         "You are a careful assistant. Answer in one sentence.",
@@ -298,15 +305,15 @@ else:
     user_default = (
         f"{{{{ {first_text} }}}}" if first_text.isidentifier() else f"{{{{ row['{first_text}'] }}}}"
     )
-    user_template = drafted(
+    user_template = remembered_input(
         st.text_area, "User prompt template (Jinja2)", user_default, "build_user", height=140
     )
     c1, c2, c3, c4 = st.columns(4)
-    model_name = drafted(c1.text_input, "body.model", "gpt-4o-mini", "build_model")
-    max_tokens = drafted(
+    model_name = remembered_input(c1.text_input, "body.model", "gpt-4o-mini", "build_model")
+    max_tokens = remembered_input(
         c2.number_input, "max_tokens", 256, "build_max_tokens", min_value=1, max_value=1_000_000
     )
-    temperature = drafted(
+    temperature = remembered_input(
         c3.number_input,
         "temperature",
         0.0,
@@ -315,11 +322,15 @@ else:
         max_value=2.0,
         step=0.1,
     )
-    keep_empty = drafted(c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty")
+    keep_empty = remembered_input(
+        c4.checkbox, "Keep rows with empty cells", False, "build_keep_empty"
+    )
     params = {"max_tokens": int(max_tokens), "temperature": float(temperature)}
-    if drafted(st.checkbox, "Answer as a tool call (a function's arguments)", False, "build_tool"):
-        tool_name = drafted(st.text_input, "Function name", "extract", "build_tool_name")
-        tool_schema = drafted(
+    if remembered_input(
+        st.checkbox, "Answer as a tool call (a function's arguments)", False, "build_tool"
+    ):
+        tool_name = remembered_input(st.text_input, "Function name", "extract", "build_tool_name")
+        tool_schema = remembered_input(
             st.text_area,
             "Its parameters: a JSON Schema of an object",
             '{"type": "object", "properties": {"summary": {"type": "string"}}, '

@@ -12,17 +12,12 @@ from core.store import checks as ck
 from core.store import judged as jd
 from core.store import results as res
 from core.store import samples as sm
-from pages.judging import agreement_section, judge_section
-from pages.links import One, fill_from_link, write_link
-from pages.shared import (
-    escape,
-    fresh_checks,
-    job_labels,
-    jobs_or_stop,
-    review_sample,
-    store,
-    through_app,
-)
+from ui.grading import fresh_checks
+from ui.jobs import job_labels, jobs_or_stop
+from ui.judging import agreement_section, judge_section
+from ui.links import One, fill_from_link, review_sample, write_link
+from ui.store import store, through_app
+from ui.text import escape
 
 PER = ["job", "model", "prompt_version", "all"]  # what a pass rate is given per
 

@@ -6,19 +6,13 @@ import streamlit as st
 
 from core.store import compare as cmp
 from core.store.results import facets
-from pages.judging import pairwise_section
-from pages.links import One, fill_from_link, open_linked_position, write_link
-from pages.shared import (
-    escape,
-    following,
-    job_labels,
-    jobs_or_stop,
-    open_job,
-    reviewer_name,
-    show_conversation,
-    store,
-    through_app,
-)
+from ui.jobs import job_labels, jobs_or_stop, open_job
+from ui.judging import pairwise_section
+from ui.links import One, fill_from_link, open_linked_position, write_link
+from ui.page_cache import fresh_or_recent
+from ui.sign_in import reviewer_name
+from ui.store import store, through_app
+from ui.text import escape, show_conversation
 
 through_app()
 st.title("Compare")
@@ -90,7 +84,7 @@ def paired(a: cmp.Side = side_a, b: cmp.Side = side_b, on: str = key) -> tuple:
 
 
 try:
-    made = following(  # once per comparison and state of the index
+    made = fresh_or_recent(  # once per comparison and state of the index
         "compare",
         (
             (side_a.job_id, side_a.field, side_a.value),

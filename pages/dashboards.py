@@ -19,17 +19,13 @@ from core.plan.pricing import (
 )
 from core.store import dashboards as dash
 from core.store.db import Store
-from pages.links import One, fill_from_link, linked, write_link
-from pages.ranking_views import show_ranking_quality
-from pages.shared import (
-    escape,
-    following,
-    fresh_checks,
-    job_labels,
-    jobs_or_stop,
-    store,
-    through_app,
-)
+from ui.grading import fresh_checks
+from ui.jobs import job_labels, jobs_or_stop
+from ui.links import One, fill_from_link, linked, write_link
+from ui.page_cache import fresh_or_recent
+from ui.ranking import show_ranking_quality
+from ui.store import store, through_app
+from ui.text import escape
 
 through_app()
 st.title("Dashboards")
@@ -115,7 +111,7 @@ fresh_checks(job_ids or list(jobs["job_id"]), job_labels())  # in the background
 scope_key = (tuple(scope.job_ids), scope.start, scope.end)
 version = db.data_version(job_ids or None)
 priced = prices.model_dump_json()
-made = following(  # once per scope, grouping, prices and index state, for every session
+made = fresh_or_recent(  # once per scope, grouping, prices and index state, for every session
     "dashboards",
     (scope_key, by, priced),
     version,

@@ -11,19 +11,10 @@ from core.jobs.ledger import read_ledger, summary, verify, write_rerun_file
 from core.jobs.names import rename_job
 from core.jobs.queue import priority, queued_jobs, set_priority
 from core.schemas import NAME_MAX
-from pages.shared import (
-    escape,
-    job_controls,
-    job_label,
-    job_labels,
-    job_origin,
-    jobs_or_stop,
-    open_job,
-    paths,
-    restart,
-    store,
-    through_app,
-)
+from ui.job_controls import job_controls, restart
+from ui.jobs import job_label, job_labels, job_origin, jobs_or_stop, open_job
+from ui.store import paths, store, through_app
+from ui.text import escape
 
 through_app()
 st.title("Jobs")

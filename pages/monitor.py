@@ -14,18 +14,11 @@ from core.jobs.recovery import resumes_by_itself
 from core.run.monitoring import Rates, rates, read_samples
 from core.run.outputs import answer_text, error_text
 from core.schemas import JobStatus
-from pages.links import linked_job_notice, open_linked_job, write_link
-from pages.shared import (
-    escape,
-    job_controls,
-    job_label,
-    job_labels,
-    job_origin,
-    open_job,
-    paths,
-    store,
-    through_app,
-)
+from ui.job_controls import job_controls
+from ui.jobs import job_label, job_labels, job_origin, open_job
+from ui.links import linked_job_notice, open_linked_job, write_link
+from ui.store import paths, store, through_app
+from ui.text import escape
 
 REFRESH_SECONDS = 2.0
 

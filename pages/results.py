@@ -1,5 +1,5 @@
 """Results: filter, search, sort and page through answers in DuckDB; details; an embedding
-job's vectors (pages/vector_views.py); export."""
+job's vectors (ui/vectors.py); export."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from core.store import checks as ck
 from core.store import export as ex
 from core.store import results as res
 from core.store import vectors as vec
-from pages.links import (
+from ui.grading import fresh_checks
+from ui.jobs import job_labels, job_origin, jobs_or_stop, jobs_with_metadata, open_job
+from ui.links import (
     One,
     fill_from_link,
     linked,
@@ -23,21 +25,10 @@ from pages.links import (
     open_linked_job,
     write_link,
 )
-from pages.ranking_views import show_ranked_documents, show_ranking_quality
-from pages.shared import (
-    escape,
-    fresh_checks,
-    job_labels,
-    job_origin,
-    jobs_or_stop,
-    jobs_with_metadata,
-    open_job,
-    paths,
-    show_conversation,
-    store,
-    through_app,
-)
-from pages.vector_views import show_vectors
+from ui.ranking import show_ranked_documents, show_ranking_quality
+from ui.store import paths, store, through_app
+from ui.text import escape, show_conversation
+from ui.vectors import show_vectors
 
 through_app()
 st.title("Results")

@@ -10,7 +10,8 @@ from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
 from core.store.results import ResultFilter, facets
-from pages.links import (
+from ui.jobs import job_labels, jobs_or_stop
+from ui.links import (
     One,
     fill_from_link,
     linked,
@@ -18,16 +19,10 @@ from pages.links import (
     open_linked_job,
     open_linked_position,
 )
-from pages.review_views import TABS, label_panel, link_review, load_labels, own_labels_editor
-from pages.shared import (
-    escape,
-    job_labels,
-    jobs_or_stop,
-    paths,
-    reviewer_name,
-    store,
-    through_app,
-)
+from ui.review_panel import TABS, label_panel, link_review, load_labels, own_labels_editor
+from ui.sign_in import reviewer_name
+from ui.store import paths, store, through_app
+from ui.text import escape
 
 through_app()
 st.title("Review")

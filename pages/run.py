@@ -7,15 +7,19 @@ from pathlib import Path
 import streamlit as st
 from pydantic import ValidationError
 
-from core.check import checked, file_signature
+from core.check import checked
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
 from core.jobs.uploads import fetch_upload
-from core.model_folders import model_folders
 from core.plan.pricing import format_money
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from core.storage.s3 import S3Location, StorageError
-from pages.shared import escape, estimate_metrics, paths, signed_in_user, through_app
+from ui.estimate import estimate_metrics
+from ui.handover import CheckedBatch, hand_to_run, handed_to_run
+from ui.model_picker import model_picker
+from ui.sign_in import signed_in_user
+from ui.store import paths, through_app
+from ui.text import escape
 
 through_app()
 st.title("Run")
@@ -39,13 +43,12 @@ def from_object_storage() -> None:
         except StorageError as exc:
             st.error(escape(str(exc)), icon=":material/cloud_off:")
             return
-        st.session_state["batch_file"], st.session_state["batch_name"] = str(path), uri.strip()
-        st.session_state.pop("check_report", None)  # that report was of another file
+        hand_to_run(CheckedBatch(path, uri.strip()))  # checked below, as any file is
         st.rerun()
 
 
-batch_file = st.session_state.get("batch_file")
-if not batch_file or not Path(batch_file).is_file():
+batch = handed_to_run()
+if batch is None:
     st.info("Check a batch file first; then come back here to run it.")
     st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
     from_object_storage()
@@ -53,39 +56,21 @@ if not batch_file or not Path(batch_file).is_file():
 
 # The report Upload & check made for this very file (same path, size and time), else a
 # structural check made once per file in this process: a click here never rechecks.
-report = st.session_state.get("check_report")
-if report is None or st.session_state.get("check_file") != file_signature(batch_file):
-    report = checked(batch_file)
-st.write(
-    f"**{st.session_state.get('batch_name', Path(batch_file).name)}**: {report.valid} valid "
-    f"of {report.lines} lines"
-)
+report = batch.report_of_this_file() or checked(batch.path)
+st.write(f"**{escape(batch.name)}**: {report.valid} valid of {report.lines} lines")
 job_name = st.text_input(
     "Job name",
     max_chars=NAME_MAX,
-    placeholder=default_name(Path(batch_file), st.session_state.get("batch_name")),
+    placeholder=default_name(batch.path, batch.name),
     help="What the job is called on every page; left empty, it is named after its file "
     "(and prompt version). It can be renamed later on Jobs.",
     key="run_job_name",
 )
 
-CUSTOM = "Another folder…"
-folders = model_folders()
-options = [str(f) for f in folders] + [CUSTOM]
-checked_with = st.session_state.get("check_model")  # the model chosen on Upload & check
-choice = st.selectbox(
-    "Model",
-    options,
-    index=options.index(checked_with) if checked_with in options else 0,
-    format_func=lambda p: Path(p).name or p,
-    key="model_choice",
-)
-model_path = st.text_input("Model folder", key="model_path") if choice == CUSTOM else choice
+model_path = model_picker("Model", "model_choice", path_key="model_path", preferred=batch.model)
 # Names the user sent to another model on Upload & check (an A/B test in one job).
 model_map = {
-    name: folder
-    for name, folder in st.session_state.get("model_map", {}).items()
-    if folder and folder != checked_with
+    name: folder for name, folder in batch.model_map.items() if folder and folder != batch.model
 }
 if model_map:
     st.caption(
@@ -134,7 +119,7 @@ with st.expander("Engine settings", expanded=False):
         key="shard_size",
     )
 
-defaults = JobDefaults(**st.session_state.get("job_defaults", {}))  # from Upload & check
+defaults = batch.defaults  # from Upload & check
 with st.expander("Defaults for fields a request leaves out"):
     c1, c2, c3 = st.columns(3)
     max_tokens = c1.number_input(
@@ -207,7 +192,7 @@ if report.invalid and not refusals:
         key="skip_invalid",
     )
 
-estimate = st.session_state.get("estimate")  # made on Upload & check for this file
+estimate = batch.estimate  # made on Upload & check for this file
 if estimate:
     st.subheader("Estimate")
     estimate_metrics(estimate)
@@ -239,7 +224,7 @@ if st.button("Start run", type="primary", disabled=blocked):
         ),
         skip_invalid=skip_invalid,
         chunk_size=int(chunk_size) or None,
-        source=st.session_state.get("batch_name"),
+        source=batch.name,
         model_map=model_map,
         shard_size=int(shard_size),
         ray=ray_spec,
@@ -255,7 +240,7 @@ if st.button("Start run", type="primary", disabled=blocked):
                 S3Location.parse(output_uri)
             except ValueError as exc:
                 raise Refused([f"results: {exc}"]) from None
-        job = submit(batch_file, submission, paths().jobs, gpus=gpus).job
+        job = submit(batch.path, submission, paths().jobs, gpus=gpus).job
     except Refused as refused:
         for problem in refused.problems:
             st.error(escape(problem), icon=":material/block:")

@@ -25,7 +25,8 @@ from core.jobs.engine_files import (
 )
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_problem, read_names, write_names
-from pages.shared import escape, paths, through_app
+from ui.store import paths, through_app
+from ui.text import escape
 
 through_app()
 st.title("Settings")

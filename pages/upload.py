@@ -37,7 +37,12 @@ from core.plan.pricing import (
     table_from_rows,
 )
 from core.schemas import JobDefaults
-from pages.shared import escape, estimate_metrics, forget_upload, paths, through_app
+from ui.estimate import estimate_metrics
+from ui.handover import CheckedBatch, hand_to_run, take_back
+from ui.model_picker import model_picker
+from ui.store import paths, through_app
+from ui.text import escape
+from ui.uploads import forget_upload
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
 
@@ -56,7 +61,7 @@ display_name = ""
 if source == "Upload a file":
     # Each upload is taken once: saved to disk, then the uploader is replaced by a new, empty
     # one (a new key), so Streamlit drops the old widget's value and every copy of the bytes
-    # it held (:func:`pages.shared.forget_upload`); the page goes on with the saved file.
+    # it held (:func:`ui.uploads.forget_upload`); the page goes on with the saved file.
     taken = st.session_state.get("uploads_taken", 0)
     uploaded = st.file_uploader(
         "OpenAI batch JSONL", type=["jsonl", "json", "txt"], key=f"batch_upload_{taken}"
@@ -109,14 +114,8 @@ st.session_state["last_checked"] = (str(path), display_name)
 
 # -- how to check it ---------------------------------------------------------------------------
 previous: CheckReport | None = st.session_state.get("check_report")
-folders = [str(f) for f in model_folders()]
 with st.expander("Model, job defaults and model mapping"):
-    model = st.selectbox(
-        "Model for token counts and the context check",
-        folders,
-        format_func=lambda p: Path(p).name,
-        key="check_model",
-    )
+    model = model_picker("Model for token counts and the context check", "check_model")
     count_tokens = st.toggle(
         "Count prompt tokens with the model's tokenizer",
         value=(Path(model) / "tokenizer.json").is_file(),
@@ -129,13 +128,12 @@ with st.expander("Model, job defaults and model mapping"):
         temperature=float(c2.number_input("Temperature", 0.0, 2.0, 1.0, 0.1, key="jd_temp")),
         top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
     )
-    st.session_state["job_defaults"] = job_defaults.model_dump()
     # The studio's names (Settings) first; a choice below overrides one for this check.
     model_map = studio_model_map()
     if previous is not None and previous.models:
         st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
         for name in sorted(previous.models):
-            choices = ["(the model above)", *folders]
+            choices = ["(the model above)", *(str(f) for f in model_folders())]
             kept_folder = model_map.get(name)
             choice = st.selectbox(
                 f"{escape(name or '(none)')} runs on",
@@ -292,7 +290,6 @@ if report.lines:
     )
     right.markdown("**roles (messages)**")
     right.table(pd.Series(dict(report.roles), name="messages"))
-    st.session_state["model_map"] = report.model_map or {name: model for name in report.models}
 
     settings = [
         {"field": name, "value (source)": value, "lines": n}
@@ -370,7 +367,7 @@ if report.valid and report.by_local_model:
         key="expected_share",
     )
     result = estimate(report, prices, expected_share=share, loaded=models_loaded(paths().jobs))
-    estimate_data = st.session_state["estimate"] = result.to_dict()
+    estimate_data = result.to_dict()
     estimate_metrics(estimate_data)
     cost = result.cost
     for model_estimate in result.models:
@@ -412,10 +409,20 @@ if report.lines:
             c2.caption(f"The valid lines are in `{valid_path}`.")
 
 if report.valid and not needs_confirmation:
-    st.session_state["batch_file"] = str(path)
-    st.session_state["batch_name"] = display_name
+    hand_to_run(
+        CheckedBatch(
+            path,
+            display_name,
+            report=report,
+            signature=st.session_state.get("check_file"),
+            model=model,
+            model_map=report.model_map or {name: model for name in report.models},
+            defaults=job_defaults,
+            estimate=estimate_data,
+        )
+    )
     st.page_link("pages/run.py", label="Continue to Run", icon=":material/arrow_forward:")
 else:
-    st.session_state.pop("batch_file", None)
+    take_back()
     if needs_confirmation:
         st.caption("Confirm the cost above to continue to Run.")

@@ -17,6 +17,7 @@ from pathlib import Path
 from core.config import REPO_ROOT
 
 CORE = REPO_ROOT / "core"
+UI = REPO_ROOT / "ui"
 # Lower numbers are lower layers; a module may import its own layer or lower ones.
 LAYERS = {
     "config": 0,
@@ -122,7 +123,7 @@ def listed_modules() -> dict[str, set[str]]:
 
 def test_every_module_is_listed_once_in_the_architecture_doc():
     """A newcomer finds every module, and what it is for, in one place."""
-    folders = {".": REPO_ROOT, "pages": REPO_ROOT / "pages", "core": CORE}
+    folders = {".": REPO_ROOT, "pages": REPO_ROOT / "pages", "ui": UI, "core": CORE}
     folders.update({f"core/{p.name}": p for p in CORE.iterdir() if (p / "__init__.py").is_file()})
     present = {
         name: {p.name for p in path.glob("*.py") if p.name != "__init__.py"}
@@ -135,8 +136,30 @@ def test_every_module_is_listed_once_in_the_architecture_doc():
     assert sorted(entries - files) == [], "listed in docs/architecture.md, not in the code"
 
 
-def test_pages_hold_widgets_and_reach_the_store_only_through_public_methods():
-    for path in (REPO_ROOT / "pages").glob("*.py"):
+def test_pages_holds_the_apps_pages_and_nothing_else():
+    """Every file of pages/ is one of app.py's pages; what pages share lives in ui/."""
+    app = (REPO_ROOT / "app.py").read_text(encoding="utf-8")
+    named = set(re.findall(r'st\.Page\("pages/(\w+\.py)"', app))
+    assert named, "app.py names no page"
+    assert {p.name for p in (REPO_ROOT / "pages").glob("*.py")} == named
+
+
+def test_the_ui_runs_above_core_and_pages_above_ui():
+    """core/ never imports the UI (the worker and the command line run without Streamlit's
+    pages), and ui/ never imports a page."""
+    upward = []
+    for folder, above in ((CORE, ("ui", "pages")), (UI, ("pages",))):
+        for path in folder.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                upward += [f"{path.name} -> {n}" for n in names if n.split(".")[0] in above]
+    assert upward == []
+
+
+def test_pages_and_ui_hold_widgets_and_reach_the_store_only_through_public_methods():
+    for path in [*(REPO_ROOT / "pages").glob("*.py"), *UI.glob("*.py")]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr.startswith("_"):

@@ -205,7 +205,7 @@ def test_pages_grade_stale_checks_in_the_background_and_say_so(studio_home):
     import time
 
     from core.qa.grading import grading_now
-    from pages.shared import _open_store
+    from ui.store import _open_store
 
     job_id = job_in_home(studio_home, ROWS)
     (data_paths().jobs / job_id / "rules.yaml").write_text(RULES, encoding="utf-8")

@@ -23,6 +23,7 @@ from core.store.watchers import _JobsHandler
 from tests.conftest import run_cli
 from tests.factories import finished_job, request_line
 from tests.test_pages import open_page, shown
+from ui.handover import CheckedBatch
 
 OLD_JOB = REPO_ROOT / "tests" / "data" / "job_20261201_102504_e41d7b"
 HOSTILE = "**x** <b>y</b> [a](http://127.0.0.1:9/x)\nsecond line\x1b[31m\u202e"
@@ -268,7 +269,7 @@ def test_an_index_made_before_names_gets_them_at_the_next_ingest(studio_home):
 
 def test_the_run_page_shows_the_default_name_and_a_typed_name_wins(tmp_path, model, no_worker):
     file = batch(tmp_path / "upload-1.jsonl", "v3")
-    at = open_page("run.py", batch_file=str(file), batch_name="tickets.jsonl")
+    at = open_page("run.py", checked_batch=CheckedBatch(file, "tickets.jsonl"))
     assert at.text_input(key="run_job_name").placeholder == "tickets, prompt v3"
     at.selectbox(key="model_choice").set_value("Another folder…").run()
     at.text_input(key="model_path").input(str(model)).run()

@@ -14,10 +14,10 @@ from core.schemas import job_label
 from core.store.db import Store
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
-from pages.judging import OTHER_FOLDER
 from tests.test_judge import answer_judge, verdict
 from tests.test_pages import open_page
 from tests.test_results_pages import job_in_home
+from ui.model_picker import OTHER_FOLDER
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 

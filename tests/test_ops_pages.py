@@ -14,6 +14,7 @@ from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
 from tests.factories import finished_job, request_line
 from tests.test_pages import open_page, shown
+from ui.handover import CheckedBatch
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -30,7 +31,12 @@ def metric(at, label: str) -> str:
 
 
 def test_run_refuses_tensor_parallelism_beyond_the_gpus():
-    at = open_page("run.py", batch_file=str(SAMPLE_DATA / "review_sentiment.jsonl"))
+    at = open_page(
+        "run.py",
+        checked_batch=CheckedBatch(
+            SAMPLE_DATA / "review_sentiment.jsonl", "review_sentiment.jsonl"
+        ),
+    )
     at.number_input(key="tp").set_value(4).run()
     at.button[0].click().run()
     assert "tensor parallelism needs GPUs; this machine has none" in texts(at)
@@ -187,7 +193,10 @@ def test_run_shows_the_estimate_made_on_upload_and_check():
                 "seconds": 90.0, "cost": 12.5, "currency": "USD", "over_budget": True,
                 "budget": 10.0}  # fmt: skip
     at = open_page(
-        "run.py", batch_file=str(SAMPLE_DATA / "review_sentiment.jsonl"), estimate=estimate
+        "run.py",
+        checked_batch=CheckedBatch(
+            SAMPLE_DATA / "review_sentiment.jsonl", "review_sentiment.jsonl", estimate=estimate
+        ),
     )
     assert metric(at, "Input tokens") == "1,234"
     assert metric(at, "Cost") == "12.50 USD"
@@ -225,12 +234,12 @@ def test_run_offers_the_valid_lines_only_when_start_would_run_them(studio_home):
     batch = studio_home.parent / "repeats.jsonl"
     lines = [request_line("a", "x"), request_line("a", "y"), "not json"]
     batch.write_text("\n".join(lines) + "\n")
-    at = open_page("run.py", batch_file=str(batch))
+    at = open_page("run.py", checked_batch=CheckedBatch(batch, batch.name))
     assert not [c for c in at.checkbox if c.label.startswith("Run the")]
     assert "repeat a custom_id of an earlier line" in texts(at)
     assert next(b for b in at.button if b.label == "Start run").disabled
     batch.write_text(request_line("a", "x") + "\nnot json\n")
-    at = open_page("run.py", batch_file=str(batch))
+    at = open_page("run.py", checked_batch=CheckedBatch(batch, batch.name))
     assert [c.label for c in at.checkbox if c.label.startswith("Run the")] == [
         "Run the 1 valid lines; the 1 invalid ones get an error result"
     ]

@@ -274,7 +274,7 @@ def test_pages_without_jobs_say_what_to_do():
 def test_review_labels_from_the_store_show_in_dashboards(studio_home):
     job_id = job_in_home(studio_home)
     at = open_page("dashboards.py")  # the app's store is the only one that opens the file
-    from pages.shared import store
+    from ui.store import store
 
     assert not charts(at)["Review pass rate"]["data"]  # no label yet: an empty chart
     save_label(store(), job_id, "a", "ana", Label("pass"))

@@ -268,7 +268,7 @@ def test_run_page_fetches_an_object_and_starts_a_job_that_writes_to_one(
     at.text_input(key="run_input_uri").input(f"s3://{BUCKET}/in.jsonl").run()
     at.button(key="run_fetch").click().run()
     assert not at.exception, [e.message for e in at.exception]
-    assert "**s3://batches/in.jsonl**: 3 valid of 3 lines" in [m.value for m in at.markdown]
+    assert "**s3://batches/in.jsonl**: 3 valid of 3 lines" in [shown(m.value) for m in at.markdown]
     # A results URI that names no object is refused in words, and no job is made.
     at.text_input(key="run_output_uri").input("s3://batches").run()
     next(b for b in at.button if b.label == "Start run").click().run()

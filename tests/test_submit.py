@@ -26,6 +26,7 @@ from core.schemas import EngineConfig, JobStatus
 from tests.conftest import run_cli
 from tests.factories import StandIn, request_line
 from tests.test_pages import shown
+from ui.handover import CheckedBatch
 
 REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]
 
@@ -139,7 +140,7 @@ def test_the_run_page_refuses_repeated_ids_even_with_skip_invalid_ticked(
     st.cache_resource.clear()
     batch = write(tmp_path / "b.jsonl", REPEATING)
     at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
-    at.session_state["batch_file"] = str(batch)
+    at.session_state["checked_batch"] = CheckedBatch(batch, batch.name)
     at.switch_page("pages/run.py").run()
     at.selectbox(key="model_choice").set_value("Another folder…").run()
     at.text_input(key="model_path").input(str(model)).run()

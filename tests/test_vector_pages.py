@@ -215,7 +215,7 @@ def test_near_duplicate_pairs_are_the_brute_force_ones(job: Job, monkeypatch) ->
     assert pairs["text_a"].iloc[0].startswith("text number")
     assert any(c.value == f"{len(expected)} pairs at 0.990 or more." for c in at.caption)
     # Only the most similar are listed past the cap, and the page says so.
-    from pages import vector_views
+    from ui import vectors as vector_views
 
     monkeypatch.setattr(vector_views, "DUPLICATE_PAIRS", 1)
     st.cache_data.clear()

@@ -10,7 +10,8 @@ import streamlit as st
 
 from core.store.db import Store
 from core.store.ranking import LABELS, ranked_documents, ranking_figure, ranking_quality
-from pages.shared import escape, following
+from ui.page_cache import fresh_or_recent
+from ui.text import escape
 
 
 def show_ranked_documents(raw: Any, metadata: Any, params: Any = None) -> bool:
@@ -28,7 +29,7 @@ def show_ranking_quality(db: Store, job_ids: list[str], key: str, chart: bool = 
     ``chart``, as a chart too (Dashboards)."""
     k = int(st.session_state.get(f"{key}_k", 10))
     # Read once per state of the index: it parses every result's line (a million on a rerun).
-    quality = following(
+    quality = fresh_or_recent(
         "ranking_quality",
         (tuple(job_ids), k),
         db.data_version(job_ids),

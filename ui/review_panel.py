@@ -19,8 +19,8 @@ import streamlit as st
 from core.human import label_sets as ls
 from core.store import review as rv
 from core.store.db import Store
-from pages.links import write_link
-from pages.shared import escape, show_conversation
+from ui.links import write_link
+from ui.text import escape, show_conversation
 
 TABS = ("Label", "Progress & agreement", "Export")
 LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}

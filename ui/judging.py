@@ -7,7 +7,6 @@ Not a page of its own: pages/checks.py and pages/compare.py call these sections.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import streamlit as st
 
@@ -19,20 +18,19 @@ from core.store import judged, trust
 from core.store import samples as sm
 from core.store.db import Store
 from core.store.review import reviewers
-from pages.shared import drafted, escape, paths, review_sample, signed_in_user
-
-OTHER_FOLDER = "Another folder…"
+from ui.links import review_sample
+from ui.model_picker import model_picker
+from ui.remembered import remembered_input
+from ui.sign_in import signed_in_user
+from ui.store import paths
+from ui.text import escape
 
 
 def _model_picker(key: str) -> str:
-    """A model folder: the built-in one, those under the models folder, or a path."""
-    options = [str(f) for f in model_folders()] + [OTHER_FOLDER]
-    choice = st.selectbox(
-        "Judge model", options, format_func=lambda p: Path(p).name or p, key=f"{key}_model"
+    """The model of a judging section (any model folder, or another typed)."""
+    return model_picker(
+        "Judge model", f"{key}_model", path_key=f"{key}_model_path", path_label="Judge model folder"
     )
-    if choice == OTHER_FOLDER:
-        return st.text_input("Judge model folder", key=f"{key}_model_path").strip()
-    return choice
 
 
 def _judge_picker(text: str, max_tokens: int) -> str:
@@ -46,15 +44,15 @@ def _judge_picker(text: str, max_tokens: int) -> str:
             refused.append(found)
         else:
             offered.append((found is None or not found.passed, str(folder)))
-    options = [folder for _, folder in sorted(offered, key=lambda o: o[0])] + [OTHER_FOLDER]
     for found in refused:
         st.warning(escape(f"Not offered as a judge: {found.refusal()}"), icon=":material/block:")
-    choice = st.selectbox(
-        "Judge model", options, format_func=lambda p: Path(p).name or p, key="judge_model"
+    return model_picker(
+        "Judge model",
+        "judge_model",
+        path_key="judge_model_path",
+        path_label="Judge model folder",
+        folders=[folder for _, folder in sorted(offered, key=lambda o: o[0])],
     )
-    if choice == OTHER_FOLDER:
-        return st.text_input("Judge model folder", key="judge_model_path").strip()
-    return choice
 
 
 def _calibrate_first(text: str, settings: jg.JudgeSettings) -> None:
@@ -118,7 +116,7 @@ def judge_section(db: Store, job_ids: list[str], label: Callable[[str], str]) ->
         graded = st.selectbox("Job to judge", job_ids, format_func=label, key="judge_job")
         # Kept apart from the widget: a rerun that does not draw it (no job chosen for a
         # moment) would drop what the user wrote.
-        text = drafted(
+        text = remembered_input(
             st.text_area, "Judge template", jg.DEFAULT_TEMPLATE, "judge_template", height=260
         )
         c = st.columns(3)

@@ -10,7 +10,8 @@ from core.store import text_query as tq
 from core.store import vector_figures as vf
 from core.store import vectors as vec
 from core.store.db import Store
-from pages.shared import escape, paths
+from ui.store import paths
+from ui.text import escape
 
 DUPLICATE_PAIRS = 1_000  # pairs listed at most (the count says how many were found)
 

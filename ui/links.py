@@ -16,7 +16,7 @@ from typing import Any
 
 import streamlit as st
 
-from pages.shared import escape
+from ui.text import escape
 
 
 def linked(param: str) -> list[str]:
@@ -156,3 +156,10 @@ def write_link(values: Mapping[str, Any]) -> None:
             shown[param] = [str(value)]
     if {k: st.query_params.get_all(k) for k in st.query_params} != shown:  # else left alone
         st.query_params.from_dict(shown)
+
+
+def review_sample(sample_id: str) -> None:
+    """Moves to the Review page on a sample's first item."""
+    st.session_state["sample_id"] = sample_id
+    st.session_state["review_pos"] = 0
+    st.switch_page("pages/review.py")

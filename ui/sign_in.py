@@ -1,0 +1,67 @@
+"""Who may come in (core/access.py's rules), who is signed in, and who labels."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core.access import allowed, exposure_problem, open_override
+from ui.text import escape
+
+
+def guard() -> str | None:
+    """Lets in only who may use the studio (see core/access.py); returns the signed-in
+    user's name, or None where sign-in is not configured (use on this machine)."""
+    sign_in = _secret("auth") is not None
+    problem = exposure_problem(st.get_option("server.address"), sign_in, open_override())
+    if problem:
+        st.error(problem, icon="⛔")
+        st.stop()
+    if not sign_in:
+        return None
+    if not st.user.is_logged_in:
+        st.title("Batch Studio")
+        st.write("Sign in to use the studio.")
+        st.button("Sign in", type="primary", on_click=st.login)
+        st.stop()
+    email = str(st.user.get("email") or "")
+    if not allowed(email, list((_secret("access") or {}).get("allowed_users", []))):
+        st.error(
+            f"{escape(email or 'This account')} may not use this studio; ask its "
+            "administrator to add you to the allow-list.",
+            icon="⛔",
+        )
+        st.button("Sign out", on_click=st.logout)
+        st.stop()
+    name = str(st.user.get("name") or email)
+    with st.sidebar:
+        st.caption(f"Signed in as {escape(name)}")
+        st.button("Sign out", on_click=st.logout, key="sign_out")
+    return name
+
+
+def _secret(section: str) -> dict | None:
+    """A section of Streamlit's secrets, or None (also when there is no secrets file)."""
+    try:
+        return dict(st.secrets[section]) if section in st.secrets else None
+    except FileNotFoundError:
+        return None
+
+
+def signed_in_user() -> str | None:
+    """The signed-in user's name (set by app.py through :func:`guard`)."""
+    return st.session_state.get("signed_in_user")
+
+
+def reviewer_name(label: str) -> str:
+    """Who labels: the signed-in user where sign-in is on (not editable), else a name typed
+    once and kept for the session."""
+    user = signed_in_user()
+    if user is not None:
+        st.text_input(label, value=user, disabled=True, key="reviewer_signed_in")
+        return user
+    # A widget's state is dropped when its page is left: the name is kept apart, restored.
+    if "reviewer" not in st.session_state and st.session_state.get("reviewer_name"):
+        st.session_state["reviewer"] = st.session_state["reviewer_name"]
+    name = st.text_input(label, key="reviewer").strip()
+    st.session_state["reviewer_name"] = name
+    return name
