@@ -30,8 +30,8 @@ from pydantic import (
 )
 
 from core.config import default_embedding_model_dir
+from core.endpoints import EMBEDDINGS_URL
 
-EMBEDDINGS_URL = "/v1/embeddings"  # as core.check.requests names it
 STALE_AFTER_SECONDS = 30.0  # a heartbeat older than this means the worker is gone
 
 

@@ -20,7 +20,7 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRespo
 from vllm.entrypoints.openai.completion.protocol import CompletionResponse
 from vllm.entrypoints.openai.responses.protocol import ResponsesResponse
 
-from core.check.requests import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
+from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 
 SDK_TYPES: dict[str, type[BaseModel]] = {
     CHAT_URL: ChatCompletion,

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from openai.types import Batch, FileObject
 
-from core.check.requests import CHAT_URL
+from core.endpoints import CHAT_URL
 from tests.browser_support import StreamlitServer, kill_workers
 from tests.conformance import validate_line
 from tests.conftest import run_cli

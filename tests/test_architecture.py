@@ -23,6 +23,7 @@ LAYERS = {
     "config": 0,
     "schemas": 0,
     "files": 0,
+    "endpoints": 0,  # the one table of endpoints
     "json_strict": 0,
     "devices": 0,
     "model_folders": 0,

@@ -13,8 +13,8 @@ import re
 import openai
 import pytest
 
-from core.check.requests import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.config import REPO_ROOT
+from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.run.outputs import Choice, Completion, error_line, success_line
 from tests.conformance import (
     SDK_TYPES,

@@ -19,9 +19,9 @@ import pytest
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
 from core.check import check_file
-from core.check.requests import EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from core.check.scoring import MAX_DOCUMENTS
 from core.config import REPO_ROOT
+from core.endpoints import EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from core.jobs.ledger import reconcile
 from core.model_folders import is_cross_encoder, is_embedding_model, is_pooling_model
 from core.schemas import JobDefaults

@@ -17,8 +17,9 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 
 from core.check import check_file
-from core.check.requests import EMBEDDINGS_URL, RequestError, parse_request
+from core.check.requests import RequestError, parse_request
 from core.config import REPO_ROOT, data_paths, default_embedding_model_dir, default_model_dir
+from core.endpoints import EMBEDDINGS_URL
 from core.jobs.folder import cancel
 from core.jobs.inbox import process_file
 from core.jobs.ledger import reconcile, verify

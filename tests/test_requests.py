@@ -6,14 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from core.check.fast_path import decode_fast_chat_line, fast_chat_request
-from core.check.requests import (
-    CHAT_URL,
-    COMPLETIONS_URL,
-    RESPONSES_URL,
-    RequestError,
-    parse_body,
-    parse_request,
-)
+from core.check.requests import RequestError, parse_body, parse_request
+from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
 USER = [{"role": "user", "content": "Hi"}]

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from core.check import check_file
-from core.check.requests import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.check.scanner import scan
+from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.schemas import JobDefaults
 from tests.engine_child import run_child
 

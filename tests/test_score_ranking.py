@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from core.check.requests import SCORE_URL
+from core.endpoints import SCORE_URL
 from core.store.db import Store
 from core.store.ranking import SEVERAL_QUERIES, ranking_quality
 from tests.factories import finished_job

@@ -16,10 +16,11 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestInput
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
 from core.check import check_file
-from core.check.requests import RERANK_URL, SCORE_URL, parse_request
+from core.check.requests import parse_request
 from core.check.sampling import RequestError
 from core.check.scoring import MAX_DOCUMENTS
 from core.config import default_embedding_model_dir
+from core.endpoints import RERANK_URL, SCORE_URL
 from core.run.outputs import Embeddings
 from core.run.retry import result_line
 from core.schemas import JobDefaults

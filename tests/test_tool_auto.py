@@ -21,9 +21,10 @@ import pytest
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
 from core.check import check_file
-from core.check.requests import CHAT_URL, parse_body
+from core.check.requests import parse_body
 from core.check.tool_support import auto_support
 from core.config import data_paths
+from core.endpoints import CHAT_URL
 from core.jobs.inbox import process_file
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import JobDefaults

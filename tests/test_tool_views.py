@@ -12,7 +12,7 @@ import duckdb
 import pandas as pd
 import pytest
 
-from core.check.requests import CHAT_URL
+from core.endpoints import CHAT_URL
 from core.store import compare as cmp
 from core.store import results as res
 from core.store.db import Store

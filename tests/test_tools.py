@@ -19,7 +19,8 @@ import pytest
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
 from core.check import check_file
-from core.check.requests import CHAT_URL, parse_body
+from core.check.requests import parse_body
+from core.endpoints import CHAT_URL
 from core.run.outputs import Choice, Completion, ToolCall, answer_text, success_line
 from core.schemas import JobDefaults
 from tests.conformance import validate_line

@@ -21,7 +21,7 @@ import msgspec
 
 from core.api.files import Owner, has_lines, job_file_id, owner_of_job, visible
 from core.api.keys import Caller
-from core.check.requests import CHAT_URL
+from core.endpoints import CHAT_URL
 from core.jobs.folder import JobFolder
 from core.jobs.recovery import interrupted_message, wake_worker
 from core.schemas import STALE_AFTER_SECONDS, JobSpec, JobStatus

@@ -34,15 +34,15 @@ from core.api.files import (
 )
 from core.api.keys import Caller
 from core.check import check_file
-from core.check.requests import CHAT_URL, COMPLETIONS_URL, EMBEDDINGS_URL, RESPONSES_URL
 from core.config import default_model_dir
+from core.endpoints import BATCH_API_URLS
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
 from core.jobs.submit import Refused, Submission, submit
 from core.model_names import studio_model_map
 from core.schemas import BatchOrigin, EngineConfig
 
-ENDPOINTS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL)
+ENDPOINTS = BATCH_API_URLS
 COMPLETION_WINDOWS = {"24h": 24.0}
 METADATA_PAIRS, METADATA_KEY = 16, 64  # OpenAI's limits (METADATA_VALUE: batch_view)
 LISTED_ERRORS = 1_000  # errors.data entries of a failed validation

@@ -14,10 +14,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from core.check.requests import (
-    CHAT_URL,
-    EngineRequest,
-)
+from core.check.requests import EngineRequest
+from core.endpoints import CHAT_URL
 from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
 
@@ -56,7 +54,7 @@ class FastChatLine(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 
     custom_id: str
     method: Literal["POST"]
-    url: Literal["/v1/chat/completions"]
+    url: Literal["/v1/chat/completions"]  # core.endpoints.CHAT: the one fast_path endpoint
     body: _FastChatBody
 
 

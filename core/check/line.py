@@ -7,11 +7,8 @@ import json
 from typing import Any
 
 from core.check.report import CheckedLine, Problem
-from core.check.requests import (
-    SUPPORTED_URLS,
-    RequestError,
-    parse_request,
-)
+from core.check.requests import RequestError, parse_request
+from core.endpoints import SUPPORTED_URLS
 from core.schemas import JobDefaults
 
 ENVELOPE_FIELDS = ("custom_id", "method", "url", "body")

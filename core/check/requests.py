@@ -24,16 +24,17 @@ from core.check.messages import parse_messages, role_order_warnings
 from core.check.sampling import RequestError, Sampling, integer
 from core.check.scoring import rerank_fields, score_fields
 from core.check.tools import tool_plan
+from core.endpoints import (
+    CHAT_URL,
+    COMPLETIONS_URL,
+    EMBEDDINGS_URL,
+    RERANK_URL,
+    RESPONSES_URL,
+    SCORE_URL,
+    SUPPORTED_URLS,
+)
 from core.schemas import JobDefaults
 
-CHAT_URL = "/v1/chat/completions"
-COMPLETIONS_URL = "/v1/completions"
-RESPONSES_URL = "/v1/responses"
-EMBEDDINGS_URL = "/v1/embeddings"
-SCORE_URL = "/v1/score"
-RERANK_URL = "/v1/rerank"
-SUPPORTED_URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL, EMBEDDINGS_URL, SCORE_URL, RERANK_URL)
-POOLING_URLS = (EMBEDDINGS_URL, SCORE_URL, RERANK_URL)  # run on an embedding model
 MAX_EMBEDDING_INPUTS = 2048  # inputs in one embeddings request, as OpenAI allows
 
 # Fields of the OpenAI schema that this engine path cannot honour: refused per line.

@@ -21,7 +21,7 @@ from core.check.fast_path import (
 )
 from core.check.line import check_raw
 from core.check.report import DUPLICATE_ID, LISTED_LINES, CheckedLine, Problem
-from core.check.requests import CHAT_URL
+from core.endpoints import CHAT_URL
 from core.schemas import JobDefaults
 
 BATCH_LINES = 2048  # lines checked between token counts and progress reports

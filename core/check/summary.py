@@ -22,9 +22,9 @@ from core.check.report import (
     CheckReport,
     Problem,
 )
-from core.check.requests import CHAT_URL, POOLING_URLS
 from core.check.sampling import copied_answers
 from core.check.scanner import Batch
+from core.endpoints import CHAT_URL, POOLING_URLS
 from core.schemas import JobDefaults
 
 

@@ -30,9 +30,9 @@ from typing import Any, NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
-from core.check.requests import POOLING_URLS
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
+from core.endpoints import POOLING_URLS
 from core.jobs.folder import JobFolder, create_job, start_worker
 from core.jobs.names import distinct_name
 from core.model_folders import ModelError, check_model_folder

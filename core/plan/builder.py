@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from core.check.requests import CHAT_URL
+from core.endpoints import CHAT_URL
 from core.plan.bounded_render import (
     MAX_SLOW_ROWS,
     Renderer,

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from core.endpoints import EMBEDDINGS_URL
 from core.plan.tables import (
     ROW_NUMBERS,
     BuildError,
@@ -34,7 +35,6 @@ from core.plan.tables import (
     source_ids,
 )
 
-EMBEDDINGS_URL = "/v1/embeddings"
 ENCODING_FORMATS = ("float", "base64")
 # OpenAI takes at most 2,048 inputs in one embeddings request.
 MAX_ROWS_PER_LINE = 2048

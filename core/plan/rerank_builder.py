@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from core.check.requests import RERANK_URL
 from core.check.scoring import LABELS, MAX_DOCUMENTS
+from core.endpoints import RERANK_URL
 from core.plan.tables import (
     ROW_NUMBERS,
     BuildError,

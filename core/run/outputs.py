@@ -22,6 +22,14 @@ from typing import Any
 
 import numpy as np
 
+from core.endpoints import (
+    CHAT_URL,
+    COMPLETIONS_URL,
+    EMBEDDINGS_URL,
+    RERANK_URL,
+    RESPONSES_URL,
+    SCORE_URL,
+)
 from core.run.tool_calls import ToolCall, cut_calls, openai_calls, tool_calls
 
 Sampling = Mapping[str, Any]  # what a request ran with: ``EngineRequest.sampling``
@@ -294,13 +302,14 @@ def _rerank_body(model: str, result: Embeddings, sampling: Sampling, layout: Sco
     }
 
 
+# The output body of each endpoint (core/endpoints.py), by its url.
 BODIES = {
-    "/v1/chat/completions": _chat_body,
-    "/v1/completions": _text_completion_body,
-    "/v1/responses": _response_body,
-    "/v1/embeddings": _embedding_body,
-    "/v1/score": _score_body,
-    "/v1/rerank": _rerank_body,
+    CHAT_URL: _chat_body,
+    COMPLETIONS_URL: _text_completion_body,
+    RESPONSES_URL: _response_body,
+    EMBEDDINGS_URL: _embedding_body,
+    SCORE_URL: _score_body,
+    RERANK_URL: _rerank_body,
 }
 # The type of OpenAI's error object, by the status of the failure.
 ERROR_TYPES = {400: "invalid_request_error", 408: "timeout_error", 500: "server_error"}
@@ -310,7 +319,7 @@ def success_line(
     custom_id: str,
     model: str,
     completion: Completion | Embeddings,
-    url: str = "/v1/chat/completions",
+    url: str = CHAT_URL,
     sampling: Sampling | None = None,
     call: ToolCall | ScoreLayout | None = None,
 ) -> dict[str, Any]:
