@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from xdist.remote import Producer
 
-from core.config import REPO_ROOT
 from core.store.db import Store
-from tests.browser_support import chromium_page, studio_server  # noqa: F401  (browser tests)
-from tests.factories import finished_job
-from tests.s3_support import s3, s3_requests  # noqa: F401  (object storage tests)
-from tests.warm_engine import warm_engine_home, warm_home  # noqa: F401  (a shared engine)
-from tests.xdist_schedule import ClusterTestsTogether, order_slow_first
+from tests.support.api import api, keys  # noqa: F401  (Batch API tests)
+from tests.support.browser import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.support.jobs import finished_job
+from tests.support.s3 import s3, s3_requests  # noqa: F401  (object storage tests)
+from tests.support.warm_engine import warm_engine_home, warm_home  # noqa: F401  (a shared engine)
+from tests.support.xdist_schedule import ClusterTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/test_resident.py): none outlives its test.
@@ -140,21 +138,9 @@ def embedding_model() -> Path:
 @pytest.fixture(scope="session")
 def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real cross-encoder folder (tests/cross_encoder.py), made once per session."""
-    from tests.cross_encoder import make_cross_encoder
+    from tests.support.cross_encoder import make_cross_encoder
 
     return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-reranker", embedding_model)
-
-
-def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Runs ``python -m core ARGS`` as a user would, with this test's environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "core", *args],
-        cwd=REPO_ROOT,
-        env=os.environ.copy(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.fixture

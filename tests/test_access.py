@@ -6,22 +6,21 @@ machine and sign in through its form, as a user would.
 
 from __future__ import annotations
 
-import secrets
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
 import oidc_provider_mock
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import expect
 
 from core.access import allowed, exposure_problem, is_loopback, sign_in_configured
 from core.config import data_paths
 from core.jobs.submit import Submission, submit
 from core.schemas import EngineConfig
-from tests.browser_support import StreamlitServer, free_port, kill_workers, open_page, screenshot
-from tests.conftest import run_cli
-from tests.factories import finished_job, request_line
+from tests.support.browser import StreamlitServer, free_port, kill_workers, open_page, screenshot
+from tests.support.cli import run_cli
+from tests.support.jobs import finished_job, request_line
+from tests.support.sign_in import _secrets, _sign_in
 
 
 def test_the_allow_list_admits_listed_emails_and_whole_domains_only():
@@ -83,28 +82,6 @@ def test_the_app_refuses_to_serve_an_open_address_without_sign_in(tmp_path, chro
         screenshot(chromium_page, "access-open-address-refused")
     finally:
         server.stop()
-
-
-def _secrets(path: Path, app_url: str, issuer: str, users: list[str]) -> Path:
-    quoted = ", ".join(f'"{u}"' for u in users)
-    path.write_text(
-        "[auth]\n"
-        f'redirect_uri = "{app_url}/oauth2callback"\n'
-        f'cookie_secret = "{secrets.token_hex(16)}"\n'
-        'client_id = "batch-studio"\n'
-        'client_secret = "test-secret"\n'
-        f'server_metadata_url = "{issuer}/.well-known/openid-configuration"\n'
-        "[access]\n"
-        f"allowed_users = [{quoted}]\n"
-    )
-    return path
-
-
-def _sign_in(page: Page, url: str, sub: str) -> None:
-    page.goto(url)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_placeholder("sub").fill(sub)
-    page.get_by_role("button", name="Authorize").click()
 
 
 @pytest.mark.browser

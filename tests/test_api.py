@@ -11,60 +11,31 @@ import io
 import json
 import os
 import time
-from pathlib import Path
 
-import httpx
 import openai
 import pytest
 from openai.types import Batch, FileDeleted, FileObject, Model
-from starlette.applications import Starlette
-from starlette.testclient import TestClient
 
-from core.api.keys import create_key, read_keys, revoke_key
-from core.api.routes import api_routes
+from core.api.keys import read_keys, revoke_key
 from core.cli.common import model_map_of
 from core.config import data_paths
-from core.jobs.folder import JobFolder, create_job
+from core.jobs.folder import JobFolder
 from core.model_names import read_names, write_names
-from core.schemas import EngineConfig, JobStatus
-from tests.conftest import run_cli
-from tests.factories import request_line
-
-ERROR_FIELDS = {"message", "type", "param", "code"}
-
-
-@pytest.fixture
-def api(studio_home: Path) -> TestClient:
-    with TestClient(Starlette(routes=api_routes()), base_url="http://testserver") as client:
-        yield client
-
-
-@pytest.fixture
-def keys(studio_home: Path) -> dict[str, str]:
-    home = data_paths().home
-    return {name: create_key(home, name) for name in ("alice", "bob")}
-
-
-def sdk(api: TestClient, key: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=api)
-
-
-def batch_file(*lines: str) -> io.BytesIO:
-    return io.BytesIO(("\n".join(lines) + "\n").encode())
-
-
-def chats(count: int) -> io.BytesIO:
-    return batch_file(*(request_line(f"r{i}", f"Say {i}", max_tokens=4) for i in range(count)))
-
-
-def assert_openai_error(reply: httpx.Response, status: int) -> dict:
-    """The reply is OpenAI's error body with this status, validated by the SDK's type."""
-    assert reply.status_code == status, reply.text
-    error = reply.json()["error"]
-    assert set(error) == ERROR_FIELDS
-    openai.types.ErrorObject.model_validate({**error, "code": error["code"] or ""})
-    assert error["message"]
-    return error
+from core.schemas import JobStatus
+from tests.support.api import (
+    _ended_batch,
+    _job_with_status,
+    _result,
+    _walk,
+    assert_openai_error,
+    batch_file,
+    chats,
+    form,
+    own,
+    sdk,
+)
+from tests.support.cli import run_cli
+from tests.support.jobs import request_line
 
 
 def test_files_upload_retrieve_download_and_delete_as_the_sdk_reads_them(api, keys):
@@ -166,47 +137,6 @@ def test_a_line_whose_url_is_not_the_batch_endpoint_fails_the_batch(api, keys):
     assert batch.status == "failed"
     assert [(e.line, e.param, e.code) for e in batch.errors.data] == [(2, "url", "mismatched_url")]
     assert "/v1/embeddings" in batch.errors.data[0].message
-
-
-def _job_with_status(
-    home: Path, model: Path, status: JobStatus, output: list[str], errors: list[str]
-) -> JobFolder:
-    """A job as the CLI makes it (no API), then as its worker would leave it."""
-    source = home / "cli.jsonl"
-    source.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(3)))
-    job = create_job(source, data_paths().jobs, EngineConfig(model=str(model)), name="from the CLI")
-    job.write_status(status)
-    job.output.write_text("".join(line + "\n" for line in output))
-    job.errors.write_text("".join(line + "\n" for line in errors))
-    return job
-
-
-def own(job: JobFolder, name: str) -> None:
-    """Makes a job the CLI made the API key ``name``'s, recorded as a batch it created is:
-    by the key's id (and its name, shown as the owner)."""
-    [key] = [k for k in read_keys(data_paths().home) if k.name == name]
-    spec = json.loads(job.spec_file.read_text())
-    spec["provenance"].update(owner=name, owner_key=key.identity)
-    job.spec_file.write_text(json.dumps(spec))
-
-
-def _result(custom_id: str, ok: bool) -> str:
-    body = {"id": "x", "object": "chat.completion"} if ok else None
-    error = None if ok else {"code": "cancelled", "message": "cancelled"}
-    return json.dumps(
-        {
-            "id": f"b_{custom_id}",
-            "custom_id": custom_id,
-            "response": {"status_code": 200 if ok else 499, "request_id": "r", "body": body},
-            "error": error,
-        }
-    )
-
-
-def _walk(status: JobStatus, *states: str) -> JobStatus:
-    for state in states:
-        status.enter(state)
-    return status
 
 
 def test_every_job_is_a_batch_in_openai_terms_with_its_result_files(api, keys, studio_home, model):
@@ -377,16 +307,6 @@ BAD_CREATES = [
 ]
 
 
-def form(*parts: tuple[str, str | None, bytes]) -> bytes:
-    """A multipart body of ``(name, filename, content)`` parts, boundary ``b0undary``."""
-    body = b""
-    for name, filename, content in parts:
-        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
-        body += f"--b0undary\r\nContent-Disposition: {disposition}\r\n\r\n".encode()
-        body += content + b"\r\n"
-    return body + b"--b0undary--\r\n"
-
-
 def test_no_request_gets_a_500_whatever_the_body_form_or_id(api, keys):
     auth = {"Authorization": f"Bearer {keys['alice']}"}
     file_id = sdk(api, keys["alice"]).files.create(file=("a.jsonl", chats(1)), purpose="batch").id
@@ -512,25 +432,6 @@ def test_a_batch_past_its_window_is_expired_with_what_finished(api, keys, model)
 
 def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-def _ended_batch(home: Path, model: Path, owner: str, expires_seconds: int | None = None):
-    """A job the API made for ``owner`` that ended with one success and two failures."""
-    stopped = _walk(
-        JobStatus(total=3, done=3, succeeded=1, failed=2), "created", "running", "completed"
-    )
-    job = _job_with_status(
-        home, model, stopped, [_result("r0", True)], [_result("r1", False), _result("r2", False)]
-    )
-    own(job, owner)
-    spec = json.loads(job.spec_file.read_text())
-    spec["batch"] = {
-        "input_file_id": "file-" + "0" * 24,
-        "endpoint": "/v1/chat/completions",
-        "output_expires_after_seconds": expires_seconds,
-    }
-    job.spec_file.write_text(json.dumps(spec))
-    return job
 
 
 def test_files_list_holds_the_batches_output_and_error_files_for_their_owner(api, keys, model):

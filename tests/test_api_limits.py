@@ -22,7 +22,7 @@ from core.api import files
 from core.api.keys import create_key
 from core.api.routes import JSON_BODY_MAX, api_routes
 from core.config import data_paths
-from tests.test_api import assert_openai_error, chats, form, sdk
+from tests.support.api import assert_openai_error, chats, form, sdk
 
 MULTIPART = "multipart/form-data; boundary=b0undary"
 

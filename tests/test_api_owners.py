@@ -18,17 +18,15 @@ from core.api.keys import create_key, keys_file, read_keys, revoke_key
 from core.config import data_paths
 from core.files import write_atomic
 from core.schemas import JobStatus
-from tests.conftest import run_cli
-from tests.test_api import (  # noqa: F401 (api, keys: fixtures)
+from tests.support.api import (
     _job_with_status,
     _result,
     _walk,
-    api,
     batch_file,
     chats,
-    keys,
     sdk,
 )
+from tests.support.cli import run_cli
 
 CHAT = "/v1/chat/completions"
 
@@ -42,8 +40,8 @@ def not_found(call) -> bool:
 
 
 def test_a_key_made_with_a_revoked_keys_name_gets_none_of_its_files_or_batches(
-    api,  # noqa: F811
-    keys,  # noqa: F811
+    api,
+    keys,
     no_worker,
 ):
     home = data_paths().home
@@ -85,8 +83,8 @@ def _iso(epoch: float) -> str:
 
 
 def test_work_owned_by_name_before_keys_had_ids_stays_with_that_key_and_no_later_one(
-    api,  # noqa: F811
-    keys,  # noqa: F811
+    api,
+    keys,
     model,
 ):
     """A data folder from before ids: keys without an id, and files and jobs that name

@@ -18,7 +18,7 @@ from core.api.polls import BatchPolls, batch_polls
 from core.api.routes import api_routes
 from core.config import data_paths
 from core.schemas import JobStatus
-from tests.test_api import (
+from tests.support.api import (
     _ended_batch,
     _job_with_status,
     _result,

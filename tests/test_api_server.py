@@ -20,10 +20,10 @@ import pytest
 from openai.types import Batch, FileObject
 
 from core.endpoints import CHAT_URL
-from tests.browser_support import StreamlitServer, kill_workers
-from tests.conformance import validate_line
-from tests.conftest import run_cli
-from tests.factories import request_line
+from tests.support.browser import StreamlitServer, kill_workers
+from tests.support.cli import run_cli
+from tests.support.conformance import validate_line
+from tests.support.jobs import request_line
 
 POLL_SECONDS = 0.5
 ENGINE_DEADLINE = 480  # seconds: a model load and a small batch on 2 shared cores

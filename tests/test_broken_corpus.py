@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from core.check import check_file
 from core.cli.main import main
 from core.config import REPO_ROOT, default_model_dir
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 BROKEN = Path(__file__).parent / "broken"
 MODEL = default_model_dir()

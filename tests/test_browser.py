@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from core.config import SAMPLE_DATA, default_model_dir
-from tests.browser_support import (
+from tests.support.browser import (
     PAGES,
     StreamlitServer,
     choose,
@@ -36,8 +36,8 @@ from tests.browser_support import (
     wait_idle,
     worker_pids,
 )
-from tests.factories import finished_job
-from tests.test_browser_review import label_walk, typed_text_search_shows_work
+from tests.support.browser_review import label_walk, typed_text_search_shows_work
+from tests.support.jobs import finished_job
 
 ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
 COPIES = 6  # review_sentiment.jsonl's 16 requests, 6 times: 96 requests
@@ -296,7 +296,7 @@ def test_results_files_are_read_and_written_only_when_clicked(
 ) -> None:
     """Opening Results writes no file; the output file is read on click, the error file is
     prepared on click, and both downloads hold the job's lines (no engine: a made-up job)."""
-    from tests.test_results import ROWS
+    from tests.support.results import ROWS
 
     made = finished_job(studio_server.home.parent / "build", ROWS)
     (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
@@ -449,7 +449,7 @@ def test_rules_edited_and_run_on_the_checks_page_show_a_pass_rate(
 ) -> None:
     """Issue 17: write rules on the Checks page, run them, read each rule's pass rate, and
     find the rules saved in the job's folder (no engine: a made-up job)."""
-    from tests.test_grading_ui import ROWS, RULES
+    from tests.support.grading import ROWS, RULES
 
     made = finished_job(studio_server.home.parent / "build", ROWS)
     (studio_server.home / "jobs").mkdir(parents=True, exist_ok=True)
@@ -611,7 +611,7 @@ def test_a_retried_jobs_figures_are_its_output_files_in_the_browser(
     from core.jobs.folder import create_job
     from core.run import worker
     from core.schemas import EngineConfig
-    from tests.factories import ScriptedExecutor, request_line
+    from tests.support.jobs import ScriptedExecutor, request_line
 
     home, page = studio_server.home, chromium_page
     batch = home.parent / "retry.jsonl"

@@ -9,14 +9,14 @@ from playwright.sync_api import expect
 
 from core.jobs.folder import JobFolder
 from core.schemas import job_label
-from tests.browser_support import (
+from tests.support.browser import (
     StreamlitServer,
     expect_no_exception,
     expect_title,
     screenshot,
     wait_idle,
 )
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 OLD = "Die Lieferung kam zu spät. Zürich ist es natürlich egal."
 NEW = "Die Lieferung kam spät an. Zürich ist es nicht egal, es gefällt."

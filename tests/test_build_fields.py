@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_builder import open_build_page
-from tests.test_pages import shown
+from tests.support.pages import open_build_page, shown
 
 REVIEWS = b"review text,stars\nGreat service,5\nSlow delivery,2\n"
 

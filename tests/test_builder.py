@@ -13,8 +13,8 @@ from core.check import check_file
 from core.config import REPO_ROOT, SAMPLE_DATA
 from core.plan.builder import BuildError, BuildSpec, build_file, dry_run, preview, read_table
 from core.plan.embed_builder import EmbedSpec
-from tests.conftest import run_cli
-from tests.test_pages import shown
+from tests.support.cli import run_cli
+from tests.support.pages import open_build_page, shown
 
 TICKETS = SAMPLE_DATA / "tickets.csv"
 SPEC = BuildSpec(
@@ -112,14 +112,6 @@ def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> No
 
 
 # -- the Build page -------------------------------------------------------------------------
-
-
-def open_build_page() -> AppTest:
-    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
-    at.switch_page("pages/build.py").run()
-    at.radio(key="build_source").set_value("Use the sample table").run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
 
 
 def test_build_page_previews_reports_rows_and_saves(studio_home: Path) -> None:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from core.config import SAMPLE_DATA
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 # Every command runs on a scratch data folder, never the checkout's own data/.
 pytestmark = pytest.mark.usefixtures("studio_home")

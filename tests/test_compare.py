@@ -23,7 +23,7 @@ from core.store.compare import (
     word_diff,
 )
 from core.store.db import Store
-from tests.factories import finished_job, request_line
+from tests.support.jobs import finished_job, request_line
 
 
 @pytest.fixture

@@ -16,13 +16,13 @@ import pytest
 from core.config import REPO_ROOT
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.run.outputs import Choice, Completion, error_line, success_line
-from tests.conformance import (
+from tests.support.cli import run_cli
+from tests.support.conformance import (
     SDK_TYPES,
     missing_fields,
     validate_line,
 )
-from tests.conftest import run_cli
-from tests.warm_engine import started_job
+from tests.support.warm_engine import started_job
 
 URLS = (CHAT_URL, COMPLETIONS_URL, RESPONSES_URL)
 

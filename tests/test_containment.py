@@ -22,9 +22,9 @@ from core.jobs.submit import resubmit
 from core.run import worker
 from core.schemas import EngineConfig, JobStatus, now_iso
 from core.store.db import Store
-from tests.conftest import run_cli
-from tests.factories import ScriptedExecutor, finished_job
-from tests.test_pages import open_page
+from tests.support.cli import run_cli
+from tests.support.jobs import ScriptedExecutor, finished_job
+from tests.support.pages import open_page
 
 HOSTILE = REPO_ROOT / "tests" / "hostile"
 BAD_LINES = {

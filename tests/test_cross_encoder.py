@@ -25,10 +25,10 @@ from core.endpoints import EMBEDDINGS_URL, RERANK_URL, SCORE_URL
 from core.jobs.ledger import reconcile
 from core.model_folders import is_cross_encoder, is_embedding_model, is_pooling_model
 from core.schemas import JobDefaults
-from tests.conftest import run_cli
-from tests.cross_encoder import pair_tokens, transformers_scores
-from tests.engine_child import run_child
-from tests.test_faults import wait_for
+from tests.support.cli import run_cli
+from tests.support.cross_encoder import pair_tokens, transformers_scores
+from tests.support.engine_child import run_child
+from tests.support.jobs import wait_for
 
 QUERY = "How do I get a refund?"
 DOCS = [
@@ -209,7 +209,7 @@ def test_settings_says_what_each_model_folder_serves(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ):
-    from tests.test_pages import open_page
+    from tests.support.pages import open_page
 
     models = tmp_path / "models"
     models.mkdir()

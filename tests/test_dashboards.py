@@ -17,7 +17,7 @@ from core.store.dashboards import (
     with_cost,
 )
 from core.store.db import Store
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 
 def summary():

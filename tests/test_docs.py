@@ -176,7 +176,7 @@ def test_every_picture_in_docs_images_is_shown_and_made_by_the_browser_walk() ->
     # Each screenshot the docs use is one a browser test takes, by that name.
     browser_tests = (REPO_ROOT / "tests" / "test_browser.py").read_text(encoding="utf-8")
     taken = set(re.findall(r'screenshot\(page, "(\w+)"\)', browser_tests))
-    from tests.browser_support import PAGES as SIDEBAR
+    from tests.support.browser import PAGES as SIDEBAR
 
     for number, label in enumerate(SIDEBAR, start=1):  # the walk's shot of every page
         slug = re.sub(r"\W+", "_", label.lower()).strip("_")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,8 @@ from core.model_folders import (
     is_model_folder,
     prepare_embedding_model,
 )
-from tests.engine_child import run_child
+from tests.support.embeddings import reference_vectors
+from tests.support.engine_child import run_child
 
 TEXTS = [
     "The invoice was paid twice; please refund one payment.",
@@ -88,22 +88,6 @@ def test_limits_are_the_ones_vllm_enforces(tmp_path, embedding_model):
     assert embedding_limits(plain) == model_folders.EmbeddingLimits(514, 768)
     (plain / "tokenizer_config.json").write_text('{"model_max_length": 512}')
     assert embedding_limits(plain).max_input_tokens == 512
-
-
-def reference_vectors(folder: Path, texts: list[str]) -> np.ndarray:
-    """sentence-transformers' recipe with plain transformers: mean of the token states over
-    the attention mask, then L2 normalisation."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder).eval()
-    batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
-    with torch.no_grad():
-        states = model(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-    mean = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-    return torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
 
 
 @pytest.mark.engine

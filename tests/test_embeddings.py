@@ -27,10 +27,10 @@ from core.plan.estimate import estimate
 from core.plan.pricing import PriceTable
 from core.run.outputs import Embeddings, success_line
 from core.schemas import JobDefaults
-from tests.conftest import run_cli
-from tests.test_embedding_model import reference_vectors
-from tests.test_faults import wait_for
-from tests.warm_engine import started_job
+from tests.support.cli import run_cli
+from tests.support.embeddings import reference_vectors
+from tests.support.jobs import wait_for
+from tests.support.warm_engine import started_job
 
 
 def embed_line(custom_id: str, **body) -> dict:

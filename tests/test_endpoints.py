@@ -11,7 +11,7 @@ from core.check.sampling import RequestError
 from core.endpoints import BATCH_API_URLS, ENDPOINTS, FAST_PATH_URLS, POOLING_URLS
 from core.run.outputs import BODIES
 from core.schemas import JobDefaults
-from tests.conformance import SDK_TYPES, VLLM_TYPES
+from tests.support.conformance import SDK_TYPES, VLLM_TYPES
 
 
 def test_each_endpoint_has_a_parser_and_an_output_body():

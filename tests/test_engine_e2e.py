@@ -9,8 +9,8 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 from core.jobs.folder import list_jobs
 from core.store.db import Store
 from core.store.results import detail
-from tests.conftest import run_cli
-from tests.warm_engine import started_job
+from tests.support.cli import run_cli
+from tests.support.warm_engine import started_job
 
 pytestmark = pytest.mark.engine
 

@@ -14,7 +14,7 @@ from core.jobs.engine_files import (
     take_commands,
     write_state,
 )
-from tests.test_pages import open_page, shown
+from tests.support.pages import open_page, shown
 
 
 def resident_state(home, **changes) -> EngineState:
@@ -108,8 +108,8 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     import json
 
     from core.schemas import JobStatus
-    from tests.test_live_progress import monitored_job
-    from tests.test_ops_pages import metric
+    from tests.support.jobs import monitored_job
+    from tests.support.pages import metric
 
     job = monitored_job(studio_home)
     resident_state(studio_home, state="running", job_id=job.job_id, idle_since=None)
@@ -160,7 +160,7 @@ def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
 def test_engine_status_and_a_refused_unload_from_a_shell(studio_home):
     import json
 
-    from tests.conftest import run_cli
+    from tests.support.cli import run_cli
 
     assert "no engine is loaded" in run_cli("engine", "status").stdout
     resident_state(studio_home)

@@ -20,7 +20,7 @@ from core.plan.pricing import (
     save_prices,
     table_from_rows,
 )
-from tests.factories import request_line
+from tests.support.jobs import request_line
 
 MODEL = "SmolLM2-135M-Instruct"
 

@@ -14,8 +14,8 @@ from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import Label, save_label
 from core.store.samples import SampleDefinition, create_sample
-from tests.factories import finished_job
-from tests.test_results import ROWS
+from tests.support.jobs import finished_job
+from tests.support.results import ROWS
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 from core.store.db import Store
 from core.store.facets import _read, keep_in_background
 from core.store.results import facets
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 ROWS = [
     {"custom_id": "a", "answer": "yes", "metadata": {"team": "x", "prompt_version": "v1"}},

@@ -10,9 +10,10 @@ import time
 import pytest
 
 from core.config import REPO_ROOT
-from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.folder import JobFolder
 from core.jobs.ledger import reconcile, verify
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.jobs import wait_for
 
 pytestmark = pytest.mark.engine
 CHUNK = 8
@@ -64,16 +65,6 @@ def start_run(path, out):
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_for(job_dir, predicate, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = list_jobs(job_dir)
-        if jobs and predicate(jobs[0].read_status()):
-            return jobs[0]
-        time.sleep(0.3)
-    raise AssertionError("timed out waiting for the job")
 
 
 def success_ids(job: JobFolder) -> list[str]:

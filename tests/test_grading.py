@@ -428,7 +428,7 @@ def test_more_bad_files_each_say_what_is_wrong():
 
 
 def test_rules_are_saved_atomically_in_the_job_folder_and_regraded_when_stale(tmp_path):
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     job = finished_job(tmp_path / "b", {"a": "yes", "b": "no", "c": None})
     db = Store(tmp_path / "studio.duckdb")
@@ -459,7 +459,7 @@ def test_rules_are_saved_atomically_in_the_job_folder_and_regraded_when_stale(tm
 def test_outcomes_follow_results_that_change_after_grading(tmp_path):
     from core.jobs.output_file import OutputWriter
     from core.run.outputs import Choice, Completion, success_line
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     job = finished_job(tmp_path, {"a": "yes", "b": None})  # b failed
     db = Store(tmp_path / "studio.duckdb")

@@ -17,29 +17,11 @@ from core.schemas import job_label
 from core.store import export as ex
 from core.store.db import Store
 from core.store.results import ResultFilter
-from tests.conftest import run_cli
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home
+from tests.support.cli import run_cli
+from tests.support.grading import ROWS, RULES
+from tests.support.pages import job_in_home, open_page
 
 pytestmark = pytest.mark.usefixtures("studio_home")
-
-ROWS = [
-    {"custom_id": "a", "answer": "Your refund is on its way.", "metadata": {"label": "refund"}},
-    {"custom_id": "b", "answer": "I'm sorry, but I can't help with that."},
-    {"custom_id": "c", "answer": None},
-    {"custom_id": "d", "answer": "refund", "metadata": {"label": "refund"}},
-]
-RULES = """\
-rules:
-  - name: mentions_refund   # the team's wording
-    type: contains
-    values: [refund]
-  - name: no_refusal
-    type: refusal
-  - name: label
-    type: equals_metadata
-    field: label
-"""
 
 
 def test_core_grade_prints_each_rules_counts_and_interval_as_json(studio_home, tmp_path):

@@ -15,8 +15,8 @@ from core.config import data_paths
 from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.samples import SampleDefinition, create_sample
-from tests.factories import finished_job
-from tests.test_pages import open_page, shown
+from tests.support.jobs import finished_job
+from tests.support.pages import open_page, shown
 
 IMAGE = "![pixel](http://127.0.0.1:9/pixel.png)"
 LINK = "[click me](http://127.0.0.1:9/x)"
@@ -92,7 +92,7 @@ def test_review_shows_the_hostile_item_as_text(hostile_jobs):
 def test_no_page_fetches_what_a_hostile_batch_points_to_or_anything_outside(
     studio_server, chromium_page
 ):
-    from tests.browser_support import expect_no_exception, open_page, screenshot
+    from tests.support.browser import expect_no_exception, open_page, screenshot
 
     page = chromium_page
     fetched: list[str] = []

@@ -33,7 +33,7 @@ from core.store.samples import (
     sample_items,
 )
 from core.store.vectors import stored_vector
-from tests.factories import finished_embedding_job, finished_job
+from tests.support.jobs import finished_embedding_job, finished_job
 
 RULES = "rules: [{name: short, type: length, unit: chars, max: 3}]"
 
@@ -256,8 +256,7 @@ def test_a_torn_last_line_waits_and_is_closed_by_the_next_save(tmp_path):
 def test_labels_and_samples_made_on_the_review_page_survive_a_broken_database(studio_home):
     import streamlit as st
 
-    from tests.test_pages import open_page
-    from tests.test_results_pages import job_in_home
+    from tests.support.pages import job_in_home, open_page
 
     job_in_home(studio_home)
     at = open_page("review.py")

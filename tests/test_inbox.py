@@ -51,7 +51,7 @@ def test_the_ui_watcher_ingests_new_results_into_duckdb(tmp_path):
     from core.config import DataPaths
     from core.store.db import Store
     from core.store.watchers import start_watchers
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     paths = DataPaths(tmp_path).ensure()
     store = Store(paths.database)

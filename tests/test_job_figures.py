@@ -12,9 +12,8 @@ from core.jobs.folder import JobFolder, queue_job
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line, token_usage
 from core.run.status_keeper import StatusKeeper
-from tests.factories import StandIn, finished_job
-from tests.test_ops_pages import metric, texts
-from tests.test_pages import open_page
+from tests.support.jobs import StandIn, finished_job
+from tests.support.pages import metric, open_page, texts
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 

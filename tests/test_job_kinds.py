@@ -11,7 +11,7 @@ from core.schemas import EngineConfig
 from core.store import text_query as tq
 from core.store.dashboards import Scope, finish_reasons_figure
 from core.store.db import Store
-from tests.factories import finished_embedding_job, finished_job, rewrite_spec
+from tests.support.jobs import finished_embedding_job, finished_job, rewrite_spec
 
 
 def embeddings_file(folder: Path) -> Path:
@@ -47,7 +47,7 @@ def test_an_embeddings_job_is_named_by_its_embedding_model(
 
 def test_a_chat_job_is_named_by_its_chat_model(tmp_path, model, no_worker) -> None:
     batch = tmp_path / "chat.jsonl"
-    from tests.factories import request_line
+    from tests.support.jobs import request_line
 
     batch.write_text(request_line("a", "hi") + "\n")
     job = submit(batch, Submission(engine=EngineConfig(model=str(model))), tmp_path / "jobs").job
@@ -77,8 +77,7 @@ def test_vectors_are_no_failures_among_the_finish_reasons(tmp_path) -> None:
 
 
 def test_the_monitor_describes_a_finished_embeddings_job_by_its_vectors(studio_home) -> None:
-    from tests.test_ops_pages import texts
-    from tests.test_pages import open_page
+    from tests.support.pages import open_page, texts
 
     requests = [{"custom_id": f"e{i}", "input": "text", "vectors": [[0.1, 0.2]]} for i in range(3)]
     job = finished_embedding_job(studio_home, requests)
@@ -93,7 +92,7 @@ def test_the_monitor_describes_a_finished_embeddings_job_by_its_vectors(studio_h
 
 def test_the_job_chosen_on_one_page_is_the_job_of_the_next(studio_home) -> None:
     """Issue 30, item 12: Review, Checks and Results reset to the newest job."""
-    from tests.test_pages import open_page
+    from tests.support.pages import open_page
 
     first = finished_job(studio_home, {"a": "yes"}, name="first.jsonl")
     second = finished_job(studio_home, {"a": "no"}, name="second.jsonl")

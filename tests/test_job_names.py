@@ -20,9 +20,9 @@ from core.schemas import NAME_MAX, EngineConfig, JobSpec, job_label, tidy_name
 from core.store.db import Store
 from core.store.schema import MIGRATIONS
 from core.store.watchers import _JobsHandler
-from tests.conftest import run_cli
-from tests.factories import finished_job, request_line
-from tests.test_pages import open_page, shown
+from tests.support.cli import run_cli
+from tests.support.jobs import finished_job, request_line
+from tests.support.pages import open_page, shown
 from ui.handover import CheckedBatch
 
 OLD_JOB = REPO_ROOT / "tests" / "data" / "job_20261201_102504_e41d7b"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from unittest import mock
 
 import pandas as pd
 import pytest
@@ -19,47 +18,16 @@ from core.qa import judge as J
 from core.qa import pairwise as P
 from core.qa.grading import grade_jobs
 from core.qa.rules import load_rules
-from core.run import worker
 from core.store import checks, judged, trust
 from core.store import export as ex
 from core.store import results as R
-from core.store.db import Store
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
-from tests.conftest import run_cli
-from tests.factories import ScriptedExecutor
-from tests.test_results_pages import job_in_home
+from tests.support.cli import run_cli
+from tests.support.judge import ROWS, answer_judge, input_lines, open_store, verdict
+from tests.support.pages import job_in_home
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
-
-ROWS = [
-    {"custom_id": "a", "answer": "Your refund is on its way.", "system": "Be kind."},
-    {"custom_id": "b", "answer": "No.", "metadata": {"topic": "refund"}},
-    {"custom_id": "c", "answer": None},  # failed: nothing to judge
-    {"custom_id": "d", "answer": "We will call you tomorrow."},
-]
-
-
-def open_store() -> Store:
-    db = Store(data_paths().database)
-    db.ingest_all(data_paths().jobs)
-    return db
-
-
-def answer_judge(job: JobFolder, answers: dict[str, str | None]) -> None:
-    """Runs the judge job to its end with the real worker, each line answered as given."""
-    rows = {cid: {"custom_id": cid, "answer": text} for cid, text in answers.items()}
-    executor = ScriptedExecutor(rows, "judge-model")
-    with mock.patch.object(worker, "make_executor", lambda spec, job_dir: executor):
-        worker.run_job(job)
-
-
-def verdict(v: str, score: int = 3, reason: str = "because") -> str:
-    return json.dumps({"verdict": v, "score": score, "reason": reason})
-
-
-def input_lines(job: JobFolder) -> list[dict]:
-    return [json.loads(line) for line in job.input.read_text(encoding="utf-8").splitlines()]
 
 
 def test_a_judge_job_grades_each_answer_with_the_verdict_schema(studio_home, model, no_worker):

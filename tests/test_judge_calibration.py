@@ -16,9 +16,8 @@ from core.config import data_paths
 from core.jobs.folder import JobFolder
 from core.qa import calibration as cal
 from core.qa import judge as J
-from tests.test_judge import ROWS, answer_judge, open_store
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home
+from tests.support.judge import ROWS, answer_judge, open_store
+from tests.support.pages import job_in_home, open_page
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -138,7 +137,7 @@ def test_checks_page_does_not_offer_a_judge_that_failed_and_says_why(default_mod
 
 
 def test_checks_page_calibrates_a_new_judge_before_it_judges(model, no_worker):
-    from tests.test_judge_ui import start_on_page
+    from tests.support.pages import start_on_page
 
     graded = job_in_home(data_paths().home, ROWS)
     at = open_page("checks.py", job_id=graded)

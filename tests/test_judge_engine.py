@@ -15,8 +15,8 @@ from core.jobs.folder import JobFolder, list_jobs
 from core.qa.judge import DEFAULT_TEMPLATE, VERDICT_SCHEMA, JudgeSettings, start_judge
 from core.store import checks, judged
 from core.store.db import Store
-from tests.conftest import run_cli
-from tests.test_results_pages import job_in_home
+from tests.support.cli import run_cli
+from tests.support.pages import job_in_home
 
 pytestmark = pytest.mark.engine
 

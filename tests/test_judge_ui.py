@@ -14,10 +14,8 @@ from core.schemas import job_label
 from core.store.db import Store
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
-from tests.test_judge import answer_judge, verdict
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home
-from ui.model_picker import OTHER_FOLDER
+from tests.support.judge import answer_judge, verdict
+from tests.support.pages import job_in_home, open_page, start_on_page
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 
@@ -26,11 +24,6 @@ ROWS = [
     {"custom_id": "b", "answer": "2 + 2 = 5"},
     {"custom_id": "c", "answer": "<b>Blue</b> [link](http://example.com)"},
 ]
-
-
-def start_on_page(at, model, key: str = "judge") -> None:
-    at.selectbox(key=f"{key}_model").set_value(OTHER_FOLDER).run()
-    at.text_input(key=f"{key}_model_path").set_value(str(model)).run()
 
 
 def new_judge_jobs(graded: list[str]) -> list[JobFolder]:

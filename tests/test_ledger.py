@@ -20,8 +20,8 @@ from core.jobs.ledger import (
 )
 from core.jobs.output_file import OutputWriter
 from core.run.outputs import Choice, Completion, error_line, success_line
-from tests.conftest import run_cli
-from tests.factories import finished_job
+from tests.support.cli import run_cli
+from tests.support.jobs import finished_job
 
 
 def test_reconcile_counts_missing_and_groups_failures(tmp_path):

@@ -4,39 +4,11 @@ Details box that follows the jobs chosen on Results; AppTest, no worker."""
 from __future__ import annotations
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
-from core.config import data_paths
-from core.jobs.folder import JobFolder
-from tests.test_pages import APP, TIMEOUT
-from tests.test_results import ROWS
-from tests.test_results_pages import job_in_home
+from tests.support.links import open_link, two_jobs, warnings
+from tests.support.pages import job_in_home
 
 pytestmark = pytest.mark.usefixtures("studio_home")
-
-
-def open_link(page: str, /, **params: str | list[str]) -> AppTest:
-    """A new session opened on ``pages/<page>`` by an address with ``params``."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT)
-    at.run()
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.switch_page(f"pages/{page}").run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def two_jobs(home) -> tuple[str, str]:
-    """Two finished jobs, named."""
-    older = job_in_home(home, ROWS, name="older")
-    newer = job_in_home(home, [{"custom_id": "x", "answer": "new"}], name="newer")
-    JobFolder(data_paths().jobs / older).rename("tickets v1")
-    JobFolder(data_paths().jobs / newer).rename("tickets v2")
-    return older, newer
-
-
-def warnings(at: AppTest) -> str:
-    return " ".join(w.value for w in at.warning)
 
 
 def test_results_write_the_job_filter_and_result_into_the_address(studio_home):

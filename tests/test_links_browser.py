@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable, save_prices
 from core.schemas import job_label
-from tests.browser_support import (
+from tests.support.browser import (
     StreamlitServer,
     choose,
     expect_no_exception,
@@ -28,9 +28,9 @@ from tests.browser_support import (
     type_into,
     wait_idle,
 )
-from tests.factories import finished_job
-from tests.test_grading_ui import RULES
-from tests.test_results import ROWS
+from tests.support.grading import RULES
+from tests.support.jobs import finished_job
+from tests.support.results import ROWS
 
 # Four requests, three with tokens (3,005 in, 603 out: 812.55 per million at the prices of
 # the walk), and an answer for no_refusal to fail.

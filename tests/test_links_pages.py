@@ -12,10 +12,9 @@ from core.config import data_paths
 from core.qa.grading import grade_jobs
 from core.qa.rules import load_rules
 from core.store.db import Store
-from tests.test_grading_ui import RULES
-from tests.test_links import open_link, two_jobs, warnings
-from tests.test_pages import shown
-from tests.test_results_pages import job_in_home
+from tests.support.grading import RULES
+from tests.support.links import open_link, two_jobs, warnings
+from tests.support.pages import job_in_home, shown
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 

@@ -31,7 +31,7 @@ from core.config import REPO_ROOT
 from core.jobs.folder import list_jobs
 from core.run.monitoring import rates, read_samples
 from core.schemas import worker_alive
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 pytestmark = [pytest.mark.engine, pytest.mark.serial]  # times the engine: alone
 LINES = 160

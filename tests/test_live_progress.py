@@ -10,16 +10,15 @@ import time
 
 import pytest
 
-from core.jobs.folder import JobFolder, create_job, queue_job
+from core.jobs.folder import create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.engine import EngineActivity
 from core.run.monitoring import rates
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import EngineConfig, JobStatus
-from tests.factories import StandIn, request_line
-from tests.test_ops_pages import metric
-from tests.test_pages import open_page
+from tests.support.jobs import StandIn, monitored_job, request_line
+from tests.support.pages import metric, open_page
 
 
 def running_status(**fields) -> JobStatus:
@@ -139,7 +138,7 @@ def test_the_worker_says_it_is_loading_with_the_models_last_load_time(
     tmp_path, monkeypatch
 ) -> None:
     from core.plan.measured import record_run
-    from tests.factories import ScriptedExecutor
+    from tests.support.jobs import ScriptedExecutor
 
     record_run("none", output_tokens=0, requests=0, seconds=1.0, answers=[], load_seconds=77.0,
                home=tmp_path)  # fmt: skip
@@ -201,15 +200,6 @@ def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None
     status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
     assert rates([], status).eta_seconds == pytest.approx(20.0)
     assert rates([], running_status(total=10, expected_output_tokens=1_000)).eta_seconds is None
-
-
-def monitored_job(studio_home) -> JobFolder:
-    """A one-request job in the data folder, for the Monitor to show (status and samples
-    written by the test)."""
-    studio_home.mkdir()
-    batch = studio_home / "b.jsonl"
-    batch.write_text(request_line("a", "hi") + "\n")
-    return create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
 
 
 def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_measured(

@@ -25,9 +25,9 @@ from streamlit.web.server.server_util import get_cookie_secret
 from streamlit.web.server.starlette.starlette_app_utils import create_signed_value
 
 from core.api.media import MediaSignIn
-from tests.browser_support import StreamlitServer, free_port, kill_workers, open_page, wait_idle
-from tests.factories import finished_job
-from tests.test_access import _secrets, _sign_in
+from tests.support.browser import StreamlitServer, free_port, kill_workers, open_page, wait_idle
+from tests.support.jobs import finished_job
+from tests.support.sign_in import _secrets, _sign_in
 
 USER_COOKIE = "_streamlit_user"
 

@@ -7,10 +7,9 @@ import json
 import pytest
 
 from core.run.monitoring import rates, read_samples
-from tests.conftest import run_cli
-from tests.test_ops_pages import metric
-from tests.test_pages import open_page
-from tests.warm_engine import started_job
+from tests.support.cli import run_cli
+from tests.support.pages import metric, open_page
+from tests.support.warm_engine import started_job
 
 pytestmark = pytest.mark.engine
 

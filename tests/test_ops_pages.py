@@ -12,22 +12,11 @@ import pytest
 from core.config import SAMPLE_DATA
 from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
-from tests.factories import finished_job, request_line
-from tests.test_pages import open_page, shown
+from tests.support.jobs import finished_job, request_line
+from tests.support.pages import metric, open_page, shown, texts
 from ui.handover import CheckedBatch
 
 pytestmark = pytest.mark.usefixtures("studio_home")
-
-
-def texts(at) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
-    parts += [str(e.value) for e in at.error] + [str(w.value) for w in at.warning]
-    parts += [str(s.value) for s in at.success] + [str(i.value) for i in at.info]
-    return shown("\n".join(parts))
-
-
-def metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
 
 
 def test_run_refuses_tensor_parallelism_beyond_the_gpus():

@@ -9,39 +9,20 @@ from __future__ import annotations
 
 import getpass
 import json
-import re
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core.config import REPO_ROOT, SAMPLE_DATA, default_model_dir
+from core.config import SAMPLE_DATA, default_model_dir
 from core.jobs.folder import JobFolder
 from core.schemas import JobDefaults
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
+from tests.support.pages import open_page, shown
 from ui.handover import CheckedBatch
 from ui.text import escape
 
-APP = REPO_ROOT / "app.py"
-TIMEOUT = 60
-
 pytestmark = pytest.mark.usefixtures("studio_home")
-
-
-def open_page(page: str, **state: object) -> AppTest:
-    """Runs the app, puts ``state`` into the session, then runs ``pages/<page>``."""
-    at = AppTest.from_file(str(APP), default_timeout=TIMEOUT).run()
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.switch_page(f"pages/{page}").run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def shown(markdown: object) -> str:
-    """What a person reads of a markdown source: its backslash escapes undone (pages escape
-    text from files and models before it reaches a markdown element)."""
-    return re.sub(r"\\(.)", r"\1", str(markdown)).replace("\u2060", "")  # joiner: invisible
 
 
 def pick_sample(at: AppTest, name: str) -> AppTest:

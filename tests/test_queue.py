@@ -7,7 +7,7 @@ import time
 
 from core.jobs.queue import EngineLock, position, queued_jobs, set_priority
 from core.schemas import JobStatus
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 
 def test_queued_jobs_run_by_priority_then_age(tmp_path):

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.support.ray import _batch
+
 ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -23,7 +25,7 @@ from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
 
@@ -38,20 +40,6 @@ def cluster():
         yield nodes
     finally:
         nodes.shutdown()
-
-
-def _batch(path, count):
-    with path.open("w", encoding="utf-8") as out:
-        for i in range(count):
-            body = {
-                "model": "gpt-4o-mini",
-                "messages": [{"role": "user", "content": f"Name a colour. ({i})"}],
-                "max_tokens": 8,
-                "temperature": 0,
-            }
-            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions"}
-            out.write(json.dumps({**line, "body": body}) + "\n")
-    return path
 
 
 def _ray_args(cluster):
@@ -278,7 +266,7 @@ def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_outpu
 def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     cluster, studio_home, tmp_path, default_model, s3
 ):
-    from tests.test_s3 import _drop_bucket
+    from tests.support.s3 import _drop_bucket
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     where = {"output_path": "s3://batches/out.jsonl"}
@@ -307,7 +295,7 @@ def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
 def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     cluster, studio_home, tmp_path, default_model, s3, monkeypatch
 ):
-    from tests.test_s3 import _drop_bucket, _wrong_credentials
+    from tests.support.s3 import _drop_bucket, _wrong_credentials
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())

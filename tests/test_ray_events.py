@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 from core.run import ray_stats  # noqa: E402
 from core.run.ray_stats import RayStats, read_ray_stats  # noqa: E402
 from core.schemas import RaySettings  # noqa: E402
-from tests.factories import finished_job  # noqa: E402
+from tests.support.jobs import finished_job  # noqa: E402
 
 HEAD, LOST, SPARE = "a" * 56, "b" * 56, "c" * 56
 
@@ -99,8 +99,7 @@ def test_each_node_has_its_rate(tmp_path, monkeypatch):
 def test_monitor_and_jobs_show_the_node_lost_and_its_work_moving(
     studio_home, tmp_path, monkeypatch
 ):
-    from tests.test_ops_pages import texts
-    from tests.test_pages import open_page
+    from tests.support.pages import open_page, texts
 
     job = finished_job(studio_home, {"a": "yes"})
     stats, cluster, _ = _stats(job.path, monkeypatch)

@@ -14,8 +14,8 @@ from core.run import worker
 from core.run.ray_input import REPLICA_AGENT, ObjectShard, input_spans, read_requests
 from core.schemas import EngineConfig, JobDefaults, RaySettings
 from core.storage.s3 import StorageError, stat
-from tests.factories import StandIn, request_line
-from tests.s3_support import BUCKET
+from tests.support.jobs import StandIn, request_line
+from tests.support.s3 import BUCKET
 
 SOURCE = f"s3://{BUCKET}/in/batch.jsonl"
 
@@ -63,7 +63,7 @@ def test_replicas_read_their_lines_by_ranged_gets_into_the_checked_requests(
 
 
 def test_a_replaced_missing_or_refused_object_is_said_in_words(s3, tmp_path, monkeypatch):
-    from tests.test_s3 import _drop_bucket, _wrong_credentials
+    from tests.support.s3 import _drop_bucket, _wrong_credentials
 
     path = _batch(tmp_path, s3)
     shard = _shard(path, ["a", "c"])

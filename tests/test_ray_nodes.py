@@ -24,7 +24,7 @@ from core.jobs.folder import JobFolder, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from core.store.db import Store  # noqa: E402
-from tests.test_ray import _batch  # noqa: E402
+from tests.support.ray import _batch  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
 REQUESTS = 24

@@ -14,8 +14,8 @@ from core.jobs.folder import JobFolder
 from core.jobs.output_file import OutputWriter
 from core.run.ray_output import AckLedger, acked_without_line, read_part, write_part
 from core.storage.s3 import upload_stream
-from tests.factories import request_line
-from tests.s3_support import BUCKET, small_parts
+from tests.support.jobs import request_line
+from tests.support.s3 import BUCKET, small_parts
 
 
 def _result(cid: str, answer: str) -> dict:
@@ -110,7 +110,7 @@ def test_delivering_a_job_removes_the_parts_its_replicas_wrote(s3, half_run_job)
 
 def test_a_bucket_gone_during_the_upload_fails_it_naming_the_object(s3, monkeypatch):
     from core.storage.s3 import StorageError
-    from tests.test_s3 import _drop_bucket
+    from tests.support.s3 import _drop_bucket
 
     small_parts(monkeypatch, 1024)
 

@@ -34,7 +34,7 @@ from core.jobs.folder import list_jobs  # noqa: E402
 from core.jobs.ledger import reconcile  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from core.store.db import Store  # noqa: E402
-from tests.test_ray import _batch  # noqa: E402
+from tests.support.ray import _batch  # noqa: E402
 
 pytestmark = [
     pytest.mark.engine,
@@ -163,7 +163,7 @@ def test_a_studio_off_the_head_node_follows_the_job_from_the_cluster(
 
 def node_table(job_id: str) -> pd.DataFrame:
     """Monitor's table of the job's nodes, as the studio's page shows it now."""
-    from tests.test_pages import open_page
+    from tests.support.pages import open_page
 
     at = open_page("monitor.py", job_id=job_id)
     return next(d.value for d in at.dataframe if "alive" in d.value.columns)

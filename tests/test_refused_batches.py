@@ -15,9 +15,9 @@ from starlette.testclient import TestClient
 from core.api.keys import create_key
 from core.api.routes import api_routes
 from core.config import data_paths
-from tests.conftest import run_cli
-from tests.factories import request_line
-from tests.test_pages import open_page
+from tests.support.cli import run_cli
+from tests.support.jobs import request_line
+from tests.support.pages import open_page
 
 
 @pytest.fixture

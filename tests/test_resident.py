@@ -29,7 +29,7 @@ from core.jobs.submit import Submission, submit
 from core.run.pool import BUDGET_ENV
 from core.schemas import EngineConfig, worker_alive
 from core.store.text_query import embed_texts
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.engine
 IDLE = "300"  # long enough to outlast each test; every test stops its worker

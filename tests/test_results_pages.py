@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import os
 import threading
 import time
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from core.config import data_paths
 from core.store.review import Label, save_label
-from tests.factories import finished_job
-from tests.test_pages import open_page
-from tests.test_results import ROWS
+from tests.support.pages import job_in_home, open_page, values
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -26,14 +21,6 @@ pytestmark = pytest.mark.usefixtures("studio_home")
 def count_caption(at) -> str:
     """The caption that counts the results (the job's owner is captioned above it)."""
     return next(c.value for c in at.caption if " results" in c.value)
-
-
-def job_in_home(home: Path, rows=ROWS, **kw):
-    """A finished job placed in the data folder's jobs folder."""
-    job = finished_job(home.parent / "build" / kw.pop("name", "one"), rows, **kw)
-    target = data_paths().jobs / job.job_id
-    job.path.rename(target)
-    return target.name
 
 
 def test_results_page_filters_searches_and_shows_details(studio_home):
@@ -210,13 +197,6 @@ def charts(at) -> dict[str, dict]:
     return {f["layout"]["title"]["text"]: f for f in figures}
 
 
-def values(array: list | dict) -> list:
-    """A trace's numbers (plotly writes a numeric array as base64 of its dtype)."""
-    if isinstance(array, dict):
-        return np.frombuffer(base64.b64decode(array["bdata"]), array["dtype"]).tolist()
-    return list(array)
-
-
 def test_dashboards_page_draws_every_chart(studio_home):
     job_in_home(studio_home)
     at = open_page("dashboards.py")
@@ -352,7 +332,7 @@ def test_a_cancelled_job_without_results_says_none_will_come(tmp_path):
     worker writes them"."""
     from core.jobs.folder import create_job
     from core.schemas import EngineConfig, JobStatus
-    from tests.factories import request_line
+    from tests.support.jobs import request_line
 
     batch = tmp_path / "b.jsonl"
     batch.write_text(request_line("a", "hi") + "\n" + request_line("b", "ho") + "\n")
@@ -373,7 +353,7 @@ def test_a_cancelled_job_without_results_says_none_will_come(tmp_path):
 
 def test_the_price_tables_label_is_text_not_markdown(studio_home):
     """Issue 38, item 14: the model named * rendered as a bullet in the expander's label."""
-    from tests.test_pages import shown
+    from tests.support.pages import shown
 
     job_in_home(studio_home)
     at = open_page("dashboards.py")

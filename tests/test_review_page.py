@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home
+from tests.support.pages import job_in_home, open_page
 
 
 def _labelling(studio_home):

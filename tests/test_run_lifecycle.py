@@ -17,33 +17,12 @@ import pytest
 from core.api.batch_view import batch_of
 from core.jobs import engine_files, recovery
 from core.jobs import folder as folder_module
-from core.jobs.folder import cancel, create_job, queue_job
+from core.jobs.folder import cancel, queue_job
 from core.jobs.ledger import read_ledger, verify_chain
 from core.run import worker
-from core.run.outputs import Choice, Completion, success_line
-from core.schemas import EngineConfig
-from tests.factories import StandIn, request_line
+from tests.support.jobs import Answers, make_job
 
 DEAD_PID = 2**22 + 7  # no such process
-
-
-class Answers(StandIn):
-    """Answers every request; counts the requests it was given."""
-
-    def __init__(self, text: str = "ok") -> None:
-        self.text, self.ran = text, []
-
-    def run(self, requests):
-        for request in requests:
-            self.ran.append(request.custom_id)
-            completion = Completion(2, [Choice(self.text, "stop", 1)])
-            yield [success_line(request.custom_id, "m", completion)]
-
-
-def make_job(tmp_path: Path, count: int, jobs: Path | None = None):
-    batch = tmp_path / "batch.jsonl"
-    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
-    return create_job(batch, jobs or tmp_path / "jobs", EngineConfig(model="/models/none"))
 
 
 def states(job) -> list[str]:
@@ -194,7 +173,7 @@ REAL_DISK = textwrap.dedent(
     import json, os, subprocess, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from tests.test_run_lifecycle import Answers, make_job
+    from tests.support.jobs import Answers, make_job
     from core.jobs.folder import queue_job
     from core.jobs.ledger import verify_chain
     from core.run import worker

@@ -20,42 +20,15 @@ from core.jobs.delivery import deliver, errors_beside
 from core.jobs.folder import list_jobs
 from core.jobs.ledger import write_combined
 from core.storage.s3 import S3Location, StorageError, fetch, put
-from tests.browser_support import free_port
-from tests.conftest import run_cli
-from tests.factories import finished_job, request_line
-from tests.s3_support import BUCKET
-from tests.test_pages import shown
+from tests.support.browser import free_port
+from tests.support.cli import run_cli
+from tests.support.jobs import finished_job, request_line
+from tests.support.pages import shown
+from tests.support.s3 import BUCKET, _drop_bucket, _wrong_credentials
 
 
 def _object(client: object, key: str) -> bytes:
     return client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
-
-
-def _drop_bucket(client: object) -> None:
-    """Empties and deletes the bucket, again while a running job's replicas still write to
-    it (the delete then finds new objects: BucketNotEmpty)."""
-    from botocore.exceptions import ClientError
-
-    for _ in range(20):
-        for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-            client.delete_object(Bucket=BUCKET, Key=item["Key"])
-        try:
-            client.delete_bucket(Bucket=BUCKET)
-            return
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "BucketNotEmpty":
-                raise
-    raise AssertionError("the bucket kept filling while it was emptied")
-
-
-def _wrong_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Makes the server check credentials (moto accepts any by default) and gives keys it
-    does not know."""
-    from moto import settings
-
-    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
 
 
 def test_uris_name_a_bucket_and_key_and_malformed_ones_are_refused_in_words():
@@ -330,7 +303,7 @@ def test_a_stream_several_parts_long_round_trips_byte_identical(s3):
 
 def test_the_size_returned_is_the_bytes_sent_one_put_or_many_parts(s3, s3_requests, monkeypatch):
     from core.storage.s3 import upload_stream
-    from tests.s3_support import small_parts
+    from tests.support.s3 import small_parts
 
     small_parts(monkeypatch, 1024)
     for total, chunk in ((0, 1), (1000, 7), (1024, 1024), (1025, 100), (5000, 333), (9000, 5000)):
@@ -370,7 +343,7 @@ def test_a_stream_that_fails_midway_leaves_no_object_and_no_open_upload(s3):
 
 def test_a_store_that_refuses_a_part_stops_the_stream_being_read(s3, monkeypatch):
     from core.storage.s3 import upload_stream
-    from tests.s3_support import small_parts
+    from tests.support.s3 import small_parts
 
     small_parts(monkeypatch, 1024)
     read = [0]

@@ -19,7 +19,7 @@ from core.store.samples import (
     quotas,
     sample_items,
 )
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 
 def rows(n: int = 40) -> list[dict]:

@@ -23,7 +23,7 @@ from core.check import check_file
 from core.check.scanner import scan
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.schemas import JobDefaults
-from tests.engine_child import run_child
+from tests.support.engine_child import run_child
 
 VOCAB = 49_152  # SmolLM2's vocabulary: ids 0 .. 49151
 

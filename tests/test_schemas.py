@@ -28,7 +28,7 @@ from core.schemas import (
     problems_of,
 )
 from core.store.db import Store
-from tests.factories import request_line
+from tests.support.jobs import request_line
 
 OLD_JOB = REPO_ROOT / "tests" / "data" / "job_20261201_102504_e41d7b"
 

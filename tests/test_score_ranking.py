@@ -14,9 +14,8 @@ import pytest
 from core.endpoints import SCORE_URL
 from core.store.db import Store
 from core.store.ranking import SEVERAL_QUERIES, ranking_quality
-from tests.factories import finished_job
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home, values
+from tests.support.jobs import finished_job
+from tests.support.pages import job_in_home, open_page, values
 
 # The query's vector first, then the documents': cosines 1, 0 and 0.89 rank 0, 2, 1.
 VECTORS = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.5]]

@@ -24,7 +24,7 @@ from core.endpoints import RERANK_URL, SCORE_URL
 from core.run.outputs import Embeddings
 from core.run.retry import result_line
 from core.schemas import JobDefaults
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 QUERY = "How do I get a refund?"
 DOCS = [
@@ -140,7 +140,7 @@ def test_score_pairs_one_with_many_and_many_with_many():
 
 def test_results_show_the_query_and_its_documents_ranked_with_scores(tmp_path: Path):
     from core.store.db import Store
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     request = _line("r", *VALID["rerank"])
     vectors = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [1.0, 0.1]]
@@ -276,7 +276,7 @@ def test_ndcg_and_reciprocal_rank_match_hand_computed_values():
 def test_results_grade_labelled_rerank_queries_per_query_and_overall(tmp_path: Path):
     from core.store.db import Store
     from core.store.ranking import ranking_quality
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     docs = ["a", "b", "c"]
     vectors = [[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 0.5]]  # ranks docs 0, 2, 1
@@ -315,8 +315,7 @@ def _labelled_rerank_rows() -> list[dict[str, Any]]:
 
 
 def test_results_and_dashboards_show_the_ranking_and_its_quality(studio_home):
-    from tests.test_pages import open_page
-    from tests.test_results_pages import job_in_home
+    from tests.support.pages import job_in_home, open_page
 
     job_in_home(studio_home, _labelled_rerank_rows())
     at = open_page("results.py")
@@ -366,7 +365,7 @@ def test_cli_builds_a_rerank_batch_from_a_table_of_queries_and_documents(tmp_pat
 
 
 def test_build_page_makes_a_rerank_batch(studio_home: Path):
-    from tests.test_builder import open_build_page
+    from tests.support.pages import open_build_page
 
     at = open_build_page()
     at.radio(key="build_kind").set_value("Rerank").run()

@@ -11,7 +11,7 @@ import time
 import pytest
 from PIL import Image
 
-from tests.browser_support import SETTLE_SECONDS, screenshot
+from tests.support.browser import SETTLE_SECONDS, screenshot
 
 GREEN = (0, 160, 0)
 

@@ -20,8 +20,8 @@ from core.qa import grading
 from core.qa.rules import load_rules
 from core.store.db import Store
 from core.store.review import Label, save_label
-from tests.conftest import run_cli
-from tests.test_results_pages import job_in_home
+from tests.support.cli import run_cli
+from tests.support.pages import job_in_home
 
 RULES = "rules: [{name: short, type: length, unit: chars, max: 20}]"
 

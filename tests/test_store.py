@@ -4,7 +4,7 @@ from core.jobs.ledger import verify
 from core.store.db import Store
 from core.store.results import detail
 from core.store.schema import MIGRATIONS
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 
 def test_migrations_run_once_and_record_their_version(tmp_path):

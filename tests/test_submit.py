@@ -23,9 +23,9 @@ from core.jobs.submit import Refused, Submission, file_problems, resubmit, submi
 from core.run import worker
 from core.run.outputs import Choice, Completion, error_line, success_line
 from core.schemas import EngineConfig, JobStatus
-from tests.conftest import run_cli
-from tests.factories import StandIn, request_line
-from tests.test_pages import shown
+from tests.support.cli import run_cli
+from tests.support.jobs import StandIn, request_line
+from tests.support.pages import shown
 from ui.handover import CheckedBatch
 
 REPEATING = [request_line("a", "one"), request_line("b", "two"), request_line("a", "three")]

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.plan.tables import MAX_TABLE_ROWS, TableTooLarge, read_table
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 TABLE = pd.DataFrame({"ticket_id": range(1, 31), "body": [f"text {i}" for i in range(30)]})
 SPLIT = "Split it into files of at most 10 rows"
@@ -85,8 +85,7 @@ def test_cli_build_refuses_a_table_over_a_million_rows_quickly(tmp_path: Path) -
 def test_the_build_page_refuses_an_upload_over_the_row_limit_with_the_message(
     studio_home: Path,
 ) -> None:
-    from tests.test_builder import open_build_page
-    from tests.test_pages import shown
+    from tests.support.pages import open_build_page, shown
 
     rows = MAX_TABLE_ROWS + 1
     raw = io.BytesIO()

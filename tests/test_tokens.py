@@ -12,7 +12,7 @@ import pytest
 from core.check.requests import EngineRequest
 from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from core.config import default_model_dir
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 MODEL = default_model_dir()
 pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not yet

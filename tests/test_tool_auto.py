@@ -28,9 +28,9 @@ from core.endpoints import CHAT_URL
 from core.jobs.inbox import process_file
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import JobDefaults
-from tests.conformance import validate_line
-from tests.conftest import run_cli
-from tests.test_api import api, batch_file, keys, sdk  # noqa: F401 (api, keys: fixtures)
+from tests.support.api import batch_file, sdk
+from tests.support.cli import run_cli
+from tests.support.conformance import validate_line
 
 WEATHER = {
     "type": "object",
@@ -109,8 +109,8 @@ def test_every_entry_point_refuses_auto_on_the_built_in_model_with_the_reason(
     default_model: Path,
     studio_home: Path,
     tmp_path: Path,
-    api,  # noqa: F811
-    keys,  # noqa: F811
+    api,
+    keys,
     no_worker,
 ):
     lines = [auto_line("a", "none"), auto_line("b"), auto_line("c", None)]

@@ -18,8 +18,7 @@ from core.store import results as res
 from core.store.db import Store
 from core.store.export import export_results
 from core.store.schema import MIGRATIONS
-from tests.test_pages import open_page
-from tests.test_results_pages import job_in_home
+from tests.support.pages import job_in_home, open_page
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
 TIME = {"type": "object", "properties": {"zone": {"type": "string"}}}
@@ -43,7 +42,7 @@ NAMED = {"type": "function", "function": {"name": "weather"}}
 
 
 def test_the_store_keeps_each_call_and_exports_it(tmp_path: Path):
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     job = finished_job(tmp_path, rows(TWO_CALLS, "required"))
     store = Store(tmp_path / "studio.duckdb")
@@ -57,7 +56,7 @@ def test_the_store_keeps_each_call_and_exports_it(tmp_path: Path):
 
 
 def test_a_store_made_before_tool_calls_fills_them_from_its_lines(tmp_path: Path):
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     job = finished_job(tmp_path, rows(TWO_CALLS, "required"))
     path = tmp_path / "old.duckdb"
@@ -97,7 +96,7 @@ def test_results_review_and_compare_show_the_calls(studio_home: Path):
 
 
 def test_compare_pairs_read_the_calls(tmp_path: Path):
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     a = finished_job(tmp_path / "a", rows(TWO_CALLS, "required"))
     b = finished_job(tmp_path / "b", rows(ONE_CALL, NAMED))
@@ -114,7 +113,7 @@ def test_compare_pairs_read_the_calls(tmp_path: Path):
 def test_a_json_schema_check_grades_every_calls_arguments(tmp_path: Path):
     from core.qa import grading
     from core.qa.rules import load_rules
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     bad_second = TWO_CALLS.replace('{"zone": "CET"}', '{"zone": 1}')
     job = finished_job(

@@ -23,8 +23,8 @@ from core.check.requests import parse_body
 from core.endpoints import CHAT_URL
 from core.run.outputs import Choice, Completion, ToolCall, answer_text, success_line
 from core.schemas import JobDefaults
-from tests.conformance import validate_line
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
+from tests.support.conformance import validate_line
 
 
 def tool(name: str, parameters: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
@@ -322,7 +322,7 @@ def test_the_engine_writes_structured_output_as_compact_json():
 
 def test_results_show_and_grade_a_calls_arguments(tmp_path: Path):
     from core.store.db import Store
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     arguments = '{"city": "Paris", "unit": "celsius"}'
     body = _body(tools=[tool("weather", WEATHER)], tool_choice=named("weather"))
@@ -338,7 +338,7 @@ def test_a_json_schema_check_grades_a_calls_arguments(tmp_path: Path):
     from core.qa import grading
     from core.qa.rules import load_rules
     from core.store.db import Store
-    from tests.factories import finished_job
+    from tests.support.jobs import finished_job
 
     body = _body(tools=[tool("weather", WEATHER)], tool_choice=named("weather"))
     rows = [
@@ -385,7 +385,7 @@ def test_cli_build_makes_tool_call_lines_from_a_pasted_schema(tmp_path: Path):
 
 
 def test_build_page_makes_tool_call_lines_and_names_a_bad_schema(studio_home: Path):
-    from tests.test_builder import open_build_page
+    from tests.support.pages import open_build_page
 
     at = open_build_page()
     at.checkbox(key="build_tool").check().run()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser_support import (
+from tests.support.browser import (
     StreamlitServer,
     expect_no_exception,
     grid_rows,
@@ -16,7 +16,7 @@ from tests.browser_support import (
     screenshot,
     wait_idle,
 )
-from tests.test_vector_pages import embedding_job_in_home
+from tests.support.pages import embedding_job_in_home
 
 
 @pytest.mark.browser

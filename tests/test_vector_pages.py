@@ -17,70 +17,9 @@ import streamlit as st
 from core.config import data_paths
 from core.store import text_query as tq
 from core.store import vectors as vec
-from tests.factories import embedding_output_line, finished_embedding_job
-from tests.test_pages import open_page, shown
+from tests.support.pages import DIMS, HOSTILE, Job, embedding_job_in_home, open_page, shown
 
 pytestmark = pytest.mark.usefixtures("studio_home")
-
-DIMS = 16
-HOSTILE = "<b>bold</b> & <a href='http://example.com/x'>click</a> [link](http://example.com)"
-
-
-class Job:
-    """The job's vectors as numpy sees them: ``keys[i]`` is ``(custom_id, input_index)``
-    of ``matrix[i]``, in input order."""
-
-    def __init__(
-        self, job_id: str, keys: list[tuple[str, int]], matrix: np.ndarray, texts: dict
-    ) -> None:
-        self.job_id, self.keys, self.matrix, self.texts = job_id, keys, matrix, texts
-        self.unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
-
-    def row(self, custom_id: str, index: int = 0) -> int:
-        return self.keys.index((custom_id, index))
-
-
-def embedding_job_in_home(n: int = 60, home: Path | None = None) -> Job:
-    """``n`` single-input requests in three topics (clusters), two planted near copies, a
-    request of three inputs, one failed request and one unreadable line; half of the
-    vectors written as base64. The job goes into ``home``'s jobs folder (default: the data
-    folder's)."""
-    rng = np.random.default_rng(7)
-    centres = rng.standard_normal((3, DIMS)) * 3
-    matrix = (centres[np.arange(n) % 3] + rng.standard_normal((n, DIMS))).astype(np.float32)
-    matrix[n - 1] = matrix[4] + rng.normal(0, 0.01, DIMS)  # near copies of rows 4 and 9
-    matrix[n - 2] = matrix[9] + rng.normal(0, 0.02, DIMS)
-    requests = []
-    for i in range(n):
-        text = HOSTILE if i == 3 else f"text number {i}"
-        requests.append(
-            {
-                "custom_id": f"r{i:03d}",
-                "input": text,
-                "vectors": [matrix[i]],
-                "metadata": {"topic": "abc"[i % 3], "source_id": str(i)},
-                "encoding": "base64" if i % 2 else "float",
-            }
-        )
-    multi = (centres[[0, 1, 2]] + rng.standard_normal((3, DIMS))).astype(np.float32)
-    requests.append(
-        {
-            "custom_id": "multi",
-            "input": ["multi one", "multi two", "multi three"],
-            "vectors": list(multi),
-            "metadata": {"topic": ["a", "b", "c"]},
-        }
-    )
-    requests.append({"custom_id": "failed", "input": "too long", "vectors": None})
-    broken = embedding_output_line("broken", ["this is not base64!"])
-    requests.append({"custom_id": "broken", "input": "unreadable", "line": broken})
-    home = home or data_paths().home
-    job = finished_embedding_job(home.parent / "build", requests)
-    (home / "jobs").mkdir(parents=True, exist_ok=True)
-    job.path.rename(home / "jobs" / job.job_id)
-    keys = [(f"r{i:03d}", 0) for i in range(n)] + [("multi", i) for i in range(3)]
-    texts = {r["custom_id"]: r["input"] for r in requests}
-    return Job(job.job_id, keys, np.vstack([matrix, multi]), texts)
 
 
 @pytest.fixture
@@ -309,7 +248,7 @@ def test_the_detail_of_an_embedding_result_shows_its_inputs_as_text(job: Job) ->
 
 
 def test_a_chat_job_shows_no_vector_views() -> None:
-    from tests.test_results_pages import job_in_home
+    from tests.support.pages import job_in_home
 
     job_in_home(data_paths().home)
     at = open_page("results.py")
@@ -324,7 +263,7 @@ def test_core_embed_gives_the_models_own_vectors(embedding_model, tmp_path, warm
     job's are). ``warm_home`` replaces the module's fresh home (set up before it)."""
     import time
 
-    from tests.test_embedding_model import reference_vectors
+    from tests.support.embeddings import reference_vectors
 
     texts = ["Please refund the duplicate payment.", "A cat sat on the mat."]
     started = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from core.store.db import Store
 from core.store.watchers import _JobsHandler
-from tests.factories import finished_job
+from tests.support.jobs import finished_job
 
 
 def test_an_ingest_due_after_the_store_closed_is_dropped_without_a_traceback(tmp_path):

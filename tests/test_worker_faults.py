@@ -7,7 +7,7 @@ from core.jobs.output_file import OutputWriter
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
 from core.run.status_keeper import RESERVE_BYTES
-from tests.factories import StandIn, request_line, rewrite_spec
+from tests.support.jobs import StandIn, request_line, rewrite_spec
 
 
 class FakeExecutor(StandIn):

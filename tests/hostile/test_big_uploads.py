@@ -11,7 +11,7 @@ import psutil
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser_support import StreamlitServer, expect_title, wait_idle
+from tests.support.browser import StreamlitServer, expect_title, wait_idle
 
 LINES = 2_000
 PROMPT_CHARS = 95_000  # 2,000 lines of ~95 kB: about 190 MB, under the 200 MB cap

@@ -4,16 +4,13 @@ Each is bounded: it grades in linear time, or is refused naming its line."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from core.config import REPO_ROOT
 from core.qa.rules import MAX_RULES_BYTES, RulesError, load_rules
+from tests.support.bounds import run_bounded
 
 BACKTRACKING = """\
 rules:
@@ -27,18 +24,6 @@ rules:
       patternProperties: {"^(a+)+$": {type: integer}}
       additionalProperties: false
 """
-
-
-def run_bounded(script: str, seconds: float) -> subprocess.CompletedProcess:
-    """Runs Python code in a child that is killed past ``seconds`` (a hang fails the test
-    instead of holding it)."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=seconds,
-    )
 
 
 @pytest.mark.serial  # times the grading
@@ -227,8 +212,8 @@ def test_a_schema_ref_into_its_own_defs_still_grades():
 
 def test_core_grade_refuses_a_self_referring_schema_naming_its_line(studio_home, tmp_path):
     from core.config import data_paths
-    from tests.conftest import run_cli
-    from tests.test_results_pages import job_in_home
+    from tests.support.cli import run_cli
+    from tests.support.pages import job_in_home
 
     job_id = job_in_home(studio_home, [{"custom_id": "a", "answer": '{"a": 1}'}])
     rules = tmp_path / "rules.yaml"

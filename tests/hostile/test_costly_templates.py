@@ -15,7 +15,7 @@ import pytest
 from core.plan.bounded_render import MAX_RENDER_SECONDS, MAX_SLOW_ROWS
 from core.plan.builder import BuildError, BuildSpec, preview
 from core.qa.judge import JudgeError, render_all
-from tests.hostile.test_costly_rules import run_bounded
+from tests.support.bounds import run_bounded
 
 # The child's own peak: VmHWM belongs to the process's memory since its exec, whereas
 # ru_maxrss survives fork and exec, so a child of a large pytest process would report the

@@ -9,8 +9,8 @@ import pytest
 from core.config import data_paths
 from core.qa import judge as J
 from core.store import checks, judged
-from tests.test_judge import answer_judge, open_store, verdict
-from tests.test_results_pages import job_in_home
+from tests.support.judge import answer_judge, open_store, verdict
+from tests.support.pages import job_in_home
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 

@@ -16,8 +16,8 @@ from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.inbox import process_inbox
 from core.qa import grading
 from core.store.db import Store
-from tests.conftest import run_cli
-from tests.test_results_pages import job_in_home
+from tests.support.cli import run_cli
+from tests.support.pages import job_in_home
 
 
 def bounded(call, seconds: float = 10.0):

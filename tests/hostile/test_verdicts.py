@@ -10,8 +10,8 @@ from core.config import data_paths
 from core.qa import judge as J
 from core.qa import pairwise as P
 from core.store import judged
-from tests.test_judge import answer_judge, input_lines, open_store
-from tests.test_results_pages import job_in_home
+from tests.support.judge import answer_judge, input_lines, open_store
+from tests.support.pages import job_in_home
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
 

@@ -9,6 +9,7 @@ exactly what a real run leaves (hash chains, successes and failures in their own
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,9 @@ from unittest import mock
 
 from core.check.requests import EngineRequest
 from core.files import write_atomic
-from core.jobs.folder import JobFolder, create_job
+from core.jobs.folder import JobFolder, create_job, list_jobs
 from core.run import worker
-from core.run.outputs import Choice, Completion, Embeddings, error_line
+from core.run.outputs import Choice, Completion, Embeddings, error_line, success_line
 from core.run.retry import result_line
 from core.schemas import EngineConfig, to_json
 
@@ -215,3 +216,41 @@ def finished_embedding_job(
         )
     )
     return job
+
+
+def wait_for(job_dir, predicate, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = list_jobs(job_dir)
+        if jobs and predicate(jobs[0].read_status()):
+            return jobs[0]
+        time.sleep(0.3)
+    raise AssertionError("timed out waiting for the job")
+
+
+def monitored_job(studio_home) -> JobFolder:
+    """A one-request job in the data folder, for the Monitor to show (status and samples
+    written by the test)."""
+    studio_home.mkdir()
+    batch = studio_home / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    return create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"))
+
+
+class Answers(StandIn):
+    """Answers every request; counts the requests it was given."""
+
+    def __init__(self, text: str = "ok") -> None:
+        self.text, self.ran = text, []
+
+    def run(self, requests):
+        for request in requests:
+            self.ran.append(request.custom_id)
+            completion = Completion(2, [Choice(self.text, "stop", 1)])
+            yield [success_line(request.custom_id, "m", completion)]
+
+
+def make_job(tmp_path: Path, count: int, jobs: Path | None = None):
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
+    return create_job(batch, jobs or tmp_path / "jobs", EngineConfig(model="/models/none"))

@@ -5,9 +5,9 @@ other tests have imported Flask (the sign-in tests' OpenID provider), whose
 ``current_app`` raises on that look, and the load fails. So a test that needs the engine
 itself (not through ``core run``) runs one of these commands and reads its JSON:
 
-    python -m tests.engine_child door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
-    python -m tests.engine_child embed MODEL OUT.json TEXT [TEXT ...]
-    python -m tests.engine_child score MODEL BATCH.jsonl OUT.json
+    python -m tests.support.engine_child door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
+    python -m tests.support.engine_child embed MODEL OUT.json TEXT [TEXT ...]
+    python -m tests.support.engine_child score MODEL BATCH.jsonl OUT.json
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run_child(out: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
     """Runs a command of this module (``args``, naming ``out``) in a fresh process; returns
     what it wrote to ``out``."""
     result = subprocess.run(
-        [sys.executable, "-m", "tests.engine_child", *args],
+        [sys.executable, "-m", "tests.support.engine_child", *args],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

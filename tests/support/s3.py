@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser_support import free_port
+from tests.support.browser import free_port
 
 BUCKET = "batches"
 
@@ -78,3 +78,30 @@ def small_parts(monkeypatch: pytest.MonkeyPatch, part_bytes: int) -> None:
     monkeypatch.setattr(models, "S3_UPLOAD_PART_MIN_SIZE", part_bytes)
     adjuster = partial(upload.ChunksizeAdjuster, min_size=part_bytes)
     monkeypatch.setattr(upload, "ChunksizeAdjuster", adjuster)
+
+
+def _drop_bucket(client: object) -> None:
+    """Empties and deletes the bucket, again while a running job's replicas still write to
+    it (the delete then finds new objects: BucketNotEmpty)."""
+    from botocore.exceptions import ClientError
+
+    for _ in range(20):
+        for item in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+            client.delete_object(Bucket=BUCKET, Key=item["Key"])
+        try:
+            client.delete_bucket(Bucket=BUCKET)
+            return
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "BucketNotEmpty":
+                raise
+    raise AssertionError("the bucket kept filling while it was emptied")
+
+
+def _wrong_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes the server check credentials (moto accepts any by default) and gives keys it
+    does not know."""
+    from moto import settings
+
+    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
