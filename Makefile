@@ -1,4 +1,4 @@
-# The two commands of the README (tests/test_docs.py checks them): `make run` and `make test`.
+# The two commands of the README (tests/unit/test_docs.py checks them): `make run` and `make test`.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -43,13 +43,13 @@ bench: setup
 plots:
 	$(PY) bench/plots.py
 
-# The CLI reference (docs/cli.md) from the commands' --help; tests/test_docs.py checks it.
+# The CLI reference (docs/cli.md) from the commands' --help; tests/unit/test_docs.py checks it.
 docs:
 	$(PY) scripts/cli_docs.py
 
 # The docs' pictures: the browser tests' walk over the sample data (real engine, a few
 # minutes), then the shots the docs show, made small, into docs/images/.
 screenshots:
-	BATCH_STUDIO_SHOTS_DIR=/tmp/batch-studio-demo $(PY) -m pytest tests/test_browser.py -m browser -x -q \
+	BATCH_STUDIO_SHOTS_DIR=/tmp/batch-studio-demo $(PY) -m pytest tests/browser/test_browser.py -m browser -x -q \
 		-k "build_and_check or restart_cancel_kill_resume or rules_edited_and_run"
 	$(PY) scripts/docs_images.py

@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.scratch import scratch_folder  # noqa: E402
-from tests.browser_support import free_port  # noqa: E402
+from tests.support.browser import free_port  # noqa: E402
 
 FINAL = {"completed", "failed", "cancelled", "expired"}
 

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from bench.scratch import scratch_folder  # noqa: E402
 from core.run.monitoring import append_samples, progress_sample  # noqa: E402
 from core.schemas import JobStatus  # noqa: E402
-from tests.factories import finished_job  # noqa: E402
+from tests.support.jobs import finished_job  # noqa: E402
 
 REFRESH = "2 s (st.fragment(run_every=2.0), pages/monitor.py)"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -3,7 +3,7 @@
 Every layer keys its part of an endpoint by this table's urls: the check's parser of its
 body (``core.check.requests.PARSERS``), the output body the run writes
 (``core.run.outputs.BODIES``), the SDK type the conformance tests read the output as;
-``tests/test_endpoints.py`` holds each to the same urls, so an endpoint added here and
+``tests/unit/test_endpoints.py`` holds each to the same urls, so an endpoint added here and
 missing somewhere fails there, not in a user's job.
 """
 

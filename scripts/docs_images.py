@@ -8,7 +8,7 @@ test-output/screenshots/), then this script. Run alone, it uses the shots alread
 Each picture is a band of its page (1400 wide; most a window's worth from the title down,
 some the part worth showing), scaled to 1000 pixels wide, in 256 colours: the docs' images
 stay a few hundred kilobytes in all. The browser tests shoot a page once it has settled
-(tests/browser_support.py `settle`), so no picture shows a page still drawing.
+(tests/support/browser.py `settle`), so no picture shows a page still drawing.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ BANDS = {
     "walk-5-results": (1430, 2339),  # one answer beside its conversation, and the export
     "check-broken-file": (TITLE, 1090),  # every problem with its line, and the verdict
 }
-# docs/images/<name>.png <- test-output/screenshots/<shot>.png (tests/test_browser.py's names)
+# docs/images/<name>.png <- test-output/screenshots/<shot>.png (names from
+# tests/browser/test_browser.py)
 PICTURES = {
     "walk-1-sample": "build_1_preview",
     "walk-2-check": "run_1_upload",

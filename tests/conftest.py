@@ -11,18 +11,22 @@ from xdist.remote import Producer
 
 from core.store.db import Store
 from tests.support.api import api, keys  # noqa: F401  (Batch API tests)
+from tests.support.api_server import served  # noqa: F401  (a running core serve)
 from tests.support.browser import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.support.containment import good_and_broken  # noqa: F401  (broken job folders)
 from tests.support.jobs import finished_job
+from tests.support.refused_batches import client  # noqa: F401  (an API client, in process)
 from tests.support.s3 import s3, s3_requests  # noqa: F401  (object storage tests)
+from tests.support.tool_auto import hermes_model  # noqa: F401  (a tools template)
 from tests.support.warm_engine import warm_engine_home, warm_home  # noqa: F401  (a shared engine)
 from tests.support.xdist_schedule import ClusterTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
-# a test asks for an idle time (tests/test_resident.py): none outlives its test.
+# a test asks for an idle time (tests/engine/test_resident.py): none outlives its test.
 os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
 # Pages wait for the figures they compute (a test's few results take milliseconds, but a
 # loaded machine may take longer than a page's usual wait): tests assert the figures, and
-# tests/test_dashboards.py sets its own wait to see "Computing…" then the figures.
+# tests/unit/test_dashboards.py sets its own wait to see "Computing…" then the figures.
 os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
 
 PHASES = ("all", "parallel", "serial")
@@ -71,7 +75,7 @@ def pytest_xdist_make_scheduler(
     config: pytest.Config, log: Producer
 ) -> ClusterTestsTogether | None:
     """``-n N`` (``--dist load``) runs the Ray cluster tests on one worker, one after
-    another (tests/xdist_schedule.py)."""
+    another (tests/support/xdist_schedule.py)."""
     if config.getoption("dist") == "load":
         return ClusterTestsTogether(config, log)
     return None
@@ -137,7 +141,7 @@ def embedding_model() -> Path:
 
 @pytest.fixture(scope="session")
 def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real cross-encoder folder (tests/cross_encoder.py), made once per session."""
+    """A real cross-encoder folder (tests/support/cross_encoder.py), made once per session."""
     from tests.support.cross_encoder import make_cross_encoder
 
     return make_cross_encoder(tmp_path_factory.mktemp("models") / "tiny-reranker", embedding_model)
@@ -146,8 +150,8 @@ def cross_encoder_model(embedding_model: Path, tmp_path_factory: pytest.TempPath
 @pytest.fixture
 def calibrated_judges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every verdict judge counts as having passed its calibration, in this process: for
-    the tests of what a judge does once offered (tests/test_judge_calibration.py tests the
-    calibration itself, and tests/test_judge_engine.py the built-in model's refusal)."""
+    the tests of what a judge does once offered (tests/unit/test_judge_calibration.py tests the
+    calibration itself, and tests/engine/test_judge_engine.py the built-in model's refusal)."""
     from core.qa import calibration as cal
     from core.qa import judge
 

@@ -5,7 +5,7 @@ A chat line of the usual shape decodes straight into these structs, validated in
 line outside that shape (another url, text parts, an unknown or rarer field, a value out
 of range) fails to decode here and takes the generic path (:mod:`core.check.requests`),
 which names the problem.
-tests/test_requests.py checks that both paths build the same request.
+tests/unit/test_requests.py checks that both paths build the same request.
 """
 
 from __future__ import annotations

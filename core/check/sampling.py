@@ -3,7 +3,7 @@
 Each rule about a field, or between two fields the engine would refuse together (such as
 ``min_tokens`` above ``max_tokens``), lives here once, for every endpoint. Rules that need
 the model (token ids in its vocabulary, prompts within its context) are checked with the
-model in :mod:`core.check.summary`. ``tests/test_sampling_sweep.py`` runs generated
+model in :mod:`core.check.summary`. ``tests/engine/test_sampling_sweep.py`` runs generated
 combinations of these fields on the real engine.
 """
 

@@ -6,7 +6,7 @@ it is built from the helpers below rather than ``\\b`` or ``\\s`` (ASCII in RE2,
 Python): :data:`START` and :data:`END` bound a word, :data:`GAP` stands between words,
 ``’`` and ``'`` are both apostrophes. Keep phrases specific (a refusal, never a word that
 a normal answer uses: "sorry" alone would fail polite answers), and add an answer that it
-catches, and one it must not, to ``tests/test_grading.py``.
+catches, and one it must not, to ``tests/unit/test_grading.py``.
 """
 
 from __future__ import annotations

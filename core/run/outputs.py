@@ -4,7 +4,7 @@ A line is ``{"id", "custom_id", "response": {"status_code", "request_id", "body"
 a success carries the endpoint's body (``chat.completion``, ``text_completion``,
 ``response``), a failure ``body: null`` and an ``error`` object (OpenAI's error fields:
 ``code``, ``message``, ``param``, ``type``, and the input ``line`` where known).
-``tests/test_conformance.py`` validates real output against the ``openai`` SDK's types and
+``tests/unit/test_conformance.py`` validates real output against the ``openai`` SDK's types and
 vLLM's own output models. Where the engine measured it, a success also carries
 ``latency_ms``: the milliseconds from the request entering the engine to its final output
 (an extra top-level field, as ``node_id`` and ``chain_sha256`` are; readers of the OpenAI

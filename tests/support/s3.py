@@ -105,3 +105,7 @@ def _wrong_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOTAREALKEY00000")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+
+
+def _object(client: object, key: str) -> bytes:
+    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read()

@@ -1,0 +1,96 @@
+"""The engine tests of tests/unit/test_api_server.py (split from it by kind; docs/tests.md).
+
+The Batch API on a running ``python -m core serve``, through the pinned openai SDK.
+
+One server per module serves the pages and ``/v1`` on one port; the engine tests run the
+built-in model through it, as a pipeline that only changed its ``base_url`` would."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+from openai.types import Batch, FileObject
+
+from core.endpoints import CHAT_URL
+from tests.support.api_server import POLL_SECONDS, chats, client_of
+from tests.support.conformance import validate_line
+
+ENGINE_DEADLINE = 480  # seconds: a model load and a small batch on 2 shared cores
+
+
+def wait_for(client: openai.OpenAI, batch_id: str, until: set[str]) -> tuple[Batch, list[str]]:
+    """Polls a batch until its status is in ``until``; returns it and the statuses seen."""
+    seen: list[str] = []
+    deadline = time.monotonic() + ENGINE_DEADLINE
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if not seen or seen[-1] != batch.status:
+            seen.append(batch.status)
+        if batch.status in until:
+            return batch, seen
+        time.sleep(POLL_SECONDS)
+    pytest.fail(f"batch {batch_id} still {seen[-1]} after {ENGINE_DEADLINE} s (saw {seen})")
+
+
+@pytest.mark.engine
+def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(served):
+    client = client_of(served)
+    upload = client.files.create(file=("questions.jsonl", chats(6)), purpose="batch")
+    assert isinstance(upload, FileObject)
+    batch = client.batches.create(
+        input_file_id=upload.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        metadata={"pipeline": "nightly"},
+    )
+    assert batch.status == "validating"
+    done, seen = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"})
+    assert done.status == "completed", (seen, done)
+    order = ["validating", "in_progress", "finalizing", "completed"]
+    assert [order.index(s) for s in seen] == sorted(order.index(s) for s in seen)
+    assert done.created_at <= done.in_progress_at <= done.finalizing_at <= done.completed_at
+    assert done.request_counts.model_dump() == {"total": 6, "completed": 6, "failed": 0}
+    assert done.error_file_id is None and done.metadata == {"pipeline": "nightly"}
+    lines = [json.loads(line) for line in client.files.content(done.output_file_id).iter_lines()]
+    assert sorted(line["custom_id"] for line in lines) == [f"q{i}" for i in range(6)]
+    for line in lines:
+        answer = validate_line(line, CHAT_URL)
+        assert answer.choices[0].message.content  # the model wrote something
+    # It is a job like any other: the app's job folder holds it, named from its file.
+    spec = json.loads((served.home / "jobs" / batch.id / "job.json").read_text())
+    assert spec["name"] == "questions" and spec["batch"]["input_file_id"] == upload.id
+    # The input may go once the batch is made: the job keeps its own copy.
+    assert client.files.delete(upload.id).deleted
+    assert client.batches.retrieve(batch.id).status == "completed"
+    ids = [b.id for b in client.batches.list(limit=1)]  # one per page: the SDK pages on
+    assert batch.id in ids and len(ids) == len(set(ids))
+
+
+@pytest.mark.engine
+def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
+    client = client_of(served)
+    upload = client.files.create(file=("many.jsonl", chats(280, max_tokens=4)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    # OpenAI's in_progress covers the model's load, which a cancel stops at once; a drain
+    # needs requests in the engine, so wait (in the job folder) for it to run them.
+    status_file = served.home / "jobs" / batch.id / "status.json"
+    deadline = time.monotonic() + ENGINE_DEADLINE
+    while json.loads(status_file.read_text())["state"] != "running":
+        assert time.monotonic() < deadline, status_file.read_text()
+        time.sleep(0.2)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status in ("cancelling", "cancelled")
+    gone, seen = wait_for(client, batch.id, {"cancelled", "completed", "failed"})
+    assert gone.status == "cancelled", seen
+    assert gone.cancelling_at and gone.cancelled_at
+    finished = gone.request_counts.completed
+    assert 0 < finished < 280, gone.request_counts
+    lines = [json.loads(line) for line in client.files.content(gone.output_file_id).iter_lines()]
+    assert len(lines) == finished
+    for line in lines:
+        validate_line(line, CHAT_URL)

@@ -1,0 +1,104 @@
+"""The engine on the pages, driven by ``AppTest`` from a state file a resident worker would
+write (the real worker: tests/engine/test_resident.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from core.jobs.engine_files import (
+    IDLE_ENV,
+    LoadedModel,
+    idle_seconds,
+    take_commands,
+)
+from tests.support.engine_pages import resident_state
+from tests.support.pages import open_page, shown
+
+
+def page_text(at) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption]
+    return shown("\n".join(parts))
+
+
+def test_settings_lists_the_loaded_models_and_unloads_one(studio_home, monkeypatch):
+    monkeypatch.delenv(IDLE_ENV)
+    state = resident_state(studio_home)
+    embedder = LoadedModel(  # loaded beside the chat model
+        model="/models/all-MiniLM-L6-v2",
+        name="all-MiniLM-L6-v2",
+        kind="embedding",
+        memory_mib=2730.0,
+        load_seconds=9.1,
+        loaded_at=time.time(),
+        last_used=time.time(),
+    )
+    resident_state(studio_home, models=[*state.models, embedder])
+    at = open_page("settings.py")
+    text = page_text(at)
+    assert "SmolLM2-135M-Instruct" in text and "1,650 MiB" in text and "idle" in text
+    assert "all-MiniLM-L6-v2" in text and "2,730 MiB" in text
+    unloads = [b for b in at.button if b.label == "Unload"]
+    assert len(unloads) == 2
+    unloads[1].click().run()
+    commands = take_commands(studio_home)
+    assert [(c.action, c.model) for c in commands] == [("unload", "/models/all-MiniLM-L6-v2")]
+
+
+def test_settings_sets_how_long_models_stay_loaded(studio_home, monkeypatch):
+    monkeypatch.delenv(IDLE_ENV)
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Keep models loaded"))
+    assert field.value == 600
+    field.set_value(120).run()
+    assert idle_seconds(studio_home) == 120
+
+
+def test_settings_says_when_serve_sets_the_idle_time(studio_home, monkeypatch):
+    monkeypatch.setenv(IDLE_ENV, "30")
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Keep models loaded"))
+    assert field.disabled and field.value == 30
+    assert "--engine-idle" in page_text(at)
+
+
+def test_settings_says_no_engine_is_loaded_without_a_live_worker(studio_home):
+    resident_state(studio_home, pid=2**22 + 12345)  # no such process
+    at = open_page("settings.py")
+    assert "no engine is loaded" in page_text(at)
+    assert not [b for b in at.button if b.label == "Unload"]
+
+
+def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home):
+    import json
+
+    from core.schemas import JobStatus
+    from tests.support.jobs import monitored_job
+    from tests.support.pages import metric
+
+    job = monitored_job(studio_home)
+    resident_state(studio_home, state="running", job_id=job.job_id, idle_since=None)
+    now = time.time()
+    engine = {"running": 12, "waiting": 3, "kv_cache_usage": 0.374, "prefix_cache_hit_rate": 0.5}
+    samples = [
+        {"t": now - age, "done": 0, "output_tokens": tokens, "engine": engine}
+        for age, tokens in ((20, 0), (10, 300), (0, 1_300))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(
+        JobStatus(
+            state="running",
+            pid=os.getpid(),
+            heartbeat_at=now,
+            total=200,
+            generated_tokens=1_300,
+            model_load_seconds=0.0,
+        )
+    )
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "KV cache used") == "37%"
+    assert (metric(at, "Requests running"), metric(at, "Requests waiting")) == ("12", "3")
+    assert metric(at, "Prefix-cache hits") == "50%"
+    assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
+    assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
+    assert metric(at, "Model load") == "warm"  # the engine held the model

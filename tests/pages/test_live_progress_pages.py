@@ -1,0 +1,131 @@
+"""The pages tests of tests/unit/test_live_progress.py (split from it by kind; docs/tests.md).
+
+Live numbers and cancel, without the engine: the rates the Monitor shows, the worker's
+bookkeeping of generated and expected tokens, and a cancel that drains the engine."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from core.run.outputs import success_line
+from core.schemas import JobStatus
+from tests.support.jobs import monitored_job
+from tests.support.live_progress import running_status
+from tests.support.pages import metric, open_page
+
+
+def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) -> None:
+    job = monitored_job(studio_home)
+    status = running_status(total=80, expected_output_tokens=2_700, measured_tokens_per_s=100.0)
+    status.enter("loading", "loading the model")
+    status.measured_load_seconds = 77.0
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    eta = next(m for m in at.metric if m.label == "ETA")
+    assert eta.value.startswith("loading, ~1:1")  # 1:17 less the seconds since
+    assert "last load here took 1:17" in eta.help
+    progress = at.get("progress")[0].proto
+    assert "0% of about 2,700 expected output tokens generated" in progress.text
+
+
+def test_the_monitor_shows_a_finished_jobs_average_not_its_last_samples(studio_home) -> None:
+    from datetime import UTC, datetime
+
+    job = monitored_job(studio_home)
+    t0 = time.time() - 60
+    samples = [{"t": t0 + 0.5 + 2 * i, "done": 0, "output_tokens": 200 * i} for i in range(12)]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    status = JobStatus(
+        state="completed", total=80, done=80, succeeded=80, run_done=80, runs=1,
+        completion_tokens=2_400, run_completion_tokens=2_400, elapsed_seconds=24.0,
+        model_load_seconds=0.0, job_seconds=24.0,
+    )  # fmt: skip
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 24, UTC).isoformat()
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "Requests/s (average)") == "3.40"  # 80 in 23.5 s; it showed 0.00
+    assert metric(at, "Output tokens/s (average)") == "102"
+
+
+def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_measured(
+    studio_home,
+) -> None:
+    job = monitored_job(studio_home)
+    now = time.time()
+    samples = [
+        {"t": now - age, "done": 0, "output_tokens": tokens, "rss_mib": 900}
+        for age, tokens in ((30, 0), (20, 200), (10, 600), (0, 1_000))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    status = running_status(
+        total=200, generated_tokens=1_000, expected_output_tokens=4_000, expected_is_bound=True
+    )
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    progress = at.get("progress")[0].proto
+    # The share against the total it is measured on (it read "25% of the at most output
+    # tokens generated").
+    assert "running: 0 / 200 requests · 25% of at most 4,000 output tokens generated" in (
+        progress.text
+    )
+    assert progress.value == 25
+    assert metric(at, "Output tokens/s") == "40"  # from the first sample that moved
+    assert metric(at, "ETA") == "≤ 1:15"  # 3,000 tokens to go at 40/s, at most
+    assert [b.label for b in at.button] == ["Cancel"]
+    status.enter("cancelling")
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "ETA") == "–"
+    assert [b.label for b in at.button] == ["Stop now"]
+
+
+def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
+    job = monitored_job(studio_home)
+    now = time.time()
+    gpus = [
+        {
+            "index": i,
+            "memory_used_mib": 1000.0 * (i + 1),
+            "memory_total_mib": 8e4,
+            "utilization": 50,
+        }
+        for i in range(2)
+    ]
+    samples = [{"t": now - 2 * k, "done": 0, "output_tokens": 0, "gpus": gpus} for k in (2, 1)]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=1))
+    at = open_page("monitor.py", job_id=job.job_id)
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert [c["layout"]["title"]["text"] for c in charts] == ["GPU memory (MiB)", "GPU %"]
+    memory = {trace["name"]: trace["y"] for trace in charts[0]["data"]}
+    assert memory == {"GPU 0": [1000.0, 1000.0], "GPU 1": [2000.0, 2000.0]}
+
+
+def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path) -> None:
+    import numpy as np
+
+    from core.run.outputs import Embeddings
+    from core.run.status_keeper import StatusKeeper
+
+    job = monitored_job(studio_home)
+    keeper = StatusKeeper(job)
+    keeper.update(state="running", total=3)  # no heartbeat thread: the test writes the status
+    vectors = [np.ones(3, dtype=np.float32)] * 2
+    keeper.count([success_line("a", "m", Embeddings(5, vectors), "/v1/embeddings")])
+    assert (keeper.status.embedded, keeper.status.prompt_tokens) == (2, 5)  # two inputs
+    now = time.time()
+    samples = [
+        {"t": now - age, "done": done, "output_tokens": 0, "embedded": texts}
+        for age, done, texts in ((30, 0, 0), (20, 10, 40), (10, 20, 80), (0, 30, 130))
+    ]
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=100, done=30, succeeded=30, embedded=130))
+    at = open_page("monitor.py", job_id=job.job_id)
+    # (130 - 40) texts in the 20 s since the first sample that moved.
+    assert metric(at, "Texts embedded/s") == "4"
+    assert metric(at, "Requests/s") == "1.00"
+    # No tokens to count: the ETA is the 70 requests left at 1 request/s, and says so.
+    eta = next(m for m in at.metric if m.label == "ETA")
+    assert eta.value == "1:10" and "requests still without a result" in eta.help

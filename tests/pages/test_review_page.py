@@ -1,0 +1,96 @@
+"""Review's labelling panel in AppTest (issue 30, item 10): a score key, a label of the
+reviewer's own, and a refused label set; the browser walk is
+tests/browser/test_browser_review.py."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support.pages import job_in_home, open_page
+
+
+def _labelling(studio_home):
+    job_in_home(studio_home)
+    at = open_page("review.py")
+    at.text_input(key="sample_name").set_value("check")
+    at.button[0].click().run()  # the form's "Draw sample"
+    at.text_input(key="reviewer").set_value("ana").run()
+    return at
+
+
+def _button(at, label):
+    return next(b for b in at.button if b.label == label)
+
+
+def test_a_score_key_then_an_own_label_saves_both_and_moves_on(studio_home):
+    at = _labelling(studio_home)
+    labels_box = next(t for t in at.text_input if t.label.startswith("Labels, comma"))
+    labels_box.set_value("off-topic, made up")
+    _button(at, "Save my labels").click().run()
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    assert keys["o"].label == r"off\-topic" and keys["m"].label == "made up"  # as text
+    _button(at, "4").click().run()
+    assert _button(at, "4").proto.type == "primary"  # marked; the item stays
+    assert any("Item 1 of 4" in m.value for m in at.markdown)
+    keys["m"].click().run()
+    assert not at.exception
+    assert any("Item 2 of 4" in m.value for m in at.markdown)
+    assert any("1 of 4 labelled" in p.proto.text for p in at.get("progress"))
+    saved = json.loads((studio_home / "human" / "labels.jsonl").read_text(encoding="utf-8"))
+    assert (saved["verdict"], saved["score"]) == ("made up", 4)
+    set_file = (studio_home / "human" / "label_sets.jsonl").read_text(encoding="utf-8")
+    assert json.loads(set_file)["labels"] == ["off-topic", "made up"]
+
+
+def test_a_bad_label_set_is_refused_with_a_reason_and_nothing_saved(studio_home):
+    at = _labelling(studio_home)
+    labels_box = next(t for t in at.text_input if t.label.startswith("Labels, comma"))
+    labels_box.set_value("fine, Unsure")
+    _button(at, "Save my labels").click().run()
+    shown = [e.value.replace("\\", "").replace("\u2060", "") for e in at.error]  # as text
+    assert any("'Unsure' is a verdict already: pick another name" in e for e in shown), shown
+    assert not (studio_home / "human" / "label_sets.jsonl").exists()
+    verdicts = [b.label for b in at.button if b.proto.shortcut in ("p", "f", "u")]
+    assert verdicts == ["Pass", "Fail", "Unsure"]  # and no other label
+
+
+def test_labels_saved_twice_on_the_last_item_show_both_in_its_history_at_once(studio_home):
+    at = _labelling(studio_home)
+    for _ in range(3):
+        at.button(key="next").click().run()
+    assert any("Item 4 of 4" in m.value for m in at.markdown)
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    keys["p"].click().run()
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    keys["f"].click().run()  # the last item stays: its history reads both saves
+    assert not at.exception
+    assert any("Item 4 of 4" in m.value for m in at.markdown)
+    assert [e.label for e in at.expander if e.label.startswith("Label history")] == [
+        "Label history of this item (2 saves)"
+    ]
+    history = next(d.value for d in at.dataframe if "verdict" in d.value.columns)
+    assert history["verdict"].tolist() == ["pass", "fail"]
+
+
+def test_an_items_tags_and_comment_save_and_come_back_with_it_the_next_item_starts_empty(
+    studio_home,
+):
+    """The form's fields are the same widgets for every item: filled with the shown item's
+    saved label, empty for an item without one."""
+    at = _labelling(studio_home)
+    at.text_input(key="review_tags").set_value("short, polite")
+    at.text_area(key="review_comment").set_value("fine")
+    _button(at, "Pass").click().run()
+    assert any("Item 2 of 4" in m.value for m in at.markdown)
+    assert at.text_input(key="review_tags").value == ""
+    assert at.text_area(key="review_comment").value == ""
+    _button(at, "Previous").click().run()
+    assert any("Item 1 of 4" in m.value for m in at.markdown)
+    assert at.text_input(key="review_tags").value == "short, polite"
+    assert at.text_area(key="review_comment").value == "fine"
+    saved = json.loads((studio_home / "human" / "labels.jsonl").read_text(encoding="utf-8"))
+    assert (saved["verdict"], saved["tags"], saved["comment"]) == (
+        "pass",
+        ["short", "polite"],
+        "fine",
+    )

@@ -1,0 +1,326 @@
+"""The Ray executor on a two-node Ray cluster simulated on this machine (real engine, CPU).
+
+Each node has one CPU and a custom resource ``slot``; a replica asks for one of each, so
+the two replicas land on different nodes. The cluster is started once for the module
+(seconds, and about 6 GB with two engines) and always shut down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from tests.support.ray import _batch
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
+from core.jobs.ledger import reconcile, verify  # noqa: E402
+from core.run.ray_input import REPLICA_AGENT  # noqa: E402
+from core.run.ray_stats import read_ray_stats  # noqa: E402
+from tests.support.cli import run_cli  # noqa: E402
+
+pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # ray start turns token auth on in 2.60
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"slot": 1}})
+    try:
+        nodes.add_node(num_cpus=1, resources={"slot": 1})
+        nodes.wait_for_nodes()
+        yield nodes
+    finally:
+        nodes.shutdown()
+
+
+def _ray_args(cluster):
+    return ["--ray", cluster.address, "--replicas", "2", "--replica-resources", '{"slot": 1}']
+
+
+def _lines(path):
+    return {
+        line["custom_id"]: line
+        for line in map(json.loads, path.read_text(encoding="utf-8").splitlines())
+    }
+
+
+def _run_here(batch, out):
+    """The output lines of ``batch`` run on this machine's engine, by custom_id."""
+    local = run_cli("run", str(batch), "-o", str(out), "--chunk-size", "2")
+    assert local.returncode == 0, local.stderr[-2000:]
+    return _lines(out)
+
+
+@pytest.fixture(scope="module")
+def chats_run_here(tmp_path_factory, default_model):
+    """Eight chats (:func:`_batch`) and their output lines run on this machine's engine,
+    once for the tests that compare a run on the cluster with it."""
+    folder = tmp_path_factory.mktemp("chats-here")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("BATCH_STUDIO_HOME", str(folder / "home"))
+        batch = _batch(folder / "batch.jsonl", 8)
+        return batch, _run_here(batch, folder / "local.jsonl")
+
+
+def _on_ray(cluster, batch, tmp_path):
+    """The output lines of ``batch`` run on the cluster, by custom_id."""
+    ray_out = tmp_path / "ray.jsonl"
+    on_ray = run_cli(
+        "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", *_ray_args(cluster)
+    )
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    return _lines(ray_out)
+
+
+def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
+    cluster, studio_home, tmp_path, chats_run_here
+):
+    batch, local_lines = chats_run_here
+    ray_lines = _on_ray(cluster, batch, tmp_path)
+    assert list(ray_lines) == [f"r{i}" for i in range(8)]
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked
+    for cid, line in ray_lines.items():
+        ours, theirs = line["response"]["body"], local_lines[cid]["response"]["body"]
+        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
+        assert ours["usage"] == theirs["usage"]
+        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
+    job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
+    assert verify(job).ok
+    stats = read_ray_stats(job.path)
+    assert {n["node_id"] for n in stats["nodes"] if n.get("done")} == node_ids
+    assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 8
+
+
+def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
+    cluster, studio_home, tmp_path
+):
+    import numpy as np
+
+    batch = tmp_path / "embed.jsonl"
+    with batch.open("w") as out:
+        for i in range(8):
+            body = {"model": "text-embedding-3-small", "input": [f"Ticket {i}", f"Refund {i}"]}
+            line = {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings"}
+            out.write(json.dumps({**line, "body": body}) + "\n")
+    local_lines = _run_here(batch, tmp_path / "local.jsonl")
+    ray_lines = _on_ray(cluster, batch, tmp_path)
+    assert list(ray_lines) == [f"e{i}" for i in range(8)]
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked
+    for cid, line in ray_lines.items():
+        ours, theirs = line["response"]["body"], local_lines[cid]["response"]["body"]
+        assert ours["usage"] == theirs["usage"] and len(ours["data"]) == 2
+        for a, b in zip(ours["data"], theirs["data"], strict=True):
+            u, v = np.asarray(a["embedding"]), np.asarray(b["embedding"])
+            assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) >= 0.9999
+
+
+@contextmanager
+def _running_job(cluster, batch, default_model, **where):
+    """A job of ``batch`` on the cluster (two replicas, shards of two; ``where``: its
+    ``source`` or ``output_path`` in object storage) and its started worker, killed if the
+    test leaves before it ends."""
+    from core.config import data_paths
+    from core.jobs.folder import create_job
+    from core.run.ray_cluster import ray_settings
+    from core.schemas import EngineConfig
+
+    job = create_job(
+        batch,
+        data_paths().jobs,
+        EngineConfig(model=str(default_model)),
+        chunk_size=2,
+        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+        **where,
+    )
+    worker = start_worker(job)
+    try:
+        yield job, worker
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def _replica_pid_once_results_flow(job, worker, timeout=300.0):
+    """A replica's process id, once both replicas are up and results are being written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, job.log_tail(40)
+        stats = read_ray_stats(job.path) or {}
+        pids = [r["pid"] for r in stats.get("replicas", []) if r.get("pid")]
+        if len(pids) == 2 and 0 < job.read_status().done < 24:
+            return pids[-1]
+        time.sleep(0.2)
+    raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
+
+
+# -- input in object storage ------------------------------------------------------------------
+
+
+def _input_reads(requests, key):
+    return [r for r in requests if r["method"] == "GET" and r["path"] == f"/batches/{key}"]
+
+
+def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
+    cluster, studio_home, tmp_path, chats_run_here, s3, s3_requests
+):
+    batch, local_lines = chats_run_here
+    s3.put_object(Bucket="batches", Key="in/batch.jsonl", Body=batch.read_bytes())
+    args = ("s3://batches/in/batch.jsonl", "-o", "s3://batches/out/ray.jsonl")
+    on_ray = run_cli("run", *args, "--chunk-size", "2", *_ray_args(cluster))
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    body = s3.get_object(Bucket="batches", Key="out/ray.jsonl")["Body"].read().decode()
+    ray_lines = [json.loads(line) for line in body.splitlines()]
+    # One line per custom_id, the local run's answers, from both nodes.
+    assert [line["custom_id"] for line in ray_lines] == [f"r{i}" for i in range(8)]
+    for line in ray_lines:
+        ours, theirs = line["response"]["body"], local_lines[line["custom_id"]]["response"]["body"]
+        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
+        assert ours["usage"] == theirs["usage"]
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines} == node_ids
+    # The store's log: the submission's check read the object once, streamed, before the
+    # job existed; from then on only the replicas read it, a byte range per shard.
+    job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
+    made = job.spec_file.stat().st_mtime
+    reads = _input_reads(s3_requests, "in/batch.jsonl")
+    before, after = [r for r in reads if r["at"] < made], [r for r in reads if r["at"] >= made]
+    assert len(before) == 1 and before[0]["range"] is None
+    assert len(after) >= 4, after  # 8 requests in shards of 2
+    assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
+    assert verify(job).ok and reconcile(job).complete
+    # The results: the replicas wrote them to parts; the driver uploaded only the output
+    # object and its error file, assembled at the end, then removed the parts.
+    parts = [r for r in s3_requests if r["method"] == "PUT" and ".parts/" in r["path"]]
+    assert len(parts) >= 4 and all(REPLICA_AGENT in r["agent"] for r in parts), parts
+    assert all(r["path"].startswith(f"/batches/out/ray.jsonl.parts/{job.job_id}/") for r in parts)
+    assert _driver_uploads([r for r in s3_requests if r["at"] >= made]) == {
+        "/batches/out/ray.jsonl",
+        "/batches/out/ray.errors.jsonl",
+    }
+    assert not _keys(s3, "out/ray.jsonl.parts/")
+
+
+def _driver_uploads(requests):
+    """The keys the studio's side (not a replica) sent a body to (removing objects aside)."""
+    return {
+        r["path"]
+        for r in requests
+        if r["method"] in ("PUT", "POST")
+        and REPLICA_AGENT not in r["agent"]
+        and "delete" not in r["query"]
+    }
+
+
+def _keys(client, prefix):
+    return [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket="batches", Prefix=prefix).get("Contents", [])
+    ]
+
+
+def _object_lines(client, key):
+    body = client.get_object(Bucket="batches", Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in body.splitlines()]
+
+
+def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_output_object(
+    cluster, studio_home, tmp_path, default_model, s3
+):
+    from core.run.ray_output import AckLedger
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
+        victim = _replica_pid_once_results_flow(job, worker)
+        os.kill(victim, signal.SIGKILL)
+        assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
+    # A killed replica loses nothing and repeats nothing; its shard runs again elsewhere.
+    # (A replica lost with its node, results written here: tests/ray/test_ray_nodes.py.)
+    assert job.read_status().state == "completed"
+    assert job.read_status().delivered_to == "s3://batches/out.jsonl"
+    lines = _object_lines(s3, "out.jsonl")
+    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
+    assert all(line["error"] is None for line in lines)
+    assert {
+        cid
+        for ack in AckLedger(job.acks).first({f"r{i}" for i in range(32)})
+        for cid, _, _ in ack.lines
+    } == {f"r{i}" for i in range(32)}
+    assert not _keys(s3, "out.jsonl.parts/")  # those of the killed replica's shard too
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok
+
+
+def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
+    cluster, studio_home, tmp_path, default_model, s3
+):
+    from tests.support.s3 import _drop_bucket
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
+        _replica_pid_once_results_flow(job, worker)
+        _drop_bucket(s3)
+        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
+    status = job.read_status()
+    assert status.state == "failed", status
+    # A replica's part, or the driver's read of one, names the object and why.
+    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
+    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
+    assert "Traceback" not in status.error
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = _object_lines(s3, "out.jsonl")
+    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok
+
+
+def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
+    cluster, studio_home, tmp_path, default_model, s3, monkeypatch
+):
+    from tests.support.s3 import _drop_bucket, _wrong_credentials
+
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
+    where = {"source": "s3://batches/in.jsonl"}
+    with _running_job(cluster, batch, default_model, **where) as (job, worker):
+        _replica_pid_once_results_flow(job, worker)
+        _drop_bucket(s3)
+        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
+    status = job.read_status()
+    assert status.state == "failed", status
+    # Objects go before their bucket: a replica may find either gone.
+    assert "cannot read s3://batches/in.jsonl: " in (status.error or ""), status.error
+    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
+    with monkeypatch.context() as wrong:  # wrong credentials: refused in words, nothing lost
+        _wrong_credentials(wrong)
+        refused = run_cli("resume", job.job_id, timeout=600)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "cannot read s3://batches/in.jsonl: access denied" in job.read_status().error
+    assert reconcile(job).succeeded == kept.succeeded
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok

@@ -1,0 +1,40 @@
+"""What the tests split from tests/unit/test_api_server.py by kind share (docs/tests.md)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.support.browser import StreamlitServer, kill_workers
+from tests.support.jobs import request_line
+
+POLL_SECONDS = 0.5
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer]:
+    folder = tmp_path_factory.mktemp("served")
+    server = StreamlitServer(folder / "home", folder, serve=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        kill_workers(server.home)
+
+
+def client_of(server: StreamlitServer, key: str = "anything") -> openai.OpenAI:
+    """What a pipeline written for OpenAI changes: the base URL (a loopback caller's key
+    may be anything)."""
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+
+
+def chats(count: int, max_tokens: int = 8) -> io.BytesIO:
+    lines = [
+        request_line(f"q{i}", f"Count to {i % 7 + 2}.", max_tokens=max_tokens, temperature=0)
+        for i in range(count)
+    ]
+    return io.BytesIO(("\n".join(lines) + "\n").encode())

@@ -1,0 +1,162 @@
+"""The Batch API on a running ``python -m core serve``, through the pinned openai SDK.
+
+One server per module serves the pages and ``/v1`` on one port; the engine tests run the
+built-in model through it, as a pipeline that only changed its ``base_url`` would.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+
+import httpx
+import openai
+import psutil
+import pytest
+
+from core.endpoints import CHAT_URL
+from tests.support.api_server import POLL_SECONDS, chats, client_of
+from tests.support.browser import StreamlitServer
+from tests.support.cli import run_cli
+from tests.support.conformance import validate_line
+
+
+def test_one_process_serves_the_pages_and_the_api_on_one_port(served):
+    assert httpx.get(f"{served.url}/_stcore/health").text == "ok"
+    assert "<html" in httpx.get(served.url).text.lower()
+    models = client_of(served).models.list()
+    assert "SmolLM2-135M-Instruct" in [m.id for m in models]
+    listening = {
+        c.laddr.port
+        for c in psutil.Process(served.process.pid).net_connections()
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert served.port in listening  # `core serve` became the server: one process
+
+
+def _outward_address() -> str | None:
+    """An address of this machine that is not loopback (None when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks a route
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+def test_beyond_loopback_the_api_needs_a_key(studio_home, tmp_path):
+    address = _outward_address()
+    if address is None:
+        pytest.fail("this machine has no address beyond loopback to serve on")
+    made = run_cli("keys", "create", "ops")
+    key = made.stdout.strip()
+    assert made.returncode == 0 and key.startswith("bs-")
+    env = {"BATCH_STUDIO_OPEN": "1"}
+    server = StreamlitServer(studio_home, tmp_path, address=address, env=env, serve=True)
+    try:
+        server.start()
+        url = f"http://{address}:{server.port}/v1"
+        refused = httpx.get(f"{url}/batches")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_api_key"
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=url, api_key="bs-guess", max_retries=0).batches.list()
+        ops = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
+        assert list(ops.batches.list()) == []
+        file = ops.files.create(file=("a.jsonl", chats(1)), purpose="batch")
+        assert ops.files.retrieve(file.id).id == file.id
+    finally:
+        server.stop()
+
+
+def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_path):
+    """openai-batch (PyPI, requirements.txt's test section), given the studio's base URL
+    and nothing else: its own code uploads, creates, polls and downloads."""
+    from openai_batch import Batch as ClientBatch
+    from openai_batch.providers import Provider
+
+    provider = Provider(base_url=f"{served.url}/v1", api_key="anything")
+    source, output, errors = (tmp_path / n for n in ("in.jsonl", "output.jsonl", "errors.jsonl"))
+    source.write_bytes(chats(3).getvalue())
+    # The file is given by its path, as its command line takes one (its in-memory builder
+    # reads the temporary file it has just closed: that client's own bug in 0.3.4).
+    with ClientBatch(
+        submission_input_file=str(source), output_file=output, error_file=errors, provider=provider
+    ) as batch:
+        ended, output_path, error_path = batch.submit_wait_download(
+            interval=POLL_SECONDS, metadata={"client": "openai-batch"}
+        )
+    assert ended.status == "completed", ended.errors
+    assert error_path is None and not errors.exists()
+    assert str(output_path) == str(output)
+    lines = [json.loads(raw) for raw in output.read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == ["q0", "q1", "q2"]
+    for line in lines:
+        assert validate_line(line, CHAT_URL) is not None  # a success, in OpenAI's shape
+    studio = client_of(served).batches.retrieve(ended.id)
+    assert studio.metadata == {"client": "openai-batch"}
+    assert studio.request_counts.completed == 3
+
+
+@pytest.mark.parametrize("name", ["日本語 данные.jsonl", "résumé.jsonl"])
+def test_the_sdk_uploads_a_file_named_outside_ascii_under_its_exact_name(served, name):
+    client = client_of(served)
+    upload = client.files.create(file=(name, chats(1)), purpose="batch")
+    assert upload.filename == name
+    assert client.files.retrieve(upload.id).filename == name
+
+
+def test_an_id_holding_a_slash_or_nul_gets_openais_error_body(served):
+    for ident in ("..%2F..%2Fetc%2Fpasswd", "%2F..%2Fx", "%2F", "a%2Fb", "%00", "a%00b"):
+        for method, path in (
+            ("GET", f"/v1/files/{ident}"),
+            ("GET", f"/v1/files/{ident}/content"),
+            ("DELETE", f"/v1/files/{ident}"),
+            ("GET", f"/v1/batches/{ident}"),
+            ("POST", f"/v1/batches/{ident}/cancel"),
+        ):
+            reply = httpx.request(method, f"{served.url}{path}")
+            assert reply.status_code in (400, 404), (path, reply.text)
+            error = reply.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"}, path
+    with pytest.raises(openai.NotFoundError):
+        client_of(served).files.retrieve("%00")
+
+
+def test_a_chunked_json_body_gets_413_before_it_is_all_sent(served):
+    """400 MB offered without a length: the server answers once it has read past its cap
+    (1 MiB), so the client has sent only a few MB of it, and the server holds none."""
+    server = psutil.Process(served.process.pid)
+    before = server.memory_info().rss
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b" " * (1 << 16))
+    offered = 400 * (1 << 20)
+    with socket.create_connection(("127.0.0.1", served.port), timeout=30) as conn:
+        pending = (
+            b"POST /v1/batches HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        sent, answer = 0, b""
+        deadline = time.monotonic() + 60
+        while b"}}" not in answer and time.monotonic() < deadline:
+            readable, writable, _ = select.select([conn], [conn] if pending else [], [], 1)
+            if readable:
+                more = conn.recv(65536)
+                answer += more
+                if not more:
+                    break
+            elif writable:
+                try:
+                    done = conn.send(pending)
+                except (BrokenPipeError, ConnectionResetError):
+                    pending = b""
+                    continue
+                sent, pending = sent + done, pending[done:]
+                if not pending and sent < offered:
+                    pending = chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b'"code":"request_too_large"' in answer
+    assert sent < 50 * (1 << 20), sent  # refused long before the 400 MB were sent
+    assert server.memory_info().rss - before < 100 * (1 << 20)

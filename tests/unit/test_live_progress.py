@@ -1,0 +1,309 @@
+"""Live numbers and cancel, without the engine: the rates the Monitor shows, the worker's
+bookkeeping of generated and expected tokens, and a cancel that drains the engine."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from core.jobs.folder import create_job, queue_job
+from core.jobs.ledger import read_ledger
+from core.run import worker
+from core.run.engine import EngineActivity
+from core.run.monitoring import rates
+from core.run.outputs import Choice, Completion, success_line
+from core.schemas import EngineConfig, JobStatus
+from tests.support.jobs import StandIn, request_line
+from tests.support.live_progress import running_status
+
+
+def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
+    # 200 requests all in the engine: none finished after 30 s, but 3,000 tokens written.
+    status = running_status(total=200, generated_tokens=3_000, expected_output_tokens=12_800)
+    samples = [
+        {"t": 100.0, "done": 0, "output_tokens": 0},
+        {"t": 105.0, "done": 0, "output_tokens": 10},  # the engine warming up
+        {"t": 110.0, "done": 0, "output_tokens": 1_500},
+        {"t": 120.0, "done": 0, "output_tokens": 3_000},
+    ]
+    # Two samples into generation the speed is shown, but no ETA is made from it yet.
+    early = rates(samples[:3], status)
+    assert early.tokens_per_s == pytest.approx(298.0) and early.eta_seconds is None
+    speed = rates(samples, status)  # from the first sample that moved: (3,000 - 10) / 15 s
+    assert speed.requests_per_s == 0 and speed.tokens_per_s == pytest.approx(2_990 / 15)
+    assert speed.work_done == pytest.approx(3_000 / 12_800)
+    assert speed.eta_seconds == pytest.approx((12_800 - 3_000) / (2_990 / 15))
+
+
+def test_the_speed_counts_from_the_engines_first_token_not_from_a_heartbeat() -> None:
+    # 160 requests: nothing for 4 s (prompts), then 1,121 tokens/s from t=102.76. The one
+    # sample with tokens (t=104) saw 1,388 of them; a rate from the sample before (t=102,
+    # no tokens yet) showed 694, one from the run's start 110 (a fresh clone's failure).
+    status = running_status(total=160, generated_tokens=1_388, expected_output_tokens=12_619)
+    status.first_token_at = 102.76
+    samples = [{"t": 100.0 + 2 * i, "done": 0, "output_tokens": 0} for i in range(2)]
+    samples.append({"t": 104.0, "done": 0, "output_tokens": 1_388})
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_388 / 1.24)
+    # Under a second of tokens says too little (a first step's tokens over a moment): the
+    # samples' rate stands in until the next heartbeat.
+    status.first_token_at = 103.5
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_388 / 4)
+    # A resumed run: the earlier runs' 500 answer tokens are not this run's speed.
+    status = running_status(total=160, completion_tokens=700, run_completion_tokens=200)
+    status.first_token_at = 100.0
+    samples = [{"t": 99.0, "done": 40, "output_tokens": 500}]
+    samples.append({"t": 110.0, "done": 60, "output_tokens": 1_500})
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_000 / 10)
+
+
+def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> None:
+    # A warm engine answered 39 requests (1,170 tokens) in 1.5 s: one sample, none moved.
+    status = JobStatus(
+        state="completed", total=39, succeeded=39, run_done=39, completion_tokens=1_170,
+        run_completion_tokens=1_170, elapsed_seconds=2.0, model_load_seconds=0.5,
+    )  # fmt: skip
+    speed = rates([{"t": 100.0, "done": 39, "output_tokens": 1_170}], status)
+    assert speed.requests_per_s == pytest.approx(39 / 1.5)  # Monitor showed 0.00
+    assert speed.tokens_per_s == pytest.approx(1_170 / 1.5)
+
+
+def test_a_finished_jobs_average_is_its_results_over_its_running_time() -> None:
+    # 80 requests (2,400 tokens) on a warm engine in 23.5 s (3.4/s). The engine handed the
+    # results back at the end: every sample says done 0, the last one 1,900 tokens (the
+    # Monitor read "Requests/s (average) 0.00" and a token speed as skewed).
+    from datetime import UTC, datetime
+
+    t0 = 1_000_000.0
+    status = JobStatus(
+        state="completed", total=80, done=80, succeeded=80, run_done=80,
+        completion_tokens=2_400, run_completion_tokens=2_400, elapsed_seconds=24.0,
+        model_load_seconds=0.0,
+    )  # fmt: skip
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 24, UTC).isoformat()
+    samples = [{"t": t0 + 0.5, "done": 0, "output_tokens": 0}]
+    samples += [
+        {"t": t0 + 2.5 + 2 * i, "done": 0, "output_tokens": 190 * (i + 1)} for i in range(10)
+    ]
+    speed = rates(samples, status)  # from the sample before the first that moved (t0 + 0.5)
+    assert speed.requests_per_s == pytest.approx(80 / 23.5)
+    assert speed.average_requests_per_s == pytest.approx(80 / 23.5)
+    assert speed.tokens_per_s == pytest.approx(2_400 / 23.5)
+    # An interrupted run: what it wrote up to its last heartbeat.
+    status = running_status(total=80, done=30, run_done=30, run_completion_tokens=900)
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.pid, status.heartbeat_at = 2**22 + 7, t0 + 10.5  # no such process: interrupted
+    assert status.interrupted
+    assert rates(samples[:4], status).requests_per_s == pytest.approx(30 / 10)
+
+
+def test_the_worker_ends_its_samples_with_the_final_counts(tmp_path) -> None:
+    from core.run.status_keeper import StatusKeeper
+
+    job = create_job(_one_line_batch(tmp_path), tmp_path / "jobs", EngineConfig(model="m"))
+    keeper = StatusKeeper(job)
+    assert keeper.claim(state="running", total=1)
+    keeper.count([ok("a", tokens=7)])  # the result came after the last heartbeat
+    keeper.finish("completed")
+    last = json.loads(job.metrics.read_text().splitlines()[-1])
+    assert (last["done"], last["output_tokens"]) == (1, 7)
+
+
+def test_while_the_model_loads_the_eta_says_so_with_the_measured_load_time() -> None:
+    from datetime import UTC, datetime
+
+    # The model's speed is known (an ETA of 0:27 from it stood for the whole 77 s load and
+    # then jumped to 4:45): while it loads, no ETA, but the load's time left.
+    status = running_status(total=80, expected_output_tokens=2_700, measured_tokens_per_s=100.0)
+    status.enter("loading")
+    status.history[-1]["at"] = datetime.fromtimestamp(time.time() - 20, UTC).isoformat()
+    status.measured_load_seconds = 77.0
+    speed = rates([], status)
+    assert speed.loading and speed.eta_seconds is None
+    assert speed.load_left_seconds == pytest.approx(57.0, abs=1.0)
+    status.state = "running"
+    assert rates([], status).eta_seconds == pytest.approx(27.0)
+
+
+def test_the_worker_says_it_is_loading_with_the_models_last_load_time(
+    tmp_path, monkeypatch
+) -> None:
+    from core.plan.measured import record_run
+    from tests.support.jobs import ScriptedExecutor
+
+    record_run("none", output_tokens=0, requests=0, seconds=1.0, answers=[], load_seconds=77.0,
+               home=tmp_path)  # fmt: skip
+    job = ten_request_job(tmp_path)
+    seen = []
+
+    def loading(spec, job_dir):  # what the Monitor reads while the model loads
+        seen.append(job.read_status())
+        return ScriptedExecutor({f"r{i}": {"answer": "ok"} for i in range(10)}, "none")
+
+    monkeypatch.setattr(worker, "make_executor", loading)
+    assert worker.run_job(job).state == "completed"
+    [status] = seen
+    assert (status.state, status.measured_load_seconds) == ("loading", 77.0)
+    assert rates([], status).loading
+
+
+def _one_line_batch(tmp_path):
+    batch = tmp_path / "b.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    return batch
+
+
+def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
+    status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
+    assert rates([], status).eta_seconds == pytest.approx(20.0)
+    assert rates([], running_status(total=10, expected_output_tokens=1_000)).eta_seconds is None
+
+
+def ok(custom_id: str, tokens: int = 4) -> dict:
+    return success_line(custom_id, "m", Completion(2, [Choice("ok", "stop", tokens)]))
+
+
+def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_total(
+    tmp_path,
+) -> None:
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(c, "hi") + "\n" for c in "ab"))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+    class Counting(StandIn):
+        def activity(self):
+            return EngineActivity(generated_tokens=7, running=2)
+
+    keeper = worker.StatusKeeper(job)
+    keeper.expect({"a": (10, 16), "b": (10, 16)}, bound=False, tokens_per_s=None)
+    keeper.watch(Counting())
+    keeper._read_engine()
+    keeper.update()
+    s = job.read_status()
+    assert (s.generated_tokens, s.expected_output_tokens, s.in_flight) == (7, 20, 2)
+    # "a" finished with 4 tokens: 3 of the 7 belong to "b", still running; a's expectation
+    # of 10 becomes its real 4.
+    keeper.count([ok("a")])
+    s = job.read_status()
+    assert (s.completion_tokens, s.generated_tokens, s.expected_output_tokens) == (4, 7, 14)
+
+
+class Windowed(StandIn):
+    """Three requests in its engine at a time, finishing in order; ``signals`` arrive
+    right after the first result, as a Cancel click would."""
+
+    def __init__(self, signals: int) -> None:
+        self.signals = signals
+
+    def run(self, requests):
+        inside, waiting = list(requests[:3]), list(requests[3:])
+        first = True
+        while inside:
+            yield [ok(inside.pop(0).custom_id)]
+            if first:
+                first = False
+                for _ in range(self.signals):
+                    worker.STOP.on_signal(signal.SIGTERM, None)
+            if waiting and not self.draining:
+                inside.append(waiting.pop(0))
+
+
+def ten_request_job(tmp_path):
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(10)))
+    return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+
+def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_rest(
+    tmp_path, monkeypatch
+) -> None:
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
+    status = worker.run_job(job)
+    assert status.state == "cancelled"
+    assert "cancelling" in [h["state"] for h in status.history]
+    # The first result, then the two requests that were in the engine: nothing thrown away.
+    assert status.done == 3 and status.left == 7
+    assert "the requests in the engine finished first" in status.message
+    assert "a resume runs the 7 without one" in status.message
+    assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(3, 10)]
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=0))
+    queue_job(job)  # Resume
+    resumed = worker.run_job(job)
+    assert resumed.state == "completed" and resumed.succeeded == 10
+    assert read_ledger(job).coverage_problems() == []
+
+
+def test_a_cancel_when_every_request_is_in_the_engine_completes_the_job(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 30, item 4: a small job all inside the engine drains to its end; every
+    request has a result, so it is complete, never "cancelled" with nothing to resume."""
+    batch = tmp_path / "b.jsonl"
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(3)))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
+    status = worker.run_job(job)
+    assert (status.state, status.outcome, status.succeeded, status.left) == (
+        "completed",
+        "completed",
+        3,
+        0,
+    )
+    assert "cancelling" in [h["state"] for h in status.history]
+
+
+def test_a_cancel_says_how_many_requests_will_still_finish(tmp_path, monkeypatch) -> None:
+    """Issue 30, item 4: at the moment of cancelling, in numbers."""
+    from core.jobs.folder import cancel
+
+    job = ten_request_job(tmp_path)
+    job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=3))
+    monkeypatch.setattr("core.jobs.folder.os.kill", lambda pid, sig: None)
+    said = cancel(job)
+    assert "the 3 requests in the engine finish and are kept; the other 3 do not start" in said
+    job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=6))
+    said = cancel(job)
+    assert "all 6 requests without a result are already in the engine" in said
+    assert "the job completes" in said
+
+
+def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=2))
+    status = worker.run_job(job)
+    assert status.state == "cancelled" and status.done == 1
+    assert "stopped at once" in status.message and "a resume runs the 9" in status.message
+
+
+def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> None:
+    def loading(spec, job_dir):
+        worker.STOP.on_signal(signal.SIGTERM, None)  # nothing runs yet: nothing to drain
+
+    job = ten_request_job(tmp_path)
+    monkeypatch.setattr(worker, "make_executor", loading)
+    status = worker.run_job(job)
+    assert status.state == "cancelled" and status.done == 0 and status.left == 10
+
+
+def test_a_resumed_jobs_speed_counts_only_this_run() -> None:
+    from datetime import UTC, datetime
+
+    t0 = 1_000_000.0
+    status = JobStatus(state="completed", total=15, done=15, succeeded=15, run_done=10)
+    status.run_completion_tokens = 100
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 31, UTC).isoformat()
+    samples = [
+        {"t": t0 - 100, "done": 0, "output_tokens": 0},  # the first run, killed
+        {"t": t0 - 90, "done": 5, "output_tokens": 50},
+        {"t": t0 + 1, "done": 5, "output_tokens": 50},  # resumed 90 s later; loading
+        {"t": t0 + 21, "done": 5, "output_tokens": 50},  # loaded
+        {"t": t0 + 31, "done": 15, "output_tokens": 150},
+    ]
+    speed = rates(samples, status)
+    assert speed.requests_per_s == pytest.approx(1.0)  # 10 requests in 10 s of running
+    assert speed.tokens_per_s == pytest.approx(10.0)
