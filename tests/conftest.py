@@ -30,6 +30,11 @@ os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
 os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
 
 PHASES = ("all", "parallel", "serial")
+TESTS = Path(__file__).parent
+# The kinds a folder decides (docs/tests.md), first wins: a Ray test also loads the engine,
+# and a browser test may too.
+FOLDER_KINDS = ("ray", "browser", "engine")
+MISPLACED = pytest.StashKey[list[str]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,9 +59,31 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The folder decides the kind: a test under ``tests/engine/``, ``tests/browser/`` or
+    ``tests/ray/`` gets that marker (so ``-m "not engine"`` selects by folder), and a test
+    that carries one of those markers elsewhere is noted, to fail the collection."""
+    parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+    folder = parts[0] if len(parts) > 1 else None
+    if folder in FOLDER_KINDS:
+        item.add_marker(folder)
+    kind = next((k for k in FOLDER_KINDS if item.get_closest_marker(k)), None)
+    if kind is not None and folder != kind:
+        item.config.stash.setdefault(MISPLACED, []).append(
+            f"{item.nodeid}: marked {kind}, so it belongs in tests/{kind}/"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--phase parallel`` leaves out the tests marked serial and puts the slow ones
-    first; ``--phase serial`` keeps only the tests marked serial."""
+    """Fails on a test whose marker is not its folder's; then ``--phase parallel`` leaves
+    out the tests marked serial and puts the slow ones first; ``--phase serial`` keeps only
+    the tests marked serial."""
+    misplaced = config.stash.get(MISPLACED, [])
+    if misplaced:
+        raise pytest.UsageError(
+            "tests in the wrong folder (the folder is the kind; docs/tests.md):\n"
+            + "\n".join(misplaced)
+        )
     phase = config.getoption("phase")
     if phase == "all":
         return

@@ -185,3 +185,44 @@ def test_one_atomic_write_and_one_retry_policy():
             retrying.append(name)
     assert replacing == ["core/files.py"]
     assert retrying == ["core/run/retry.py"]
+
+
+TESTS = REPO_ROOT / "tests"
+TEST_KINDS = ("unit", "pages", "engine", "browser", "ray")  # docs/tests.md
+
+
+def imported_test_modules(path: Path) -> list[str]:
+    """The test modules (``test_*.py``) that ``path`` imports, lazy imports included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            names = [base] + [f"{base}.{alias.name}".lstrip(".") for alias in node.names]
+        else:
+            continue
+        found += [n for n in names if n.rsplit(".", 1)[-1].startswith("test_")]
+    return found
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/support/ or a conftest.py, so a test module can be
+    moved, split or run alone without another one coming along."""
+    imports = {
+        str(path.relative_to(REPO_ROOT)): imported
+        for path in sorted(TESTS.rglob("*.py"))
+        if (imported := imported_test_modules(path))
+    }
+    assert not imports, imports
+
+
+def test_every_test_module_lives_in_its_kinds_folder():
+    """The folder is the kind (tests/conftest.py marks and checks by it): no test module
+    outside tests/unit, pages, engine, browser and ray."""
+    outside = [
+        str(path.relative_to(TESTS))
+        for path in TESTS.rglob("test_*.py")
+        if path.parent.parent != TESTS or path.parent.name not in TEST_KINDS
+    ]
+    assert not outside, outside
