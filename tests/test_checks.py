@@ -2,7 +2,7 @@
 
 import json
 
-from core.check import BackgroundCheck, check_file, scan
+from core.check import BackgroundCheck, check_file, scan, setting_rows
 from core.config import default_model_dir
 from core.schemas import JobDefaults
 
@@ -181,3 +181,24 @@ def test_a_background_check_reports_progress_and_can_be_stopped(tmp_path):
     stopped.cancel()
     assert stopped.wait(60)
     assert stopped.report.cancelled and not stopped.report.ok
+
+
+def test_setting_rows_list_each_fields_values_most_lines_first(tmp_path):
+    report = check_file(
+        write(
+            tmp_path,
+            line(custom_id="a"),
+            line(
+                custom_id="b", body={"model": "m", "messages": [{"role": "user", "content": "y"}]}
+            ),
+            line(
+                custom_id="c", body={"model": "m", "messages": [{"role": "user", "content": "z"}]}
+            ),
+        ),
+        JobDefaults(max_tokens=100),
+    )
+    rows = [row for row in setting_rows(report) if row["field"] == "max_tokens"]
+    assert rows == [
+        {"field": "max_tokens", "value (source)": "100 (job default)", "lines": 2},
+        {"field": "max_tokens", "value (source)": "5 (body)", "lines": 1},
+    ]

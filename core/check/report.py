@@ -135,6 +135,16 @@ class CheckReport:
         return data
 
 
+def setting_rows(report: CheckReport) -> list[dict[str, Any]]:
+    """What the valid lines run with: per sampling field, each value (and where it comes
+    from) with its line count, most lines first; none for an embeddings-only file."""
+    return [
+        {"field": name, "value (source)": value, "lines": n}
+        for name, counter in report.effective.items()
+        for value, n in sorted(counter.items(), key=lambda item: -item[1])
+    ]
+
+
 def summary_lines(report: CheckReport) -> list[str]:
     """The report's summary as short lines of text (for the command line)."""
 
