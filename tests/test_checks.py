@@ -3,6 +3,7 @@
 import json
 
 from core.check import BackgroundCheck, check_file, scan, setting_rows
+from core.check.engine_requests import CompletionRequest
 from core.config import default_model_dir
 from core.schemas import JobDefaults
 
@@ -157,7 +158,8 @@ def test_scan_keeps_what_the_worker_and_the_store_read(tmp_path):
     ]
     assert lines[0].request.messages == [{"role": "user", "content": "Hi"}]
     assert lines[0].request.model == "m" and lines[0].request.sampling["max_tokens"] == 5
-    assert lines[1].request.prompt == "x" and lines[1].request.messages == []
+    assert lines[1].request.prompt == "x" and not hasattr(lines[1].request, "messages")
+    assert isinstance(lines[1].request, CompletionRequest)
 
 
 def test_prompt_tokens_are_counted_per_mapped_model(tmp_path, default_model):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import ChatRequest, CompletionRequest
 from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from core.config import default_model_dir
 from tests.conftest import run_cli
@@ -45,8 +45,8 @@ def reference_counts(folder: Path, conversations: list) -> list[int]:
     return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
 
 
-def chat(messages: list[dict]) -> EngineRequest:
-    return EngineRequest("x", messages, {"max_tokens": 1})
+def chat(messages: list[dict]) -> ChatRequest:
+    return ChatRequest(custom_id="x", messages=messages, sampling={"max_tokens": 1})
 
 
 def test_counts_match_the_models_chat_template_and_tokenizer() -> None:
@@ -62,7 +62,7 @@ def test_counts_match_the_models_chat_template_and_tokenizer() -> None:
 
 def test_a_completions_prompt_is_counted_without_a_template() -> None:
     counter = TokenCounter(MODEL)
-    prompt = EngineRequest("p", [], {"max_tokens": 1}, prompt="Once upon a time")
+    prompt = CompletionRequest(custom_id="p", sampling={"max_tokens": 1}, prompt="Once upon a time")
     expected = len(counter.tokenizer.encode("Once upon a time", add_special_tokens=True).ids)
     assert counter.count_requests([prompt]) == [expected]
 

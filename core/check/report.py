@@ -7,9 +7,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from core.check.requests import (
-    EngineRequest,
-)
+from core.check.engine_requests import EngineRequest
 
 Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
