@@ -8,17 +8,14 @@ the pages' script, run per session as before.
 import gc
 
 import streamlit as st
-from streamlit.runtime.pages_manager import PagesManager
 
 from core.api.media import media_sign_in
 from core.api.paths import api_paths
 from core.api.polls import batch_polls
 from core.api.routes import api_routes
 
-# app.py names its pages (st.navigation). Left unset, Streamlit sees the pages/ folder and
-# runs a fresh server's first session the old way, a sidebar of every file in it, helper
-# modules (shared, vector views) included, until app.py has run once.
-PagesManager.uses_pages_directory = False
+# app.py names its pages (st.navigation); a page opened before app.py has run once in this
+# process runs the app's script inside it (ui/navigation.py).
 app = st.App(
     "app.py", routes=api_routes(), middleware=[batch_polls(), api_paths(), media_sign_in()]
 )

@@ -10,7 +10,9 @@ the job's model, as before.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -51,6 +53,21 @@ def names_problem(home: Path | None = None) -> str | None:
     except (OSError, ValidationError, ValueError) as exc:
         return f"{path} cannot be read ({str(exc).splitlines()[0]}): save the names again"
     return None
+
+
+def names_from_rows(
+    rows: Iterable[Mapping[str, Any]], folders: Mapping[str, str]
+) -> dict[str, str]:
+    """The rows of an edited names table (``name``, ``model``: a folder's name) as
+    :func:`write_names` takes them: each name to its folder's path in ``folders``.
+
+    A cell left empty (NaN, or a folder not in ``folders``) is kept as ``""``, so
+    :func:`write_names` names the row at fault instead of this raising.
+    """
+    return {
+        (r["name"] if isinstance(r["name"], str) else ""): folders.get(str(r["model"]), "")
+        for r in rows
+    }
 
 
 def write_names(names: dict[str, str], home: Path | None = None) -> dict[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 import unicodedata
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -45,15 +46,22 @@ class FrozenModel(Model):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def problem_message(item: Mapping[str, Any]) -> str:
+    """One of a validation error's ``errors()`` as the words after its field's name: our
+    own validators' sentences as written, pydantic's with their capital lowered."""
+    message = str(item["msg"])
+    if item["type"] == "value_error":
+        return message.removeprefix("Value error, ")
+    return message[:1].lower() + message[1:]
+
+
 def problems_of(error: ValidationError) -> list[str]:
-    """A pydantic validation error as sentences a person can act on, one per field."""
+    """A pydantic validation error as sentences a person can act on, one per field (the
+    one way every entry point words one; the rules file adds its lines to the same words)."""
     found = []
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "value"
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] != "value_error":  # pydantic's own words start a sentence: lower them
-            message = message[:1].lower() + message[1:]
-        found.append(f"{where}: {message} (got {item.get('input')!r})")
+        found.append(f"{where}: {problem_message(item)} (got {item.get('input')!r})")
     return found
 
 

@@ -4,6 +4,7 @@ rates and the checks' pass rates."""
 from __future__ import annotations
 
 from datetime import date
+from typing import NamedTuple
 
 import pandas as pd
 import streamlit as st
@@ -11,7 +12,6 @@ import streamlit as st
 from core.plan.pricing import (
     PriceError,
     PriceTable,
-    cost_text,
     load_prices,
     price_rows,
     save_prices,
@@ -27,128 +27,135 @@ from ui.ranking import show_ranking_quality
 from ui.store import store, through_app
 from ui.text import escape
 
-through_app()
-st.title("Dashboards")
+FIRST_CHART = dash.FIRST_FIGURE  # the chart the download offers first
 
-jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
-db = store()
 
-fill_from_link(  # a shared link or a bookmark
-    {
-        "jobs": ("dash_jobs", list(jobs["job_id"])),
-        "from": ("dash_from", date),
-        "to": ("dash_to", date),
-        "by": ("dash_by", One(dash.GROUPS)),
-    }
-)
-c = st.columns([3, 1, 1, 1])
-job_ids = c[0].multiselect(
-    "Jobs (all when empty)", list(jobs["job_id"]), format_func=job_labels(), key="dash_jobs"
-)
-start = c[1].date_input("From", value=None, key="dash_from")
-end = c[2].date_input("To", value=None, key="dash_to")
-by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")
-scope = dash.Scope(job_ids=job_ids, start=start, end=end)
+class Chosen(NamedTuple):
+    """The jobs, dates and grouping chosen at the top of the page."""
 
-saved = load_prices()
-# A label is markdown: the currency (from prices.json) and the model named * are escaped,
-# or "*" reads as emphasis or a bullet.
-price_label = f"Price table ({saved.currency}; the model named * prices the models not listed)"
-with st.expander(escape(price_label)):
-    models = ["*", *sorted(set(jobs["model"].dropna()))]
-    edited = st.data_editor(
-        pd.DataFrame(price_rows(saved, models)), hide_index=True, key="price_editor"
+    job_ids: list[str]
+    start: date | None
+    end: date | None
+    by: str
+
+    @property
+    def scope(self) -> dash.Scope:
+        return dash.Scope(job_ids=self.job_ids, start=self.start, end=self.end)
+
+
+class Made(NamedTuple):
+    """The summary and figures of the chosen scope, and the address that shows them."""
+
+    summary: pd.DataFrame
+    figures: dict
+    link: dict
+
+
+def pick_scope(jobs: pd.DataFrame) -> Chosen:
+    """The jobs, the dates and the grouping, as chosen or as the address has them."""
+    fill_from_link(  # a shared link or a bookmark
+        {
+            "jobs": ("dash_jobs", list(jobs["job_id"])),
+            "from": ("dash_from", date),
+            "to": ("dash_to", date),
+            "by": ("dash_by", One(dash.GROUPS)),
+        }
     )
-    st.caption(
-        "Per million input/output tokens for hosted-API prices, or per GPU hour for your own "
-        "hardware (run hours are estimated from the first to the last answer time). The same "
-        "table prices the estimate on Upload & check."
+    c = st.columns([3, 1, 1, 1])
+    job_ids = c[0].multiselect(
+        "Jobs (all when empty)", list(jobs["job_id"]), format_func=job_labels(), key="dash_jobs"
     )
-    try:
-        prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
-    except PriceError as exc:
-        st.error(escape(exc), icon=":material/error:")
-        prices = saved
-    if prices != saved:
-        save_prices(prices)
+    start = c[1].date_input("From", value=None, key="dash_from")
+    end = c[2].date_input("To", value=None, key="dash_to")
+    by = c[3].selectbox("Group by", list(dash.GROUPS), key="dash_by")
+    return Chosen(job_ids, start, end, by)
+
+
+def price_table(jobs: pd.DataFrame) -> PriceTable:
+    """The price table, edited in place and saved when it changes; the saved one while an
+    edit cannot be read."""
+    saved = load_prices()
+    # A label is markdown: the currency (from prices.json) and the model named * are
+    # escaped, or "*" reads as emphasis or a bullet.
+    price_label = f"Price table ({saved.currency}; the model named * prices the models not listed)"
+    with st.expander(escape(price_label)):
+        models = ["*", *sorted(set(jobs["model"].dropna()))]
+        edited = st.data_editor(
+            pd.DataFrame(price_rows(saved, models)), hide_index=True, key="price_editor"
+        )
+        st.caption(
+            "Per million input/output tokens for hosted-API prices, or per GPU hour for your "
+            "own hardware (run hours are estimated from the first to the last answer time). "
+            "The same table prices the estimate on Upload & check."
+        )
+        try:
+            prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)
+        except PriceError as exc:
+            st.error(escape(exc), icon=":material/error:")
+            prices = saved
+        if prices != saved:
+            save_prices(prices)
+    return prices
 
 
 def charts(index: Store, scope_key: tuple, by: str, prices_json: str) -> tuple[pd.DataFrame, dict]:
-    """The summary and every figure of a scope, grouping and price table."""
+    """The summary and every figure of a scope, grouping and price table (given as values
+    that do not change, for a computation that may run later)."""
     scope = dash.Scope(list(scope_key[0]), *scope_key[1:])
     priced = PriceTable.model_validate_json(prices_json)
-    frame = dash.with_cost(dash.summary(index, scope, by), priced)
-    if frame.empty:
-        return frame, {}
-    return frame, {  # each drawn on every rerun until the index changes: kept made
-        name: dash.KeptFigure(fig)
-        for name, fig in every_figure(index, frame, scope, by, priced).items()
-    }
+    return dash.summary_and_figures(index, scope, by, priced)
 
 
-FIRST_CHART = "requests"  # the chart the download offers first
-
-
-def every_figure(
-    index: Store, frame: pd.DataFrame, scope: dash.Scope, by: str, priced: PriceTable
-) -> dict:
-    """Every figure of a summary, by name."""
+def address(chosen: Chosen) -> dict:
+    """What the page's address keeps: the scope, and the chart to download as chosen or as
+    the address has it (kept while the charts are being made and the part that chooses it
+    is not drawn, never dropped)."""
+    chart = st.session_state.get("dash_html") or next(iter(linked("chart")), None)
     return {
-        FIRST_CHART: dash.requests_figure(frame, by),
-        "rates": dash.rates_figure(frame, by),
-        "finish_reasons": dash.finish_reasons_figure(index, scope, by),
-        "tokens": dash.tokens_figure(frame, by),
-        "token_distribution": dash.token_distribution_figure(index, scope, by),
-        "cost": dash.cost_figure(frame, by, priced.currency),
-        "throughput": dash.throughput_figure(index, scope),
-        "latency": dash.latency_figure(index, scope, by),
-        "pass_rate": dash.pass_rate_figure(index, scope, by),
-        "checks": dash.checks_figure(index, scope, by),
+        "jobs": chosen.job_ids,
+        "from": chosen.start,
+        "to": chosen.end,
+        "by": chosen.by if chosen.by != next(iter(dash.GROUPS)) else None,
+        "chart": chart if chart != FIRST_CHART else None,
     }
 
 
-fresh_checks(job_ids or list(jobs["job_id"]), job_labels())  # in the background
-scope_key = (tuple(scope.job_ids), scope.start, scope.end)
-version = db.data_version(job_ids or None)
-priced = prices.model_dump_json()
-made = fresh_or_recent(  # once per scope, grouping, prices and index state, for every session
-    "dashboards",
-    (scope_key, by, priced),
-    version,
-    lambda s=scope_key, b=by, p=priced: charts(db, s, b, p),  # bound: may run later
-    what="the summary and the charts",
-)
-# The chart to download, as chosen or as the address has it: kept in the address while the
-# charts are being made (the part that chooses it is not drawn then), never dropped.
-chart = st.session_state.get("dash_html") or next(iter(linked("chart")), None)
-link = {
-    "jobs": job_ids,
-    "from": start,
-    "to": end,
-    "by": by if by != next(iter(dash.GROUPS)) else None,
-    "chart": chart if chart != FIRST_CHART else None,
-}
-if made is None:  # being computed: the page redraws itself when they are done
-    write_link(link)
-    st.stop()
-summary, figures = made
-if summary.empty:
-    write_link(link)
-    st.info("No results in this scope; widen the jobs or the dates.")
-    st.stop()
-# Cost as money reads ("no price" where a model has none: core.plan.pricing), beside the
-# group, where a wide table cannot push it out of sight.
-shown = summary.drop(columns=["cost"])
-shown.insert(1, f"cost ({prices.currency})", summary["cost"].map(cost_text))
-st.dataframe(shown, hide_index=True, width="stretch")
-columns = st.columns(2)
-for i, (name, fig) in enumerate(figures.items()):
-    with columns[i % 2]:
-        # The chart's toolbar has "Download plot as a png" (named after the chart).
-        options = {"toImageButtonOptions": {"filename": name, "format": "png"}}
-        st.plotly_chart(fig, key=f"chart_{name}", config=options)
+def charts_or_stop(chosen: Chosen, prices: PriceTable) -> Made:
+    """The summary and the charts, made once per scope, grouping, prices and index state
+    for every session; while they are being made, or when the scope has no results, the
+    page says so and stops there."""
+    db = store()
+    scope = chosen.scope
+    scope_key = (tuple(scope.job_ids), scope.start, scope.end)
+    version = db.data_version(chosen.job_ids or None)
+    priced = prices.model_dump_json()
+    made = fresh_or_recent(
+        "dashboards",
+        (scope_key, chosen.by, priced),
+        version,
+        lambda s=scope_key, b=chosen.by, p=priced: charts(db, s, b, p),  # bound: may run later
+        what="the summary and the charts",
+    )
+    link = address(chosen)
+    if made is None:  # being computed: the page redraws itself when they are done
+        write_link(link)
+        st.stop()
+    summary, figures = made
+    if summary.empty:
+        write_link(link)
+        st.info("No results in this scope; widen the jobs or the dates.")
+        st.stop()
+    return Made(summary, figures, link)
 
-show_ranking_quality(db, job_ids or list(jobs["job_id"]), "dash_rank", chart=True)  # labelled
+
+def chart_grid(figures: dict) -> None:
+    """Every chart, two to a row."""
+    columns = st.columns(2)
+    for i, (name, fig) in enumerate(figures.items()):
+        with columns[i % 2]:
+            # The chart's toolbar has "Download plot as a png" (named after the chart).
+            options = {"toImageButtonOptions": {"filename": name, "format": "png"}}
+            st.plotly_chart(fig, key=f"chart_{name}", config=options)
 
 
 def html_download(figures: dict, link: dict) -> None:
@@ -169,4 +176,14 @@ def html_download(figures: dict, link: dict) -> None:
     write_link({**link, "chart": chosen if chosen != FIRST_CHART else None})
 
 
-html_download(figures, link)
+through_app()
+st.title("Dashboards")
+jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
+chosen = pick_scope(jobs)
+prices = price_table(jobs)
+fresh_checks(chosen.job_ids or list(jobs["job_id"]), job_labels())  # in the background
+made = charts_or_stop(chosen, prices)
+st.dataframe(dash.summary_table(made.summary, prices.currency), hide_index=True, width="stretch")
+chart_grid(made.figures)
+show_ranking_quality(store(), chosen.job_ids or list(jobs["job_id"]), "dash_rank", chart=True)
+html_download(made.figures, made.link)

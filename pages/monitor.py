@@ -10,9 +10,17 @@ from core.jobs.delivery import errors_beside
 from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
-from core.jobs.recovery import resumes_by_itself
-from core.run.monitoring import Rates, rates, read_samples
+from core.run.monitoring import Rates, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
+from core.run.progress import (
+    duration,
+    eta,
+    final_summary,
+    interrupted_text,
+    job_seconds,
+    nothing_to_watch,
+    work_text,
+)
 from core.schemas import JobStatus
 from ui.job_controls import job_controls
 from ui.jobs import job_label, job_labels, job_origin, open_job
@@ -21,49 +29,36 @@ from ui.store import paths, store, through_app
 from ui.text import escape
 
 REFRESH_SECONDS = 2.0
-
-through_app()
-st.title("Monitor")
-
-jobs = list_jobs(paths().jobs)
-if not jobs:
-    st.info("No jobs yet. Check a batch file and start a run; its progress shows here.")
-    st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
-    st.stop()
-
-ids = [j.job_id for j in jobs]
-open_linked_job(ids, "monitor_job")  # a shared link or a bookmark
-current = st.session_state.get("job_id")
-job_id = st.selectbox(
-    "Job",
-    ids,
-    index=ids.index(current) if current in ids else 0,
-    format_func=job_labels(),
-    key="monitor_job",
-)
-st.session_state["job_id"] = job_id
-linked_job_notice("monitor_job", job_id)
-write_link({"job": job_id})  # the address opens this job's Monitor
-job = open_job(job_id)
-job_origin(job_id)
+CHART_POINTS = 2_000  # a long job's samples are thinned to this many per chart
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def _job_seconds(status: JobStatus) -> float | None:
-    """Running time over all runs (a status from before it was kept: its run's)."""
-    return status.job_seconds if status.job_seconds is not None else status.elapsed_seconds
+def pick_job() -> str:
+    """The job to monitor, as chosen, linked or last opened; with no job, an empty state
+    that says what to do first (and the page stops there)."""
+    jobs = list_jobs(paths().jobs)
+    if not jobs:
+        st.info("No jobs yet. Check a batch file and start a run; its progress shows here.")
+        st.page_link("pages/upload.py", label="Upload & check", icon=":material/upload_file:")
+        st.stop()
+    ids = [j.job_id for j in jobs]
+    open_linked_job(ids, "monitor_job")  # a shared link or a bookmark
+    current = st.session_state.get("job_id")
+    job_id = st.selectbox(
+        "Job",
+        ids,
+        index=ids.index(current) if current in ids else 0,
+        format_func=job_labels(),
+        key="monitor_job",
+    )
+    st.session_state["job_id"] = job_id
+    linked_job_notice("monitor_job", job_id)
+    write_link({"job": job_id})  # the address opens this job's Monitor
+    return job_id
 
 
 def ray_section(job: JobFolder) -> None:
     """Per-node and per-replica progress of a job on a Ray cluster (its ``ray.json``)."""
-    from core.run.ray_stats import read_ray_stats
+    from core.run.ray_stats import device_rows, node_rows, read_ray_stats, replica_rows
 
     stats = read_ray_stats(job.path)
     if not stats:
@@ -78,97 +73,12 @@ def ray_section(job: JobFolder) -> None:
     for event in stats.get("events", []):  # a node lost, its work moving: what happened
         text = f"{event['at']}: {event['event']}"
         st.warning(text) if " lost " in text else st.caption(text)
-    nodes = [
-        {
-            "node": (n.get("node_id") or "")[:12],
-            "host": n.get("host"),
-            "address": n.get("address"),
-            "alive": n.get("alive"),
-            "done": n.get("done", 0),
-            "rows/s": n.get("rows_per_s"),
-            "failed": n.get("failed", 0),
-            "CPU": (n.get("resources") or {}).get("CPU"),
-            "GPU": (n.get("resources") or {}).get("GPU"),
-        }
-        for n in stats.get("nodes", [])
-    ]
-    replicas = [
-        {
-            "replica": (r.get("replica_id") or "")[:12],
-            "node": (r.get("node_id") or "")[:12],
-            "state": r.get("state"),
-            "done": r.get("done", 0),
-            "shards": r.get("shards", 0),
-            "busy s": r.get("busy_seconds"),
-            "load s": r.get("load_seconds"),
-            "RSS MiB": r.get("rss_mib"),
-            "GPU MiB": r.get("gpu_memory_mib"),
-            "CPU s": r.get("cpu_seconds"),
-        }
-        for r in stats.get("replicas", [])
-    ]
     cols = st.columns(2)
-    cols[0].dataframe(pd.DataFrame(nodes), hide_index=True, width="stretch")
-    cols[1].dataframe(pd.DataFrame(replicas), hide_index=True, width="stretch")
-    devices = [
-        {
-            "node": (n.get("node_id") or "")[:12],
-            "host": n.get("host"),
-            "GPU": gpu.get("index"),
-            "memory used MiB": round(gpu.get("memory_used_mib", 0)),
-            "memory total MiB": round(gpu.get("memory_total_mib", 0)),
-            "utilisation %": gpu.get("utilization"),
-        }
-        for n in stats.get("nodes", [])
-        for gpu in n.get("gpus") or ()
-    ]
+    cols[0].dataframe(pd.DataFrame(node_rows(stats)), hide_index=True, width="stretch")
+    cols[1].dataframe(pd.DataFrame(replica_rows(stats)), hide_index=True, width="stretch")
+    devices = device_rows(stats)
     if devices:  # read on each GPU node by NVML (core.run.ray_stats)
         st.dataframe(pd.DataFrame(devices), hide_index=True, width="stretch")
-
-
-def _eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
-    """The ETA metric's value and its help."""
-    if status.state == "completed":
-        return "done", "The job has finished."
-    if status.is_final or status.interrupted:
-        return "–", "Nothing is running: a resume runs the requests without a result."
-    if status.state == "cancelling":
-        return "–", "Cancelling: the requests in the engine finish; nothing new starts."
-    if speed.loading:
-        if speed.load_left_seconds is None:
-            return "loading", "The model is loading; the ETA follows once it runs."
-        took = _duration(status.measured_load_seconds)
-        help = (
-            f"The model is loading; its last load here took {took}. The ETA follows once it runs."
-        )
-        return f"loading, ~{_duration(speed.load_left_seconds)}", help
-    if speed.eta_seconds is None:
-        if speed.eta_counts == "requests":
-            return "estimating", "Known once the first results are written."
-        return "estimating", "Known once the engine has generated its first tokens."
-    if speed.eta_counts == "requests":
-        help = "The requests still without a result, at the rate they are finishing now."
-        return _duration(speed.eta_seconds), help
-    if speed.eta_is_bound:
-        help = (
-            "At most: no answer of this model was measured yet, so every answer is taken "
-            "to reach its max_tokens. Later runs use the measured lengths."
-        )
-        return f"≤ {_duration(speed.eta_seconds)}", help
-    help = "The output still expected (measured answer lengths under each line's limit) at "
-    help += "the current speed."
-    return _duration(speed.eta_seconds), help
-
-
-def _work_text(work_done: float, status: JobStatus) -> str:
-    """The share of the output generated, against the total it is measured on."""
-    expected = status.expected_output_tokens or 0
-    if status.expected_is_bound:  # no answer measured: every answer taken to its limit
-        return f"{work_done:.0%} of at most {expected:,} output tokens generated"
-    return f"{work_done:.0%} of about {expected:,} expected output tokens generated"
-
-
-CHART_POINTS = 2_000  # a long job's samples are thinned to this many per chart
 
 
 def _chart(lines: dict[str, tuple[object, list]], title: str) -> go.Figure:
@@ -181,20 +91,11 @@ def _chart(lines: dict[str, tuple[object, list]], title: str) -> go.Figure:
 
 def resource_charts(samples: list[dict]) -> None:
     """GPU memory and load per device, or without a GPU the worker's RSS and CPU."""
-    shown = samples[:: max(len(samples) // CHART_POINTS, 1)]
+    shown = thinned(samples, CHART_POINTS)
     times = pd.to_datetime([s["t"] for s in shown], unit="s")
-    gpus = sorted({g["index"] for s in shown for g in s.get("gpus") or []})
-    if gpus:
+    if any(s.get("gpus") for s in shown):
         for field, title in (("memory_used_mib", "GPU memory (MiB)"), ("utilization", "GPU %")):
-            lines = {}
-            for index in gpus:
-                points = [
-                    (t, g[field])
-                    for t, s in zip(times, shown, strict=True)
-                    for g in s.get("gpus") or []
-                    if g["index"] == index
-                ]
-                lines[f"GPU {index}"] = ([t for t, _ in points], [v for _, v in points])
+            lines = gpu_series(times, shown, field)
             st.plotly_chart(_chart(lines, title), key=f"gpu-{field}")
         return
     st.caption("No GPU on this machine: showing the worker process's memory and CPU.")
@@ -222,18 +123,18 @@ def engine_section(numbers: dict) -> None:
     )
 
 
-def show(job: JobFolder) -> None:
-    status = job.read_status()
-    samples = read_samples(job.metrics)
-    speed = rates(samples, status)
-    state = status.display_state
-    text = f"{state}: {status.done:,} / {status.total:,} requests"
+def progress_bar(status: JobStatus, speed: Rates) -> None:
+    """Requests done, and while it runs the share of the expected output generated."""
+    text = f"{status.display_state}: {status.done:,} / {status.total:,} requests"
     work = status.progress
     if speed.work_done is not None and not status.is_final:
         work = speed.work_done
-        text += " · " + _work_text(speed.work_done, status)
+        text += " · " + work_text(speed.work_done, status)
     st.progress(work, text=text)
-    final = status.is_final or status.interrupted
+
+
+def speed_metrics(status: JobStatus, speed: Rates, final: bool) -> None:
+    """Requests and tokens (or texts) per second, the ETA and the time elapsed."""
     c = st.columns(4)
     c[0].metric(
         "Requests/s" + (" (average)" if final else ""),
@@ -253,29 +154,37 @@ def show(job: JobFolder) -> None:
             help=f"average {speed.average_tokens_per_s:.0f}; since the first token, running "
             "requests' tokens counted as the engine generates them",
         )
-    eta, eta_help = _eta(status, speed)
-    c[2].metric("ETA", eta, help=eta_help)
+    eta_text, eta_help = eta(status, speed)
+    c[2].metric("ETA", eta_text, help=eta_help)
     c[3].metric(
         "Elapsed",
-        _duration(_job_seconds(status)),
+        duration(job_seconds(status)),
         help="Running time over all the job's runs"
-        + (f"; this run: {_duration(status.elapsed_seconds)}" if status.runs > 1 else ""),
+        + (f"; this run: {duration(status.elapsed_seconds)}" if status.runs > 1 else ""),
     )
+
+
+def count_metrics(status: JobStatus) -> None:
+    """Succeeded, failed, the model's load and the time to the first result."""
     c = st.columns(4)
     c[0].metric("Succeeded", status.succeeded)
     c[1].metric("Failed", status.failed)
     warm = status.model_load_seconds == 0
     c[2].metric(
         "Model load",
-        "warm" if warm else _duration(status.model_load_seconds),
+        "warm" if warm else duration(status.model_load_seconds),
         help="The engine held the model loaded: no load." if warm else None,
     )
-    c[3].metric("First result after", _duration(status.first_result_seconds))
+    c[3].metric("First result after", duration(status.first_result_seconds))
+
+
+def run_notes(status: JobStatus, final: bool) -> None:
+    """This run's figures, the worker's message and errors, where the results went."""
     if status.runs > 1:  # a resume or retry: the figures above are the whole job's
         st.caption(
             f"The figures are the whole job's, over its {status.runs} runs. This run: "
             f"{status.run_done:,} results, {status.run_completion_tokens:,} output tokens "
-            f"in {_duration(status.elapsed_seconds)}."
+            f"in {duration(status.elapsed_seconds)}."
         )
     if status.message and not status.interrupted:  # a dead worker's last words mislead
         st.caption(escape(status.message))
@@ -290,29 +199,18 @@ def show(job: JobFolder) -> None:
         st.warning(escape(status.delivery_error), icon=":material/cloud_off:")
     if status.in_flight and not final:
         st.caption(f"{status.in_flight:,} requests in the engine now.")
-    numbers = samples[-1].get("engine") if samples else None
-    if numbers and not final:
-        engine_section(numbers)
-    if status.interrupted:
-        what = (
-            "The studio resumes the job by itself within seconds (once), or Resume does it "
-            "now: it runs"
-            if resumes_by_itself(status)
-            else "It had been resumed by itself once already, so it is not again: Resume runs"
-        )
-        st.warning(
-            f"The worker stopped without finishing (killed or crashed). {what} "
-            f"only the {status.left:,} requests that have no result yet."
-        )
+
+
+def controls(job: JobFolder, status: JobStatus) -> None:
+    """Cancel, Resume and Retry; a job restarted here makes the page live again."""
     job_controls(job, key="monitor")
     after = job.read_status()
     if (status.is_final or status.interrupted) and not (after.is_final or after.interrupted):
         st.rerun()  # resumed or retried here: rerun the page so its refresh goes live again
-    ray_section(job)
 
-    if samples:
-        resource_charts(samples)
 
+def latest_results(job: JobFolder) -> None:
+    """The last answers written, and the failures that stand."""
     recent = recent_lines(job.output) + standing_failures(job, 3)
     if recent:
         st.subheader("Latest results")
@@ -321,28 +219,44 @@ def show(job: JobFolder) -> None:
             for r in recent
         ]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-    if status.is_final or status.interrupted:
-        store().ingest(job)
-        if st.session_state.get("summary_shown") != (job.job_id, status.finished_at):
-            st.session_state["summary_shown"] = (job.job_id, status.finished_at)
-            st.rerun()  # leave the live refresh: the final state needs no polling
 
 
-now = job.read_status()  # an interrupted job that resumes by itself is watched on
-final = now.is_final or (now.interrupted and not resumes_by_itself(now))
-st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
-if final:
+def settle(job: JobFolder, status: JobStatus) -> None:
+    """A job that stopped: indexed, and the page rerun once to leave the live refresh."""
+    store().ingest(job)
+    if st.session_state.get("summary_shown") != (job.job_id, status.finished_at):
+        st.session_state["summary_shown"] = (job.job_id, status.finished_at)
+        st.rerun()  # leave the live refresh: the final state needs no polling
+
+
+def show(job: JobFolder) -> None:
+    """The live part of the page, redrawn every few seconds while the job runs."""
     status = job.read_status()
-    made = (  # a job of embeddings only makes vectors, not tokens
-        f"{status.embedded:,} texts embedded"
-        if status.embedded and not status.completion_tokens
-        else f"{status.completion_tokens:,} output tokens"
-    )
-    summary = (
-        f"{status.succeeded:,} succeeded, {status.failed:,} failed, "
-        f"{made} in {_duration(_job_seconds(status))}"
-        + (f" over {status.runs} runs." if status.runs > 1 else ".")
-    )
+    samples = read_samples(job.metrics)
+    speed = rates(samples, status)
+    progress_bar(status, speed)
+    final = status.is_final or status.interrupted
+    speed_metrics(status, speed, final)
+    count_metrics(status)
+    run_notes(status, final)
+    numbers = samples[-1].get("engine") if samples else None
+    if numbers and not final:
+        engine_section(numbers)
+    if status.interrupted:
+        st.warning(interrupted_text(status))
+    controls(job, status)
+    ray_section(job)
+    if samples:
+        resource_charts(samples)
+    latest_results(job)
+    if final:
+        settle(job, status)
+
+
+def verdict(job: JobFolder, job_id: str) -> None:
+    """How a job that ended came out, and the way to its results."""
+    status = job.read_status()
+    summary = final_summary(status)
     if status.outcome == "completed":
         st.success(f"Job {escape(job_label(job_id))} completed: {summary}")
     elif status.outcome == "completed_with_errors":
@@ -350,3 +264,14 @@ if final:
     elif status.state == "failed":
         st.error(f"Job {escape(job_label(job_id))} failed: {summary}", icon=":material/error:")
     st.page_link("pages/results.py", label="Open results", icon=":material/table_view:")
+
+
+through_app()
+st.title("Monitor")
+job_id = pick_job()
+job = open_job(job_id)
+job_origin(job_id)
+final = nothing_to_watch(job.read_status())
+st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
+if final:
+    verdict(job, job_id)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
+import pandas as pd
 import streamlit as st
 
 from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
+from core.store.db import Store
 from core.store.results import ResultFilter, facets
 from ui.jobs import job_labels, jobs_or_stop
 from ui.links import (
@@ -24,23 +28,36 @@ from ui.sign_in import reviewer_name
 from ui.store import paths, store, through_app
 from ui.text import escape
 
-through_app()
-st.title("Review")
+EXPORTS = ["Sample with labels", "All labels", "Review tallies per job"]
 
-jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")
-db = store()
-label = job_labels()
 
-reviewer = reviewer_name("Your name (labels are kept per reviewer)")
+class Arrival(NamedTuple):
+    """How the page was opened: by a link's ``?job=`` (Results, Monitor, a bookmark), and
+    the page's job then."""
+
+    from_link: bool
+    job_id: str | None
+
 
 # -- a new sample -------------------------------------------------------------------------------
-ids = list(jobs["job_id"])
-# A link's ?job= (Results, Monitor, a bookmark): a new sample of that job, its form open.
-from_link = "review_jobs" not in st.session_state and bool(linked("job"))
-open_linked_job(ids, "review_jobs")
-current = st.session_state.get("job_id")
-opened = sm.list_samples(db).empty or (from_link and current in linked("job"))
-with st.expander("New sample", expanded=opened), st.form("new_sample"):
+
+
+def new_sample(db: Store, ids: list[str], label: Callable[[str], str]) -> Arrival:
+    """The New sample form, open when there is no sample yet or a link names a job."""
+    # A link's ?job=: a new sample of that job, its form open.
+    from_link = "review_jobs" not in st.session_state and bool(linked("job"))
+    open_linked_job(ids, "review_jobs")
+    current = st.session_state.get("job_id")
+    opened = sm.list_samples(db).empty or (from_link and current in linked("job"))
+    with st.expander("New sample", expanded=opened), st.form("new_sample"):
+        sample_form(db, ids, current, label)
+    return Arrival(from_link, current)
+
+
+def sample_form(
+    db: Store, ids: list[str], current: str | None, label: Callable[[str], str]
+) -> None:
+    """The jobs, method, size, seed, strata and statuses of a sample, and its drawing."""
     job_ids = st.multiselect(  # the job of the link or chosen on another page, else the newest
         "Jobs",
         ids,
@@ -69,129 +86,169 @@ with st.expander("New sample", expanded=opened), st.form("new_sample"):
             seed=int(seed),
             stratify_by=stratify if method == "stratified" else None,
         )
-        try:
-            made = sm.create_sample(db, name, definition)
-        except sm.SampleError as exc:
-            st.error(escape(exc))
-        else:
-            st.session_state["sample_id"] = made.sample_id
-            st.session_state["review_pos"] = 0
-            st.success(f"Sample {escape(made.name)} drawn: {made.size} items.")
+        draw_sample(db, name, definition)
 
-samples = sm.list_samples(db)
-if samples.empty:
-    st.info("No samples yet: draw one above.")
-    st.stop()
-sample_ids = list(samples["sample_id"])
-names = dict(zip(samples["sample_id"], samples["name"], strict=True))
-# A shared link or a bookmark: its sample, item (from 1) and tab, in a session new to them.
-fill_from_link({"sample": ("sample_id", One(sample_ids)), "tab": ("review_tab", One(TABS))})
-if from_link and "sample_id" not in st.session_state:  # the link's job's newest sample
-    of_job = [
-        s
-        for s, d in zip(sample_ids, samples["definition"], strict=True)
-        if current in json.loads(d).get("filter", {}).get("job_ids", [])
-    ]
-    if of_job:
-        st.session_state["sample_id"] = of_job[0]
-chosen = st.session_state.get("sample_id")
-sample_id = st.selectbox(
-    "Sample",
-    sample_ids,
-    index=sample_ids.index(chosen) if chosen in sample_ids else 0,
-    format_func=lambda s: f"{names[s]} ({s})",
-)
-if sample_id != chosen:
-    st.session_state["sample_id"] = sample_id
-    st.session_state["review_pos"] = 0
-try:
-    sample = sm.get_sample(db, sample_id)
-except sm.SampleError as exc:  # the other samples stay one choice away
-    st.error(escape(exc))
-    st.stop()
-d = sample.definition
-st.caption(
-    f"{sample.size} items · {d.method}"
-    + (f" by {d.stratify_by}" if d.stratify_by else "")
-    + f" · seed {d.seed} · jobs {', '.join(escape(label(j)) for j in d.filter.job_ids)}"
-)
-items = sm.sample_items(db, sample_id)
-open_linked_position("item", "review_pos", len(items))
 
-# Only the open tab runs (each switch reruns the page: its figures are fresh).
-tab_review, tab_stats, tab_export = st.tabs(TABS, key="review_tab", on_change="rerun")
-link_review(sample_id, len(items))  # the panel writes its item as it moves
+def draw_sample(db: Store, name: str, definition: sm.SampleDefinition) -> None:
+    """Draws and saves a sample, then opens it on its first item; or says why not."""
+    try:
+        made = sm.create_sample(db, name, definition)
+    except sm.SampleError as exc:
+        st.error(escape(exc))
+    else:
+        st.session_state["sample_id"] = made.sample_id
+        st.session_state["review_pos"] = 0
+        st.success(f"Sample {escape(made.name)} drawn: {made.size} items.")
 
-if tab_review.open:
-    with tab_review:
-        if not reviewer:
-            st.info("Enter your name above to start labelling.")
-        else:
-            own = own_labels_editor(db, reviewer)
-            load_labels(db, sample_id, reviewer)
-            label_panel(db, sample_id, items, reviewer, own)
 
-if tab_stats.open:
-    with tab_stats:
-        everyone = rv.pass_rate(db, sample_id)
-        st.metric(
-            "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
+# -- the sample ---------------------------------------------------------------------------------
+
+
+def pick_sample(db: Store, arrival: Arrival) -> str:
+    """The Sample box (a link's sample, else the newest of a link's job); the page stops
+    when there is no sample yet."""
+    samples = sm.list_samples(db)
+    if samples.empty:
+        st.info("No samples yet: draw one above.")
+        st.stop()
+    sample_ids = list(samples["sample_id"])
+    names = dict(zip(samples["sample_id"], samples["name"], strict=True))
+    # A shared link or a bookmark: its sample, item (from 1) and tab, in a session new to them.
+    fill_from_link({"sample": ("sample_id", One(sample_ids)), "tab": ("review_tab", One(TABS))})
+    if arrival.from_link and "sample_id" not in st.session_state:
+        of_job = sm.samples_of_job(samples, arrival.job_id)
+        if of_job:
+            st.session_state["sample_id"] = of_job[0]  # the link's job's newest sample
+    chosen = st.session_state.get("sample_id")
+    sample_id = st.selectbox(
+        "Sample",
+        sample_ids,
+        index=sample_ids.index(chosen) if chosen in sample_ids else 0,
+        format_func=lambda s: f"{names[s]} ({s})",
+    )
+    if sample_id != chosen:
+        st.session_state["sample_id"] = sample_id
+        st.session_state["review_pos"] = 0
+    return sample_id
+
+
+def open_sample(db: Store, sample_id: str, label: Callable[[str], str]) -> pd.DataFrame:
+    """A caption of how the sample was drawn; returns its items (the page stops when the
+    sample cannot be read)."""
+    try:
+        sample = sm.get_sample(db, sample_id)
+    except sm.SampleError as exc:  # the other samples stay one choice away
+        st.error(escape(exc))
+        st.stop()
+    d = sample.definition
+    st.caption(
+        f"{sample.size} items · {d.method}"
+        + (f" by {d.stratify_by}" if d.stratify_by else "")
+        + f" · seed {d.seed} · jobs {', '.join(escape(label(j)) for j in d.filter.job_ids)}"
+    )
+    items = sm.sample_items(db, sample_id)
+    open_linked_position("item", "review_pos", len(items))
+    return items
+
+
+# -- the tabs -----------------------------------------------------------------------------------
+
+
+def tabs(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | None) -> None:
+    """Review, Statistics and Export; only the open tab runs (each switch reruns the
+    page: its figures are fresh)."""
+    tab_review, tab_stats, tab_export = st.tabs(TABS, key="review_tab", on_change="rerun")
+    link_review(sample_id, len(items))  # the panel writes its item as it moves
+    if tab_review.open:
+        with tab_review:
+            labelling(db, sample_id, items, reviewer)
+    if tab_stats.open:
+        with tab_stats:
+            statistics(db, sample_id)
+    if tab_export.open:
+        with tab_export:
+            export(db, sample_id)
+
+
+def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | None) -> None:
+    """The reviewer's own labels and the labelling panel, once a name is entered."""
+    if not reviewer:
+        st.info("Enter your name above to start labelling.")
+        return
+    own = own_labels_editor(db, reviewer)
+    load_labels(db, sample_id, reviewer)
+    label_panel(db, sample_id, items, reviewer, own)
+
+
+def statistics(db: Store, sample_id: str) -> None:
+    """The pass rate of all reviewers, each reviewer's progress, and their agreement."""
+    everyone = rv.pass_rate(db, sample_id)
+    st.metric(
+        "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
+    )
+    st.caption(escape(everyone.describe()))  # own label names are text
+    people = rv.reviewers(db, sample_id)
+    if people:
+        st.dataframe(rv.reviewer_rows(db, sample_id, people), hide_index=True)
+    if len(people) >= 2:
+        agreement(db, sample_id, people)
+    else:
+        st.caption("Agreement appears when two reviewers have labelled the same items.")
+
+
+def agreement(db: Store, sample_id: str, people: list[str]) -> None:
+    """Two reviewers' agreement on the items both labelled: Cohen's kappa and the table."""
+    c = st.columns(2)
+    a = c[0].selectbox("Reviewer A", people, index=0, key="agree_a")
+    b = c[1].selectbox("Reviewer B", people, index=1, key="agree_b")
+    if a == b:
+        return
+    agree = rv.agreement(db, a, b, sample_id)
+    if agree.items:
+        kappa = f"{agree.kappa:.2f}" if agree.kappa is not None else "–"
+        st.write(
+            f"Both labelled **{agree.items}** items; they agree on {agree.agreed} "
+            f"({agree.observed:.0%}); Cohen's kappa **{kappa}**."
         )
-        st.caption(escape(everyone.describe()))  # own label names are text
-        people = rv.reviewers(db, sample_id)
-        if people:
-            rows = []
-            for person in people:
-                done, total = rv.progress(db, sample_id, person)
-                rate = rv.pass_rate(db, sample_id, person)
-                rows.append(
-                    {
-                        "reviewer": person,
-                        "labelled": done,
-                        "of": total,
-                        "pass rate": rate.describe(),
-                    }
-                )
-            st.dataframe(rows, hide_index=True)
-        if len(people) >= 2:
-            c = st.columns(2)
-            a = c[0].selectbox("Reviewer A", people, index=0, key="agree_a")
-            b = c[1].selectbox("Reviewer B", people, index=1, key="agree_b")
-            if a != b:
-                agree = rv.agreement(db, a, b, sample_id)
-                if agree.items:
-                    kappa = f"{agree.kappa:.2f}" if agree.kappa is not None else "–"
-                    st.write(
-                        f"Both labelled **{agree.items}** items; they agree on {agree.agreed} "
-                        f"({agree.observed:.0%}); Cohen's kappa **{kappa}**."
-                    )
-                    st.dataframe(agree.table)
-                else:
-                    st.info("These two reviewers have no item in common yet.")
-        else:
-            st.caption("Agreement appears when two reviewers have labelled the same items.")
+        st.dataframe(agree.table)
+    else:
+        st.info("These two reviewers have no item in common yet.")
 
-if tab_export.open:
-    with tab_export:
-        fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
-        what = st.radio(
-            "What", ["Sample with labels", "All labels", "Review tallies per job"], horizontal=True
-        )
-        if st.button("Prepare export", key="review_export"):
-            folder = paths().home / "exports"
-            try:
-                if what == "Sample with labels":
-                    target = folder / f"{sample_id}.{fmt}"
-                    n = ex.export_sample(db, sample_id, target, fmt)
-                elif what == "All labels":
-                    target = folder / f"labels.{fmt}"
-                    n = ex.export_labels(db, target, fmt)
-                else:
-                    target = folder / f"review_tally.{fmt}"
-                    n = ex.export_tally(db, target, fmt)
-            except ex.ExportError as exc:
-                st.error(escape(exc))
-            else:
-                st.download_button(
-                    f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name
-                )
+
+def export(db: Store, sample_id: str) -> None:
+    """An export of the sample with its labels, of all labels, or of the tallies."""
+    fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
+    what = st.radio("What", EXPORTS, horizontal=True)
+    if not st.button("Prepare export", key="review_export"):
+        return
+    try:
+        target, n = export_file(db, sample_id, what, fmt, paths().home / "exports")
+    except ex.ExportError as exc:
+        st.error(escape(exc))
+    else:
+        st.download_button(f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name)
+
+
+def export_file(db: Store, sample_id: str, what: str, fmt: str, folder: Path) -> tuple[Path, int]:
+    """Writes the export ``what`` (one of :data:`EXPORTS`) into ``folder``; returns the
+    file and its rows."""
+    if what == "Sample with labels":
+        target = folder / f"{sample_id}.{fmt}"
+        return target, ex.export_sample(db, sample_id, target, fmt)
+    if what == "All labels":
+        target = folder / f"labels.{fmt}"
+        return target, ex.export_labels(db, target, fmt)
+    target = folder / f"review_tally.{fmt}"
+    return target, ex.export_tally(db, target, fmt)
+
+
+through_app()
+st.title("Review")
+jobs = jobs_or_stop("No jobs yet. Run a batch first; then sample its results here.")
+db = store()
+label = job_labels()
+reviewer = reviewer_name("Your name (labels are kept per reviewer)")
+arrival = new_sample(db, list(jobs["job_id"]), label)
+sample_id = pick_sample(db, arrival)
+items = open_sample(db, sample_id, label)
+tabs(db, sample_id, items, reviewer)

@@ -9,12 +9,13 @@ import pandas as pd
 import streamlit as st
 
 from core.api.keys import read_keys as api_keys
-from core.config import default_model_dir, models_dir
+from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
 from core.jobs.engine_files import (
     IDLE_ENV,
     EngineCommand,
     EngineSettings,
+    EngineState,
     describe,
     idle_override,
     idle_seconds,
@@ -24,143 +25,173 @@ from core.jobs.engine_files import (
     write_settings,
 )
 from core.model_folders import is_model_folder, model_folders, model_kind
-from core.model_names import names_problem, read_names, write_names
+from core.model_names import names_from_rows, names_problem, read_names, write_names
 from ui.store import paths, through_app
 from ui.text import escape
 
-through_app()
-st.title("Settings")
-
-data = paths()
-st.subheader("Folders")
-st.dataframe(
-    pd.DataFrame(
-        [
-            {"what": "Data folder (BATCH_STUDIO_HOME)", "path": str(data.home)},
-            {"what": "Jobs", "path": str(data.jobs)},
-            {"what": "Uploads", "path": str(data.uploads)},
-            {"what": "DuckDB index", "path": str(data.database)},
-            {"what": "Models folder (BATCH_STUDIO_MODELS)", "path": str(models_dir())},
-        ]
-    ),
-    hide_index=True,
-    width="stretch",
-)
-st.caption("Set the environment variables before `make run` to move these folders.")
-
-st.subheader("Models")
-gpus = gpu_count()
-st.write(f"{gpus} GPU(s) found." if gpus else "No GPU found: jobs run on the CPU build of vLLM.")
-rows = [
-    {
-        "model": f.name,
-        "folder": str(f),
-        "ready": is_model_folder(f),
-        "serves": model_kind(f) if is_model_folder(f) else "",
-        "built-in": f == default_model_dir(),
-    }
-    for f in model_folders()
-]
-st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-if not is_model_folder(default_model_dir()):
-    st.warning(
-        "The built-in model is not prepared yet: run `make setup` (or "
-        "`python -m core models prepare`)."
-    )
-st.caption(
+MODELS_HELP = (
     "Put any Hugging Face model folder (config, weights, tokenizer) under the models "
     "folder to see it here, or give its path on the Run page. A cross-encoder (a reranker "
     "saved as a sequence classifier of one label) serves score and rerank lines that name "
     "it; an embedding model serves them too, as a bi-encoder."
 )
+KEYS_HELP = (
+    "OpenAI clients call this server's `/v1` (Files, Batches, Models). Beyond this machine "
+    "they need a key: `python -m core keys create NAME` prints one once (only its hash is "
+    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches."
+)
 
-st.markdown("**Model names**: a batch line's `body.model` naming one runs on its folder")
-st.caption(
-    "Each folder answers to its own name too; any other name runs on the job's model. "
-    "The Batch API (`GET /v1/models`), `core check`, `core run`, the inbox and Upload & "
-    "check all use these names."
-)
-names_problem_now = names_problem()
-if names_problem_now:
-    st.warning(names_problem_now)
-ready = [f.name for f in model_folders() if is_model_folder(f)]
-by_name = {f.name: str(f) for f in model_folders()}
-kept_names = pd.DataFrame(
-    [{"name": n, "model": Path(f).name} for n, f in read_names().items()],
-    columns=["name", "model"],
-)
-edited = st.data_editor(
-    kept_names,
-    num_rows="dynamic",
-    hide_index=True,
-    column_config={
-        "name": st.column_config.TextColumn("name (e.g. gpt-4o-mini)", required=True),
-        "model": st.column_config.SelectboxColumn("runs on", options=ready, required=True),
-    },
-    key="model_names",
-)
-if st.button("Save model names", key="save_model_names"):
-    rows_now = edited.dropna(how="all").to_dict("records")
-    try:
-        # A cell left empty is NaN: kept as "" so write_names names the row at fault.
-        write_names(
-            {
-                (r["name"] if isinstance(r["name"], str) else ""): by_name.get(str(r["model"]), "")
-                for r in rows_now
-            }
+
+def folders_section(data: DataPaths) -> None:
+    """Where the studio keeps its files, and how to move them."""
+    st.subheader("Folders")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {"what": "Data folder (BATCH_STUDIO_HOME)", "path": str(data.home)},
+                {"what": "Jobs", "path": str(data.jobs)},
+                {"what": "Uploads", "path": str(data.uploads)},
+                {"what": "DuckDB index", "path": str(data.database)},
+                {"what": "Models folder (BATCH_STUDIO_MODELS)", "path": str(models_dir())},
+            ]
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption("Set the environment variables before `make run` to move these folders.")
+
+
+def models_section() -> None:
+    """The GPUs, and each model folder found: ready or not, what it serves."""
+    st.subheader("Models")
+    gpus = gpu_count()
+    st.write(
+        f"{gpus} GPU(s) found." if gpus else "No GPU found: jobs run on the CPU build of vLLM."
+    )
+    rows = [
+        {
+            "model": f.name,
+            "folder": str(f),
+            "ready": is_model_folder(f),
+            "serves": model_kind(f) if is_model_folder(f) else "",
+            "built-in": f == default_model_dir(),
+        }
+        for f in model_folders()
+    ]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    if not is_model_folder(default_model_dir()):
+        st.warning(
+            "The built-in model is not prepared yet: run `make setup` (or "
+            "`python -m core models prepare`)."
         )
-        st.success(f"{len(rows_now)} model name(s) kept.")
-    except ValueError as exc:
-        st.error(f"Not saved: {escape(exc)}.")
+    st.caption(MODELS_HELP)
 
-st.subheader("Engine")
-engine_state = read_state(data.home)
-override = idle_override()
-idle = st.number_input(
-    "Keep models loaded after the last job (seconds)",
-    min_value=0,
-    value=int(idle_seconds(data.home)),
-    step=60,
-    disabled=override is not None,
-    help="The next job on a loaded model then starts at once; 0 frees the memory at once.",
-)
-if override is not None:
-    st.caption(f"Set by `core serve --engine-idle` ({IDLE_ENV}={override:g}).")
-elif idle != read_settings(data.home).idle_seconds:
-    write_settings(data.home, EngineSettings(idle_seconds=idle))
-    st.toast(f"Models now stay loaded {idle} s after the last job.")
-for line in describe(engine_state)[:1]:
-    st.write(line)
-if engine_state is not None:
+
+def model_names_section() -> None:
+    """The names a batch line's ``body.model`` may use, edited in a table and saved."""
+    st.markdown("**Model names**: a batch line's `body.model` naming one runs on its folder")
+    st.caption(
+        "Each folder answers to its own name too; any other name runs on the job's model. "
+        "The Batch API (`GET /v1/models`), `core check`, `core run`, the inbox and Upload & "
+        "check all use these names."
+    )
+    names_problem_now = names_problem()
+    if names_problem_now:
+        st.warning(names_problem_now)
+    ready = [f.name for f in model_folders() if is_model_folder(f)]
+    by_name = {f.name: str(f) for f in model_folders()}
+    kept_names = pd.DataFrame(
+        [{"name": n, "model": Path(f).name} for n, f in read_names().items()],
+        columns=["name", "model"],
+    )
+    edited = st.data_editor(
+        kept_names,
+        num_rows="dynamic",
+        hide_index=True,
+        column_config={
+            "name": st.column_config.TextColumn("name (e.g. gpt-4o-mini)", required=True),
+            "model": st.column_config.SelectboxColumn("runs on", options=ready, required=True),
+        },
+        key="model_names",
+    )
+    if st.button("Save model names", key="save_model_names"):
+        rows_now = edited.dropna(how="all").to_dict("records")
+        try:
+            write_names(names_from_rows(rows_now, by_name))
+            st.success(f"{len(rows_now)} model name(s) kept.")
+        except ValueError as exc:
+            st.error(f"Not saved: {escape(exc)}.")
+
+
+def engine_section(home: Path) -> None:
+    """The resident engine: how long it keeps models loaded, and what it holds now."""
+    st.subheader("Engine")
+    engine_state = read_state(home)
+    idle_time(home)
+    for line in describe(engine_state)[:1]:
+        st.write(line)
+    if engine_state is not None:
+        loaded_models(home, engine_state)
+
+
+def idle_time(home: Path) -> None:
+    """How long models stay loaded after the last job, unless ``core serve`` set it."""
+    override = idle_override()
+    idle = st.number_input(
+        "Keep models loaded after the last job (seconds)",
+        min_value=0,
+        value=int(idle_seconds(home)),
+        step=60,
+        disabled=override is not None,
+        help="The next job on a loaded model then starts at once; 0 frees the memory at once.",
+    )
+    if override is not None:
+        st.caption(f"Set by `core serve --engine-idle` ({IDLE_ENV}={override:g}).")
+    elif idle != read_settings(home).idle_seconds:
+        write_settings(home, EngineSettings(idle_seconds=idle))
+        st.toast(f"Models now stay loaded {idle} s after the last job.")
+
+
+def loaded_models(home: Path, engine_state: EngineState) -> None:
+    """Each model the engine holds, with an Unload button; a button that stops it all."""
     for loaded in engine_state.models:
         c = st.columns([3, 2, 2, 1])
         c[0].write(f"**{loaded.name}** ({loaded.kind})")
         c[1].write(f"{loaded.memory_mib:,.0f} MiB")
         c[2].write(f"loaded in {loaded.load_seconds:.1f} s")
         if c[3].button("Unload", key=f"unload-{loaded.model}"):
-            send_command(data.home, EngineCommand(action="unload", model=loaded.model))
+            send_command(home, EngineCommand(action="unload", model=loaded.model))
             st.toast(f"Unloading {escape(loaded.name)} (after the job running now, if any).")
     if st.button("Stop the engine", help="Unload every model and end the resident worker."):
-        send_command(data.home, EngineCommand(action="stop"))
+        send_command(home, EngineCommand(action="stop"))
         st.toast("Stopping the engine.")
 
-st.subheader("API keys")
-keys = api_keys(data.home)
-if keys:
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {"name (owner)": k.name, "key starts": f"{k.hint}…", "created": k.created_at}
-                for k in keys
-            ]
-        ),
-        hide_index=True,
-        width="stretch",
-    )
-else:
-    st.write("No API keys: the Batch API (`/v1`) answers only callers on this machine.")
-st.caption(
-    "OpenAI clients call this server's `/v1` (Files, Batches, Models). Beyond this machine "
-    "they need a key: `python -m core keys create NAME` prints one once (only its hash is "
-    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches."
-)
+
+def api_keys_section(home: Path) -> None:
+    """The Batch API's keys, by name and first characters, never the key."""
+    st.subheader("API keys")
+    keys = api_keys(home)
+    if keys:
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"name (owner)": k.name, "key starts": f"{k.hint}…", "created": k.created_at}
+                    for k in keys
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    else:
+        st.write("No API keys: the Batch API (`/v1`) answers only callers on this machine.")
+    st.caption(KEYS_HELP)
+
+
+through_app()
+st.title("Settings")
+data = paths()
+folders_section(data)
+models_section()
+model_names_section()
+engine_section(data.home)
+api_keys_section(data.home)

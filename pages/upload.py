@@ -4,7 +4,9 @@ will cost and how long it will take."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -20,8 +22,10 @@ from core.check import (
     histogram_labels,
     recall,
     remember,
+    setting_rows,
 )
 from core.config import SAMPLE_DATA
+from core.jobs.inbox import server_file
 from core.jobs.queue import models_loaded
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
@@ -29,6 +33,7 @@ from core.model_names import studio_model_map
 from core.plan.estimate import estimate
 from core.plan.pricing import (
     PriceError,
+    PriceTable,
     format_money,
     load_prices,
     price_rows,
@@ -45,20 +50,95 @@ from ui.text import escape
 from ui.uploads import forget_upload
 
 DOWNLOAD_LIMIT = 200 * 2**20  # larger valid-lines files are offered by path, not download
-
-through_app()
-st.title("Upload & check")
-st.caption(
+SOURCES = ["Upload a file", "Use a sample", "A file on the server"]
+INTRO = (
     "A batch file has one JSON request per line: `custom_id`, `method`, `url`, `body` "
     "(the OpenAI batch format). Nothing runs until you start it on the Run page."
 )
 
+
+class Chosen(NamedTuple):
+    """The file to check, and its name as the user knows it."""
+
+    path: Path
+    name: str
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """How the file is checked: what the expander above the check chose.
+
+    Attributes:
+        model: the model folder for token counts and the context check.
+        count_tokens: whether prompt tokens are counted with its tokenizer.
+        defaults: the job defaults for fields a body leaves out.
+        model_map: each ``body.model`` and the local model folder it runs on.
+        mapped: the ``body.model`` names whose mapping boxes were shown (sorted), None
+            before any check.
+    """
+
+    model: str
+    count_tokens: bool
+    defaults: JobDefaults
+    model_map: dict[str, str]
+    mapped: list[str] | None
+
+    def options(self) -> dict[str, Any]:
+        """The check's keyword arguments (its key is made of them too)."""
+        return {
+            "defaults": self.defaults,
+            "model_folder": self.model,  # without counting, it judges only tool_choice "auto"
+            "count_tokens": self.count_tokens,
+            "model_map": self.model_map,
+        }
+
+
+class Checked(NamedTuple):
+    """The check's report, and where its valid lines are written."""
+
+    report: CheckReport
+    valid_path: Path
+
+
+class Estimated(NamedTuple):
+    """The estimate (``Estimate.to_dict()``, None where none is made), and whether its cost
+    still waits to be confirmed."""
+
+    data: dict | None
+    needs_confirmation: bool
+
+
 # -- which file -----------------------------------------------------------------------------
-SOURCES = ["Upload a file", "Use a sample", "A file on the server"]
-source = st.radio("Batch file", SOURCES, horizontal=True, key="source")
-path: Path | None = None
-display_name = ""
-if source == "Upload a file":
+def file_to_check() -> Chosen:
+    """The file chosen, else the one checked last; the page stops while there is neither."""
+    chosen = pick_file()
+    last = st.session_state.get("last_checked")  # kept apart: widgets reset when a page is left
+    if chosen is None and last and Path(last[0]).is_file():
+        chosen = Chosen(Path(last[0]), last[1])
+        st.caption(
+            f"Showing the last file you checked, {escape(chosen.name)}; choose another above "
+            "to replace it."
+        )
+    if chosen is None:
+        st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
+        st.stop()
+    st.session_state["last_checked"] = (str(chosen.path), chosen.name)
+    return chosen
+
+
+def pick_file() -> Chosen | None:
+    """The batch file's source, then the file from it (None while none is chosen)."""
+    source = st.radio("Batch file", SOURCES, horizontal=True, key="source")
+    if source == "Upload a file":
+        upload_a_file()
+        return None
+    if source == "Use a sample":
+        return a_sample()
+    return a_file_on_the_server()
+
+
+def upload_a_file() -> None:
+    """The uploader; a file uploaded is saved and the page runs again to check it."""
     # Each upload is taken once: saved to disk, then the uploader is replaced by a new, empty
     # one (a new key), so Streamlit drops the old widget's value and every copy of the bytes
     # it held (:func:`ui.uploads.forget_upload`); the page goes on with the saved file.
@@ -78,12 +158,16 @@ if source == "Upload a file":
         st.session_state["last_checked"] = (str(saved), uploaded.name)
         st.session_state["uploads_taken"] = taken + 1
         st.rerun()
-elif source == "Use a sample":
+
+
+def a_sample() -> Chosen | None:
     samples = sorted(p.name for p in SAMPLE_DATA.glob("*.jsonl"))
     name = st.selectbox("Sample batch", samples, key="sample_name")
-    path = SAMPLE_DATA / name if name else None
-    display_name = name or ""
-else:
+    return Chosen(SAMPLE_DATA / name, name) if name else None
+
+
+def a_file_on_the_server() -> Chosen | None:
+    """A path typed (or a file of the inbox named), read where it is."""
     inbox = sorted(p.name for p in paths().inbox.glob("*.jsonl"))
     hint = f" Files in the inbox: {', '.join(inbox[:5])}." if inbox else ""
     typed = st.text_input(
@@ -91,138 +175,161 @@ else:
         key="server_path",
         help=f"For very large files: the file is read where it is, never copied.{hint}",
     ).strip()
-    if typed:
-        candidate = Path(typed).expanduser()
-        if not candidate.is_absolute() and (paths().inbox / candidate).is_file():
-            candidate = paths().inbox / candidate
-        if candidate.is_file():
-            path, display_name = candidate, candidate.name
-        else:
-            st.error(f"No file at {escape(candidate)}. Give the full path of a JSONL file.")
+    if not typed:
+        return None
+    candidate = server_file(typed, paths().inbox)
+    if candidate.is_file():
+        return Chosen(candidate, candidate.name)
+    st.error(f"No file at {escape(candidate)}. Give the full path of a JSONL file.")
+    return None
 
-last = st.session_state.get("last_checked")  # kept apart: widgets reset when a page is left
-if path is None and last and Path(last[0]).is_file():
-    path, display_name = Path(last[0]), last[1]
-    st.caption(
-        f"Showing the last file you checked, {escape(display_name)}; choose another above to "
-        "replace it."
-    )
-if path is None:
-    st.info("Upload a batch JSONL file, or pick one of the samples, to check it.")
-    st.stop()
-st.session_state["last_checked"] = (str(path), display_name)
 
 # -- how to check it ---------------------------------------------------------------------------
-previous: CheckReport | None = st.session_state.get("check_report")
-with st.expander("Model, job defaults and model mapping"):
-    model = model_picker("Model for token counts and the context check", "check_model")
-    count_tokens = st.toggle(
-        "Count prompt tokens with the model's tokenizer",
-        value=(Path(model) / "tokenizer.json").is_file(),
-        key="count_tokens",
-    )
-    st.markdown("**Job defaults** for fields a body leaves out")
-    c1, c2, c3 = st.columns(3)
-    job_defaults = JobDefaults(
-        max_tokens=int(c1.number_input("Max output tokens", 1, 1_000_000, 256, key="jd_max")),
-        temperature=float(c2.number_input("Temperature", 0.0, 2.0, 1.0, 0.1, key="jd_temp")),
-        top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
-    )
-    # The studio's names (Settings) first; a choice below overrides one for this check.
-    model_map = studio_model_map()
-    if previous is not None and previous.models:
-        st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
-        for name in sorted(previous.models):
-            choices = ["(the model above)", *(str(f) for f in model_folders())]
-            kept_folder = model_map.get(name)
-            choice = st.selectbox(
-                f"{escape(name or '(none)')} runs on",
-                choices,
-                index=choices.index(kept_folder) if kept_folder in choices else 0,
-                format_func=lambda p: p if p.startswith("(") else Path(p).name,
-                key=f"map::{name}",
-            )
-            if choice.startswith("("):
-                model_map.pop(name, None)
-            else:
-                model_map[name] = choice
+def check_settings() -> CheckSettings:
+    """The model, job defaults and model mapping the check runs with."""
+    previous: CheckReport | None = st.session_state.get("check_report")
+    with st.expander("Model, job defaults and model mapping"):
+        model = model_picker("Model for token counts and the context check", "check_model")
+        count_tokens = st.toggle(
+            "Count prompt tokens with the model's tokenizer",
+            value=(Path(model) / "tokenizer.json").is_file(),
+            key="count_tokens",
+        )
+        st.markdown("**Job defaults** for fields a body leaves out")
+        c1, c2, c3 = st.columns(3)
+        job_defaults = JobDefaults(
+            max_tokens=int(c1.number_input("Max output tokens", 1, 1_000_000, 256, key="jd_max")),
+            temperature=float(c2.number_input("Temperature", 0.0, 2.0, 1.0, 0.1, key="jd_temp")),
+            top_p=float(c3.number_input("Top p", 0.01, 1.0, 1.0, 0.05, key="jd_top_p")),
+        )
+        # The studio's names (Settings) first; a choice below overrides one for this check.
+        model_map = studio_model_map()
+        if previous is not None and previous.models:
+            model_mapping(previous.models, model_map)
+    mapped = None if previous is None else sorted(previous.models)
+    return CheckSettings(model, count_tokens, job_defaults, model_map, mapped)
 
-options = {
-    "defaults": job_defaults,
-    "model_folder": model,  # without counting, it judges only tool_choice "auto" lines
-    "count_tokens": count_tokens,
-    "model_map": model_map,
-}
-key = check_key(path, **options)
-valid_path = paths().uploads / f"valid-{key}.jsonl"
+
+def model_mapping(models: dict[str, int], model_map: dict[str, str]) -> None:
+    """A box per ``body.model`` the last check found: the local model it runs on, written
+    into ``model_map``."""
+    st.markdown("**Model mapping**: each `body.model` of the file runs on a local model")
+    for name in sorted(models):
+        choices = ["(the model above)", *(str(f) for f in model_folders())]
+        kept_folder = model_map.get(name)
+        choice = st.selectbox(
+            f"{escape(name or '(none)')} runs on",
+            choices,
+            index=choices.index(kept_folder) if kept_folder in choices else 0,
+            format_func=lambda p: p if p.startswith("(") else Path(p).name,
+            key=f"map::{name}",
+        )
+        if choice.startswith("("):
+            model_map.pop(name, None)
+        else:
+            model_map[name] = choice
+
 
 # -- the check (in the background for a large file) ---------------------------------------------
-if st.session_state.get("check_key") != key:
+def check(chosen: Chosen, settings: CheckSettings) -> Checked:
+    """The file checked with ``settings``, once per file and settings; the page stops while a
+    large file is checked in the background."""
+    options = settings.options()
+    key = check_key(chosen.path, **options)
+    valid_path = paths().uploads / f"valid-{key}.jsonl"
+    if st.session_state.get("check_key") != key:
+        start_check(chosen, key, valid_path, options)
+    report: CheckReport = st.session_state["check_report"]
+    if report.models and settings.mapped != sorted(report.models):
+        st.rerun()  # the file names other models: show their mapping boxes
+    return Checked(report, valid_path)
+
+
+def start_check(chosen: Chosen, key: str, valid_path: Path, options: dict[str, Any]) -> None:
+    """Checks the file now (a small one, or one checked alike in this process) and keeps the
+    report in the session; a large one is checked in the background, its progress shown,
+    and the page stops."""
     # One valid-lines file per session: the previous check's goes (it can be large).
     stale = st.session_state.get("valid_path")
     if stale and stale != str(valid_path):
         Path(stale).unlink(missing_ok=True)
     st.session_state["valid_path"] = str(valid_path)
     task: BackgroundCheck | None = st.session_state.get("check_task")
-    if task is not None and task.path != str(path):
+    if task is not None and task.path != str(chosen.path):
         task.cancel()
         task = None
     earlier = recall(key) if valid_path.exists() else None  # checked alike in this process
-    if earlier is not None or path.stat().st_size <= background.SYNC_CHECK_BYTES:
+    if earlier is not None or chosen.path.stat().st_size <= background.SYNC_CHECK_BYTES:
         if earlier is None:
             with st.spinner("Checking every line…"):
-                report = check_file(path, valid_out=valid_path, **options)
+                report = check_file(chosen.path, valid_out=valid_path, **options)
             remember(key, report)
         else:
             report = earlier
         st.session_state.update(
-            check_key=key, check_report=report, check_task=None, check_file=file_signature(path)
+            check_key=key,
+            check_report=report,
+            check_task=None,
+            check_file=file_signature(chosen.path),
         )
-    else:
-        if task is None or task.key != key:
-            if task is not None:
-                task.cancel()
-            task = BackgroundCheck(path, key, valid_out=valid_path, **options)
-            st.session_state["check_task"] = task
+        return
+    if task is None or task.key != key:
+        if task is not None:
+            task.cancel()
+        task = BackgroundCheck(chosen.path, key, valid_out=valid_path, **options)
+        st.session_state["check_task"] = task
+    show_progress(chosen.name)
+    st.stop()
 
-        @st.fragment(run_every=1.0)
-        def show_progress() -> None:
-            running: BackgroundCheck = st.session_state["check_task"]
-            if running.done:
-                if running.error:
-                    st.error(escape(running.error))
-                    return
-                st.session_state.update(
-                    check_key=running.key,
-                    check_report=running.report,
-                    check_file=file_signature(running.path),
-                )
-                st.rerun()
-            st.progress(
-                running.fraction,
-                text=f"Checking {display_name}: {running.lines:,} lines, {running.fraction:.0%}",
-            )
-            if st.button("Stop the check", key="stop_check"):
-                running.cancel()
 
-        show_progress()
-        st.stop()
+@st.fragment(run_every=1.0)
+def show_progress(display_name: str) -> None:
+    """The background check's progress, every second; its report, once done, in the
+    session and the page run again."""
+    running: BackgroundCheck = st.session_state["check_task"]
+    if running.done:
+        if running.error:
+            st.error(escape(running.error))
+            return
+        st.session_state.update(
+            check_key=running.key,
+            check_report=running.report,
+            check_file=file_signature(running.path),
+        )
+        st.rerun()
+    st.progress(
+        running.fraction,
+        text=f"Checking {display_name}: {running.lines:,} lines, {running.fraction:.0%}",
+    )
+    if st.button("Stop the check", key="stop_check"):
+        running.cancel()
 
-report: CheckReport = st.session_state["check_report"]
-if report.models and (previous is None or sorted(previous.models) != sorted(report.models)):
-    st.rerun()  # the file names other models: show their mapping boxes
 
 # -- what it found -----------------------------------------------------------------------
-cols = st.columns(5)
-cols[0].metric("Lines", report.lines)
-cols[1].metric("Valid", report.valid)
-cols[2].metric("Invalid", report.invalid)
-cols[3].metric("Warnings", report.warnings)
-cols[4].metric("Duplicate ids", report.duplicates)
-if report.cancelled:
-    st.warning("The check was stopped: the figures cover the lines read so far.")
+def findings(report: CheckReport) -> None:
+    """The counts, the problems found, and whether the file can run."""
+    cols = st.columns(5)
+    cols[0].metric("Lines", report.lines)
+    cols[1].metric("Valid", report.valid)
+    cols[2].metric("Invalid", report.invalid)
+    cols[3].metric("Warnings", report.warnings)
+    cols[4].metric("Duplicate ids", report.duplicates)
+    if report.cancelled:
+        st.warning("The check was stopped: the figures cover the lines read so far.")
+    if report.problems:
+        problems(report)
+    if report.ok:
+        st.success(f"All {report.valid} lines are valid.")
+    elif report.valid:
+        st.warning(
+            f"{report.invalid} of {report.lines} lines are invalid. Fix them, or run the valid "
+            "lines and give each invalid one an error result."
+        )
+    else:
+        st.error("No line of this file can run. Fix the problems above and upload it again.")
 
-if report.problems:
+
+def problems(report: CheckReport) -> None:
     st.subheader("Problems")
     if report.problems_dropped:
         st.caption(
@@ -245,18 +352,13 @@ if report.problems:
         width="stretch",
     )
 
-if report.ok:
-    st.success(f"All {report.valid} lines are valid.")
-elif report.valid:
-    st.warning(
-        f"{report.invalid} of {report.lines} lines are invalid. Fix them, or run the valid "
-        "lines and give each invalid one an error result."
-    )
-else:
-    st.error("No line of this file can run. Fix the problems above and upload it again.")
 
 # -- summary -------------------------------------------------------------------------------
-if report.lines:
+def summary(report: CheckReport, model: str) -> None:
+    """What the lines ask for: urls, models, roles, sampling settings and prompt tokens
+    (nothing for an empty file)."""
+    if not report.lines:
+        return
     st.subheader("Summary")
     left, middle, right = st.columns(3)
     left.markdown("**url**")
@@ -290,12 +392,13 @@ if report.lines:
     )
     right.markdown("**roles (messages)**")
     right.table(pd.Series(dict(report.roles), name="messages"))
+    run_settings(report)
+    prompt_tokens(report, model)
 
-    settings = [
-        {"field": name, "value (source)": value, "lines": n}
-        for name, counter in report.effective.items()
-        for value, n in sorted(counter.items(), key=lambda item: -item[1])
-    ]
+
+def run_settings(report: CheckReport) -> None:
+    """What the valid lines will run with, field by field."""
+    settings = setting_rows(report)
     if settings:  # an embeddings-only file has no sampling settings: vectors, not text
         st.markdown("**What the valid lines will run with** (from the body, or the job default)")
         st.table(pd.DataFrame(settings).set_index("field"))
@@ -306,30 +409,69 @@ if report.lines:
             "settings and no output tokens."
         )
 
-    if report.tokens_counted:
-        counted = sum(report.token_histogram)
-        mean = report.prompt_tokens / counted if counted else 0
-        # The models the lines run on (an embeddings line is counted by the embedder's).
-        names = [local["name"] for local in report.by_local_model.values()]
-        counted_by = ", ".join(names) or Path(model).name
-        st.markdown(
-            f"**Prompt tokens** ({escape(counted_by)}'s tokenizer and chat template): "
-            f"{report.prompt_tokens:,} in {counted:,} valid lines, mean {mean:.0f}, "
-            f"max {report.prompt_tokens_max:,}"
-        )
-        figure = go.Figure(go.Bar(x=histogram_labels(), y=report.token_histogram))
-        figure.update_layout(
-            xaxis_title="prompt tokens", yaxis_title="lines", height=260, margin=dict(t=10)
-        )
-        st.plotly_chart(figure, key="token_histogram")
-    else:
+
+def prompt_tokens(report: CheckReport, model: str) -> None:
+    """The prompt tokens counted, and their histogram."""
+    if not report.tokens_counted:
         st.caption("Prompt tokens were not counted (turn it on under *Model, job defaults…*).")
+        return
+    counted = sum(report.token_histogram)
+    mean = report.prompt_tokens / counted if counted else 0
+    # The models the lines run on (an embeddings line is counted by the embedder's).
+    names = [local["name"] for local in report.by_local_model.values()]
+    counted_by = ", ".join(names) or Path(model).name
+    st.markdown(
+        f"**Prompt tokens** ({escape(counted_by)}'s tokenizer and chat template): "
+        f"{report.prompt_tokens:,} in {counted:,} valid lines, mean {mean:.0f}, "
+        f"max {report.prompt_tokens_max:,}"
+    )
+    figure = go.Figure(go.Bar(x=histogram_labels(), y=report.token_histogram))
+    figure.update_layout(
+        xaxis_title="prompt tokens", yaxis_title="lines", height=260, margin=dict(t=10)
+    )
+    st.plotly_chart(figure, key="token_histogram")
+
 
 # -- estimate ------------------------------------------------------------------------------
-needs_confirmation = False
-estimate_data: dict | None = None
-if report.valid and report.by_local_model:
+def estimate_section(report: CheckReport) -> Estimated:
+    """Tokens, time and cost of running the valid lines, and the budget's confirmation."""
+    if not (report.valid and report.by_local_model):
+        return Estimated(None, False)
     st.subheader("Estimate")
+    prices = price_table(report)
+    share = st.slider(
+        "Expected answer length (share of max_tokens, until a run is measured)",
+        0.05,
+        1.0,
+        0.5,
+        key="expected_share",
+    )
+    result = estimate(report, prices, expected_share=share, loaded=models_loaded(paths().jobs))
+    estimate_data = result.to_dict()
+    estimate_metrics(estimate_data)
+    cost = result.cost
+    for model_estimate in result.models:
+        made = (
+            "vectors, timed by the input tokens/s measured on this machine"
+            if model_estimate.embedding
+            else f"expected output from {model_estimate.expected_basis}"
+        )
+        st.caption(f"{escape(model_estimate.model)}: {made}; cost: {model_estimate.cost_basis}.")
+    for note in result.notes:
+        st.info(escape(note))
+    needs_confirmation = False
+    if result.over_budget:
+        needs_confirmation = not st.checkbox(
+            f"Run anyway: the expected cost {format_money(cost, result.currency)} is over "
+            f"the budget of {format_money(result.budget, result.currency)}",
+            key="budget_ok",
+        )
+    return Estimated(estimate_data, needs_confirmation)
+
+
+def price_table(report: CheckReport) -> PriceTable:
+    """The price table and budget, edited here (and saved on request); the saved one where
+    an edit is refused."""
     prices = load_prices()
     with st.expander("Price table and budget"):
         st.caption(
@@ -359,40 +501,20 @@ if report.valid and report.by_local_model:
             if st.button("Save prices and budget", key="save_prices"):
                 save_prices(prices)
                 st.toast(f"Price table saved to {escape(prices_path())}.")
-    share = st.slider(
-        "Expected answer length (share of max_tokens, until a run is measured)",
-        0.05,
-        1.0,
-        0.5,
-        key="expected_share",
-    )
-    result = estimate(report, prices, expected_share=share, loaded=models_loaded(paths().jobs))
-    estimate_data = result.to_dict()
-    estimate_metrics(estimate_data)
-    cost = result.cost
-    for model_estimate in result.models:
-        made = (
-            "vectors, timed by the input tokens/s measured on this machine"
-            if model_estimate.embedding
-            else f"expected output from {model_estimate.expected_basis}"
-        )
-        st.caption(f"{escape(model_estimate.model)}: {made}; cost: {model_estimate.cost_basis}.")
-    for note in result.notes:
-        st.info(escape(note))
-    if result.over_budget:
-        needs_confirmation = not st.checkbox(
-            f"Run anyway: the expected cost {format_money(cost, result.currency)} is over "
-            f"the budget of {format_money(result.budget, result.currency)}",
-            key="budget_ok",
-        )
+    return prices
+
 
 # -- downloads and the way on ------------------------------------------------------------------
-if report.lines:
+def downloads(chosen: Chosen, checked: Checked, estimate_data: dict | None) -> None:
+    """The report and the valid lines, to download (nothing for an empty file)."""
+    report, valid_path = checked
+    if not report.lines:
+        return
     c1, c2 = st.columns(2)
     c1.download_button(
         "Download the report (JSON)",
         json.dumps({**report.to_dict(), "estimate": estimate_data}, ensure_ascii=False, indent=1),
-        file_name=f"{Path(display_name).stem}.report.json",
+        file_name=f"{Path(chosen.name).stem}.report.json",
         mime="application/json",
         key="download_report",
     )
@@ -401,28 +523,47 @@ if report.lines:
             c2.download_button(
                 f"Download the {report.valid:,} valid lines (JSONL)",
                 valid_path.read_bytes(),
-                file_name=f"{Path(display_name).stem}.valid.jsonl",
+                file_name=f"{Path(chosen.name).stem}.valid.jsonl",
                 mime="application/jsonl",
                 key="download_valid",
             )
         else:
             c2.caption(f"The valid lines are in `{valid_path}`.")
 
-if report.valid and not needs_confirmation:
-    hand_to_run(
-        CheckedBatch(
-            path,
-            display_name,
-            report=report,
-            signature=st.session_state.get("check_file"),
-            model=model,
-            model_map=report.model_map or {name: model for name in report.models},
-            defaults=job_defaults,
-            estimate=estimate_data,
+
+def the_way_on(
+    chosen: Chosen, report: CheckReport, settings: CheckSettings, estimated: Estimated
+) -> None:
+    """A file with valid lines (and its cost confirmed) is handed to Run, with a link there;
+    else nothing is."""
+    if report.valid and not estimated.needs_confirmation:
+        hand_to_run(
+            CheckedBatch(
+                chosen.path,
+                chosen.name,
+                report=report,
+                signature=st.session_state.get("check_file"),
+                model=settings.model,
+                model_map=report.model_map or {name: settings.model for name in report.models},
+                defaults=settings.defaults,
+                estimate=estimated.data,
+            )
         )
-    )
-    st.page_link("pages/run.py", label="Continue to Run", icon=":material/arrow_forward:")
-else:
-    take_back()
-    if needs_confirmation:
-        st.caption("Confirm the cost above to continue to Run.")
+        st.page_link("pages/run.py", label="Continue to Run", icon=":material/arrow_forward:")
+    else:
+        take_back()
+        if estimated.needs_confirmation:
+            st.caption("Confirm the cost above to continue to Run.")
+
+
+through_app()
+st.title("Upload & check")
+st.caption(INTRO)
+chosen = file_to_check()
+settings = check_settings()
+checked = check(chosen, settings)
+findings(checked.report)
+summary(checked.report, settings.model)
+estimated = estimate_section(checked.report)
+downloads(chosen, checked, estimated.data)
+the_way_on(chosen, checked.report, settings, estimated)

@@ -43,6 +43,15 @@ class CheckedBatch:
             return None
         return self.report
 
+    def mapped_elsewhere(self) -> dict[str, str]:
+        """The ``body.model`` names sent to a folder other than the checked model (an A/B
+        test in one job), with their folders."""
+        return {
+            name: folder
+            for name, folder in self.model_map.items()
+            if folder and folder != self.model
+        }
+
 
 def hand_to_run(batch: CheckedBatch) -> None:
     st.session_state[KEY] = batch

@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-import sys
-
 import streamlit as st
 
 from core.config import DataPaths, data_paths
 from core.store.db import Store, StoreLocked
+from ui.navigation import run_inside_app
 from ui.text import escape
 
 
 def through_app() -> None:
-    """Makes sure this page runs inside app.py's navigation (call it first on each page),
-    then opens the store and shows what every page must say of it (:func:`store_notices`).
-
-    On a freshly started server, Streamlit runs a page opened by its address the old way
-    of a ``pages/`` folder (a sidebar of file names, app.py not run) until app.py has run
-    once in the process. Turning that mode off and rerunning takes the session through
-    app.py to the same page. AppTest, which runs each page as its own script, is left
-    alone.
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory and "streamlit.testing.v1" not in sys.modules:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
+    """Makes sure this page runs inside app.py's script (call it first on each page; see
+    :mod:`ui.navigation`), then opens the store and shows what every page must say of it
+    (:func:`store_notices`)."""
+    run_inside_app()
     store_notices()
 
 

@@ -30,6 +30,7 @@ from core.check.report import (
     CheckReport,
     Problem,
     histogram_labels,
+    setting_rows,
     summary_lines,
 )
 from core.check.scanner import scan
@@ -51,5 +52,6 @@ __all__ = [
     "recall",
     "remember",
     "scan",
+    "setting_rows",
     "summary_lines",
 ]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import ChatRequest
 from core.endpoints import CHAT_URL
 from core.schemas import SAMPLING_BOUNDS, JobDefaults
 
@@ -147,7 +147,7 @@ DEFAULTED = {
 }
 
 
-def fast_chat_request(line: FastChatLine, defaults: JobDefaults) -> EngineRequest | None:
+def fast_chat_request(line: FastChatLine, defaults: JobDefaults) -> ChatRequest | None:
     """The request for a fast-decoded line, or None where the generic path must judge it."""
     if fast_chat_roles(line) is None:
         return None
@@ -162,14 +162,12 @@ def fast_chat_request(line: FastChatLine, defaults: JobDefaults) -> EngineReques
         sampling["seed"] = body.seed
     if body.n is not None:
         sampling["n"] = body.n
-    return EngineRequest(
-        line.custom_id,
-        [{"role": m.role, "content": m.content} for m in body.messages],
-        sampling,
-        body.model,
-        None,
-        [],
-        CHAT_URL,
-        None,
-        defaulted,
+    return ChatRequest(
+        custom_id=line.custom_id,
+        url=CHAT_URL,
+        model=body.model,
+        warnings=[],
+        defaulted=defaulted,
+        sampling=sampling,
+        messages=[{"role": m.role, "content": m.content} for m in body.messages],
     )

@@ -10,10 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.check.engine_requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ScoreRequest,
+)
 from core.check.fast_path import FastChatLine
 from core.check.report import CONTEXT_EXCEEDED, CheckedLine, Problem
 from core.check.scanner import Batch
-from core.check.scoring import input_field
 from core.check.tool_support import auto_support, render_with_tools
 from core.check.tools import AUTO
 from core.config import default_embedding_model_dir
@@ -71,11 +76,15 @@ def _prompt_of(item: FastChatLine | CheckedLine) -> tuple[str | None, Any, Any, 
         messages = [{"role": m.role, "content": m.content} for m in body.messages]
         return body.model, messages, None, False
     request = item.request
-    if request is None:
-        return None
-    if request.is_embedding:
-        return request.model, None, request.inputs, True
-    return request.model, request.messages, request.prompt, False
+    match request:
+        case None:
+            return None
+        case ChatRequest():
+            return request.model, request.messages, None, False
+        case CompletionRequest():
+            return request.model, [], request.prompt, False
+        case _:  # embeddings, score, rerank: texts, each read alone (or paired)
+            return request.model, None, request.inputs, True
 
 
 def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | None] | Problem]:
@@ -89,7 +98,7 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
         prompt = _prompt_of(item)
         if prompt is not None:
             folder = tokens.folder_for(prompt[0], prompt[3])
-            if type(item) is CheckedLine and item.request.tool_choice == AUTO:
+            if type(item) is CheckedLine and _is_auto(item.request):
                 prompt = _auto_prompt(batch, index, folder, counts)
                 if prompt is None:
                     continue
@@ -146,6 +155,11 @@ def fit_batch(tokens: TokenCheck, batch: Batch) -> dict[int, tuple[int, int | No
     return counts
 
 
+def _is_auto(request: object) -> bool:
+    """A chat request whose model decides itself whether to call a tool."""
+    return isinstance(request, ChatRequest) and request.tool_choice == AUTO
+
+
 def _auto_prompt(batch: Batch, index: int, folder: str, counts: dict[int, Any]) -> tuple | None:
     """An ``auto`` line's prompt with its tools rendered, to count; None (and the line's
     problem in ``counts``) where the model cannot decide itself to call a tool."""
@@ -188,9 +202,7 @@ class AutoRule:
         """Each ``auto`` line's problem, by batch position."""
         found: dict[int, Problem] = {}
         for index, item in enumerate(batch.items):
-            if type(item) is not CheckedLine or item.request is None:
-                continue
-            if item.request.tool_choice != AUTO:
+            if type(item) is not CheckedLine or not _is_auto(item.request):
                 continue
             folder = self.model_map.get(item.request.model or "") or self.default_folder
             if folder is None:
@@ -214,7 +226,7 @@ def _count_pairs(batch: Batch, entries: list, counter: Any, counts: dict[int, An
     for index, _, inputs in entries:
         request = batch.items[index].request
         line, cid = batch.line_nos[index], batch.items[index].custom_id
-        if not request.texts_from:
+        if not isinstance(request, ScoreRequest):  # an embeddings line
             message = NO_VECTORS.format(name=name)
             counts[index] = Problem(line, "error", message, cid, param="body.model")
             continue
@@ -226,7 +238,7 @@ def _count_pairs(batch: Batch, entries: list, counter: Any, counts: dict[int, An
         if over is None:
             counts[index] = (sum(numbers), None)
             continue
-        where = input_field(request.texts_from, request.queries, request.queries + over)
+        where = request.input_field(request.queries + over)
         counts[index] = Problem(
             line,
             "error",
@@ -260,7 +272,8 @@ def _count_inputs(batch: Batch, entries: list, counter: Any, counts: dict[int, A
     model: the engine refuses an input over its limit rather than cut it."""
     limit, size = counter.context_length, counter.dimensions
     for index, _, inputs in entries:
-        asked = batch.items[index].request.dimensions
+        request = batch.items[index].request
+        asked = request.dimensions if isinstance(request, EmbeddingRequest) else None
         if asked is not None and size is not None and asked != size:
             counts[index] = Problem(
                 batch.line_nos[index],
@@ -276,8 +289,7 @@ def _count_inputs(batch: Batch, entries: list, counter: Any, counts: dict[int, A
         if over is None:
             counts[index] = (sum(numbers), None)
             continue
-        request = batch.items[index].request
-        where = input_field(request.texts_from, request.queries, over)
+        where = request.input_field(over)
         counts[index] = Problem(
             batch.line_nos[index],
             "error",

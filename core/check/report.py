@@ -7,9 +7,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from core.check.requests import (
-    EngineRequest,
-)
+from core.check.engine_requests import EngineRequest
 
 Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
@@ -133,6 +131,16 @@ class CheckReport:
         data["effective"] = {k: dict(v) for k, v in self.effective.items()}
         data["token_histogram"] = dict(zip(histogram_labels(), self.token_histogram, strict=True))
         return data
+
+
+def setting_rows(report: CheckReport) -> list[dict[str, Any]]:
+    """What the valid lines run with: per sampling field, each value (and where it comes
+    from) with its line count, most lines first; none for an embeddings-only file."""
+    return [
+        {"field": name, "value (source)": value, "lines": n}
+        for name, counter in report.effective.items()
+        for value, n in sorted(counter.items(), key=lambda item: -item[1])
+    ]
 
 
 def summary_lines(report: CheckReport) -> list[str]:

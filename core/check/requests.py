@@ -7,8 +7,9 @@ the last three run on an embedding model. Every field of a body is mapped onto v
 ``SamplingParams``, known and harmless (``model``, ``metadata``, ...), known but impossible
 here (audio: a per-line error), or unknown (a warning, never silently dropped).
 
-This module imports no vLLM: the engine turns :class:`EngineRequest` into vLLM objects, so
-the mapping is testable alone.
+Each url's parser (:data:`PARSERS`) builds that endpoint's kind of request
+(:mod:`core.check.engine_requests`). This module imports no vLLM: the engine turns requests
+into vLLM objects, so the mapping is testable alone.
 
 For speed on large files, :mod:`core.check.fast_path` decodes the common shape of a chat
 line straight into typed structs (validated in C by msgspec); anything it does not cover
@@ -17,9 +18,15 @@ falls back to the generic path here, which has the precise messages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from core.check.engine_requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    EngineRequest,
+    ScoreRequest,
+)
 from core.check.messages import parse_messages, role_order_warnings
 from core.check.sampling import RequestError, Sampling, integer
 from core.check.scoring import rerank_fields, score_fields
@@ -67,61 +74,6 @@ RESPONSES_UNSUPPORTED = {
     "include": "include is not supported by the batch engine",
     "prompt": "stored prompts are not available offline; put the text in input",
 }
-
-
-@dataclass(slots=True)
-class EngineRequest:
-    """One request as the engine runs it.
-
-    Attributes:
-        custom_id: the caller's id, echoed in the output line.
-        messages: the conversation, each message ``{"role", "content"}`` with text content;
-            empty for a ``/v1/completions`` request (see ``prompt``).
-        sampling: keyword arguments for ``vllm.SamplingParams``.
-        model: the body's ``model`` field (the name the caller asked for), if any.
-        json_schema: a JSON schema (or ``{}`` for any JSON object) the answer must follow.
-        warnings: problems worth telling the user that do not stop the request.
-        url: the endpoint the line names; the output body must follow its schema.
-        prompt: the raw prompt of a ``/v1/completions`` request (no chat template).
-        defaulted: the sampling fields whose value came from the job defaults.
-        inputs: what a ``/v1/embeddings`` request embeds, one vector each: texts or lists
-            of token ids (None for the other endpoints).
-        encoding_format: how its vectors are written: ``float`` lists or ``base64``.
-        dimensions: the vector size the body asks for (checked against the model).
-        tool_choice, tool_name: a tool call (:mod:`core.check.tools`): ``required``, a
-            named ``function``, or ``auto``, whose ``tools`` the template renders.
-        queries, top_n, texts_from: how a score or rerank request's ``inputs`` pair up
-            (:mod:`core.check.scoring`).
-    """
-
-    custom_id: str
-    messages: list[dict[str, str]]
-    sampling: dict[str, Any]
-    model: str | None = None
-    json_schema: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
-    url: str = CHAT_URL
-    prompt: str | None = None
-    defaulted: tuple[str, ...] = ()
-    inputs: list[str | list[int]] | None = None
-    encoding_format: str = "float"
-    dimensions: int | None = None
-    tool_choice: str | None = None
-    tool_name: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    queries: int = 0
-    top_n: int = 0
-    texts_from: tuple[str, ...] = ()
-
-    @property
-    def is_embedding(self) -> bool:
-        """True for a request run on an embedding model (embeddings, score, rerank)."""
-        return self.inputs is not None
-
-    @property
-    def max_tokens(self) -> int:
-        """The longest an answer may be (the job default applies where the body sets none)."""
-        return int(self.sampling.get("max_tokens") or 0)
 
 
 # -- field checks ---------------------------------------------------------------------------
@@ -176,8 +128,8 @@ def _model(body: dict[str, Any]) -> str | None:
     return body.get("model") if isinstance(body.get("model"), str) else None
 
 
-def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
-    """Maps a chat-completions body onto an :class:`EngineRequest`.
+def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> ChatRequest:
+    """Maps a chat-completions body onto a :class:`ChatRequest`.
 
     Raises:
         RequestError: for the first problem found; its message names the field.
@@ -202,25 +154,24 @@ def parse_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> E
     json_schema = tools.schema if tools.choice else json_schema  # a forced call's shape
     warnings = role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
-    return EngineRequest(
-        custom_id,
-        messages,
-        values,
-        _model(body),
-        json_schema,
-        warnings,
-        CHAT_URL,
-        None,
-        tuple(sampling.defaulted),
+    return ChatRequest(
+        custom_id=custom_id,
+        url=CHAT_URL,
+        model=_model(body),
+        warnings=warnings,
+        defaulted=tuple(sampling.defaulted),
+        sampling=values,
+        json_schema=json_schema,
+        messages=messages,
+        tools=tools.tools,
         tool_choice=tools.choice,
         tool_name=tools.name,
-        tools=tools.tools,
     )
 
 
 def parse_completions_body(
     custom_id: str, body: dict[str, Any], defaults: JobDefaults
-) -> EngineRequest:
+) -> CompletionRequest:
     """Maps a ``/v1/completions`` body (one ``prompt`` string, no chat template).
 
     Raises:
@@ -241,16 +192,14 @@ def parse_completions_body(
     if sampling.present("logprobs"):
         sampling.values["logprobs"] = integer(body, "logprobs", 0, 20)
     warnings = sampling.unknown_field_warnings()
-    return EngineRequest(
-        custom_id,
-        [],
-        sampling.values,
-        _model(body),
-        None,
-        warnings,
-        COMPLETIONS_URL,
-        prompt,
-        tuple(sampling.defaulted),
+    return CompletionRequest(
+        custom_id=custom_id,
+        url=COMPLETIONS_URL,
+        model=_model(body),
+        warnings=warnings,
+        defaulted=tuple(sampling.defaulted),
+        sampling=sampling.values,
+        prompt=prompt,
     )
 
 
@@ -282,7 +231,7 @@ def _responses_messages(body: dict[str, Any]) -> list[dict[str, str]]:
 
 def parse_responses_body(
     custom_id: str, body: dict[str, Any], defaults: JobDefaults
-) -> EngineRequest:
+) -> ChatRequest:
     """Maps a ``/v1/responses`` body: ``input``, ``instructions``, ``max_output_tokens``.
 
     Raises:
@@ -304,16 +253,15 @@ def parse_responses_body(
     json_schema = _text_format(body["text"]) if sampling.present("text") else None
     warnings = role_order_warnings([m["role"] for m in messages])
     warnings += sampling.unknown_field_warnings()
-    return EngineRequest(
-        custom_id,
-        messages,
-        sampling.values,
-        _model(body),
-        json_schema,
-        warnings,
-        RESPONSES_URL,
-        None,
-        tuple(sampling.defaulted),
+    return ChatRequest(
+        custom_id=custom_id,
+        url=RESPONSES_URL,
+        model=_model(body),
+        warnings=warnings,
+        defaulted=tuple(sampling.defaulted),
+        sampling=sampling.values,
+        json_schema=json_schema,
+        messages=messages,
     )
 
 
@@ -349,7 +297,7 @@ def _is_token_id(value: Any) -> bool:
 
 def parse_embeddings_body(
     custom_id: str, body: dict[str, Any], defaults: JobDefaults
-) -> EngineRequest:
+) -> EmbeddingRequest:
     """Maps a ``/v1/embeddings`` body: ``input``, ``encoding_format``, ``dimensions``.
     Whether each input fits the model, and ``dimensions`` its vectors, is checked with the
     model (:mod:`core.check.summary`).
@@ -372,29 +320,32 @@ def parse_embeddings_body(
         f"body.{name} is not a field of an embeddings request; it is ignored"
         for name in sorted(set(body) - known)
     ]
-    return EngineRequest(
-        custom_id,
-        [],
-        {},
-        _model(body),
-        warnings=warnings,
+    return EmbeddingRequest(
+        custom_id=custom_id,
         url=EMBEDDINGS_URL,
+        model=_model(body),
+        warnings=warnings,
         inputs=inputs,
         encoding_format=encoding,
         dimensions=dimensions,
     )
 
 
-def parse_score_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+def parse_score_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> ScoreRequest:
     """Maps a ``/v1/score`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
-    return EngineRequest(custom_id, [], {}, _model(body), url=SCORE_URL, **score_fields(body))
+    return ScoreRequest(
+        custom_id=custom_id, url=SCORE_URL, model=_model(body), **score_fields(body)
+    )
 
 
-def parse_rerank_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> EngineRequest:
+def parse_rerank_body(custom_id: str, body: dict[str, Any], defaults: JobDefaults) -> ScoreRequest:
     """Maps a ``/v1/rerank`` body (vLLM's shape; see :mod:`core.check.scoring`)."""
-    return EngineRequest(custom_id, [], {}, _model(body), url=RERANK_URL, **rerank_fields(body))
+    return ScoreRequest(
+        custom_id=custom_id, url=RERANK_URL, model=_model(body), **rerank_fields(body)
+    )
 
 
+# The parser of each endpoint's body, by url; each builds its url's kind (engine_requests.KINDS).
 PARSERS = {
     CHAT_URL: parse_body,
     COMPLETIONS_URL: parse_completions_body,

@@ -124,7 +124,7 @@ def rerank_texts(body: dict[str, Any]) -> tuple[str, list[str], int, list[str]]:
 
 
 def score_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """A score body's fields of :class:`core.check.requests.EngineRequest`.
+    """A score body's fields of :class:`core.check.engine_requests.ScoreRequest`.
 
     Raises:
         RequestError: as :func:`score_texts`.
@@ -135,7 +135,7 @@ def score_fields(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def rerank_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """A rerank body's fields of :class:`core.check.requests.EngineRequest`.
+    """A rerank body's fields of :class:`core.check.engine_requests.ScoreRequest`.
 
     Raises:
         RequestError: as :func:`rerank_texts`.
@@ -143,14 +143,3 @@ def rerank_fields(body: dict[str, Any]) -> dict[str, Any]:
     query, documents, top_n, warnings = rerank_texts(body)
     return {"warnings": warnings, "inputs": [query, *documents], "queries": 1, "top_n": top_n,
             "texts_from": ("query", "documents")}  # fmt: skip
-
-
-def input_field(texts_from: tuple[str, ...], queries: int, index: int) -> str:
-    """The body field that holds input ``index`` of a request (for messages): an
-    embeddings input, or a score or rerank line's query or document."""
-    if not texts_from:
-        return f"body.input[{index}]"
-    first, second = texts_from
-    if index < queries:
-        return f"body.{first}" if first == "query" else f"body.{first}[{index}]"
-    return f"body.{second}[{index - queries}]"

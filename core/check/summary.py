@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.check.engine_requests import ChatRequest, GeneratedRequest, PooledRequest
 from core.check.fast_path import fast_chat_settings
 from core.check.model_fit import AutoRule, TokenCheck, fit_batch
 from core.check.report import (
@@ -127,14 +128,17 @@ class Summary:
                 model, copied = body.model, copied_answers(n, temperature)
             else:
                 request = item.request
+                if isinstance(request, GeneratedRequest):
+                    sampling = request.sampling
+                    max_tokens, n = request.max_tokens, sampling.get("n", 1)
+                    temperature, top_p = sampling.get("temperature"), sampling.get("top_p")
+                else:  # vectors or scores (or no request): no answer, no sampling
+                    max_tokens, n, temperature, top_p = 0, 1, None, None
                 if refused is not None:
                     report.over_context += refused.code == CONTEXT_EXCEEDED
                     item.problems.append(refused)
                 elif counted is not None:
-                    sampling = request.sampling
-                    problem = self._context_problem(
-                        line_no, item.custom_id, request.max_tokens, *counted
-                    )
+                    problem = self._context_problem(line_no, item.custom_id, max_tokens, *counted)
                     if problem is not None:
                         report.over_context += 1
                         item.problems.append(problem)
@@ -143,29 +147,23 @@ class Summary:
                 if request is None:
                     continue
                 valid = item.valid
-                sampling = request.sampling
                 defaulted = request.defaulted
-                max_tokens, n = request.max_tokens, sampling.get("n", 1)
-                shapes[
-                    valid,
-                    request.url,
-                    request.model,
-                    tuple([m["role"] for m in request.messages]),
-                    max_tokens,
-                    n,
-                    sampling.get("temperature"),  # None: an embeddings line
-                    sampling.get("top_p"),
-                    defaulted,
-                ] += 1
+                roles = (
+                    tuple([m["role"] for m in request.messages])
+                    if isinstance(request, ChatRequest)
+                    else ()
+                )
+                key = (valid, request.url, request.model, roles, max_tokens, n, temperature, top_p)
+                shapes[(*key, defaulted)] += 1
                 if not valid:
                     continue
-                model, copied = request.model, copied_answers(n, sampling.get("temperature"))
+                model, copied = request.model, copied_answers(n, temperature)
             if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
                 self.default_lines.append(line_no)
             if self.valid_out is not None:
                 self.valid_out.write(raw.rstrip(b"\r\n") + b"\n")
             if self.tokens is not None:
-                embedding = type(item) is CheckedLine and item.request.is_embedding
+                embedding = type(item) is CheckedLine and isinstance(item.request, PooledRequest)
                 folder = self.tokens.folder_for(model, embedding)
                 self._add_local(folder, embedding, max_tokens, n, copied, counted)
         report.lines += len(batch)

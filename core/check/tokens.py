@@ -42,8 +42,8 @@ from core.check.chat_template import (
     template_source,
     vocab_size,
 )
+from core.check.engine_requests import ChatRequest, CompletionRequest
 from core.check.messages import LEADING_ROLES
-from core.check.requests import EngineRequest
 from core.files import load_json
 
 # Where GPT-2's pre-tokenizer always starts a new pre-token, whatever follows: at a space
@@ -377,13 +377,15 @@ class TokenCounter:
             counts[i] = n + self._specials_added
         return counts
 
-    def count_requests(self, requests: Sequence[EngineRequest]) -> list[int]:
+    def count_requests(self, requests: Sequence[ChatRequest | CompletionRequest]) -> list[int]:
         """Prompt token counts of requests (chat, completions and responses alike).
 
         Raises:
             TokenizerError: the chat template refused a conversation.
         """
-        return self.count_prompts([(r.messages, r.prompt) for r in requests])
+        return self.count_prompts(
+            [(r.messages, None) if isinstance(r, ChatRequest) else ([], r.prompt) for r in requests]
+        )
 
     def count_prompts(
         self, items: Sequence[tuple[list[dict[str, str]] | None, str | None]]

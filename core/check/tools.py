@@ -25,9 +25,9 @@ from core.check.sampling import RequestError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
 EMPTY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
-REQUIRED = "required"  # EngineRequest.tool_choice: the model calls one or more of the tools
-NAMED = "function"  # EngineRequest.tool_choice: the model calls the function named
-AUTO = "auto"  # EngineRequest.tool_choice: the model decides (its template renders tools)
+REQUIRED = "required"  # ChatRequest.tool_choice: the model calls one or more of the tools
+NAMED = "function"  # ChatRequest.tool_choice: the model calls the function named
+AUTO = "auto"  # ChatRequest.tool_choice: the model decides (its template renders tools)
 DEFINITIONS = ("$defs", "definitions")  # where JSON Schema keeps what "$ref" points at
 
 

@@ -45,6 +45,15 @@ def _settled(path: Path, seconds: float = SETTLE_SECONDS) -> bool:
         return False
 
 
+def server_file(typed: str, inbox: Path) -> Path:
+    """The file a path typed on Upload & check names: a relative path is the inbox's file of
+    that name where there is one, else the path as given (``~`` expanded)."""
+    candidate = Path(typed).expanduser()
+    if not candidate.is_absolute() and (inbox / candidate).is_file():
+        return inbox / candidate
+    return candidate
+
+
 def process_file(path: Path, paths: DataPaths, model: str | None = None) -> JobFolder | None:
     """Submits one dropped file as a job, or moves it aside with the reasons it was refused.
 

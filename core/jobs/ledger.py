@@ -227,6 +227,11 @@ class Shard:
         return "pending" if self.missing == self.requests else "partial"
 
 
+def retryable_shards(parts: list[Shard]) -> list[int]:
+    """The numbers of the shards a retry may change: any not completed."""
+    return [p.number for p in parts if p.state in ("failed", "partial", "pending")]
+
+
 def shard_ids(ledger: Ledger, size: int, number: int) -> list[str]:
     """The request ids of shard ``number`` (0-based) of ``size`` requests."""
     return ledger.ids[number * size : (number + 1) * size]

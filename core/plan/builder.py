@@ -73,6 +73,12 @@ AnySpec = BuildSpec | EmbedSpec | RerankSpec  # chats from templates, texts to e
 _LABELS = {"system": "system prompt", "user": "user template"}
 
 
+def default_user_template(column: str) -> str:
+    """A user prompt template that is one column's cell: ``{{ column }}``, or
+    ``{{ row['column name'] }}`` for a name that is not an identifier."""
+    return f"{{{{ {column} }}}}" if column.isidentifier() else f"{{{{ row['{column}'] }}}}"
+
+
 def _renderer(spec: BuildSpec) -> Renderer:
     """The spec's templates, compiled in their rendering process (core.plan.bounded_render).
 

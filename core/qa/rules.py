@@ -16,7 +16,7 @@ import duckdb
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.schemas import JUDGE_CHECK
+from core.schemas import JUDGE_CHECK, problem_message
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 NAME_MAX = 64
@@ -361,9 +361,7 @@ def _message(error: dict, kind: Any) -> str:
         return "required, and missing"
     if kind_of == "string_pattern_mismatch":
         return "a name is letters, digits and _ . - (no spaces; it names export columns)"
-    if kind_of == "value_error":  # our own sentences
-        return error["msg"].removeprefix("Value error, ")
-    return error["msg"][:1].lower() + error["msg"][1:]
+    return problem_message(error)
 
 
 def _line(node: Any, loc: list[Any]) -> int | None:

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    EngineRequest,
+    GeneratedRequest,
+    PooledRequest,
+)
 from core.check.sampling import copied_answers
 from core.check.tool_support import auto_support
 from core.check.tools import AUTO
@@ -103,7 +110,9 @@ def fit_to_requests(
     if on_gpu or config.enable_chunked_prefill is not None:
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
-    seeded = any("seed" in request.sampling for request in requests)
+    seeded = any(
+        isinstance(request, GeneratedRequest) and "seed" in request.sampling for request in requests
+    )
     return without if seeded or without in loaded else config
 
 
@@ -222,14 +231,14 @@ class Engine:
             first_token_at=self.first_token_at,
         )
 
-    def _sampling_params(self, request: EngineRequest) -> Any:
+    def _sampling_params(self, request: GeneratedRequest) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
         kwargs = dict(request.sampling)
         if copies(request) > 1:
             kwargs["n"] = 1
-        if request.tool_choice == AUTO:  # call tokens may be special: keep them to parse
+        if _decides_calls(request):  # call tokens may be special: keep them to parse
             kwargs["skip_special_tokens"] = False
         if request.json_schema is not None:
             kwargs["structured_outputs"] = (
@@ -239,7 +248,7 @@ class Engine:
             )
         return SamplingParams(**kwargs)
 
-    def _read_calls(self, request: EngineRequest, result: Completion) -> None:
+    def _read_calls(self, request: ChatRequest, result: Completion) -> None:
         """An ``auto`` answer's calls, read by the model's tool parser (none: text)."""
         parser = auto_support(self.config.model).parser
         for choice in result.choices:
@@ -261,10 +270,10 @@ class Engine:
 
             torch.cuda.empty_cache()
 
-    def _engine_input(self, request: EngineRequest) -> dict[str, Any]:
+    def _engine_input(self, request: GeneratedRequest) -> dict[str, Any]:
         """The token ids to run: the chat template applied to the messages, as ``LLM.chat``
         does (the template emits any BOS itself), or a completions prompt as it is."""
-        if request.prompt is not None and not request.messages:
+        if isinstance(request, CompletionRequest):
             return {"prompt_token_ids": self.tokenizer.encode(request.prompt)}
         text = self.tokenizer.apply_chat_template(
             request.messages, tools=request.tools, add_generation_prompt=True, tokenize=False
@@ -339,7 +348,7 @@ class Engine:
                         finished.append((request, EngineRequestError(str(exc))))
                         continue
                     added_at[key] = entered
-                    if request.is_embedding:
+                    if isinstance(request, PooledRequest):
                         gathering[key] = Gathering(
                             [None] * len(parts), left=len(parts), scores=self.cross_encoder
                         )
@@ -359,16 +368,17 @@ class Engine:
                         continue
                     self._inside.pop(output.request_id, None)
                     request, key, index = inside.pop(output.request_id)
-                    if request.is_embedding:
+                    if isinstance(request, PooledRequest):
                         result = gathering[key].add(index, output)
                         if result is None:
                             continue  # inputs of this request still in the engine
                         del gathering[key]
-                        result.encoding_format = request.encoding_format
+                        if isinstance(request, EmbeddingRequest):
+                            result.encoding_format = request.encoding_format
                     else:
                         result = _completion(output, request.sampling.get("logprobs") or 0)
                         result.choices *= copies(request)
-                        if request.tool_choice == AUTO:
+                        if _decides_calls(request):
                             self._read_calls(request, result)
                     result.latency_ms = round((now - added_at.pop(key)) * 1000)
                     finished.append((request, result))
@@ -390,22 +400,23 @@ class Engine:
         Raises:
             ValueError: the request is of the other kind than the loaded model.
         """
-        if request.is_embedding != self.pooling:
+        pooled = isinstance(request, PooledRequest)
+        if pooled != self.pooling:
             kind = "a chat"
             if self.pooling:
                 kind = "a cross-encoder" if self.cross_encoder else "an embedding"
             raise ValueError(
                 f"{Path(self.config.model).name} is {kind} model; this request "
-                f"needs {'an embedding' if request.is_embedding else 'a chat'} model"
+                f"needs {'an embedding' if pooled else 'a chat'} model"
             )
-        if self.cross_encoder:
-            return pair_requests(self.llm, request, key, Path(self.config.model).name)
-        if request.is_embedding:
+        if isinstance(request, PooledRequest):
+            if self.cross_encoder:
+                return pair_requests(self.llm, request, key, Path(self.config.model).name)
             from vllm.pooling_params import PoolingParams
 
             return [
                 (f"{key}.{i}", self._embedding_input(item), PoolingParams(task="embed"))
-                for i, item in enumerate(request.inputs or ())
+                for i, item in enumerate(request.inputs)
             ]
         from vllm.sampling_params import RequestOutputKind
 
@@ -491,7 +502,12 @@ def _logprobs(output: Any, top: int) -> list[dict[str, Any]] | None:
     return content
 
 
-def copies(request: EngineRequest) -> int:
+def _decides_calls(request: GeneratedRequest) -> bool:
+    """A chat request whose model decides itself whether to call a tool (``auto``)."""
+    return isinstance(request, ChatRequest) and request.tool_choice == AUTO
+
+
+def copies(request: GeneratedRequest) -> int:
     """How many answers the engine's one answer stands for: ``n`` for a greedy request of
     ``n`` answers (``core.check.sampling.copied_answers``), else 1."""
     n = request.sampling.get("n") or 1

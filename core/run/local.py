@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import EngineRequest
 from core.run.engine import Engine, EngineActivity
 from core.run.retry import run_with_retries
 from core.schemas import EngineConfig, JobSpec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -263,3 +264,25 @@ def _final_averages(
 def progress_sample(done: int, output_tokens: int, resources: dict[str, Any]) -> dict:
     """One heartbeat's sample: requests done and output tokens generated so far."""
     return {"t": time.time(), "done": done, "output_tokens": output_tokens, **resources}
+
+
+def thinned(samples: list[dict[str, Any]], points: int) -> list[dict[str, Any]]:
+    """Every n-th sample, so that a long job's charts hold about ``points`` each."""
+    return samples[:: max(len(samples) // points, 1)]
+
+
+def gpu_series(
+    times: Sequence[Any], samples: list[dict[str, Any]], field: str
+) -> dict[str, tuple[list[Any], list[Any]]]:
+    """Per GPU ("GPU 0", ...), the times and values of one of its fields in ``samples``
+    (``times[i]`` is sample i's); a GPU missing from a sample has no point there."""
+    series = {}
+    for index in sorted({g["index"] for s in samples for g in s.get("gpus") or []}):
+        points = [
+            (t, g[field])
+            for t, s in zip(times, samples, strict=True)
+            for g in s.get("gpus") or []
+            if g["index"] == index
+        ]
+        series[f"GPU {index}"] = ([t for t, _ in points], [v for _, v in points])
+    return series

@@ -32,7 +32,7 @@ from core.endpoints import (
 )
 from core.run.tool_calls import ToolCall, cut_calls, openai_calls, tool_calls
 
-Sampling = Mapping[str, Any]  # what a request ran with: ``EngineRequest.sampling``
+Sampling = Mapping[str, Any]  # what a request ran with: ``GeneratedRequest.sampling``
 
 
 @dataclass
@@ -330,7 +330,7 @@ def success_line(
         model: the model name the body names.
         completion: what the engine produced.
         url: the endpoint the request named.
-        sampling: the settings it ran with (``EngineRequest.sampling``), which a Responses
+        sampling: the settings it ran with (``GeneratedRequest.sampling``), which a Responses
             body echoes.
         call: the tool call a chat request forced, or how a score or rerank request's
             vectors pair up.

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import PooledRequest, ScoreRequest
 from core.run.outputs import Embeddings
 
 
 def pair_requests(
-    llm: Any, request: EngineRequest, key: str, name: str
+    llm: Any, request: PooledRequest, key: str, name: str
 ) -> list[tuple[str, Any, Any]]:
     """One engine request per (query, document) pair of a score or rerank request on a
     cross-encoder, made by vLLM's own cross-encoder processor as ``LLM.score`` makes
@@ -26,7 +26,7 @@ def pair_requests(
         ValueError: an embeddings request (a cross-encoder makes no vectors), or a pair
             vLLM refuses (e.g. longer than the model takes).
     """
-    if not request.texts_from:
+    if not isinstance(request, ScoreRequest):
         raise ValueError(
             f"{name} is a cross-encoder: it scores pairs of texts and makes no vectors; "
             "this request needs an embedding model"
@@ -35,7 +35,7 @@ def pair_requests(
     from vllm.pooling_params import PoolingParams
 
     processor = llm.pooling_io_processors["cross-encoder"]
-    inputs = list(request.inputs or ())
+    inputs = list(request.inputs)
     data = processor.valid_inputs(inputs[: request.queries], inputs[request.queries :])
     context = OfflineScoringInputsContext(
         pooling_task=processor.pooling_task,

@@ -42,10 +42,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from core.check.requests import EngineRequest
+from pydantic import TypeAdapter
+
+from core.check.engine_requests import KINDS, EngineRequest
 from core.jobs.folder import JobFolder
 from core.run import ray_output
 from core.run.engine import EngineLoadError, cpu_thread_settings
@@ -69,11 +72,27 @@ RAY_MISSING = (
 
 
 def request_to_dict(request: EngineRequest) -> dict[str, Any]:
+    """A request as JSON-ready data for a replica; its ``url`` names its kind."""
     return asdict(request)
 
 
+@cache
+def _adapter(kind: type[EngineRequest]) -> TypeAdapter:
+    return TypeAdapter(kind)
+
+
 def request_from_dict(data: dict[str, Any]) -> EngineRequest:
-    return EngineRequest(**{**data, "defaulted": tuple(data.get("defaulted") or ())})
+    """A request the driver sent, validated back into the kind its ``url`` names (the
+    requests stay plain dataclasses, fast to build in the check; pydantic checks them
+    where they cross to another process).
+
+    Raises:
+        ValueError: an unknown url, or data that is not a request of its kind.
+    """
+    kind = KINDS.get(data.get("url"))
+    if kind is None:
+        raise ValueError(f"a request for url {data.get('url')!r}: no such endpoint")
+    return _adapter(kind).validate_python(data)
 
 
 def replica_engine_config(config: EngineConfig, settings: RaySettings) -> EngineConfig:

@@ -20,7 +20,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import (
+    ChatRequest,
+    CompletionRequest,
+    EngineRequest,
+    PooledRequest,
+)
 from core.check.scanner import Scanner
 from core.jobs.ledger import request_id
 from core.schemas import JobDefaults, JobSpec
@@ -38,14 +43,14 @@ def replicas_read_input(spec: JobSpec) -> bool:
 def light(request: EngineRequest) -> EngineRequest:
     """The request without what only the engine needs (its prompt, messages, tools and
     texts): what the driver keeps to group, fit and count requests."""
-    return replace(
-        request,
-        messages=[],
-        prompt=None,
-        tools=None,
-        json_schema=None,
-        inputs=[] if request.is_embedding else None,
-    )
+    match request:
+        case ChatRequest():
+            return replace(request, messages=[], tools=None, json_schema=None)
+        case CompletionRequest():
+            return replace(request, prompt="", json_schema=None)
+        case PooledRequest():
+            return replace(request, inputs=[])
+    raise TypeError(f"not an engine request: {request!r}")
 
 
 class ObjectShard(BaseModel):

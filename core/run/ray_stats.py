@@ -272,3 +272,56 @@ def read_ray_stats(job_dir: str | Path) -> dict[str, Any] | None:
     """A job's ``ray.json`` (None for a local job or before the cluster answered)."""
     stats = read_json(Path(job_dir) / STATS_FILE)
     return stats if isinstance(stats, dict) else None
+
+
+def node_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per node of ``ray.json``, as Monitor tables them."""
+    return [
+        {
+            "node": (n.get("node_id") or "")[:12],
+            "host": n.get("host"),
+            "address": n.get("address"),
+            "alive": n.get("alive"),
+            "done": n.get("done", 0),
+            "rows/s": n.get("rows_per_s"),
+            "failed": n.get("failed", 0),
+            "CPU": (n.get("resources") or {}).get("CPU"),
+            "GPU": (n.get("resources") or {}).get("GPU"),
+        }
+        for n in stats.get("nodes", [])
+    ]
+
+
+def replica_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per replica of ``ray.json``, as Monitor tables them."""
+    return [
+        {
+            "replica": (r.get("replica_id") or "")[:12],
+            "node": (r.get("node_id") or "")[:12],
+            "state": r.get("state"),
+            "done": r.get("done", 0),
+            "shards": r.get("shards", 0),
+            "busy s": r.get("busy_seconds"),
+            "load s": r.get("load_seconds"),
+            "RSS MiB": r.get("rss_mib"),
+            "GPU MiB": r.get("gpu_memory_mib"),
+            "CPU s": r.get("cpu_seconds"),
+        }
+        for r in stats.get("replicas", [])
+    ]
+
+
+def device_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per GPU of each node (read on the node by NVML: :func:`_node_devices`)."""
+    return [
+        {
+            "node": (n.get("node_id") or "")[:12],
+            "host": n.get("host"),
+            "GPU": gpu.get("index"),
+            "memory used MiB": round(gpu.get("memory_used_mib", 0)),
+            "memory total MiB": round(gpu.get("memory_total_mib", 0)),
+            "utilisation %": gpu.get("utilization"),
+        }
+        for n in stats.get("nodes", [])
+        for gpu in n.get("gpus") or ()
+    ]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import ChatRequest, EngineRequest, GeneratedRequest, ScoreRequest
 from core.check.tools import NAMED, REQUIRED
 from core.run.engine import EngineRequestError
 from core.run.outputs import Completion, ScoreLayout, ToolCall, error_line, success_line
@@ -37,12 +37,13 @@ def result_line(request: EngineRequest, model: str, result: Completion | Excepti
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
     call: ToolCall | ScoreLayout | None = None
-    if request.tool_choice in (REQUIRED, NAMED):  # "auto" calls are read by the engine
+    # "auto" calls are read by the engine
+    if isinstance(request, ChatRequest) and request.tool_choice in (REQUIRED, NAMED):
         call = ToolCall(request.tool_choice, request.tool_name)
-    elif request.texts_from:
-        texts = [str(t) for t in (request.inputs or ())[request.queries :]]
-        call = ScoreLayout(request.queries, texts, request.top_n)
-    return success_line(request.custom_id, model, result, request.url, request.sampling, call)
+    elif isinstance(request, ScoreRequest):
+        call = ScoreLayout(request.queries, request.documents, request.top_n)
+    sampling = request.sampling if isinstance(request, GeneratedRequest) else None
+    return success_line(request.custom_id, model, result, request.url, sampling, call)
 
 
 def _out_of_memory(exc: BaseException) -> bool:

@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.check import scan
-from core.check.requests import EngineRequest
+from core.check.engine_requests import EngineRequest, GeneratedRequest, PooledRequest
 from core.devices import gpu_count
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, draining_message
@@ -202,7 +202,8 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
     groups: dict[str, list[EngineRequest]] = {}
     for request in pending:
-        default = spec.embedding_folder if request.is_embedding else spec.engine.model
+        pooled = isinstance(request, PooledRequest)
+        default = spec.embedding_folder if pooled else spec.engine.model
         folder = spec.model_map.get(request.model or "") or default
         groups.setdefault(folder, []).append(request)
     return groups
@@ -232,7 +233,10 @@ def _expect(
         by_limit: dict[int, int] = {}
         for request in requests:
             # The answers the engine generates (a greedy request's copies cost nothing).
-            limit, n = request.max_tokens, int(request.sampling.get("n") or 1) // copies(request)
+            limit, n = 0, 1  # vectors or scores: no answer
+            if isinstance(request, GeneratedRequest):
+                limit = request.max_tokens
+                n = int(request.sampling.get("n") or 1) // copies(request)
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
             pending[request.custom_id] = (by_limit[limit] * n, limit)
@@ -309,7 +313,9 @@ class RunMeasure:
     under their limits (only from runs long enough to mean it)."""
 
     def __init__(self, requests: list[EngineRequest]) -> None:
-        self.limits = {r.custom_id: r.max_tokens for r in requests}
+        self.limits = {
+            r.custom_id: r.max_tokens if isinstance(r, GeneratedRequest) else 0 for r in requests
+        }
         self.started = time.monotonic()
         self.tokens = self.input_tokens = self.finished = 0
         self.answers: list[Answer] = []

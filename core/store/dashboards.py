@@ -17,7 +17,7 @@ import pandas as pd
 import plotly.express as px
 import plotly.graph_objects as go
 
-from core.plan.pricing import PriceTable
+from core.plan.pricing import PriceTable, cost_text
 from core.schemas import job_label
 from core.store import checks
 from core.store.db import Store
@@ -104,6 +104,15 @@ def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
     out = frame.copy()
     out["cost"] = [cost(row) for _, row in out.iterrows()] if len(out) else []
     return out
+
+
+def summary_table(frame: pd.DataFrame, currency: str) -> pd.DataFrame:
+    """A summary as the page tables it: cost as money reads ("no price" where a model has
+    none: ``core.plan.pricing``), beside the group, where a wide table cannot push it out of
+    sight."""
+    shown = frame.drop(columns=["cost"])
+    shown.insert(1, f"cost ({currency})", frame["cost"].map(cost_text))
+    return shown
 
 
 NO_RESULTS = "no results in this scope"
@@ -361,3 +370,37 @@ class KeptFigure(go.Figure):
 def figure_html(fig: go.Figure) -> str:
     """A standalone HTML file of a figure (plotly.js inlined: opens offline)."""
     return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+FIRST_FIGURE = "requests"  # the figure shown, and offered for download, first
+
+
+def every_figure(
+    index: Store, frame: pd.DataFrame, scope: Scope, by: str, priced: PriceTable
+) -> dict[str, go.Figure]:
+    """Every figure of a summary, by name, in the order the page shows them."""
+    return {
+        FIRST_FIGURE: requests_figure(frame, by),
+        "rates": rates_figure(frame, by),
+        "finish_reasons": finish_reasons_figure(index, scope, by),
+        "tokens": tokens_figure(frame, by),
+        "token_distribution": token_distribution_figure(index, scope, by),
+        "cost": cost_figure(frame, by, priced.currency),
+        "throughput": throughput_figure(index, scope),
+        "latency": latency_figure(index, scope, by),
+        "pass_rate": pass_rate_figure(index, scope, by),
+        "checks": checks_figure(index, scope, by),
+    }
+
+
+def summary_and_figures(
+    index: Store, scope: Scope, by: str, priced: PriceTable
+) -> tuple[pd.DataFrame, dict[str, KeptFigure]]:
+    """The summary (with cost) of a scope and grouping, and every figure of it (none when
+    it has no results), each kept made: it is drawn on every rerun until the index changes."""
+    frame = with_cost(summary(index, scope, by), priced)
+    if frame.empty:
+        return frame, {}
+    return frame, {
+        name: KeptFigure(fig) for name, fig in every_figure(index, frame, scope, by, priced).items()
+    }

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import pandas as pd
 from pydantic import Field
 
-from core.schemas import Model
+from core.schemas import JobState, JobStatus, Model
 from core.store.checks import Outcome, outcome_clause, rule_names
 from core.store.db import Store
 from core.store.facets import jobs_facets
@@ -332,6 +332,27 @@ def conversation(messages: Any, prompt: str | None = None) -> list[tuple[str, st
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         turns.append((str(message.get("role", "")), "" if content is None else str(content)))
     return turns or ([("user", prompt)] if prompt else [])
+
+
+def no_results_reason(status: JobStatus) -> str:
+    """Why a job shows no result: one that ended wrote none, and none will come."""
+    if status.interrupted:
+        return (
+            "This job's worker stopped before any request had a result. Resume (on Jobs or "
+            "Monitor) runs its requests; their results appear here as the worker writes them."
+        )
+    if status.state == JobState.COMPLETED:
+        return "This job completed without a result: its input had no request to run."
+    if status.state == JobState.CANCELLED:
+        return (
+            "This job was cancelled before any request had a result, so it has none. "
+            "Resume (on Jobs or Monitor) runs its requests."
+        )
+    if status.state == JobState.EXPIRED:
+        return "This job's completion window ended before any request ran: it has no result."
+    if status.is_final:
+        return "This job failed before any request had a result; the Monitor says why."
+    return "This job has no results yet. They appear here as the worker writes them."
 
 
 def latency_text(latency_ms: Any) -> str:

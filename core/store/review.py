@@ -260,6 +260,18 @@ def progress(store: Store, sample_id: str, reviewer: str) -> tuple[int, int]:
     return int(frame["done"].iloc[0]), int(frame["total"].iloc[0])
 
 
+def reviewer_rows(store: Store, sample_id: str, people: list[str]) -> list[dict[str, Any]]:
+    """Each reviewer's progress and pass rate on a sample, one row a reviewer (a table's)."""
+    rows = []
+    for person in people:
+        done, total = progress(store, sample_id, person)
+        rate = pass_rate(store, sample_id, person)
+        rows.append(
+            {"reviewer": person, "labelled": done, "of": total, "pass rate": rate.describe()}
+        )
+    return rows
+
+
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     """Cohen's kappa of two raters' labels of the same items; None without items, 1.0 when
     both always agree on a single category (no disagreement to correct for)."""

@@ -8,6 +8,7 @@ sample on any machine, whatever the storage order.
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -200,6 +201,16 @@ def list_samples(store: Store) -> pd.DataFrame:
         "SELECT sample_id, name, size, created_at, definition FROM samples "
         "ORDER BY created_at DESC, sample_id",
     )
+
+
+def samples_of_job(samples: pd.DataFrame, job_id: str | None) -> list[str]:
+    """The ids of the samples (rows of :func:`list_samples`, kept in its order: newest
+    first) drawn from a job's results."""
+    return [
+        sample_id
+        for sample_id, definition in zip(samples["sample_id"], samples["definition"], strict=True)
+        if job_id in json.loads(definition).get("filter", {}).get("job_ids", [])
+    ]
 
 
 def get_sample(store: Store, sample_id: str) -> Sample:

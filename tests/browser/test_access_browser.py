@@ -35,6 +35,22 @@ def test_the_app_refuses_to_serve_an_open_address_without_sign_in(tmp_path, chro
 
 
 @pytest.mark.browser
+def test_a_page_opened_by_its_address_on_a_fresh_server_passes_the_guard(tmp_path, chromium_page):
+    """The first page a fresh server runs is Streamlit's old mode of a pages/ folder (the
+    page's file alone): it must still go through the app's sign-in guard, not show."""
+    server = StreamlitServer(tmp_path / "home", tmp_path, address="0.0.0.0")
+    try:
+        server.start()
+        chromium_page.goto(f"{server.url}/results")
+        expect(
+            chromium_page.get_by_text("will not serve on 0.0.0.0 without sign-in")
+        ).to_be_visible()
+        expect(chromium_page.get_by_role("heading", name="Results")).to_have_count(0)
+    finally:
+        server.stop()
+
+
+@pytest.mark.browser
 def test_sign_in_with_openid_connect_admits_the_allow_list_only(tmp_path, chromium_page):
     page = chromium_page
     with oidc_provider_mock.run_server_in_thread() as provider:

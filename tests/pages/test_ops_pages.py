@@ -192,6 +192,20 @@ def test_run_shows_the_estimate_made_on_upload_and_check():
     assert "over the budget of 10.00 USD" in texts(at)
 
 
+def test_run_names_only_the_models_upload_sent_to_another_folder():
+    checked_with = "/models/checked-model"
+    batch = CheckedBatch(
+        SAMPLE_DATA / "review_sentiment.jsonl",
+        "review_sentiment.jsonl",
+        model=checked_with,
+        model_map={"a": checked_with, "b": "/models/other-model", "c": ""},
+    )
+    assert batch.mapped_elsewhere() == {"b": "/models/other-model"}
+    at = open_page("run.py", checked_batch=batch)
+    assert "Model mapping from Upload & check: `b` → other-model;" in texts(at)
+    assert "`a`" not in texts(at)
+
+
 def test_the_monitors_verdict_names_the_job_by_its_name(studio_home):
     job = finished_job(studio_home, {"a": "yes"})
     job.rename("March refunds")

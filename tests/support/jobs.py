@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import EngineRequest
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, create_job, list_jobs
 from core.run import worker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import ChatRequest
 from core.config import default_model_dir
 
 pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
@@ -29,8 +29,8 @@ CONVERSATIONS = [
 ]
 
 
-def chat(messages: list[dict]) -> EngineRequest:
-    return EngineRequest("x", messages, {"max_tokens": 1})
+def chat(messages: list[dict]) -> ChatRequest:
+    return ChatRequest(custom_id="x", messages=messages, sampling={"max_tokens": 1})
 
 
 # transformers' extensions to Jinja, as a Llama 3.1 style template uses them: the loop

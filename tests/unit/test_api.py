@@ -20,7 +20,7 @@ from core.api.keys import read_keys, revoke_key
 from core.cli.common import model_map_of
 from core.config import data_paths
 from core.jobs.folder import JobFolder
-from core.model_names import read_names, write_names
+from core.model_names import names_from_rows, read_names, write_names
 from core.schemas import JobStatus
 from tests.support.api import (
     _ended_batch,
@@ -277,6 +277,20 @@ def test_a_model_name_must_map_to_a_model_folder_and_not_shadow_one(default_mode
     with pytest.raises(ValueError, match="1 to"):
         write_names({"  ": str(default_model)})
     assert read_names() == {}  # nothing kept from a refused save
+
+
+def test_the_settings_tables_rows_become_names_and_an_empty_cell_stays_empty() -> None:
+    folders = {"SmolLM2": "/models/SmolLM2"}
+    rows = [
+        {"name": "gpt-4o-mini", "model": "SmolLM2"},
+        {"name": float("nan"), "model": "SmolLM2"},  # a name left empty
+        {"name": "gpt-4o", "model": float("nan")},  # a model left empty
+    ]
+    assert names_from_rows(rows, folders) == {
+        "gpt-4o-mini": "/models/SmolLM2",
+        "": "/models/SmolLM2",
+        "gpt-4o": "",
+    }
 
 
 GOOD = {"input_file_id": "F", "endpoint": "/v1/chat/completions", "completion_window": "24h"}

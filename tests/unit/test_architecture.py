@@ -138,11 +138,53 @@ def test_every_module_is_listed_once_in_the_architecture_doc():
 
 
 def test_pages_holds_the_apps_pages_and_nothing_else():
-    """Every file of pages/ is one of app.py's pages; what pages share lives in ui/."""
-    app = (REPO_ROOT / "app.py").read_text(encoding="utf-8")
-    named = set(re.findall(r'st\.Page\("pages/(\w+\.py)"', app))
-    assert named, "app.py names no page"
+    """Every file of pages/ is one of the app's pages (ui/navigation.py, which app.py
+    runs); what pages share lives in ui/."""
+    app = (REPO_ROOT / "ui" / "navigation.py").read_text(encoding="utf-8")
+    named = set(re.findall(r'st\.Page\(\s*"pages/(\w+\.py)"', app))
+    assert named, "the app names no page"
     assert {p.name for p in (REPO_ROOT / "pages").glob("*.py")} == named
+
+
+# A page's script, below its functions: the sections it draws, in order, and little else.
+PAGE_SCRIPT_STATEMENTS = 12
+
+
+def _script_statements(tree: ast.Module) -> int:
+    """Statements a page runs at its top level outside its functions (an ``if`` with all
+    it holds), its docstring, imports and UPPER_CASE constants aside."""
+
+    def constant(node: ast.stmt) -> bool:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        return bool(targets) and all(isinstance(t, ast.Name) and t.id.isupper() for t in targets)
+
+    count = 0
+    for index, node in enumerate(tree.body):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom) or constant(node):
+            continue
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        count += sum(
+            isinstance(inner, ast.stmt)
+            and not isinstance(inner, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            for inner in ast.walk(node)
+        )
+    return count
+
+
+def test_each_page_reads_as_its_named_sections():
+    """A page is widgets over core/, in functions named for what they draw: its top level
+    is a short script calling them, not hundreds of statements (issue 39)."""
+    long_scripts = {}
+    for path in sorted((REPO_ROOT / "pages").glob("*.py")):
+        count = _script_statements(ast.parse(path.read_text(encoding="utf-8")))
+        if count > PAGE_SCRIPT_STATEMENTS:
+            long_scripts[path.name] = count
+    assert long_scripts == {}, f"top-level statements beyond {PAGE_SCRIPT_STATEMENTS}"
 
 
 def test_the_ui_runs_above_core_and_pages_above_ui():

@@ -9,7 +9,15 @@ import pandas as pd
 import pytest
 
 from core.check import check_file
-from core.plan.builder import BuildError, BuildSpec, build_file, dry_run, preview, read_table
+from core.plan.builder import (
+    BuildError,
+    BuildSpec,
+    build_file,
+    default_user_template,
+    dry_run,
+    preview,
+    read_table,
+)
 from core.plan.embed_builder import EmbedSpec
 from tests.support.builder import TICKETS
 from tests.support.cli import run_cli
@@ -80,6 +88,16 @@ def test_row_numbers_are_ids_and_odd_column_names_work() -> None:
     result = preview(table, BuildSpec(user_template="{{ row['review text'] }}", task="t"), 2)
     assert [line["custom_id"] for line in result.lines] == ["t:1", "t:2"]
     assert result.lines[1]["body"]["messages"] == [{"role": "user", "content": "bad"}]
+
+
+def test_the_default_template_names_a_column_as_a_placeholder_or_through_row() -> None:
+    assert default_user_template("subject") == "{{ subject }}"
+    template = default_user_template("review text")
+    assert template == "{{ row['review text'] }}"
+    table = pd.DataFrame({"review text": ["great"]})
+    assert preview(table, BuildSpec(user_template=template, task="t"), 1).lines[0]["body"][
+        "messages"
+    ] == [{"role": "user", "content": "great"}]
 
 
 def test_parquet_and_excel_tables_are_read(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 import json
 
-from core.check import BackgroundCheck, check_file, scan
+from core.check import BackgroundCheck, check_file, scan, setting_rows
+from core.check.engine_requests import CompletionRequest
 from core.config import default_model_dir
 from core.schemas import JobDefaults
 
@@ -157,7 +158,8 @@ def test_scan_keeps_what_the_worker_and_the_store_read(tmp_path):
     ]
     assert lines[0].request.messages == [{"role": "user", "content": "Hi"}]
     assert lines[0].request.model == "m" and lines[0].request.sampling["max_tokens"] == 5
-    assert lines[1].request.prompt == "x" and lines[1].request.messages == []
+    assert lines[1].request.prompt == "x" and not hasattr(lines[1].request, "messages")
+    assert isinstance(lines[1].request, CompletionRequest)
 
 
 def test_prompt_tokens_are_counted_per_mapped_model(tmp_path, default_model):
@@ -181,3 +183,24 @@ def test_a_background_check_reports_progress_and_can_be_stopped(tmp_path):
     stopped.cancel()
     assert stopped.wait(60)
     assert stopped.report.cancelled and not stopped.report.ok
+
+
+def test_setting_rows_list_each_fields_values_most_lines_first(tmp_path):
+    report = check_file(
+        write(
+            tmp_path,
+            line(custom_id="a"),
+            line(
+                custom_id="b", body={"model": "m", "messages": [{"role": "user", "content": "y"}]}
+            ),
+            line(
+                custom_id="c", body={"model": "m", "messages": [{"role": "user", "content": "z"}]}
+            ),
+        ),
+        JobDefaults(max_tokens=100),
+    )
+    rows = [row for row in setting_rows(report) if row["field"] == "max_tokens"]
+    assert rows == [
+        {"field": "max_tokens", "value (source)": "100 (job default)", "lines": 2},
+        {"field": "max_tokens", "value (source)": "5 (body)", "lines": 1},
+    ]

@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from core.plan.pricing import ModelPrice, PriceTable
+from core.plan.pricing import ModelPrice, PriceTable, cost_text
 from core.store.dashboards import (
     NO_LATENCY,
     NO_PRICES,
@@ -12,6 +12,7 @@ from core.store.dashboards import (
     Scope,
     cost_figure,
     latency_figure,
+    summary_table,
     throughput_figure,
     token_distribution_figure,
     with_cost,
@@ -41,6 +42,13 @@ def test_token_prices_and_gpu_hours_make_the_cost():
 def test_the_star_row_prices_models_not_listed():
     prices = PriceTable(models={"*": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)})
     assert with_cost(summary(), prices)["cost"].tolist() == [3.0, 1.0]
+
+
+def test_the_table_shows_cost_as_money_beside_the_group():
+    prices = PriceTable(models={"tiny": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)})
+    shown = summary_table(with_cost(summary(), prices), "EUR")
+    assert list(shown.columns)[:2] == ["model", "cost (EUR)"] and "cost" not in shown
+    assert shown["cost (EUR)"].tolist() == [cost_text(3.0), cost_text(math.nan)]
 
 
 def test_the_latency_chart_plots_each_requests_recorded_latency(tmp_path):

@@ -11,6 +11,7 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 
 from core.check import check_file
+from core.check.engine_requests import EmbeddingRequest
 from core.check.requests import RequestError, parse_request
 from core.config import default_embedding_model_dir, default_model_dir
 from core.endpoints import EMBEDDINGS_URL
@@ -29,7 +30,8 @@ def test_every_input_shape_openai_takes_becomes_a_list_of_inputs():
     assert parse(input=[101, 7592, 102]).inputs == [[101, 7592, 102]]
     assert parse(input=[[1, 2], [3]]).inputs == [[1, 2], [3]]
     request = parse(input="x", encoding_format="base64", user="u1")
-    assert (request.encoding_format, request.warnings, request.is_embedding) == ("base64", [], True)
+    assert (request.encoding_format, request.warnings) == ("base64", [])
+    assert isinstance(request, EmbeddingRequest)
     assert parse(input="x", temperature=0).warnings == [
         "body.temperature is not a field of an embeddings request; it is ignored"
     ]

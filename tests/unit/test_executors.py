@@ -2,7 +2,7 @@
 
 import pytest
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import ChatRequest
 from core.run import local as executors
 from core.run import retry
 from core.run.engine import EngineRequestError
@@ -36,7 +36,8 @@ class FlakyEngine:
 
 
 def requests(count):
-    return [EngineRequest(f"r{i}", [{"role": "user", "content": "x"}], {}) for i in range(count)]
+    user = [{"role": "user", "content": "x"}]
+    return [ChatRequest(custom_id=f"r{i}", messages=user, sampling={}) for i in range(count)]
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +128,8 @@ def test_seeded_requests_run_without_chunked_prefill_on_cpu_only():
     from core.schemas import EngineConfig
 
     config = EngineConfig(model="/models/m")
-    seeded = [EngineRequest("s", [{"role": "user", "content": "x"}], {"seed": 3})]
+    user = [{"role": "user", "content": "x"}]
+    seeded = [ChatRequest(custom_id="s", messages=user, sampling={"seed": 3})]
     plain = requests(2)
     assert fit_to_requests(config, plain + seeded, on_gpu=False).enable_chunked_prefill is False
     assert fit_to_requests(config, plain, on_gpu=False) == config

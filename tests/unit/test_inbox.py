@@ -2,10 +2,11 @@
 
 import json
 import time
+from pathlib import Path
 
 from core.config import SAMPLE_DATA, data_paths
 from core.jobs.folder import list_jobs
-from core.jobs.inbox import process_file, watch_inbox
+from core.jobs.inbox import process_file, server_file, watch_inbox
 
 
 def test_a_broken_file_is_moved_aside_with_its_report(studio_home):
@@ -67,3 +68,13 @@ def test_the_ui_watcher_ingests_new_results_into_duckdb(tmp_path):
             observer.stop()
             observer.join()
     assert store.count_results(job.job_id) == 2
+
+
+def test_a_typed_path_names_the_inboxs_file_of_that_name_else_itself(tmp_path):
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "dropped.jsonl").write_text("{}\n")
+    assert server_file("dropped.jsonl", inbox) == inbox / "dropped.jsonl"
+    assert server_file("elsewhere.jsonl", inbox) == Path("elsewhere.jsonl")
+    assert server_file(str(tmp_path / "a.jsonl"), inbox) == tmp_path / "a.jsonl"
+    assert server_file("~/b.jsonl", inbox) == Path.home() / "b.jsonl"

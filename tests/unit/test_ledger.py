@@ -9,10 +9,12 @@ from core.jobs.folder import JobFolder
 from core.jobs.latest import standing_failures
 from core.jobs.ledger import (
     LedgerReader,
+    Shard,
     combined_lines,
     input_lines,
     read_ledger,
     reconcile,
+    retryable_shards,
     summary,
     verify,
     write_combined,
@@ -171,3 +173,14 @@ def test_the_ledger_follows_a_growing_file_and_reads_only_what_was_added(tmp_pat
     assert ledger.succeeded == {"a", "b", "c"} and ledger.failed == {}
     assert reader.version > version and not ledger.unexpected
     assert reader.read().succeeded == read_ledger(job).succeeded  # same as a fresh read
+
+
+def test_every_shard_not_completed_may_be_retried():
+    parts = [
+        Shard(0, "a", "b", 2, 2, 0),  # completed
+        Shard(1, "c", "d", 2, 0, 2),  # failed
+        Shard(2, "e", "f", 2, 1, 0),  # partial
+        Shard(3, "g", "h", 2, 0, 0),  # pending
+    ]
+    assert [p.state for p in parts] == ["completed", "failed", "partial", "pending"]
+    assert retryable_shards(parts) == [1, 2, 3]

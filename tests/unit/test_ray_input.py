@@ -9,6 +9,7 @@ import json
 import pytest
 
 from core.check import scan
+from core.check.engine_requests import ChatRequest
 from core.jobs.folder import create_job
 from core.run import worker
 from core.run.ray_input import REPLICA_AGENT, ObjectShard, input_spans, read_requests
@@ -108,7 +109,8 @@ def test_the_driver_of_a_ray_job_on_an_object_keeps_no_prompts(
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: driver)
     worker.run_job(job)
     assert [r.custom_id for r in driver.requests] == ["a", "b", "skipped", "c", "d"]
-    kept = json.dumps([[r.messages, r.prompt, r.tools] for r in driver.requests])
+    assert all(isinstance(r, ChatRequest) for r in driver.requests)  # no prompt but messages
+    kept = json.dumps([[r.messages, r.tools, r.json_schema] for r in driver.requests])
     assert "Say" not in kept and "xxx" not in kept and "Be brief" not in kept
     assert [r.max_tokens for r in driver.requests[:2]] == [4, 5]  # what the driver counts
 

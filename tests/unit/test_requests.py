@@ -5,6 +5,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from core.check.engine_requests import CompletionRequest
 from core.check.fast_path import decode_fast_chat_line, fast_chat_request
 from core.check.requests import RequestError, parse_body, parse_request
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
@@ -139,7 +140,8 @@ def test_response_format_json_schema_is_kept_for_structured_output():
 def test_completions_keep_the_raw_prompt_and_its_sampling():
     body = {"model": "m", "prompt": "Once upon", "max_tokens": 7, "logprobs": 2, "stop": "\n"}
     request = parse_request(COMPLETIONS_URL, "c1", body, JobDefaults())
-    assert (request.url, request.prompt, request.messages) == (COMPLETIONS_URL, "Once upon", [])
+    assert (request.url, request.prompt) == (COMPLETIONS_URL, "Once upon")
+    assert isinstance(request, CompletionRequest) and not hasattr(request, "messages")  # no chat
     assert request.sampling == {
         "max_tokens": 7,
         "temperature": 1.0,

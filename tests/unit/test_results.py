@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
+from core.schemas import JobState, JobStatus
 from core.store import results as R
 from core.store.db import Store
 from core.store.schema import MIGRATIONS
@@ -265,3 +267,16 @@ def test_metadata_keys_are_keys_never_json_paths(tmp_path):
     side = compare.Side(job_id=job.job_id, field="metadata:$.x", value="dotted")
     other = compare.Side(job_id=job.job_id, field="metadata:$[", value="open")
     assert len(compare.pairs(db, side, other, key="model")) == 1  # k2 against k1
+
+
+def test_a_job_without_results_says_why_by_its_state():
+    def why(state: JobState, **fields) -> str:
+        return R.no_results_reason(JobStatus(state=state, **fields))
+
+    assert "worker stopped" in why(JobState.RUNNING, heartbeat_at=None)  # interrupted
+    assert "no results yet" in why(JobState.RUNNING, heartbeat_at=time.time())
+    assert "no results yet" in why(JobState.QUEUED)
+    assert "completed without a result" in why(JobState.COMPLETED)
+    assert "cancelled before" in why(JobState.CANCELLED)
+    assert "completion window ended" in why(JobState.EXPIRED)
+    assert "failed before" in why(JobState.FAILED)

@@ -21,6 +21,7 @@ from core.store.review import (
     pass_rate,
     progress,
     record_label,
+    reviewer_rows,
     save_label,
     tally,
     wilson,
@@ -85,6 +86,11 @@ def test_progress_and_pass_rate_of_a_sample(db):
     assert low < 2 / 3 < high
     assert "67% pass (2 of 3; 95% CI" in rate.describe()
     assert pass_rate(store, sample_id, "nobody").describe() == "no pass/fail verdicts yet"
+    rows = reviewer_rows(store, sample_id, ["ana", "nobody"])
+    assert rows == [
+        {"reviewer": "ana", "labelled": 3, "of": 4, "pass rate": rate.describe()},
+        {"reviewer": "nobody", "labelled": 0, "of": 4, "pass rate": "no pass/fail verdicts yet"},
+    ]
 
 
 def test_wilson_interval_matches_the_textbook_values():

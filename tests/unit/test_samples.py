@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pydantic import ValidationError
 
@@ -18,6 +20,7 @@ from core.store.samples import (
     list_samples,
     quotas,
     sample_items,
+    samples_of_job,
 )
 from tests.support.jobs import finished_job
 
@@ -113,3 +116,19 @@ def test_bad_sample_requests_get_clear_messages(db):
         SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=0)
     with pytest.raises(ValidationError, match="method"):
         SampleDefinition(filter=ResultFilter(job_ids=[job_id]), method="everything")
+
+
+def test_the_samples_of_a_job_are_those_drawn_from_its_results_in_list_order():
+    def definition(*job_ids: str) -> str:
+        d = SampleDefinition(filter=ResultFilter(job_ids=list(job_ids)))
+        return json.dumps(d.model_dump(mode="json"))
+
+    samples = pd.DataFrame(  # as list_samples gives them: newest first
+        {
+            "sample_id": ["s4", "s3", "s2", "s1"],
+            "definition": [definition("a", "b"), definition("b"), "{}", definition("a")],
+        }
+    )
+    assert samples_of_job(samples, "a") == ["s4", "s1"]
+    assert samples_of_job(samples, "b") == ["s4", "s3"]
+    assert samples_of_job(samples, "gone") == [] == samples_of_job(samples, None)

@@ -14,6 +14,7 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestInput
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
 from core.check import check_file
+from core.check.engine_requests import ScoreRequest
 from core.check.requests import parse_request
 from core.check.sampling import RequestError
 from core.check.scoring import MAX_DOCUMENTS
@@ -31,7 +32,7 @@ def test_score_and_rerank_lines_in_vllms_shapes_pass(name: str):
     line = _line(name, url, body)
     BatchRequestInput.model_validate(line)  # vLLM's batch runner reads the same line
     request = parse_request(url, name, line["body"], JobDefaults())
-    assert request.is_embedding and request.inputs
+    assert isinstance(request, ScoreRequest) and request.inputs
     assert len(request.inputs) - request.queries >= 1
 
 

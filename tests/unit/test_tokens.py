@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.check.requests import EngineRequest
+from core.check.engine_requests import CompletionRequest
 from core.check.tokens import TokenCounter, TokenizerError, load_counter
 from tests.support.tokens import CONVERSATIONS, EXTENDED_TEMPLATE, MODEL, chat
 
@@ -40,7 +40,7 @@ def test_counts_match_the_models_chat_template_and_tokenizer() -> None:
 
 def test_a_completions_prompt_is_counted_without_a_template() -> None:
     counter = TokenCounter(MODEL)
-    prompt = EngineRequest("p", [], {"max_tokens": 1}, prompt="Once upon a time")
+    prompt = CompletionRequest(custom_id="p", sampling={"max_tokens": 1}, prompt="Once upon a time")
     expected = len(counter.tokenizer.encode("Once upon a time", add_special_tokens=True).ids)
     assert counter.count_requests([prompt]) == [expected]
 
