@@ -21,8 +21,13 @@ import psutil
 
 # How often the load is read. A reading is two /proc reads; a change costs one RPC.
 CHECK_SECONDS = 2.0
-# A core counts as taken when other processes use more than half of it.
+# A core counts as taken when other processes use more than half of it...
 TAKEN = 0.5
+# ...but the engine gives a thread up only past three quarters of a core, and takes it back
+# only below a quarter: a neighbour near the half (a test's or a page's polling) would
+# otherwise flip the threads at every check, and the engine's pace with them.
+GIVE_UP_AT = 0.75
+TAKE_BACK_BELOW = 0.25
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +71,10 @@ def _own_seconds(processes: list[psutil.Process]) -> float:
     return total
 
 
-def threads_for(cores: int, others: float) -> int:
-    """The threads to run on ``cores`` beside ``others`` cores' worth of other work."""
-    taken = int(others + 1 - TAKEN)
+def threads_for(cores: int, others: float, taken_from: float = TAKEN) -> int:
+    """The threads to run on ``cores`` beside ``others`` cores' worth of other work, a core
+    counting as taken past ``taken_from`` of it."""
+    taken = int(others + 1 - taken_from)
     return max(1, cores - taken)
 
 
@@ -120,7 +126,9 @@ class CpuThreads:
             return
         wall = reading[0] - last[0]
         others = max(0.0, (reading[1] - last[1]) - (reading[2] - last[2])) / wall
-        wanted = min(self.ceiling, threads_for(len(self.cores), others))
+        fewer = min(self.ceiling, threads_for(len(self.cores), others, GIVE_UP_AT))
+        more = min(self.ceiling, threads_for(len(self.cores), others, TAKE_BACK_BELOW))
+        wanted = fewer if fewer < self.threads else max(more, self.threads)
         if wanted != self.threads:
             log.info(
                 "CPU threads %d -> %d: other processes use %.1f of %d cores",

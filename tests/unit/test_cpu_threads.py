@@ -157,3 +157,24 @@ def test_thread_control_sets_the_threads_torch_runs() -> None:
         assert torch.get_num_threads() == 1
     finally:
         torch._C.set_num_threads(before)
+
+
+def test_a_neighbour_near_half_a_core_does_not_flip_the_threads(monkeypatch) -> None:
+    """A poller at 0.4-0.6 of a core (seen flipping 2 -> 1 -> 2 every few seconds, the
+    engine's pace with it): the threads stay until a core is clearly taken or freed."""
+    threads, applied, machine = two_cores(monkeypatch)
+    threads.check()
+    for others in (0.55, 0.45, 0.6, 0.4):
+        machine.run(CHECK_SECONDS, engine=1.5, others=others)
+        threads.check()
+    assert applied == []
+    machine.run(CHECK_SECONDS, engine=1.0, others=0.9)
+    threads.check()
+    assert applied == [1]
+    for others in (0.4, 0.3, 0.5):
+        machine.run(CHECK_SECONDS, engine=1.0, others=others)
+        threads.check()
+    assert applied == [1]
+    machine.run(CHECK_SECONDS, engine=1.0, others=0.1)
+    threads.check()
+    assert applied == [1, 2]
