@@ -59,6 +59,25 @@ def test_the_speed_counts_from_the_engines_first_token_not_from_a_heartbeat() ->
     assert rates(samples, status).tokens_per_s == pytest.approx(1_000 / 10)
 
 
+def test_the_speed_counts_from_when_every_prompt_is_in_the_engine() -> None:
+    # 150 chats on an AVX2 EPYC: 107 tokens at t=1.4 with 42 prompts still waiting, whose
+    # step took 2 s; then ~290 tokens/s. Counted from t=1.4 the speed read 185 at t=9.5
+    # for a true 261 over the job, from t=5.4 (every prompt in) 256.
+    status = running_status(total=150, generated_tokens=1_607, expected_output_tokens=12_000)
+    status.first_token_at = 0.0
+    samples = [
+        {"t": 1.4, "done": 0, "output_tokens": 107, "engine": {"running": 108, "waiting": 42}},
+        {"t": 3.4, "done": 0, "output_tokens": 107, "engine": {"running": 108, "waiting": 42}},
+        {"t": 5.4, "done": 0, "output_tokens": 557, "engine": {"running": 150, "waiting": 0}},
+        {"t": 7.5, "done": 0, "output_tokens": 1_007, "engine": {"running": 150, "waiting": 0}},
+        {"t": 9.5, "done": 0, "output_tokens": 1_607, "engine": {"running": 150, "waiting": 0}},
+    ]
+    samples.insert(0, {"t": -0.6, "done": 0, "output_tokens": 0})
+    assert rates(samples, status).tokens_per_s == pytest.approx(1_050 / 4.1)
+    # While prompts still wait, the speed counts from the first sample with tokens.
+    assert rates(samples[:4], status).tokens_per_s == pytest.approx(450 / 4.0)
+
+
 def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> None:
     # A warm engine answered 39 requests (1,170 tokens) in 1.5 s: one sample, none moved.
     status = JobStatus(
