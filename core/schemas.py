@@ -284,6 +284,9 @@ class JobSpec(Model):
     # The urls of its lines (e.g. /v1/embeddings), recorded when it was submitted: what
     # kind of job it is ([]: a job made before they were recorded).
     endpoints: list[str] = Field(default_factory=list)
+    # Deterministic requests take answers the studio already computed (core/reuse); off,
+    # every request runs on the engine.
+    reuse: bool = True
 
     @field_validator("name")
     @classmethod
@@ -422,7 +425,12 @@ class JobStatus(Model):
     # (core/jobs/recovery.py); a job that keeps killing its worker fails instead.
     interruptions: int = 0
     job_seconds: float | None = None  # running time over all runs (elapsed: this run's)
-    run_done: int = 0  # results this run wrote
+    # Answers taken from earlier results or from a duplicate in the job (core/reuse), over
+    # all runs, and their output tokens: counted in the totals above, never computed.
+    reused: int = 0
+    reused_prompt_tokens: int = 0
+    reused_completion_tokens: int = 0
+    run_done: int = 0  # results this run's engine made (reused answers not counted)
     run_completion_tokens: int = 0  # output tokens of this run's answers
     # When this run's first output token came, from the engine's own step (epoch seconds):
     # the live speed counts from it (core/run/monitoring.py), not from a heartbeat.

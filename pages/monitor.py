@@ -19,6 +19,7 @@ from core.run.progress import (
     interrupted_text,
     job_seconds,
     nothing_to_watch,
+    reused_text,
     work_text,
 )
 from core.schemas import JobStatus
@@ -186,6 +187,8 @@ def run_notes(status: JobStatus, final: bool) -> None:
             f"{status.run_done:,} results, {status.run_completion_tokens:,} output tokens "
             f"in {duration(status.elapsed_seconds)}."
         )
+    if status.reused:
+        st.caption(reused_text(status))
     if status.message and not status.interrupted:  # a dead worker's last words mislead
         st.caption(escape(status.message))
     if status.error:

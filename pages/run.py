@@ -84,6 +84,7 @@ class RunChoices(NamedTuple):
     defaults: JobDefaults
     where: Where
     output_uri: str
+    reuse: bool
     invalid: InvalidLines
 
 
@@ -284,6 +285,19 @@ def results_destination() -> str:
     ).strip()
 
 
+def reuse_answers() -> bool:
+    """Whether deterministic requests take the answers earlier jobs already made."""
+    return st.checkbox(
+        "Reuse answers already made",
+        value=True,
+        help="A request at temperature 0 or with a seed, and every embeddings, score or rerank "
+        "request, that an earlier job ran on the same model and settings takes that answer "
+        "instead of running again, and a request repeated in this file runs once. Off: every "
+        "request runs on the engine.",
+        key="run_reuse",
+    )
+
+
 def invalid_lines(report: CheckReport) -> InvalidLines:
     """What Start would refuse, and the choice to run only the valid lines."""
     skip_invalid = False
@@ -331,6 +345,7 @@ def start_button(batch: CheckedBatch, choices: RunChoices) -> None:
         owner=signed_in_user(),
         name=choices.name if choices.name.strip() else None,
         output_path=choices.output_uri or None,
+        reuse=choices.reuse,
     )
     try:
         if choices.where.problems:
@@ -367,6 +382,7 @@ choices = RunChoices(
     defaults=job_defaults(batch.defaults),
     where=where_to_run(),
     output_uri=results_destination(),
+    reuse=reuse_answers(),
     invalid=invalid_lines(report),
 )
 estimate_section(batch.estimate)

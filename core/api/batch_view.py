@@ -144,7 +144,8 @@ def batch_of(job: JobFolder) -> dict:
         "model": Path(spec.engine.model).name,
         "usage": {
             "input_tokens": status.prompt_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
+            # A reused answer's prompt was not read again: cached, as OpenAI counts it.
+            "input_tokens_details": {"cached_tokens": status.reused_prompt_tokens},
             "output_tokens": status.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": status.prompt_tokens + status.completion_tokens,

@@ -272,6 +272,7 @@ def create_job(
     metadata: dict[str, str] | None = None,
     batch: BatchOrigin | None = None,
     endpoints: list[str] | None = None,
+    reuse: bool = True,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
@@ -306,6 +307,7 @@ def create_job(
         metadata=dict(metadata or {}),
         batch=batch,
         endpoints=sorted(endpoints or ()),
+        reuse=reuse,
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

@@ -116,16 +116,17 @@ class OutputWriter:
         self._chain = _last_chain(path)
         self._handle = path.open("ab", buffering=0)  # no buffer to flush again on close
 
-    def write(self, lines: Iterable[dict[str, Any]]) -> None:
-        """Appends the lines and fsyncs them. On an error (a full disk) the file is cut
-        back to where it was, so it never ends in a torn line, and the error is raised."""
+    def write(self, lines: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
+        """Appends the lines and fsyncs them; returns where each lies (offset, length).
+        On an error (a full disk) the file is cut back to where it was, so it never ends
+        in a torn line, and the error is raised."""
         chain, parts = self._chain, []
         for line in lines:
             content = json.dumps(line, ensure_ascii=False).encode("utf-8")
             chain = chain_hash(chain, content)
             parts.append(content[:-1] + _CHAIN_PREFIX + chain.encode() + b'"}\n')
         if not parts:
-            return
+            return []
         fd, data = self._handle.fileno(), memoryview(b"".join(parts))
         start = os.fstat(fd).st_size
         try:
@@ -136,6 +137,11 @@ class OutputWriter:
             os.ftruncate(fd, start)  # frees what it took: always possible
             raise
         self._chain = chain
+        spans = []
+        for part in parts:
+            spans.append((start, len(part)))
+            start += len(part)
+        return spans
 
     def close(self) -> None:
         self._handle.close()

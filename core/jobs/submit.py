@@ -99,6 +99,7 @@ class Submission:
     judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
     metadata: dict[str, str] = field(default_factory=dict)  # the submitter's labels
     batch: BatchOrigin | None = None  # made through the Batch API: what it asked for
+    reuse: bool = True  # deterministic requests take answers already made (core/reuse)
 
 
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
@@ -259,6 +260,7 @@ def submit(
         metadata=s.metadata,
         batch=s.batch,
         endpoints=[url for url, lines in report.urls.items() if lines],
+        reuse=s.reuse,
     )
     job.write_refusals(_refusals(report))
     return Started(job, start_worker(job))

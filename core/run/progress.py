@@ -98,3 +98,15 @@ def final_summary(status: JobStatus) -> str:
         f"{made} in {duration(job_seconds(status))}"
         + (f" over {status.runs} runs." if status.runs > 1 else ".")
     )
+
+
+def reused_text(status: JobStatus) -> str:
+    """What reuse saved the job ("" when nothing was reused)."""
+    if not status.reused:
+        return ""
+    share = status.reused / status.total if status.total else 0.0
+    return (
+        f"{status.reused:,} answers ({share:.0%}) came from earlier results or from the same "
+        f"request earlier in the file: {status.reused_completion_tokens:,} output tokens "
+        "not computed."
+    )

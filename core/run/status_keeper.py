@@ -16,6 +16,7 @@ from core.files import write_atomic_into
 from core.jobs.delivery import deliver
 from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable, draining_message
 from core.jobs.output_file import OutputWriter, complete_lines
+from core.reuse.index import KeyWriter
 from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_samples, progress_sample
@@ -131,12 +132,18 @@ class StatusKeeper:
             for line in lines:
                 cid = line["custom_id"]
                 self._outstanding -= self._pending.pop(cid, (0, 0))[0]
-                s.run_done += 1
+                reused = line.get("reused_from") is not None
+                s.run_done += not reused  # this run's pace is the engine's: its own lines
                 if line["error"] is None:
                     prompt_tokens, completion_tokens = token_usage(line)
                     s.prompt_tokens += prompt_tokens
                     s.completion_tokens += completion_tokens
-                    s.run_completion_tokens += completion_tokens
+                    if reused:
+                        s.reused += 1
+                        s.reused_prompt_tokens += prompt_tokens
+                        s.reused_completion_tokens += completion_tokens
+                    else:
+                        s.run_completion_tokens += completion_tokens
                     s.embedded += len(line["response"]["body"].get("data") or ())
                     self.succeeded.add(cid)
                     self.failed.discard(cid)
@@ -153,7 +160,14 @@ class StatusKeeper:
         totals = success_totals(self.job.output)
         with self._lock:
             s = self.status
-            s.prompt_tokens, s.completion_tokens, s.embedded = totals
+            (
+                s.prompt_tokens,
+                s.completion_tokens,
+                s.embedded,
+                s.reused,
+                s.reused_prompt_tokens,
+                s.reused_completion_tokens,
+            ) = totals
         self.count([])
 
     def expect(
@@ -347,22 +361,23 @@ class _Response(msgspec.Struct):
 class _Success(msgspec.Struct):
     custom_id: str = ""
     response: _Response | None = None
+    reused_from: msgspec.Raw | None = None  # an answer made earlier (core/reuse/plan.py)
 
 
 _decode_success = msgspec.json.Decoder(_Success).decode
 
 
-def success_totals(path: Path) -> tuple[int, int, int]:
-    """``(prompt tokens, output tokens, texts embedded)`` of the successes in an
-    ``output.jsonl``, each request counted once (as :func:`token_usage` reads a line),
-    read a bounded piece at a time."""
-    prompt = completion = embedded = 0
+def success_totals(path: Path) -> tuple[int, int, int, int, int, int]:
+    """``(prompt tokens, output tokens, texts embedded, answers reused, their prompt
+    tokens, their output tokens)`` of the successes in an ``output.jsonl``, each request
+    counted once (as :func:`token_usage` reads a line), read a bounded piece at a time."""
+    prompt = completion = embedded = reused = reused_prompt = reused_completion = 0
     seen: set[str] = set()
     offset = 0
     while True:
         raws, after = complete_lines(path, offset)
         if after == offset:
-            return prompt, completion, embedded
+            return prompt, completion, embedded, reused, reused_prompt, reused_completion
         offset = after
         for raw in raws:
             try:
@@ -373,31 +388,44 @@ def success_totals(path: Path) -> tuple[int, int, int]:
                 continue
             seen.add(line.custom_id)
             body = line.response.body
+            read = output = 0
             if body.usage is not None:
                 usage = body.usage
-                prompt += (
-                    usage.input_tokens if usage.input_tokens is not None else (usage.prompt_tokens)
-                )
-                completion += (
+                read = usage.input_tokens if usage.input_tokens is not None else usage.prompt_tokens
+                output = (
                     usage.output_tokens
                     if usage.output_tokens is not None
                     else (usage.completion_tokens)
                 )
+            prompt, completion = prompt + read, completion + output
             embedded += len(body.data or ())
+            if line.reused_from is not None:
+                reused += 1
+                reused_prompt, reused_completion = reused_prompt + read, reused_completion + output
 
 
 class ResultWriters:
-    """Successes to ``output.jsonl``, failures to ``errors.jsonl``; counted once durable."""
+    """Successes to ``output.jsonl``, failures to ``errors.jsonl``; counted once durable.
+    A success whose request has a key in ``keys`` (custom_id -> key) is indexed under it
+    (:mod:`core.reuse.index`), for later jobs to reuse."""
 
     def __init__(self, job: JobFolder, keeper: StatusKeeper) -> None:
         self.output = OutputWriter(job.output)
         self.errors = OutputWriter(job.errors)
+        self.index = KeyWriter(job)
+        self.keys: dict[str, bytes] = {}
         self.keeper = keeper
 
     def write(self, lines: list[dict]) -> None:
-        self.output.write(line for line in lines if line["error"] is None)
+        successes = [line for line in lines if line["error"] is None]
+        spans = self.output.write(successes)
         self.errors.write(line for line in lines if line["error"] is not None)
         self.keeper.count(lines)
+        self.index.add(
+            (self.keys[line["custom_id"]], *span)
+            for line, span in zip(successes, spans, strict=True)
+            if line["custom_id"] in self.keys
+        )
 
     def close(self) -> None:
         self.output.close()

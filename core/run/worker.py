@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from core.check import scan
-from core.check.engine_requests import EngineRequest, GeneratedRequest, PooledRequest
+from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.devices import gpu_count
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, draining_message
@@ -42,6 +42,8 @@ from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.jobs.recovery import requeue_interrupted
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
+from core.reuse.keys import RequestKeys, model_folder
+from core.reuse.plan import ReusePlan, plan_reuse
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
@@ -90,10 +92,10 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         keeper.update(total=len(ledger.ids))
         writers = ResultWriters(job, keeper)
         keeper.seed(ledger.succeeded, set(ledger.failed))
-        pending, invalid = _to_run(job, spec, ledger, retry, shard)
+        pending, invalid, keys = _to_run(job, spec, ledger, retry, shard)
         writers.write(invalid)
         keeper.update(message="loading the model")
-        ended = _run_pending(spec, pending, writers, keeper) if pending else "completed"
+        ended = _run_pending(spec, pending, keys, writers, keeper) if pending else "completed"
         if ended == "expired":
             keeper.finish("expired", "the completion window ended; pending requests expired")
             return keeper.status
@@ -130,16 +132,23 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     return keeper.status
 
 
+def _on_gpu(spec: JobSpec) -> bool:
+    return bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
+
+
 def _to_run(
     job: JobFolder, spec: JobSpec, ledger: Ledger, retry: bool, shard: int | None
-) -> tuple[list[EngineRequest], list[dict]]:
-    """The requests this run sends to the engine, and the result lines of the invalid ones
-    (never run: their error is their result)."""
+) -> tuple[list[EngineRequest], list[dict], dict[str, bytes]]:
+    """The requests this run has to answer, the result lines of the invalid ones (never
+    run: their error is their result), and the reuse key of each deterministic request
+    (:mod:`core.reuse`), taken before a request sent to Ray replicas loses its body."""
     rerun = set(ledger.retryable()) if retry else set(ledger.missing)
     if retry and shard is not None:
         rerun &= set(shard_ids(ledger, spec.shard_size, shard))
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
+    keys: dict[str, bytes] = {}
+    reuse_keys = RequestKeys(spec, _on_gpu(spec))
     seen: set[str] = set()
     refused = job.read_refusals()  # what the submission's check found against the models
     keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
@@ -150,6 +159,8 @@ def _to_run(
         seen.add(custom_id)
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
+            if (key := reuse_keys.of(checked.request)) is not None:
+                keys[custom_id] = key
             pending.append(keep(checked.request) if keep else checked.request)
         elif problem is not None and custom_id not in ledger.failed:
             message = f"line {checked.line_no}: {problem['message']}"
@@ -169,7 +180,7 @@ def _to_run(
             invalid.append(
                 error_line(custom_id, "invalid_request", message, line=checked.line_no, param=param)
             )
-    return pending, invalid
+    return pending, invalid, keys
 
 
 def _finish(job: JobFolder, keeper: StatusKeeper) -> None:
@@ -202,11 +213,37 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
     groups: dict[str, list[EngineRequest]] = {}
     for request in pending:
-        pooled = isinstance(request, PooledRequest)
-        default = spec.embedding_folder if pooled else spec.engine.model
-        folder = spec.model_map.get(request.model or "") or default
-        groups.setdefault(folder, []).append(request)
+        groups.setdefault(model_folder(spec, request), []).append(request)
     return groups
+
+
+def _reuse(
+    spec: JobSpec,
+    groups: dict[str, list[EngineRequest]],
+    keys: dict[str, bytes],
+    writers: ResultWriters,
+    keeper: StatusKeeper,
+) -> dict[str, ReusePlan]:
+    """Writes the answers earlier jobs made (before any model loads) and returns, for each
+    model, what its engine still computes (:mod:`core.reuse.plan`)."""
+    plans = {}
+    for folder, requests in groups.items():
+        plan = plan_reuse(
+            requests,
+            keys,
+            jobs_dir=keeper.job.path.parent,
+            job_id=keeper.job.job_id,
+            model_name=spec.on_model(folder).engine.model_name,
+        )
+        for problem in plan.problems.values():
+            keeper.note(f"an earlier answer was not reused, its request runs again: {problem}")
+        writers.keys.update(plan.keys)
+        writers.write(plan.reused)
+        plans[folder] = plan
+    reused = sum(plan.reused_count for plan in plans.values())
+    if reused:
+        keeper.note(f"{reused:,} answers come from earlier results or duplicates in the job")
+    return plans
 
 
 def _cancelled_message(status: JobStatus, drained: bool) -> str:
@@ -244,13 +281,21 @@ def _expect(
 
 
 def _run_pending(
-    spec: JobSpec, pending: list[EngineRequest], writers: ResultWriters, keeper: StatusKeeper
+    spec: JobSpec,
+    pending: list[EngineRequest],
+    keys: dict[str, bytes],
+    writers: ResultWriters,
+    keeper: StatusKeeper,
 ) -> str:
-    """Runs the requests, model by model; returns how it ended: ``completed``, ``expired``
-    or ``cancelled`` (a cancel drained the engine)."""
+    """Runs the requests, model by model, each answer already made taken instead
+    (``keys``: see :func:`_to_run`); returns how it ended: ``completed``, ``expired`` or
+    ``cancelled`` (a cancel drained the engine)."""
     home = keeper.job.path.parent.parent
     left = {r.custom_id for r in pending}
-    groups = _by_model(spec, pending)
+    plans = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
+    for plan in plans.values():
+        left.difference_update(line["custom_id"] for line in plan.reused)
+    groups = {folder: plan.to_run for folder, plan in plans.items() if plan.to_run}
     records = {folder: model_record(Path(folder).name, home) for folder in groups}
     _expect(keeper, groups, records)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
@@ -268,8 +313,7 @@ def _run_pending(
             message=f"loading the model{part}",
             measured_load_seconds=records[folder].load_seconds,
         )
-        on_gpu = bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
-        engine = fit_to_requests(group.engine, requests, on_gpu, loaded=POOL.held)
+        engine = fit_to_requests(group.engine, requests, _on_gpu(spec), loaded=POOL.held)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
         if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
             executor.notify = keeper.note
@@ -283,11 +327,12 @@ def _run_pending(
         STOP.executor = executor
         measure = RunMeasure(requests)
         try:
-            for lines in executor.run(requests):
+            for computed in executor.run(requests):
+                lines = plans[folder].expand(computed)
                 writers.write(lines)
                 keeper.first_result()
                 left.difference_update(line["custom_id"] for line in lines)
-                measure.add(lines)
+                measure.add(computed)
                 if STOP.draining:
                     s = keeper.status
                     keeper.update(state="cancelling", message=draining_message(s.in_flight, s.left))

@@ -37,6 +37,7 @@ LAYERS = {
     "plan": 2,
     "jobs": 3,
     "run": 4,
+    "reuse": 4,  # answers already made (core/reuse): the worker's, beside run/
     "store": 5,
     "qa": 6,
     "api": 6,  # the Batch API: jobs and their files in OpenAI's shapes

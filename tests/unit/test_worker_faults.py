@@ -37,7 +37,7 @@ def test_a_full_disk_fails_the_job_with_its_reason_and_keeps_what_was_written(
         if lines and len(written) >= 3:
             raise OSError(errno.ENOSPC, "No space left on device")
         written.extend(lines)
-        real_write(self, lines)
+        return real_write(self, lines)
 
     monkeypatch.setattr(OutputWriter, "write", write)
     job = make_job(tmp_path, 6)

@@ -1,0 +1,267 @@
+"""Reuse (core/reuse): what counts as the same request, the index beside each job's output,
+and the worker answering from earlier jobs and duplicates (a stand-in executor counts
+what reaches the engine)."""
+
+import json
+
+import pytest
+
+from core.check.engine_requests import ChatRequest, EmbeddingRequest
+from core.jobs.folder import JobFolder, create_job
+from core.jobs.output_file import OutputWriter
+from core.reuse.index import KEY_FILE, EarlierLineError, KeyWriter, find_earlier, read_earlier
+from core.reuse.keys import deterministic, model_identity, request_key
+from core.reuse.plan import plan_reuse
+from core.run import worker
+from core.run.outputs import Choice, Completion, answer_text, error_line, success_line
+from core.schemas import EngineConfig
+from tests.support.jobs import StandIn, request_line
+
+
+def chat(custom_id: str, text: str = "hi", **sampling) -> ChatRequest:
+    sampling = {"max_tokens": 8, "temperature": 0.0, "top_p": 1.0, **sampling}
+    return ChatRequest(
+        custom_id=custom_id, messages=[{"role": "user", "content": text}], sampling=sampling
+    )
+
+
+def answer(custom_id: str, text: str) -> dict:
+    return success_line(custom_id, "m", Completion(3, [Choice(text, "stop", 2)]))
+
+
+# -- the same request ----------------------------------------------------------------------
+
+
+def test_greedy_seeded_and_pooled_requests_are_reused_and_sampled_ones_are_not():
+    assert deterministic(chat("a"))
+    assert deterministic(chat("a", temperature=0.8, seed=7))
+    assert deterministic(EmbeddingRequest(custom_id="e", inputs=["x"]))
+    assert not deterministic(chat("a", temperature=0.8))
+    assert not deterministic(chat("a", temperature=1.0, seed=None))
+
+
+def test_a_key_is_the_request_not_its_id_nor_the_order_of_its_fields():
+    a = chat("a", stop=["\n"], seed=1)
+    b = ChatRequest(
+        custom_id="other-id",
+        model="the name the caller used",
+        messages=[{"content": "hi", "role": "user"}],
+        sampling={"seed": 1, "stop": ["\n"], "top_p": 1.0, "temperature": 0.0, "max_tokens": 8},
+        warnings=["a note of the check"],
+    )
+    assert request_key(a, "engine") == request_key(b, "engine")
+    assert request_key(a, "engine") != request_key(a, "another engine")
+    assert request_key(chat("a", "hi"), "e") != request_key(chat("a", "hi!"), "e")
+    assert request_key(chat("a", max_tokens=8), "e") != request_key(chat("a", max_tokens=9), "e")
+
+
+def test_a_model_folder_whose_files_change_is_another_engine(tmp_path, monkeypatch):
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
+    engine = EngineConfig(model=str(folder))
+    first = model_identity(folder, engine, on_gpu=False)
+    assert model_identity(folder, engine, on_gpu=False) == first  # read again: the same
+    (folder / "tokenizer_config.json").write_text('{"chat_template": "{{ other }}"}')
+    changed = model_identity(folder, engine, on_gpu=False)
+    assert changed != first
+    assert model_identity(folder, engine, on_gpu=True) != changed  # a GPU's numbers differ
+    assert model_identity(folder, engine.model_copy(update={"max_model_len": 512}), False) != (
+        changed
+    )
+
+
+# -- the index beside each output ----------------------------------------------------------
+
+
+def job_with_answers(jobs_dir, name: str, answers: dict[bytes, dict]) -> JobFolder:
+    job = JobFolder(jobs_dir / name)
+    job.path.mkdir(parents=True)
+    with OutputWriter(job.output) as writer:
+        spans = writer.write(list(answers.values()))
+    KeyWriter(job).add((key, *span) for key, span in zip(answers, spans, strict=True))
+    return job
+
+
+def test_an_answer_is_found_by_its_key_and_read_back_whole(tmp_path):
+    key_a, key_b = b"a" * 16, b"b" * 16
+    job_with_answers(tmp_path, "job_1", {key_a: answer("x", "first"), key_b: answer("y", "two")})
+    found = find_earlier(tmp_path, {key_b, b"c" * 16}, skip="job_9")
+    assert set(found) == {key_b}
+    line = read_earlier(found[key_b])
+    assert (line["custom_id"], answer_text(line)) == ("y", "two")
+    assert find_earlier(tmp_path, {key_b}, skip="job_1") == {}  # a job's own answers: skipped
+
+
+def test_the_newest_job_answers_and_a_deleted_job_takes_its_answers_with_it(tmp_path):
+    key = b"k" * 16
+    job_with_answers(tmp_path, "job_1", {key: answer("x", "old")})
+    newer = job_with_answers(tmp_path, "job_2", {key: answer("x", "new")})
+    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9")[key])) == "new"
+    import shutil
+
+    shutil.rmtree(newer.path)
+    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9")[key])) == "old"
+
+
+def test_a_torn_last_record_is_ignored_and_cut_before_the_next_one(tmp_path):
+    key = b"k" * 16
+    job = job_with_answers(tmp_path, "job_1", {key: answer("x", "kept")})
+    with (job.path / KEY_FILE).open("ab") as handle:
+        handle.write(b"torn")  # a crash mid-record
+    assert set(find_earlier(tmp_path, {key}, "job_9")) == {key}
+    KeyWriter(job).add([(b"n" * 16, 0, 1)])
+    assert (job.path / KEY_FILE).stat().st_size % 28 == 0
+
+
+def test_a_truncated_or_edited_output_is_named_and_not_reused(tmp_path):
+    key = b"k" * 16
+    job = job_with_answers(tmp_path, "job_1", {key: answer("x", "an answer")})
+    earlier = find_earlier(tmp_path, {key}, "job_9")[key]
+    raw = job.output.read_bytes()
+    job.output.write_bytes(raw[:-10])
+    with pytest.raises(EarlierLineError, match="truncated"):
+        read_earlier(earlier)
+    job.output.write_bytes(b"x" * len(raw))  # as long, but not the line its key was made for
+    with pytest.raises(EarlierLineError, match=str(job.output)):
+        read_earlier(earlier)
+
+
+# -- a run's plan ----------------------------------------------------------------------------
+
+
+def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_path):
+    requests = [chat("a", "q1"), chat("b", "q2"), chat("c", "q1"), chat("d", "q3")]
+    keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "d"}
+    job_with_answers(tmp_path, "job_1", {keys["b"]: answer("old-b", "earlier answer")})
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2")
+    assert [r.custom_id for r in plan.to_run] == ["a", "d"]
+    assert plan.copies == {"a": ["c"]}
+    (reused,) = plan.reused
+    assert reused["custom_id"] == "b"
+    assert answer_text(reused) == "earlier answer"
+    assert reused["reused_from"] == {"job": "job_1", "custom_id": "old-b"}
+    assert reused["response"]["body"]["model"] == "m2"  # the model this job names
+    lines = plan.expand([answer("a", "once"), answer("d", "own")])
+    assert [(line["custom_id"], answer_text(line)) for line in lines] == [
+        ("a", "once"),
+        ("c", "once"),
+        ("d", "own"),
+    ]
+    assert len({line["id"] for line in lines}) == 3  # each line its own id
+    assert lines[1]["reused_from"] == {"job": "job_2", "custom_id": "a"}
+    assert plan.keys == keys  # every deterministic answer is indexed under its key
+
+
+def test_a_failed_request_is_never_an_answer_and_its_duplicates_fail_with_it(tmp_path):
+    requests = [chat("a"), chat("b")]
+    keys = {r.custom_id: request_key(r, "e") for r in requests}
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m")
+    failed = plan.expand([error_line("a", "engine_error", "boom", 500)])
+    assert [(line["custom_id"], line["error"]["code"]) for line in failed] == [
+        ("a", "engine_error"),
+        ("b", "engine_error"),
+    ]
+    assert all("reused_from" not in line for line in failed)
+
+
+def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
+    requests = [chat("a", "q1"), chat("b", "q2")]
+    keys = {r.custom_id: request_key(r, "e") for r in requests}
+    old = job_with_answers(
+        tmp_path, "job_1", {keys["a"]: answer("a", "x"), keys["b"]: answer("b", "y")}
+    )
+    old.output.write_bytes(b"")
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m")
+    assert [r.custom_id for r in plan.to_run] == ["a", "b"]
+    assert list(plan.problems) == [str(old.output)]
+    assert "truncated" in plan.problems[str(old.output)]
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+class Counting(StandIn):
+    """Answers each request with its prompt reversed, and keeps what reached it."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    def run(self, requests):
+        for request in requests:
+            self.ran.append(request.custom_id)
+            text = request.messages[-1]["content"][::-1]
+            yield [success_line(request.custom_id, "m", Completion(3, [Choice(text, "stop", 2)]))]
+
+
+def greedy_job(tmp_path, prompts: dict[str, str], *, reuse: bool = True, **body) -> JobFolder:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text(
+        "".join(
+            request_line(cid, prompt, temperature=0, **body) + "\n"
+            for cid, prompt in prompts.items()
+        )
+    )
+    return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"), reuse=reuse)
+
+
+def answers(job: JobFolder) -> dict[str, str]:
+    lines = [json.loads(raw) for raw in job.output.read_text().splitlines()]
+    return {line["custom_id"]: answer_text(line) for line in lines}
+
+
+def test_a_rerun_computes_only_the_edited_lines_and_repeats_the_rest_exactly(tmp_path, monkeypatch):
+    engine = Counting()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+    prompts = {f"r{i}": f"question {i}" for i in range(6)}
+    first = greedy_job(tmp_path, prompts)
+    assert worker.run_job(first).state == "completed"
+    assert len(engine.ran) == 6
+    engine.ran.clear()
+    second = greedy_job(tmp_path, {**prompts, "r2": "question 2, edited"})
+    status = worker.run_job(second)
+    assert engine.ran == ["r2"]  # the edited line alone reached the engine
+    assert (status.state, status.succeeded, status.reused) == ("completed", 6, 5)
+    assert status.run_done == 1  # the run's pace is the engine's own
+    assert (status.reused_prompt_tokens, status.reused_completion_tokens) == (15, 10)
+    assert answers(second) == {**answers(first), "r2": "question 2, edited"[::-1]}
+    assert any("5 answers come from earlier results" in h.get("note", "") for h in status.history)
+
+
+def test_identical_requests_in_one_file_run_once_and_each_id_gets_its_line(tmp_path, monkeypatch):
+    engine = Counting()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+    job = greedy_job(tmp_path, {"a": "same", "b": "other", "c": "same", "d": "same"})
+    status = worker.run_job(job)
+    assert sorted(engine.ran) == ["a", "b"]
+    assert answers(job) == {"a": "emas", "b": "rehto", "c": "emas", "d": "emas"}
+    assert (status.succeeded, status.reused) == (4, 2)
+
+
+def test_sampled_duplicates_stay_independent_and_no_reuse_runs_everything(tmp_path, monkeypatch):
+    engine = Counting()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+    batch = tmp_path / "sampled.jsonl"
+    batch.write_text("".join(request_line(c, "same", temperature=0.9) + "\n" for c in "ab"))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    worker.run_job(job)
+    assert sorted(engine.ran) == ["a", "b"]  # each a sample of its own
+    engine.ran.clear()
+    worker.run_job(greedy_job(tmp_path, {"x": "q"}))
+    engine.ran.clear()
+    status = worker.run_job(greedy_job(tmp_path, {"x": "q", "y": "q"}, reuse=False))
+    assert sorted(engine.ran) == ["x", "y"]
+    assert status.reused == 0
+
+
+def test_monitor_says_what_reuse_saved():
+    from core.run.progress import reused_text
+    from core.schemas import JobStatus
+
+    assert reused_text(JobStatus(state="running", total=10)) == ""
+    done = JobStatus(state="completed", total=8, reused=6, reused_completion_tokens=1200)
+    text = reused_text(done)
+    assert text.startswith("6 answers (75%) came from earlier results")
+    assert "1,200 output tokens not computed" in text
