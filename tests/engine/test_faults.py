@@ -33,7 +33,7 @@ def batch(tmp_path, count):
                 "url": "/v1/chat/completions",
                 "body": {
                     "model": "m",
-                    "messages": [{"role": "user", "content": f"Count to {i % 7 + 2}."}],
+                    "messages": [{"role": "user", "content": f"Count to {i % 7 + 2} (line {i})."}],
                     "max_tokens": OUTPUT_TOKENS,
                     "min_tokens": OUTPUT_TOKENS,
                     "temperature": 0,

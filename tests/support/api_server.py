@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Iterator
 
 import openai
@@ -33,8 +34,14 @@ def client_of(server: StreamlitServer, key: str = "anything") -> openai.OpenAI:
 
 
 def chats(count: int, max_tokens: int = 8) -> io.BytesIO:
+    """``count`` greedy chats, none of them asked before on this server: each is run on
+    the engine, never answered from an earlier batch (docs/reuse.md)."""
+    batch = uuid.uuid4().hex[:8]
     lines = [
-        request_line(f"q{i}", f"Count to {i % 7 + 2}.", max_tokens=max_tokens, temperature=0)
+        request_line(
+            f"q{i}", f"Count to {i % 7 + 2} (batch {batch}, line {i}).", max_tokens=max_tokens,
+            temperature=0,
+        )
         for i in range(count)
-    ]
+    ]  # fmt: skip
     return io.BytesIO(("\n".join(lines) + "\n").encode())
