@@ -42,7 +42,7 @@ from core.plan.pricing import (
     table_from_rows,
 )
 from core.schemas import JobDefaults
-from ui.estimate import estimate_metrics
+from ui.estimate import estimate_metrics, reuse_note
 from ui.handover import CheckedBatch, hand_to_run, take_back
 from ui.model_picker import model_picker
 from ui.store import paths, through_app
@@ -433,8 +433,9 @@ def prompt_tokens(report: CheckReport, model: str) -> None:
 
 
 # -- estimate ------------------------------------------------------------------------------
-def estimate_section(report: CheckReport) -> Estimated:
-    """Tokens, time and cost of running the valid lines, and the budget's confirmation."""
+def estimate_section(report: CheckReport, settings: CheckSettings) -> Estimated:
+    """Tokens, time and cost of running the valid lines, what answers already made would
+    save, and the budget's confirmation."""
     if not (report.valid and report.by_local_model):
         return Estimated(None, False)
     st.subheader("Estimate")
@@ -457,6 +458,7 @@ def estimate_section(report: CheckReport) -> Estimated:
             else f"expected output from {model_estimate.expected_basis}"
         )
         st.caption(f"{escape(model_estimate.model)}: {made}; cost: {model_estimate.cost_basis}.")
+    reuse_note(report.path, settings.model, settings.model_map, settings.defaults, prices)
     for note in result.notes:
         st.info(escape(note))
     needs_confirmation = False
@@ -564,6 +566,6 @@ settings = check_settings()
 checked = check(chosen, settings)
 findings(checked.report)
 summary(checked.report, settings.model)
-estimated = estimate_section(checked.report)
+estimated = estimate_section(checked.report, settings)
 downloads(chosen, checked, estimated.data)
 the_way_on(chosen, checked.report, settings, estimated)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from core.plan.estimate import format_duration, load_note
-from core.plan.pricing import format_money
+from core.plan.pricing import PriceTable, format_money
+from core.reuse.forecast import forecast_reuse
+from core.schemas import JobDefaults
+from ui.store import paths
+from ui.text import escape
 
 
 def estimate_metrics(estimate: dict) -> None:
@@ -28,3 +34,36 @@ def estimate_metrics(estimate: dict) -> None:
     cost, currency = estimate["cost"], estimate.get("currency", "USD")
     # "no price" where a model has none (an estimate kept from before cost_text: the amount).
     cols[3].metric("Cost", estimate.get("cost_text") or format_money(cost, currency))
+
+
+@st.cache_data(ttl=30, show_spinner=False, max_entries=8)
+def _reuse_lines(
+    path: str, changed: tuple[int, int], model: str, model_map: tuple, defaults: str, prices: str
+) -> list[str]:
+    del changed  # in the key only: a file written again is read again
+    return forecast_reuse(
+        path,
+        model=model,
+        jobs_dir=paths().jobs,
+        prices=PriceTable.model_validate_json(prices),
+        defaults=JobDefaults.model_validate_json(defaults),
+        model_map=dict(model_map),
+    ).lines()
+
+
+def reuse_note(
+    path: str, model: str, model_map: dict[str, str], defaults: JobDefaults, prices: PriceTable
+) -> None:
+    """How many lines would take answers already made (docs/reuse.md), under the estimate,
+    which counts every line."""
+    stat = os.stat(path)
+    lines = _reuse_lines(
+        path,
+        (stat.st_size, stat.st_mtime_ns),
+        model,
+        tuple(sorted(model_map.items())),
+        defaults.model_dump_json(),
+        prices.model_dump_json(),
+    )
+    for line in lines:
+        st.caption(escape(f"Reuse: {line}."))

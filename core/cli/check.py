@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from core.check import check_file
@@ -20,6 +21,7 @@ from core.cli.common import (
     print_report,
 )
 from core.config import data_paths, default_model_dir
+from core.devices import gpu_count
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -27,6 +29,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from core.jobs.queue import models_loaded
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
+    from core.reuse.forecast import forecast_reuse
 
     file = input_file(args.file)
     model_map = model_map_of(args.map)
@@ -55,8 +58,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.budget is not None:
         prices.budget = args.budget
     result = estimate(report, prices, loaded=models_loaded(data_paths().jobs))
+    reuse = forecast_reuse(
+        file,
+        model=model or default_model_dir(),
+        jobs_dir=data_paths().jobs,
+        prices=prices,
+        defaults=defaults,
+        model_map=model_map,
+        on_gpu=gpu_count() > 0,
+    )
     data = report.to_dict()
     data["estimate"] = result.to_dict()
+    data["reuse"] = asdict(reuse)
     if args.report:
         Path(args.report).write_text(json.dumps(data, ensure_ascii=False, indent=1), "utf-8")
     if args.json:
@@ -72,6 +85,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         print("  prompt tokens not counted (no model folder with a tokenizer; see --model)")
     print("estimate:")
     for line in estimate_lines(result):
+        print(f"  {line}")
+    for line in reuse.lines():  # docs/reuse.md; `run --no-reuse` computes them all
         print(f"  {line}")
     if args.valid_out:
         print(f"valid lines written to {args.valid_out} ({report.valid})")

@@ -265,3 +265,29 @@ def test_monitor_says_what_reuse_saved():
     text = reused_text(done)
     assert text.startswith("6 answers (75%) came from earlier results")
     assert "1,200 output tokens not computed" in text
+
+
+def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch):
+    from core.plan.pricing import ModelPrice, PriceTable
+    from core.reuse.forecast import forecast_reuse
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
+    prompts = {f"r{i}": f"question {i}" for i in range(6)}
+    worker.run_job(greedy_job(tmp_path, prompts))  # each answer: 3 prompt, 2 output tokens
+    edited = tmp_path / "edited.jsonl"
+    lines = {**prompts, "r2": "question 2, edited", "copy": "question 2, edited"}
+    edited.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in lines.items()))
+    prices = PriceTable(models={"none": ModelPrice(input_per_1m=1e6, output_per_1m=2e6)})
+    forecast = forecast_reuse(
+        edited, model="/models/none", jobs_dir=tmp_path / "jobs", prices=prices
+    )
+    assert (forecast.earlier, forecast.duplicates) == (5, 1)
+    assert (forecast.prompt_tokens, forecast.completion_tokens) == (15, 10)
+    assert forecast.cost == pytest.approx(15 * 1 + 10 * 2)
+    assert forecast.seconds is None  # no run of the model was measured here
+    said = forecast.lines()
+    assert said[0].startswith("5 lines take answers earlier jobs made, saving 15 prompt")
+    assert said[1] == "1 line repeats a request earlier in the file: run once"
+    # Sampled lines, or another model, would take nothing.
+    other = forecast_reuse(edited, model="/models/other", jobs_dir=tmp_path / "jobs", prices=prices)
+    assert (other.earlier, other.duplicates, len(other.lines())) == (0, 1, 1)

@@ -1,0 +1,50 @@
+"""Upload & check says, before a run, which lines take answers already made
+(docs/reuse.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import default_model_dir
+from core.jobs.folder import create_job
+from core.run import worker
+from core.run.outputs import Choice, Completion, success_line
+from core.schemas import EngineConfig
+from tests.support.jobs import StandIn, request_line
+from tests.support.pages import open_page, shown
+
+
+class Echo(StandIn):
+    """Answers each request with its prompt (what counts here is its output and keys)."""
+
+    def run(self, requests):
+        for r in requests:
+            text = r.messages[-1]["content"]
+            yield [success_line(r.custom_id, "m", Completion(7, [Choice(text, "stop", 3)]))]
+
+
+@pytest.mark.usefixtures("default_model")
+def test_upload_and_check_says_which_lines_take_answers_already_made(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = studio_home.parent / "greedy.jsonl"
+    prompts = {f"q{i}": f"Name a colour ({i})." for i in range(4)}
+    batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
+    job = create_job(batch, studio_home / "jobs", EngineConfig(model=str(default_model_dir())))
+    assert worker.run_job(job).state == "completed"
+    # The same file, one line edited and one repeated.
+    edited = dict(prompts, q1="Name a fruit.", again="Name a fruit.")
+    batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in edited.items()))
+
+    at = open_page("upload.py")
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(str(batch)).run()
+    assert not at.exception, [e.message for e in at.exception]
+    said = [shown(c.value) for c in at.caption if shown(c.value).startswith("Reuse:")]
+    assert said == [
+        "Reuse: 3 lines take answers earlier jobs made, saving 21 prompt and 9 output tokens.",
+        "Reuse: 1 line repeats a request earlier in the file: run once.",
+    ]
