@@ -45,6 +45,7 @@ from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.reuse.keys import RequestKeys, model_folder
 from core.reuse.plan import ReusePlan, plan_reuse
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
+from core.run.engine_order import engine_order
 from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
@@ -295,7 +296,7 @@ def _run_pending(
     plans = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
     for plan in plans.values():
         left.difference_update(line["custom_id"] for line in plan.reused)
-    groups = {folder: plan.to_run for folder, plan in plans.items() if plan.to_run}
+    groups = {folder: engine_order(plan.to_run) for folder, plan in plans.items() if plan.to_run}
     records = {folder: model_record(Path(folder).name, home) for folder in groups}
     _expect(keeper, groups, records)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
