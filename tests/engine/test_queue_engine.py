@@ -18,7 +18,8 @@ def batch(path, models, count):
     for i in range(count):
         body = {
             "model": models[i % len(models)],
-            "messages": [{"role": "user", "content": f"Name a fruit ({i})."}],
+            # Prompts of this file alone: answers made before would be reused (docs/reuse.md).
+            "messages": [{"role": "user", "content": f"Name a fruit ({path.stem} {i})."}],
             "max_tokens": 6,
             "temperature": 0,
         }

@@ -172,7 +172,8 @@ def embedding_lines(path: Path, model: Path, n: int = 2) -> Path:
             "custom_id": f"e{i}",
             "method": "POST",
             "url": "/v1/embeddings",
-            "body": {"model": model.name, "input": f"Ticket {i}: refund my order."},
+            # Texts of this file alone: a file's vectors made before would be reused.
+            "body": {"model": model.name, "input": f"Ticket {i} ({path.stem}): refund my order."},
         }
         for i in range(n)
     ]

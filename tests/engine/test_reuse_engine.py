@@ -36,9 +36,7 @@ def answers(path) -> dict[str, dict]:
     return {line["custom_id"]: line for line in map(json.loads, path.read_text().splitlines())}
 
 
-def test_a_rerun_with_one_line_edited_computes_that_line_and_repeats_the_rest(
-    warm_home, tmp_path
-):
+def test_a_rerun_with_one_line_edited_computes_that_line_and_repeats_the_rest(warm_home, tmp_path):
     tag = uuid.uuid4().hex[:6]  # asked by no earlier test in the shared home
     prompts = {f"q{i}": f"Name a city ({tag}, {i})." for i in range(LINES)}
     first = tmp_path / "first.jsonl"
