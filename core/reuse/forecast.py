@@ -10,7 +10,7 @@ from core.check import scan
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, format_money, token_cost
-from core.reuse.index import EarlierLineError, find_earlier, read_earlier
+from core.reuse.index import EarlierLineError, EarlierLines, find_earlier
 from core.reuse.keys import RequestKeys, model_folder
 from core.run.outputs import token_usage
 from core.schemas import EngineConfig, JobDefaults, JobSpec
@@ -95,16 +95,17 @@ def forecast_reuse(
             first[key] = model_folder(spec, checked.request)
     earlier = find_earlier(jobs_dir, first.keys(), skip="")
     by_model: dict[str, tuple[int, int]] = {}
-    for key, source in earlier.items():
-        try:
-            line = read_earlier(source)
-        except EarlierLineError:  # the run will recompute it, and say so
-            continue
-        forecast.earlier += 1
-        prompt, completion = token_usage(line)
-        name = Path(first[key]).name
-        spent = by_model.get(name, (0, 0))
-        by_model[name] = (spent[0] + prompt, spent[1] + completion)
+    with EarlierLines() as earlier_lines:
+        for key, source in earlier.items():
+            try:
+                line = earlier_lines.read(source)
+            except EarlierLineError:  # the run will recompute it, and say so
+                continue
+            forecast.earlier += 1
+            prompt, completion = token_usage(line)
+            name = Path(first[key]).name
+            spent = by_model.get(name, (0, 0))
+            by_model[name] = (spent[0] + prompt, spent[1] + completion)
     _price(forecast, by_model, prices, home)
     return forecast
 

@@ -14,9 +14,9 @@ import json
 import os
 import struct
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 from core.jobs.folder import JobFolder
 from core.jobs.output_file import split_chain
@@ -26,9 +26,9 @@ KEY_FILE = "reuse.keys"
 _RECORD = struct.Struct(f"<{KEY_BYTES}sQI")  # key, offset of the line, its length
 
 
-@dataclass(frozen=True, slots=True)
-class Earlier:
-    """An earlier answer: the job that wrote it and where its line lies in its output."""
+class Earlier(NamedTuple):
+    """An earlier answer: the job that wrote it and where its line lies in its output (a
+    tuple: a job's start makes one per answer it reuses, up to millions)."""
 
     job: JobFolder
     offset: int
@@ -56,20 +56,28 @@ class KeyWriter:
 
 def find_earlier(jobs_dir: Path, wanted: Collection[bytes], skip: str) -> dict[bytes, Earlier]:
     """The newest earlier answer of each ``wanted`` key, over every job but ``skip``."""
-    found: dict[bytes, Earlier] = {}
     if not wanted or not jobs_dir.is_dir():
-        return found
-    # Oldest first, so a newer job's answer replaces an older one's.
+        return {}
+    jobs: list[JobFolder] = []
+    newest: dict[bytes, tuple[int, tuple[bytes, int, int]]] = {}
+    # Oldest first, so a newer job's answer replaces an older one's. Every record goes in
+    # whole, one update per job, with no test per record in Python (a job's start may
+    # look up a million).
     for folder in sorted(jobs_dir.iterdir(), key=lambda p: p.name):
         path = folder / KEY_FILE
         if folder.name == skip or not path.is_file():
             continue
         data = path.read_bytes()
-        job = JobFolder(folder)
-        end = len(data) - len(data) % _RECORD.size
-        for key, offset, length in _RECORD.iter_unpack(memoryview(data)[:end]):
-            if key in wanted:
-                found[key] = Earlier(job, offset, length)
+        whole = memoryview(data)[: len(data) - len(data) % _RECORD.size]  # not a torn last one
+        records = list(_RECORD.iter_unpack(whole))
+        numbered = zip(repeat(len(jobs)), records, strict=False)  # repeat() never ends
+        newest.update(zip([record[0] for record in records], numbered, strict=False))
+        jobs.append(JobFolder(folder))
+    found = {}
+    for key in wanted:
+        if (hit := newest.get(key)) is not None:
+            number, (_, offset, length) = hit
+            found[key] = Earlier(jobs[number], offset, length)
     return found
 
 
@@ -77,31 +85,47 @@ class EarlierLineError(ValueError):
     """An earlier job's output does not hold the answer its keys point at."""
 
 
-def read_earlier(earlier: Earlier) -> dict[str, Any]:
-    """The result line ``earlier`` points at, checked to be a whole success line.
+class EarlierLines:
+    """Reads the result lines :class:`Earlier` answers point at, each job's output opened
+    once (a rerun may take a million lines from a few jobs)."""
 
-    Raises:
-        EarlierLineError: the output is shorter than the record says (truncated), or the
-            bytes there are not a success line (edited or corrupt).
-    """
-    path = earlier.job.output
-    try:
-        with path.open("rb") as handle:
+    def __init__(self) -> None:
+        self._handles: dict[Path, BinaryIO] = {}
+
+    def __enter__(self) -> EarlierLines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles.values():
+            handle.close()
+
+    def read(self, earlier: Earlier) -> dict[str, Any]:
+        """The result line ``earlier`` points at, checked to be a whole success line.
+
+        Raises:
+            EarlierLineError: the output is shorter than the record says (truncated), or
+                the bytes there are not a success line (edited or corrupt).
+        """
+        path = earlier.job.output
+        try:
+            handle = self._handles.get(path)
+            if handle is None:
+                handle = self._handles[path] = path.open("rb")
             handle.seek(earlier.offset)
             raw = handle.read(earlier.length)
-    except OSError as exc:
-        raise EarlierLineError(f"{path} cannot be read ({exc.strerror or exc})") from exc
-    where = f"{path} at byte {earlier.offset:,}"
-    if len(raw) < earlier.length or not raw.endswith(b"\n"):
-        raise EarlierLineError(f"{where}: the file is truncated")
-    content, chain = split_chain(raw.rstrip(b"\n"))
-    try:
-        line = json.loads(content)
-    except ValueError:
-        line = None
-    line = line if isinstance(line, dict) else {}
-    response = line.get("response")
-    body = response.get("body") if isinstance(response, dict) else None
-    if chain is None or not isinstance(body, dict) or line.get("error") is not None:
-        raise EarlierLineError(f"{where}: not the result line its key was written for")
-    return line
+        except OSError as exc:
+            raise EarlierLineError(f"{path} cannot be read ({exc.strerror or exc})") from exc
+        where = f"{path} at byte {earlier.offset:,}"
+        if len(raw) < earlier.length or not raw.endswith(b"\n"):
+            raise EarlierLineError(f"{where}: the file is truncated")
+        content, chain = split_chain(raw.rstrip(b"\n"))
+        try:
+            line = json.loads(content)
+        except ValueError:
+            line = None
+        line = line if isinstance(line, dict) else {}
+        response = line.get("response")
+        body = response.get("body") if isinstance(response, dict) else None
+        if chain is None or not isinstance(body, dict) or line.get("error") is not None:
+            raise EarlierLineError(f"{where}: not the result line its key was written for")
+        return line

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.check.engine_requests import EngineRequest
-from core.reuse.index import Earlier, EarlierLineError, find_earlier, read_earlier
+from core.reuse.index import Earlier, EarlierLineError, EarlierLines, find_earlier
 
 
 def reused_line(
@@ -97,28 +97,40 @@ def plan_reuse(
     plan.keys = {r.custom_id: keys[r.custom_id] for r in requests if r.custom_id in keys}
     earlier = find_earlier(jobs_dir, set(plan.keys.values()), skip=job_id)
     first: dict[bytes, str] = {}  # key -> the custom_id of this run that computes it
-    for request in requests:
-        key = plan.keys.get(request.custom_id)
-        if key is None:
-            plan.to_run.append(request)
-        elif key in first:
-            plan.copies.setdefault(first[key], []).append(request.custom_id)
-        elif (found := _earlier(plan, earlier.get(key))) is not None:
-            line, source_job = found
-            plan.reused.append(reused_line(line, request.custom_id, source_job, model_name))
-        else:
-            first[key] = request.custom_id
-            plan.to_run.append(request)
+    with EarlierLines() as lines:
+        for request in requests:
+            _place(plan, request, earlier, first, lines)
     return plan
 
 
-def _earlier(plan: ReusePlan, source: Earlier | None) -> tuple[dict[str, Any], str] | None:
-    """The line ``source`` points at and its job's id; None where there is none, or where
-    it is broken (said in ``plan.problems``: the request runs again)."""
+def _place(
+    plan: ReusePlan,
+    request: EngineRequest,
+    earlier: dict[bytes, Earlier],
+    first: dict[bytes, str],
+    lines: EarlierLines,
+) -> None:
+    """Puts one request where its answer comes from (see :func:`plan_reuse`)."""
+    key = plan.keys.get(request.custom_id)
+    if key is None:
+        plan.to_run.append(request)
+    elif key in first:
+        plan.copies.setdefault(first[key], []).append(request.custom_id)
+    elif (line := _earlier(plan, earlier.get(key), lines)) is not None:
+        source_job = earlier[key].job.job_id
+        plan.reused.append(reused_line(line, request.custom_id, source_job, plan.model_name))
+    else:
+        first[key] = request.custom_id
+        plan.to_run.append(request)
+
+
+def _earlier(plan: ReusePlan, source: Earlier | None, lines: EarlierLines) -> dict[str, Any] | None:
+    """The line ``source`` points at; None where there is none, or where it is broken
+    (said in ``plan.problems``: the request runs again)."""
     if source is None:
         return None
     try:
-        return read_earlier(source), source.job.job_id
+        return lines.read(source)
     except EarlierLineError as exc:
         plan.problems.setdefault(str(source.job.output), str(exc))
         return None

@@ -9,7 +9,7 @@ import pytest
 from core.check.engine_requests import ChatRequest, EmbeddingRequest
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
-from core.reuse.index import KEY_FILE, EarlierLineError, KeyWriter, find_earlier, read_earlier
+from core.reuse.index import KEY_FILE, EarlierLineError, EarlierLines, KeyWriter, find_earlier
 from core.reuse.keys import deterministic, model_identity, request_key
 from core.reuse.plan import plan_reuse
 from core.run import worker
@@ -23,6 +23,11 @@ def chat(custom_id: str, text: str = "hi", **sampling) -> ChatRequest:
     return ChatRequest(
         custom_id=custom_id, messages=[{"role": "user", "content": text}], sampling=sampling
     )
+
+
+def read_earlier(earlier) -> dict:
+    with EarlierLines() as lines:
+        return lines.read(earlier)
 
 
 def answer(custom_id: str, text: str) -> dict:

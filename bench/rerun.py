@@ -1,0 +1,261 @@
+"""Benchmark: reruns cost only what changed (docs/reuse.md).
+
+    .venv/bin/python bench/rerun.py [--lines 2000] [--max-tokens 16]
+        [--parts edit,repeat,prefix,lookup] [--documents 40] [--questions 25]
+
+Every studio job runs on a warm engine (the resident worker, loaded by a warm-up job
+first); vLLM's ``run_batch`` runs as a user would run it, a process of its own. Times are
+the job's own (created to finished, from its status) and the ``core run`` process's.
+
+- ``edit``: a deterministic file (temperature 0) run, then the same file with 1 % of its
+  lines edited: the second job's time against the first's and against ``run_batch`` on the
+  edited file, and whether every unchanged answer is the first job's.
+- ``repeat``: a file whose lines repeat others 30 % of the time, run with reuse and with
+  ``--no-reuse``: the tokens the engine generated against lines x tokens, and the times.
+- ``prefix``: documents x questions, shuffled, at temperature 0: the studio (its engine
+  order) against the studio in file order (the same job with the order left as the file
+  has it) and ``run_batch``; answers compared with a second ``run_batch`` run (the engine's
+  own nondeterminism).
+- ``lookup``: 1,000,000 keys in 100 jobs' ``reuse.keys``, read cold (page cache dropped
+  where this process may): the time :func:`core.reuse.index.find_earlier` adds to a start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.scratch import scratch_folder  # noqa: E402
+from core.config import default_model_dir  # noqa: E402
+from core.jobs.engine_files import IDLE_ENV  # noqa: E402
+from core.run.engine import resolve_dtype  # noqa: E402
+
+# A job run in file order: the worker with its engine order left out (bench only).
+FILE_ORDER = (
+    "import sys; import core.run.worker as w; w.engine_order = list; "
+    "from core.cli.main import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def write(path: Path, rows: list[tuple[str, list[dict], int]]) -> Path:
+    with path.open("w") as out:
+        for cid, messages, max_tokens in rows:
+            body = {"model": "bench", "messages": messages, "max_tokens": max_tokens,
+                    "temperature": 0}  # fmt: skip
+            line = {"custom_id": cid, "method": "POST", "url": "/v1/chat/completions"}
+            out.write(json.dumps({**line, "body": body}) + "\n")
+    return path
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def studio(batch: Path, out: Path, *options: str, file_order: bool = False) -> dict:
+    """Runs ``core run``; returns its job's status and the process's and the job's time."""
+    head = ["-c", FILE_ORDER] if file_order else ["-m", "core"]
+    command = [sys.executable, *head, "run", str(batch), "-o", str(out), "--restart", *options]
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    process = time.perf_counter() - started
+    if result.returncode not in (0, 4):
+        raise SystemExit(f"core run failed:\n{result.stderr[-3000:]}")
+    job_id = next(w for w in result.stdout.split() if w.startswith("job_"))
+    home = Path(os.environ["BATCH_STUDIO_HOME"])
+    status = json.loads((home / "jobs" / job_id / "status.json").read_text())
+    created = json.loads((home / "jobs" / job_id / "job.json").read_text())["created_at"]
+    job = _at(status["finished_at"]) - _at(created)
+    return {"process": process, "job": job, "status": status}
+
+
+def _at(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def run_batch(batch: Path, out: Path) -> float:
+    dtype = resolve_dtype("auto", on_gpu=False)
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.run_batch", "-i", str(batch),
+        "-o", str(out), "--model", str(default_model_dir()), "--dtype", dtype,
+        "--served-model-name", "bench", "--seed", "0", "--enforce-eager",
+    ]  # fmt: skip
+    started = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"run_batch failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def answers(out: Path) -> dict[str, str]:
+    found = {}
+    for raw in out.read_text().splitlines():
+        line = json.loads(raw)
+        body = (line.get("response") or {}).get("body")
+        if body:
+            found[line["custom_id"]] = body["choices"][0]["message"]["content"]
+    return found
+
+
+def edit_part(work: Path, lines: int, max_tokens: int) -> None:
+    rows = [(f"e{i}", ask(f"Summarise ticket {i}: the order {9000 + i} is late."), max_tokens)
+            for i in range(lines)]  # fmt: skip
+    first = studio(write(work / "first.jsonl", rows), work / "first.out")
+    edited_ids = {f"e{i}" for i in range(0, lines, 100)}
+    rows = [(c, ask(m[0]["content"] + " Edited.") if c in edited_ids else m, t) for c, m, t in rows]
+    edited = work / "edited.jsonl"
+    second = studio(write(edited, rows), work / "edited.out")
+    peer = run_batch(edited, work / "edited.run_batch.out")
+    before, after = answers(work / "first.out"), answers(work / "edited.out")
+    same = sum(after[c] == before[c] for c in before if c not in edited_ids)
+    print(f"edit: {lines} lines, {len(edited_ids)} edited")
+    print(f"  first job {first['job']:.1f} s (process {first['process']:.1f} s)")
+    print(f"  edited job {second['job']:.1f} s (process {second['process']:.1f} s), "
+          f"{second['status']['run_done']} lines on the engine, "
+          f"{second['status']['reused']} reused")  # fmt: skip
+    print(
+        f"  edited/first: {second['job'] / first['job']:.1%} of the job's time "
+        f"({second['process'] / first['process']:.1%} of the process's); goal <= 5 %"
+    )
+    print(
+        f"  run_batch on the edited file {peer:.1f} s: {peer / second['job']:.1f}x the job's "
+        f"time ({peer / second['process']:.1f}x the process's); goal >= 20x"
+    )
+    print(f"  unchanged answers identical to the first job's: {same}/{lines - len(edited_ids)}")
+
+
+def repeat_part(work: Path, lines: int, max_tokens: int) -> None:
+    rng = random.Random(1)
+    rows: list[tuple[str, list[dict], int]] = []
+    for i in range(lines):
+        if rows and rng.random() < 0.3:
+            _, messages, limit = rng.choice(rows)
+            rows.append((f"r{i}", messages, limit))
+        else:
+            rows.append((f"r{i}", ask(f"Name a use for item {i} of {lines}."), max_tokens))
+    batch = write(work / "repeats.jsonl", rows)
+    distinct = len({json.dumps(m) for _, m, _ in rows})
+    reused = studio(batch, work / "repeats.out")
+    plain = studio(batch, work / "repeats.plain.out", "--no-reuse")
+    engine, total = (reused["status"]["run_completion_tokens"],
+                     reused["status"]["completion_tokens"])  # fmt: skip
+    print(f"repeat: {lines} lines, {distinct} distinct")
+    print(
+        f"  engine generated {engine:,} tokens for {total:,} in the answers: "
+        f"{total / max(engine, 1):.2f}x fewer; goal >= 1.3x"
+    )
+    print(
+        f"  time with reuse {reused['job']:.1f} s, without {plain['job']:.1f} s: "
+        f"{plain['job'] / reused['job']:.2f}x"
+    )
+
+
+def prefix_part(work: Path, documents: int, questions: int) -> None:
+    rng = random.Random(2)
+    words = ["order", "refund", "parcel", "invoice", "account", "password", "export", "plan"]
+    docs = [
+        f"Case file {d}. " + " ".join(rng.choice(words) for _ in range(700))
+        for d in range(documents)
+    ]
+    rows = [(f"d{d}q{q}", ask(f"{docs[d]}\n\nQuestion {q}: which word comes first?"), 8)
+            for d in range(documents) for q in range(questions)]  # fmt: skip
+    rng.shuffle(rows)
+    batch = write(work / "prefix.jsonl", rows)
+    ordered = studio(batch, work / "prefix.out", "--no-reuse")
+    in_file_order = studio(batch, work / "prefix.file.out", "--no-reuse", file_order=True)
+    peer = run_batch(batch, work / "prefix.run_batch.out")
+    peer_again = run_batch(batch, work / "prefix.run_batch2.out")
+    a, b = answers(work / "prefix.run_batch.out"), answers(work / "prefix.run_batch2.out")
+    ours = answers(work / "prefix.out")
+    print(f"prefix: {documents} documents x {questions} questions, shuffled")
+    print(
+        f"  studio (engine order) {ordered['job']:.1f} s; in file order {in_file_order['job']:.1f}"
+        f" s: {in_file_order['job'] / ordered['job']:.2f}x; goal >= 1.5x"
+    )
+    print(
+        f"  run_batch {peer:.1f} s and {peer_again:.1f} s (load included): "
+        f"{peer / ordered['job']:.2f}x the studio's job time; goal >= 1.5x"
+    )
+    print(
+        f"  answers differing between two run_batch runs: {sum(a[c] != b[c] for c in a)}; "
+        f"studio against run_batch: {sum(ours[c] != a[c] for c in a)} of {len(a)}"
+    )
+
+
+def lookup_part(work: Path, keys: int = 1_000_000, jobs: int = 100) -> None:
+    from core.reuse.index import _RECORD, find_earlier
+
+    jobs_dir = work / "lookup-jobs"
+    rng = random.Random(3)
+    wanted = set()
+    for j in range(jobs):
+        folder = jobs_dir / f"job_{j:04d}"
+        folder.mkdir(parents=True)
+        records = []
+        for _ in range(keys // jobs):
+            key = rng.randbytes(16)
+            wanted.add(key)
+            records.append(_RECORD.pack(key, 0, 100))
+        (folder / "reuse.keys").write_bytes(b"".join(records))
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        cold = "cold (page cache dropped)"
+    except OSError:
+        cold = "warm page cache (could not drop it)"
+    started = time.perf_counter()
+    found = find_earlier(jobs_dir, wanted, skip="")
+    seconds = time.perf_counter() - started
+    print(
+        f"lookup: {len(found):,} of {len(wanted):,} keys found in {seconds:.2f} s, {cold}; "
+        "goal < 2 s"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--parts", default="edit,repeat,prefix,lookup")
+    parser.add_argument("--documents", type=int, default=40)
+    parser.add_argument("--questions", type=int, default=25)
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+    os.environ.setdefault("BATCH_STUDIO_HOME", str(scratch_folder("bench-home-")))
+    os.environ[IDLE_ENV] = "900"  # the resident worker keeps the model between the jobs
+    work = scratch_folder("bench-rerun-")
+    print(f"CPU: {_cpu()}", flush=True)
+    try:
+        if set(parts) - {"lookup"}:
+            studio(write(work / "warm.jsonl", [("w", ask("Hello."), 4)]), work / "warm.out")
+        if "edit" in parts:
+            edit_part(work, args.lines, args.max_tokens)
+        if "repeat" in parts:
+            repeat_part(work, args.lines // 2, args.max_tokens)
+        if "prefix" in parts:
+            prefix_part(work, args.documents, args.questions)
+        if "lookup" in parts:
+            lookup_part(work)
+    finally:
+        subprocess.run([sys.executable, "-m", "core", "engine", "stop"], cwd=REPO,
+                       capture_output=True)  # fmt: skip
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
