@@ -384,6 +384,8 @@ def answer(item: dict[str, Any]) -> None:
         f"tokens in {item['prompt_tokens']} / out {item['completion_tokens']} · "
         f"latency {res.latency_text(item['latency_ms'])} · model {item['model']}"
     )
+    if reused := res.reused_text(item["raw"]):
+        st.caption(escape(reused))
 
 
 def address(

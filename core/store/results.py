@@ -355,6 +355,18 @@ def no_results_reason(status: JobStatus) -> str:
     return "This job has no results yet. They appear here as the worker writes them."
 
 
+def reused_text(raw: Any) -> str:
+    """Where a reused answer came from (docs/reuse.md), from its line's ``reused_from``;
+    "" for an answer the engine made for this line."""
+    source = raw.get("reused_from") if isinstance(raw, dict) else None
+    if not isinstance(source, dict):
+        return ""
+    return (
+        f"Reused: this answer was made for {source.get('custom_id')} in job {source.get('job')} "
+        "and given again, not computed (the same request, model and settings)."
+    )
+
+
 def latency_text(latency_ms: Any) -> str:
     """A result's latency for people: ``850 ms``, ``2.41 s`` or ``not recorded``."""
     if _missing(latency_ms):

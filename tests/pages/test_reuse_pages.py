@@ -48,3 +48,26 @@ def test_upload_and_check_says_which_lines_take_answers_already_made(
         "Reuse: 3 lines take answers earlier jobs made, saving 21 prompt and 9 output tokens.",
         "Reuse: 1 line repeats a request earlier in the file: run once.",
     ]
+
+
+def test_results_says_which_answer_was_reused_and_from_where(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = studio_home.parent / "twice.jsonl"
+    batch.write_text(request_line("only", "Name a colour.", temperature=0) + "\n")
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
+    engine = EngineConfig(model=str(default_model_dir()))
+    first = create_job(batch, studio_home / "jobs", engine)
+    worker.run_job(first)
+    second = create_job(batch, studio_home / "jobs", engine)
+    assert worker.run_job(second).reused == 1
+
+    at = open_page("results.py")
+    at.selectbox(key="results_job").set_value(second.job_id).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert "Name a colour." in [t.value for t in at.text]  # the answer, given again
+    said = [shown(c.value) for c in at.caption if shown(c.value).startswith("Reused:")]
+    assert said == [
+        f"Reused: this answer was made for only in job {first.job_id} and given again, not "
+        "computed (the same request, model and settings)."
+    ]
