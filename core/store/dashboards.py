@@ -75,6 +75,12 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
                count(*) FILTER (WHERE r.status = 'failed') AS failed,
                coalesce(sum(r.prompt_tokens), 0) AS tokens_in,
                coalesce(sum(r.completion_tokens), 0) AS tokens_out,
+               -- answers given again, not computed (docs/reuse.md)
+               count(r.reused_from) AS reused,
+               coalesce(sum(r.prompt_tokens) FILTER (WHERE r.reused_from IS NOT NULL), 0)
+                   AS reused_tokens_in,
+               coalesce(sum(r.completion_tokens) FILTER (WHERE r.reused_from IS NOT NULL), 0)
+                   AS reused_tokens_out,
                -- answers arrive in chunks: first to last answer time, plus one chunk
                (epoch(max(r.created_at)) - epoch(min(r.created_at))) / 3600 AS run_hours
         {_FROM} WHERE {clause}
@@ -87,22 +93,31 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
 
 def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
     """Adds ``cost`` to a summary: token prices plus GPU hours, by model, from the saved
-    price table (``core.plan.pricing``); model ``*`` prices the models not listed."""
+    price table (``core.plan.pricing``); model ``*`` prices the models not listed. Reused
+    answers' tokens were not computed: they are ``cost_saved``, not cost."""
     fallback = prices.price("*")
 
-    def cost(row: pd.Series) -> float:
+    def priced(row: pd.Series, tokens_in: float, tokens_out: float) -> float:
         price = prices.models.get(str(row.get("model")), fallback)
         if price.empty:
             return math.nan  # unknown, not free: no price was set for this model
-        tokens = (
-            row["tokens_in"] * (price.input_per_1m or 0)
-            + row["tokens_out"] * (price.output_per_1m or 0)
+        return (
+            tokens_in * (price.input_per_1m or 0) + tokens_out * (price.output_per_1m or 0)
         ) / 1e6
+
+    def cost(row: pd.Series) -> float:
+        computed_in = row["tokens_in"] - row.get("reused_tokens_in", 0)
+        computed_out = row["tokens_out"] - row.get("reused_tokens_out", 0)
         hours = row["run_hours"] if pd.notna(row["run_hours"]) else 0.0
-        return tokens + hours * (price.gpu_hour or 0)
+        price = prices.models.get(str(row.get("model")), fallback)
+        return priced(row, computed_in, computed_out) + hours * (price.gpu_hour or 0)
+
+    def saved(row: pd.Series) -> float:
+        return priced(row, row.get("reused_tokens_in", 0), row.get("reused_tokens_out", 0))
 
     out = frame.copy()
     out["cost"] = [cost(row) for _, row in out.iterrows()] if len(out) else []
+    out["cost_saved"] = [saved(row) for _, row in out.iterrows()] if len(out) else []
     return out
 
 
@@ -110,8 +125,10 @@ def summary_table(frame: pd.DataFrame, currency: str) -> pd.DataFrame:
     """A summary as the page tables it: cost as money reads ("no price" where a model has
     none: ``core.plan.pricing``), beside the group, where a wide table cannot push it out of
     sight."""
-    shown = frame.drop(columns=["cost"])
+    shown = frame.drop(columns=["cost", "cost_saved"], errors="ignore")
     shown.insert(1, f"cost ({currency})", frame["cost"].map(cost_text))
+    if "cost_saved" in frame:  # by answers given again (docs/reuse.md)
+        shown.insert(2, f"saved by reuse ({currency})", frame["cost_saved"].map(cost_text))
     return shown
 
 

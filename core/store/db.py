@@ -406,6 +406,7 @@ class Store:
                 "status", "status_code", "answer", "finish_reason", "prompt_tokens",
                 "completion_tokens", "error_code", "error_message", "raw", "model", "created_at",
                 "line_no", "prompt", "prompt_version", "metadata", "latency_ms", "search_text",
+                "reused_from",
             ]  # fmt: skip
             updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
             # Request fields ride along (failures get the job's model) so reads need no join;

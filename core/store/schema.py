@@ -292,6 +292,11 @@ MIGRATIONS: list[str] = [
     """
     CREATE TABLE job_facets (job_id VARCHAR PRIMARY KEY, lines BIGINT, facets JSON);
     """,
+    # The job a reused answer was made by (``reused_from`` of a result line, docs/reuse.md);
+    # NULL for an answer the engine made for its own line, as every line before reuse.
+    """
+    ALTER TABLE results ADD COLUMN reused_from VARCHAR;
+    """,
 ]
 
 
@@ -310,6 +315,7 @@ RESULT_SHAPE = json.dumps(
         "custom_id": "VARCHAR",
         "error": "JSON",
         "latency_ms": "INTEGER",
+        "reused_from": {"job": "VARCHAR"},
         "response": {
             "status_code": "INTEGER",
             "body": {
@@ -381,7 +387,8 @@ RESULT_COLUMNS_SQL = f"""
     raw::JSON AS raw,
     b.model AS model,
     to_timestamp(coalesce(b.created, b.created_at)) AS created_at,
-    d.latency_ms AS latency_ms
+    d.latency_ms AS latency_ms,
+    d.reused_from.job AS reused_from
 """
 REQUEST_SHAPE = json.dumps(
     {

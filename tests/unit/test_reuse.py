@@ -296,3 +296,29 @@ def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch
     # Sampled lines, or another model, would take nothing.
     other = forecast_reuse(edited, model="/models/other", jobs_dir=tmp_path / "jobs", prices=prices)
     assert (other.earlier, other.duplicates, len(other.lines())) == (0, 1, 1)
+
+
+def test_dashboards_count_answers_reused_and_price_them_as_saved(tmp_path, monkeypatch):
+    from core.plan.pricing import ModelPrice, PriceTable
+    from core.store.dashboards import Scope, summary, summary_table, with_cost
+    from core.store.db import Store
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    first = greedy_job(tmp_path, prompts)
+    worker.run_job(first)
+    second = greedy_job(tmp_path, {**prompts, "new": "another question"})
+    worker.run_job(second)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(first)
+    store.ingest(second)
+    rows = summary(store, Scope(job_ids=[first.job_id, second.job_id]))
+    rows = rows.sort_values("reused")  # the first job, then the rerun
+    assert rows["reused"].tolist() == [0, 4]
+    assert rows["reused_tokens_in"].tolist() == [0, 12]  # 3 prompt, 2 output tokens each
+    assert rows["reused_tokens_out"].tolist() == [0, 8]
+    prices = PriceTable(models={"*": ModelPrice(input_per_1m=1e6, output_per_1m=1e6)})
+    costed = with_cost(rows, prices)
+    assert costed["cost_saved"].tolist() == [0.0, 20.0]
+    assert costed["cost"].tolist() == [20.0, 5.0]  # the rerun computed one answer
+    assert "saved by reuse (USD)" in summary_table(costed, "USD").columns
