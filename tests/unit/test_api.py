@@ -98,6 +98,21 @@ def test_a_batch_is_a_job_made_by_submit_with_its_metadata_and_owner(api, keys, 
     assert [b.id for b in client.batches.list()] == [batch.id]
 
 
+def test_a_batchs_metadata_turns_reuse_off_and_a_value_it_cannot_mean_is_refused(
+    api, keys, no_worker
+):
+    client = sdk(api, keys["alice"])
+    file = client.files.create(file=("tickets.jsonl", chats(2)), purpose="batch")
+    create = dict(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
+    on = client.batches.create(**create)
+    off = client.batches.create(**create, metadata={"reuse": "FALSE"})
+    assert JobFolder(data_paths().jobs / on.id).read_spec().reuse is True
+    assert JobFolder(data_paths().jobs / off.id).read_spec().reuse is False
+    assert off.metadata == {"reuse": "FALSE"}  # echoed as sent
+    with pytest.raises(openai.BadRequestError, match=r"metadata\.reuse is 'true'"):
+        client.batches.create(**create, metadata={"reuse": "sometimes"})
+
+
 def test_a_file_with_invalid_lines_fails_the_batch_at_validation_naming_each_line(api, keys):
     client = sdk(api, keys["alice"])
     bad = batch_file(
