@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import logging
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.config import default_embedding_model_dir, default_model_dir, models_dir
-from core.files import folder_atomic, read_json
+from core.files import folder_atomic, read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +288,7 @@ def weight_manifest(folder: Path) -> dict[str, str]:
         manifest[path.name] = cache[key]
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        cache_file.write_text(json.dumps(cache))
+        write_json_atomic(cache_file, cache)  # the worker and the app write it alike
     except OSError:  # a read-only models folder only costs the cache
         pass
     return manifest
