@@ -42,6 +42,7 @@ from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.jobs.uploads import fetch_upload
 from core.model_folders import check_model_folder
+from core.run.progress import reused_text
 from core.run.ray_cluster import ray_settings
 from core.schemas import (
     NAME_MAX,
@@ -174,6 +175,8 @@ def _follow_to_end(job: JobFolder, output: str | None, worker: Popen | None) -> 
         f"job {job.job_id} {status.display_state}: {status.succeeded} succeeded, "
         f"{status.failed} failed" + (f"; output in {output}" if output else "")
     )
+    if status.reused:  # docs/reuse.md
+        print(reused_text(status))
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)
         return EXIT_JOB_FAILED

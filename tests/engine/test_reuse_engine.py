@@ -49,7 +49,9 @@ def test_a_rerun_with_one_line_edited_computes_that_line_and_repeats_the_rest(wa
     # One line edited, and one line repeated under a new id.
     write_batch(edited, {**prompts, "q3": f"Name a river ({tag}).", "again": prompts["q5"]},
                 temperature=0)  # fmt: skip
-    job = started_job(run(edited, tmp_path / "edited.out"), warm_home)
+    result = run(edited, tmp_path / "edited.out")
+    job = started_job(result, warm_home)
+    assert f"{LINES} answers (92%) came from earlier results" in result.stdout
     status = job.read_status()
     after = answers(tmp_path / "edited.out")
     assert status.run_done == 1  # the edited line alone reached the engine
