@@ -72,11 +72,13 @@ def chats_run_here(tmp_path_factory, default_model):
 
 
 def _on_ray(cluster, batch, tmp_path):
-    """The output lines of ``batch`` run on the cluster, by custom_id."""
+    """The output lines of ``batch`` run on the cluster, by custom_id: every request
+    computed there (``--no-reuse``: a local run of the same file may be in the home)."""
     ray_out = tmp_path / "ray.jsonl"
     on_ray = run_cli(
-        "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", *_ray_args(cluster)
-    )
+        "run", str(batch), "-o", str(ray_out), "--chunk-size", "2", "--no-reuse",
+        *_ray_args(cluster),
+    )  # fmt: skip
     assert on_ray.returncode == 0, on_ray.stderr[-3000:]
     return _lines(ray_out)
 
