@@ -37,8 +37,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.scratch import scratch_folder  # noqa: E402
 from core.config import default_model_dir  # noqa: E402
+from core.devices import gpu_count  # noqa: E402
 from core.jobs.engine_files import IDLE_ENV  # noqa: E402
-from core.run.engine import resolve_dtype  # noqa: E402
+from core.run.engine import configure_cpu_environment, resolve_dtype  # noqa: E402
 
 # A job run in file order: the worker with its engine order left out (bench only).
 FILE_ORDER = (
@@ -232,6 +233,8 @@ def main() -> None:
     parts = args.parts.split(",")
     os.environ.setdefault("BATCH_STUDIO_HOME", str(scratch_folder("bench-home-")))
     os.environ[IDLE_ENV] = "900"  # the resident worker keeps the model between the jobs
+    if not gpu_count():
+        configure_cpu_environment(1.0)  # run_batch's KV cache (vLLM's own sizing fails here)
     work = scratch_folder("bench-rerun-")
     print(f"CPU: {_cpu()}", flush=True)
     try:
