@@ -273,7 +273,7 @@ def weight_manifest(folder: Path) -> dict[str, str]:
         return {}
     cache_file = models_dir() / ".manifest-cache.json"
     cache = read_json(cache_file, {})
-    manifest = {}
+    manifest, hashed = {}, False
     for path in sorted(folder.iterdir()):
         if path.suffix not in MODEL_FILE_SUFFIXES:
             continue
@@ -284,8 +284,10 @@ def weight_manifest(folder: Path) -> dict[str, str]:
             with path.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 22), b""):
                     digest.update(block)
-            cache[key] = digest.hexdigest()
+            cache[key], hashed = digest.hexdigest(), True
         manifest[path.name] = cache[key]
+    if not hashed:  # read at every job's start and check: written only when it grew
+        return manifest
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(cache_file, cache)  # the worker and the app write it alike
