@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from streamlit.components.v2 import manifest_scanner
 from xdist.remote import Producer
 
 from core.store.db import Store
@@ -28,6 +30,12 @@ os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
 # loaded machine may take longer than a page's usual wait): tests assert the figures, and
 # tests/unit/test_dashboards.py sets its own wait to see "Computing…" then the figures.
 os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
+# Every AppTest start scans each installed distribution's metadata for Streamlit
+# components (1.3 s of a page test's 1.6 s here, 645 distributions); nothing is installed
+# during a test run, so one scan per process serves every AppTest.
+manifest_scanner.scan_component_manifests = functools.cache(
+    manifest_scanner.scan_component_manifests
+)
 
 PHASES = ("all", "parallel", "serial")
 TESTS = Path(__file__).parent
