@@ -333,6 +333,7 @@ def test_a_page_opened_by_its_address_on_a_fresh_server_has_the_apps_navigation(
 ) -> None:
     """A bookmark or a reload after a restart: the page shows inside app.py's navigation,
     not Streamlit's old sidebar of the `pages/` folder's file names."""
+    studio_server.restart()  # fresh: no page has run in it yet
     page = chromium_page
     page.goto(f"{studio_server.url}/results")
     expect_title(page, "Results")
@@ -362,6 +363,7 @@ def test_a_fresh_servers_sidebar_shows_only_the_apps_pages(
     """Issue 30, item 12: the first pages opened on a freshly started server list the app's
     pages from the first paint, and only them (Streamlit's old mode of a ``pages/`` folder
     would list every file in it, by file name, until app.py had run once)."""
+    studio_server.restart()  # fresh: no page has run in it yet
     page = chromium_page
     page.add_init_script(RECORD_SIDEBAR_LINKS)
     page.goto(studio_server.url)
