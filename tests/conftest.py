@@ -14,7 +14,12 @@ from xdist.remote import Producer
 from core.store.db import Store
 from tests.support.api import api, keys  # noqa: F401  (Batch API tests)
 from tests.support.api_server import served  # noqa: F401  (a running core serve)
-from tests.support.browser import chromium_page, studio_server  # noqa: F401  (browser tests)
+from tests.support.browser import (  # noqa: F401  (browser tests)
+    chromium_page,
+    module_server,
+    pytest_runtest_teardown,
+    studio_server,
+)
 from tests.support.containment import good_and_broken  # noqa: F401  (broken job folders)
 from tests.support.jobs import finished_job
 from tests.support.refused_batches import client  # noqa: F401  (an API client, in process)

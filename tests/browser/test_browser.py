@@ -47,14 +47,19 @@ ENGINE_WINDOW = re.compile(r"^Requests inside the engine at once")
 
 def long_batch(folder: Path) -> Path:
     """The sentiment sample, ``COPIES`` times over with fixed-length answers: a run long
-    enough to restart the app, cancel and kill the worker in the middle of it."""
+    enough to restart the app and cancel it in the middle of it.
+
+    Each copy's prompt differs: identical requests are answered once and the copies reuse
+    that answer, so 96 copies of 16 requests ran as 16 and job A could finish while the
+    app restarted (Monitor then showed "completed", never "running" one further)."""
     lines = (SAMPLE_DATA / "review_sentiment.jsonl").read_text(encoding="utf-8").splitlines()
-    path = folder / "review_sentiment_x6.jsonl"
+    path = folder / f"review_sentiment_x{COPIES}.jsonl"
     with path.open("w", encoding="utf-8") as handle:
         for copy in range(COPIES):
             for raw in lines:
                 request = json.loads(raw)
                 request["custom_id"] += f"#{copy}"
+                request["body"]["messages"][-1]["content"] += f" (copy {copy})"
                 request["body"]["max_tokens"] = OUTPUT_TOKENS
                 request["body"]["min_tokens"] = OUTPUT_TOKENS
                 handle.write(json.dumps(request, ensure_ascii=False) + "\n")
@@ -81,11 +86,17 @@ def one_request_at_a_time(page: Page) -> None:
 def wait_progress(page: Page, *, state: str, at_least: int, timeout: float) -> int:
     """Waits until the Monitor's live progress shows ``state`` and ``at_least`` done."""
 
+    last: list[tuple[str, int, int]] = []  # what it showed last, for the failure
+
     def reached() -> int | None:
-        shown, done, _ = monitor_progress(page)
+        last[:] = [monitor_progress(page)]
+        shown, done, _ = last[0]
         return done if shown == state and done >= at_least else None
 
-    return int(wait_for(reached, timeout, f"Monitor to show {state} with {at_least} done"))
+    try:
+        return int(wait_for(reached, timeout, f"Monitor to show {state} with {at_least} done"))
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed.msg}; it showed {last}")
 
 
 @pytest.mark.browser
@@ -333,6 +344,7 @@ def test_a_page_opened_by_its_address_on_a_fresh_server_has_the_apps_navigation(
 ) -> None:
     """A bookmark or a reload after a restart: the page shows inside app.py's navigation,
     not Streamlit's old sidebar of the `pages/` folder's file names."""
+    studio_server.restart()  # fresh: no page has run in it yet
     page = chromium_page
     page.goto(f"{studio_server.url}/results")
     expect_title(page, "Results")
@@ -362,6 +374,7 @@ def test_a_fresh_servers_sidebar_shows_only_the_apps_pages(
     """Issue 30, item 12: the first pages opened on a freshly started server list the app's
     pages from the first paint, and only them (Streamlit's old mode of a ``pages/`` folder
     would list every file in it, by file name, until app.py had run once)."""
+    studio_server.restart()  # fresh: no page has run in it yet
     page = chromium_page
     page.add_init_script(RECORD_SIDEBAR_LINKS)
     page.goto(studio_server.url)

@@ -1,7 +1,9 @@
 """What the browser tests share: a Streamlit server that can be stopped and started again on
 the same data folder, headless Debian chromium, screenshots, and a few Streamlit widgets.
 
-Its fixtures (``studio_server``, ``chromium_page``) are imported into ``tests/conftest.py``.
+Its fixtures (``studio_server``, ``chromium_page``) and its hook closing the shared chromium
+are imported into ``tests/conftest.py``. A module's tests share one server (its data folder
+emptied before each test) and the run's browser tests one chromium (a fresh context each).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from core.config import REPO_ROOT
@@ -147,6 +149,11 @@ class StreamlitServer:
         log = self.log.read_text()
         pytest.fail(f"streamlit not healthy after {SERVER_START_SECONDS} s:\n{log}")
 
+    def restart(self) -> None:
+        """A freshly started server process, on the same port and data folder."""
+        self.stop()
+        self.start()
+
     def stop(self) -> None:
         """SIGTERM to the server's process group; SIGKILL after 10 s."""
         if self.process is None or self.process.poll() is not None:
@@ -201,22 +208,41 @@ SHOTS_DIR = "BATCH_STUDIO_SHOTS_DIR"
 
 def server_folder(tmp_path: Path) -> Path:
     """``tmp_path``, or the emptied folder ``$BATCH_STUDIO_SHOTS_DIR`` (under the system's
-    temporary folder only: it is wiped for each test)."""
+    temporary folder only: it is wiped for each server)."""
     named = os.environ.get(SHOTS_DIR)
     if not named:
         return tmp_path
     folder = Path(named).resolve()
     if not folder.is_relative_to(Path(tempfile.gettempdir()).resolve()):
-        pytest.fail(f"{SHOTS_DIR}={named} is wiped by each test: name a folder under /tmp")
+        pytest.fail(f"{SHOTS_DIR}={named} is wiped by the tests: name a folder under /tmp")
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
 
 
-@pytest.fixture
-def studio_server(tmp_path: Path) -> Iterator[StreamlitServer]:
-    """The app on a free port with a private data folder; workers are killed at the end."""
-    folder = server_folder(tmp_path)
+def reset_home(home: Path) -> None:
+    """Empties a running server's data folder between tests, as a user deleting files would:
+    every file and job goes, but the folders stay (the server's watchers watch ``jobs/`` and
+    the inbox) and so does the index (``studio.duckdb``, open in the server: it forgets a
+    job whose folder is gone on the next page's run)."""
+    for entry in home.iterdir() if home.is_dir() else ():
+        if entry.name.startswith("studio.duckdb"):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            for child in entry.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+        else:
+            entry.unlink()
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer]:
+    """One app per test module (per xdist worker): a server start and the pages' first
+    imports cost seconds, paid once; ``studio_server`` resets it for each test."""
+    folder = server_folder(tmp_path_factory.mktemp("studio"))
     server = StreamlitServer(folder / "home", folder)
     try:
         server.start()
@@ -227,22 +253,76 @@ def studio_server(tmp_path: Path) -> Iterator[StreamlitServer]:
 
 
 @pytest.fixture
-def chromium_page() -> Iterator[Page]:
-    """A page of headless Debian chromium, driven by Playwright."""
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("chromium is not installed: `apt-get install chromium` (Debian's package)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_ARGS
-        )
+def studio_server(module_server: StreamlitServer) -> Iterator[StreamlitServer]:
+    """The module's app with an emptied data folder; workers are killed at the end. A test
+    may stop and start it (same port and folder): it is started again if it was left down.
+    A test that needs a freshly started server calls ``restart`` on it."""
+    server = module_server
+    if not server.running:
+        server.start()
+    reset_home(server.home)
+    try:
+        yield server
+    finally:
+        kill_workers(server.home)
+
+
+class _Chromium:
+    """The test run's one chromium (per xdist worker), started by the first page asked for.
+
+    It is closed whenever the next test is not a browser test (``pytest_runtest_teardown``):
+    a started Playwright keeps its asyncio loop marked running in the main thread, where
+    ``asyncio.run`` of a later test would refuse to start."""
+
+    playwright: Playwright | None = None
+    browser: Browser | None = None
+
+    @classmethod
+    def get(cls) -> Browser:
+        if cls.browser is None or not cls.browser.is_connected():
+            executable = shutil.which("chromium")
+            if executable is None:
+                pytest.fail("chromium is not installed: `apt-get install chromium` (Debian's)")
+            cls.close()
+            cls.playwright = sync_playwright().start()
+            cls.browser = cls.playwright.chromium.launch(
+                executable_path=executable, headless=True, args=CHROMIUM_ARGS
+            )
+        return cls.browser
+
+    @classmethod
+    def close(cls) -> None:
+        browser, playwright = cls.browser, cls.playwright
+        cls.browser = cls.playwright = None
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(30_000)
-            expect.set_options(timeout=30_000)  # a 2-core machine running an engine is slow
-            yield page
+            if browser is not None:
+                browser.close()
         finally:
-            browser.close()
+            if playwright is not None:
+                playwright.stop()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Closes the shared chromium after the last of a run of browser tests (imported into
+    tests/conftest.py, which makes it a hook)."""
+    if nextitem is None or nextitem.get_closest_marker("browser") is None:
+        _Chromium.close()
+
+
+@pytest.fixture
+def chromium_page() -> Iterator[Page]:
+    """A page of headless Debian chromium, driven by Playwright, in a fresh browser context
+    (no cookies or storage of another test); the run's one chromium is shared."""
+    browser = _Chromium.get()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        expect.set_options(timeout=30_000)  # a 2-core machine running an engine is slow
+        yield page
+    finally:
+        for opened in list(browser.contexts):  # the test's own, and any it opened beside
+            opened.close()
 
 
 # -- pages and widgets --------------------------------------------------------------------------
