@@ -138,22 +138,13 @@ def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> No
         ("{{ range(10**7) | length }}", "range of 10,000,000 items"),
     ],
 )  # fmt: skip
-@pytest.mark.serial  # times the render bound
-def test_a_runaway_template_is_that_rows_error_and_stops_within_seconds(template, expected):
-    import time
-
-    from core.plan import bounded_render
-
+def test_a_runaway_template_is_stopped_on_each_row_as_that_rows_error(template, expected):
     table = pd.DataFrame({"text": ["hello", "world"], "id": ["a", "b"]})
     spec = BuildSpec(user_template="{{ text }} " + template, id_column="id")
-    started = time.monotonic()
-    result = preview(table, spec, rows=2)
-    took = time.monotonic() - started
+    result = preview(table, spec, rows=2)  # 8e9 steps: it returns only if each row is stopped
     assert result.written == 0
     assert [p.row for p in result.problems] == [1, 2]
     assert all(expected in p.message for p in result.problems), result.problems
-    # each row stopped, not run out (a stopped render costs a fresh rendering process)
-    assert took < 2 * (bounded_render.MAX_RENDER_SECONDS + 2)
 
 
 # n**3 empty Jinja steps: past the render bound at n=2000 on any CPU (8e9 steps), instant
@@ -164,7 +155,6 @@ RUNAWAY_LOOPS = (
 )
 
 
-@pytest.mark.serial  # times the render bound
 def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
     table = pd.DataFrame({"n": [2000, 1, 2]})
     slow = RUNAWAY_LOOPS + "row {{ n }}"
@@ -173,16 +163,11 @@ def test_a_template_within_the_bounds_renders_every_row_after_a_stopped_one():
     assert [line["body"]["messages"][-1]["content"] for line in result.lines] == ["row 1", "row 2"]
 
 
-@pytest.mark.serial  # times the render bound
 def test_a_template_too_slow_on_every_row_stops_the_build_after_three_rows():
-    import time
-
     table = pd.DataFrame({"n": [2000] * 1000})
     slow = RUNAWAY_LOOPS + "x"
-    started = time.monotonic()
-    with pytest.raises(BuildError, match="ran past 2 s on 3 rows"):
+    with pytest.raises(BuildError, match="ran past 2 s on 3 rows"):  # not on a thousand
         preview(table, BuildSpec(user_template=slow), rows=1000)
-    assert time.monotonic() - started < 12  # three rows' worth, not a thousand
 
 
 EMBED = EmbedSpec(column="body", id_column="ticket_id", task="tix")

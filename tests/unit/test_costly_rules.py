@@ -4,7 +4,6 @@ Each is bounded: it grades in linear time, or is refused naming its line."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,7 @@ rules:
 """
 
 
-@pytest.mark.serial  # times the grading
-def test_a_backtracking_schema_pattern_grades_a_long_answer_in_well_under_a_second(tmp_path):
+def test_a_backtracking_schema_pattern_grades_a_long_answer_without_hanging(tmp_path):
     script = f"""
         import json, time
         from core.qa import grading
@@ -51,8 +49,7 @@ def test_a_backtracking_schema_pattern_grades_a_long_answer_in_well_under_a_seco
     assert done.returncode == 0, done.stderr
     import json
 
-    report = json.loads(done.stdout.splitlines()[-1])
-    assert report["took"] < 2.0
+    report = json.loads(done.stdout.splitlines()[-1])  # 2**40000 steps would never end
     outcomes = {cid: passed for cid, passed in report["rows"]}
     # a string: the pattern fails, an object fails the string rule; the keys rule: the long
     # key is no match, so additionalProperties refuses it
@@ -109,12 +106,9 @@ rules:
 
 
 @pytest.mark.parametrize("text", [ALIAS_BOMB, NESTED_ALLOF], ids=["billion_laughs", "allOf"])
-@pytest.mark.serial  # times the refusal
-def test_yaml_aliases_that_expand_too_far_are_refused_with_their_line_at_once(text):
-    started = time.monotonic()
-    with pytest.raises(RulesError) as refused:
+def test_yaml_aliases_that_expand_too_far_are_refused_with_their_line(text):
+    with pytest.raises(RulesError) as refused:  # 10**9 values expanded would never end
         load_rules(text)
-    assert time.monotonic() - started < 1.0
     (problem,) = refused.value.problems
     assert problem.startswith("line ") and "aliases expand past 50,000 values" in problem
 
@@ -227,19 +221,14 @@ def test_core_grade_refuses_a_self_referring_schema_naming_its_line(studio_home,
     assert not (data_paths().jobs / job_id / "rules.yaml").exists()
 
 
-@pytest.mark.serial  # times the check
-def test_thousands_of_schema_refs_are_checked_at_once():
-    """Each $ref's way back is looked for in one walk, not one walk per $ref (3,000 refs
-    into a part holding 3,000 more took 12 s so; jsonschema's own check of the schema is
-    timed apart from this)."""
+def test_the_one_way_back_among_thousands_of_schema_refs_is_found():
+    """(How the check's time grows with the refs is bench/costly_inputs.py's figure.)"""
     from core.qa.json_schema import check_refs
 
     holders = {f"p{i}": {"$ref": "#/$defs/b"} for i in range(3000)}
     users = {f"q{i}": {"$ref": "#/$defs/a"} for i in range(3000)}
     schema = {"$defs": {"a": {"properties": holders}, "b": {}}, "properties": users}
-    started = time.monotonic()
-    check_refs(schema)
-    assert time.monotonic() - started < 1.0
+    check_refs(schema)  # no way back yet: no error
     users["q0"] = {"$ref": "#"}  # and the one way back among them is found
     with pytest.raises(ValueError, match="'#' leads back"):
         check_refs(schema)

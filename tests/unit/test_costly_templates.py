@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-import time
 
 import pandas as pd
 import pytest
@@ -36,7 +35,6 @@ GIANT_CALLS = [
 
 
 @pytest.mark.parametrize("template", GIANT_CALLS)
-@pytest.mark.serial  # times the render bound
 def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(template):
     script = f"""
         import json
@@ -51,7 +49,6 @@ def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(tem
             "peak_mb": peak_mb(),
         }}))
     """
-    started = time.monotonic()
     done = run_bounded(PEAK_MB + textwrap.dedent(script), 60)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
@@ -60,7 +57,6 @@ def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(tem
     assert "more than 1,024 MB of memory" in message
     assert report["lines"] == ["ok"]  # the next row renders as usual
     assert report["peak_mb"] < 600, report  # the gigabytes were never in this process
-    assert time.monotonic() - started < 30
 
 
 def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_stays_small():
@@ -81,30 +77,23 @@ def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_st
     assert report["peak_mb"] < 600, report
 
 
-@pytest.mark.serial  # times the render bound
 def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
     slow = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}x"
     contexts = ((f"r{i}", {"answer": "a"}) for i in range(100_000))
-    started = time.monotonic()
     with pytest.raises(JudgeError) as refused:
         list(render_all(slow, contexts))
-    took = time.monotonic() - started
     assert refused.value.problems[0] == (
         f"the template ran past {MAX_RENDER_SECONDS:g} s on {MAX_SLOW_ROWS} results; "
         "make its loops smaller before judging"
     )
-    assert "result 'r2'" in refused.value.problems[-1]
-    assert took < MAX_SLOW_ROWS * (MAX_RENDER_SECONDS + 2)  # three answers, not 100,000
+    assert "result 'r2'" in refused.value.problems[-1]  # the third answer, not the 100,000th
 
 
-@pytest.mark.serial  # times the render bound
 def test_a_builder_template_too_slow_on_every_row_still_stops_after_three_rows():
     table = pd.DataFrame({"n": [10000] * 50})
     slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
-    started = time.monotonic()
-    with pytest.raises(BuildError, match=f"on {MAX_SLOW_ROWS} rows"):
+    with pytest.raises(BuildError, match=f"on {MAX_SLOW_ROWS} rows"):  # not on 50
         preview(table, BuildSpec(user_template=slow), rows=50)
-    assert time.monotonic() - started < MAX_SLOW_ROWS * (MAX_RENDER_SECONDS + 2)
 
 
 def test_a_template_error_in_the_child_still_names_its_line():

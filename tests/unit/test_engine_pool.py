@@ -37,7 +37,7 @@ from core.run.pool import (
     max_engines,
     tree_rss,
 )
-from core.run.resident import SCAN_SECONDS, Resident
+from core.run.resident import Resident
 from core.schemas import EngineConfig
 
 GIB = 1 << 30
@@ -239,17 +239,25 @@ def resident(tmp_path, monkeypatch) -> Resident:
     return Resident(tmp_path / "jobs")
 
 
-@pytest.mark.serial  # times the wait
-def test_an_idle_worker_publishes_its_state_and_exits_after_the_idle_time(resident, tmp_path):
+# The waits below tell which cause ended them by what they return and by bounds far from
+# any machine's load (a tenth of an idle time of a minute), not by timing the wait.
+
+
+def test_an_idle_worker_publishes_its_state_and_exits_no_sooner_than_the_idle_time(
+    resident, tmp_path
+):
     started = time.monotonic()
     assert resident.wait_for_work(lambda: False) is False
-    assert 0.5 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.5
     resident.close()
     assert read_state(tmp_path) is None  # gone with the worker
 
 
-@pytest.mark.serial  # times the wait
-def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path):
+def test_an_idle_worker_is_woken_by_the_mark_of_a_job_queued_meanwhile(
+    resident, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(IDLE_ENV, "60")
+    monkeypatch.setattr("core.run.resident.SCAN_SECONDS", 3600.0)  # only the mark can wake it
     queued = threading.Event()
 
     def submitted() -> None:  # what start_worker does for every submission
@@ -257,39 +265,32 @@ def test_an_idle_worker_takes_a_job_queued_meanwhile_at_once(resident, tmp_path)
         mark_queue_changed(tmp_path / "jobs")
 
     threading.Timer(0.2, submitted).start()
-    started = time.monotonic()
-    assert resident.wait_for_work(queued.is_set) is True
-    assert time.monotonic() - started < 0.45  # within a few polls, not at the idle time
+    assert resident.wait_for_work(queued.is_set) is True  # False: it idled out instead
     state = read_state(tmp_path)
     assert state is not None and state.pid == os.getpid() and state.state == "idle"
     resident.close()
 
 
-@pytest.mark.serial  # times the wait
 def test_a_job_queued_without_the_mark_is_found_by_the_periodic_scan(
     resident, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv(IDLE_ENV, "30")
+    monkeypatch.setenv(IDLE_ENV, "60")
     queued = threading.Event()
     threading.Timer(0.2, queued.set).start()  # e.g. queued by another door
-    started = time.monotonic()
-    assert resident.wait_for_work(queued.is_set) is True
-    assert time.monotonic() - started < SCAN_SECONDS + 1
+    assert resident.wait_for_work(queued.is_set) is True  # False: it idled out instead
     resident.close()
 
 
-@pytest.mark.serial  # times the wait
-def test_a_stop_command_ends_an_idle_worker(resident, tmp_path, monkeypatch):
+def test_a_stop_command_ends_an_idle_worker_before_its_idle_time(resident, tmp_path, monkeypatch):
     monkeypatch.setenv(IDLE_ENV, "60")
     threading.Timer(0.2, send_command, (tmp_path, EngineCommand(action="stop"))).start()
     started = time.monotonic()
     assert resident.wait_for_work(lambda: False) is False
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 6  # the command, not the minute's idle time
     resident.close()
 
 
-@pytest.mark.serial  # times the wait
-def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
+def test_a_typed_text_is_refused_without_waiting_while_the_engine_runs_a_job(tmp_path):
     from core.jobs.engine_files import EngineBusy, EngineState, embed_on_engine, write_state
 
     now = time.time()
@@ -302,7 +303,7 @@ def test_a_typed_text_is_refused_at_once_while_the_engine_runs_a_job(tmp_path):
     started = time.monotonic()
     with pytest.raises(EngineBusy, match="running job job_x; try again when it ends"):
         embed_on_engine(tmp_path, tmp_path / "model", ["a text"], timeout=60)
-    assert time.monotonic() - started < 1  # not after the timeout
+    assert time.monotonic() - started < 6  # refused, not timed out after its minute
     assert not list((tmp_path / "engine").glob("embed/*"))  # nothing left behind
 
 
