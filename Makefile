@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8501
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint format bench plots docs screenshots
+.PHONY: setup run test check lint format bench plots docs screenshots
 
 setup:
 	bash scripts/setup.sh
@@ -15,11 +15,17 @@ run: setup
 	$(PY) -m core serve --host $(HOST) --port $(PORT)
 
 # pytest in two phases (scripts/test.sh): the tests not marked serial on one worker per
-# core, then those marked serial alone. PYTEST_ARGS go to both.
+# core, then those marked serial alone. PYTEST_ARGS go to both. It ends with each phase's
+# wall time and the 30 slowest tests.
 test:
-	bash scripts/setup.sh --test
-	$(PY) -m ruff check .
-	PY=$(PY) bash scripts/test.sh $(PYTEST_ARGS)
+	SECONDS=0; bash scripts/setup.sh --test && $(PY) -m ruff check . && \
+		PY=$(PY) PREPARED_SECONDS=$$SECONDS bash scripts/test.sh $(PYTEST_ARGS)
+
+# The fast tier, for every change: ruff, then the unit and page tests (no engine, no
+# browser, no Ray; a few minutes).
+check:
+	SECONDS=0; bash scripts/setup.sh --test && $(PY) -m ruff check . && \
+		PY=$(PY) PREPARED_SECONDS=$$SECONDS bash scripts/test.sh --fast $(PYTEST_ARGS)
 
 lint:
 	$(PY) -m ruff check .

@@ -1,26 +1,56 @@
 #!/usr/bin/env bash
-# `make test`'s pytest, in two phases (docs/tests.md); arguments go to both, e.g. -k NAME.
+# `make test`'s and `make check`'s pytest (docs/tests.md); arguments go to pytest, e.g. -k NAME.
 #
-#   1. the tests not marked serial, on one pytest-xdist worker per core (at most 4: each
-#      may hold a loaded model); tests/conftest.py binds each worker's engines to its core
-#   2. the tests marked serial (they time something, or start a Ray cluster), alone
+#   scripts/test.sh          every test, in two phases:
+#     1. the tests not marked serial, on one pytest-xdist worker per core (at most 4: each
+#        may hold a loaded model); tests/conftest.py binds each worker's engines to its core
+#     2. the tests marked serial (they time something), alone
+#   scripts/test.sh --fast   the fast tier: tests/unit and tests/pages (no engine, no
+#                            browser, no Ray), on one worker per core
 #
-# Both phases run; a phase that selects no test (exit 5) passes unless neither selects one.
+# Every phase runs; a phase that selects no test (exit 5) passes unless none selects one.
+# At the end it prints each phase's wall time and the 30 slowest tests of the run
+# (scripts/test_report.py, from each phase's JUnit XML).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-${VENV:-.venv}/bin/python}
+
+tier=all
+if [ "${1:-}" = "--fast" ]; then tier=fast; shift; fi
 
 workers=$(nproc)
 if [ "$workers" -gt 4 ]; then workers=4; fi
 if [ "$workers" -lt 2 ]; then workers=0; fi  # one core: no worker processes
 
-"$PY" -m pytest --phase parallel -n "$workers" "$@"
-parallel=$?
-"$PY" -m pytest --phase serial "$@"
-serial=$?
+reports=$(mktemp -d)
+trap 'rm -rf "$reports"' EXIT
+statuses=()
+timings=()
+# set-up and ruff, timed by the Makefile
+if [ -n "${PREPARED_SECONDS:-}" ]; then timings+=("set-up+ruff=$PREPARED_SECONDS"); fi
 
-if [ "$parallel" = 5 ] && [ "$serial" = 5 ]; then exit 5; fi
-for status in "$parallel" "$serial"; do
+phase() {  # NAME PYTEST-ARGS...: runs one phase, noting its status and wall time
+  local name=$1 started=$SECONDS status
+  shift
+  "$PY" -m pytest --junitxml="$reports/$name.xml" "$@"
+  status=$?
+  statuses+=("$status")
+  timings+=("$name=$((SECONDS - started))")
+}
+
+if [ "$tier" = fast ]; then
+  phase fast tests/unit tests/pages -n "$workers" "$@"
+else
+  phase parallel --phase parallel -n "$workers" "$@"
+  phase serial --phase serial "$@"
+fi
+
+"$PY" scripts/test_report.py "$reports" "${timings[@]}"
+
+all_empty=1
+for status in "${statuses[@]}"; do [ "$status" = 5 ] || all_empty=0; done
+if [ "$all_empty" = 1 ]; then exit 5; fi
+for status in "${statuses[@]}"; do
   if [ "$status" != 0 ] && [ "$status" != 5 ]; then exit "$status"; fi
 done
 exit 0
