@@ -33,7 +33,8 @@ def test_upload_and_check_says_which_lines_take_answers_already_made(
     prompts = {f"q{i}": f"Name a colour ({i})." for i in range(4)}
     batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
-    job = create_job(batch, studio_home / "jobs", EngineConfig(model=str(default_model_dir())))
+    engine = EngineConfig(model=str(default_model_dir()))
+    job = create_job(batch, studio_home / "jobs", engine, reuse=True)  # its answers indexed
     assert worker.run_job(job).state == "completed"
     # The same file, one line edited and one repeated.
     edited = dict(prompts, q1="Name a fruit.", again="Name a fruit.")
@@ -57,9 +58,9 @@ def test_results_says_which_answer_was_reused_and_from_where(
     batch.write_text(request_line("only", "Name a colour.", temperature=0) + "\n")
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
     engine = EngineConfig(model=str(default_model_dir()))
-    first = create_job(batch, studio_home / "jobs", engine)
+    first = create_job(batch, studio_home / "jobs", engine, reuse=True)
     worker.run_job(first)
-    second = create_job(batch, studio_home / "jobs", engine)
+    second = create_job(batch, studio_home / "jobs", engine, reuse=True)
     assert worker.run_job(second).reused == 1
 
     at = open_page("results.py")
