@@ -72,3 +72,17 @@ def test_results_says_which_answer_was_reused_and_from_where(
         f"Reused: this answer was made for only in job {first.job_id} and given again, not "
         "computed (the same request, model and settings)."
     ]
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_runs_reuse_checkbox_opens_as_batch_studio_reuse_says(
+    setting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.config import SAMPLE_DATA
+    from ui.handover import CheckedBatch
+
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", setting)
+    batch = SAMPLE_DATA / "review_sentiment.jsonl"
+    at = open_page("run.py", checked_batch=CheckedBatch(batch, batch.name))
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.checkbox(key="run_reuse").value is (setting == "1")
