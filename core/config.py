@@ -5,6 +5,9 @@
   default ``data/`` in the checkout.
 - ``BATCH_STUDIO_MODELS``: the models folder, where the built-in models are prepared and where
   the app looks for other model folders; default ``~/.cache/batch-studio/models``.
+
+It also holds the one setting read from the environment that changes what a job does by
+default: ``BATCH_STUDIO_REUSE`` (:func:`reuse_default`).
 """
 
 from __future__ import annotations
@@ -102,3 +105,16 @@ def page_wait_seconds() -> float | None:
         return max(float(value), 0.0)
     except ValueError:
         return 0.3
+
+
+REUSE_ENV = "BATCH_STUDIO_REUSE"
+
+
+def reuse_default() -> bool:
+    """Whether a job takes the answers earlier jobs already made (core/reuse) when its
+    submitter did not say (``core run`` without ``--reuse``/``--no-reuse``, the Batch API
+    without ``metadata.reuse``, Run's checkbox as it opens): ``BATCH_STUDIO_REUSE``, on
+    unless "0". The test suite turns it off, so a test's engine runs every request it
+    sends even where an earlier test in the same home asked the same; the tests of reuse
+    turn it on for their jobs."""
+    return os.environ.get(REUSE_ENV, "1").strip() != "0"

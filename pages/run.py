@@ -9,6 +9,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from core.check import CheckReport, checked
+from core.config import reuse_default
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
 from core.jobs.uploads import fetch_upload
@@ -289,7 +290,7 @@ def reuse_answers() -> bool:
     """Whether deterministic requests take the answers earlier jobs already made."""
     return st.checkbox(
         "Reuse answers already made",
-        value=True,
+        value=reuse_default(),  # on unless BATCH_STUDIO_REUSE=0 (core/config.py)
         help="A request at temperature 0 or with a seed, and every embeddings, score or rerank "
         "request, that an earlier job ran on the same model and settings takes that answer "
         "instead of running again, and a request repeated in this file runs once. Off: every "

@@ -35,6 +35,10 @@ os.environ.setdefault("BATCH_STUDIO_ENGINE_IDLE", "0")
 # loaded machine may take longer than a page's usual wait): tests assert the figures, and
 # tests/unit/test_dashboards.py sets its own wait to see "Computing…" then the figures.
 os.environ.setdefault("BATCH_STUDIO_PAGE_WAIT", "none")
+# Jobs compute every request unless a test asks for reuse (core/config.py reuse_default):
+# in a shared home (the warm engine's, a browser server's) an earlier test's answers would
+# otherwise stand in for the engine. The tests of reuse turn it on for their jobs.
+os.environ.setdefault("BATCH_STUDIO_REUSE", "0")
 # Every AppTest start scans each installed distribution's metadata for Streamlit
 # components (1.3 s of a page test's 1.6 s here, 645 distributions); nothing is installed
 # during a test run, so one scan per process serves every AppTest.

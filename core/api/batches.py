@@ -45,7 +45,8 @@ from core.schemas import BatchOrigin, EngineConfig
 ENDPOINTS = BATCH_API_URLS
 COMPLETION_WINDOWS = {"24h": 24.0}
 METADATA_PAIRS, METADATA_KEY = 16, 64  # OpenAI's limits (METADATA_VALUE: batch_view)
-# metadata.reuse: whether deterministic requests take answers already made (core/reuse).
+# metadata.reuse: whether deterministic requests take answers already made (core/reuse);
+# absent: the studio's default (core.config.reuse_default).
 REUSE_VALUES = {"true": True, "false": False}
 LISTED_ERRORS = 1_000  # errors.data entries of a failed validation
 _BATCH_ID = "batch_"
@@ -261,16 +262,16 @@ def _request(body: Any) -> dict[str, Any]:
                 "metadata",
             )
     seconds = expires_after(body.get("output_expires_after"), "output_expires_after")
-    reuse = str(metadata.get("reuse", "true")).strip().lower()
-    if reuse not in REUSE_VALUES:
+    reuse = metadata.get("reuse")  # a string: checked above
+    if reuse is not None and reuse.strip().lower() not in REUSE_VALUES:
         raise ApiError(
             400,
             "metadata.reuse is 'true' (answers already made are reused, the default) or "
-            f"'false' (every request runs), not {reuse[:40]!r}.",
+            f"'false' (every request runs), not {reuse.strip().lower()[:40]!r}.",
             "metadata",
         )
     return {
-        "reuse": REUSE_VALUES[reuse],
+        "reuse": None if reuse is None else REUSE_VALUES[reuse.strip().lower()],
         "output_expires_after_seconds": seconds,
         "input_file_id": input_file_id,
         "endpoint": endpoint,

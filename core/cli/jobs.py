@@ -144,7 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 name=args.name,
                 embedding_model=args.embedding_model,
                 source=args.file if is_s3(args.file) else None,
-                reuse=not args.no_reuse,
+                reuse=args.reuse,
             )
             started = submit(file, submission)
     except Refused as refused:
@@ -422,10 +422,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="run the valid lines; invalid ones get an error line",
     )
     run.add_argument(
-        "--no-reuse",
-        action="store_true",
-        help="compute every request, even one whose answer an earlier job already made "
-        "(deterministic requests: temperature 0, a seed, vectors and scores)",
+        "--reuse",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--no-reuse computes every request, even one whose answer an earlier job "
+        "already made (deterministic requests: temperature 0, a seed, vectors and scores); "
+        "neither: BATCH_STUDIO_REUSE decides, on unless 0",
     )
     run.add_argument(
         "--chunk-size",

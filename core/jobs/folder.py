@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.config import REPO_ROOT
+from core.config import REPO_ROOT, reuse_default
 from core.files import JsonUnreadable, file_sha256, load_json, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
 from core.schemas import (
@@ -272,11 +272,12 @@ def create_job(
     metadata: dict[str, str] | None = None,
     batch: BatchOrigin | None = None,
     endpoints: list[str] | None = None,
-    reuse: bool = True,
+    reuse: bool | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
-    it, recorded as None when none did) go into its provenance."""
+    it, recorded as None when none did) go into its provenance; ``reuse`` None: the
+    studio's default (:func:`core.config.reuse_default`)."""
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())
     job.path.mkdir(parents=True)
@@ -307,7 +308,7 @@ def create_job(
         metadata=dict(metadata or {}),
         batch=batch,
         endpoints=sorted(endpoints or ()),
-        reuse=reuse,
+        reuse=reuse_default() if reuse is None else reuse,
     )
     write_atomic(job.spec_file, to_json(spec))
     status = JobStatus(state="created")

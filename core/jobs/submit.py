@@ -99,7 +99,9 @@ class Submission:
     judge: JudgeLink | None = None  # a judge job: what it grades (core/qa/judge.py)
     metadata: dict[str, str] = field(default_factory=dict)  # the submitter's labels
     batch: BatchOrigin | None = None  # made through the Batch API: what it asked for
-    reuse: bool = True  # deterministic requests take answers already made (core/reuse)
+    # Deterministic requests take answers already made (core/reuse); None: the studio's
+    # default (core.config.reuse_default).
+    reuse: bool | None = None
 
 
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:

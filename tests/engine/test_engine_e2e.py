@@ -141,7 +141,7 @@ def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_
     assert "vLLM could not load" in job.read_status().error
 
 
-def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer(
+def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer_computed_again(
     studio_home, tmp_path, default_model
 ):
     """The CPU build fails seeded requests whose prefill is split over steps (200 such
@@ -167,4 +167,8 @@ def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer
     result = run_cli("run", str(alone), "-o", str(tmp_path / "alone_out.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     [line] = map(json.loads, (tmp_path / "alone_out.jsonl").read_text().splitlines())
+    # Computed again, not the first job's answer given back (reuse is off in the tests):
+    # with reuse this equality held whatever the engine did.
+    assert "reused_from" not in line
+    assert started_job(result, studio_home).read_status().run_done == 1
     assert line["response"]["body"]["choices"][0]["message"]["content"] == answers["s7"]

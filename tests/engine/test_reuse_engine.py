@@ -41,7 +41,7 @@ def test_a_rerun_with_one_line_edited_computes_that_line_and_repeats_the_rest(wa
     prompts = {f"q{i}": f"Name a city ({tag}, {i})." for i in range(LINES)}
     first = tmp_path / "first.jsonl"
     write_batch(first, prompts, temperature=0)
-    first_job = started_job(run(first, tmp_path / "first.out"), warm_home)
+    first_job = started_job(run(first, tmp_path / "first.out", "--reuse"), warm_home)
     before = answers(tmp_path / "first.out")
     assert first_job.read_status().run_done == LINES  # nothing to reuse yet
 
@@ -49,7 +49,7 @@ def test_a_rerun_with_one_line_edited_computes_that_line_and_repeats_the_rest(wa
     # One line edited, and one line repeated under a new id.
     write_batch(edited, {**prompts, "q3": f"Name a river ({tag}).", "again": prompts["q5"]},
                 temperature=0)  # fmt: skip
-    result = run(edited, tmp_path / "edited.out")
+    result = run(edited, tmp_path / "edited.out", "--reuse")
     job = started_job(result, warm_home)
     assert f"{LINES} answers (92%) came from earlier results" in result.stdout
     status = job.read_status()
@@ -72,6 +72,6 @@ def test_sampled_requests_are_never_reused(warm_home, tmp_path):
     tag = uuid.uuid4().hex[:6]
     batch = tmp_path / "sampled.jsonl"
     write_batch(batch, {f"s{i}": f"Invent a word ({tag})." for i in range(4)}, temperature=1.0)
-    run(batch, tmp_path / "one.out")
-    job = started_job(run(batch, tmp_path / "two.out", "--restart"), warm_home)
+    run(batch, tmp_path / "one.out", "--reuse")  # reuse on: the tests turn it off (conftest)
+    job = started_job(run(batch, tmp_path / "two.out", "--restart", "--reuse"), warm_home)
     assert (job.read_status().run_done, job.read_status().reused) == (4, 0)

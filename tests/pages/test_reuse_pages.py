@@ -33,7 +33,8 @@ def test_upload_and_check_says_which_lines_take_answers_already_made(
     prompts = {f"q{i}": f"Name a colour ({i})." for i in range(4)}
     batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
-    job = create_job(batch, studio_home / "jobs", EngineConfig(model=str(default_model_dir())))
+    engine = EngineConfig(model=str(default_model_dir()))
+    job = create_job(batch, studio_home / "jobs", engine, reuse=True)  # its answers indexed
     assert worker.run_job(job).state == "completed"
     # The same file, one line edited and one repeated.
     edited = dict(prompts, q1="Name a fruit.", again="Name a fruit.")
@@ -57,9 +58,9 @@ def test_results_says_which_answer_was_reused_and_from_where(
     batch.write_text(request_line("only", "Name a colour.", temperature=0) + "\n")
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
     engine = EngineConfig(model=str(default_model_dir()))
-    first = create_job(batch, studio_home / "jobs", engine)
+    first = create_job(batch, studio_home / "jobs", engine, reuse=True)
     worker.run_job(first)
-    second = create_job(batch, studio_home / "jobs", engine)
+    second = create_job(batch, studio_home / "jobs", engine, reuse=True)
     assert worker.run_job(second).reused == 1
 
     at = open_page("results.py")
@@ -71,3 +72,17 @@ def test_results_says_which_answer_was_reused_and_from_where(
         f"Reused: this answer was made for only in job {first.job_id} and given again, not "
         "computed (the same request, model and settings)."
     ]
+
+
+@pytest.mark.parametrize("setting", ["1", "0"])
+def test_runs_reuse_checkbox_opens_as_batch_studio_reuse_says(
+    setting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.config import SAMPLE_DATA
+    from ui.handover import CheckedBatch
+
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", setting)
+    batch = SAMPLE_DATA / "review_sentiment.jsonl"
+    at = open_page("run.py", checked_batch=CheckedBatch(batch, batch.name))
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.checkbox(key="run_reuse").value is (setting == "1")

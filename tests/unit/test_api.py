@@ -98,16 +98,21 @@ def test_a_batch_is_a_job_made_by_submit_with_its_metadata_and_owner(api, keys, 
     assert [b.id for b in client.batches.list()] == [batch.id]
 
 
-def test_a_batchs_metadata_turns_reuse_off_and_a_value_it_cannot_mean_is_refused(
-    api, keys, no_worker
+def test_metadata_reuse_turns_it_on_or_off_over_the_default_and_other_values_are_refused(
+    api, keys, no_worker, monkeypatch
 ):
     client = sdk(api, keys["alice"])
     file = client.files.create(file=("tickets.jsonl", chats(2)), purpose="batch")
     create = dict(input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h")
-    on = client.batches.create(**create)
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", "1")  # the studio's default, as users have it
+    default_on = client.batches.create(**create)
     off = client.batches.create(**create, metadata={"reuse": "FALSE"})
-    assert JobFolder(data_paths().jobs / on.id).read_spec().reuse is True
-    assert JobFolder(data_paths().jobs / off.id).read_spec().reuse is False
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", "0")  # as the tests have it
+    default_off = client.batches.create(**create)
+    on = client.batches.create(**create, metadata={"reuse": " true"})
+    made = (default_on, off, default_off, on)
+    reuse = [JobFolder(data_paths().jobs / b.id).read_spec().reuse for b in made]
+    assert reuse == [True, False, False, True]
     assert off.metadata == {"reuse": "FALSE"}  # echoed as sent
     with pytest.raises(openai.BadRequestError, match=r"metadata\.reuse is 'true'"):
         client.batches.create(**create, metadata={"reuse": "sometimes"})

@@ -250,9 +250,9 @@ def test_sampled_duplicates_stay_independent_and_no_reuse_runs_everything(tmp_pa
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
     batch = tmp_path / "sampled.jsonl"
     batch.write_text("".join(request_line(c, "same", temperature=0.9) + "\n" for c in "ab"))
-    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"), reuse=True)
     worker.run_job(job)
-    assert sorted(engine.ran) == ["a", "b"]  # each a sample of its own
+    assert sorted(engine.ran) == ["a", "b"]  # each a sample of its own, though reuse is on
     engine.ran.clear()
     worker.run_job(greedy_job(tmp_path, {"x": "q"}))
     engine.ran.clear()
@@ -322,3 +322,25 @@ def test_dashboards_count_answers_reused_and_price_them_as_saved(tmp_path, monke
     assert costed["cost_saved"].tolist() == [0.0, 20.0]
     assert costed["cost"].tolist() == [20.0, 5.0]  # the rerun computed one answer
     assert "saved by reuse (USD)" in summary_table(costed, "USD").columns
+
+
+def test_jobs_reuse_unless_batch_studio_reuse_is_0_and_their_submitter_decides_first(
+    tmp_path, monkeypatch
+):
+    from core.cli.main import build_parser
+
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text(request_line("a", "q", temperature=0) + "\n")
+
+    def reuse(**options) -> bool:
+        engine = EngineConfig(model="/models/none")
+        return create_job(batch, tmp_path / "jobs", engine, **options).read_spec().reuse
+
+    monkeypatch.delenv("BATCH_STUDIO_REUSE", raising=False)  # as users have it
+    assert (reuse(), reuse(reuse=False)) == (True, False)
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", "0")  # as the tests have it
+    assert (reuse(), reuse(reuse=True)) == (False, True)
+    # `core run` passes what it was told, else nothing: the default above decides.
+    told = [build_parser().parse_args(["run", "f", "-o", "o", *flag]).reuse
+            for flag in ([], ["--reuse"], ["--no-reuse"])]  # fmt: skip
+    assert told == [None, True, False]
