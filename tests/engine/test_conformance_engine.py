@@ -13,7 +13,7 @@ import json
 import pytest
 
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import (
     validate_line,
 )
@@ -83,7 +83,7 @@ def test_real_output_of_every_endpoint_and_shape_validates(warm_home, tmp_path, 
     batch.write_text("\n".join(LINES.values()) + "\n")
     urls = {cid: json.loads(raw)["url"] for cid, raw in LINES.items()}
 
-    result = run_cli("run", str(batch), "-o", str(out), "--skip-invalid")
+    result = cli("run", str(batch), "-o", str(out), "--skip-invalid")
 
     assert result.returncode == 4, result.stderr[-2000:]  # completed, two lines failed
     lines = {
@@ -121,7 +121,7 @@ def test_real_output_of_every_endpoint_and_shape_validates(warm_home, tmp_path, 
     # The JSONL export is the same OpenAI format, line for line.
     job = started_job(result, warm_home)
     exported = tmp_path / "export.jsonl"
-    result = run_cli("export", job.job_id, "-o", str(exported))
+    result = cli("export", job.job_id, "-o", str(exported))
     assert result.returncode == 0, result.stderr[-2000:]
     again = [json.loads(raw) for raw in exported.read_text().splitlines()]
     assert sorted(line["custom_id"] for line in again) == sorted(LINES)

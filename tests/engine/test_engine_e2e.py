@@ -9,7 +9,7 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 from core.jobs.folder import list_jobs
 from core.store.db import Store
 from core.store.results import detail
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.warm_engine import started_job
 
 pytestmark = pytest.mark.engine
@@ -61,7 +61,7 @@ def test_run_writes_one_valid_output_line_per_input_line(warm_home, tmp_path, de
     batch.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
 
-    result = run_cli("run", str(batch), "-o", str(out), "--skip-invalid")
+    result = cli("run", str(batch), "-o", str(out), "--skip-invalid")
 
     assert result.returncode == 4, result.stderr[-2000:]  # completed, with 3 failed requests
     assert "completed with errors: 6 succeeded, 3 failed" in result.stdout
@@ -132,7 +132,7 @@ def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_
     batch = tmp_path / "batch.jsonl"
     batch.write_text(chat("a", "Hi", max_tokens=2) + "\n")
 
-    result = run_cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"), "--model", str(model))
+    result = cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"), "--model", str(model))
 
     assert result.returncode == 3
     assert "vLLM could not load" in result.stderr
@@ -155,7 +155,7 @@ def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer
     batch = tmp_path / "seeded.jsonl"
     batch.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
-    result = run_cli("run", str(batch), "-o", str(out))
+    result = cli("run", str(batch), "-o", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     answers = {
         line["custom_id"]: line["response"]["body"]["choices"][0]["message"]["content"]
@@ -164,7 +164,7 @@ def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer
     assert len(answers) == 200 and all(answers.values())
     alone = tmp_path / "alone.jsonl"
     alone.write_text(lines[7] + "\n")
-    result = run_cli("run", str(alone), "-o", str(tmp_path / "alone_out.jsonl"))
+    result = cli("run", str(alone), "-o", str(tmp_path / "alone_out.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     [line] = map(json.loads, (tmp_path / "alone_out.jsonl").read_text().splitlines())
     # Computed again, not the first job's answer given back (reuse is off in the tests):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from core.run.monitoring import rates, read_samples
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.pages import metric, open_page
 from tests.support.warm_engine import started_job
 
@@ -30,7 +30,7 @@ def test_a_job_the_warm_engine_ran_ends_on_its_counts_and_a_true_average(
         for i in range(LINES)
     ]  # fmt: skip
     batch.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = run_cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"))
+    result = cli("run", str(batch), "-o", str(tmp_path / "out.jsonl"))
     assert result.returncode == 0, result.stderr[-2000:]
     job = started_job(result, warm_home)
     status = job.read_status()

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from core.run.outputs import answer_text
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.warm_engine import started_job
 
 pytestmark = pytest.mark.engine
@@ -27,7 +27,7 @@ def write_batch(path, prompts: dict[str, str], **sampling) -> None:
 
 
 def run(path, out, *options):
-    result = run_cli("run", str(path), "-o", str(out), *options)
+    result = cli("run", str(path), "-o", str(out), *options)
     assert result.returncode == 0, result.stderr[-2000:]
     return result
 

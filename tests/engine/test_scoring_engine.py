@@ -19,7 +19,7 @@ from core.check import check_file
 from core.config import default_embedding_model_dir
 from core.endpoints import RERANK_URL, SCORE_URL
 from core.schemas import JobDefaults
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.scoring import DOCS, QUERY, REFUSED, VALID, _line, _write
 
 
@@ -35,7 +35,7 @@ def test_bi_encoder_scores_equal_the_cosine_of_the_same_models_embeddings(
     _write(batch, lines)
     assert check_file(batch, JobDefaults()).errors == []
 
-    result = run_cli("run", str(batch), "-o", str(out))
+    result = cli("run", str(batch), "-o", str(out))
 
     assert result.returncode == 0, result.stderr[-2000:]
     got = {line["custom_id"]: line for line in map(json.loads, out.read_text().splitlines())}
@@ -101,7 +101,7 @@ def test_every_score_and_rerank_line_the_check_passes_runs(
         range(len(valid) + 1, len(valid) + len(bad) + 1)
     )
 
-    result = run_cli("run", str(batch), "-o", str(out), "--skip-invalid")  # no embeddings line
+    result = cli("run", str(batch), "-o", str(out), "--skip-invalid")  # no embeddings line
 
     assert result.returncode == 4, result.stderr[-2000:]  # completed; the bad lines failed
     got = {line["custom_id"]: line for line in map(json.loads, out.read_text().splitlines())}

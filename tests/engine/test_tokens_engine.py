@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.check.tokens import TokenCounter
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.tokens import CONVERSATIONS, EXTENDED_TEMPLATE, MODEL, chat
 
 pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not yet
@@ -36,9 +36,9 @@ def test_the_engine_reports_the_prompt_tokens_the_check_counted_under_those_exte
             for i, c in enumerate(conversations)
         )
     )  # fmt: skip
-    result = run_cli("check", str(batch), "--model", str(folder))
+    result = cli("check", str(batch), "--model", str(folder))
     assert "not counted" not in result.stdout + result.stderr, result.stdout
-    result = run_cli("run", str(batch), "-o", str(out), "--model", str(folder))
+    result = cli("run", str(batch), "-o", str(out), "--model", str(folder))
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [json.loads(raw) for raw in out.read_text().splitlines()]
     engine = [line["response"]["body"]["usage"]["prompt_tokens"] for line in lines]

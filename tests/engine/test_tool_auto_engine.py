@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 from core.endpoints import CHAT_URL
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import validate_line
 from tests.support.tool_auto import WEATHER, auto_line
 
@@ -31,7 +31,7 @@ def test_auto_lines_run_on_a_tools_template_and_calls_validate(
     lines.append(auto_line("n", "none"))
     path, out = tmp_path / "auto.jsonl", tmp_path / "out.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    result = run_cli("run", str(path), "-o", str(out), "--model", str(hermes_model))
+    result = cli("run", str(path), "-o", str(out), "--model", str(hermes_model))
     assert result.returncode == 0, result.stderr[-2000:]
     got = {json.loads(raw)["custom_id"]: json.loads(raw) for raw in out.read_text().splitlines()}
     called = 0

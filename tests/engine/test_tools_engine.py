@@ -20,7 +20,7 @@ import pytest
 from core.check import check_file
 from core.endpoints import CHAT_URL
 from core.schemas import JobDefaults
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import validate_line
 from tests.support.tools import (
     REFUSED,
@@ -59,7 +59,7 @@ def test_every_tools_line_the_check_passes_runs_and_calls_with_valid_arguments(
     # The check passes every generated line and refuses every malformed one, by line.
     assert refused == list(range(len(valid_bodies()) + 1, len(bodies) + 1))
 
-    result = run_cli("run", str(path), "-o", str(out), "--skip-invalid")
+    result = cli("run", str(path), "-o", str(out), "--skip-invalid")
     assert result.returncode == 4, result.stderr[-2000:]  # completed, the refused lines failed
     lines = {json.loads(raw)["custom_id"]: json.loads(raw) for raw in out.read_text().splitlines()}
     assert len(lines) == len(bodies)
@@ -124,7 +124,7 @@ def test_forced_calls_fit_in_64_tokens_as_compact_json(warm_home, tmp_path: Path
     ]
     path, out = tmp_path / "triage.jsonl", tmp_path / "out.jsonl"
     _write(path, bodies)
-    result = run_cli("run", str(path), "-o", str(out))
+    result = cli("run", str(path), "-o", str(out))
     assert result.returncode == 0, result.stderr[-2000:]
     for raw in out.read_text().splitlines():
         parsed = validate_line(json.loads(raw), CHAT_URL)

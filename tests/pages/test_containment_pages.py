@@ -16,7 +16,7 @@ import pytest
 from core.config import data_paths
 from core.jobs.inbox import process_file
 from core.store.db import Store
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.containment import BAD_LINES, HOSTILE
 from tests.support.jobs import finished_job
 from tests.support.pages import open_page
@@ -77,7 +77,7 @@ def test_the_hostile_corpus_walks_through_the_cli_the_inbox_and_the_upload_page(
     model.mkdir()
     (model / "config.json").write_text("{}")
     invalid = INVALID_LINES.get(path.name, 0)
-    result = run_cli("check", str(path), "--no-tokens", "--json")
+    result = cli("check", str(path), "--no-tokens", "--json")
     assert result.returncode == (1 if invalid else 0), result.stderr
     report = json.loads(result.stdout)
     assert (report["invalid"], report["valid"] + report["invalid"]) == (invalid, report["lines"])

@@ -17,7 +17,7 @@ import pytest
 from core.config import REPO_ROOT, data_paths
 from core.jobs.folder import JobFolder, list_jobs
 from core.schemas import job_label
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.job_names import batch, submitted
 from tests.support.jobs import finished_job
 from tests.support.pages import open_page, shown
@@ -35,11 +35,11 @@ def test_a_rename_to_another_jobs_name_is_refused_naming_it(tmp_path, model, no_
     file = batch(tmp_path / "tickets.jsonl")
     first = submitted(file, model, name="cancel100")
     second = submitted(file, model, name="other")
-    refused = run_cli("jobs", "rename", second.job_id, "Cancel100")
+    refused = cli("jobs", "rename", second.job_id, "Cancel100")
     assert refused.returncode == 2
     assert f"job {first.job_id} is already named 'Cancel100'" in refused.stderr
     assert second.name == "other"
-    done = run_cli("jobs", "rename", first.job_id, "CANCEL100")  # its own name, recased
+    done = cli("jobs", "rename", first.job_id, "CANCEL100")  # its own name, recased
     assert done.returncode == 0, done.stderr
     at = open_page("jobs.py", job_id=second.job_id)
     rename(at, second, "cancel100")

@@ -24,6 +24,7 @@ import pytest
 
 from core.jobs.engine_files import IDLE_ENV, read_state
 from core.jobs.folder import JobFolder
+from tests.support.cli import CliResult
 
 SESSION_IDLE = "3600"  # outlasts any session; the fixture stops the worker at its end
 
@@ -52,7 +53,7 @@ def warm_home(warm_engine_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     st.cache_resource.clear()
 
 
-def started_job(result: subprocess.CompletedProcess, home: Path) -> JobFolder:
+def started_job(result: CliResult | subprocess.CompletedProcess, home: Path) -> JobFolder:
     """The job a ``core run`` started, by the id it printed ("job ID started: ...")."""
     found = re.search(r"^job (\S+) started", result.stdout, re.MULTILINE)
     assert found, f"no job started: {result.stdout[-1000:]}{result.stderr[-2000:]}"

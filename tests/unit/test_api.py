@@ -34,7 +34,7 @@ from tests.support.api import (
     own,
     sdk,
 )
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.jobs import request_line
 
 
@@ -412,18 +412,18 @@ def test_an_upload_over_the_size_limit_is_refused_and_nothing_is_kept(api, keys,
 
 
 def test_keys_are_made_listed_and_revoked_from_the_command_line_storing_only_a_hash(studio_home):
-    made = run_cli("keys", "create", "carol")
+    made = cli("keys", "create", "carol")
     assert made.returncode == 0, made.stderr
     key = made.stdout.strip()
     assert key.startswith("bs-") and len(key) > 40
     stored = (data_paths().home / "api_keys.json").read_text()
     assert key not in stored and "carol" in stored
-    assert run_cli("keys", "create", "carol").returncode == 2  # one key per name
-    assert run_cli("keys", "create", "not a name").returncode == 2
-    listed = run_cli("keys", "list")
+    assert cli("keys", "create", "carol").returncode == 2  # one key per name
+    assert cli("keys", "create", "not a name").returncode == 2
+    listed = cli("keys", "list")
     assert "carol" in listed.stdout and key not in listed.stdout
-    assert run_cli("keys", "revoke", "carol").returncode == 0
-    assert run_cli("keys", "revoke", "carol").returncode == 2
+    assert cli("keys", "revoke", "carol").returncode == 0
+    assert cli("keys", "revoke", "carol").returncode == 2
     assert read_keys(data_paths().home) == []
 
 

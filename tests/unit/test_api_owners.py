@@ -26,7 +26,7 @@ from tests.support.api import (
     chats,
     sdk,
 )
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 
 CHAT = "/v1/chat/completions"
 
@@ -131,10 +131,10 @@ def test_work_owned_by_name_before_keys_had_ids_stays_with_that_key_and_no_later
 
 
 def test_making_a_key_with_a_revoked_keys_name_says_it_is_another_key(studio_home: Path):
-    assert run_cli("keys", "create", "erin").returncode == 0
-    assert run_cli("keys", "revoke", "erin").returncode == 0
-    assert "erin" not in run_cli("keys", "list").stdout  # revoked: no longer listed
-    made = run_cli("keys", "create", "erin")
+    assert cli("keys", "create", "erin").returncode == 0
+    assert cli("keys", "revoke", "erin").returncode == 0
+    assert "erin" not in cli("keys", "list").stdout  # revoked: no longer listed
+    made = cli("keys", "create", "erin")
     assert made.returncode == 0, made.stderr
     assert "a key named 'erin' was revoked before" in made.stderr
     assert "does not see that key's files and batches" in made.stderr

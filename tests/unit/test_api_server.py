@@ -19,7 +19,7 @@ import pytest
 from core.endpoints import CHAT_URL
 from tests.support.api_server import POLL_SECONDS, chats, client_of
 from tests.support.browser import StreamlitServer
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import validate_line
 
 
@@ -51,7 +51,7 @@ def test_beyond_loopback_the_api_needs_a_key(studio_home, tmp_path):
     address = _outward_address()
     if address is None:
         pytest.fail("this machine has no address beyond loopback to serve on")
-    made = run_cli("keys", "create", "ops")
+    made = cli("keys", "create", "ops")
     key = made.stdout.strip()
     assert made.returncode == 0 and key.startswith("bs-")
     env = {"BATCH_STUDIO_OPEN": "1"}

@@ -12,7 +12,7 @@ from core.check import check_file
 from core.cli.main import main
 from core.config import default_model_dir
 from tests.support.broken_corpus import BROKEN, EXPECTED, WITH_MODEL, assert_expected
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 
 MODEL = default_model_dir()
 
@@ -79,7 +79,7 @@ def test_a_ten_megabyte_line_is_checked_without_a_traceback(
     ten_megabyte_line: Path, default_model: Path
 ) -> None:
     assert check_file(ten_megabyte_line).valid == 1  # well-formed: only the model can refuse it
-    result = run_cli("check", str(ten_megabyte_line), timeout=120)
+    result = cli("check", str(ten_megabyte_line))
     assert "Traceback" not in result.stdout + result.stderr
     assert result.returncode == 1
     assert "line 1: error: the prompt has at least" in result.stdout

@@ -20,7 +20,7 @@ from core.plan.builder import (
 )
 from core.plan.embed_builder import EmbedSpec
 from tests.support.builder import TICKETS
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 
 SPEC = BuildSpec(
     user_template="Subject: {{ subject }}\n\n{{ body }}",
@@ -112,7 +112,7 @@ def test_parquet_and_excel_tables_are_read(tmp_path: Path) -> None:
 
 def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> None:
     out = tmp_path / "built.jsonl"
-    result = run_cli(
+    result = cli(
         "build", str(TICKETS), "-o", str(out), "--id-column", "ticket_id",
         "--task", "ticket-summary", "--user-template", "{{ subject }}: {{ body }}",
         "--max-tokens", "32",
@@ -121,7 +121,7 @@ def test_cli_build_writes_the_file_and_names_left_out_rows(tmp_path: Path) -> No
     assert "row 16: error: empty cell in 'body'" in result.stdout
     assert "39 of 40 rows written" in result.stdout
     assert len(out.read_text().splitlines()) == 39
-    bad = run_cli("build", str(TICKETS), "-o", str(out), "--user-template", "{{ nope }}")
+    bad = cli("build", str(TICKETS), "-o", str(out), "--user-template", "{{ nope }}")
     assert bad.returncode == 1 and "'nope', which the table does not have" in bad.stderr
     assert "Traceback" not in bad.stderr
 
@@ -254,7 +254,7 @@ def test_embeddings_rows_with_empty_or_repeated_ids_and_bad_specs_are_named() ->
 
 def test_cli_builds_an_embeddings_batch(tmp_path: Path) -> None:
     out = tmp_path / "embed.jsonl"
-    result = run_cli(
+    result = cli(
         "build", str(TICKETS), "-o", str(out), "--embed-column", "subject",
         "--id-column", "ticket_id", "--task", "subjects", "--rows-per-line", "8",
         "--metadata-column", "channel", "--encoding-format", "base64",
@@ -269,7 +269,7 @@ def test_cli_builds_an_embeddings_batch(tmp_path: Path) -> None:
     assert lines[0]["body"]["input"][0] == "Charged twice this month"
     assert lines[0]["body"]["metadata"]["channel"][0] == "email"
     assert lines[0]["body"]["model"] == "text-embedding-3-small"
-    bad = run_cli("build", str(TICKETS), "-o", str(out), "--embed-column", "nope")
+    bad = cli("build", str(TICKETS), "-o", str(out), "--embed-column", "nope")
     assert bad.returncode == 1 and "column 'nope' is not in the table" in bad.stderr
 
 

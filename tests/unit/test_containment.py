@@ -20,14 +20,14 @@ from core.jobs.submit import resubmit
 from core.run import worker
 from core.schemas import EngineConfig, JobStatus, now_iso
 from core.store.db import Store
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.containment import BAD_LINES, HOSTILE
 from tests.support.jobs import ScriptedExecutor, finished_job
 
 
 @pytest.mark.parametrize(("name", "expected"), BAD_LINES.items())
 def test_a_hostile_line_is_that_lines_error_in_the_cli(name, expected):
-    result = run_cli("check", str(HOSTILE / name), "--no-tokens")
+    result = cli("check", str(HOSTILE / name), "--no-tokens")
     assert result.returncode == 1
     assert expected in result.stdout
     assert "3 lines, 2 valid, 1 invalid" in result.stdout
@@ -68,10 +68,10 @@ def test_an_unreadable_job_folder_is_that_jobs_error_and_the_rest_works(good_and
     assert list(store.jobs()["job_id"]) == [good.job_id]
     store.close()
     assert queued_jobs(data_paths().jobs) == []
-    result = run_cli("export", good.job_id, "-o", str(data_paths().home / "out.csv"))
+    result = cli("export", good.job_id, "-o", str(data_paths().home / "out.csv"))
     assert result.returncode == 0, result.stderr
     assert "2 rows written" in result.stdout
-    result = run_cli("reconcile", good.job_id)
+    result = cli("reconcile", good.job_id)
     assert "2 requests, 1 succeeded, 1 failed" in result.stdout
 
 

@@ -206,13 +206,13 @@ def test_a_schema_ref_into_its_own_defs_still_grades():
 
 def test_core_grade_refuses_a_self_referring_schema_naming_its_line(studio_home, tmp_path):
     from core.config import data_paths
-    from tests.support.cli import run_cli
+    from tests.support.cli import cli
     from tests.support.pages import job_in_home
 
     job_id = job_in_home(studio_home, [{"custom_id": "a", "answer": '{"a": 1}'}])
     rules = tmp_path / "rules.yaml"
     rules.write_text(SELF_REF, encoding="utf-8")
-    done = run_cli("grade", job_id, "--rules", str(rules))
+    done = cli("grade", job_id, "--rules", str(rules))
     assert done.returncode == 1, done.stdout
     assert f"error: {rules}: line 6, rule 2 ('tree'), field schema: the schema's $ref" in (
         done.stderr

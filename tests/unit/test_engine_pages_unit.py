@@ -43,13 +43,13 @@ def test_tokens_per_s_counts_from_the_first_token_not_a_window_before_it():
 def test_engine_status_and_a_refused_unload_from_a_shell(studio_home):
     import json
 
-    from tests.support.cli import run_cli
+    from tests.support.cli import cli
 
-    assert "no engine is loaded" in run_cli("engine", "status").stdout
+    assert "no engine is loaded" in cli("engine", "status").stdout
     resident_state(studio_home)
-    shown = run_cli("engine", "status")
+    shown = cli("engine", "status")
     assert "SmolLM2-135M-Instruct (chat): 1,650 MiB" in shown.stdout
-    assert json.loads(run_cli("engine", "status", "--json").stdout)["models"][0]["kind"] == "chat"
-    refused = run_cli("engine", "unload", "Qwen-7B")
+    assert json.loads(cli("engine", "status", "--json").stdout)["models"][0]["kind"] == "chat"
+    refused = cli("engine", "unload", "Qwen-7B")
     assert refused.returncode == 1 and "Qwen-7B is not loaded" in refused.stderr
     assert take_commands(studio_home) == []  # nothing sent

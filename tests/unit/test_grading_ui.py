@@ -15,7 +15,7 @@ from core.qa.rules import load_rules
 from core.store import export as ex
 from core.store.db import Store
 from core.store.results import ResultFilter
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.grading import ROWS, RULES
 from tests.support.pages import job_in_home
 
@@ -26,7 +26,7 @@ def test_core_grade_prints_each_rules_counts_and_interval_as_json(studio_home, t
     job_id = job_in_home(studio_home, ROWS)
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES, encoding="utf-8")
-    done = run_cli("grade", job_id, "--rules", str(rules), "--json")
+    done = cli("grade", job_id, "--rules", str(rules), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     by_name = {r["name"]: r for r in report["rules"]}
@@ -41,7 +41,7 @@ def test_core_grade_prints_each_rules_counts_and_interval_as_json(studio_home, t
     saved = data_paths().jobs / job_id / "rules.yaml"
     assert saved.read_text(encoding="utf-8") == RULES  # a rerun grades alike
 
-    plain = run_cli("grade", job_id, "--rules", str(saved))
+    plain = cli("grade", job_id, "--rules", str(saved))
     assert plain.returncode == 0
     assert "mentions_refund" in plain.stdout and "66.7%" in plain.stdout
 
@@ -50,15 +50,15 @@ def test_core_grade_refuses_a_bad_rules_file_without_a_traceback(studio_home, tm
     job_id = job_in_home(studio_home, ROWS)
     rules = tmp_path / "bad.yaml"
     rules.write_text("rules:\n  - name: x\n    type: contians\n", encoding="utf-8")
-    done = run_cli("grade", job_id, "--rules", str(rules), "--json")
+    done = cli("grade", job_id, "--rules", str(rules), "--json")
     assert done.returncode == 1
     assert f"error: {rules}: line 3, rule 1 ('x'): unknown type 'contians'" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (data_paths().jobs / job_id / "rules.yaml").exists()
-    missing = run_cli("grade", "job_nope", "--rules", str(rules))
+    missing = cli("grade", "job_nope", "--rules", str(rules))
     assert missing.returncode == 1  # the rules are read first
     rules.write_text(RULES, encoding="utf-8")
-    missing = run_cli("grade", "job_nope", "--rules", str(rules))
+    missing = cli("grade", "job_nope", "--rules", str(rules))
     assert missing.returncode == 2 and "no job job_nope" in missing.stderr
 
 

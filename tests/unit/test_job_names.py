@@ -18,7 +18,7 @@ from core.schemas import NAME_MAX, JobSpec, job_label, tidy_name
 from core.store.db import Store
 from core.store.schema import MIGRATIONS
 from core.store.watchers import _JobsHandler
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.job_names import batch, submitted
 from tests.support.jobs import finished_job, request_line
 
@@ -80,7 +80,7 @@ def test_rename_from_the_cli_keeps_job_json_and_reaches_the_index(studio_home):
     store.ingest(job)
     assert store.job_names() == {job.job_id: ""}
 
-    done = run_cli("jobs", "rename", job.job_id, "Refund answers, try 2")
+    done = cli("jobs", "rename", job.job_id, "Refund answers, try 2")
     assert done.returncode == 0, done.stderr
     assert job.name == "Refund answers, try 2"
     assert job.spec_file.read_bytes() == spec_before  # job.json is written once
@@ -89,15 +89,15 @@ def test_rename_from_the_cli_keeps_job_json_and_reaches_the_index(studio_home):
     assert store.job_names() == {job.job_id: "Refund answers, try 2"}
     store.close()
 
-    listed = run_cli("jobs", "list")
+    listed = cli("jobs", "list")
     assert f"{job.job_id}  completed" in listed.stdout
     assert "Refund answers, try 2" in listed.stdout
-    [row] = json.loads(run_cli("jobs", "list", "--json").stdout)
+    [row] = json.loads(cli("jobs", "list", "--json").stdout)
     assert (row["job_id"], row["name"]) == (job.job_id, "Refund answers, try 2")
 
-    refused = run_cli("jobs", "rename", job.job_id, " \n\t")
+    refused = cli("jobs", "rename", job.job_id, " \n\t")
     assert refused.returncode == 2 and "cannot be empty" in refused.stderr
-    refused = run_cli("jobs", "rename", job.job_id, "x" * 500)
+    refused = cli("jobs", "rename", job.job_id, "x" * 500)
     assert refused.returncode == 2 and "at most 120 characters; this one has 500" in refused.stderr
     assert job.name == "Refund answers, try 2"
 

@@ -23,7 +23,7 @@ from core.store import export as ex
 from core.store import results as R
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.judge import ROWS, answer_judge, input_lines, open_store, verdict
 from tests.support.pages import job_in_home
 
@@ -173,16 +173,16 @@ def test_core_judge_refuses_a_bad_template_and_a_missing_job_without_a_traceback
     graded = job_in_home(studio_home, ROWS)
     bad = tmp_path / "judge.j2"
     bad.write_text("Answer:\n{{ answer }\n", encoding="utf-8")
-    done = run_cli("judge", graded, "--template", str(bad))
+    done = cli("judge", graded, "--template", str(bad))
     assert done.returncode == 1, done.stderr
     assert f"error: {bad}: template line 2: unexpected '}}'" in done.stderr
     assert "Traceback" not in done.stderr and done.stdout == ""
     bad.write_text("{{ answer }}", encoding="utf-8")
-    missing = run_cli("judge", "job_nope", "--template", str(bad))
+    missing = cli("judge", "job_nope", "--template", str(bad))
     assert missing.returncode == 2 and "no job job_nope" in missing.stderr
-    no_file = run_cli("judge", graded, "--template", str(tmp_path / "none.j2"))
+    no_file = cli("judge", graded, "--template", str(tmp_path / "none.j2"))
     assert no_file.returncode == 2 and "does not exist" in no_file.stderr
-    no_rule = run_cli("judge", graded, "--template", str(bad), "--failures-of", "nope")
+    no_rule = cli("judge", graded, "--template", str(bad), "--failures-of", "nope")
     assert no_rule.returncode == 2 and "no answers to judge" in no_rule.stderr
 
 

@@ -22,7 +22,7 @@ from core.jobs.ledger import (
 )
 from core.jobs.output_file import OutputWriter
 from core.run.outputs import Choice, Completion, error_line, success_line
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.jobs import finished_job
 
 
@@ -100,7 +100,7 @@ def test_invalid_input_is_never_retried_but_engine_failures_are(tmp_path):
 def test_verify_says_what_the_chains_prove_and_prints_their_heads(studio_home, tmp_path):
     job = finished_job(studio_home, {"a": "yes", "b": None, "c": "ok"})
     assert verify(job).ok
-    result = run_cli("verify", job.job_id)
+    result = cli("verify", job.job_id)
     assert result.returncode == 0 and "hash chains intact" in result.stdout
     assert "untampered" not in result.stdout  # an unkeyed chain beside the data cannot say so
     assert "catch corruption and naive edits" in result.stdout
@@ -133,7 +133,7 @@ def test_reconcile_cli_writes_the_rerun_file(studio_home, tmp_path):
         [{"custom_id": "a", "answer": "yes"}, {"custom_id": "b", "answer": None, "error": fault}],
     )
     rerun = tmp_path / "rerun.jsonl"
-    result = run_cli("reconcile", job.job_id, "--write-rerun", str(rerun))
+    result = cli("reconcile", job.job_id, "--write-rerun", str(rerun))
     assert result.returncode == 0
     assert "2 requests, 1 succeeded, 1 failed" in result.stdout
     assert "1 x engine_error: the engine stopped" in result.stdout

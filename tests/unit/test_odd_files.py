@@ -16,7 +16,7 @@ from core.jobs.folder import JobFolder, JobUnreadable
 from core.jobs.inbox import process_inbox
 from core.qa import grading
 from core.store.db import Store
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.pages import job_in_home
 
 
@@ -81,7 +81,7 @@ def test_a_job_folder_that_links_outside_is_named_not_indexed_nor_renamed(studio
     assert store.unreadable == {"job_linked": "the job folder is a symbolic link or not a folder"}
     assert store.query("SELECT count(*) AS n FROM jobs")["n"][0] == 0
     store.close()
-    done = run_cli("jobs", "rename", "job_linked", "stolen")
+    done = cli("jobs", "rename", "job_linked", "stolen")
     assert done.returncode == 2
     assert "job job_linked is unreadable: the job folder is a symbolic link" in done.stderr
     assert "Traceback" not in done.stderr

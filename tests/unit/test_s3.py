@@ -20,7 +20,7 @@ from core.jobs.delivery import deliver, errors_beside
 from core.jobs.ledger import write_combined
 from core.storage.s3 import S3Location, StorageError, fetch, put
 from tests.support.browser import free_port
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.jobs import finished_job, request_line
 from tests.support.s3 import BUCKET, _drop_bucket, _object, _wrong_credentials
 
@@ -153,13 +153,13 @@ def test_a_bucket_gone_before_the_output_loses_nothing_and_resume_delivers(
     s3.create_bucket(Bucket=BUCKET)
     with monkeypatch.context() as wrong:
         _wrong_credentials(wrong)
-        refused = run_cli("resume", job.job_id, timeout=120)
+        refused = cli("resume", job.job_id)
     assert refused.returncode == 5, refused.stderr
     assert "cannot write s3://batches/o.jsonl: access denied" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert {p.name: file_sha256(p) for p in (job.output, job.errors, job.input)} == kept
     # With the right credentials the same command delivers what the folder kept.
-    resumed = run_cli("resume", job.job_id, timeout=120)
+    resumed = cli("resume", job.job_id)
     assert resumed.returncode == 4, resumed.stderr  # completed, one request failed
     lines = [json.loads(x) for x in _object(s3, "o.jsonl").splitlines()]
     assert [(x["custom_id"], x["error"] is None) for x in lines] == [("a", True), ("b", False)]
@@ -167,16 +167,14 @@ def test_a_bucket_gone_before_the_output_loses_nothing_and_resume_delivers(
 
 
 def test_run_of_a_missing_object_is_a_usage_error_and_makes_no_job(s3, studio_home, model):
-    result = run_cli(
-        "run", "s3://gone/in.jsonl", "-o", "s3://gone/out.jsonl", "--model", str(model)
-    )
+    result = cli("run", "s3://gone/in.jsonl", "-o", "s3://gone/out.jsonl", "--model", str(model))
     assert result.returncode == 2
     assert "error: cannot read s3://gone/in.jsonl: the bucket 'gone' does not exist" in (
         result.stderr
     )
     assert "Traceback" not in result.stderr
     assert not (studio_home / "jobs").exists() or not any((studio_home / "jobs").iterdir())
-    bad = run_cli("run", "s3://gone/in.jsonl", "-o", "s3://gone", "--model", str(model))
+    bad = cli("run", "s3://gone/in.jsonl", "-o", "s3://gone", "--model", str(model))
     assert bad.returncode == 2 and "names no object" in bad.stderr
 
 

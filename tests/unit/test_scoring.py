@@ -22,7 +22,7 @@ from core.endpoints import RERANK_URL, SCORE_URL
 from core.run.outputs import Embeddings
 from core.run.retry import result_line
 from core.schemas import JobDefaults
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.scoring import DOCS, QUERY, REFUSED, VALID, _line, _write
 
 
@@ -153,7 +153,7 @@ def test_cli_builds_a_rerank_batch_from_a_table_of_queries_and_documents(tmp_pat
             "relevant": [1, 0, 2, "yes", 0],
         }
     ).to_csv(table, index=False)
-    result = run_cli("build", str(table), "-o", str(out), "--id-column", "pair_id",
+    result = cli("build", str(table), "-o", str(out), "--id-column", "pair_id",
                      "--rerank-query", "question", "--rerank-document", "passage",
                      "--rerank-label", "relevant", "--top-n", "5", "--task", "faq")  # fmt: skip
     assert result.returncode == 0, result.stderr

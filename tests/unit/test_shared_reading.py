@@ -17,14 +17,15 @@ from core.qa import grading
 from core.qa.rules import load_rules
 from core.store.db import Store
 from core.store.review import Label, save_label
-from tests.support.cli import run_cli
+from tests.support.cli import cli, run_cli
 from tests.support.pages import job_in_home
 
 RULES = "rules: [{name: short, type: length, unit: chars, max: 20}]"
 
 
 def _exports(out: Path, job_id: str) -> dict[str, pd.DataFrame]:
-    """Runs the reading commands; returns what each wrote (failing with their stderr)."""
+    """Runs the reading commands, each in its own process (DuckDB locks the file against
+    other processes only); returns what each wrote (failing with their stderr)."""
     found = {}
     for what, args in {
         "results": [job_id],
@@ -77,7 +78,7 @@ def test_a_cli_that_finds_the_database_broken_sets_it_aside_and_says_so(studio_h
     store.close()
     data_paths().database.write_bytes(b"garbage" * 1000)
 
-    done = run_cli("export", "--what", "labels", "-o", str(tmp_path / "labels.csv"))
+    done = cli("export", "--what", "labels", "-o", str(tmp_path / "labels.csv"))
 
     assert done.returncode == 0, done.stderr
     assert (

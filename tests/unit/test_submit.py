@@ -20,7 +20,7 @@ from core.jobs.submit import Refused, Submission, file_problems, resubmit, submi
 from core.run import worker
 from core.run.outputs import Choice, Completion, error_line, success_line
 from core.schemas import EngineConfig, JobStatus
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.jobs import StandIn, request_line
 from tests.support.submit import REPEATING, write
 
@@ -82,7 +82,7 @@ def test_file_problems_name_each_repeat_by_its_line(tmp_path):
 def test_cli_run_refuses_repeated_ids_with_skip_invalid(studio_home, tmp_path, model):
     batch = write(tmp_path / "b.jsonl", REPEATING)
     out = tmp_path / "out.jsonl"
-    result = run_cli("run", str(batch), "-o", str(out), "--model", str(model), "--skip-invalid")
+    result = cli("run", str(batch), "-o", str(out), "--model", str(model), "--skip-invalid")
     assert result.returncode == 1
     assert "line 3: custom_id 'a' repeats line 1" in result.stderr
     assert not out.exists() and list_jobs(studio_home / "jobs") == []
@@ -91,16 +91,16 @@ def test_cli_run_refuses_repeated_ids_with_skip_invalid(studio_home, tmp_path, m
 def test_cli_validates_its_defaults_before_any_model_loads(studio_home, tmp_path, model):
     batch = write(tmp_path / "b.jsonl", [request_line("a", "x")])
     out = tmp_path / "out.jsonl"
-    result = run_cli("run", str(batch), "-o", str(out), "--model", str(model), "--max-tokens", "-5")
+    result = cli("run", str(batch), "-o", str(out), "--model", str(model), "--max-tokens", "-5")
     assert result.returncode == 2
     assert "job default max_tokens: input should be greater than or equal to 1" in result.stderr
     assert list_jobs(studio_home / "jobs") == []
-    result = run_cli("run", str(batch), "-o", str(out), "--temperature", "nan")
+    result = cli("run", str(batch), "-o", str(out), "--temperature", "nan")
     assert result.returncode == 2 and "job default temperature: input should be" in result.stderr
-    result = run_cli("run", str(batch), "-o", str(out), "--ray", "local", "--replicas", "0")
+    result = cli("run", str(batch), "-o", str(out), "--ray", "local", "--replicas", "0")
     assert result.returncode == 2 and "Ray setting replicas: input should be" in result.stderr
     # Ray Data cannot run through Ray Client: refused in words, not a failed job.
-    result = run_cli("run", str(batch), "-o", str(out), "--ray", "ray://head:10001")
+    result = cli("run", str(batch), "-o", str(out), "--ray", "ray://head:10001")
     assert result.returncode == 2 and "Ray setting address: a Ray Client address" in result.stderr
     assert "ray start --address HEAD:6379 --num-cpus 0" in result.stderr
     assert list_jobs(studio_home / "jobs") == []
@@ -134,7 +134,7 @@ def test_cli_resume_and_retry_of_an_old_job_that_repeats_an_id_are_refused(studi
     job = create_job(batch, data_paths().jobs, EngineConfig(model="/models/old"))  # pre-rules
     job.write_status(JobStatus(state="completed"))
     for command in ("resume", "retry"):
-        result = run_cli(command, job.job_id)
+        result = cli(command, job.job_id)
         assert result.returncode == 1, result.stderr
         assert "line 3: custom_id 'a' repeats line 1" in result.stderr
     assert job.read_status().state == "completed"  # no worker was started

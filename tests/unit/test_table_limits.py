@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.plan.tables import MAX_TABLE_ROWS, TableTooLarge, read_table
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 
 TABLE = pd.DataFrame({"ticket_id": range(1, 31), "body": [f"text {i}" for i in range(30)]})
 
@@ -74,7 +74,7 @@ def test_cli_build_refuses_a_table_over_a_million_rows_quickly(tmp_path: Path) -
     rows = MAX_TABLE_ROWS + 1
     pq.write_table(pa.table({"id": pa.array(range(rows)), "body": pa.array(["x"] * rows)}), path)
     started = time.monotonic()
-    result = run_cli("build", str(path), "--user-template", "{{ body }}", "-o", "out.jsonl")
+    result = cli("build", str(path), "--user-template", "{{ body }}", "-o", "out.jsonl")
     assert time.monotonic() - started < 30
     assert result.returncode != 0
     assert "Traceback" not in result.stderr

@@ -27,7 +27,7 @@ from core.jobs.inbox import process_file
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import JobDefaults
 from tests.support.api import batch_file, sdk
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import validate_line
 from tests.support.tool_auto import TOOLS, auto_line
 
@@ -70,9 +70,9 @@ def test_every_entry_point_refuses_auto_on_the_built_in_model_with_the_reason(
     path.write_text("\n".join(lines) + "\n")
     # The app's check (Upload & check, Build) and core check.
     _refused_auto(check_file(path, JobDefaults(), model_folder=default_model).errors)
-    cli = run_cli("check", str(path), "--json")
-    assert cli.returncode != 0
-    problems = json.loads(cli.stdout)["problems"]
+    checked = cli("check", str(path), "--json")
+    assert checked.returncode != 0
+    problems = json.loads(checked.stdout)["problems"]
     assert [(e["line"], e["param"]) for e in problems if e["severity"] == "error"] == [
         (2, "body.tool_choice"),
         (3, "body.tool_choice"),
@@ -110,22 +110,22 @@ def test_the_structure_only_check_judges_auto_by_the_model_or_says_it_was_not_ch
     counted = check_file(path, JobDefaults(), model_folder=default_model).errors
 
     # core check --no-tokens on the built-in model: refused for the counting check's reason.
-    cli = run_cli("check", str(path), "--json", "--no-tokens")
-    assert cli.returncode != 0
-    report = json.loads(cli.stdout)
+    checked = cli("check", str(path), "--json", "--no-tokens")
+    assert checked.returncode != 0
+    report = json.loads(checked.stdout)
     errors = [p for p in report["problems"] if p["severity"] == "error"]
     assert [(e["line"], e["param"], e["message"]) for e in errors] == [
         (p.line, p.param, p.message) for p in counted
     ]
     assert not report["tokens_counted"]
     # A name mapped to a model whose template renders tools: the same lines pass.
-    cli = run_cli("check", str(path), "--json", "--no-tokens", "--map", f"m={hermes_model}")
-    assert cli.returncode == 0, cli.stdout[-2000:]
+    checked = cli("check", str(path), "--json", "--no-tokens", "--map", f"m={hermes_model}")
+    assert checked.returncode == 0, checked.stdout[-2000:]
     # No model at all (the built-in one not prepared): not refused, but said unchecked.
     monkeypatch.setenv("BATCH_STUDIO_MODELS", str(tmp_path / "no-models"))
-    cli = run_cli("check", str(path), "--no-tokens")
-    assert cli.returncode == 0, cli.stdout[-2000:]
-    assert cli.stdout.count("'auto' was not checked") == 2
+    checked = cli("check", str(path), "--no-tokens")
+    assert checked.returncode == 0, checked.stdout[-2000:]
+    assert checked.stdout.count("'auto' was not checked") == 2
     unchecked_report = check_file(path, JobDefaults(), count_tokens=False)
     unchecked = [p for p in unchecked_report.problems if p.param == "body.tool_choice"]
     assert [(p.line, p.param, p.message) for p in unchecked] == [

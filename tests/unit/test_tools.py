@@ -21,7 +21,7 @@ from core.check.requests import parse_body
 from core.endpoints import CHAT_URL
 from core.run.outputs import Choice, Completion, ToolCall, answer_text, success_line
 from core.schemas import JobDefaults
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.conformance import validate_line
 from tests.support.tools import (
     CONVERSATION,
@@ -208,7 +208,7 @@ def test_cli_build_makes_tool_call_lines_from_a_pasted_schema(tmp_path: Path):
 
     schema, out = tmp_path / "schema.json", tmp_path / "built.jsonl"
     schema.write_text(json.dumps(WEATHER))
-    result = run_cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
+    result = cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
                      "--user-template", "{{ subject }}", "--max-tokens", "40",
                      "--tool-schema", str(schema), "--tool-name", "weather")  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -217,7 +217,7 @@ def test_cli_build_makes_tool_call_lines_from_a_pasted_schema(tmp_path: Path):
     assert line["body"]["tool_choice"] == named("weather")
     assert check_file(out, JobDefaults()).errors == []  # the check passes what it built
     schema.write_text('{"type": "objekt"}')
-    bad = run_cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
+    bad = cli("build", str(SAMPLE_DATA / "tickets.csv"), "-o", str(out),
                   "--user-template", "{{ subject }}", "--tool-schema", str(schema))  # fmt: skip
     assert bad.returncode == 1 and "not a valid JSON Schema" in bad.stderr
     assert "Traceback" not in bad.stderr
