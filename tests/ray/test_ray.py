@@ -2,7 +2,9 @@
 
 Each node has one CPU and a custom resource ``slot``; a replica asks for one of each, so
 the two replicas land on different nodes. The cluster is started once for the module
-(seconds, and about 6 GB with two engines) and always shut down.
+(seconds, and about 6 GB with two engines) and always shut down; every test here shares
+it (a node lost, and a studio off the head node, have their own: test_ray_nodes.py and
+test_ray_remote_studio.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
+from core.run import ray_stats  # noqa: E402
 from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
@@ -40,6 +43,31 @@ def cluster():
         yield nodes
     finally:
         nodes.shutdown()
+
+
+def test_each_gpu_node_is_asked_for_its_devices_on_the_node(cluster):
+    """A node declaring one GPU joins the module's cluster: the reading runs on that node
+    and answers what NVML finds there (no device on a machine without a driver); the CPU
+    nodes are not asked. A reading that misses (the node slow to start a worker) is left
+    out; the next poll's gets it."""
+    from core.run.monitoring import ResourceSampler
+
+    gpu_node = cluster.add_node(num_cpus=1, num_gpus=1)  # no slot: no replica goes there
+    ray.init(address=cluster.address)
+    try:
+        cluster.wait_for_nodes()
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        assert gpu_node.node_id in {n["NodeID"] for n in nodes}
+        readings = [ray_stats._node_devices(nodes)]
+        deadline = time.monotonic() + 120  # a reading may miss while the node starts a worker
+        while not readings[-1] and time.monotonic() < deadline:
+            readings.append(ray_stats._node_devices(nodes))
+        assert readings[-1] == {gpu_node.node_id: ResourceSampler().sample()["gpus"]}
+        cpu_only = [{**n, "Resources": {"CPU": 1.0}} for n in nodes]
+        assert ray_stats._node_devices(cpu_only) == {}  # CPU nodes are not asked
+    finally:
+        ray.shutdown()
+        cluster.remove_node(gpu_node)  # the other tests' jobs see the two nodes
 
 
 def _ray_args(cluster):

@@ -1,14 +1,12 @@
 """What a Ray job's stats make of the cluster changing under it (no cluster: Ray's answers
-are given, NVML's on a GPU node too), and what Monitor and Jobs show of it."""
+are given, NVML's on a GPU node too), and what Monitor and Jobs show of it. The reading of a
+GPU node's devices on a real node is in tests/ray/test_ray.py (it starts Ray)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
 ray = pytest.importorskip("ray")
-from core.run import ray_stats  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.support.ray_events import HEAD, LOST, SPARE, _stats  # noqa: E402
 
@@ -40,25 +38,3 @@ def test_each_node_has_its_rate(tmp_path, monkeypatch):
     nodes = {n["node_id"]: n for n in read_ray_stats(tmp_path)["nodes"]}
     assert nodes[HEAD]["rows_per_s"] > 0 and nodes[LOST]["rows_per_s"] > 0
     assert nodes[SPARE]["rows_per_s"] == 0
-
-
-def test_each_gpu_node_is_asked_for_its_devices_on_the_node(monkeypatch):
-    """A real local Ray instance declaring one GPU: the reading runs on that node and
-    answers what NVML finds there (no device on a machine without a driver). A reading that
-    misses (the node slow to start a worker) is left out; the next poll's gets it."""
-    from core.run.monitoring import ResourceSampler
-
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False)
-    try:
-        nodes = ray.nodes()
-        [node] = [n["NodeID"] for n in nodes]
-        readings = [ray_stats._node_devices(nodes)]
-        deadline = time.monotonic() + 120  # a reading may miss while the node starts a worker
-        while not readings[-1] and time.monotonic() < deadline:
-            readings.append(ray_stats._node_devices(nodes))
-        assert readings[-1] == {node: ResourceSampler().sample()["gpus"]}
-        cpu_only = [{**n, "Resources": {"CPU": 1.0}} for n in nodes]
-        assert ray_stats._node_devices(cpu_only) == {}  # CPU nodes are not asked
-    finally:
-        ray.shutdown()
