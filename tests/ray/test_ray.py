@@ -194,6 +194,30 @@ def _replica_pid_once_results_flow(job, worker, timeout=300.0):
     raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
 
 
+def _how_it_ended(result, job) -> str:
+    """What a ``core resume`` that did not succeed said, and what its job's worker left: the
+    CLI's stderr gives only the status message of a job it found interrupted, whereas
+    whether the worker still runs (a heartbeat older than 30 s) or died, and its log,
+    tell which it was."""
+    from core.schemas import worker_alive
+
+    status = job.read_status()
+    alive = status.pid is not None and worker_alive(status.pid)
+    age = time.time() - status.heartbeat_at if status.heartbeat_at else None
+    log = job.log_file.read_text(errors="replace") if job.log_file.exists() else ""
+    own = [line for line in log.splitlines() if "(MapWorker" not in line]  # not the replicas'
+    return "\n".join(
+        [
+            f"exit {result.returncode}; stdout: {result.stdout[-1500:]}",
+            f"stderr: {result.stderr[-3000:]}",
+            f"status {status.state}, worker pid {status.pid} alive: {alive}, "
+            f"heartbeat {age} s ago, history {status.history[-4:]}",
+            "the worker's own log lines:",
+            *own[-40:],
+        ]
+    )
+
+
 # -- input in object storage ------------------------------------------------------------------
 
 
@@ -314,7 +338,7 @@ def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
     s3.create_bucket(Bucket="batches")
     resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
     lines = _object_lines(s3, "out.jsonl")
     assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
     report = reconcile(job)
@@ -350,7 +374,7 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     assert "cannot read s3://batches/in.jsonl: access denied" in job.read_status().error
     assert reconcile(job).succeeded == kept.succeeded
     resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
