@@ -70,6 +70,29 @@ def test_each_gpu_node_is_asked_for_its_devices_on_the_node(cluster):
         cluster.remove_node(gpu_node)  # the other tests' jobs see the two nodes
 
 
+def test_the_stats_ask_the_state_api_of_the_cluster_the_driver_is_on(cluster, monkeypatch):
+    """A driver's replica states are asked of its own cluster, by the GCS address Ray gives
+    the driver (not of the latest Ray instance on this machine: Ray ended a job's worker
+    once that one was gone); where the state API does not answer (these clusters serve no
+    dashboard), the GCS table gives them."""
+    from ray.util import state
+
+    asked = []
+    ask = state.list_actors
+
+    def spy(**kwargs):
+        asked.append(kwargs["address"])
+        return ask(**kwargs)
+
+    monkeypatch.setattr(state, "list_actors", spy)
+    ray.init(address=cluster.address)
+    try:
+        assert ray_stats._replica_actors() == []  # this driver has no replicas
+    finally:
+        ray.shutdown()
+    assert asked == [cluster.address]
+
+
 def _ray_args(cluster):
     return ["--ray", cluster.address, "--replicas", "2", "--replica-resources", '{"slot": 1}']
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 ray = pytest.importorskip("ray")
+from core.run import ray_stats  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.support.ray_events import HEAD, LOST, SPARE, _stats  # noqa: E402
 
@@ -38,3 +39,21 @@ def test_each_node_has_its_rate(tmp_path, monkeypatch):
     nodes = {n["node_id"]: n for n in read_ray_stats(tmp_path)["nodes"]}
     assert nodes[HEAD]["rows_per_s"] > 0 and nodes[LOST]["rows_per_s"] > 0
     assert nodes[SPARE]["rows_per_s"] == 0
+
+
+def test_the_replicas_are_asked_of_the_cluster_the_job_runs_on(monkeypatch):
+    """The state API is given the driver's own cluster: left to find one, it takes the
+    latest Ray instance started on the machine, and Ray ended a job's worker when that one
+    was gone (a fresh-clone run's resume exited 3, its job left running)."""
+    from types import SimpleNamespace
+
+    from ray.util import state
+
+    asked = []
+    context = SimpleNamespace(gcs_address="10.0.0.7:6379", get_job_id=lambda: "01000000")
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: context)
+    monkeypatch.setattr(state, "list_actors", lambda **kwargs: asked.append(kwargs) or [])
+    assert ray_stats._replica_actors() == []
+    [kwargs] = asked
+    assert kwargs["address"] == "10.0.0.7:6379"
+    assert kwargs["filters"] == [("job_id", "=", "01000000")]
