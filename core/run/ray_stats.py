@@ -198,7 +198,8 @@ def _replica_actors() -> list[dict[str, Any]]:
     dashboard (``ray[default]``), else the GCS actor table. Only this job's map workers."""
     import ray
 
-    job_id = ray.get_runtime_context().get_job_id()
+    context = ray.get_runtime_context()
+    job_id = context.get_job_id()
     try:
         from ray.util.state import list_actors
 
@@ -211,7 +212,14 @@ def _replica_actors() -> list[dict[str, Any]]:
                 "pid": a.pid,
             }
             for a in list_actors(
-                filters=[("job_id", "=", job_id)], limit=1000, raise_on_missing_output=False
+                # The cluster this driver is on. Without an address the state API asks the
+                # latest Ray instance started on this machine (/tmp/ray), which may be
+                # another cluster, or one gone: then Ray ends this process a minute later
+                # ("Failed to connect to GCS"), leaving the job running with a dead worker.
+                address=context.gcs_address,
+                filters=[("job_id", "=", job_id)],
+                limit=1000,
+                raise_on_missing_output=False,
             )
         ]
     except Exception:  # no dashboard: the state API has no server to ask

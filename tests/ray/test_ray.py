@@ -2,7 +2,9 @@
 
 Each node has one CPU and a custom resource ``slot``; a replica asks for one of each, so
 the two replicas land on different nodes. The cluster is started once for the module
-(seconds, and about 6 GB with two engines) and always shut down.
+(seconds, and about 6 GB with two engines) and always shut down; every test here shares
+it (a node lost, and a studio off the head node, have their own: test_ray_nodes.py and
+test_ray_remote_studio.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
+from core.run import ray_stats  # noqa: E402
 from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
 from tests.support.cli import run_cli  # noqa: E402
@@ -40,6 +43,54 @@ def cluster():
         yield nodes
     finally:
         nodes.shutdown()
+
+
+def test_each_gpu_node_is_asked_for_its_devices_on_the_node(cluster):
+    """A node declaring one GPU joins the module's cluster: the reading runs on that node
+    and answers what NVML finds there (no device on a machine without a driver); the CPU
+    nodes are not asked. A reading that misses (the node slow to start a worker) is left
+    out; the next poll's gets it."""
+    from core.run.monitoring import ResourceSampler
+
+    gpu_node = cluster.add_node(num_cpus=1, num_gpus=1)  # no slot: no replica goes there
+    ray.init(address=cluster.address)
+    try:
+        cluster.wait_for_nodes()
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        assert gpu_node.node_id in {n["NodeID"] for n in nodes}
+        readings = [ray_stats._node_devices(nodes)]
+        deadline = time.monotonic() + 120  # a reading may miss while the node starts a worker
+        while not readings[-1] and time.monotonic() < deadline:
+            readings.append(ray_stats._node_devices(nodes))
+        assert readings[-1] == {gpu_node.node_id: ResourceSampler().sample()["gpus"]}
+        cpu_only = [{**n, "Resources": {"CPU": 1.0}} for n in nodes]
+        assert ray_stats._node_devices(cpu_only) == {}  # CPU nodes are not asked
+    finally:
+        ray.shutdown()
+        cluster.remove_node(gpu_node)  # the other tests' jobs see the two nodes
+
+
+def test_the_stats_ask_the_state_api_of_the_cluster_the_driver_is_on(cluster, monkeypatch):
+    """A driver's replica states are asked of its own cluster, by the GCS address Ray gives
+    the driver (not of the latest Ray instance on this machine: Ray ended a job's worker
+    once that one was gone); where the state API does not answer (these clusters serve no
+    dashboard), the GCS table gives them."""
+    from ray.util import state
+
+    asked = []
+    ask = state.list_actors
+
+    def spy(**kwargs):
+        asked.append(kwargs["address"])
+        return ask(**kwargs)
+
+    monkeypatch.setattr(state, "list_actors", spy)
+    ray.init(address=cluster.address)
+    try:
+        assert ray_stats._replica_actors() == []  # this driver has no replicas
+    finally:
+        ray.shutdown()
+    assert asked == [cluster.address]
 
 
 def _ray_args(cluster):
@@ -166,6 +217,30 @@ def _replica_pid_once_results_flow(job, worker, timeout=300.0):
     raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
 
 
+def _how_it_ended(result, job) -> str:
+    """What a ``core resume`` that did not succeed said, and what its job's worker left: the
+    CLI's stderr gives only the status message of a job it found interrupted, whereas
+    whether the worker still runs (a heartbeat older than 30 s) or died, and its log,
+    tell which it was."""
+    from core.schemas import worker_alive
+
+    status = job.read_status()
+    alive = status.pid is not None and worker_alive(status.pid)
+    age = time.time() - status.heartbeat_at if status.heartbeat_at else None
+    log = job.log_file.read_text(errors="replace") if job.log_file.exists() else ""
+    own = [line for line in log.splitlines() if "(MapWorker" not in line]  # not the replicas'
+    return "\n".join(
+        [
+            f"exit {result.returncode}; stdout: {result.stdout[-1500:]}",
+            f"stderr: {result.stderr[-3000:]}",
+            f"status {status.state}, worker pid {status.pid} alive: {alive}, "
+            f"heartbeat {age} s ago, history {status.history[-4:]}",
+            "the worker's own log lines:",
+            *own[-40:],
+        ]
+    )
+
+
 # -- input in object storage ------------------------------------------------------------------
 
 
@@ -286,7 +361,7 @@ def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
     s3.create_bucket(Bucket="batches")
     resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
     lines = _object_lines(s3, "out.jsonl")
     assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
     report = reconcile(job)
@@ -322,7 +397,7 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     assert "cannot read s3://batches/in.jsonl: access denied" in job.read_status().error
     assert reconcile(job).succeeded == kept.succeeded
     resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok

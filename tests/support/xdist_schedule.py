@@ -1,12 +1,11 @@
 """How `make test`'s first phase shares the tests among pytest-xdist workers (docs/tests.md).
 
 As with xdist's ``--dist load``, a worker that runs short takes the next test, with two
-exceptions: the tests that start a Ray cluster (``tests/ray/``, and the other ``test_ray*.py``
-files, one of which starts a local Ray instance) are one unit, run in
-order by a single worker, so that two clusters (about 6 GB and two engines each) never run
-at once; and each browser module is one unit, so that its tests share one server.
-xdist's own ``--dist loadgroup`` would do this but, in pytest-xdist 3.8 under pytest 9,
-groups nothing: it renames ``item._nodeid``, which pytest 9 no longer reads.
+exceptions: the tests that start a Ray cluster (``tests/ray/``: no test elsewhere starts Ray)
+are one unit, run in order by a single worker, so that two clusters (about 6 GB and two
+engines each) never run at once; and each browser module is one unit, so that its tests
+share one server. xdist's own ``--dist loadgroup`` would do this but, in pytest-xdist 3.8
+under pytest 9, groups nothing: it renames ``item._nodeid``, which pytest 9 no longer reads.
 
 ``order_slow_first`` puts that unit first, the other tests that load a model next and the
 browser tests after them: while one worker runs the cluster (many processes), the other
@@ -21,7 +20,7 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 # the prefixes of the files that start a Ray cluster or instance
-CLUSTER_FILES = ("tests/ray/", "tests/unit/test_ray_", "tests/pages/test_ray_")
+CLUSTER_FILES = ("tests/ray/",)
 CLUSTER = "ray-cluster"  # the unit's name
 BROWSER_FILES = "tests/browser/"
 

@@ -269,3 +269,27 @@ def test_every_test_module_lives_in_its_kinds_folder():
         if path.parent.parent != TESTS or path.parent.name not in TEST_KINDS
     ]
     assert not outside, outside
+
+
+def starts_ray(path: Path) -> bool:
+    """Whether ``path`` calls ``ray.init`` or imports ``ray.cluster_utils`` (a cluster)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module == "ray.cluster_utils":
+            return True
+        if isinstance(node, ast.Import) and any(a.name == "ray.cluster_utils" for a in node.names):
+            return True
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "ray.init":
+            return True
+    return False
+
+
+def test_only_the_ray_tests_start_ray():
+    """``make check`` (the unit and page tests) never starts Ray: a test that does lives in
+    tests/ray/, which one xdist worker runs alone (tests/support/xdist_schedule.py)."""
+    elsewhere = [
+        str(path.relative_to(TESTS))
+        for path in sorted(TESTS.rglob("*.py"))
+        if path.parent.name != "ray" and starts_ray(path)
+    ]
+    assert not elsewhere, elsewhere
+    assert starts_ray(TESTS / "ray" / "test_ray.py")  # the check sees a cluster's start

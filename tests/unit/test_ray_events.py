@@ -1,9 +1,8 @@
 """What a Ray job's stats make of the cluster changing under it (no cluster: Ray's answers
-are given, NVML's on a GPU node too), and what Monitor and Jobs show of it."""
+are given, NVML's on a GPU node too), and what Monitor and Jobs show of it. The reading of a
+GPU node's devices on a real node is in tests/ray/test_ray.py (it starts Ray)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -42,23 +41,19 @@ def test_each_node_has_its_rate(tmp_path, monkeypatch):
     assert nodes[SPARE]["rows_per_s"] == 0
 
 
-def test_each_gpu_node_is_asked_for_its_devices_on_the_node(monkeypatch):
-    """A real local Ray instance declaring one GPU: the reading runs on that node and
-    answers what NVML finds there (no device on a machine without a driver). A reading that
-    misses (the node slow to start a worker) is left out; the next poll's gets it."""
-    from core.run.monitoring import ResourceSampler
+def test_the_replicas_are_asked_of_the_cluster_the_job_runs_on(monkeypatch):
+    """The state API is given the driver's own cluster: left to find one, it takes the
+    latest Ray instance started on the machine, and Ray ended a job's worker when that one
+    was gone (a fresh-clone run's resume exited 3, its job left running)."""
+    from types import SimpleNamespace
 
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=1, num_gpus=1, include_dashboard=False)
-    try:
-        nodes = ray.nodes()
-        [node] = [n["NodeID"] for n in nodes]
-        readings = [ray_stats._node_devices(nodes)]
-        deadline = time.monotonic() + 120  # a reading may miss while the node starts a worker
-        while not readings[-1] and time.monotonic() < deadline:
-            readings.append(ray_stats._node_devices(nodes))
-        assert readings[-1] == {node: ResourceSampler().sample()["gpus"]}
-        cpu_only = [{**n, "Resources": {"CPU": 1.0}} for n in nodes]
-        assert ray_stats._node_devices(cpu_only) == {}  # CPU nodes are not asked
-    finally:
-        ray.shutdown()
+    from ray.util import state
+
+    asked = []
+    context = SimpleNamespace(gcs_address="10.0.0.7:6379", get_job_id=lambda: "01000000")
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: context)
+    monkeypatch.setattr(state, "list_actors", lambda **kwargs: asked.append(kwargs) or [])
+    assert ray_stats._replica_actors() == []
+    [kwargs] = asked
+    assert kwargs["address"] == "10.0.0.7:6379"
+    assert kwargs["filters"] == [("job_id", "=", "01000000")]
