@@ -94,3 +94,33 @@ def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
     assert len(lines) == finished
     for line in lines:
         validate_line(line, CHAT_URL)
+
+
+@pytest.mark.engine
+def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_path):
+    """openai-batch (PyPI, requirements.txt's test section), given the studio's base URL
+    and nothing else: its own code uploads, creates, polls and downloads."""
+    from openai_batch import Batch as ClientBatch
+    from openai_batch.providers import Provider
+
+    provider = Provider(base_url=f"{served.url}/v1", api_key="anything")
+    source, output, errors = (tmp_path / n for n in ("in.jsonl", "output.jsonl", "errors.jsonl"))
+    source.write_bytes(chats(3).getvalue())
+    # The file is given by its path, as its command line takes one (its in-memory builder
+    # reads the temporary file it has just closed: that client's own bug in 0.3.4).
+    with ClientBatch(
+        submission_input_file=str(source), output_file=output, error_file=errors, provider=provider
+    ) as batch:
+        ended, output_path, error_path = batch.submit_wait_download(
+            interval=POLL_SECONDS, metadata={"client": "openai-batch"}
+        )
+    assert ended.status == "completed", ended.errors
+    assert error_path is None and not errors.exists()
+    assert str(output_path) == str(output)
+    lines = [json.loads(raw) for raw in output.read_text().splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == ["q0", "q1", "q2"]
+    for line in lines:
+        assert validate_line(line, CHAT_URL) is not None  # a success, in OpenAI's shape
+    studio = client_of(served).batches.retrieve(ended.id)
+    assert studio.metadata == {"client": "openai-batch"}
+    assert studio.request_counts.completed == 3

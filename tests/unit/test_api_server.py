@@ -6,7 +6,6 @@ built-in model through it, as a pipeline that only changed its ``base_url`` woul
 
 from __future__ import annotations
 
-import json
 import select
 import socket
 import time
@@ -16,11 +15,9 @@ import openai
 import psutil
 import pytest
 
-from core.endpoints import CHAT_URL
-from tests.support.api_server import POLL_SECONDS, chats, client_of
+from tests.support.api_server import chats, client_of
 from tests.support.browser import StreamlitServer
 from tests.support.cli import cli
-from tests.support.conformance import validate_line
 
 
 def test_one_process_serves_the_pages_and_the_api_on_one_port(served):
@@ -70,35 +67,6 @@ def test_beyond_loopback_the_api_needs_a_key(studio_home, tmp_path):
         assert ops.files.retrieve(file.id).id == file.id
     finally:
         server.stop()
-
-
-def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_path):
-    """openai-batch (PyPI, requirements.txt's test section), given the studio's base URL
-    and nothing else: its own code uploads, creates, polls and downloads."""
-    from openai_batch import Batch as ClientBatch
-    from openai_batch.providers import Provider
-
-    provider = Provider(base_url=f"{served.url}/v1", api_key="anything")
-    source, output, errors = (tmp_path / n for n in ("in.jsonl", "output.jsonl", "errors.jsonl"))
-    source.write_bytes(chats(3).getvalue())
-    # The file is given by its path, as its command line takes one (its in-memory builder
-    # reads the temporary file it has just closed: that client's own bug in 0.3.4).
-    with ClientBatch(
-        submission_input_file=str(source), output_file=output, error_file=errors, provider=provider
-    ) as batch:
-        ended, output_path, error_path = batch.submit_wait_download(
-            interval=POLL_SECONDS, metadata={"client": "openai-batch"}
-        )
-    assert ended.status == "completed", ended.errors
-    assert error_path is None and not errors.exists()
-    assert str(output_path) == str(output)
-    lines = [json.loads(raw) for raw in output.read_text().splitlines()]
-    assert sorted(line["custom_id"] for line in lines) == ["q0", "q1", "q2"]
-    for line in lines:
-        assert validate_line(line, CHAT_URL) is not None  # a success, in OpenAI's shape
-    studio = client_of(served).batches.retrieve(ended.id)
-    assert studio.metadata == {"client": "openai-batch"}
-    assert studio.request_counts.completed == 3
 
 
 @pytest.mark.parametrize("name", ["日本語 данные.jsonl", "résumé.jsonl"])
