@@ -193,7 +193,7 @@ def prefix_part(work: Path, documents: int, questions: int) -> None:
 
 
 def lookup_part(work: Path, keys: int = 1_000_000, jobs: int = 100) -> None:
-    from core.reuse.index import _RECORD, find_earlier
+    from core.reuse.index import _RECORD, KEY_FILE, find_earlier, local_owner
 
     jobs_dir = work / "lookup-jobs"
     rng = random.Random(3)
@@ -201,12 +201,15 @@ def lookup_part(work: Path, keys: int = 1_000_000, jobs: int = 100) -> None:
     for j in range(jobs):
         folder = jobs_dir / f"job_{j:04d}"
         folder.mkdir(parents=True)
+        # Only an owner's jobs are searched (core.reuse.index.reuse_owner): all this user's.
+        provenance = {"owner": local_owner()[len("user:") :], "owner_key": None}
+        (folder / "job.json").write_text(json.dumps({"provenance": provenance}))
         records = []
         for _ in range(keys // jobs):
             key = rng.randbytes(16)
             wanted.add(key)
-            records.append(_RECORD.pack(key, 0, 100))
-        (folder / "reuse.keys").write_bytes(b"".join(records))
+            records.append(_RECORD.pack(key, 0, 100, bytes(16)))
+        (folder / KEY_FILE).write_bytes(b"".join(records))
     os.sync()
     try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -214,7 +217,7 @@ def lookup_part(work: Path, keys: int = 1_000_000, jobs: int = 100) -> None:
     except OSError:
         cold = "warm page cache (could not drop it)"
     started = time.perf_counter()
-    found = find_earlier(jobs_dir, wanted, skip="")
+    found = find_earlier(jobs_dir, wanted, skip="", owner=local_owner())
     seconds = time.perf_counter() - started
     print(
         f"lookup: {len(found):,} of {len(wanted):,} keys found in {seconds:.2f} s, {cold}; "

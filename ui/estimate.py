@@ -9,7 +9,9 @@ import streamlit as st
 from core.plan.estimate import format_duration, load_note
 from core.plan.pricing import PriceTable, format_money
 from core.reuse.forecast import forecast_reuse
+from core.reuse.index import local_owner
 from core.schemas import JobDefaults
+from ui.sign_in import signed_in_user
 from ui.store import paths
 from ui.text import escape
 
@@ -38,10 +40,17 @@ def estimate_metrics(estimate: dict) -> None:
 
 @st.cache_data(ttl=300, show_spinner=False, max_entries=8)
 def _reuse_lines(
-    path: str, changed: tuple[int, int], model: str, model_map: tuple, defaults: str, prices: str
+    path: str,
+    changed: tuple[int, int],
+    model: str,
+    model_map: tuple,
+    defaults: str,
+    prices: str,
+    owner: str,
 ) -> list[str]:
     # Read again when the file is written again (``changed``) or after five minutes (new
     # jobs' answers): it scans the file once more (about 6 s for 300,000 lines here).
+    # ``owner`` is in the cache's key: one user's forecast is never shown to another.
     del changed
     return forecast_reuse(
         path,
@@ -50,6 +59,7 @@ def _reuse_lines(
         prices=PriceTable.model_validate_json(prices),
         defaults=JobDefaults.model_validate_json(defaults),
         model_map=dict(model_map),
+        owner=owner,
     ).lines()
 
 
@@ -66,6 +76,7 @@ def reuse_note(
         tuple(sorted(model_map.items())),
         defaults.model_dump_json(),
         prices.model_dump_json(),
+        local_owner(signed_in_user()),  # whose job Run would make: only its answers count
     )
     for line in lines:
         st.caption(escape(f"Reuse: {line}."))

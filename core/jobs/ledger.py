@@ -393,16 +393,28 @@ class Verification:
     problems: list[str]
     lines_checked: int
     heads: dict[str, str] = field(default_factory=dict)  # file name -> its last chain
+    # Answers given again, not computed (docs/reuse.md): the job each came from -> how many.
+    reused: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The verdict in words that claim no more than the check proves."""
-        return (
+        said = (
             f"{self.lines_checked} result lines consistent: no line changed, removed or "
             "reordered since it was written (hash chains intact), one result per request. "
             "The chains are not keyed: they catch corruption and naive edits, not a "
             "rewrite that recomputes them; keep the chain heads below elsewhere to detect "
             "that too."
         )
+        if self.reused:
+            # The chains vouch for a reused line as this job wrote it; that it matched its
+            # source was checked when it was copied (its digest), not again here.
+            sources = ", ".join(f"{n:,} from {job}" for job, n in sorted(self.reused.items()))
+            said += (
+                f" Of them, {sum(self.reused.values()):,} are answers given again, not "
+                f"computed by this job ({sources}): checked here as this job wrote them; "
+                "each matched the bytes of the line it was copied from when it was copied."
+            )
+        return said
 
 
 def verify_chain(path: Path) -> tuple[int, list[str]]:
@@ -411,8 +423,9 @@ def verify_chain(path: Path) -> tuple[int, list[str]]:
     return count, problems
 
 
-def _walk_chain(path: Path) -> tuple[int, list[str], str]:
-    """:func:`verify_chain`, with the last chain read (the file's head)."""
+def _walk_chain(path: Path, reused: Counter[str] | None = None) -> tuple[int, list[str], str]:
+    """:func:`verify_chain`, with the last chain read (the file's head); counts in
+    ``reused`` the lines that are answers given again, by the job each came from."""
     problems: list[str] = []
     previous = ""
     count = 0
@@ -435,7 +448,14 @@ def _walk_chain(path: Path) -> tuple[int, list[str], str]:
                 )
                 break
             previous = chain
+            if reused is not None and _REUSED in content:  # parsed only where it may be
+                source = msgspec.json.decode(content).get("reused_from")
+                if isinstance(source, dict):
+                    reused[str(source.get("job") or "an earlier job")] += 1
     return count, problems, previous
+
+
+_REUSED = b'"reused_from": {'  # as json.dumps writes it (core.reuse.plan.reused_line)
 
 
 def verify(job: JobFolder) -> Verification:
@@ -444,14 +464,17 @@ def verify(job: JobFolder) -> Verification:
     problems: list[str] = []
     lines = 0
     heads: dict[str, str] = {}
+    reused: Counter[str] = Counter()
     for path in (job.output, job.errors):
-        count, found, head = _walk_chain(path)
+        count, found, head = _walk_chain(path, reused if path == job.output else None)
         lines += count
         problems += found
         if head:
             heads[path.name] = head
     problems += read_ledger(job).coverage_problems()  # the rule the worker ends a job by
-    return Verification(ok=not problems, problems=problems, lines_checked=lines, heads=heads)
+    return Verification(
+        ok=not problems, problems=problems, lines_checked=lines, heads=heads, reused=dict(reused)
+    )
 
 
 @dataclass(frozen=True)

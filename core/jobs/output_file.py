@@ -116,8 +116,9 @@ class OutputWriter:
         self._chain = _last_chain(path)
         self._handle = path.open("ab", buffering=0)  # no buffer to flush again on close
 
-    def write(self, lines: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
-        """Appends the lines and fsyncs them; returns where each lies (offset, length).
+    def write(self, lines: Iterable[dict[str, Any]]) -> list[tuple[int, bytes]]:
+        """Appends the lines and fsyncs them; returns where each starts and its bytes as
+        written (what an index of answers records: :mod:`core.reuse.index`).
         On an error (a full disk) the file is cut back to where it was, so it never ends
         in a torn line, and the error is raised."""
         chain, parts = self._chain, []
@@ -137,11 +138,11 @@ class OutputWriter:
             os.ftruncate(fd, start)  # frees what it took: always possible
             raise
         self._chain = chain
-        spans = []
+        written = []
         for part in parts:
-            spans.append((start, len(part)))
+            written.append((start, part))
             start += len(part)
-        return spans
+        return written
 
     def close(self) -> None:
         self._handle.close()

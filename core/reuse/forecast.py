@@ -10,7 +10,7 @@ from core.check import scan
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, format_money, token_cost
-from core.reuse.index import EarlierLineError, EarlierLines, find_earlier
+from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
 from core.reuse.keys import RequestKeys, model_folder
 from core.run.outputs import token_usage
 from core.schemas import EngineConfig, JobDefaults, JobSpec
@@ -71,9 +71,12 @@ def forecast_reuse(
     embedding_model: str | None = None,
     on_gpu: bool = False,
     home: Path | None = None,
+    owner: str | None = None,
 ) -> ReuseForecast:
     """The :class:`ReuseForecast` of running ``file`` on ``model`` (with ``model_map`` and
-    ``embedding_model`` as a job would), by the keys the worker uses."""
+    ``embedding_model`` as a job would), by the keys the worker uses, for a job of
+    ``owner`` (:func:`core.reuse.index.reuse_owner`; None: this machine's user), who takes
+    only answers of its own jobs."""
     spec = JobSpec(
         job_id="",
         created_at="",
@@ -93,7 +96,7 @@ def forecast_reuse(
             forecast.duplicates += 1
         else:
             first[key] = model_folder(spec, checked.request)
-    earlier = find_earlier(jobs_dir, first.keys(), skip="")
+    earlier = find_earlier(jobs_dir, first.keys(), skip="", owner=owner or local_owner())
     by_model: dict[str, tuple[int, int]] = {}
     with EarlierLines() as earlier_lines:
         for key, source in earlier.items():

@@ -1,19 +1,27 @@
 """Where each job's answers lie by key: a file beside its output, read at a job's start.
 
-``reuse.keys`` holds one fixed-size record per answer the job wrote to ``output.jsonl``:
-the request's key, and the offset and length of its line. Records are appended after the
-lines they point at are durable, each write whole records at once, so a crash can cut only
-the last record (it is ignored) and never leaves a record pointing at a line that is not
-there. Only the worker running the job writes its file; two jobs filling theirs at once
-never touch each other's. Deleting a job deletes its file, and the answers with it.
+``reuse.v2.keys`` holds one fixed-size record per answer the job wrote to ``output.jsonl``:
+the request's key, the offset and length of its line, and a digest of the line's exact
+bytes, so a line edited in place, moved or replaced by one of the same length is never
+taken for the answer (a ``reuse.keys`` of an older studio, without digests, is not read:
+its answers are simply not reused). Records are appended after the lines they point at are
+durable, each write whole records at once, so a crash can cut only the last record (it is
+ignored) and never leaves a record pointing at a line that is not there. Only the worker
+running the job writes its file; two jobs filling theirs at once never touch each other's.
+Deleting a job deletes its file, and the answers with it.
+
+An answer is reused only by whoever may read the job it came from: a job with the same
+owner (:func:`reuse_owner`: the same API key, else the same signed-in or local user).
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import json
 import os
 import struct
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from itertools import repeat
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -22,17 +30,54 @@ from core.jobs.folder import JobFolder
 from core.jobs.output_file import split_chain
 from core.reuse.keys import KEY_BYTES
 
-KEY_FILE = "reuse.keys"
-_RECORD = struct.Struct(f"<{KEY_BYTES}sQI")  # key, offset of the line, its length
+KEY_FILE = "reuse.v2.keys"  # "reuse.keys" (records without a digest) is never read
+DIGEST_BYTES = 16  # BLAKE2b-128 of the line: an edit that keeps it has odds of 2**-128
+# key, offset of the line, its length, its digest: fixed-size, so a reader may take the
+# file as columns (numpy) as well as record by record.
+_RECORD = struct.Struct(f"<{KEY_BYTES}sQI{DIGEST_BYTES}s")
+
+
+def line_digest(raw: bytes) -> bytes:
+    """The digest a record holds of its line's exact bytes (its newline included)."""
+    return hashlib.blake2b(raw, digest_size=DIGEST_BYTES).digest()
+
+
+def reuse_owner(provenance: Mapping[str, Any]) -> str | None:
+    """Whose answers a job's are, from its ``job.json`` provenance: its API key's id
+    (``key:<id>``), else the user who made it (``user:<name>``: signed in, or this
+    machine's). None for a job made before keys had ids, whose owner's name cannot tell a
+    key from a user: its answers are reused by no one."""
+    if "owner_key" not in provenance:
+        return None
+    key, name = provenance.get("owner_key"), provenance.get("owner")
+    if isinstance(key, str):
+        return f"key:{key}"
+    return f"user:{name}" if isinstance(name, str) else None
+
+
+def local_owner(user: str | None = None) -> str:
+    """The owner of a job made without a key by ``user`` (None: this machine's user, as
+    :func:`core.jobs.folder.create_job` records it)."""
+    return f"user:{user or getpass.getuser()}"
+
+
+def _owner_of(folder: Path) -> str | None:
+    try:
+        provenance = json.loads((folder / "job.json").read_bytes()).get("provenance")
+    except (OSError, ValueError, AttributeError):
+        return None  # an unreadable job is no one's source
+    return reuse_owner(provenance) if isinstance(provenance, dict) else None
 
 
 class Earlier(NamedTuple):
-    """An earlier answer: the job that wrote it and where its line lies in its output (a
-    tuple: a job's start makes one per answer it reuses, up to millions)."""
+    """An earlier answer: the job that wrote it, where its line lies in its output and
+    the digest of its bytes (a tuple: a job's start makes one per answer it reuses, up to
+    millions)."""
 
     job: JobFolder
     offset: int
     length: int
+    digest: bytes
 
 
 class KeyWriter:
@@ -47,25 +92,32 @@ class KeyWriter:
         if size % _RECORD.size:
             os.truncate(self.path, size - size % _RECORD.size)
 
-    def add(self, records: Iterable[tuple[bytes, int, int]]) -> None:
-        data = b"".join(_RECORD.pack(*record) for record in records)
+    def add(self, answers: Iterable[tuple[bytes, int, bytes]]) -> None:
+        """Indexes each answer ``(key, offset, the line's bytes)`` of durable lines."""
+        data = b"".join(
+            _RECORD.pack(key, offset, len(raw), line_digest(raw)) for key, offset, raw in answers
+        )
         if data:
             with self.path.open("ab") as handle:
                 handle.write(data)
 
 
-def find_earlier(jobs_dir: Path, wanted: Collection[bytes], skip: str) -> dict[bytes, Earlier]:
-    """The newest earlier answer of each ``wanted`` key, over every job but ``skip``."""
-    if not wanted or not jobs_dir.is_dir():
+def find_earlier(
+    jobs_dir: Path, wanted: Collection[bytes], skip: str, owner: str | None
+) -> dict[bytes, Earlier]:
+    """The newest earlier answer of each ``wanted`` key, over every job but ``skip`` that
+    ``owner`` (:func:`reuse_owner`) owns: the one place the worker and the forecast pick
+    the jobs whose answers a job may take (None owns none)."""
+    if not wanted or owner is None or not jobs_dir.is_dir():
         return {}
     jobs: list[JobFolder] = []
-    newest: dict[bytes, tuple[int, tuple[bytes, int, int]]] = {}
+    newest: dict[bytes, tuple[int, tuple[bytes, int, int, bytes]]] = {}
     # Oldest first, so a newer job's answer replaces an older one's. Every record goes in
     # whole, one update per job, with no test per record in Python (a job's start may
     # look up a million).
     for folder in sorted(jobs_dir.iterdir(), key=lambda p: p.name):
         path = folder / KEY_FILE
-        if folder.name == skip or not path.is_file():
+        if folder.name == skip or not path.is_file() or _owner_of(folder) != owner:
             continue
         data = path.read_bytes()
         whole = memoryview(data)[: len(data) - len(data) % _RECORD.size]  # not a torn last one
@@ -76,8 +128,8 @@ def find_earlier(jobs_dir: Path, wanted: Collection[bytes], skip: str) -> dict[b
     found = {}
     for key in wanted:
         if (hit := newest.get(key)) is not None:
-            number, (_, offset, length) = hit
-            found[key] = Earlier(jobs[number], offset, length)
+            number, (_, offset, length, digest) = hit
+            found[key] = Earlier(jobs[number], offset, length, digest)
     return found
 
 
@@ -100,11 +152,12 @@ class EarlierLines:
             handle.close()
 
     def read(self, earlier: Earlier) -> dict[str, Any]:
-        """The result line ``earlier`` points at, checked to be a whole success line.
+        """The result line ``earlier`` points at, checked to be the very bytes its record
+        was written for, and a whole success line.
 
         Raises:
             EarlierLineError: the output is shorter than the record says (truncated), or
-                the bytes there are not a success line (edited or corrupt).
+                the bytes there are not those of the line (edited, moved or replaced).
         """
         path = earlier.job.output
         try:
@@ -118,6 +171,10 @@ class EarlierLines:
         where = f"{path} at byte {earlier.offset:,}"
         if len(raw) < earlier.length or not raw.endswith(b"\n"):
             raise EarlierLineError(f"{where}: the file is truncated")
+        if line_digest(raw) != earlier.digest:
+            raise EarlierLineError(
+                f"{where}: not the line its key was written for (edited, moved or replaced)"
+            )
         content, chain = split_chain(raw.rstrip(b"\n"))
         try:
             line = json.loads(content)

@@ -90,12 +90,15 @@ def plan_reuse(
     jobs_dir: Path,
     job_id: str,
     model_name: str,
+    owner: str | None,
 ) -> ReusePlan:
     """Splits one model's ``requests`` into a :class:`ReusePlan`; ``keys`` holds the key of
-    each request whose answer may be reused (:class:`core.reuse.keys.RequestKeys`)."""
+    each request whose answer may be reused (:class:`core.reuse.keys.RequestKeys`), and
+    ``owner`` whose job it is: only that owner's earlier answers are taken
+    (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way."""
     plan = ReusePlan(job_id=job_id, model_name=model_name)
     plan.keys = {r.custom_id: keys[r.custom_id] for r in requests if r.custom_id in keys}
-    earlier = find_earlier(jobs_dir, set(plan.keys.values()), skip=job_id)
+    earlier = find_earlier(jobs_dir, set(plan.keys.values()), skip=job_id, owner=owner)
     first: dict[bytes, str] = {}  # key -> the custom_id of this run that computes it
     with EarlierLines() as lines:
         for request in requests:

@@ -418,12 +418,12 @@ class ResultWriters:
 
     def write(self, lines: list[dict]) -> None:
         successes = [line for line in lines if line["error"] is None]
-        spans = self.output.write(successes)
+        written = self.output.write(successes)
         self.errors.write(line for line in lines if line["error"] is not None)
         self.keeper.count(lines)
         self.index.add(
-            (self.keys[line["custom_id"]], *span)
-            for line, span in zip(successes, spans, strict=True)
+            (self.keys[line["custom_id"]], offset, raw)
+            for line, (offset, raw) in zip(successes, written, strict=True)
             if line["custom_id"] in self.keys
         )
 

@@ -42,6 +42,7 @@ from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.queue import EngineLock, queued_jobs
 from core.jobs.recovery import requeue_interrupted
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
+from core.reuse.index import reuse_owner
 from core.reuse.keys import RequestKeys, model_folder
 from core.reuse.plan import ReusePlan, plan_reuse
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
@@ -235,6 +236,7 @@ def _reuse(
             jobs_dir=keeper.job.path.parent,
             job_id=keeper.job.job_id,
             model_name=spec.on_model(folder).engine.model_name,
+            owner=reuse_owner(spec.provenance),
         )
         for problem in plan.problems.values():
             keeper.note(f"an earlier answer was not reused, its request runs again: {problem}")

@@ -9,7 +9,15 @@ import pytest
 from core.check.engine_requests import ChatRequest, EmbeddingRequest
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
-from core.reuse.index import KEY_FILE, EarlierLineError, EarlierLines, KeyWriter, find_earlier
+from core.reuse.index import (
+    KEY_FILE,
+    EarlierLineError,
+    EarlierLines,
+    KeyWriter,
+    find_earlier,
+    local_owner,
+    reuse_owner,
+)
 from core.reuse.keys import deterministic, model_identity, request_key
 from core.reuse.plan import plan_reuse
 from core.run import worker
@@ -81,34 +89,66 @@ def test_a_model_folder_whose_files_change_is_another_engine(tmp_path, monkeypat
 # -- the index beside each output ----------------------------------------------------------
 
 
-def job_with_answers(jobs_dir, name: str, answers: dict[bytes, dict]) -> JobFolder:
+ME = local_owner("me")
+
+
+def job_with_answers(
+    jobs_dir, name: str, answers: dict[bytes, dict], provenance: dict | None = None
+) -> JobFolder:
+    """A job folder with ``answers`` indexed by key, owned as ``provenance`` says (the
+    local user "me" unless told)."""
     job = JobFolder(jobs_dir / name)
     job.path.mkdir(parents=True)
+    provenance = {"owner": "me", "owner_key": None} if provenance is None else provenance
+    job.spec_file.write_text(json.dumps({"provenance": provenance}))
     with OutputWriter(job.output) as writer:
-        spans = writer.write(list(answers.values()))
-    KeyWriter(job).add((key, *span) for key, span in zip(answers, spans, strict=True))
+        written = writer.write(list(answers.values()))
+    KeyWriter(job).add((key, *where) for key, where in zip(answers, written, strict=True))
     return job
 
 
 def test_an_answer_is_found_by_its_key_and_read_back_whole(tmp_path):
     key_a, key_b = b"a" * 16, b"b" * 16
     job_with_answers(tmp_path, "job_1", {key_a: answer("x", "first"), key_b: answer("y", "two")})
-    found = find_earlier(tmp_path, {key_b, b"c" * 16}, skip="job_9")
+    found = find_earlier(tmp_path, {key_b, b"c" * 16}, skip="job_9", owner=ME)
     assert set(found) == {key_b}
     line = read_earlier(found[key_b])
     assert (line["custom_id"], answer_text(line)) == ("y", "two")
-    assert find_earlier(tmp_path, {key_b}, skip="job_1") == {}  # a job's own answers: skipped
+    assert find_earlier(tmp_path, {key_b}, skip="job_1", owner=ME) == {}  # its own: skipped
+
+
+def test_only_the_jobs_of_the_same_key_or_user_answer(tmp_path):
+    key = b"k" * 16
+    job_with_answers(tmp_path, "job_1", {key: answer("x", "key A's")}, {"owner_key": "key_a"})
+    job_with_answers(
+        tmp_path, "job_2", {key: answer("x", "bob's")}, {"owner": "bob", "owner_key": None}
+    )
+    job_with_answers(tmp_path, "job_3", {key: answer("x", "key B's")}, {"owner_key": "key_b"})
+    # made before keys had ids: "owner" may name a key or a user, so no one reuses it
+    job_with_answers(tmp_path, "job_4", {key: answer("x", "legacy")}, {"owner": "me"})
+    (tmp_path / "job_5").mkdir()  # a job whose job.json is unreadable: no one's either
+    (tmp_path / "job_5" / KEY_FILE).write_bytes((tmp_path / "job_4" / KEY_FILE).read_bytes())
+
+    def found(owner):
+        hit = find_earlier(tmp_path, {key}, skip="job_9", owner=owner).get(key)
+        return hit and answer_text(read_earlier(hit))
+
+    assert reuse_owner({"owner": "key_a", "owner_key": "key_a"}) == "key:key_a"
+    assert found("key:key_a") == "key A's"
+    assert found("key:key_b") == "key B's"
+    assert found(local_owner("bob")) == "bob's"
+    assert [found(ME), found("key:key_c"), found(None)] == [None, None, None]
 
 
 def test_the_newest_job_answers_and_a_deleted_job_takes_its_answers_with_it(tmp_path):
     key = b"k" * 16
     job_with_answers(tmp_path, "job_1", {key: answer("x", "old")})
     newer = job_with_answers(tmp_path, "job_2", {key: answer("x", "new")})
-    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9")[key])) == "new"
+    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9", ME)[key])) == "new"
     import shutil
 
     shutil.rmtree(newer.path)
-    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9")[key])) == "old"
+    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9", ME)[key])) == "old"
 
 
 def test_a_torn_last_record_is_ignored_and_cut_before_the_next_one(tmp_path):
@@ -116,15 +156,22 @@ def test_a_torn_last_record_is_ignored_and_cut_before_the_next_one(tmp_path):
     job = job_with_answers(tmp_path, "job_1", {key: answer("x", "kept")})
     with (job.path / KEY_FILE).open("ab") as handle:
         handle.write(b"torn")  # a crash mid-record
-    assert set(find_earlier(tmp_path, {key}, "job_9")) == {key}
-    KeyWriter(job).add([(b"n" * 16, 0, 1)])
-    assert (job.path / KEY_FILE).stat().st_size % 28 == 0
+    assert set(find_earlier(tmp_path, {key}, "job_9", ME)) == {key}
+    KeyWriter(job).add([(b"n" * 16, 0, b"a line\n")])
+    assert (job.path / KEY_FILE).stat().st_size % 44 == 0
 
 
-def test_a_truncated_or_edited_output_is_named_and_not_reused(tmp_path):
+def test_an_index_of_an_older_studio_without_digests_is_not_read(tmp_path):
+    key = b"k" * 16
+    job = job_with_answers(tmp_path, "job_1", {key: answer("x", "kept")})
+    (job.path / KEY_FILE).rename(job.path / "reuse.keys")  # as an older studio named it
+    assert find_earlier(tmp_path, {key}, "job_9", ME) == {}
+
+
+def test_a_truncated_edited_or_moved_output_is_named_and_not_reused(tmp_path):
     key = b"k" * 16
     job = job_with_answers(tmp_path, "job_1", {key: answer("x", "an answer")})
-    earlier = find_earlier(tmp_path, {key}, "job_9")[key]
+    earlier = find_earlier(tmp_path, {key}, "job_9", ME)[key]
     raw = job.output.read_bytes()
     job.output.write_bytes(raw[:-10])
     with pytest.raises(EarlierLineError, match="truncated"):
@@ -132,6 +179,26 @@ def test_a_truncated_or_edited_output_is_named_and_not_reused(tmp_path):
     job.output.write_bytes(b"x" * len(raw))  # as long, but not the line its key was made for
     with pytest.raises(EarlierLineError, match=str(job.output)):
         read_earlier(earlier)
+    # A well-formed success line of the same length, edited in place: still not its line.
+    job.output.write_bytes(raw.replace(b"an answer", b"an ANSWER"))
+    with pytest.raises(EarlierLineError, match="edited, moved or replaced"):
+        read_earlier(earlier)
+
+
+def test_equal_length_lines_with_one_removed_never_give_a_key_its_neighbours_answer(tmp_path):
+    keys = [bytes([n]) * 16 for n in range(3)]
+    # One-token labels under ids of one width: lines of equal length.
+    job = job_with_answers(
+        tmp_path, "job_1", {k: answer(f"r{n}", f"label-{n}") for n, k in enumerate(keys)}
+    )
+    lines = job.output.read_bytes().splitlines(keepends=True)
+    assert len({len(line) for line in lines}) == 1
+    job.output.write_bytes(lines[0] + lines[2])  # the middle line removed
+    found = find_earlier(tmp_path, set(keys), "job_9", ME)
+    assert answer_text(read_earlier(found[keys[0]])) == "label-0"
+    for key in keys[1:]:  # the second record now points at the third line; the third at EOF
+        with pytest.raises(EarlierLineError):
+            read_earlier(found[key])
 
 
 # -- a run's plan ----------------------------------------------------------------------------
@@ -141,7 +208,7 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
     requests = [chat("a", "q1"), chat("b", "q2"), chat("c", "q1"), chat("d", "q3")]
     keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "d"}
     job_with_answers(tmp_path, "job_1", {keys["b"]: answer("old-b", "earlier answer")})
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2")
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME)
     assert [r.custom_id for r in plan.to_run] == ["a", "d"]
     assert plan.copies == {"a": ["c"]}
     (reused,) = plan.reused
@@ -163,7 +230,7 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
 def test_a_failed_request_is_never_an_answer_and_its_duplicates_fail_with_it(tmp_path):
     requests = [chat("a"), chat("b")]
     keys = {r.custom_id: request_key(r, "e") for r in requests}
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m")
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME)
     failed = plan.expand([error_line("a", "engine_error", "boom", 500)])
     assert [(line["custom_id"], line["error"]["code"]) for line in failed] == [
         ("a", "engine_error"),
@@ -179,7 +246,7 @@ def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
         tmp_path, "job_1", {keys["a"]: answer("a", "x"), keys["b"]: answer("b", "y")}
     )
     old.output.write_bytes(b"")
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m")
+    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME)
     assert [r.custom_id for r in plan.to_run] == ["a", "b"]
     assert list(plan.problems) == [str(old.output)]
     assert "truncated" in plan.problems[str(old.output)]
@@ -233,6 +300,69 @@ def test_a_rerun_computes_only_the_edited_lines_and_repeats_the_rest_exactly(tmp
     assert (status.reused_prompt_tokens, status.reused_completion_tokens) == (15, 10)
     assert answers(second) == {**answers(first), "r2": "question 2, edited"[::-1]}
     assert any("5 answers come from earlier results" in h.get("note", "") for h in status.history)
+
+
+def test_a_keys_answers_are_reused_by_that_key_alone(tmp_path, monkeypatch):
+    engine = Counting()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+
+    def keys_job(key: str, prefix: str) -> JobFolder:
+        batch = tmp_path / f"{prefix}.jsonl"
+        prompts = [f"question {i}" for i in range(3)]
+        batch.write_text("".join(
+            request_line(f"{prefix}-{i}", p, temperature=0) + "\n" for i, p in enumerate(prompts)
+        ))  # fmt: skip
+        engine_config = EngineConfig(model="/models/none")
+        return create_job(
+            batch, tmp_path / "jobs", engine_config, owner=key, owner_key=key, reuse=True
+        )
+
+    alice = keys_job("key_a", "alice-private")
+    worker.run_job(alice)
+    engine.ran.clear()
+    bob = keys_job("key_b", "bob")
+    assert worker.run_job(bob).reused == 0
+    assert engine.ran == ["bob-0", "bob-1", "bob-2"]  # computed: key A's answers are not B's
+    said = bob.output.read_text() + json.dumps([h for h in bob.read_status().history])
+    assert alice.job_id not in said and "alice" not in said
+    assert all(
+        "reused_from" not in json.loads(line) for line in bob.output.read_text().splitlines()
+    )
+    engine.ran.clear()
+    again = keys_job("key_a", "alice-again")
+    assert worker.run_job(again).reused == 3  # the same key's rerun takes its own answers
+    assert engine.ran == []
+    sources = {
+        json.loads(line)["reused_from"]["job"] for line in again.output.read_text().splitlines()
+    }
+    assert sources == {alice.job_id}
+
+
+def test_an_answer_edited_in_place_is_named_recomputed_and_verify_says_what_was_reused(
+    tmp_path, monkeypatch
+):
+    from core.jobs.ledger import verify
+
+    engine = Counting()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+    prompts = {"a": "first", "b": "other"}
+    first = greedy_job(tmp_path, prompts)
+    worker.run_job(first)
+    raw = first.output.read_bytes()
+    first.output.write_bytes(raw.replace(b'"tsrif"', b'"FAKED"'))  # as long: offsets hold
+    assert len(first.output.read_bytes()) == len(raw)
+    engine.ran.clear()
+    second = greedy_job(tmp_path, prompts)
+    status = worker.run_job(second)
+    assert engine.ran == ["a"]  # the edited answer is computed again, the other reused
+    assert answers(second) == {"a": "tsrif", "b": "rehto"}
+    notes = [h.get("note", "") for h in status.history]
+    assert any("not reused" in n and str(first.output) in n for n in notes)
+    result = verify(second)
+    assert result.ok and result.reused == {first.job_id: 1}
+    assert f"1 are answers given again, not computed by this job (1 from {first.job_id})" in (
+        result.describe()
+    )
 
 
 def test_identical_requests_in_one_file_run_once_and_each_id_gets_its_line(tmp_path, monkeypatch):
