@@ -2,8 +2,9 @@
 
 The Batch API on a running ``python -m core serve``, through the pinned openai SDK.
 
-One server per module serves the pages and ``/v1`` on one port; the engine tests run the
-built-in model through it, as a pipeline that only changed its ``base_url`` would."""
+One server per module serves the pages and ``/v1`` on one port, on the session's warm home
+(``warm_served``); the engine tests run the built-in model through it, on the resident
+worker's warm engine, as a pipeline that only changed its ``base_url`` would."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def wait_for(client: openai.OpenAI, batch_id: str, until: set[str]) -> tuple[Bat
 
 
 @pytest.mark.engine
-def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(served):
-    client = client_of(served)
+def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(warm_served):
+    client = client_of(warm_served)
     upload = client.files.create(file=("questions.jsonl", chats(6)), purpose="batch")
     assert isinstance(upload, FileObject)
     batch = client.batches.create(
@@ -60,7 +61,7 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(s
         answer = validate_line(line, CHAT_URL)
         assert answer.choices[0].message.content  # the model wrote something
     # It is a job like any other: the app's job folder holds it, named from its file.
-    spec = json.loads((served.home / "jobs" / batch.id / "job.json").read_text())
+    spec = json.loads((warm_served.home / "jobs" / batch.id / "job.json").read_text())
     assert spec["name"] == "questions" and spec["batch"]["input_file_id"] == upload.id
     # The input may go once the batch is made: the job keeps its own copy.
     assert client.files.delete(upload.id).deleted
@@ -70,15 +71,15 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(s
 
 
 @pytest.mark.engine
-def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
-    client = client_of(served)
+def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(warm_served):
+    client = client_of(warm_served)
     upload = client.files.create(file=("many.jsonl", chats(280, max_tokens=4)), purpose="batch")
     batch = client.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     # OpenAI's in_progress covers the model's load, which a cancel stops at once; a drain
     # needs requests in the engine, so wait (in the job folder) for it to run them.
-    status_file = served.home / "jobs" / batch.id / "status.json"
+    status_file = warm_served.home / "jobs" / batch.id / "status.json"
     deadline = time.monotonic() + ENGINE_DEADLINE
     while json.loads(status_file.read_text())["state"] != "running":
         assert time.monotonic() < deadline, status_file.read_text()
