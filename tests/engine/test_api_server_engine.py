@@ -2,8 +2,9 @@
 
 The Batch API on a running ``python -m core serve``, through the pinned openai SDK.
 
-One server per module serves the pages and ``/v1`` on one port; the engine tests run the
-built-in model through it, as a pipeline that only changed its ``base_url`` would."""
+One server per module serves the pages and ``/v1`` on one port, on the session's warm home
+(``warm_served``); the engine tests run the built-in model through it, on the resident
+worker's warm engine, as a pipeline that only changed its ``base_url`` would."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def wait_for(client: openai.OpenAI, batch_id: str, until: set[str]) -> tuple[Bat
 
 
 @pytest.mark.engine
-def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(served):
-    client = client_of(served)
+def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(warm_served):
+    client = client_of(warm_served)
     upload = client.files.create(file=("questions.jsonl", chats(6)), purpose="batch")
     assert isinstance(upload, FileObject)
     batch = client.batches.create(
@@ -60,7 +61,7 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(s
         answer = validate_line(line, CHAT_URL)
         assert answer.choices[0].message.content  # the model wrote something
     # It is a job like any other: the app's job folder holds it, named from its file.
-    spec = json.loads((served.home / "jobs" / batch.id / "job.json").read_text())
+    spec = json.loads((warm_served.home / "jobs" / batch.id / "job.json").read_text())
     assert spec["name"] == "questions" and spec["batch"]["input_file_id"] == upload.id
     # The input may go once the batch is made: the job keeps its own copy.
     assert client.files.delete(upload.id).deleted
@@ -70,15 +71,15 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(s
 
 
 @pytest.mark.engine
-def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
-    client = client_of(served)
+def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(warm_served):
+    client = client_of(warm_served)
     upload = client.files.create(file=("many.jsonl", chats(280, max_tokens=4)), purpose="batch")
     batch = client.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
     # OpenAI's in_progress covers the model's load, which a cancel stops at once; a drain
     # needs requests in the engine, so wait (in the job folder) for it to run them.
-    status_file = served.home / "jobs" / batch.id / "status.json"
+    status_file = warm_served.home / "jobs" / batch.id / "status.json"
     deadline = time.monotonic() + ENGINE_DEADLINE
     while json.loads(status_file.read_text())["state"] != "running":
         assert time.monotonic() < deadline, status_file.read_text()
@@ -97,13 +98,13 @@ def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(served):
 
 
 @pytest.mark.engine
-def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_path):
+def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(warm_served, tmp_path):
     """openai-batch (PyPI, requirements.txt's test section), given the studio's base URL
     and nothing else: its own code uploads, creates, polls and downloads."""
     from openai_batch import Batch as ClientBatch
     from openai_batch.providers import Provider
 
-    provider = Provider(base_url=f"{served.url}/v1", api_key="anything")
+    provider = Provider(base_url=f"{warm_served.url}/v1", api_key="anything")
     source, output, errors = (tmp_path / n for n in ("in.jsonl", "output.jsonl", "errors.jsonl"))
     source.write_bytes(chats(3).getvalue())
     # The file is given by its path, as its command line takes one (its in-memory builder
@@ -121,6 +122,6 @@ def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(served, tmp_p
     assert sorted(line["custom_id"] for line in lines) == ["q0", "q1", "q2"]
     for line in lines:
         assert validate_line(line, CHAT_URL) is not None  # a success, in OpenAI's shape
-    studio = client_of(served).batches.retrieve(ended.id)
+    studio = client_of(warm_served).batches.retrieve(ended.id)
     assert studio.metadata == {"client": "openai-batch"}
     assert studio.request_counts.completed == 3

@@ -12,21 +12,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
-from core.config import REPO_ROOT
 from core.endpoints import RERANK_URL
 from core.jobs.ledger import reconcile
 from tests.support.cli import run_cli
 from tests.support.cross_encoder import pair_tokens, transformers_scores
 from tests.support.cross_encoder_batches import DOCS, LONG, QUERY, RUNS, _line, _write
 from tests.support.engine_child import run_child
-from tests.support.jobs import wait_for
+from tests.support.warm_engine import run_in_background, wait_until
 
 
 @pytest.mark.engine
@@ -36,6 +33,8 @@ def test_vllm_scores_each_pair_as_transformers_does_in_vllms_response_shapes(
     batch = _write(tmp_path / "runs.jsonl", RUNS)
     out = tmp_path / "scores.json"
 
+    # Cold start: vLLM's own reading of the folder (score_type, max_model_len) and float32
+    # scores (a job's engine runs bfloat16), from an engine in a child process.
     got = run_child(out, "score", str(cross_encoder_model), str(batch), str(out))
 
     assert got["score_type"] == "cross-encoder" and got["max_model_len"] == 64
@@ -64,7 +63,7 @@ def test_vllm_scores_each_pair_as_transformers_does_in_vllms_response_shapes(
 
 @pytest.mark.engine
 def test_a_cross_encoder_job_killed_mid_run_resumes_with_one_result_per_line(
-    studio_home: Path, cross_encoder_model: Path, tmp_path: Path
+    warm_home: Path, cross_encoder_model: Path, tmp_path: Path
 ):
     count = 2000
     lines = [
@@ -74,11 +73,10 @@ def test_a_cross_encoder_job_killed_mid_run_resumes_with_one_result_per_line(
     lines.append(_line("long", RERANK_URL, {"query": QUERY, "documents": [LONG]}))
     path, out = _write(tmp_path / "rerank.jsonl", lines), tmp_path / "out.jsonl"
     mapping = f"reranker={cross_encoder_model}"
-    command = [sys.executable, "-m", "core", "run", str(path), "-o", str(out), "--map", mapping,
-               "--skip-invalid", "--chunk-size", "64"]  # fmt: skip
-    cli = subprocess.Popen(command, cwd=REPO_ROOT, env=os.environ.copy(), text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    job = wait_for(studio_home / "jobs", lambda s: s.state == "running" and s.done >= 200)
+    # On the warm worker, which it kills: the resume's worker is the warm one after it.
+    cli, job = run_in_background(warm_home, str(path), "-o", str(out), "--map", mapping,
+                                 "--skip-invalid", "--chunk-size", "64")  # fmt: skip
+    wait_until(job, lambda s: s.state == "running" and s.done >= 200)
     os.kill(job.read_status().pid, signal.SIGKILL)
     cli.communicate(timeout=60)
     assert 0 < len(reconcile(job).missing) < len(lines)  # killed midway

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +15,7 @@ from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 
 from core.check import check_file
-from core.config import REPO_ROOT, data_paths, default_embedding_model_dir, default_model_dir
+from core.config import data_paths, default_embedding_model_dir, default_model_dir
 from core.jobs.folder import cancel
 from core.jobs.inbox import process_file
 from core.jobs.ledger import reconcile, verify
@@ -26,8 +24,7 @@ from core.plan.pricing import PriceTable
 from tests.support.cli import run_cli
 from tests.support.embedding_lines import decoded, embed_line, sdk_parse
 from tests.support.embeddings import reference_vectors
-from tests.support.jobs import wait_for
-from tests.support.warm_engine import started_job
+from tests.support.warm_engine import run_in_background, started_job, wait_until
 
 TEXTS = ["The cat sat on the mat.", "A dog barked at the mailman.", "你好，世界", "Refund, please!"]
 
@@ -83,18 +80,17 @@ def test_a_mixed_file_runs_each_line_on_its_model_and_vectors_match_the_referenc
 
 
 @pytest.mark.engine
-def test_an_embeddings_job_killed_mid_run_resumes_with_nothing_lost_or_twice(studio_home, tmp_path):
+def test_an_embeddings_job_killed_mid_run_resumes_with_nothing_lost_or_twice(warm_home, tmp_path):
     count = 3000
     path, out = tmp_path / "corpus.jsonl", tmp_path / "out.jsonl"
     lines = [
         embed_line(f"d{i:04d}", input=f"Ticket {i}: the export fails " * 8) for i in range(count)
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    command = [sys.executable, "-m", "core", "run", str(path), "-o", str(out), "--chunk-size", "64"]
 
-    cli = subprocess.Popen(command, cwd=REPO_ROOT, env=os.environ.copy(), text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-    job = wait_for(studio_home / "jobs", lambda s: s.state == "running" and s.done >= 200)
+    # On the warm worker, which it kills: the resume's worker is the warm one after it.
+    cli, job = run_in_background(warm_home, str(path), "-o", str(out), "--chunk-size", "64")
+    wait_until(job, lambda s: s.state == "running" and s.done >= 200)
     os.kill(job.read_status().pid, signal.SIGKILL)
     cli.communicate(timeout=60)
     assert job.read_status().interrupted
@@ -114,7 +110,7 @@ def test_an_embeddings_job_killed_mid_run_resumes_with_nothing_lost_or_twice(stu
 
 @pytest.mark.engine
 def test_an_embeddings_file_dropped_in_the_inbox_is_cancelled_and_resumed_losing_nothing(
-    studio_home, tmp_path
+    warm_home, tmp_path
 ):
     """The hot folder, cancel and resume treat an embeddings job as they do a chat job."""
     count = 1500
@@ -132,9 +128,9 @@ def test_an_embeddings_file_dropped_in_the_inbox_is_cancelled_and_resumed_losing
 
     assert job is not None and not dropped.exists()
     assert job.read_spec().embedding_model == str(default_embedding_model_dir())
-    wait_for(paths.jobs, lambda s: s.state == "running" and s.done >= 150)
+    wait_until(job, lambda s: s.state == "running" and s.done >= 150)
     cancel(job)
-    stopped = wait_for(paths.jobs, lambda s: s.is_final).read_status()
+    stopped = wait_until(job, lambda s: s.is_final)
     assert stopped.state == "cancelled" and 150 <= stopped.done < count
     kept = reconcile(job)
     assert kept.succeeded == stopped.done and len(kept.missing) == count - stopped.done

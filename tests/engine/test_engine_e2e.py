@@ -6,7 +6,6 @@ import re
 import pytest
 from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
 
-from core.jobs.folder import list_jobs
 from core.store.db import Store
 from core.store.results import detail
 from tests.support.cli import cli
@@ -125,7 +124,7 @@ def test_run_writes_one_valid_output_line_per_input_line(warm_home, tmp_path, de
     assert detail(store, job.job_id, "en")["latency_ms"] == by_id["en"]["latency_ms"]
 
 
-def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_home, tmp_path):
+def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(warm_home, tmp_path):
     model = tmp_path / "broken-model"
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "no-such-architecture"}')
@@ -136,13 +135,13 @@ def test_a_model_that_does_not_load_fails_the_job_with_the_engine_reason(studio_
 
     assert result.returncode == 3
     assert "vLLM could not load" in result.stderr
-    [job] = list_jobs(studio_home / "jobs")
+    job = started_job(result, warm_home)
     assert job.read_status().state == "failed"
     assert "vLLM could not load" in job.read_status().error
 
 
 def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer_computed_again(
-    studio_home, tmp_path, default_model
+    warm_home, tmp_path, default_model
 ):
     """The CPU build fails seeded requests whose prefill is split over steps (200 such
     chats failed whole); the worker runs seeded jobs without chunked prefill there."""
@@ -170,5 +169,5 @@ def test_a_seeded_batch_of_any_size_runs_and_a_seed_gives_a_lone_requests_answer
     # Computed again, not the first job's answer given back (reuse is off in the tests):
     # with reuse this equality held whatever the engine did.
     assert "reused_from" not in line
-    assert started_job(result, studio_home).read_status().run_done == 1
+    assert started_job(result, warm_home).read_status().run_done == 1
     assert line["response"]["body"]["choices"][0]["message"]["content"] == answers["s7"]

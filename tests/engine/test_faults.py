@@ -1,19 +1,19 @@
-"""Faults a job must survive, on the real engine: kill -9, cancel, resume."""
+"""Faults a job must survive, on the real engine: kill -9, cancel, resume.
+
+The job starts on the session's warm worker (tests/support/warm_engine.py) and kills it;
+the rerun's worker, started cold, is the warm one from then on."""
 
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from core.config import REPO_ROOT
 from core.jobs.folder import JobFolder
 from core.jobs.ledger import reconcile, verify
 from tests.support.cli import run_cli
-from tests.support.jobs import wait_for
+from tests.support.warm_engine import run_in_background, wait_until
 
 pytestmark = pytest.mark.engine
 CHUNK = 8
@@ -46,40 +46,20 @@ def batch(tmp_path, count):
     return path
 
 
-def start_run(path, out):
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "core",
-            "run",
-            str(path),
-            "-o",
-            str(out),
-            "--chunk-size",
-            str(CHUNK),
-        ],
-        cwd=REPO_ROOT,
-        env=os.environ.copy(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start_run(home, path, out):
+    return run_in_background(home, str(path), "-o", str(out), "--chunk-size", str(CHUNK))
 
 
 def success_ids(job: JobFolder) -> list[str]:
     return [json.loads(x)["custom_id"] for x in job.output.read_text().splitlines()]
 
 
-def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
-    studio_home, tmp_path, default_model
-):
+def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(warm_home, tmp_path, default_model):
     path, out = batch(tmp_path, COUNT), tmp_path / "out.jsonl"
-    jobs_dir = studio_home / "jobs"
 
     # 1. kill -9 the worker once results have been written.
-    cli = start_run(path, out)
-    job = wait_for(jobs_dir, lambda s: s.done >= CHUNK + 1 and s.state == "running")
+    cli, job = start_run(warm_home, path, out)
+    wait_until(job, lambda s: s.done >= CHUNK + 1 and s.state == "running")
     os.kill(job.read_status().pid, signal.SIGKILL)
     cli.communicate(timeout=60)
     assert cli.returncode == 3
@@ -87,12 +67,12 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing(
     written_before = len(success_ids(job))
 
     # 2. The same command again continues the same job: nothing lost, nothing twice.
-    cli = start_run(path, out)
-    job2 = wait_for(jobs_dir, lambda s: s.state == "running" and s.done > written_before)
+    cli, job2 = start_run(warm_home, path, out)
     assert job2.job_id == job.job_id
+    wait_until(job, lambda s: s.state == "running" and s.done > written_before)
 
     # 3. Cancel while it runs: nothing new starts, the CHUNK requests in the engine finish
-    # and are kept (OpenAI's "cancelling"), and the worker stops within seconds.
+    # and are kept (OpenAI's "cancelling"), and the job ends within seconds.
     done_before = job.read_status().done
     asked = time.monotonic()
     result = run_cli("cancel", job.job_id)

@@ -72,6 +72,8 @@ def batch(path, topic: str) -> None:
 def test_progress_speed_and_eta_are_within_a_quarter_of_the_truth_at_a_steady_pace(
     studio_home, tmp_path, default_model
 ):
+    # Cold start: it times the engine, alone on the machine (serial), with no other test's
+    # models or jobs in its worker.
     first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
     batch(first, "rivers")
     batch(second, "mountains")

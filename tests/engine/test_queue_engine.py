@@ -39,10 +39,10 @@ def wait_final(job, timeout=400):
     raise AssertionError(f"{job.job_id} did not finish: {job.read_status()}")
 
 
-def test_jobs_wait_their_turn_and_two_models_run_in_one_job(studio_home, tmp_path, default_model):
+def test_jobs_wait_their_turn_and_two_models_run_in_one_job(warm_home, tmp_path, default_model):
     twin = tmp_path / "models" / "twin-model"
     shutil.copytree(default_model, twin)  # a second model folder: a second engine
-    jobs_dir = studio_home / "jobs"
+    jobs_dir = warm_home / "jobs"
     ab = create_job(
         batch(tmp_path / "ab.jsonl", ["model-a", "model-b"], 8),
         jobs_dir,

@@ -1,6 +1,7 @@
 """The resident worker on the real engine: a job on a loaded model runs without loading it,
-kill -9 mid-job loses nothing, ``engine unload|stop`` free the models, and a typed text is
-embedded by the warm embedding model with a batch job's vectors.
+an embedding model loads beside the chat model, kill -9 mid-job loses nothing, ``engine
+unload|stop`` free the models, a memory budget unloads the least recently used, and a typed
+text is embedded by the warm embedding model with a batch job's vectors.
 
 Speed figures (submit to result, cold and warm) are measured in ``bench/warm.py``; these
 tests check what a user notices whatever the machine's load: no second model load, the
@@ -79,9 +80,32 @@ def job_of(home: Path, source: str) -> JobFolder:
     return next(j for j in list_jobs(home / "jobs") if source in j.read_spec().source)
 
 
-def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
-    studio_home, tmp_path, default_model, monkeypatch
+def embedding_lines(path: Path, model: Path, n: int = 2) -> Path:
+    rows = [
+        {
+            "custom_id": f"e{i}",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            # Texts of this file alone: a file's vectors made before would be reused.
+            "body": {"model": model.name, "input": f"Ticket {i} ({path.stem}): refund my order."},
+        }
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def run_ok(batch: Path) -> None:
+    """``core run`` of a batch file, its output beside it; the run must succeed."""
+    done = run_cli("run", str(batch), "-o", str(batch.with_suffix(".out")))
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_models_stay_loaded_between_jobs_kill_9_loses_nothing_and_a_budget_unloads_the_lru(
+    studio_home, tmp_path, default_model, embedding_model, monkeypatch
 ):
+    # Cold start: it measures a first load, sees exactly which models the worker holds,
+    # kills, unloads and stops it, then restarts it under a memory budget.
     monkeypatch.setenv(IDLE_ENV, IDLE)
     try:
         cold = run_cli(
@@ -115,6 +139,21 @@ def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
         assert again.returncode == 0, again.stderr[-2000:]
         cli = job_of(studio_home, "cli").read_status()
         assert cli.pid == first.pid and cli.model_load_seconds == 0
+
+        # An embedding job loads beside the chat model; a chat job after it reloads nothing.
+        run_ok(embedding_lines(tmp_path / "e1.jsonl", embedding_model))
+        both = read_state(studio_home)  # both loaded, each with its memory
+        assert both is not None and both.pid == first.pid
+        assert {m.name: m.kind for m in both.models} == {
+            default_model.name: "chat",
+            embedding_model.name: "embedding",
+        }
+        assert all(m.memory_mib > 100 for m in both.models), both.models
+        listed = run_cli("engine", "status").stdout
+        assert default_model.name in listed and embedding_model.name in listed
+        run_ok(chat_lines(tmp_path / "warm-chat.jsonl", 1, "two"))
+        warm_chat = job_of(studio_home, "warm-chat").read_status()
+        assert warm_chat.model_load_seconds == 0 and warm_chat.pid == first.pid  # no reload
 
         # kill -9 of the resident worker in the middle of a job, then resume: every request
         # has exactly one result.
@@ -162,55 +201,9 @@ def test_a_job_on_the_loaded_model_runs_at_once_and_kill_9_loses_nothing(
         stopped = run_cli("engine", "stop")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert not worker_alive(state.pid) and read_state(studio_home) is None
-    finally:
-        stop_resident(studio_home)
-
-
-def embedding_lines(path: Path, model: Path, n: int = 2) -> Path:
-    rows = [
-        {
-            "custom_id": f"e{i}",
-            "method": "POST",
-            "url": "/v1/embeddings",
-            # Texts of this file alone: a file's vectors made before would be reused.
-            "body": {"model": model.name, "input": f"Ticket {i} ({path.stem}): refund my order."},
-        }
-        for i in range(n)
-    ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-def run_ok(batch: Path) -> None:
-    """``core run`` of a batch file, its output beside it; the run must succeed."""
-    done = run_cli("run", str(batch), "-o", str(batch.with_suffix(".out")))
-    assert done.returncode == 0, done.stderr[-2000:]
-
-
-def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memory_is_short(
-    studio_home, tmp_path, default_model, embedding_model, monkeypatch
-):
-    monkeypatch.setenv(IDLE_ENV, IDLE)
-    try:
-        run_ok(chat_lines(tmp_path / "cold-chat.jsonl", 1, "one"))
-        run_ok(embedding_lines(tmp_path / "e1.jsonl", embedding_model))
-        state = read_state(studio_home)  # both loaded, each with its memory
-        assert state is not None
-        assert {m.name: m.kind for m in state.models} == {
-            default_model.name: "chat",
-            embedding_model.name: "embedding",
-        }
-        assert all(m.memory_mib > 100 for m in state.models), state.models
-        listed = run_cli("engine", "status").stdout
-        assert default_model.name in listed and embedding_model.name in listed
-        run_ok(chat_lines(tmp_path / "warm-chat.jsonl", 1, "two"))
-        warm = job_of(studio_home, "warm-chat").read_status()
-        assert warm.model_load_seconds == 0 and warm.pid == state.pid  # no reload
-        assert run_cli("engine", "stop").returncode == 0
-        wait_for(lambda: not worker_alive(state.pid), 60, "the worker stopped")
 
         # Room for one model only: the embedding job unloads the chat model first.
-        chat_mib = next(m.memory_mib for m in state.models if m.kind == "chat")
+        chat_mib = next(m.memory_mib for m in both.models if m.kind == "chat")
         monkeypatch.setenv(BUDGET_ENV, str(round(chat_mib + 200)))
         run_ok(chat_lines(tmp_path / "small-chat.jsonl", 1, "three"))
         run_ok(embedding_lines(tmp_path / "e2.jsonl", embedding_model))
@@ -221,9 +214,8 @@ def test_an_embedding_job_loads_beside_the_chat_model_and_the_lru_goes_when_memo
 
 
 def test_a_typed_text_is_embedded_by_the_warm_model_with_a_batch_jobs_vectors(
-    studio_home, tmp_path, embedding_model, monkeypatch
+    warm_home, tmp_path, embedding_model
 ):
-    monkeypatch.setenv(IDLE_ENV, IDLE)
     texts = ["Please refund the duplicate payment.", "A cat sat on the mat."]
     batch = tmp_path / "texts.jsonl"
     batch.write_text(
@@ -241,24 +233,27 @@ def test_a_typed_text_is_embedded_by_the_warm_model_with_a_batch_jobs_vectors(
         )
     )
     out = tmp_path / "out.jsonl"
-    try:
-        result = run_cli("run", str(batch), "-o", str(out))
-        assert result.returncode == 0, result.stderr[-2000:]
-        by_id = {line["custom_id"]: line for line in map(json.loads, out.read_text().splitlines())}
-        batch_vectors = np.array(
-            [by_id[f"t{i}"]["response"]["body"]["data"][0]["embedding"] for i in range(2)]
-        )
-        worker = read_state(studio_home)
-        assert worker is not None and worker.models[0].kind == "embedding"
+    # Computed now (not an earlier test's vectors reused), so the worker holds the model.
+    result = run_cli("run", str(batch), "-o", str(out), "--no-reuse")
+    assert result.returncode == 0, result.stderr[-2000:]
+    by_id = {line["custom_id"]: line for line in map(json.loads, out.read_text().splitlines())}
+    batch_vectors = np.array(
+        [by_id[f"t{i}"]["response"]["body"]["data"][0]["embedding"] for i in range(2)]
+    )
+    worker = read_state(warm_home)
+    assert worker is not None
+    [loaded] = [m for m in worker.models if m.name == embedding_model.name]
+    assert loaded.kind == "embedding"
 
-        typed = embed_texts(default_embedding_model_dir(), texts)
-        cosines = (typed * batch_vectors).sum(1) / (
-            np.linalg.norm(typed, axis=1) * np.linalg.norm(batch_vectors, axis=1)
-        )
-        assert cosines.min() >= 0.9999, cosines
-        again = embed_texts(default_embedding_model_dir(), ["Another text entirely."])
-        assert again.shape == (1, 384)
-        after = read_state(studio_home)  # the same worker, the model loaded once
-        assert after.pid == worker.pid and after.models[0].loaded_at == worker.models[0].loaded_at
-    finally:
-        stop_resident(studio_home)
+    typed = embed_texts(default_embedding_model_dir(), texts)
+    cosines = (typed * batch_vectors).sum(1) / (
+        np.linalg.norm(typed, axis=1) * np.linalg.norm(batch_vectors, axis=1)
+    )
+    assert cosines.min() >= 0.9999, cosines
+    again = embed_texts(default_embedding_model_dir(), ["Another text entirely."])
+    assert again.shape == (1, 384)
+    after = read_state(warm_home)  # the same worker, the model loaded once
+    assert after is not None and after.pid == worker.pid
+    assert [m.loaded_at for m in after.models if m.name == embedding_model.name] == [
+        loaded.loaded_at
+    ]

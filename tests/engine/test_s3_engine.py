@@ -12,14 +12,16 @@ import json
 
 import pytest
 
-from core.jobs.folder import list_jobs
 from tests.support.cli import run_cli
 from tests.support.jobs import request_line
 from tests.support.s3 import BUCKET, _object
+from tests.support.warm_engine import started_job
 
 
 @pytest.mark.engine
 def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, tmp_path):
+    # Cold start: the worker delivers to the bucket, so it needs the local server's
+    # credentials, which the warm worker was started without.
     lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4, temperature=0) for i in range(3)]
     s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
     args = ("run", f"s3://{BUCKET}/in.jsonl", "-o", f"s3://{BUCKET}/out/result.jsonl")
@@ -31,7 +33,7 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
     assert all(x["response"]["body"]["usage"]["completion_tokens"] <= 4 for x in out)
     assert _object(s3, "out/result.errors.jsonl") == b""
     # The job folder keeps the ledger: reconcile, and the results reach the store.
-    (job_id,) = [job.job_id for job in list_jobs(studio_home / "jobs")]
+    job_id = started_job(result, studio_home).job_id
     assert run_cli("reconcile", job_id).returncode == 0
     assert run_cli("verify", job_id).returncode == 0
     export = run_cli("export", job_id, "-o", str(tmp_path / "r.jsonl"))

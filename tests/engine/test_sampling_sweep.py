@@ -104,6 +104,8 @@ def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp
     assert len(requests) == len(cases) - len(refused)
 
     out = tmp_path / "engine.json"
+    # Cold start: every line goes to vLLM's own door (add_request, then abort), which only an
+    # engine in this test's child process opens; no job shows it.
     found = run_child(out, "door", str(valid_path), str(default_model), str(out), "--run",
                       str(RUN_IN_FULL), "--max-tokens", "4")  # fmt: skip
     assert found["admitted"] == len(requests)

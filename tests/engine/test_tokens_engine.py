@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("default_model")  # prepared when it is not
 
 @pytest.mark.engine
 def test_the_engine_reports_the_prompt_tokens_the_check_counted_under_those_extensions(
-    studio_home: Path, tmp_path: Path
+    warm_home: Path, tmp_path: Path
 ) -> None:
     folder = tmp_path / "SmolLM2-extended"
     folder.mkdir()

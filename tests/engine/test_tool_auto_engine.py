@@ -25,7 +25,7 @@ from tests.support.tool_auto import WEATHER, auto_line
 
 @pytest.mark.engine
 def test_auto_lines_run_on_a_tools_template_and_calls_validate(
-    studio_home: Path, hermes_model: Path, tmp_path: Path
+    warm_home: Path, hermes_model: Path, tmp_path: Path
 ):
     lines = [auto_line(f"a{i}", temperature=0, seed=i) for i in range(3)]
     lines.append(auto_line("n", "none"))

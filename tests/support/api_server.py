@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 
+from core.jobs.engine_files import IDLE_ENV
 from tests.support.browser import StreamlitServer, kill_workers
 from tests.support.jobs import request_line
+from tests.support.warm_engine import SESSION_IDLE
 
 POLL_SECONDS = 0.5
 
@@ -25,6 +28,26 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer
     finally:
         server.stop()
         kill_workers(server.home)
+
+
+@pytest.fixture(scope="module")
+def warm_served(
+    warm_engine_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StreamlitServer]:
+    """A ``core serve`` on the session's warm home (tests/support/warm_engine.py): its
+    batches run on the resident worker that keeps the built-in models loaded, which the
+    session's end stops, not this server's."""
+    server = StreamlitServer(
+        warm_engine_home,
+        tmp_path_factory.mktemp("warm-served"),
+        env={IDLE_ENV: SESSION_IDLE},
+        serve=True,
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 def client_of(server: StreamlitServer, key: str = "anything") -> openai.OpenAI:
