@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -93,6 +94,72 @@ class PriceTable(Model):
 
     def price(self, model: str) -> ModelPrice:
         return self.models.get(model) or ModelPrice()
+
+    def of(self, model: str | None) -> ModelPrice:
+        """The price ``model`` is charged: its own, else the ``*`` row's (the models not
+        listed), else none."""
+        return self.models.get(str(model or "")) or self.price("*")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a set of one model's results used. The engine computed ``computed`` answers
+    (their tokens, and its running time for them: ``engine_seconds``, None where unknown);
+    ``reused`` answers were given again, never computed (docs/reuse.md): their tokens, and
+    the running time their originals took (``reused_engine_seconds``)."""
+
+    computed: int = 0
+    prompt_tokens: float = 0
+    completion_tokens: float = 0
+    engine_seconds: float | None = None
+    reused: int = 0
+    reused_prompt_tokens: float = 0
+    reused_completion_tokens: float = 0
+    reused_engine_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a :class:`Usage` cost (``spent``) and what its reused answers would have cost
+    had they been computed (``saved``); None: unknown (no price, or no time to price)."""
+
+    spent: float | None
+    saved: float | None
+
+
+def usage_cost(prices: PriceTable, model: str | None, usage: Usage) -> Cost:
+    """The one pricing rule, that Upload & check's estimate, Results and Dashboards call.
+
+    A model's price per 1M tokens, where it has one, prices the tokens its engine computed;
+    else its GPU-hour price prices the engine's running time (never the wall time from a
+    first to a last answer, which spans reused answers' original times and idle gaps).
+    Reused answers cost nothing: what they would have cost is ``saved``, at the token
+    price, or at the GPU-hour price over the time their originals took."""
+    price = prices.of(model)
+    if price.input_per_1m is not None or price.output_per_1m is not None:
+
+        def tokens(prompt: float, completion: float) -> float:
+            return (
+                prompt * (price.input_per_1m or 0) + completion * (price.output_per_1m or 0)
+            ) / 1e6
+
+        return Cost(
+            tokens(usage.prompt_tokens, usage.completion_tokens),
+            tokens(usage.reused_prompt_tokens, usage.reused_completion_tokens),
+        )
+    if price.gpu_hour is not None:
+        gpu_hour = price.gpu_hour
+
+        def hours(answers: int, seconds: float | None) -> float | None:
+            if not answers:
+                return 0.0  # nothing ran
+            return None if seconds is None else seconds / 3600 * gpu_hour
+
+        return Cost(
+            hours(usage.computed, usage.engine_seconds),
+            hours(usage.reused, usage.reused_engine_seconds),
+        )
+    return Cost(None, None)
 
 
 def token_cost(
