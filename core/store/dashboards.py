@@ -215,7 +215,9 @@ def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go
 
 
 def throughput_figure(store: Store, scope: Scope) -> go.Figure:
-    """Output tokens and requests per minute over time, per job (from the answers' times)."""
+    """Output tokens and requests per minute over time, per job (from the answers' times).
+    Only the answers a job's engine computed: a reused answer keeps the time its original
+    was made, before the job existed, and took none of the job's time."""
     clause, params = _where(scope)
     frame = store.query(
         # The minute from the epoch, not date_trunc: that goes through the time zone for
@@ -223,7 +225,7 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
         f"""SELECT {JOB_LABEL_SQL} AS job,
                    to_timestamp(60 * (epoch_ms(r.created_at) // 60000)) AS minute,
                    sum(r.completion_tokens) AS tokens_out, count(*) AS requests
-            {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
+            {_FROM} WHERE {clause} AND r.created_at IS NOT NULL AND r.reused_from IS NULL
             GROUP BY 1, 2 ORDER BY 2""",
         params,
     )

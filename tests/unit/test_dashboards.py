@@ -133,6 +133,20 @@ def test_a_short_jobs_throughput_is_a_bar_not_a_lone_dot(tmp_path):
     assert fig.data[0].type == "bar" and list(fig.data[0].y) == [6]  # 3 tokens per answer
 
 
+def test_reused_answers_are_not_the_throughput_of_the_job_that_reused_them(tmp_path):
+    """Issue 58, item 8: a rerun's chart drew its reused tokens at the minutes their
+    originals were made, two hours before the rerun existed."""
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    first, rerun = reused_rerun(tmp_path, prompts, {"new": "another"}, seconds=(60.0, 1.0))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(first)
+    store.ingest(rerun)
+    fig = throughput_figure(store, Scope(job_ids=[rerun.job_id]))
+    # Its one computed answer's 2 tokens, in the minute it ran (with the four reused ones,
+    # 10 tokens over two minutes two hours apart).
+    assert fig.data[0].type == "bar" and list(fig.data[0].y) == [2]
+
+
 def test_the_tokens_per_request_facets_have_short_titles_and_room(tmp_path):
     """Issue 38, item 15: the facet titles ("tokens=tokens_in") overlapped at half width,
     the legend of long job names beside them."""
