@@ -9,7 +9,6 @@ budget threshold above which a run asks for an explicit confirmation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,12 +46,6 @@ def cost_text(amount: float | None, currency: str = "") -> str:
     if amount is None or not math.isfinite(amount):
         return NO_PRICE
     return format_money(amount, currency)
-
-
-def priced_total(spent: float, priced: int, currency: str) -> str:
-    """The total of a set of costs (see :func:`tokens_cost`): "no price" when none of them
-    had a price (never ``0.00``), else the amount."""
-    return format_money(spent, currency) if priced else NO_PRICE
 
 
 def _blank_is_none(value: Any) -> Any:
@@ -160,36 +153,6 @@ def usage_cost(prices: PriceTable, model: str | None, usage: Usage) -> Cost:
             hours(usage.reused, usage.reused_engine_seconds),
         )
     return Cost(None, None)
-
-
-def token_cost(
-    prices: PriceTable, model: str | None, prompt_tokens: float, completion_tokens: float
-) -> float | None:
-    """What these tokens of ``model`` cost at its price per 1M tokens (model ``*`` prices
-    the models not listed); None when it has no token price (unknown, never free; a
-    GPU-hour price has no per-request share)."""
-    price = prices.models.get(str(model or "")) or prices.price("*")
-    if price.input_per_1m is None and price.output_per_1m is None:
-        return None
-    spent = prompt_tokens * (price.input_per_1m or 0) + completion_tokens * (
-        price.output_per_1m or 0
-    )
-    return spent / 1e6
-
-
-def tokens_cost(
-    prices: PriceTable, rows: Iterable[tuple[str | None, float, float]]
-) -> tuple[float, int, list[str]]:
-    """The cost of ``(model, prompt tokens, completion tokens)`` rows, how many rows had a
-    token price, and the models left out of it for want of one."""
-    total, priced, unpriced = 0.0, 0, []
-    for model, prompt_tokens, completion_tokens in rows:
-        cost = token_cost(prices, model, prompt_tokens, completion_tokens)
-        if cost is None:
-            unpriced.append(str(model or "(none)"))
-        else:
-            total, priced = total + cost, priced + 1
-    return total, priced, unpriced
 
 
 def prices_path(home: Path | None = None) -> Path:
