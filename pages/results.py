@@ -10,8 +10,9 @@ from typing import Any, NamedTuple
 import pandas as pd
 import streamlit as st
 
-from core.plan.pricing import cost_text, load_prices, priced_total, token_cost, tokens_cost
+from core.plan.pricing import load_prices
 from core.store import checks as ck
+from core.store import costs as co
 from core.store import export as ex
 from core.store import results as res
 from core.store import vectors as vec
@@ -297,25 +298,15 @@ def costs(
     db: Store, flt: res.ResultFilter, table: pd.DataFrame, shown: pd.DataFrame, at: int
 ) -> None:
     """Each request's cost as a column of ``shown`` (at ``at``), and the total of every
-    result in view, where the price table has models."""
+    result in view, where the price table has models (the one rule: core/store/costs.py)."""
     prices = load_prices()
     if not prices.models:
         return
-    tokens = table[["prompt_tokens", "completion_tokens"]].fillna(0)
-    each = [
-        token_cost(prices, model, *row)
-        for model, row in zip(table["model"], tokens.itertuples(index=False), strict=True)
-    ]
-    shown.insert(at, f"cost ({prices.currency})", [cost_text(c) for c in each])
-    totals = res.token_totals(db, flt)
-    spent, priced, unpriced = tokens_cost(
-        prices, totals[["model", "prompt_tokens", "completion_tokens"]].itertuples(index=False)
-    )
-    left_out = f"; no token price for {', '.join(unpriced)}" if unpriced else ""
-    st.caption(
-        f"Cost of the {int(totals['results'].sum()):,} results in view: "
-        f"{priced_total(spent, priced, prices.currency)}{escape(left_out)}"
-    )
+    keys = list(zip(table["job_id"], table["custom_id"], strict=True))
+    shown.insert(at, f"cost ({prices.currency})", co.each(db, keys, prices))
+    clause, params = res.where(flt)
+    in_view = co.total(db, clause, params, prices)
+    st.caption(f"Cost of the {in_view.results:,} results in view: {escape(in_view)}")
 
 
 # -- detail -------------------------------------------------------------------------------------

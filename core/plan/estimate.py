@@ -18,7 +18,7 @@ from typing import Any
 
 from core.check import CheckReport
 from core.plan.measured import ModelRecord, model_record
-from core.plan.pricing import NO_PRICE, PriceTable, format_money
+from core.plan.pricing import NO_PRICE, PriceTable, Usage, format_money, usage_cost
 
 DEFAULT_EXPECTED_SHARE = 0.5
 
@@ -121,22 +121,24 @@ NO_PRICE_BASIS = "no price set for this model"
 
 
 def _cost(
-    price: Any,
+    prices: PriceTable,
+    name: str,
+    lines: int,
     input_tokens: int,
-    output_tokens: int,
+    output_tokens: float,
     seconds: float | None,
     rate: tuple[float, str] | None = None,
 ) -> tuple[float | None, str]:
-    """The cost and how it was reached; ``rate`` is the measured speed the time came from
-    (tokens/s, and which tokens: "output" or "input")."""
+    """The cost by the one pricing rule (:func:`core.plan.pricing.usage_cost`) and how it
+    was reached; ``rate`` is the measured speed the time came from (tokens/s, and which
+    tokens: "output" or "input")."""
+    price = prices.of(name)
+    usage = Usage(lines, input_tokens, output_tokens, engine_seconds=seconds)
+    cost = usage_cost(prices, name, usage).spent
     if price.input_per_1m is not None or price.output_per_1m is not None:
-        cost = (
-            input_tokens * (price.input_per_1m or 0.0)
-            + output_tokens * (price.output_per_1m or 0.0)
-        ) / 1e6
         return cost, "price per 1M tokens"
     if price.gpu_hour is not None:
-        if seconds is None:
+        if cost is None:
             return None, "a GPU-hour price needs a measured throughput"
         basis = "GPU-hour price x estimated time"
         if rate is not None:
@@ -146,7 +148,7 @@ def _cost(
                 f" (= {per_million:,.2f} per 1M {which} tokens at the measured "
                 f"{per_s:,.0f} tokens/s)"
             )
-        return seconds / 3600 * price.gpu_hour, basis
+        return cost, basis
     return None, NO_PRICE_BASIS
 
 
@@ -224,9 +226,9 @@ def _model_estimate(
     load = 0.0 if name in loaded else (record.load_seconds or 0.0)
     seconds = work / speed[0] + load if speed is not None else None
     max_seconds = most / speed[0] + load if speed is not None else None
-    price = prices.price(name)
-    cost, cost_basis = _cost(price, local["prompt_tokens"], expected, seconds, speed)
-    max_cost, _ = _cost(price, local["prompt_tokens"], max_out, max_seconds)
+    prompt = local["prompt_tokens"]
+    cost, cost_basis = _cost(prices, name, lines, prompt, expected, seconds, speed)
+    max_cost, _ = _cost(prices, name, lines, prompt, max_out, max_seconds)
     return ModelEstimate(
         name,
         lines,

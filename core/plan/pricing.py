@@ -9,7 +9,7 @@ budget threshold above which a run asks for an explicit confirmation.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,12 +46,6 @@ def cost_text(amount: float | None, currency: str = "") -> str:
     if amount is None or not math.isfinite(amount):
         return NO_PRICE
     return format_money(amount, currency)
-
-
-def priced_total(spent: float, priced: int, currency: str) -> str:
-    """The total of a set of costs (see :func:`tokens_cost`): "no price" when none of them
-    had a price (never ``0.00``), else the amount."""
-    return format_money(spent, currency) if priced else NO_PRICE
 
 
 def _blank_is_none(value: Any) -> Any:
@@ -94,35 +88,71 @@ class PriceTable(Model):
     def price(self, model: str) -> ModelPrice:
         return self.models.get(model) or ModelPrice()
 
-
-def token_cost(
-    prices: PriceTable, model: str | None, prompt_tokens: float, completion_tokens: float
-) -> float | None:
-    """What these tokens of ``model`` cost at its price per 1M tokens (model ``*`` prices
-    the models not listed); None when it has no token price (unknown, never free; a
-    GPU-hour price has no per-request share)."""
-    price = prices.models.get(str(model or "")) or prices.price("*")
-    if price.input_per_1m is None and price.output_per_1m is None:
-        return None
-    spent = prompt_tokens * (price.input_per_1m or 0) + completion_tokens * (
-        price.output_per_1m or 0
-    )
-    return spent / 1e6
+    def of(self, model: str | None) -> ModelPrice:
+        """The price ``model`` is charged: its own, else the ``*`` row's (the models not
+        listed), else none."""
+        return self.models.get(str(model or "")) or self.price("*")
 
 
-def tokens_cost(
-    prices: PriceTable, rows: Iterable[tuple[str | None, float, float]]
-) -> tuple[float, int, list[str]]:
-    """The cost of ``(model, prompt tokens, completion tokens)`` rows, how many rows had a
-    token price, and the models left out of it for want of one."""
-    total, priced, unpriced = 0.0, 0, []
-    for model, prompt_tokens, completion_tokens in rows:
-        cost = token_cost(prices, model, prompt_tokens, completion_tokens)
-        if cost is None:
-            unpriced.append(str(model or "(none)"))
-        else:
-            total, priced = total + cost, priced + 1
-    return total, priced, unpriced
+@dataclass(frozen=True)
+class Usage:
+    """What a set of one model's results used. The engine computed ``computed`` answers
+    (their tokens, and its running time for them: ``engine_seconds``, None where unknown);
+    ``reused`` answers were given again, never computed (docs/reuse.md): their tokens, and
+    the running time their originals took (``reused_engine_seconds``)."""
+
+    computed: int = 0
+    prompt_tokens: float = 0
+    completion_tokens: float = 0
+    engine_seconds: float | None = None
+    reused: int = 0
+    reused_prompt_tokens: float = 0
+    reused_completion_tokens: float = 0
+    reused_engine_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a :class:`Usage` cost (``spent``) and what its reused answers would have cost
+    had they been computed (``saved``); None: unknown (no price, or no time to price)."""
+
+    spent: float | None
+    saved: float | None
+
+
+def usage_cost(prices: PriceTable, model: str | None, usage: Usage) -> Cost:
+    """The one pricing rule, that Upload & check's estimate, Results and Dashboards call.
+
+    A model's price per 1M tokens, where it has one, prices the tokens its engine computed;
+    else its GPU-hour price prices the engine's running time (never the wall time from a
+    first to a last answer, which spans reused answers' original times and idle gaps).
+    Reused answers cost nothing: what they would have cost is ``saved``, at the token
+    price, or at the GPU-hour price over the time their originals took."""
+    price = prices.of(model)
+    if price.input_per_1m is not None or price.output_per_1m is not None:
+
+        def tokens(prompt: float, completion: float) -> float:
+            return (
+                prompt * (price.input_per_1m or 0) + completion * (price.output_per_1m or 0)
+            ) / 1e6
+
+        return Cost(
+            tokens(usage.prompt_tokens, usage.completion_tokens),
+            tokens(usage.reused_prompt_tokens, usage.reused_completion_tokens),
+        )
+    if price.gpu_hour is not None:
+        gpu_hour = price.gpu_hour
+
+        def hours(answers: int, seconds: float | None) -> float | None:
+            if not answers:
+                return 0.0  # nothing ran
+            return None if seconds is None else seconds / 3600 * gpu_hour
+
+        return Cost(
+            hours(usage.computed, usage.engine_seconds),
+            hours(usage.reused, usage.reused_engine_seconds),
+        )
+    return Cost(None, None)
 
 
 def prices_path(home: Path | None = None) -> Path:

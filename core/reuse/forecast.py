@@ -9,7 +9,7 @@ from pathlib import Path
 from core.check import scan
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
-from core.plan.pricing import PriceTable, format_money, token_cost
+from core.plan.pricing import PriceTable, Usage, format_money, usage_cost
 from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
 from core.reuse.keys import RequestKeys, model_folder
 from core.run.outputs import token_usage
@@ -97,7 +97,7 @@ def forecast_reuse(
         else:
             first[key] = model_folder(spec, checked.request)
     earlier = find_earlier(jobs_dir, first.keys(), skip="", owner=owner or local_owner())
-    by_model: dict[str, tuple[int, int]] = {}
+    by_model: dict[str, tuple[int, int, int]] = {}  # answers, prompt and output tokens
     with EarlierLines() as earlier_lines:
         for key, source in earlier.items():
             try:
@@ -107,30 +107,39 @@ def forecast_reuse(
             forecast.earlier += 1
             prompt, completion = token_usage(line)
             name = Path(first[key]).name
-            spent = by_model.get(name, (0, 0))
-            by_model[name] = (spent[0] + prompt, spent[1] + completion)
+            answers, prompts, completions = by_model.get(name, (0, 0, 0))
+            by_model[name] = (answers + 1, prompts + prompt, completions + completion)
     _price(forecast, by_model, prices, home)
     return forecast
 
 
 def _price(
     forecast: ReuseForecast,
-    by_model: dict[str, tuple[int, int]],
+    by_model: dict[str, tuple[int, int, int]],
     prices: PriceTable,
     home: Path | None,
 ) -> None:
-    """Adds each model's saved tokens, their time at its measured speed and their cost."""
+    """Adds each model's saved tokens, their time at its measured speed and their cost (by
+    the one pricing rule: what the answers would have cost, computed)."""
     seconds = cost = 0.0
     timed = priced = True
-    for name, (prompt, completion) in by_model.items():
+    for name, (answers, prompt, completion) in by_model.items():
         forecast.prompt_tokens += prompt
         forecast.completion_tokens += completion
         run = model_record(name, home).throughput
+        took: float | None = None
         if run is not None and run.output_tokens_per_s > 0:
-            seconds += completion / run.output_tokens_per_s
+            took = completion / run.output_tokens_per_s
+            seconds += took
         elif completion:
             timed = False
-        spent = token_cost(prices, name, prompt, completion)
+        usage = Usage(
+            reused=answers,
+            reused_prompt_tokens=prompt,
+            reused_completion_tokens=completion,
+            reused_engine_seconds=took,
+        )
+        spent = usage_cost(prices, name, usage).saved
         if spent is None:
             priced = False
         else:

@@ -1,14 +1,13 @@
 """Plotly figures of jobs' results, each from one DuckDB aggregate (never a million rows).
 
 Charts group by job, model, prompt version or day, and can be narrowed to jobs and dates.
-Cost comes from the price table of ``core.plan.pricing`` (the one Upload & check's estimate
-uses): per million tokens (hosted-API prices) or per GPU hour (run hours estimated from
-the answers' times).
+Cost comes from the price table by the one pricing rule (``core.store.costs``, the one
+Results and Upload & check's estimate use): per million tokens (hosted-API prices), else
+per GPU hour of the time the engine ran; reused answers are priced as saved, not cost.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
@@ -20,6 +19,7 @@ import plotly.graph_objects as go
 from core.plan.pricing import PriceTable, cost_text
 from core.schemas import job_label
 from core.store import checks
+from core.store.costs import costs, usage
 from core.store.db import Store
 from core.store.review import wilson
 from core.store.schema import JOB_LABEL_SQL
@@ -61,7 +61,7 @@ _FROM = "FROM results r LEFT JOIN jobs j ON j.job_id = r.job_id"
 
 
 def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
-    """Per group: requests, successes, failures, rates, tokens and run hours."""
+    """Per group: requests, successes, failures, rates and tokens."""
     if by not in GROUPS:
         raise ValueError(f"group by one of {', '.join(GROUPS)}")
     clause, params = _where(scope)
@@ -80,9 +80,7 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
                coalesce(sum(r.prompt_tokens) FILTER (WHERE r.reused_from IS NOT NULL), 0)
                    AS reused_tokens_in,
                coalesce(sum(r.completion_tokens) FILTER (WHERE r.reused_from IS NOT NULL), 0)
-                   AS reused_tokens_out,
-               -- answers arrive in chunks: first to last answer time, plus one chunk
-               (epoch(max(r.created_at)) - epoch(min(r.created_at))) / 3600 AS run_hours
+                   AS reused_tokens_out
         {_FROM} WHERE {clause}
         GROUP BY 1
         ) ORDER BY 1
@@ -91,33 +89,18 @@ def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
     )
 
 
-def with_cost(frame: pd.DataFrame, prices: PriceTable) -> pd.DataFrame:
-    """Adds ``cost`` to a summary: token prices plus GPU hours, by model, from the saved
-    price table (``core.plan.pricing``); model ``*`` prices the models not listed. Reused
-    answers' tokens were not computed: they are ``cost_saved``, not cost."""
-    fallback = prices.price("*")
-
-    def priced(row: pd.Series, tokens_in: float, tokens_out: float) -> float:
-        price = prices.models.get(str(row.get("model")), fallback)
-        if price.empty:
-            return math.nan  # unknown, not free: no price was set for this model
-        return (
-            tokens_in * (price.input_per_1m or 0) + tokens_out * (price.output_per_1m or 0)
-        ) / 1e6
-
-    def cost(row: pd.Series) -> float:
-        computed_in = row["tokens_in"] - row.get("reused_tokens_in", 0)
-        computed_out = row["tokens_out"] - row.get("reused_tokens_out", 0)
-        hours = row["run_hours"] if pd.notna(row["run_hours"]) else 0.0
-        price = prices.models.get(str(row.get("model")), fallback)
-        return priced(row, computed_in, computed_out) + hours * (price.gpu_hour or 0)
-
-    def saved(row: pd.Series) -> float:
-        return priced(row, row.get("reused_tokens_in", 0), row.get("reused_tokens_out", 0))
-
+def with_cost(
+    index: Store, frame: pd.DataFrame, scope: Scope, by: str, prices: PriceTable
+) -> pd.DataFrame:
+    """Adds to a summary the hours its engines ran for it (``engine_hours``), its ``cost``
+    and what reused answers saved (``cost_saved``), by the one pricing rule
+    (``core.store.costs``); NaN: no price for its models (unknown, never free)."""
+    clause, params = _where(scope)
+    priced = costs(usage(index, GROUPS[by], f"WHERE {clause}", params), prices)
     out = frame.copy()
-    out["cost"] = [cost(row) for _, row in out.iterrows()] if len(out) else []
-    out["cost_saved"] = [saved(row) for _, row in out.iterrows()] if len(out) else []
+    out["engine_hours"] = out[by].map(priced["engine_seconds"]).astype(float) / 3600
+    out["cost"] = out[by].map(priced["cost"]).astype(float)
+    out["cost_saved"] = out[by].map(priced["cost_saved"]).astype(float)
     return out
 
 
@@ -232,7 +215,9 @@ def token_distribution_figure(store: Store, scope: Scope, by: str = "job") -> go
 
 
 def throughput_figure(store: Store, scope: Scope) -> go.Figure:
-    """Output tokens and requests per minute over time, per job (from the answers' times)."""
+    """Output tokens and requests per minute over time, per job (from the answers' times).
+    Only the answers a job's engine computed: a reused answer keeps the time its original
+    was made, before the job existed, and took none of the job's time."""
     clause, params = _where(scope)
     frame = store.query(
         # The minute from the epoch, not date_trunc: that goes through the time zone for
@@ -240,7 +225,7 @@ def throughput_figure(store: Store, scope: Scope) -> go.Figure:
         f"""SELECT {JOB_LABEL_SQL} AS job,
                    to_timestamp(60 * (epoch_ms(r.created_at) // 60000)) AS minute,
                    sum(r.completion_tokens) AS tokens_out, count(*) AS requests
-            {_FROM} WHERE {clause} AND r.created_at IS NOT NULL
+            {_FROM} WHERE {clause} AND r.created_at IS NOT NULL AND r.reused_from IS NULL
             GROUP BY 1, 2 ORDER BY 2""",
         params,
     )
@@ -415,7 +400,7 @@ def summary_and_figures(
 ) -> tuple[pd.DataFrame, dict[str, KeptFigure]]:
     """The summary (with cost) of a scope and grouping, and every figure of it (none when
     it has no results), each kept made: it is drawn on every rerun until the index changes."""
-    frame = with_cost(summary(index, scope, by), priced)
+    frame = with_cost(index, summary(index, scope, by), scope, by, priced)
     if frame.empty:
         return frame, {}
     return frame, {

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.output_file import complete_lines
+from core.run.progress import job_seconds
 from core.store import human_index
 from core.store.indexer import BackgroundSync
 from core.store.schema import (
@@ -41,7 +42,7 @@ from core.store.vector_ingest import forget_vectors, job_dims, store_vectors, ta
 BATCH_LINES = 50_000
 JOB_COLUMNS = (
     "job_id", "created_at", "source", "model", "folder", "state", "total", "succeeded",
-    "failed", "prompt_tokens", "completion_tokens", "error", "name",
+    "failed", "prompt_tokens", "completion_tokens", "error", "name", "engine_seconds",
 )  # fmt: skip
 
 # The groups of tables whose writers are taken one at a time (see Store.writing): the index
@@ -300,6 +301,7 @@ class Store:
                     status.completion_tokens,
                     status.error,
                     name,
+                    job_seconds(status),
                 ],
             )
             if spec.judge is not None:

@@ -65,7 +65,9 @@ _JOB_NAME = "LEFT JOIN jobs j ON j.job_id = r.job_id"
 _RESULT_COLUMNS = """
 r.job_id, coalesce(j.name, '') AS job_name, r.custom_id, r.line_no, r.status, r.status_code,
 r.model, r.prompt_version,
-r.finish_reason, r.prompt_tokens, r.completion_tokens, r.latency_ms, r.prompt, r.answer,
+r.finish_reason, r.prompt_tokens, r.completion_tokens, r.latency_ms,
+-- the job a reused answer was made by: why it has no latency (it was not computed here)
+r.reused_from, r.prompt, r.answer,
 r.tool_calls, r.error_code,
 r.error_message, CAST(r.metadata AS VARCHAR) AS metadata, r.created_at,
 v.review_verdicts, v.review_mean_score, v.review_tags, v.review_comments, v.corrected_answer

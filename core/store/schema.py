@@ -297,6 +297,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE results ADD COLUMN reused_from VARCHAR;
     """,
+    # The job's running time over all its runs (status.json's job_seconds): what a GPU-hour
+    # price is charged on (core.store.costs). Every ingest writes the job's row again.
+    """
+    ALTER TABLE jobs ADD COLUMN engine_seconds DOUBLE;
+    """,
 ]
 
 

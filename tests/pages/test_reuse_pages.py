@@ -12,7 +12,7 @@ from core.jobs.folder import create_job
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import EngineConfig
-from tests.support.jobs import StandIn, request_line
+from tests.support.jobs import StandIn, request_line, reused_rerun
 from tests.support.pages import open_page, shown
 
 
@@ -86,3 +86,30 @@ def test_runs_reuse_checkbox_opens_as_batch_studio_reuse_says(
     at = open_page("run.py", checked_batch=CheckedBatch(batch, batch.name))
     assert not at.exception, [e.message for e in at.exception]
     assert at.checkbox(key="run_reuse").value is (setting == "1")
+
+
+def test_a_rerun_costs_the_same_on_results_and_dashboards_its_reused_answers_saved(
+    studio_home: Path,
+) -> None:
+    """Issue 58, items 6 and 7: one pricing rule. At a GPU-hour price Results said "no
+    price" and Dashboards charged the two hours from the reused answers' original times;
+    at token prices Results charged the reused answers' tokens."""
+    from core.plan.pricing import ModelPrice, PriceTable, save_prices
+
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    _, rerun = reused_rerun(studio_home, prompts, {"new": "another"}, seconds=(1800.0, 4.9))
+    save_prices(PriceTable(models={"tiny": ModelPrice(gpu_hour=3600.0)}))
+
+    at = open_page("results.py")
+    at.selectbox(key="results_job").set_value(rerun.job_id).run()
+    assert not at.exception, [e.message for e in at.exception]
+    [total] = [shown(c.value) for c in at.caption if c.value.startswith("Cost of the")]
+    assert total == "Cost of the 5 results in view: 4.90 USD (+1,800.00 USD saved by reusing 4)"
+    each = at.dataframe[0].value.set_index("custom_id")["cost (USD)"]
+    assert each.to_dict() == {"new": "4.90", **{c: "reused, saved 450.00" for c in prompts}}
+
+    at = open_page("dashboards.py")
+    assert not at.exception, [e.message for e in at.exception]
+    (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
+    row = summary[summary["job"].str.endswith(rerun.job_id.rsplit("_", 1)[-1])].iloc[0]
+    assert (row["cost (USD)"], row["saved by reuse (USD)"]) == ("4.90", "1,800.00")

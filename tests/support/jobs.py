@@ -254,3 +254,48 @@ def make_job(tmp_path: Path, count: int, jobs: Path | None = None):
     batch = tmp_path / "batch.jsonl"
     batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
     return create_job(batch, jobs or tmp_path / "jobs", EngineConfig(model="/models/none"))
+
+
+class Dated(StandIn):
+    """Answers each request with its prompt (4 prompt, 2 output tokens), dated ``age``
+    seconds ago (as answers made long before)."""
+
+    def __init__(self, age: float = 0.0) -> None:
+        self.age = age
+
+    def run(self, requests):
+        for request in requests:
+            text = request.messages[-1]["content"]
+            line = success_line(request.custom_id, "tiny", Completion(4, [Choice(text, "stop", 2)]))
+            line["response"]["body"]["created"] = int(time.time() - self.age)
+            yield [line]
+
+
+def set_job_seconds(job: JobFolder, seconds: float) -> None:
+    """Says the job's engine ran ``seconds`` over all its runs (a run's own time varies)."""
+    status = job.read_status()
+    status.job_seconds = seconds
+    job.write_status(status)
+
+
+def reused_rerun(
+    folder: Path, prompts: dict[str, str], new: dict[str, str], *, seconds: tuple[float, float]
+) -> tuple[JobFolder, JobFolder]:
+    """A job of greedy ``prompts`` answered two hours ago whose engine ran ``seconds[0]``,
+    and its rerun with ``new`` lines added, which reuses those answers and computes the new
+    ones in ``seconds[1]`` (both in ``folder/jobs``, on the model ``tiny``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs, engine = folder / "jobs", EngineConfig(model="/models/tiny")
+    made = []
+    for lines, age, took in ((prompts, 7200.0, seconds[0]), ({**prompts, **new}, 0.0, seconds[1])):
+        batch = folder / f"batch{len(made)}.jsonl"
+        batch.write_text(
+            "".join(request_line(c, p, temperature=0) + "\n" for c, p in lines.items())
+        )
+        job = create_job(batch, jobs, engine, reuse=True)
+        executor = Dated(age)
+        with mock.patch.object(worker, "make_executor", lambda spec, job_dir, e=executor: e):
+            worker.run_job(job)
+        set_job_seconds(job, took)
+        made.append(job)
+    return made[0], made[1]

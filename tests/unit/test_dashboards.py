@@ -3,8 +3,9 @@
 import math
 
 import pandas as pd
+import pytest
 
-from core.plan.pricing import ModelPrice, PriceTable, cost_text
+from core.plan.pricing import Cost, ModelPrice, PriceTable, Usage, cost_text, usage_cost
 from core.store.dashboards import (
     NO_LATENCY,
     NO_PRICES,
@@ -12,43 +13,88 @@ from core.store.dashboards import (
     Scope,
     cost_figure,
     latency_figure,
+    summary,
     summary_table,
     throughput_figure,
     token_distribution_figure,
     with_cost,
 )
 from core.store.db import Store
-from tests.support.jobs import finished_job
+from tests.support.jobs import finished_job, reused_rerun, set_job_seconds
 
 
-def summary():
-    return pd.DataFrame(
-        [
-            {"model": "tiny", "tokens_in": 2_000_000, "tokens_out": 1_000_000, "run_hours": 0.5},
-            {"model": "other", "tokens_in": 1_000_000, "tokens_out": 0, "run_hours": None},
-        ]
-    )
+def priced_jobs(tmp_path) -> tuple[Store, Scope]:
+    """A job of the model tiny whose engine ran half an hour, and one of the model other
+    that ran a quarter (5 prompt and 3 output tokens an answer), indexed."""
+    tiny = finished_job(tmp_path / "t", {"a": "x", "b": "y"})
+    other = finished_job(tmp_path / "o", {"c": "z"}, model="other")
+    set_job_seconds(tiny, 1800.0)
+    set_job_seconds(other, 900.0)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(tiny)
+    store.ingest(other)
+    return store, Scope(job_ids=[tiny.job_id, other.job_id])
 
 
-def test_token_prices_and_gpu_hours_make_the_cost():
-    prices = PriceTable(
-        models={"tiny": ModelPrice(input_per_1m=0.5, output_per_1m=2.0, gpu_hour=4.0)}
-    )
-    costs = with_cost(summary(), prices)["cost"].tolist()
-    assert costs[0] == 2_000_000 * 0.5 / 1e6 + 1_000_000 * 2.0 / 1e6 + 0.5 * 4.0
-    assert math.isnan(costs[1])  # no price for "other": unknown, never free
+def costed(store: Store, scope: Scope, prices: PriceTable, by: str = "model") -> pd.DataFrame:
+    return with_cost(store, summary(store, scope, by), scope, by, prices)
 
 
-def test_the_star_row_prices_models_not_listed():
-    prices = PriceTable(models={"*": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)})
-    assert with_cost(summary(), prices)["cost"].tolist() == [3.0, 1.0]
+def test_a_token_price_prices_the_tokens_else_a_gpu_hour_the_engines_time(tmp_path):
+    store, scope = priced_jobs(tmp_path)
+    both = ModelPrice(input_per_1m=0.5, output_per_1m=2.0, gpu_hour=4.0)
+    prices = PriceTable(models={"tiny": both, "other": ModelPrice(gpu_hour=4.0)})
+    costs = costed(store, scope, prices).set_index("model")["cost"]
+    # The token price, as Upload & check's estimate takes it, not the GPU hour added to it.
+    assert costs["tiny"] == pytest.approx((10 * 0.5 + 6 * 2.0) / 1e6)
+    assert costs["other"] == pytest.approx(0.25 * 4.0)  # the engine's quarter hour
+    unpriced = costed(store, scope, PriceTable(models={"tiny": both})).set_index("model")
+    assert math.isnan(unpriced["cost"]["other"])  # no price for "other": unknown, never free
 
 
-def test_the_table_shows_cost_as_money_beside_the_group():
-    prices = PriceTable(models={"tiny": ModelPrice(input_per_1m=1.0, output_per_1m=1.0)})
-    shown = summary_table(with_cost(summary(), prices), "EUR")
+def test_the_star_row_prices_models_not_listed(tmp_path):
+    store, scope = priced_jobs(tmp_path)
+    prices = PriceTable(models={"*": ModelPrice(input_per_1m=1e6, output_per_1m=1e6)})
+    assert costed(store, scope, prices)["cost"].tolist() == [8.0, 16.0]  # other, tiny
+
+
+def test_the_table_shows_cost_as_money_beside_the_group(tmp_path):
+    store, scope = priced_jobs(tmp_path)
+    prices = PriceTable(models={"tiny": ModelPrice(input_per_1m=1e6, output_per_1m=1e6)})
+    shown = summary_table(costed(store, scope, prices), "EUR")
     assert list(shown.columns)[:2] == ["model", "cost (EUR)"] and "cost" not in shown
-    assert shown["cost (EUR)"].tolist() == [cost_text(3.0), cost_text(math.nan)]
+    assert shown["cost (EUR)"].tolist() == [cost_text(math.nan), cost_text(16.0)]
+
+
+def test_a_gpu_hour_prices_the_time_the_engine_ran_and_reused_answers_as_saved(tmp_path):
+    """Issue 58, item 6: a rerun that ran 4.9 s cost 2 hours at the GPU-hour price, the
+    span from its reused answers' original times to its own."""
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    first, rerun = reused_rerun(tmp_path, prompts, {"new": "another"}, seconds=(1800.0, 4.9))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(first)
+    store.ingest(rerun)
+    scope = Scope(job_ids=[first.job_id, rerun.job_id])
+    prices = PriceTable(models={"tiny": ModelPrice(gpu_hour=3600.0)})
+    rows = costed(store, scope, prices, by="job")
+    end = rows["job"].str.rsplit("_", n=1).str[-1]  # a label ends as its job's id does
+    first_row = rows[end == first.job_id.rsplit("_", 1)[-1]].iloc[0]
+    rerun_row = rows[end == rerun.job_id.rsplit("_", 1)[-1]].iloc[0]
+    assert first_row["cost"] == pytest.approx(1800.0)
+    assert rerun_row["cost"] == pytest.approx(4.9)  # was 7,200: two hours
+    assert rerun_row["engine_hours"] == pytest.approx(4.9 / 3600)
+    # Its four reused answers saved the time they took the first job (all of it).
+    assert rerun_row["cost_saved"] == pytest.approx(1800.0)
+    shown = summary_table(rows, "USD").set_index("job")["cost (USD)"]
+    assert sorted(shown) == ["1,800.00", "4.90"]
+
+
+def test_a_job_answered_wholly_by_reuse_costs_nothing_and_saves_its_originals_time():
+    prices = PriceTable(models={"*": ModelPrice(gpu_hour=3600.0)})
+    reused = Usage(reused=3, reused_completion_tokens=30, reused_engine_seconds=6.0)
+    assert usage_cost(prices, "tiny", reused) == Cost(0.0, 6.0)
+    unknown = Usage(computed=2, completion_tokens=5)  # no engine time known: not free
+    assert usage_cost(prices, "tiny", unknown).spent is None
 
 
 def test_the_latency_chart_plots_each_requests_recorded_latency(tmp_path):
@@ -70,13 +116,13 @@ def test_the_latency_chart_says_when_no_result_recorded_latency(tmp_path):
     assert fig.layout.annotations[0].text == NO_RESULTS
 
 
-def test_a_cost_chart_without_prices_says_so_instead_of_plotting_zeros():
-    unpriced = with_cost(summary(), PriceTable())
-    fig = cost_figure(unpriced.assign(job="j"), "job")
+def test_a_cost_chart_without_prices_says_so_instead_of_plotting_zeros(tmp_path):
+    store, scope = priced_jobs(tmp_path)
+    fig = cost_figure(costed(store, scope, PriceTable()), "model")
     assert not fig.data and fig.layout.annotations[0].text == NO_PRICES
-    priced = with_cost(summary(), PriceTable(models={"tiny": ModelPrice(input_per_1m=1.0)}))
-    fig = cost_figure(priced.assign(job=["a", "b"]), "job", "EUR")
-    assert list(fig.data[0].x) == ["a"] and "EUR" in fig.layout.title.text  # priced rows only
+    priced = costed(store, scope, PriceTable(models={"tiny": ModelPrice(input_per_1m=1.0)}))
+    fig = cost_figure(priced, "model", "EUR")
+    assert list(fig.data[0].x) == ["tiny"] and "EUR" in fig.layout.title.text  # priced only
 
 
 def test_a_short_jobs_throughput_is_a_bar_not_a_lone_dot(tmp_path):
@@ -85,6 +131,20 @@ def test_a_short_jobs_throughput_is_a_bar_not_a_lone_dot(tmp_path):
     store.ingest(job)
     fig = throughput_figure(store, Scope(job_ids=[job.job_id]))
     assert fig.data[0].type == "bar" and list(fig.data[0].y) == [6]  # 3 tokens per answer
+
+
+def test_reused_answers_are_not_the_throughput_of_the_job_that_reused_them(tmp_path):
+    """Issue 58, item 8: a rerun's chart drew its reused tokens at the minutes their
+    originals were made, two hours before the rerun existed."""
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    first, rerun = reused_rerun(tmp_path, prompts, {"new": "another"}, seconds=(60.0, 1.0))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(first)
+    store.ingest(rerun)
+    fig = throughput_figure(store, Scope(job_ids=[rerun.job_id]))
+    # Its one computed answer's 2 tokens, in the minute it ran (with the four reused ones,
+    # 10 tokens over two minutes two hours apart).
+    assert fig.data[0].type == "bar" and list(fig.data[0].y) == [2]
 
 
 def test_the_tokens_per_request_facets_have_short_titles_and_room(tmp_path):

@@ -244,16 +244,14 @@ def test_money_keeps_the_figures_its_size_needs() -> None:
 
 def test_a_model_without_a_price_costs_no_price_never_zero(tmp_path: Path) -> None:
     """Issue 38, item 14: a model without prices showed 0.00 USD."""
-    from core.plan.pricing import cost_text, priced_total, tokens_cost
+    from core.plan.pricing import Cost, Usage, cost_text, usage_cost
 
     other = PriceTable(models={"other": ModelPrice(input_per_1m=1.0)})
     assert cost_text(None) == cost_text(math.nan) == "no price"
     assert cost_text(0.0009, "USD") == "0.0009 USD"
-    spent, priced, unpriced = tokens_cost(other, [(MODEL, 1_000, 1_000)])
-    assert (spent, priced, unpriced) == (0.0, 0, [MODEL])
-    assert priced_total(spent, priced, "USD") == "no price"  # was 0.00 USD
-    spent, priced, _ = tokens_cost(other, [(MODEL, 1_000, 0), ("other", 1_000, 0)])
-    assert priced_total(spent, priced, "USD") == "0.001 USD"
+    # The one rule (Results and Dashboards add these up): unknown, never 0.00 (free).
+    assert usage_cost(other, MODEL, Usage(1, 1_000, 1_000)) == Cost(None, None)
+    assert usage_cost(other, "other", Usage(1, 1_000, 0)).spent == pytest.approx(0.001)
     # The estimate says "no price" for a model with none, "unknown" for a price it cannot
     # turn into a cost (a GPU-hour price without a measured speed).
     assert estimate(report_for(), other, home=tmp_path).cost_text == "no price"

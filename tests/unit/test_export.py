@@ -14,7 +14,7 @@ from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import Label, save_label
 from core.store.samples import SampleDefinition, create_sample
-from tests.support.jobs import finished_job
+from tests.support.jobs import finished_job, reused_rerun
 from tests.support.results import ROWS
 
 
@@ -180,3 +180,25 @@ def test_jsonl_and_parquet_keep_the_data_unchanged(formulas, tmp_path):
     E.export_results(store, f, tmp_path / "out.jsonl", "jsonl")
     ids = [json.loads(x)["custom_id"] for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert ids == list(FORMULAS)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "xlsx"])
+def test_each_format_says_which_answers_were_reused_and_from_which_job(tmp_path, fmt):
+    """Issue 58, item 11: only JSONL kept reused_from; elsewhere a reused answer's empty
+    latency_ms had no reason."""
+    prompts = {f"r{i}": f"question {i}" for i in range(2)}
+    first, rerun = reused_rerun(tmp_path, prompts, {"new": "another"}, seconds=(2.0, 1.0))
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(first)
+    store.ingest(rerun)
+    path = tmp_path / f"out.{fmt}"
+    assert E.export_results(store, ResultFilter(job_ids=[rerun.job_id]), path, fmt) == 3
+    read = {"csv": pd.read_csv, "parquet": pd.read_parquet, "xlsx": pd.read_excel}[fmt]
+    frame = read(path).set_index("custom_id")
+    columns = list(frame.columns)
+    assert columns.index("reused_from") == columns.index("latency_ms") + 1  # beside it
+    assert frame["reused_from"].fillna("").to_dict() == {
+        "r0": first.job_id,
+        "r1": first.job_id,
+        "new": "",  # computed by this job
+    }

@@ -442,13 +442,14 @@ def test_dashboards_count_answers_reused_and_price_them_as_saved(tmp_path, monke
     store = Store(tmp_path / "studio.duckdb")
     store.ingest(first)
     store.ingest(second)
-    rows = summary(store, Scope(job_ids=[first.job_id, second.job_id]))
+    scope = Scope(job_ids=[first.job_id, second.job_id])
+    rows = summary(store, scope)
     rows = rows.sort_values("reused")  # the first job, then the rerun
     assert rows["reused"].tolist() == [0, 4]
     assert rows["reused_tokens_in"].tolist() == [0, 12]  # 3 prompt, 2 output tokens each
     assert rows["reused_tokens_out"].tolist() == [0, 8]
     prices = PriceTable(models={"*": ModelPrice(input_per_1m=1e6, output_per_1m=1e6)})
-    costed = with_cost(rows, prices)
+    costed = with_cost(store, rows, scope, "job", prices)
     assert costed["cost_saved"].tolist() == [0.0, 20.0]
     assert costed["cost"].tolist() == [20.0, 5.0]  # the rerun computed one answer
     assert "saved by reuse (USD)" in summary_table(costed, "USD").columns
