@@ -36,6 +36,7 @@ from core.api.keys import Caller
 from core.files import file_atomic, write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.ledger import combined_lines
+from core.jobs.output_file import CorruptLine
 from core.schemas import JobSpec
 
 DEFAULT_MAX_UPLOAD_MB = 200  # OpenAI's limit for a batch file
@@ -383,7 +384,8 @@ def job_file_object(job: JobFolder, kind: JobFileKind) -> dict:
     """A job's file as OpenAI's ``FileObject`` (``batch_output`` for results).
 
     Raises:
-        ApiError: 404 when the job cannot be read or the file has expired.
+        ApiError: 404 when the job cannot be read or the file has expired; 500 naming the
+            line when a result line is damaged (never served short).
     """
     try:
         spec = job.read_spec()
@@ -393,7 +395,16 @@ def job_file_object(job: JobFolder, kind: JobFileKind) -> dict:
     expires_at = job_file_expires_at(spec, kind)
     if expired(expires_at):
         raise not_found("file", ident)
-    size = sum(len(line) for line in job_file_lines(job, kind))
+    try:
+        size = sum(len(line) for line in job_file_lines(job, kind))
+    except CorruptLine as exc:  # served short, it would look complete: say so instead
+        raise ApiError(
+            500,
+            f"The {exc.path.name} of batch {job.job_id} is damaged: its line {exc.line_no} "
+            f"is not JSON. The operator can check the job with `python -m core verify "
+            f"{job.job_id}`.",
+            code="file_damaged",
+        ) from None
     name = {"input": spec.source or "input.jsonl", "output": "output.jsonl"}.get(
         kind, "errors.jsonl"
     )
