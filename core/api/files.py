@@ -191,14 +191,21 @@ def visible(owner: Owner, caller: Caller | None) -> bool:
 # -- uploads -------------------------------------------------------------------------------
 
 
-def _disk_full(exc: OSError) -> ApiError | None:
+def disk_full(
+    exc: OSError,
+    lost: str = "the upload was not kept",
+    again: str = "upload again",
+    param: str | None = "file",
+) -> ApiError | None:
+    """The 507 a full disk gets (None for any other error): what was not kept and what to
+    do. Every caller has kept nothing of the request before it answers so."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     return ApiError(
         507,
-        "The server's disk is full: the upload was not kept. Free space in its data "
-        "folder (or ask whoever runs it to), then upload again.",
-        "file",
+        f"The server's disk is full: {lost}. Free space in its data folder (or ask "
+        f"whoever runs it to), then {again}.",
+        param,
         "insufficient_storage",
     )
 
@@ -245,7 +252,7 @@ async def receive_upload(
     except MultipartParseError as exc:
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
     except OSError as exc:
-        raise _disk_full(exc) or exc from None
+        raise disk_full(exc) or exc from None
     created = now()
     record = FileRecord(
         id=file_id,
@@ -261,7 +268,7 @@ async def receive_upload(
         write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
     except OSError as exc:
         content_path(home, file_id).unlink(missing_ok=True)  # no content without its record
-        raise _disk_full(exc) or exc from None
+        raise disk_full(exc) or exc from None
     return record
 
 

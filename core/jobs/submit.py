@@ -33,7 +33,7 @@ from core.check.background import checked
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
-from core.jobs.folder import JobFolder, create_job, start_worker
+from core.jobs.folder import JobFolder, create_job, remove_folder, start_worker
 from core.jobs.names import distinct_name
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
@@ -230,6 +230,7 @@ def submit(
 
     Raises:
         Refused: with every reason, when the job may not run; nothing was created.
+        OSError: the job folder could not be written (a full disk); nothing was kept.
     """
     file = Path(file)
     problems = settings_problems(submission, gpus)
@@ -264,8 +265,13 @@ def submit(
         endpoints=[url for url, lines in report.urls.items() if lines],
         reuse=s.reuse,
     )
-    job.write_refusals(_refusals(report))
-    return Started(job, start_worker(job))
+    try:
+        job.write_refusals(_refusals(report))
+        worker = start_worker(job)  # its queued status is written first
+    except BaseException:  # a full disk: the job was never whole, so nothing of it stays
+        remove_folder(job)
+        raise
+    return Started(job, worker)
 
 
 def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -> Started:
