@@ -136,15 +136,24 @@ def complete_spans(
     found, start = [], offset
     for raw in complete.split(b"\n")[:-1]:
         if raw.strip():
-            try:
-                if not raw.isascii():
-                    raw.decode("utf-8")
-                _decode_object(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-                raise CorruptLine(path, _line_number(path, start), str(exc)) from None
-            found.append((start, raw))
+            found.append((start, checked_line(path, start, raw)))
         start += len(raw) + 1
     return found, offset + len(complete)
+
+
+def checked_line(path: Path, start: int, raw: bytes) -> bytes:
+    """``raw``, the complete line at byte ``start`` of ``path``, once it is a JSON object.
+
+    Raises:
+        CorruptLine: it is not (not UTF-8 included), naming its file and line.
+    """
+    try:
+        if not raw.isascii():
+            raw.decode("utf-8")
+        _decode_object(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise CorruptLine(path, _line_number(path, start), str(exc)) from None
+    return raw
 
 
 def complete_lines(path: Path, offset: int, max_bytes: int = READ_BYTES) -> tuple[list[bytes], int]:

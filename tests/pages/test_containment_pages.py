@@ -103,7 +103,7 @@ def test_pages_name_a_damaged_result_line_by_file_and_line(studio_home):
     lines[1] = b"\x00" * 30 + b"\n"
     job.output.write_bytes(b"".join(lines))
     named = f"{job.output} line 2 is not a JSON object"
-    for page in ("jobs.py", "results.py"):
+    for page in ("jobs.py", "results.py", "monitor.py"):
         at = open_page(page, job_id=job.job_id)
         shown = "\n".join(e.value for e in (*at.text, *at.error, *at.markdown))
         assert named in shown.replace("\\", ""), page
