@@ -19,6 +19,7 @@ from core.jobs.ledger import (
     write_rerun_file,
 )
 from core.jobs.names import rename_job
+from core.jobs.output_file import CorruptLine
 from core.jobs.queue import priority, queued_jobs, set_priority
 from core.schemas import NAME_MAX, JobSpec, JobStatus
 from ui.job_controls import job_controls, restart
@@ -133,7 +134,11 @@ def header(chosen: Chosen) -> None:
 def reconciliation(chosen: Chosen) -> None:
     """Every request against its result, the rerun of those without a good one, shards."""
     st.subheader("Reconciliation")
-    known = summary(chosen.job, chosen.spec.shard_size)  # read once per change of the files
+    try:
+        known = summary(chosen.job, chosen.spec.shard_size)  # read once per change of the files
+    except CorruptLine as exc:  # the file and line, never a count that leaves it out
+        st.error(escape(f"{exc}. `python -m core verify {chosen.job.job_id}` checks the rest."))
+        return
     report = known.reconciliation
     c = st.columns(5)
     c[0].metric("Requests", report.requests)

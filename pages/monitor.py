@@ -8,8 +8,9 @@ import streamlit as st
 
 from core.jobs.delivery import errors_beside
 from core.jobs.engine_files import read_state
-from core.jobs.folder import JobFolder, list_jobs
+from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
+from core.jobs.output_file import CorruptLine
 from core.run.monitoring import Rates, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
@@ -212,9 +213,14 @@ def controls(job: JobFolder, status: JobStatus) -> None:
         st.rerun()  # resumed or retried here: rerun the page so its refresh goes live again
 
 
-def latest_results(job: JobFolder) -> None:
-    """The last answers written, and the failures that stand."""
-    recent = recent_lines(job.output) + standing_failures(job, 3)
+def latest_results(job: JobFolder) -> bool:
+    """The last answers written, and the failures that stand; False where a result line
+    is damaged (it is named instead)."""
+    try:
+        recent = recent_lines(job.output) + standing_failures(job, 3)
+    except CorruptLine as exc:  # the file and line, never a list that leaves it out
+        st.error(escape(f"{exc}. `python -m core verify {job.job_id}` checks the rest."))
+        return False
     if recent:
         st.subheader("Latest results")
         rows = [
@@ -222,11 +228,17 @@ def latest_results(job: JobFolder) -> None:
             for r in recent
         ]
         st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    return True
 
 
-def settle(job: JobFolder, status: JobStatus) -> None:
-    """A job that stopped: indexed, and the page rerun once to leave the live refresh."""
-    store().ingest(job)
+def settle(job: JobFolder, status: JobStatus, named: bool) -> None:
+    """A job that stopped: indexed, and the page rerun once to leave the live refresh.
+    ``named``: a damaged result line was named already (it keeps the job from the index)."""
+    try:
+        store().ingest(job)
+    except JobUnreadable as exc:
+        if not named:
+            st.error(escape(str(exc)))
     if st.session_state.get("summary_shown") != (job.job_id, status.finished_at):
         st.session_state["summary_shown"] = (job.job_id, status.finished_at)
         st.rerun()  # leave the live refresh: the final state needs no polling
@@ -251,9 +263,9 @@ def show(job: JobFolder) -> None:
     ray_section(job)
     if samples:
         resource_charts(samples)
-    latest_results(job)
+    readable = latest_results(job)
     if final:
-        settle(job, status)
+        settle(job, status, named=not readable)
 
 
 def verdict(job: JobFolder, job_id: str) -> None:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from core.jobs.folder import JobFolder, cancel
 from core.jobs.ledger import summary as ledger_summary
+from core.jobs.output_file import CorruptLine
 from core.jobs.submit import Refused, resubmit
 from ui.text import escape
 
@@ -41,11 +42,14 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
     ):
         restart(job, retry=False, done="Resumed: only requests without a result run.")
     # Only failures a retry can change (never invalid input or what the engine refused).
-    retryable = (
-        ledger_summary(job, job.read_spec().shard_size).retryable_failures
-        if retry and status.is_final and status.failed
-        else 0
-    )
+    try:
+        retryable = (
+            ledger_summary(job, job.read_spec().shard_size).retryable_failures
+            if retry and status.is_final and status.failed
+            else 0
+        )
+    except CorruptLine:  # Reconciliation names the line; a retry would be refused for it
+        retryable = 0
     if retryable and cols[2].button(
         f"Retry {retryable:,} failed",
         key=f"retry-{key}",

@@ -27,6 +27,7 @@ from core.api.files import (
     FileRecord,
     Owner,
     content_path,
+    disk_full,
     expires_after,
     owner_of_job,
     read_record,
@@ -318,7 +319,8 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
 
     Raises:
         ApiError: 400 for a request that is not a batch request, 404 for a file the caller
-            cannot see. A file with bad lines is not an ApiError: the batch fails.
+            cannot see, 507 when the disk has no room for the job (nothing of it kept).
+            A file with bad lines is not an ApiError: the batch fails.
     """
     request = _request(body)
     record: FileRecord | None = read_record(home, request["input_file_id"])
@@ -349,6 +351,8 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
     )
     try:
         started = submit(path, submission, home / "jobs")
+    except OSError as exc:  # submit kept nothing of the job
+        raise disk_full(exc, "the batch was not created", "create it again", None) or exc from None
     except Refused as refused:
         if refused.report is not None and refused.report.errors:
             return _refuse(home, request, _line_errors(refused.report), caller)

@@ -36,6 +36,7 @@ from core.api.keys import Caller
 from core.files import file_atomic, write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.ledger import combined_lines
+from core.jobs.output_file import CorruptLine
 from core.schemas import JobSpec
 
 DEFAULT_MAX_UPLOAD_MB = 200  # OpenAI's limit for a batch file
@@ -190,14 +191,21 @@ def visible(owner: Owner, caller: Caller | None) -> bool:
 # -- uploads -------------------------------------------------------------------------------
 
 
-def _disk_full(exc: OSError) -> ApiError | None:
+def disk_full(
+    exc: OSError,
+    lost: str = "the upload was not kept",
+    again: str = "upload again",
+    param: str | None = "file",
+) -> ApiError | None:
+    """The 507 a full disk gets (None for any other error): what was not kept and what to
+    do. Every caller has kept nothing of the request before it answers so."""
     if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     return ApiError(
         507,
-        "The server's disk is full: the upload was not kept. Free space in its data "
-        "folder (or ask whoever runs it to), then upload again.",
-        "file",
+        f"The server's disk is full: {lost}. Free space in its data folder (or ask "
+        f"whoever runs it to), then {again}.",
+        param,
         "insufficient_storage",
     )
 
@@ -244,7 +252,7 @@ async def receive_upload(
     except MultipartParseError as exc:
         raise ApiError(400, f"The multipart form cannot be read: {exc}.") from None
     except OSError as exc:
-        raise _disk_full(exc) or exc from None
+        raise disk_full(exc) or exc from None
     created = now()
     record = FileRecord(
         id=file_id,
@@ -260,7 +268,7 @@ async def receive_upload(
         write_atomic(_record_path(home, file_id), record.model_dump_json(indent=1))
     except OSError as exc:
         content_path(home, file_id).unlink(missing_ok=True)  # no content without its record
-        raise _disk_full(exc) or exc from None
+        raise disk_full(exc) or exc from None
     return record
 
 
@@ -383,7 +391,8 @@ def job_file_object(job: JobFolder, kind: JobFileKind) -> dict:
     """A job's file as OpenAI's ``FileObject`` (``batch_output`` for results).
 
     Raises:
-        ApiError: 404 when the job cannot be read or the file has expired.
+        ApiError: 404 when the job cannot be read or the file has expired; 500 naming the
+            line when a result line is damaged (never served short).
     """
     try:
         spec = job.read_spec()
@@ -393,7 +402,16 @@ def job_file_object(job: JobFolder, kind: JobFileKind) -> dict:
     expires_at = job_file_expires_at(spec, kind)
     if expired(expires_at):
         raise not_found("file", ident)
-    size = sum(len(line) for line in job_file_lines(job, kind))
+    try:
+        size = sum(len(line) for line in job_file_lines(job, kind))
+    except CorruptLine as exc:  # served short, it would look complete: say so instead
+        raise ApiError(
+            500,
+            f"The {exc.path.name} of batch {job.job_id} is damaged: its line {exc.line_no} "
+            f"is not JSON. The operator can check the job with `python -m core verify "
+            f"{job.job_id}`.",
+            code="file_damaged",
+        ) from None
     name = {"input": spec.source or "input.jsonl", "output": "output.jsonl"}.get(
         kind, "errors.jsonl"
     )

@@ -134,4 +134,10 @@ def open_store(job_ids: list[str], fresh_checks: bool = True) -> Any:
         store.close()
         print(f"error: no job {', '.join(missing)} in {paths.jobs}", file=sys.stderr)
         return None
+    unreadable = [j for j in job_ids if j in store.unreadable]
+    if unreadable:  # its lines are not all in the index: nothing of it is given out short
+        store.close()
+        for job_id in unreadable:
+            print(f"error: job {job_id}: {store.unreadable[job_id]}", file=sys.stderr)
+        return None
     return store

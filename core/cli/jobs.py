@@ -38,6 +38,7 @@ from core.jobs.ledger import (
     write_rerun_file,
 )
 from core.jobs.names import distinct_name, rename_job
+from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.jobs.uploads import fetch_upload
@@ -274,7 +275,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     job = _job(args.job)
     if job is None:
         return EXIT_USAGE
-    report = reconcile(job)
+    try:
+        report = reconcile(job)
+    except CorruptLine as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     if args.write_rerun:
         ids = read_ledger(job).retryable()
         count = write_rerun_file(job, ids, Path(args.write_rerun))

@@ -250,6 +250,11 @@ def new_job_id() -> str:
     return f"job_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
 
 
+def remove_folder(job: JobFolder) -> None:
+    """Removes a job folder that was never made whole (no job to show, nothing to keep)."""
+    shutil.rmtree(job.path, ignore_errors=True)
+
+
 def create_job(
     input_file: str | Path,
     jobs_dir: Path,
@@ -277,43 +282,51 @@ def create_job(
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
     it, recorded as None when none did) go into its provenance; ``reuse`` None: the
-    studio's default (:func:`core.config.reuse_default`)."""
+    studio's default (:func:`core.config.reuse_default`).
+
+    Raises:
+        OSError: the folder could not be made whole (a full disk); nothing of it is kept.
+    """
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())
     job.path.mkdir(parents=True)
-    shutil.copyfile(input_file, job.input)
-    spec = JobSpec(
-        job_id=job.job_id,
-        created_at=now_iso(),
-        name=name,
-        source=source or input_file.name,
-        engine=engine,
-        defaults=defaults or JobDefaults(),
-        skip_invalid=skip_invalid,
-        chunk_size=chunk_size,
-        completion_window_hours=completion_window_hours,
-        input_sha256=file_sha256(job.input),
-        input_lines=sum(1 for raw in job.input.open("rb") if raw.strip()),
-        output_path=output_path,
-        ray=ray,
-        model_map=dict(model_map or {}),
-        embedding_model=embedding_model,
-        shard_size=shard_size,
-        provenance={
-            **provenance(engine),
-            "owner": owner or getpass.getuser(),
-            "owner_key": owner_key,
-        },
-        judge=judge,
-        metadata=dict(metadata or {}),
-        batch=batch,
-        endpoints=sorted(endpoints or ()),
-        reuse=reuse_default() if reuse is None else reuse,
-    )
-    write_atomic(job.spec_file, to_json(spec))
-    status = JobStatus(state="created")
-    status.enter("created", "waiting for the worker to start")
-    job.write_status(status)
+    try:
+        shutil.copyfile(input_file, job.input)
+        spec = JobSpec(
+            job_id=job.job_id,
+            created_at=now_iso(),
+            name=name,
+            source=source or input_file.name,
+            engine=engine,
+            defaults=defaults or JobDefaults(),
+            skip_invalid=skip_invalid,
+            chunk_size=chunk_size,
+            completion_window_hours=completion_window_hours,
+            input_sha256=file_sha256(job.input),
+            input_lines=sum(1 for raw in job.input.open("rb") if raw.strip()),
+            output_path=output_path,
+            ray=ray,
+            model_map=dict(model_map or {}),
+            embedding_model=embedding_model,
+            shard_size=shard_size,
+            provenance={
+                **provenance(engine),
+                "owner": owner or getpass.getuser(),
+                "owner_key": owner_key,
+            },
+            judge=judge,
+            metadata=dict(metadata or {}),
+            batch=batch,
+            endpoints=sorted(endpoints or ()),
+            reuse=reuse_default() if reuse is None else reuse,
+        )
+        write_atomic(job.spec_file, to_json(spec))
+        status = JobStatus(state="created")
+        status.enter("created", "waiting for the worker to start")
+        job.write_status(status)
+    except BaseException:  # a full disk mid-copy: no half-made folder, shown nowhere
+        remove_folder(job)
+        raise
     return job
 
 

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 CHAIN_FIELD = "chain_sha256"
 # Every line ends with this field: `, "chain_sha256": "<64 hex digits>"}`.
 _CHAIN_PREFIX = b', "' + CHAIN_FIELD.encode() + b'": "'
@@ -78,10 +80,51 @@ def repair_torn_tail(path: Path) -> int:
 READ_BYTES = 32 * 2**20  # what a reader holds of a file at once
 
 
-def complete_lines(path: Path, offset: int, max_bytes: int = READ_BYTES) -> tuple[list[bytes], int]:
-    """The complete, non-blank lines in about ``max_bytes`` after byte ``offset`` (a torn
-    last line is left for the next read) and the offset after them: how readers follow a
-    file being appended, a bounded piece at a time (call again until no line comes)."""
+class CorruptLine(ValueError):
+    """A complete line of a results file that is not a JSON object: the file was damaged
+    after it was written (NUL bytes from a crashed disk, a line edited by hand). Every
+    reader of result lines meets it here, so none drops the line without a word; the
+    message names the file and its line."""
+
+    def __init__(self, path: Path, line_no: int, why: str) -> None:
+        super().__init__(
+            f"{path} line {line_no} is not a JSON object ({why}): the file was damaged "
+            "after it was written"
+        )
+        self.path, self.line_no = path, line_no
+
+
+class _Object(msgspec.Struct):
+    """Any JSON object: decoding into it checks the syntax and skips every field."""
+
+
+_decode_object = msgspec.json.Decoder(_Object).decode
+
+
+def _line_number(path: Path, at: int) -> int:
+    """The 1-based number of the line starting at byte ``at`` (counted only for an error)."""
+    newlines = 0
+    with path.open("rb") as handle:
+        while at > 0:
+            block = handle.read(min(at, 1 << 20))
+            if not block:
+                break
+            newlines += block.count(b"\n")
+            at -= len(block)
+    return newlines + 1
+
+
+def complete_spans(
+    path: Path, offset: int, max_bytes: int = READ_BYTES
+) -> tuple[list[tuple[int, bytes]], int]:
+    """``(start, line)`` of the complete, non-blank lines in about ``max_bytes`` after byte
+    ``offset`` (a torn last line is left for the next read; ``line`` without its newline)
+    and the offset after them: how readers follow a file being appended, a bounded piece at
+    a time (call again until no line comes).
+
+    Raises:
+        CorruptLine: a complete line that is not a JSON object (not UTF-8 included).
+    """
     if not path.exists():
         return [], offset
     with path.open("rb") as handle:
@@ -90,17 +133,52 @@ def complete_lines(path: Path, offset: int, max_bytes: int = READ_BYTES) -> tupl
         if len(data) == max_bytes and not data.endswith(b"\n"):
             data += handle.readline()  # the line the piece ends in, whole
     complete = data[: data.rfind(b"\n") + 1]
-    return [raw for raw in complete.splitlines() if raw.strip()], offset + len(complete)
+    found, start = [], offset
+    for raw in complete.split(b"\n")[:-1]:
+        if raw.strip():
+            found.append((start, checked_line(path, start, raw)))
+        start += len(raw) + 1
+    return found, offset + len(complete)
+
+
+def checked_line(path: Path, start: int, raw: bytes) -> bytes:
+    """``raw``, the complete line at byte ``start`` of ``path``, once it is a JSON object.
+
+    Raises:
+        CorruptLine: it is not (not UTF-8 included), naming its file and line.
+    """
+    try:
+        if not raw.isascii():
+            raw.decode("utf-8")
+        _decode_object(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise CorruptLine(path, _line_number(path, start), str(exc)) from None
+    return raw
+
+
+def complete_lines(path: Path, offset: int, max_bytes: int = READ_BYTES) -> tuple[list[bytes], int]:
+    """:func:`complete_spans` without the starts: the lines and the offset after them.
+
+    Raises:
+        CorruptLine: a complete line that is not a JSON object (its file and line named).
+    """
+    spans, after = complete_spans(path, offset, max_bytes)
+    return [raw for _, raw in spans], after
 
 
 def read_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The complete result lines of an output file (a torn last line is skipped)."""
-    if not path.exists():
-        return
-    with path.open("rb") as handle:
-        for raw in handle:
-            if raw.endswith(b"\n") and raw.strip():
-                yield json.loads(raw)
+    """The complete result lines of an output file (a torn last line is skipped).
+
+    Raises:
+        CorruptLine: a complete line that is not a JSON object.
+    """
+    offset = 0
+    while True:
+        raws, after = complete_lines(path, offset)
+        if after == offset:
+            return
+        yield from (json.loads(raw) for raw in raws)
+        offset = after
 
 
 def finished_custom_ids(path: Path) -> set[str]:

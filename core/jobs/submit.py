@@ -33,7 +33,7 @@ from core.check.background import checked
 from core.config import data_paths, default_embedding_model_dir
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
-from core.jobs.folder import JobFolder, create_job, start_worker
+from core.jobs.folder import JobFolder, create_job, remove_folder, start_worker
 from core.jobs.names import distinct_name
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
@@ -230,6 +230,7 @@ def submit(
 
     Raises:
         Refused: with every reason, when the job may not run; nothing was created.
+        OSError: the job folder could not be written (a full disk); nothing was kept.
     """
     file = Path(file)
     problems = settings_problems(submission, gpus)
@@ -264,8 +265,13 @@ def submit(
         endpoints=[url for url, lines in report.urls.items() if lines],
         reuse=s.reuse,
     )
-    job.write_refusals(_refusals(report))
-    return Started(job, start_worker(job))
+    try:
+        job.write_refusals(_refusals(report))
+        worker = start_worker(job)  # its queued status is written first
+    except BaseException:  # a full disk: the job was never whole, so nothing of it stays
+        remove_folder(job)
+        raise
+    return Started(job, worker)
 
 
 def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -> Started:
@@ -278,19 +284,27 @@ def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -
         shard: with ``retry``, only this shard's requests (0-based).
 
     Raises:
-        Refused: the job is running, the shard does not exist, or its input breaks a rule
-            (an old job whose file repeats an id is refused here, with the lines).
+        Refused: the job is running, the shard does not exist, a result line is damaged
+            (its file and line named), or its input breaks a rule (an old job whose file
+            repeats an id is refused here, with the lines).
     """
     from core.jobs.ledger import read_ledger, shards
+    from core.jobs.output_file import CorruptLine
 
     status = job.read_status()
     if not status.is_final and not status.interrupted and status.state != "created":
         raise Refused([f"job {job.job_id} is {status.state} (pid {status.pid}); wait or cancel"])
     spec = job.read_spec()
+    # Read before the job is queued: a damaged result line refuses the restart and leaves
+    # the job as it was (its worker would otherwise end a completed job ``failed``).
+    try:
+        ledger = read_ledger(job)
+    except CorruptLine as exc:
+        raise Refused([f"{exc}; the job is left as it was"]) from None
     report = check_file(job.input, spec.defaults)
     problems = file_problems(report, spec.skip_invalid)
     if shard is not None and not problems:
-        count = len(shards(read_ledger(job), spec.shard_size))
+        count = len(shards(ledger, spec.shard_size))
         if not 0 <= shard < count:
             problems.append(f"job {job.job_id} has no shard {shard} (it has {count})")
     if problems:

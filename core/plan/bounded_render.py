@@ -138,7 +138,8 @@ class _Ready(BaseModel):
 
 def _render_one(template: jinja2.Template, context: dict[str, Any]) -> str:
     parts, size = [], 0
-    for chunk in template.generate(**context):
+    # The context as one mapping, never as keywords: a column may be named ``self``.
+    for chunk in template.generate(context):
         size += len(chunk)
         if size > MAX_RENDER_CHARS:
             raise RenderLimit(
@@ -258,8 +259,9 @@ class Renderer:
             self._stop()
             raise RenderLimit(f"the rendering process ended {doing} (out of memory?)") from None
 
-    def render(self, name: str, **context: Any) -> str:
-        """The template ``name`` rendered with ``context`` (JSON-like values).
+    def render(self, name: str, context: dict[str, Any]) -> str:
+        """The template ``name`` rendered with ``context`` (JSON-like values). A mapping,
+        not keywords: its keys are a table's column names, ``name`` and ``self`` too.
 
         Raises:
             RenderTimeout: past :attr:`seconds` (the process was killed).

@@ -73,10 +73,18 @@ AnySpec = BuildSpec | EmbedSpec | RerankSpec  # chats from templates, texts to e
 _LABELS = {"system": "system prompt", "user": "user template"}
 
 
+# Identifiers that a template does not read as a column: ``row`` is the whole row, ``self``
+# the template itself, and the rest are Jinja's constants.
+_NOT_PLACEHOLDERS = frozenset({"row", "self", "true", "false", "none", "True", "False", "None"})
+
+
 def default_user_template(column: str) -> str:
     """A user prompt template that is one column's cell: ``{{ column }}``, or
-    ``{{ row['column name'] }}`` for a name that is not an identifier."""
-    return f"{{{{ {column} }}}}" if column.isidentifier() else f"{{{{ row['{column}'] }}}}"
+    ``{{ row['column name'] }}`` for a name a template cannot read as itself (spaces,
+    dots, ``row``, ``self``, ``true``, ...)."""
+    if column.isidentifier() and column not in _NOT_PLACEHOLDERS:
+        return f"{{{{ {column} }}}}"
+    return f"{{{{ row[{column!r}] }}}}"
 
 
 def _renderer(spec: BuildSpec) -> Renderer:
@@ -134,13 +142,14 @@ def build_lines(table: pd.DataFrame, spec: BuildSpec, limit: int | None = None) 
             if any(p.severity == "error" for p in problems):
                 yield Step(row_no, None, problems, False)
                 continue
-            context = {c: ("" if v is None else v) for c, v in cells.items()}
+            values = {c: ("" if v is None else v) for c, v in cells.items()}
+            # ``row`` is the whole row, also where a column is named ``row`` (``row['row']``)
+            context = {**values, "row": values}
             try:
-                user_text = renderer.render("user", **context, row=context).strip()
+                user_text = renderer.render("user", context).strip()
                 system_text = (
-                    renderer.render("system", **context, row=context) if spec.system_prompt.strip()
-                    else ""
-                )  # fmt: skip
+                    renderer.render("system", context) if spec.system_prompt.strip() else ""
+                )
             except RenderError as exc:
                 problems.append(BuildProblem(row_no, "error", f"template error: {exc}"))
                 yield Step(row_no, None, problems, False)

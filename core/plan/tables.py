@@ -87,6 +87,9 @@ def collect(
 MAX_TABLE_ROWS = 1_000_000  # a build reads at most this many data rows
 MAX_TABLE_BYTES = 512 * 2**20  # and at most this much cell data (CSV text, Parquet buffers)
 MAX_XLSX_XML_BYTES = 2 * 2**30  # an .xlsx sheet's XML, unpacked (markup and all)
+# and at most this many cells that hold a value (a million rows of twenty columns): an
+# .xlsx keeps strings apart from its cells, so its cells are counted, not their bytes
+MAX_XLSX_CELLS = 20_000_000
 CSV_CHUNK_ROWS = 100_000
 
 
@@ -149,9 +152,8 @@ def _read_parquet(data: Any, max_rows: int, max_bytes: int) -> pd.DataFrame:
     return pa.Table.from_batches(batches, schema=file.schema_arrow).to_pandas()
 
 
-_DIMENSION = re.compile(rb"<(?:\w+:)?dimension\s+ref=\"[A-Z]*\d+:[A-Z]*(\d+)\"")
 _ROW = re.compile(rb"<(?:\w+:)?row\b[^>]*?(?<!/)>")  # a row that holds cells
-_SHEET_DATA = re.compile(rb"<(?:\w+:)?sheetData\b")
+_CELL = re.compile(rb"<(?:\w+:)?c\b[^>]*?(?<!/)>")  # a cell that holds a value
 
 
 def _first_sheet(archive: Any) -> str:
@@ -168,36 +170,41 @@ def _first_sheet(archive: Any) -> str:
     return "xl/worksheets/sheet1.xml"
 
 
-def _xlsx_rows_over(archive: Any, max_rows: int) -> int | None:
-    """The first sheet's data rows when over ``max_rows`` (None: within; 0: over, not
-    counted to the end): from its recorded size, else counted in the raw XML, stopping
-    at the limit. openpyxl would parse the whole sheet before it yields a row."""
+def _check_xlsx_size(archive: Any, max_rows: int, max_cells: int) -> None:
+    """Counts the first sheet's rows and cells in its raw XML as it unpacks, and refuses
+    as soon as either passes its limit: before any cell is parsed (openpyxl takes about
+    45 s and 500 MB to parse a million rows). The ``<dimension>`` a sheet records is never
+    trusted: a writer may leave it out or get it wrong (``A1:B2`` over a million rows).
+
+    Raises:
+        TableTooLarge: more data rows than ``max_rows`` or more cells than ``max_cells``.
+    """
+    rows = cells = 0
+    tail = b""
     with archive.open(_first_sheet(archive)) as sheet:
-        head = sheet.read(1 << 16)
-        recorded = _DIMENSION.search(head.split(b"<sheetData")[0])
-        if recorded is not None:
-            rows = int(recorded.group(1)) - 1  # less the header
-            return rows if rows > max_rows else None
-        rows, tail, chunk = 0, b"", head
-        while chunk:
-            text = tail + chunk
+        while chunk := sheet.read(1 << 20):
+            text = tail + chunk  # a tag cut between two reads is found whole here
             rows += len(_ROW.findall(text)) - len(_ROW.findall(tail))
-            if rows - 1 > max_rows:
-                return 0
-            tail, chunk = text[-256:], sheet.read(1 << 20)
-    return None
+            cells += len(_CELL.findall(text)) - len(_CELL.findall(tail))
+            if rows - 1 > max_rows:  # less the header
+                raise _too_many_rows(None, max_rows)
+            if cells > max_cells:
+                raise TableTooLarge(
+                    f"the table has more than {max_cells:,} cells; a build reads at most "
+                    f"{max_cells:,}. Split it into smaller files (fewer rows, or only the "
+                    "columns the batch needs) and build one batch file from each."
+                )
+            tail = text[-256:]
 
 
-def _read_xlsx(data: Any, max_rows: int) -> pd.DataFrame:
+def _read_xlsx(data: Any, max_rows: int, max_cells: int) -> pd.DataFrame:
     import zipfile
 
     with zipfile.ZipFile(data) as archive:  # the unpacked XML bounds what the cells hold
         xml = sum(i.file_size for i in archive.infolist() if i.filename.startswith("xl/"))
         if xml > MAX_XLSX_XML_BYTES:
             raise _too_big(xml, MAX_XLSX_XML_BYTES, "sheet XML")
-        over = _xlsx_rows_over(archive, max_rows)
-    if over is not None:
-        raise _too_many_rows(over or None, max_rows)
+        _check_xlsx_size(archive, max_rows, max_cells)
     if hasattr(data, "seek"):
         data.seek(0)
     table = pd.read_excel(data, sheet_name=0, nrows=max_rows + 1)  # stops at the limit
@@ -211,6 +218,7 @@ def read_table(
     name: str | None = None,
     max_rows: int = MAX_TABLE_ROWS,
     max_bytes: int = MAX_TABLE_BYTES,
+    max_cells: int = MAX_XLSX_CELLS,
 ) -> pd.DataFrame:
     """Reads a CSV, Parquet or Excel (.xlsx, first sheet) table, streamed: CSV in chunks,
     Parquet row group by row group, Excel row by row, each stopping at the limits.
@@ -220,6 +228,7 @@ def read_table(
         name: the file name, when ``source`` is bytes.
         max_rows: the most data rows read (:data:`MAX_TABLE_ROWS`).
         max_bytes: the most cell data read (:data:`MAX_TABLE_BYTES`).
+        max_cells: the most cells with a value an .xlsx may hold (:data:`MAX_XLSX_CELLS`).
 
     Raises:
         TableTooLarge: more rows or data than the limits; the message says how to split.
@@ -237,7 +246,7 @@ def read_table(
         elif suffix == ".parquet":
             table = _read_parquet(data, max_rows, max_bytes)
         else:
-            table = _read_xlsx(data, max_rows)
+            table = _read_xlsx(data, max_rows, max_cells)
     except BuildError:
         raise
     except ImportError as exc:

@@ -166,7 +166,7 @@ def render_all(
     with _renderer(text) as renderer:
         for custom_id, context in contexts:
             try:
-                rendered = renderer.render("judge", **context)
+                rendered = renderer.render("judge", context)
             except RenderError as exc:
                 failed += 1
                 slow += isinstance(exc, RenderTimeout)

@@ -39,6 +39,7 @@ from core.devices import gpu_count
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, draining_message
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
+from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock, queued_jobs
 from core.jobs.recovery import requeue_interrupted
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
@@ -115,6 +116,8 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         keeper.finish("failed", message, error=str(exc))
     except JobUnreadable as exc:
         keeper.finish("failed", "the job folder cannot be read", error=str(exc))
+    except CorruptLine as exc:  # a job queued before its file was damaged
+        keeper.finish("failed", "a result line cannot be read", error=str(exc))
     except OSError as exc:
         if exc.errno not in NO_SPACE or not keeper.claimed:
             raise

@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
-from core.jobs.output_file import complete_lines
+from core.jobs.output_file import CorruptLine, complete_lines
 from core.run.progress import job_seconds
 from core.store import human_index
 from core.store.indexer import BackgroundSync
@@ -275,7 +275,12 @@ class Store:
             self._ingested.pop(job_id, None)
 
     def ingest(self, job: JobFolder) -> int:
-        """Brings one job folder's state and new result lines into the store."""
+        """Brings one job folder's state and new result lines into the store.
+
+        Raises:
+            JobUnreadable: its folder cannot be read, or a result line is not JSON (the
+                reason names the file and line; the lines before it are kept).
+        """
         signature = _files_signature(job)  # before reading: a change while it reads is new
         spec = job.read_spec()  # raises JobUnreadable, before anything is written
         status = job.read_status()
@@ -324,8 +329,11 @@ class Store:
             if not loaded:
                 self._load_requests(cur, job)
             # Failures first: a success read in the same pass must win over them.
-            failed_rows, errors_offset = self._load_results(cur, job, job.errors, errors_offset)
-            new_rows, output_offset = self._load_results(cur, job, job.output, output_offset)
+            try:
+                failed_rows, errors_offset = self._load_results(cur, job, job.errors, errors_offset)
+                new_rows, output_offset = self._load_results(cur, job, job.output, output_offset)
+            except CorruptLine as exc:  # the job's problem, named with its file and line
+                raise JobUnreadable(job_id, str(exc)) from None
             cur.execute(
                 "INSERT OR REPLACE INTO ingest_state VALUES (?, true, ?, ?)",
                 [job_id, output_offset, errors_offset or 0],

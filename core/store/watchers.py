@@ -24,6 +24,7 @@ from core.config import DataPaths
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.inbox import watch_inbox
 from core.jobs.ledger import READERS_KEPT, summary
+from core.jobs.output_file import CorruptLine
 from core.jobs.recovery import Recovery
 from core.store.db import Store
 
@@ -102,7 +103,7 @@ def warm_ledger(job: JobFolder) -> None:
     background, so the page that shows it next has nothing left to read."""
     try:
         summary(job, job.read_spec().shard_size)
-    except (JobUnreadable, OSError) as exc:
+    except (JobUnreadable, OSError, CorruptLine) as exc:  # the page that reads it says why
         log.warning("ledger of %s not read ahead: %s", job.job_id, exc)
 
 

@@ -93,3 +93,17 @@ def test_the_hostile_corpus_walks_through_the_cli_the_inbox_and_the_upload_page(
     assert not at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Invalid"] == str(invalid)
+
+
+def test_pages_name_a_damaged_result_line_by_file_and_line(studio_home):
+    """A line of NUL bytes in output.jsonl (issue 58, item 2): the pages say which file
+    and line, and none of them fails."""
+    job = finished_job(studio_home, {"a": "x", "b": "y", "c": "z"})
+    lines = job.output.read_bytes().splitlines(keepends=True)
+    lines[1] = b"\x00" * 30 + b"\n"
+    job.output.write_bytes(b"".join(lines))
+    named = f"{job.output} line 2 is not a JSON object"
+    for page in ("jobs.py", "results.py", "monitor.py"):
+        at = open_page(page, job_id=job.job_id)
+        shown = "\n".join(e.value for e in (*at.text, *at.error, *at.markdown))
+        assert named in shown.replace("\\", ""), page

@@ -35,7 +35,7 @@ from tests.support.api import (
     sdk,
 )
 from tests.support.cli import cli
-from tests.support.jobs import request_line
+from tests.support.jobs import finished_job, request_line
 
 
 def test_files_upload_retrieve_download_and_delete_as_the_sdk_reads_them(api, keys):
@@ -489,6 +489,22 @@ def test_files_list_holds_the_batches_output_and_error_files_for_their_owner(api
     assert [f.id for f in client.files.list(limit=1, order="asc")] == [f.id for f in listed][::-1]
     bob_sees = {f.id for f in sdk(api, keys["bob"]).files.list()}
     assert bob_sees == {bobs.output_file_id, bobs.error_file_id}
+
+
+def test_a_damaged_output_line_is_named_never_served_short(api, keys, studio_home):
+    """A line of NUL bytes was once left out of the content, answered 200, while the batch
+    said completed 3/3: the file and its line are named instead."""
+    job = finished_job(data_paths().home, {"r0": "x", "r1": "y", "r2": "z"})
+    own(job, "alice")
+    lines = job.output.read_bytes().splitlines(keepends=True)
+    lines[1] = b"\x00" * 30 + b"\n"
+    job.output.write_bytes(b"".join(lines))
+    auth = {"Authorization": f"Bearer {keys['alice']}"}
+    output_file = f"file-{job.job_id}-output"
+    for path in (f"/v1/files/{output_file}/content", f"/v1/files/{output_file}"):
+        error = assert_openai_error(api.get(path, headers=auth), 500)
+        assert error["code"] == "file_damaged"
+        assert f"output.jsonl of batch {job.job_id} is damaged: its line 2" in error["message"]
 
 
 def test_an_upload_that_expires_is_gone_once_it_has(api, keys, monkeypatch):

@@ -191,6 +191,38 @@ def test_a_full_disk_when_the_record_is_written_leaves_no_content(api, keys, mon
     assert stored() == []
 
 
+def _copy_cut_at_4096(source: Path, target: Path) -> None:
+    target.write_bytes(source.read_bytes()[:4096])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _no_room(path: Path, text: str) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize(
+    ("where", "full"),
+    [("shutil.copyfile", _copy_cut_at_4096), ("write_atomic", _no_room)],
+    ids=["input copy", "job.json"],
+)
+def test_a_full_disk_on_batch_create_gets_507_and_keeps_no_job(
+    api, keys, no_worker, monkeypatch, where, full
+):
+    """It once answered 500 and left a job folder with a cut input.jsonl and no job.json."""
+    client = sdk(api, keys["alice"])
+    file_id = client.files.create(file=("big.jsonl", chats(200)), purpose="batch").id
+    monkeypatch.setattr(f"core.jobs.folder.{where}", full)
+    with pytest.raises(openai.InternalServerError) as refused:
+        client.batches.create(
+            input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert refused.value.status_code == 507
+    assert refused.value.code == "insufficient_storage"
+    assert "disk is full: the batch was not created" in refused.value.message
+    assert list(data_paths().jobs.glob("job_*")) == []
+    assert list(client.batches.list()) == [] and no_worker == []
+
+
 def test_a_form_padded_past_the_limit_outside_its_file_is_refused(api, keys, monkeypatch):
     """The whole form is counted as it streams, not only its file part."""
     monkeypatch.setenv("BATCH_STUDIO_API_MAX_UPLOAD_MB", "0.01")  # 10,000 bytes

@@ -100,6 +100,38 @@ def test_the_default_template_names_a_column_as_a_placeholder_or_through_row() -
     ] == [{"role": "user", "content": "great"}]
 
 
+ODD_COLUMNS = ["name", "row", "self", "context", "loop", "true", "None", "if", "range",
+               "review text", "a.b", "it's", 'say "hi"', "x}}y", "{{ z }}"]  # fmt: skip
+
+
+def test_any_column_name_is_data_in_its_default_template_and_through_row() -> None:
+    """A column named ``name`` or ``row`` once crashed the build (``render() got multiple
+    values for argument 'name'``); a name is data, whatever it is."""
+    table = pd.DataFrame({c: [f"{i}a", f"{i}b"] for i, c in enumerate(ODD_COLUMNS)})
+    by_default = " ".join(default_user_template(column) for column in ODD_COLUMNS)
+    through_row = " ".join(f"{{{{ row[{column!r}] }}}}" for column in ODD_COLUMNS)
+    for template in (by_default, through_row):
+        result = preview(table, BuildSpec(user_template=template, task="t"), rows=2)
+        assert result.problems == [], template
+        contents = [line["body"]["messages"][-1]["content"] for line in result.lines]
+        assert contents == [
+            " ".join(f"{i}{row}" for i in range(len(ODD_COLUMNS))) for row in "ab"
+        ], template
+
+
+def test_a_table_with_every_odd_column_name_builds_through_the_cli(tmp_path: Path) -> None:
+    table = pd.DataFrame({column: [f"v{i}"] for i, column in enumerate(ODD_COLUMNS)})
+    table.to_csv(tmp_path / "odd.csv", index=False)
+    template = " ".join(default_user_template(column) for column in ODD_COLUMNS)
+    out = tmp_path / "odd.jsonl"
+    result = cli("build", str(tmp_path / "odd.csv"), "-o", str(out), "--user-template", template)
+    assert result.returncode == 0, result.stderr
+    line = json.loads(out.read_text())
+    assert line["body"]["messages"] == [
+        {"role": "user", "content": " ".join(f"v{i}" for i in range(len(ODD_COLUMNS)))}
+    ]
+
+
 def test_parquet_and_excel_tables_are_read(tmp_path: Path) -> None:
     table = read_table(TICKETS)
     table.to_parquet(tmp_path / "t.parquet")

@@ -126,6 +126,29 @@ def test_verify_catches_a_removed_line(tmp_path):
     assert any("1 requests have no result, e.g. b" in p for p in problems)
 
 
+def test_a_damaged_output_line_is_named_by_verify_reconcile_export_and_resume(
+    studio_home, tmp_path, no_worker
+):
+    """A line of NUL bytes once gave tracebacks (verify, export) and turned a completed job
+    into a failed one on resume; each now names the file and line, and the job stays."""
+    job = finished_job(studio_home, {"a": "x", "b": "y", "c": "z"})
+    lines = job.output.read_bytes().splitlines(keepends=True)
+    lines[1] = b'{"id": "b\x00\x00\x00\n'
+    job.output.write_bytes(b"".join(lines))
+    named = f"{job.output} line 2 is not a JSON object"
+    verified = cli("verify", job.job_id)
+    assert verified.returncode == 1 and named in verified.stdout
+    for args in (
+        ("reconcile", job.job_id),
+        ("export", job.job_id, "-o", str(tmp_path / "results.csv")),
+        ("resume", job.job_id),
+    ):
+        result = cli(*args)
+        assert result.returncode != 0 and named in result.stderr, args
+    assert not (tmp_path / "results.csv").exists()
+    assert no_worker == [] and job.read_status().state == "completed"
+
+
 def test_reconcile_cli_writes_the_rerun_file(studio_home, tmp_path):
     fault = ("engine_error", "the engine stopped")  # a retry may change it
     job = finished_job(
