@@ -96,17 +96,18 @@ def forecast_reuse(
             forecast.duplicates += 1
         else:
             first[key] = model_folder(spec, checked.request)
-    earlier = find_earlier(jobs_dir, first.keys(), skip="", owner=owner or local_owner())
+    asked = list(first)
+    earlier = find_earlier(jobs_dir, asked, skip="", owner=owner or local_owner())
     by_model: dict[str, tuple[int, int, int]] = {}  # answers, prompt and output tokens
     with EarlierLines() as earlier_lines:
-        for key, source in earlier.items():
+        for place, source in earlier.items():
             try:
                 line = earlier_lines.read(source)
             except EarlierLineError:  # the run will recompute it, and say so
                 continue
             forecast.earlier += 1
             prompt, completion = token_usage(line)
-            name = Path(first[key]).name
+            name = Path(first[asked[place]]).name
             answers, prompts, completions = by_model.get(name, (0, 0, 0))
             by_model[name] = (answers + 1, prompts + prompt, completions + completion)
     _price(forecast, by_model, prices, home)

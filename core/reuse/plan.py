@@ -98,40 +98,46 @@ def plan_reuse(
     (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way."""
     plan = ReusePlan(job_id=job_id, model_name=model_name)
     plan.keys = {r.custom_id: keys[r.custom_id] for r in requests if r.custom_id in keys}
-    earlier = find_earlier(jobs_dir, set(plan.keys.values()), skip=job_id, owner=owner)
+    asked = [plan.keys.get(request.custom_id) for request in requests]
+    earlier = find_earlier(
+        jobs_dir, [key for key in asked if key is not None], skip=job_id, owner=owner
+    )
     first: dict[bytes, str] = {}  # key -> the custom_id of this run that computes it
+    place = 0  # of the request's key in what find_earlier was asked
     with EarlierLines() as lines:
-        for request in requests:
-            _place(plan, request, earlier, first, lines)
+        for request, key in zip(requests, asked, strict=True):
+            source = None
+            if key is not None:
+                source, place = earlier.get(place), place + 1
+            _place(plan, request, key, source, first, lines)
     return plan
 
 
 def _place(
     plan: ReusePlan,
     request: EngineRequest,
-    earlier: dict[bytes, Earlier],
+    key: bytes | None,
+    source: Earlier | None,
     first: dict[bytes, str],
     lines: EarlierLines,
 ) -> None:
-    """Puts one request where its answer comes from (see :func:`plan_reuse`)."""
-    key = plan.keys.get(request.custom_id)
+    """Puts one request where its answer comes from (see :func:`plan_reuse`): ``key`` is
+    its key (None: not reusable) and ``source`` the earlier answer under it, if any."""
     if key is None:
         plan.to_run.append(request)
     elif key in first:
         plan.copies.setdefault(first[key], []).append(request.custom_id)
-    elif (line := _earlier(plan, earlier.get(key), lines)) is not None:
-        source_job = earlier[key].job.job_id
-        plan.reused.append(reused_line(line, request.custom_id, source_job, plan.model_name))
+    elif source is not None and (line := _earlier(plan, source, lines)) is not None:
+        reused = reused_line(line, request.custom_id, source.job.job_id, plan.model_name)
+        plan.reused.append(reused)
     else:
         first[key] = request.custom_id
         plan.to_run.append(request)
 
 
-def _earlier(plan: ReusePlan, source: Earlier | None, lines: EarlierLines) -> dict[str, Any] | None:
-    """The line ``source`` points at; None where there is none, or where it is broken
-    (said in ``plan.problems``: the request runs again)."""
-    if source is None:
-        return None
+def _earlier(plan: ReusePlan, source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:
+    """The line ``source`` points at; None where it is broken (said in ``plan.problems``:
+    the request runs again)."""
     try:
         return lines.read(source)
     except EarlierLineError as exc:

@@ -110,11 +110,11 @@ def job_with_answers(
 def test_an_answer_is_found_by_its_key_and_read_back_whole(tmp_path):
     key_a, key_b = b"a" * 16, b"b" * 16
     job_with_answers(tmp_path, "job_1", {key_a: answer("x", "first"), key_b: answer("y", "two")})
-    found = find_earlier(tmp_path, {key_b, b"c" * 16}, skip="job_9", owner=ME)
-    assert set(found) == {key_b}
-    line = read_earlier(found[key_b])
+    found = find_earlier(tmp_path, [b"c" * 16, key_b], skip="job_9", owner=ME)
+    assert (found.get(0), found.found) == (None, 1)
+    line = read_earlier(found.get(1))
     assert (line["custom_id"], answer_text(line)) == ("y", "two")
-    assert find_earlier(tmp_path, {key_b}, skip="job_1", owner=ME) == {}  # its own: skipped
+    assert find_earlier(tmp_path, [key_b], skip="job_1", owner=ME).found == 0  # its own: skipped
 
 
 def test_only_the_jobs_of_the_same_key_or_user_answer(tmp_path):
@@ -130,7 +130,7 @@ def test_only_the_jobs_of_the_same_key_or_user_answer(tmp_path):
     (tmp_path / "job_5" / KEY_FILE).write_bytes((tmp_path / "job_4" / KEY_FILE).read_bytes())
 
     def found(owner):
-        hit = find_earlier(tmp_path, {key}, skip="job_9", owner=owner).get(key)
+        hit = find_earlier(tmp_path, [key], skip="job_9", owner=owner).get(0)
         return hit and answer_text(read_earlier(hit))
 
     assert reuse_owner({"owner": "key_a", "owner_key": "key_a"}) == "key:key_a"
@@ -144,11 +144,32 @@ def test_the_newest_job_answers_and_a_deleted_job_takes_its_answers_with_it(tmp_
     key = b"k" * 16
     job_with_answers(tmp_path, "job_1", {key: answer("x", "old")})
     newer = job_with_answers(tmp_path, "job_2", {key: answer("x", "new")})
-    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9", ME)[key])) == "new"
+    assert answer_text(read_earlier(find_earlier(tmp_path, [key], "job_9", ME).get(0))) == "new"
     import shutil
 
     shutil.rmtree(newer.path)
-    assert answer_text(read_earlier(find_earlier(tmp_path, {key}, "job_9", ME)[key])) == "old"
+    assert answer_text(read_earlier(find_earlier(tmp_path, [key], "job_9", ME).get(0))) == "old"
+
+
+def test_keys_ending_in_zero_bytes_or_sharing_their_first_half_are_told_apart(tmp_path):
+    # Keys read as text ("S16") would lose their trailing zero bytes; keys sorted on their
+    # first 8 bytes alone would mix runs of different keys.
+    zeros, one = b"z" + bytes(15), b"z" + bytes(14) + b"\x01"
+    half = b"z" + bytes(7) + b"half-key"
+    job_with_answers(tmp_path, "job_1", {zeros: answer("x", "zeros"), one: answer("y", "one")})
+    job_with_answers(tmp_path, "job_2", {half: answer("h", "half"), one: answer("y", "one, new")})
+    other = bytes(8) + b"half-key"  # half's second half, not its first
+    found = find_earlier(tmp_path, [one, bytes(16), zeros, half, one, other], "job_9", ME)
+    assert (found.get(1), found.get(5), found.found) == (None, None, 4)
+    texts = [answer_text(read_earlier(found.get(place))) for place in (0, 2, 3, 4)]
+    assert texts == ["one, new", "zeros", "half", "one, new"]  # asked twice: found twice
+    assert [place for place, _ in found.items()] == [0, 2, 3, 4]
+
+
+def test_a_key_that_is_not_sixteen_bytes_is_refused(tmp_path):
+    job_with_answers(tmp_path, "job_1", {b"k" * 16: answer("x", "an answer")})
+    with pytest.raises(ValueError):
+        find_earlier(tmp_path, [b"k" * 16, b"short"], "job_9", ME)
 
 
 def test_a_torn_last_record_is_ignored_and_cut_before_the_next_one(tmp_path):
@@ -156,7 +177,7 @@ def test_a_torn_last_record_is_ignored_and_cut_before_the_next_one(tmp_path):
     job = job_with_answers(tmp_path, "job_1", {key: answer("x", "kept")})
     with (job.path / KEY_FILE).open("ab") as handle:
         handle.write(b"torn")  # a crash mid-record
-    assert set(find_earlier(tmp_path, {key}, "job_9", ME)) == {key}
+    assert find_earlier(tmp_path, [key], "job_9", ME).found == 1
     KeyWriter(job).add([(b"n" * 16, 0, b"a line\n")])
     assert (job.path / KEY_FILE).stat().st_size % 44 == 0
 
@@ -165,13 +186,13 @@ def test_an_index_of_an_older_studio_without_digests_is_not_read(tmp_path):
     key = b"k" * 16
     job = job_with_answers(tmp_path, "job_1", {key: answer("x", "kept")})
     (job.path / KEY_FILE).rename(job.path / "reuse.keys")  # as an older studio named it
-    assert find_earlier(tmp_path, {key}, "job_9", ME) == {}
+    assert find_earlier(tmp_path, [key], "job_9", ME).found == 0
 
 
 def test_a_truncated_edited_or_moved_output_is_named_and_not_reused(tmp_path):
     key = b"k" * 16
     job = job_with_answers(tmp_path, "job_1", {key: answer("x", "an answer")})
-    earlier = find_earlier(tmp_path, {key}, "job_9", ME)[key]
+    earlier = find_earlier(tmp_path, [key], "job_9", ME).get(0)
     raw = job.output.read_bytes()
     job.output.write_bytes(raw[:-10])
     with pytest.raises(EarlierLineError, match="truncated"):
@@ -194,11 +215,11 @@ def test_equal_length_lines_with_one_removed_never_give_a_key_its_neighbours_ans
     lines = job.output.read_bytes().splitlines(keepends=True)
     assert len({len(line) for line in lines}) == 1
     job.output.write_bytes(lines[0] + lines[2])  # the middle line removed
-    found = find_earlier(tmp_path, set(keys), "job_9", ME)
-    assert answer_text(read_earlier(found[keys[0]])) == "label-0"
-    for key in keys[1:]:  # the second record now points at the third line; the third at EOF
+    found = find_earlier(tmp_path, keys, "job_9", ME)
+    assert answer_text(read_earlier(found.get(0))) == "label-0"
+    for place in (1, 2):  # the second record now points at the third line; the third at EOF
         with pytest.raises(EarlierLineError):
-            read_earlier(found[key])
+            read_earlier(found.get(place))
 
 
 # -- a run's plan ----------------------------------------------------------------------------
