@@ -25,7 +25,13 @@ from tests.support.jobs import finished_job
 from tests.support.refused_batches import client  # noqa: F401  (an API client, in process)
 from tests.support.s3 import s3, s3_requests  # noqa: F401  (object storage tests)
 from tests.support.tool_auto import hermes_model  # noqa: F401  (a tools template)
-from tests.support.warm_engine import warm_engine_home, warm_home  # noqa: F401  (a shared engine)
+from tests.support.warm_engine import (  # noqa: F401  (a shared engine)
+    warm_engine_env,
+    warm_engine_home,
+    warm_home,
+    warm_s3,
+    warm_s3_endpoint,
+)
 from tests.support.xdist_schedule import ClusterTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless

@@ -4,26 +4,20 @@
 and a document together and scores the pair), made here without a hub
 (tests/support/cross_encoder.py): vLLM takes it for a cross-encoder, its scores equal what
 transformers computes for the same pairs, a rerank ranks by them, the check counts each
-pair with that model's tokenizer against that model's limit, and a job of such lines
-writes one result per line and resumes as any job does."""
+pair with that model's tokenizer against that model's limit. A job of such lines, killed
+and resumed, writes one result per line: tests/engine/test_faults.py (one kill for chat,
+embeddings and rerank, one cold start)."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
-from core.endpoints import RERANK_URL
-from core.jobs.ledger import reconcile
-from tests.support.cli import run_cli
 from tests.support.cross_encoder import pair_tokens, transformers_scores
-from tests.support.cross_encoder_batches import DOCS, LONG, QUERY, RUNS, _line, _write
+from tests.support.cross_encoder_batches import DOCS, QUERY, RUNS, _write
 from tests.support.engine_child import run_child
-from tests.support.warm_engine import run_in_background, wait_until
 
 
 @pytest.mark.engine
@@ -59,38 +53,3 @@ def test_vllm_scores_each_pair_as_transformers_does_in_vllms_response_shapes(
     assert [d.score for d in nn.data] == pytest.approx(
         transformers_scores(cross_encoder_model, pairs), abs=1e-4
     )
-
-
-@pytest.mark.engine
-def test_a_cross_encoder_job_killed_mid_run_resumes_with_one_result_per_line(
-    warm_home: Path, cross_encoder_model: Path, tmp_path: Path
-):
-    count = 2000
-    lines = [
-        _line(f"r{i:04d}", RERANK_URL, {"query": f"refund {i}?", "documents": DOCS})
-        for i in range(count)
-    ]
-    lines.append(_line("long", RERANK_URL, {"query": QUERY, "documents": [LONG]}))
-    path, out = _write(tmp_path / "rerank.jsonl", lines), tmp_path / "out.jsonl"
-    mapping = f"reranker={cross_encoder_model}"
-    # On the warm worker, which it kills: the resume's worker is the warm one after it.
-    cli, job = run_in_background(warm_home, str(path), "-o", str(out), "--map", mapping,
-                                 "--skip-invalid", "--chunk-size", "64")  # fmt: skip
-    wait_until(job, lambda s: s.state == "running" and s.done >= 200)
-    os.kill(job.read_status().pid, signal.SIGKILL)
-    cli.communicate(timeout=60)
-    assert 0 < len(reconcile(job).missing) < len(lines)  # killed midway
-
-    result = run_cli("resume", job.job_id)
-
-    assert result.returncode == 4, result.stderr[-2000:]  # completed; the long line failed
-    written = [json.loads(raw)["custom_id"] for raw in job.output.read_text().splitlines()]
-    assert sorted(written) == [f"r{i:04d}" for i in range(count)]  # none lost, none twice
-    final = [json.loads(raw) for raw in out.read_text().splitlines()]
-    assert [x["custom_id"] for x in final] == [line["custom_id"] for line in lines]
-    final = {x["custom_id"]: x for x in final}
-    assert "at most 64 per pair" in final["long"]["error"]["message"]
-    for custom_id in ("r0000", f"r{count - 1:04d}"):
-        rerank = RerankResponse.model_validate(final[custom_id]["response"]["body"])
-        scores = [r.relevance_score for r in rerank.results]
-        assert len(scores) == 3 and scores == sorted(scores, reverse=True)

@@ -1,13 +1,13 @@
 """The engine tests of tests/unit/test_embeddings.py (split from it by kind; docs/tests.md).
 
 ``/v1/embeddings`` batches: the check, the output format, and real jobs on the real
-embedding model (vectors against the transformers reference, a mixed file, kill -9)."""
+embedding model (vectors against the transformers reference, a mixed file, cancel and
+resume from the inbox). Kill -9 mid-job and resume: tests/engine/test_faults.py, whose one
+job of chat, embeddings and rerank lines costs one cold start for the three kinds."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import numpy as np
 import pytest
@@ -24,7 +24,7 @@ from core.plan.pricing import PriceTable
 from tests.support.cli import run_cli
 from tests.support.embedding_lines import decoded, embed_line, sdk_parse
 from tests.support.embeddings import reference_vectors
-from tests.support.warm_engine import run_in_background, started_job, wait_until
+from tests.support.warm_engine import started_job, wait_until
 
 TEXTS = ["The cat sat on the mat.", "A dog barked at the mailman.", "你好，世界", "Refund, please!"]
 
@@ -77,35 +77,6 @@ def test_a_mixed_file_runs_each_line_on_its_model_and_vectors_match_the_referenc
     assert got["ids"]["response"]["body"]["usage"]["prompt_tokens"] == 4
     job = started_job(result, warm_home)
     assert job.read_spec().embedding_model == str(model)
-
-
-@pytest.mark.engine
-def test_an_embeddings_job_killed_mid_run_resumes_with_nothing_lost_or_twice(warm_home, tmp_path):
-    count = 3000
-    path, out = tmp_path / "corpus.jsonl", tmp_path / "out.jsonl"
-    lines = [
-        embed_line(f"d{i:04d}", input=f"Ticket {i}: the export fails " * 8) for i in range(count)
-    ]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-    # On the warm worker, which it kills: the resume's worker is the warm one after it.
-    cli, job = run_in_background(warm_home, str(path), "-o", str(out), "--chunk-size", "64")
-    wait_until(job, lambda s: s.state == "running" and s.done >= 200)
-    os.kill(job.read_status().pid, signal.SIGKILL)
-    cli.communicate(timeout=60)
-    assert job.read_status().interrupted
-    before = reconcile(job)
-    assert 0 < len(before.missing) < count  # killed midway
-
-    result = run_cli("resume", job.job_id)
-
-    assert result.returncode == 0, result.stderr[-2000:]
-    written = [json.loads(raw)["custom_id"] for raw in job.output.read_text().splitlines()]
-    assert sorted(written) == [f"d{i:04d}" for i in range(count)]  # none lost, none twice
-    assert verify(job).ok
-    final = [json.loads(raw) for raw in out.read_text().splitlines()]
-    assert [line["custom_id"] for line in final] == [f"d{i:04d}" for i in range(count)]
-    assert all(len(decoded(line["response"]["body"]["data"][0])) == 384 for line in final)
 
 
 @pytest.mark.engine

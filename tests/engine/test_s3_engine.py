@@ -19,9 +19,10 @@ from tests.support.warm_engine import started_job
 
 
 @pytest.mark.engine
-def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, tmp_path):
-    # Cold start: the worker delivers to the bucket, so it needs the local server's
-    # credentials, which the warm worker was started without.
+def test_core_run_reads_and_writes_objects_on_the_real_engine(warm_s3, warm_home, tmp_path):
+    # On the warm worker, started with the session's S3 server's credentials (warm_s3).
+    s3 = warm_s3
+    uploads = set((warm_home / "uploads").glob("*.jsonl"))  # other tests' jobs are there
     lines = [request_line(f"r{i}", f"Say {i}.", max_tokens=4, temperature=0) for i in range(3)]
     s3.put_object(Bucket=BUCKET, Key="in.jsonl", Body=("\n".join(lines) + "\n").encode())
     args = ("run", f"s3://{BUCKET}/in.jsonl", "-o", f"s3://{BUCKET}/out/result.jsonl")
@@ -33,7 +34,7 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
     assert all(x["response"]["body"]["usage"]["completion_tokens"] <= 4 for x in out)
     assert _object(s3, "out/result.errors.jsonl") == b""
     # The job folder keeps the ledger: reconcile, and the results reach the store.
-    job_id = started_job(result, studio_home).job_id
+    job_id = started_job(result, warm_home).job_id
     assert run_cli("reconcile", job_id).returncode == 0
     assert run_cli("verify", job_id).returncode == 0
     export = run_cli("export", job_id, "-o", str(tmp_path / "r.jsonl"))
@@ -44,4 +45,4 @@ def test_core_run_reads_and_writes_objects_on_the_real_engine(s3, studio_home, t
     again = run_cli(*args)
     assert again.returncode == 0 and "continuing job" in again.stdout, again.stderr
     assert [json.loads(x) for x in _object(s3, "out/result.jsonl").splitlines()] == out
-    assert not list((studio_home / "uploads").glob("*.jsonl"))  # fetched copies removed
+    assert set((warm_home / "uploads").glob("*.jsonl")) <= uploads  # fetched copies removed

@@ -10,10 +10,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from core.jobs.engine_files import IDLE_ENV
 from tests.support.browser import StreamlitServer, kill_workers
 from tests.support.jobs import request_line
-from tests.support.warm_engine import SESSION_IDLE
 
 POLL_SECONDS = 0.5
 
@@ -32,7 +30,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer
 
 @pytest.fixture(scope="module")
 def warm_served(
-    warm_engine_home: Path, tmp_path_factory: pytest.TempPathFactory
+    warm_engine_home: Path,
+    warm_engine_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[StreamlitServer]:
     """A ``core serve`` on the session's warm home (tests/support/warm_engine.py): its
     batches run on the resident worker that keeps the built-in models loaded, which the
@@ -40,7 +40,7 @@ def warm_served(
     server = StreamlitServer(
         warm_engine_home,
         tmp_path_factory.mktemp("warm-served"),
-        env={IDLE_ENV: SESSION_IDLE},
+        env=warm_engine_env,  # the warm worker's, should a batch of its start it
         serve=True,
     )
     try:

@@ -7,6 +7,10 @@ keeps its models loaded for the whole session, and every later test's jobs run o
 an analyst's do while the studio serves. A test that kills a worker, times one, or needs
 an empty home keeps ``studio_home``.
 
+The warm worker is started with the credentials of a local S3 server (moto) that lives as
+long as it does (``warm_s3``), so a job that reads or delivers ``s3://`` objects runs on it
+too: a worker reads its credentials from its environment once, when it starts.
+
 A test that kills a worker mid-job to see its resume lose nothing kills the warm one: the
 resume's worker (a cold start, the one a kill costs) is the home's warm worker after it.
 
@@ -25,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +40,58 @@ from core.schemas import JobStatus
 from tests.support.cli import CliResult
 
 SESSION_IDLE = "3600"  # outlasts any session; the fixture stops the worker at its end
+# the standard AWS variables a client reads, but for the endpoint: set per session
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+S3_UNSET = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3")
+
+
+@pytest.fixture(scope="session")
+def warm_s3_endpoint() -> Iterator[str]:
+    """The URL of a local S3 server (moto, in a thread of this process) with the bucket
+    ``batches``, for the whole session: the warm worker is started with its credentials."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from tests.support.browser import free_port
+    from tests.support.s3 import BUCKET
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    boto3.client("s3", endpoint_url=url, **_boto_credentials()).create_bucket(Bucket=BUCKET)
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def _boto_credentials() -> dict[str, str]:
+    return {
+        "aws_access_key_id": S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "region_name": S3_CREDENTIALS["AWS_DEFAULT_REGION"],
+    }
+
+
+@pytest.fixture(scope="session")
+def warm_engine_env(warm_s3_endpoint: str) -> dict[str, str]:
+    """What a process that may start the warm worker adds to its environment: the worker
+    keeps it for the session."""
+    return {IDLE_ENV: SESSION_IDLE, "AWS_ENDPOINT_URL": warm_s3_endpoint, **S3_CREDENTIALS}
+
+
+@pytest.fixture
+def warm_s3(warm_home: Path, warm_s3_endpoint: str) -> Any:
+    """A client of the warm worker's S3 server (bucket ``batches``), for a test's set-up;
+    the test's processes reach the same server (``warm_home`` sets their environment)."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=warm_s3_endpoint, **_boto_credentials())
 
 
 @pytest.fixture(scope="session")
@@ -51,13 +108,18 @@ def warm_engine_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 
 @pytest.fixture
-def warm_home(warm_engine_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def warm_home(
+    warm_engine_home: Path, warm_engine_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     """This test's studio home is the session's warm one (``BATCH_STUDIO_HOME``, for the
     processes it starts too), whose worker stays between tests."""
     import streamlit as st
 
     monkeypatch.setenv("BATCH_STUDIO_HOME", str(warm_engine_home))
-    monkeypatch.setenv(IDLE_ENV, SESSION_IDLE)
+    for name, value in warm_engine_env.items():
+        monkeypatch.setenv(name, value)
+    for name in S3_UNSET:
+        monkeypatch.delenv(name, raising=False)
     st.cache_resource.clear()
     yield warm_engine_home
     st.cache_resource.clear()
