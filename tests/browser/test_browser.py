@@ -448,7 +448,7 @@ def test_a_model_without_a_price_reads_no_price_and_the_tables_label_reads_as_ty
     expect_title(page, "Upload & check")
     open_page(page, "Results")
     total = page.get_by_text(re.compile("^Cost of the 2 results in view"))
-    expect(total).to_have_text("Cost of the 2 results in view: no price; no token price for tiny")
+    expect(total).to_have_text("Cost of the 2 results in view: no price; no price for tiny")
     open_page(page, "Dashboards")
     label = "Price table (USD; the model named * prices the models not listed)"
     summary = page.get_by_test_id("stExpander").filter(has_text="Price table").locator("summary")

@@ -118,4 +118,5 @@ def test_an_embeddings_file_dropped_in_the_inbox_is_cancelled_and_resumed_losing
     report = check_file(job.input, model_folder=default_model_dir())
     result = estimate(report, PriceTable(), home=paths.home)
     [model] = result.models
-    assert model.embedding and model.tokens_per_s > 0 and model.seconds > model.load_seconds > 0
+    # (Its load time is 0 where the warm worker had the model loaded before this job.)
+    assert model.embedding and model.tokens_per_s > 0 and model.seconds > model.load_seconds >= 0
