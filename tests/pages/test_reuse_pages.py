@@ -76,7 +76,7 @@ def test_results_says_which_answer_was_reused_and_from_where(
 
 @pytest.mark.parametrize("setting", ["1", "0"])
 def test_runs_reuse_checkbox_opens_as_batch_studio_reuse_says(
-    setting: str, monkeypatch: pytest.MonkeyPatch
+    setting: str, monkeypatch: pytest.MonkeyPatch, studio_home: Path
 ) -> None:
     from core.config import SAMPLE_DATA
     from ui.handover import CheckedBatch
