@@ -144,3 +144,17 @@ def odd_entry(path: Path, directory: bool = False) -> str | None:
         else "a device"
     )  # fmt: skip
     return f"{Path(path).name} is {kind}, not a regular file (not read)"
+
+
+def lines_before(path: Path, offset: int) -> int:
+    """How many lines end before byte ``offset`` of ``path`` (read in blocks: for line
+    numbers in messages and in the check's split of a large file)."""
+    lines = 0
+    with path.open("rb") as handle:
+        while offset > 0:
+            block = handle.read(min(offset, 1 << 24))
+            if not block:
+                break
+            lines += block.count(b"\n")
+            offset -= len(block)
+    return lines

@@ -24,6 +24,7 @@ from core.check.report import CheckReport
 from core.check.scanner import Scanner
 from core.check.summary import Part, Summary
 from core.config import REPO_ROOT
+from core.files import lines_before
 from core.schemas import JobDefaults
 
 Progress = Callable[[int, int, int], None]
@@ -84,19 +85,6 @@ def _check_range(
     return True
 
 
-def _lines_before(path: Path, offset: int) -> int:
-    """How many lines end before byte ``offset``."""
-    lines = 0
-    with path.open("rb") as handle:
-        while offset > 0:
-            block = handle.read(min(offset, 1 << 24))
-            if not block:
-                break
-            lines += block.count(b"\n")
-            offset -= len(block)
-    return lines
-
-
 def _split_points(path: Path, size: int, processes: int) -> list[int]:
     """Byte offsets that cut the file into up to ``processes`` ranges at line starts."""
     points = [0]
@@ -121,7 +109,7 @@ def check_part(conn: Any, options: Options, start: int, end: int, valid_path: st
             conn.send((done, summary.report.lines))
             return True
 
-        first_line = _lines_before(options.path, start) + 1
+        first_line = lines_before(options.path, start) + 1
         _check_range(options, summary, scanner, start, end, first_line, on_batch)
     ids = msgspec.msgpack.encode(scanner.ids)
     scanner.ids = None  # a large list: free it before the part is pickled
@@ -304,7 +292,7 @@ def check_file(
                     with Path(helper.valid_path).open("rb") as piece:
                         shutil.copyfileobj(piece, out, 1 << 20)
             else:  # the helper failed, or an id repeats an earlier range: check it here
-                first_line = _lines_before(options.path, helper.start) + 1
+                first_line = lines_before(options.path, helper.start) + 1
                 finished = _check_range(
                     options, summary, scanner, helper.start, helper.end, first_line, on_batch
                 )

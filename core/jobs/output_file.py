@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from core.files import lines_before
+
 CHAIN_FIELD = "chain_sha256"
 # Every line ends with this field: `, "chain_sha256": "<64 hex digits>"}`.
 _CHAIN_PREFIX = b', "' + CHAIN_FIELD.encode() + b'": "'
@@ -101,19 +103,6 @@ class _Object(msgspec.Struct):
 _decode_object = msgspec.json.Decoder(_Object).decode
 
 
-def _line_number(path: Path, at: int) -> int:
-    """The 1-based number of the line starting at byte ``at`` (counted only for an error)."""
-    newlines = 0
-    with path.open("rb") as handle:
-        while at > 0:
-            block = handle.read(min(at, 1 << 20))
-            if not block:
-                break
-            newlines += block.count(b"\n")
-            at -= len(block)
-    return newlines + 1
-
-
 def complete_spans(
     path: Path, offset: int, max_bytes: int = READ_BYTES
 ) -> tuple[list[tuple[int, bytes]], int]:
@@ -152,7 +141,7 @@ def checked_line(path: Path, start: int, raw: bytes) -> bytes:
             raw.decode("utf-8")
         _decode_object(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-        raise CorruptLine(path, _line_number(path, start), str(exc)) from None
+        raise CorruptLine(path, lines_before(path, start) + 1, str(exc)) from None
     return raw
 
 
