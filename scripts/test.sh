@@ -18,9 +18,10 @@ PY=${PY:-${VENV:-.venv}/bin/python}
 tier=all
 if [ "${1:-}" = "--fast" ]; then tier=fast; shift; fi
 
-workers=$(nproc)
-if [ "$workers" -gt 4 ]; then workers=4; fi
-if [ "$workers" -lt 2 ]; then workers=0; fi  # one core: no worker processes
+# TEST_WORKERS overrides the count (0: no worker processes).
+workers=${TEST_WORKERS:-$(nproc)}
+if [ -z "${TEST_WORKERS:-}" ] && [ "$workers" -gt 4 ]; then workers=4; fi
+if [ -z "${TEST_WORKERS:-}" ] && [ "$workers" -lt 2 ]; then workers=0; fi  # one core: none
 
 reports=$(mktemp -d)
 trap 'rm -rf "$reports"' EXIT
