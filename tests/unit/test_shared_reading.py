@@ -8,6 +8,7 @@ second app on the same data folder says why it cannot run.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -23,9 +24,9 @@ from tests.support.pages import job_in_home
 RULES = "rules: [{name: short, type: length, unit: chars, max: 20}]"
 
 
-def _exports(out: Path, job_id: str) -> dict[str, pd.DataFrame]:
-    """Runs the reading commands, each in its own process (DuckDB locks the file against
-    other processes only); returns what each wrote (failing with their stderr)."""
+def _exports(out: Path, job_id: str, run: Callable = run_cli) -> dict[str, pd.DataFrame]:
+    """Runs the reading commands, each in its own process by default (DuckDB locks the file
+    against other processes only); returns what each wrote (failing with their stderr)."""
     found = {}
     for what, args in {
         "results": [job_id],
@@ -33,7 +34,7 @@ def _exports(out: Path, job_id: str) -> dict[str, pd.DataFrame]:
         "tally": ["--what", "tally"],
     }.items():
         path = out / f"{what}.csv"
-        done = run_cli("export", *args, "-o", str(path))
+        done = run("export", *args, "-o", str(path))
         assert done.returncode == 0, done.stderr
         found[what] = pd.read_csv(path)
     return found
@@ -51,7 +52,7 @@ def test_export_while_the_app_holds_the_database_gives_the_same_rows(studio_home
 
     held = _exports(tmp_path / "held", job_id)
     app.close()
-    free = _exports(tmp_path / "free", job_id)
+    free = _exports(tmp_path / "free", job_id, cli)  # nobody holds the file: in this process
     app = Store(data_paths().database)
     save_label(app, job_id, "c", "ana", Label("unsure"))  # saved while the app runs
     later = run_cli("export", "--what", "labels", "-o", str(tmp_path / "later.csv"))
