@@ -19,6 +19,7 @@ import logging
 import os
 import zipfile
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from core.config import default_embedding_model_dir, default_model_dir, models_dir
@@ -32,11 +33,13 @@ EMBEDDING_PACKAGE = "all_minilm_l6_v2"
 EMBEDDING_ZIP = "model.zip"
 # What loading a model folder never reads, left out of its manifest: names starting with
 # "." (a clone's .git, a download tool's .cache), model cards, other runtimes' weights
-# (ONNX, OpenVINO, TensorFlow, Flax, Core ML) and Meta's original/ checkpoint beside the
-# Hugging Face one. Everything else counts, subfolders and code included: vLLM reads a
-# sentence-transformers model's 1_Pooling/config.json, and a model's own .py files.
+# (ONNX, OpenVINO, TensorFlow, Flax, Core ML), Meta's original/ checkpoint beside the
+# Hugging Face one, and a trainer's checkpoint-N/ and runs/ beside the model it saved
+# (each checkpoint a full copy of the weights). Everything else counts, subfolders and
+# code included: vLLM reads a sentence-transformers model's 1_Pooling/config.json, and a
+# model's own .py files.
 NOT_LOADED_SUFFIXES = frozenset({".md", ".onnx", ".onnx_data", ".h5", ".msgpack", ".tflite"})
-NOT_LOADED_FOLDERS = frozenset({"onnx", "openvino", "coreml", "original"})
+NOT_LOADED_FOLDERS = ("onnx", "openvino", "coreml", "original", "runs", "checkpoint-*")
 
 
 class ModelError(RuntimeError):
@@ -277,7 +280,11 @@ def model_files(folder: Path) -> list[Path]:
             folders[:] = []
             continue
         seen.add(real)
-        folders[:] = [f for f in folders if f[0] != "." and f not in NOT_LOADED_FOLDERS]
+        folders[:] = [
+            f
+            for f in folders
+            if f[0] != "." and not any(fnmatch(f, skip) for skip in NOT_LOADED_FOLDERS)
+        ]
         found += [
             Path(root, name)
             for name in names

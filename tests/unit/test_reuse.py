@@ -92,7 +92,8 @@ def test_a_model_folder_whose_files_change_is_another_engine(tmp_path, monkeypat
 def test_every_file_loading_reads_is_in_the_identity_code_and_subfolders_too(tmp_path, monkeypatch):
     """A model's own code (trust_remote_code) and a subfolder vLLM reads (a
     sentence-transformers model's 1_Pooling/config.json) change its answers: an answer made
-    before they changed is not reused. A clone's .git and the model card do not."""
+    before they changed is not reused. A clone's .git, the model card, another runtime's
+    weights and a trainer's checkpoints do not."""
     monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
     folder = tmp_path / "model"
     (folder / "1_Pooling").mkdir(parents=True)
@@ -119,6 +120,8 @@ def test_every_file_loading_reads_is_in_the_identity_code_and_subfolders_too(tmp
     (folder / "README.md").write_text("# a model card")
     (folder / "onnx").mkdir()
     (folder / "onnx" / "model.onnx").write_bytes(b"another runtime's weights")
+    (folder / "checkpoint-500").mkdir()  # a trainer's copy beside the model it saved
+    (folder / "checkpoint-500" / "model.safetensors").write_bytes(b"step 500's weights")
     assert model_identity(folder, engine, on_gpu=False) in seen
 
 
