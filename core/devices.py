@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from core.schemas import EngineConfig
+from core.schemas import EngineConfig, RaySettings
 
 
 def gpu_count() -> int:
@@ -20,6 +20,13 @@ def gpu_count() -> int:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no library: no GPU
         return 0
+
+
+def runs_on_gpu(ray: RaySettings | None) -> bool:
+    """Whether a job's engines run on a GPU: its Ray replicas' GPUs where it runs on a
+    cluster, else this machine's. The worker, the check's forecast and the pages ask this
+    one question, so a key forecast is the key the run uses (:mod:`core.reuse.keys`)."""
+    return bool(ray.gpus_per_replica) if ray is not None else gpu_count() > 0
 
 
 def gpu_problems(config: EngineConfig, gpus: int | None = None) -> list[str]:

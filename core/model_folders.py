@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import logging
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,31 +263,39 @@ def model_folders() -> list[Path]:
     return [default] + [p for p in found if p != default]
 
 
-def weight_manifest(folder: Path) -> dict[str, str]:
+def weight_manifest(
+    folder: Path, progress: Callable[[int, int], None] | None = None
+) -> dict[str, str]:
     """SHA-256 of each weight, config, tokenizer and chat template file of a model folder
     (empty if it has none): what decides its answers (:mod:`core.reuse.keys`).
 
     Hashes are cached beside the files' size and modification time, so a large model is
-    read once, not at every job.
+    read once, not at every job. ``progress(bytes_hashed, bytes_to_hash)`` is called as
+    files not in the cache are read (a 100 GB model takes minutes).
     """
     if not folder.is_dir():
         return {}
     cache_file = models_dir() / ".manifest-cache.json"
     cache = read_json(cache_file, {})
-    manifest, hashed = {}, False
+    files = {}
     for path in sorted(folder.iterdir()):
-        if path.suffix not in MODEL_FILE_SUFFIXES:
-            continue
-        stat = path.stat()
-        key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+        if path.suffix in MODEL_FILE_SUFFIXES:
+            stat = path.stat()
+            files[path] = (f"{path}:{stat.st_size}:{stat.st_mtime_ns}", stat.st_size)
+    new = [size for key, size in files.values() if key not in cache]
+    to_hash, manifest, hashed = sum(new), {}, 0
+    for path, (key, _size) in files.items():
         if key not in cache:
             digest = hashlib.sha256()
             with path.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 22), b""):
                     digest.update(block)
-            cache[key], hashed = digest.hexdigest(), True
+                    hashed += len(block)
+                    if progress is not None:
+                        progress(hashed, to_hash)
+            cache[key] = digest.hexdigest()
         manifest[path.name] = cache[key]
-    if not hashed:  # read at every job's start and check: written only when it grew
+    if not new:  # read at every job's start and check: written only when it grew
         return manifest
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
