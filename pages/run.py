@@ -13,10 +13,10 @@ from core.config import reuse_default
 from core.devices import gpu_count
 from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
 from core.jobs.uploads import fetch_upload
-from core.plan.pricing import format_money
+from core.plan.pricing import format_money, load_prices
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from core.storage.s3 import S3Location, StorageError
-from ui.estimate import estimate_metrics
+from ui.estimate import estimate_metrics, reuse_note
 from ui.handover import CheckedBatch, hand_to_run, handed_to_run
 from ui.model_picker import model_picker
 from ui.sign_in import signed_in_user
@@ -317,24 +317,27 @@ def invalid_lines(report: CheckReport) -> InvalidLines:
     return InvalidLines(skip_invalid, blocked)
 
 
-def estimate_section(estimate: dict | None) -> None:
-    """The estimate made on Upload & check for this file, if one was."""
+def estimate_section(batch: CheckedBatch, choices: RunChoices) -> None:
+    """The estimate made on Upload & check for this file, if one was, and what answers
+    already made would save with the settings chosen here (a dtype or a length changes
+    which answers match)."""
+    estimate = batch.estimate
     if not estimate:
         st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
-        return
-    st.subheader("Estimate")
-    estimate_metrics(estimate)
-    if estimate["over_budget"]:
-        currency = estimate.get("currency", "USD")
-        budget = format_money(estimate["budget"], currency)
-        st.warning(f"The expected cost is over the budget of {escape(budget)}.")
+    else:
+        st.subheader("Estimate")
+        estimate_metrics(estimate)
+        if estimate["over_budget"]:
+            currency = estimate.get("currency", "USD")
+            budget = format_money(estimate["budget"], currency)
+            st.warning(f"The expected cost is over the budget of {escape(budget)}.")
+    if choices.model.path:
+        reuse_note(str(batch.path), submission(batch, choices), load_prices())
 
 
-def start_button(batch: CheckedBatch, choices: RunChoices) -> None:
-    """Start: the job submitted, then Monitor opens on it; a refusal says every reason."""
-    if not st.button("Start run", type="primary", disabled=choices.invalid.blocked):
-        return
-    submission = Submission(
+def submission(batch: CheckedBatch, choices: RunChoices) -> Submission:
+    """The job the form describes: what Start submits and the reuse forecast assumes."""
+    return Submission(
         engine=choices.engine.config(choices.model.path),
         defaults=choices.defaults,
         skip_invalid=choices.invalid.skip,
@@ -348,6 +351,12 @@ def start_button(batch: CheckedBatch, choices: RunChoices) -> None:
         output_path=choices.output_uri or None,
         reuse=choices.reuse,
     )
+
+
+def start_button(batch: CheckedBatch, choices: RunChoices) -> None:
+    """Start: the job submitted, then Monitor opens on it; a refusal says every reason."""
+    if not st.button("Start run", type="primary", disabled=choices.invalid.blocked):
+        return
     try:
         if choices.where.problems:
             raise Refused(choices.where.problems)
@@ -356,7 +365,9 @@ def start_button(batch: CheckedBatch, choices: RunChoices) -> None:
                 S3Location.parse(choices.output_uri)
             except ValueError as exc:
                 raise Refused([f"results: {exc}"]) from None
-        job = submit(batch.path, submission, paths().jobs, gpus=choices.engine.gpus).job
+        job = submit(
+            batch.path, submission(batch, choices), paths().jobs, gpus=choices.engine.gpus
+        ).job
     except Refused as refused:
         for problem in refused.problems:
             st.error(escape(problem), icon=":material/block:")
@@ -386,6 +397,6 @@ choices = RunChoices(
     reuse=reuse_answers(),
     invalid=invalid_lines(report),
 )
-estimate_section(batch.estimate)
+estimate_section(batch, choices)
 start_button(batch, choices)
 another_file()

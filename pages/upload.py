@@ -27,6 +27,7 @@ from core.check import (
 from core.config import SAMPLE_DATA
 from core.jobs.inbox import server_file
 from core.jobs.queue import models_loaded
+from core.jobs.submit import Submission
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
 from core.model_names import studio_model_map
@@ -41,7 +42,7 @@ from core.plan.pricing import (
     save_prices,
     table_from_rows,
 )
-from core.schemas import JobDefaults
+from core.schemas import EngineConfig, JobDefaults
 from ui.estimate import estimate_metrics, reuse_note
 from ui.handover import CheckedBatch, hand_to_run, take_back
 from ui.model_picker import model_picker
@@ -458,7 +459,13 @@ def estimate_section(report: CheckReport, settings: CheckSettings) -> Estimated:
             else f"expected output from {model_estimate.expected_basis}"
         )
         st.caption(f"{escape(model_estimate.model)}: {made}; cost: {model_estimate.cost_basis}.")
-    reuse_note(report.path, settings.model, settings.model_map, settings.defaults, prices)
+    # The job Run would make with its settings as they open (Run says it again as they change).
+    planned = Submission(
+        engine=EngineConfig(model=settings.model),
+        defaults=settings.defaults,
+        model_map=settings.model_map,
+    )
+    reuse_note(report.path, planned, prices)
     for note in result.notes:
         st.info(escape(note))
     needs_confirmation = False

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import streamlit as st
 
+from core.jobs.submit import Submission, planned_spec
 from core.plan.estimate import format_duration, load_note
 from core.plan.pricing import PriceTable, format_money
-from core.reuse.forecast import forecast_reuse
+from core.recent import Recent
+from core.reuse.forecast import BackgroundForecast
 from core.reuse.index import local_owner
-from core.schemas import JobDefaults
 from ui.sign_in import signed_in_user
 from ui.store import paths
 from ui.text import escape
@@ -38,45 +41,61 @@ def estimate_metrics(estimate: dict) -> None:
     cols[3].metric("Cost", estimate.get("cost_text") or format_money(cost, currency))
 
 
-@st.cache_data(ttl=300, show_spinner=False, max_entries=8)
-def _reuse_lines(
-    path: str,
-    changed: tuple[int, int],
-    model: str,
-    model_map: tuple,
-    defaults: str,
-    prices: str,
-    owner: str,
-) -> list[str]:
-    # Read again when the file is written again (``changed``) or after five minutes (new
-    # jobs' answers): it scans the file once more (about 6 s for 300,000 lines here).
-    # ``owner`` is in the cache's key: one user's forecast is never shown to another.
-    del changed
-    return forecast_reuse(
-        path,
-        model=model,
-        jobs_dir=paths().jobs,
-        prices=PriceTable.model_validate_json(prices),
-        defaults=JobDefaults.model_validate_json(defaults),
-        model_map=dict(model_map),
-        owner=owner,
-    ).lines()
+FORECAST_SECONDS = 300  # a forecast is made again after this (new jobs' answers)
+# Forecasts under way or made in this process, by file, settings and owner: a page's rerun
+# polls the one already running instead of starting another.
+_forecasts: Recent[str, BackgroundForecast] = Recent(8)
 
 
-def reuse_note(
-    path: str, model: str, model_map: dict[str, str], defaults: JobDefaults, prices: PriceTable
-) -> None:
+def reuse_note(path: str, submission: Submission, prices: PriceTable) -> None:
     """How many lines would take answers already made (docs/reuse.md), under the estimate,
-    which counts every line."""
+    which counts every line, and the settings it assumed: those a job of ``submission``
+    runs with (:func:`core.jobs.submit.planned_spec`), so a choice on Run that changes a
+    key changes the forecast. Made in a thread; a model hashed for the first time shows
+    its progress meanwhile."""
+    spec = planned_spec(submission)
+    owner = local_owner(signed_in_user())  # whose job Run would make: only its answers count
     stat = os.stat(path)
-    lines = _reuse_lines(
-        path,
-        (stat.st_size, stat.st_mtime_ns),
-        model,
-        tuple(sorted(model_map.items())),
-        defaults.model_dump_json(),
-        prices.model_dump_json(),
-        local_owner(signed_in_user()),  # whose job Run would make: only its answers count
+    key = json.dumps(
+        [
+            path,
+            stat.st_size,
+            stat.st_mtime_ns,
+            spec.model_dump_json(),
+            prices.model_dump_json(),
+            owner,
+        ]
     )
-    for line in lines:
+    running = _forecasts.get(key)
+    if running is None or (running.done and time.monotonic() - running.started > FORECAST_SECONDS):
+        running = _forecasts.put(
+            key,
+            BackgroundForecast(path, spec, jobs_dir=paths().jobs, prices=prices, owner=owner),
+        )
+    if running.wait(timeout=2.0):  # a small file's forecast is shown at once
+        _show_forecast(running)
+    else:
+        _forecast_progress(running)
+
+
+def _show_forecast(done: BackgroundForecast) -> None:
+    if done.error:
+        st.caption(escape(f"Reuse: {done.error}."))
+    for line in done.forecast.lines() if done.forecast else []:
         st.caption(escape(f"Reuse: {line}."))
+
+
+@st.fragment(run_every=1.0)
+def _forecast_progress(running: BackgroundForecast) -> None:
+    """The forecast's progress, every second; the page is drawn again once it is done."""
+    if running.done:
+        st.rerun()
+    if running.to_hash:
+        gib = 2**30
+        st.progress(
+            min(1.0, running.hashed / running.to_hash),
+            text=f"Reuse: hashing the model's files the first time (cached after): "
+            f"{running.hashed / gib:,.1f} of {running.to_hash / gib:,.1f} GiB",
+        )
+    else:
+        st.caption("Reuse: looking for answers already made…")

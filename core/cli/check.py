@@ -21,15 +21,16 @@ from core.cli.common import (
     print_report,
 )
 from core.config import data_paths, default_model_dir
-from core.devices import gpu_count
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from core.check import summary_lines
     from core.jobs.queue import models_loaded
+    from core.jobs.submit import Submission, planned_spec
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
     from core.reuse.forecast import forecast_reuse
+    from core.schemas import EngineConfig
 
     file = input_file(args.file)
     model_map = model_map_of(args.map)
@@ -58,15 +59,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.budget is not None:
         prices.budget = args.budget
     result = estimate(report, prices, loaded=models_loaded(data_paths().jobs))
-    reuse = forecast_reuse(
-        file,
-        model=model or default_model_dir(),
-        jobs_dir=data_paths().jobs,
-        prices=prices,
-        defaults=defaults,
-        model_map=model_map,
-        on_gpu=gpu_count() > 0,
+    # The job `core run` would make of this file (its engine defaults: it has no engine flags).
+    planned = planned_spec(
+        Submission(
+            engine=EngineConfig(model=str(model or default_model_dir())),
+            defaults=defaults,
+            model_map=model_map,
+        )
     )
+    reuse = forecast_reuse(file, planned, jobs_dir=data_paths().jobs, prices=prices)
     data = report.to_dict()
     data["estimate"] = result.to_dict()
     data["reuse"] = asdict(reuse)

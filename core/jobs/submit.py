@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
-from core.config import data_paths, default_embedding_model_dir
+from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
 from core.jobs.folder import JobFolder, create_job, remove_folder, start_worker
@@ -40,6 +40,7 @@ from core.schemas import (
     BatchOrigin,
     EngineConfig,
     JobDefaults,
+    JobSpec,
     JudgeLink,
     RaySettings,
     check_name,
@@ -102,6 +103,37 @@ class Submission:
     # Deterministic requests take answers already made (core/reuse); None: the studio's
     # default (core.config.reuse_default).
     reuse: bool | None = None
+
+
+def _folder(path: str) -> str:
+    """A model folder as a job records it (resolved); as given where it is not one (its
+    problem is the settings' to say)."""
+    try:
+        return str(check_model_folder(path))
+    except ModelError:
+        return path
+
+
+def planned_spec(submission: Submission) -> JobSpec:
+    """The settings a job made of ``submission`` would run with: what :func:`submit`
+    records in its ``job.json`` (model folders resolved, the studio's reuse default), less
+    what only the job's creation knows (its id, input and owner). The one place that says
+    it: submit makes the job from it, and a forecast (``core check``, Upload & check, Run)
+    keys the file's lines by it (:class:`core.reuse.keys.RequestKeys`)."""
+    s = submission
+    return JobSpec(
+        job_id="",
+        created_at="",
+        engine=s.engine.model_copy(update={"model": _folder(s.engine.model)}),
+        defaults=s.defaults,
+        skip_invalid=s.skip_invalid,
+        chunk_size=s.chunk_size,
+        shard_size=max(1, s.shard_size),
+        model_map={name: _folder(f) for name, f in s.model_map.items()},
+        embedding_model=None if s.embedding_model is None else _folder(s.embedding_model),
+        ray=s.ray,
+        reuse=reuse_default() if s.reuse is None else s.reuse,
+    )
 
 
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
@@ -239,13 +271,13 @@ def submit(
     if problems:
         raise Refused(problems, report)
     s = submission
-    engine = s.engine.model_copy(update={"model": str(check_model_folder(s.engine.model))})
+    planned = planned_spec(s)
     jobs_dir = jobs_dir or data_paths().jobs
     name = check_name(s.name) if s.name is not None else default_name(file, s.source)
     job = create_job(
         file,
         jobs_dir,
-        engine,
+        planned.engine,
         s.defaults,
         skip_invalid=s.skip_invalid,
         chunk_size=s.chunk_size,
@@ -253,7 +285,7 @@ def submit(
         source=s.source,
         output_path=s.output_path,
         ray=s.ray,
-        model_map={name: str(check_model_folder(f)) for name, f in s.model_map.items()},
+        model_map=planned.model_map,
         shard_size=s.shard_size,
         owner=s.owner,
         owner_key=s.owner_key,
@@ -263,7 +295,7 @@ def submit(
         metadata=s.metadata,
         batch=s.batch,
         endpoints=[url for url, lines in report.urls.items() if lines],
-        reuse=s.reuse,
+        reuse=planned.reuse,
     )
     try:
         job.write_refusals(_refusals(report))

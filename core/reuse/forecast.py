@@ -3,17 +3,21 @@ what that saves (tokens, time at the model's measured speed, cost at the price t
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.check import scan
+from core.model_folders import weight_manifest
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, Usage, format_money, usage_cost
 from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
 from core.reuse.keys import RequestKeys, model_folder
 from core.run.outputs import token_usage
-from core.schemas import EngineConfig, JobDefaults, JobSpec
+from core.schemas import JobSpec
 
 
 @dataclass
@@ -37,10 +41,13 @@ class ReuseForecast:
     seconds: float | None = None
     cost: float | None = None
     currency: str = "USD"
+    keyed: int = 0  # lines whose answer may be reused (deterministic, reuse on)
+    settings: str = ""  # the engine settings the keys assume (RequestKeys.settings)
 
     def lines(self) -> list[str]:
-        """The forecast for a person ([] when nothing would be reused)."""
-        if not self.earlier and not self.duplicates:
+        """The forecast for a person, and the settings it assumed ([] when no line could
+        take an answer already made)."""
+        if not self.keyed:
             return []
         said = []
         if self.earlier:
@@ -57,41 +64,33 @@ class ReuseForecast:
         if self.duplicates:
             repeats = "line repeats" if self.duplicates == 1 else "lines repeat"
             said.append(f"{self.duplicates:,} {repeats} a request earlier in the file: run once")
+        if not said:
+            said.append("no line takes an answer an earlier job made")
+        said.append(f"forecast for {self.settings}; other engine settings on Run change it")
         return said
 
 
 def forecast_reuse(
     file: str | Path,
+    spec: JobSpec,
     *,
-    model: str | Path,
     jobs_dir: Path,
     prices: PriceTable,
-    defaults: JobDefaults | None = None,
-    model_map: dict[str, str] | None = None,
-    embedding_model: str | None = None,
-    on_gpu: bool = False,
     home: Path | None = None,
     owner: str | None = None,
 ) -> ReuseForecast:
-    """The :class:`ReuseForecast` of running ``file`` on ``model`` (with ``model_map`` and
-    ``embedding_model`` as a job would), by the keys the worker uses, for a job of
-    ``owner`` (:func:`core.reuse.index.reuse_owner`; None: this machine's user), who takes
-    only answers of its own jobs."""
-    spec = JobSpec(
-        job_id="",
-        created_at="",
-        engine=EngineConfig(model=str(model)),
-        defaults=defaults or JobDefaults(),
-        model_map=dict(model_map or {}),
-        embedding_model=embedding_model,
-    )
-    keys = RequestKeys(spec, on_gpu)
-    forecast = ReuseForecast(currency=prices.currency)
+    """The :class:`ReuseForecast` of running ``file`` as the job ``spec`` (the settings
+    :func:`core.jobs.submit.planned_spec` says a submission runs with), by the keys the
+    worker uses, for a job of ``owner`` (:func:`core.reuse.index.reuse_owner`; None: this
+    machine's user), who takes only answers of its own jobs."""
+    keys = RequestKeys(spec)
+    forecast = ReuseForecast(currency=prices.currency, settings=keys.settings())
     first: dict[bytes, str] = {}  # key -> the folder of the line that asks it first
     for checked in scan(file, spec.defaults):
         key = keys.of(checked.request) if checked.valid else None
         if key is None:
             continue
+        forecast.keyed += 1
         if key in first:
             forecast.duplicates += 1
         else:
@@ -147,3 +146,46 @@ def _price(
             cost += spent
     forecast.seconds = seconds if timed and by_model else None
     forecast.cost = cost if priced and by_model else None
+
+
+class BackgroundForecast:
+    """:func:`forecast_reuse` in a thread, so a page stays live while a model's weights are
+    hashed the first time (minutes for a large model; cached after,
+    :func:`core.model_folders.weight_manifest`) and can show how far it got.
+
+    Attributes:
+        hashed, to_hash: bytes of model files hashed so far, and to hash (0: none).
+        forecast: the forecast once done; ``error`` holds the reason when it failed.
+    """
+
+    def __init__(self, file: str | Path, spec: JobSpec, **options: Any) -> None:
+        self.hashed = self.to_hash = 0
+        self.forecast: ReuseForecast | None = None
+        self.error: str | None = None
+        self.started = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._run, args=(file, spec, options), name="reuse-forecast", daemon=True
+        )
+        self._thread.start()
+
+    def _progress(self, hashed: int, to_hash: int) -> None:
+        self.hashed, self.to_hash = hashed, to_hash
+
+    def _run(self, file: str | Path, spec: JobSpec, options: dict[str, Any]) -> None:
+        try:
+            if spec.reuse:  # hashed here first, with progress; the forecast finds them cached
+                for folder in dict.fromkeys([spec.engine.model, *spec.model_map.values()]):
+                    weight_manifest(Path(folder), self._progress)
+            self.forecast = forecast_reuse(file, spec, **options)
+        except OSError as exc:
+            self.error = f"the reuse forecast could not read a file: {exc}"
+        except Exception as exc:  # shown on the page instead of killing the thread silently
+            self.error = f"the reuse forecast stopped on an unexpected error: {exc!r}"
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return self.done

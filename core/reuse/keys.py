@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from core.check.engine_requests import EngineRequest, GeneratedRequest, PooledRequest
-from core.devices import engine_environment
+from core.devices import engine_environment, runs_on_gpu
 from core.model_folders import weight_manifest
 from core.run.engine import resolve_dtype
 from core.run.structured import STRUCTURED_OUTPUTS
@@ -82,15 +82,18 @@ def _digest(data: bytes) -> bytes:
 
 
 class RequestKeys:
-    """The keys of one job's deterministic requests, each model's identity read once.
+    """The keys of one job's deterministic requests, each model's identity read once: the
+    one way to a key, which the worker (the job's ``job.json``), ``core check``, Upload &
+    check and Run (the spec :func:`core.jobs.submit.planned_spec` says the job would run
+    with) all take, so a forecast counts the keys the run looks up.
 
     Args:
-        spec: the job; with ``spec.reuse`` off no request has a key.
-        on_gpu: whether its engines run on a GPU (the numbers differ from a CPU's).
+        spec: the job; with ``spec.reuse`` off no request has a key. Its engines run on a
+            GPU or not as :func:`core.devices.runs_on_gpu` says (the numbers differ).
     """
 
-    def __init__(self, spec: JobSpec, on_gpu: bool) -> None:
-        self.spec, self.on_gpu = spec, on_gpu
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec, self.on_gpu = spec, runs_on_gpu(spec.ray)
         self._identities: dict[str, str] = {}
 
     def identity(self, folder: str) -> str:
@@ -104,3 +107,18 @@ class RequestKeys:
         if not self.spec.reuse or not deterministic(request):
             return None
         return request_key(request, self.identity(model_folder(self.spec, request)))
+
+    def settings(self) -> str:
+        """The settings its keys assume, as a person reads them (a forecast says them)."""
+        engine = self.spec.engine
+        dtype = resolve_dtype(engine.dtype, self.on_gpu)
+        said = [f"dtype {dtype}" + (" (auto)" if engine.dtype == "auto" else "")]
+        length = engine.max_model_len
+        said.append(f"max model length {length:,}" if length else "the model's own length")
+        if engine.quantization:
+            said.append(f"{engine.quantization} quantization")
+        if engine.tensor_parallel_size > 1:
+            said.append(f"tensor parallel size {engine.tensor_parallel_size}")
+        said.append(f"engine seed {engine.seed}")
+        said.append("on a GPU" if self.on_gpu else "on the CPU")
+        return ", ".join(said)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
-from core.devices import gpu_count
+from core.devices import gpu_count, runs_on_gpu
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import JobFolder, JobUnreadable, draining_message
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
@@ -137,10 +137,6 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     return keeper.status
 
 
-def _on_gpu(spec: JobSpec) -> bool:
-    return bool(spec.ray.gpus_per_replica) if spec.ray else gpu_count() > 0
-
-
 def _to_run(
     job: JobFolder, spec: JobSpec, ledger: Ledger, retry: bool, shard: int | None
 ) -> tuple[list[EngineRequest], list[dict], dict[str, bytes]]:
@@ -153,7 +149,7 @@ def _to_run(
     pending: list[EngineRequest] = []
     invalid: list[dict] = []
     keys: dict[str, bytes] = {}
-    reuse_keys = RequestKeys(spec, _on_gpu(spec))
+    reuse_keys = RequestKeys(spec)
     seen: set[str] = set()
     refused = job.read_refusals()  # what the submission's check found against the models
     keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
@@ -319,7 +315,7 @@ def _run_pending(
             message=f"loading the model{part}",
             measured_load_seconds=records[folder].load_seconds,
         )
-        engine = fit_to_requests(group.engine, requests, _on_gpu(spec), loaded=POOL.held)
+        engine = fit_to_requests(group.engine, requests, runs_on_gpu(spec.ray), loaded=POOL.held)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
         if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
             executor.notify = keeper.note

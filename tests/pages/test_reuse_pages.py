@@ -9,6 +9,8 @@ import pytest
 
 from core.config import default_model_dir
 from core.jobs.folder import create_job
+from core.jobs.submit import Submission, planned_spec
+from core.reuse.keys import RequestKeys
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
 from core.schemas import EngineConfig
@@ -29,6 +31,7 @@ class Echo(StandIn):
 def test_upload_and_check_says_which_lines_take_answers_already_made(
     studio_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", "1")  # Run would reuse: the forecast says so
     batch = studio_home.parent / "greedy.jsonl"
     prompts = {f"q{i}": f"Name a colour ({i})." for i in range(4)}
     batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
@@ -40,6 +43,7 @@ def test_upload_and_check_says_which_lines_take_answers_already_made(
     edited = dict(prompts, q1="Name a fruit.", again="Name a fruit.")
     batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in edited.items()))
 
+    spec = planned_spec(Submission(engine=engine))  # as Run opens: its settings
     at = open_page("upload.py")
     at.radio(key="source").set_value("A file on the server").run()
     at.text_input(key="server_path").set_value(str(batch)).run()
@@ -48,6 +52,8 @@ def test_upload_and_check_says_which_lines_take_answers_already_made(
     assert said == [
         "Reuse: 3 lines take answers earlier jobs made, saving 21 prompt and 9 output tokens.",
         "Reuse: 1 line repeats a request earlier in the file: run once.",
+        f"Reuse: forecast for {RequestKeys(spec).settings()}; other engine settings on Run "
+        "change it.",
     ]
 
 
@@ -113,3 +119,35 @@ def test_a_rerun_costs_the_same_on_results_and_dashboards_its_reused_answers_sav
     (summary,) = [d.value for d in at.dataframe if "requests" in d.value.columns]
     row = summary[summary["job"].str.endswith(rerun.job_id.rsplit("_", 1)[-1])].iloc[0]
     assert (row["cost (USD)"], row["saved by reuse (USD)"]) == ("4.90", "1,800.00")
+
+
+@pytest.mark.usefixtures("default_model")
+def test_run_forecasts_reuse_for_the_settings_chosen_there(
+    studio_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dtype chosen on Run changes every key: its forecast says so at once, and names
+    the settings it assumed (the run would take nothing the forecast promised otherwise)."""
+    monkeypatch.setenv("BATCH_STUDIO_REUSE", "1")
+    batch = studio_home.parent / "greedy.jsonl"
+    prompts = {f"q{i}": f"Name a colour ({i})." for i in range(3)}
+    batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Echo())
+    engine = EngineConfig(model=str(default_model_dir()))
+    job = create_job(batch, studio_home / "jobs", engine, reuse=True)
+    assert worker.run_job(job).state == "completed"
+
+    at = open_page("upload.py")
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(str(batch)).run()
+    at.switch_page("pages/run.py").run()
+
+    def forecast() -> list[str]:
+        assert not at.exception, [e.message for e in at.exception]
+        return [shown(c.value) for c in at.caption if shown(c.value).startswith("Reuse:")]
+
+    said = forecast()
+    assert said[0].startswith("Reuse: 3 lines take answers earlier jobs made")
+    at.selectbox(key="dtype").set_value("float32").run()
+    said = forecast()
+    assert said[0] == "Reuse: no line takes an answer an earlier job made."
+    assert said[1].startswith("Reuse: forecast for dtype float32, the model's own length")

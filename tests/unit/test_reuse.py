@@ -520,7 +520,7 @@ def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch
     edited.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in lines.items()))
     prices = PriceTable(models={"none": ModelPrice(input_per_1m=1e6, output_per_1m=2e6)})
     forecast = forecast_reuse(
-        edited, model="/models/none", jobs_dir=tmp_path / "jobs", prices=prices
+        edited, planned("/models/none"), jobs_dir=tmp_path / "jobs", prices=prices
     )
     assert (forecast.earlier, forecast.duplicates) == (5, 1)
     assert (forecast.prompt_tokens, forecast.completion_tokens) == (15, 10)
@@ -529,9 +529,69 @@ def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch
     said = forecast.lines()
     assert said[0].startswith("5 lines take answers earlier jobs made, saving 15 prompt")
     assert said[1] == "1 line repeats a request earlier in the file: run once"
+    assert said[2].startswith("forecast for dtype ")  # the settings it assumed
     # Sampled lines, or another model, would take nothing.
-    other = forecast_reuse(edited, model="/models/other", jobs_dir=tmp_path / "jobs", prices=prices)
-    assert (other.earlier, other.duplicates, len(other.lines())) == (0, 1, 1)
+    other = forecast_reuse(
+        edited, planned("/models/other"), jobs_dir=tmp_path / "jobs", prices=prices
+    )
+    assert (other.earlier, other.duplicates) == (0, 1)
+
+
+def planned(model: str, **engine):
+    """The spec a job submitted with these engine settings runs with, as Upload & check,
+    Run and `core check` forecast it."""
+    from core.jobs.submit import Submission, planned_spec
+
+    return planned_spec(Submission(engine=EngineConfig(model=model, **engine), reuse=True))
+
+
+def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_them(
+    tmp_path, monkeypatch
+):
+    """The page's, the CLI's and the worker's keys are one: the forecast counts what the
+    run takes; a dtype or a length chosen on Run forecasts nothing from a job that ran with
+    others, and says the settings it assumed."""
+    from core.devices import runs_on_gpu
+    from core.jobs import submit as submitting
+    from core.jobs.ledger import read_ledger
+    from core.plan.pricing import PriceTable
+    from core.reuse.forecast import forecast_reuse
+    from core.reuse.keys import RequestKeys
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    prompts = {f"r{i}": f"question {i}" for i in range(3)}
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in prompts.items()))
+    monkeypatch.setattr(submitting, "start_worker", lambda job: None)
+    engine = EngineConfig(model=str(model), max_model_len=2048)
+    submission = submitting.Submission(engine=engine, reuse=True)
+    job = submitting.submit(batch, submission, tmp_path / "jobs").job
+    spec = job.read_spec()
+    pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None)
+    forecast_keys = RequestKeys(submitting.planned_spec(submission))
+    assert run_keys == {r.custom_id: forecast_keys.of(r) for r in pending}
+    assert len(set(run_keys.values())) == 3
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
+    worker.run_job(job)
+    prices = PriceTable()
+    ran = planned(str(model), max_model_len=2048)
+    assert forecast_reuse(batch, ran, jobs_dir=tmp_path / "jobs", prices=prices).earlier == 3
+    for changed in ({"max_model_len": 4096}, {"dtype": "float32"}):
+        other = planned(str(model), **changed)
+        forecast = forecast_reuse(batch, other, jobs_dir=tmp_path / "jobs", prices=prices)
+        assert forecast.earlier == 0
+        said = forecast.lines()
+        assert said[0] == "no line takes an answer an earlier job made"
+        assert ("max model length 4,096" in said[1]) or ("dtype float32," in said[1])
+    # A GPU server: the forecast asks the worker's question (it once assumed a CPU).
+    monkeypatch.setattr("core.devices.gpu_count", lambda: 1)
+    assert runs_on_gpu(None) and RequestKeys(ran).on_gpu
+    assert (
+        "on a GPU" in forecast_reuse(batch, ran, jobs_dir=tmp_path / "jobs", prices=prices).settings
+    )
 
 
 def test_dashboards_count_answers_reused_and_price_them_as_saved(tmp_path, monkeypatch):
