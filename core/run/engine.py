@@ -291,8 +291,8 @@ class Engine:
         Up to ``window`` requests are inside the engine at once; as each finishes the next
         one is added, so the engine never drains between batches. Once :attr:`stopped` is
         set (a cancel), the requests inside are aborted at the next step and those already
-        finished are yielded. Finished requests are yielded as the first finish, then about every
-        ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
+        finished are yielded. Finished requests are yielded as the first finish, then about
+        every ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
         is longer than the context) comes back at once as an :class:`EngineRequestError`.
         If the engine itself fails, requests still inside it are aborted before the
         exception propagates, so a caller may run them again (as after a stop).
@@ -391,6 +391,7 @@ class Engine:
                 engine.abort_request(list(inside))
             self._inside.clear()
             self._held = 0
+            self.stopped = False  # a stop ends this run, not the pooled engine's next one
         if finished:
             yield finished
 
