@@ -363,7 +363,7 @@ class JobState(StrEnum):
     QUEUED = "queued"
     LOADING = "loading"
     RUNNING = "running"
-    CANCELLING = "cancelling"  # nothing new starts; requests in the engine finish
+    CANCELLING = "cancelling"  # a cancel is stopping the engine
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"

@@ -22,14 +22,15 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
             "Stop now",
             key=f"stop-{key}",
             icon=":material/cancel:",
-            help="Drop the requests still in the engine; a resume runs them.",
+            help="Stop without waiting for the engine's step; a resume runs what has no result.",
         ):
             st.toast(cancel(job, now=True))
     elif running and cols[0].button(
         "Cancel",
         key=f"cancel-{key}",
         icon=":material/stop:",
-        help="Start nothing new; the requests in the engine finish and are kept.",
+        help="Stop within seconds: the requests in the engine are aborted, every result "
+        "written is kept, and a resume runs the rest.",
     ):
         st.toast(cancel(job))
     resumable = status.interrupted or (status.state == "cancelled" and status.left)

@@ -365,8 +365,8 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
 
 
 def cancel_batch(home: Path, batch_id: str, caller: Caller | None) -> dict:
-    """Cancels as the app's cancel does: ``cancelling`` while the requests in the engine
-    finish (kept in the output file), then ``cancelled``."""
+    """Cancels as the app's cancel does: ``cancelling`` while the engine stops (within
+    seconds; the results written stay in the output file), then ``cancelled``."""
     refused_path = _refused_path(home, batch_id)
     if refused_path is not None:
         batch = get_batch(home, batch_id, caller)

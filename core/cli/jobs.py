@@ -476,7 +476,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     cancel_cmd.add_argument(
         "--now",
         action="store_true",
-        help="stop at once, dropping the requests in the engine (default: let them finish)",
+        help="stop at once, without waiting for the engine's step (default: within seconds)",
     )
     cancel_cmd.set_defaults(handler=cmd_cancel)
 

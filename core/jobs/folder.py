@@ -200,31 +200,18 @@ class JobFolder:
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
-def draining_message(in_engine: int, left: int) -> str:
-    """What a cancel that drains will do, in numbers: said when it is asked for and while
-    the job is cancelling. ``in_engine``: requests inside the engine; ``left``: requests
-    without a result. A job whose every request ends up with a result is complete."""
-    if left <= 0:
-        return "cancelling: every request has a result; the job completes"
-    if in_engine >= left:
-        return (
-            f"cancelling: all {left:,} requests without a result are already in the engine; "
-            "they finish and are kept, so the job completes (cancel again to stop at once "
-            "and drop them)"
-        )
-    return (
-        f"cancelling: the {in_engine:,} requests in the engine finish and are kept; the "
-        f"other {left - in_engine:,} do not start (cancel again to stop at once)"
-    )
+CANCEL_SIGNAL = signal.SIGUSR1
+"""What a cancel sends the job's worker (``core.run.stopping``): the job stops and the worker
+goes on with its queue, where SIGTERM (a service manager) stops the job and then the worker."""
 
 
 def cancel(job: JobFolder, now: bool = False) -> str:
     """Asks the job's worker to stop; finished results stay. Returns what happened.
 
-    The first cancel drains (SIGTERM): nothing new starts and the requests in the engine
-    finish and are kept, as OpenAI's ``cancelling``. ``now``, or a cancel of a job already
-    cancelling, stops at once (SIGINT): the requests in the engine are dropped, and a
-    resume runs them.
+    A cancel stops the engine within seconds (at its next step): the requests inside are
+    aborted, those already finished are kept, and the job ends ``cancelled`` saying how
+    many have a result. ``now``, or a second cancel, stops at once, without waiting for
+    the step (SIGINT). Either way a resume runs exactly the requests without a result.
     """
     with job.status_lock():  # a worker takes a job under it too: one of the two is first
         status = job.read_status()
@@ -232,11 +219,10 @@ def cancel(job: JobFolder, now: bool = False) -> str:
             return f"job is already {status.state}"
         taken = status.state not in WAITING_STATES and status.pid is not None
         if taken and worker_alive(status.pid):
-            if now or status.state == "cancelling":
-                os.kill(status.pid, signal.SIGINT)
-                return "stopping now: requests in the engine are dropped; a resume runs them"
-            os.kill(status.pid, signal.SIGTERM)
-            return draining_message(status.in_flight, status.left)
+            os.kill(status.pid, signal.SIGINT if now else CANCEL_SIGNAL)
+            return (
+                "stopping now" if now else "cancelling: the engine stops within seconds"
+            ) + "; every result written is kept, and a resume runs the requests without one"
         waited = status.state in WAITING_STATES
         status.enter("cancelled", "cancelled before it ran" if waited else "cancelled")
         status.finished_at = now_iso()

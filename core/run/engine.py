@@ -156,7 +156,7 @@ class Engine:
         self.load_seconds = time.monotonic() - started
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
-        self.draining = False  # set by a cancel: admit nothing new, finish what is inside
+        self.stopped = False  # set by a cancel: abort what is inside, keep what finished
         self.steps = 0  # engine steps taken
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
         self._held = 0  # requests finished in the engine, not yet yielded
@@ -289,13 +289,13 @@ class Engine:
         its own; the request finishes (with :class:`Embeddings`) when its last input does.
 
         Up to ``window`` requests are inside the engine at once; as each finishes the next
-        one is added, so the engine never drains between batches. Once :attr:`draining` is
-        set (a cancel), nothing new is added: the requests inside finish and are yielded.
-        Finished requests are yielded as the first finish, then about every
-        ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
+        one is added, so the engine never drains between batches. Once :attr:`stopped` is
+        set (a cancel), the requests inside are aborted at the next step and those already
+        finished are yielded. Finished requests are yielded as the first finish, then about
+        every ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
         is longer than the context) comes back at once as an :class:`EngineRequestError`.
         If the engine itself fails, requests still inside it are aborted before the
-        exception propagates, so a caller may run them again.
+        exception propagates, so a caller may run them again (as after a stop).
 
         Each :class:`Completion` carries its ``latency_ms``: monotonic time from the request
         being added to the engine to the step that returned its final output (queueing
@@ -322,8 +322,8 @@ class Engine:
         if self.cpu_threads is not None:
             self.cpu_threads.restart()  # idle since the last run: read the load afresh
         try:
-            while True:
-                while not exhausted and not self.draining and len(inside) < window:
+            while not self.stopped:
+                while not exhausted and len(inside) < window:
                     request = next(queue, None)
                     if request is None:
                         exhausted = True
@@ -391,6 +391,7 @@ class Engine:
                 engine.abort_request(list(inside))
             self._inside.clear()
             self._held = 0
+            self.stopped = False  # a stop ends this run, not the pooled engine's next one
         if finished:
             yield finished
 

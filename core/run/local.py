@@ -27,11 +27,12 @@ class Executor(Protocol):
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one, or, after
-        :meth:`drain`, until the requests already running have theirs."""
+        :meth:`stop`, those that had finished."""
         ...
 
-    def drain(self) -> None:
-        """Starts no new request; those running finish (a cancel)."""
+    def stop(self) -> None:
+        """Stops within seconds (a cancel): requests running are aborted, and what has
+        finished is still yielded."""
         ...
 
     def activity(self) -> EngineActivity | None:
@@ -62,7 +63,7 @@ class LocalExecutor:
 
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
-        self.engine.draining = False
+        self.engine.stopped = False
         self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
         self._first_token_at: float | None = None  # of this job's first run() on the engine
         self.model = spec.engine.model_name
@@ -80,8 +81,8 @@ class LocalExecutor:
             POOL.discard(self.engine)  # an engine that failed may be broken: the next job
             raise  # gets a fresh one
 
-    def drain(self) -> None:
-        self.engine.draining = True
+    def stop(self) -> None:
+        self.engine.stopped = True
 
     def activity(self) -> EngineActivity:
         now, base = self.engine.activity(), self._base

@@ -38,7 +38,7 @@ def eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
     if status.is_final or status.interrupted:
         return "–", "Nothing is running: a resume runs the requests without a result."
     if status.state == "cancelling":
-        return "–", "Cancelling: the requests in the engine finish; nothing new starts."
+        return "–", "Cancelling: the engine stops within seconds; results written stay."
     if speed.loading:
         if speed.load_left_seconds is None:
             return "loading", "The model is loading; the ETA follows once it runs."

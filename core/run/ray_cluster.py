@@ -247,7 +247,7 @@ class RayExecutor:
             self.close()
             raise
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
-        self._draining = False
+        self._stopped = False
         self.notify: Callable[[str], None] | None = None  # the job's history (the worker's)
         self.window = 0  # each replica has its own engine
         s = self.settings
@@ -316,10 +316,10 @@ class RayExecutor:
                 "every Ray node (a shared file system, or a copy on each node); " + "; ".join(bad)
             )
 
-    def drain(self) -> None:
-        """Stops taking results: Ray Data gives no way to let a shard in progress finish
-        while starting no other, so a cancel on a cluster keeps what has come back."""
-        self._draining = True
+    def stop(self) -> None:
+        """Stops taking results: a cancel on a cluster keeps what has come back; the shards
+        still running on the replicas are dropped."""
+        self._stopped = True
 
     def activity(self) -> None:
         return None  # the replicas' engines are in other processes; progress is per shard
@@ -334,7 +334,7 @@ class RayExecutor:
             if self.parts and self.job_dir is not None:
                 yield from self._recover(left)
             for attempt in range(1, MAX_PASSES + 1):
-                if not left or self._draining:
+                if not left or self._stopped:
                     break
                 if attempt > 1:
                     log.warning("Ray pass %d: %d requests without a result", attempt, len(left))
@@ -345,7 +345,7 @@ class RayExecutor:
                         fresh = [line for line in lines if left.pop(line["custom_id"], None)]
                         if fresh:
                             yield fresh
-                        if self._draining:
+                        if self._stopped:
                             break
                 except StorageError:  # the store refused: the job stops, saying why
                     raise
@@ -354,7 +354,7 @@ class RayExecutor:
                     self.stats.error = repr(exc)[:500]
                     if len(left) == before:  # nothing ran: the replicas cannot start or load
                         raise EngineLoadError(f"the Ray replicas did not run: {exc}") from exc
-            if left and not self._draining:
+            if left and not self._stopped:
                 message = f"no result after {MAX_PASSES} passes on the Ray cluster"
                 yield [error_line(cid, "engine_error", message, 500) for cid in left]
         finally:

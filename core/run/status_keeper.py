@@ -14,7 +14,7 @@ import msgspec
 
 from core.files import write_atomic_into
 from core.jobs.delivery import deliver
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable, draining_message
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
 from core.jobs.output_file import OutputWriter, complete_lines
 from core.reuse.index import KeyWriter
 from core.run.eta import Forecast, Waiting
@@ -312,8 +312,8 @@ class StatusKeeper:
                 log.exception("reading the engine's counters failed")
             with self._lock:
                 s = self.status
-                if STOP.draining and s.state == JobState.RUNNING:
-                    s.enter(JobState.CANCELLING, draining_message(s.in_flight, s.left))
+                if STOP.stopping and s.state == JobState.RUNNING:  # a stop taking a while
+                    s.enter(JobState.CANCELLING, "cancelling: the engine stops; results stay")
                 self._refresh()
                 sample = self._sample(resources)
                 if s.first_token_at is not None and not followed_up:

@@ -1,4 +1,4 @@
-"""How a worker is asked to stop: a cancel drains the engine, a second one stops at once."""
+"""How a worker is asked to stop: the running job stops within seconds, a second ask at once."""
 
 from __future__ import annotations
 
@@ -8,29 +8,33 @@ from core.run.local import Executor
 
 
 class Cancelled(BaseException):
-    """Raised in the main thread when the worker is asked to stop (SIGTERM/SIGINT).
+    """Raised in the main thread when the worker is asked to stop at once.
 
     A BaseException, so that no ``except Exception`` on the way (engine retries) swallows it.
     """
 
 
 class StopRequest:
-    """What signals asked of the worker. The first SIGTERM (Cancel) drains: nothing new
-    starts and the requests in the engine finish, as OpenAI's ``cancelling``. A second
-    SIGTERM, or SIGINT, stops at once (so does any signal while no request runs)."""
+    """What signals asked of the worker. The first cancel (``core.jobs.folder.CANCEL_SIGNAL``)
+    or SIGTERM (a service manager; the worker then exits) while requests run
+    stops the engine at its next step: the requests inside are aborted, those already
+    finished are written, and the job ends ``cancelled``. A second one, or SIGINT, stops
+    at once (so does any signal while no request runs: a model loading, an idle worker)."""
 
     def __init__(self) -> None:
-        self.draining = False
+        self.stopping = False  # the running job stops at the engine's next step
+        self.leaving = False  # SIGTERM: the worker exits once the job has stopped
         self.executor: Executor | None = None
 
     def reset(self) -> None:
-        self.draining, self.executor = False, None
+        self.stopping, self.executor = False, None
 
     def on_signal(self, signum: int, _frame: object) -> None:
         # Runs in the main thread between two bytecodes: only flags, never a lock.
-        if signum == signal.SIGTERM and not self.draining and self.executor is not None:
-            self.draining = True
-            self.executor.drain()
+        self.leaving = self.leaving or signum == signal.SIGTERM
+        if signum != signal.SIGINT and not self.stopping and self.executor is not None:
+            self.stopping = True
+            self.executor.stop()
             return
         raise Cancelled(signal.Signals(signum).name)
 

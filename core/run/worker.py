@@ -17,9 +17,10 @@ once. A job whose requests name several models (``body.model`` mapped to local f
 runs each model's requests in turn.
 
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
-business (core/run/local.py); the worker owns the job folder. A Cancel (SIGTERM) drains:
-nothing new starts and the requests in the engine finish; a second one (or SIGINT) stops at
-once (core/run/stopping.py). Results written always stay.
+business (core/run/local.py); the worker owns the job folder. A Cancel stops the engine
+within seconds: the requests inside are aborted and those finished are kept; SIGTERM does
+the same and then ends the worker; a second signal (or SIGINT) stops at once
+(core/run/stopping.py). Results written always stay, and a resume runs the rest.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.devices import gpu_count, runs_on_gpu
 from core.jobs.engine_files import idle_seconds
-from core.jobs.folder import JobFolder, JobUnreadable, draining_message
+from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock, queued_jobs
@@ -102,13 +103,12 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         if ended == "expired":
             keeper.finish("expired", "the completion window ended; pending requests expired")
             return keeper.status
-        if ended == "cancelled" and keeper.status.left:
-            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=True))
+        if ended == "cancelled":
+            keeper.finish("cancelled", _cancelled_message(keeper.status))
             return keeper.status
-        # A cancel that drained the engine of the last requests: the job is complete.
     except Cancelled:
         if keeper.claimed:
-            keeper.finish("cancelled", _cancelled_message(keeper.status, drained=False))
+            keeper.finish("cancelled", _cancelled_message(keeper.status))
     except EngineLoadError as exc:
         keeper.finish("failed", "the model could not be loaded", error=str(exc))
     except StorageError as exc:  # the replicas could not read the input object
@@ -248,11 +248,14 @@ def _reuse(
     return plans
 
 
-def _cancelled_message(status: JobStatus, drained: bool) -> str:
-    how = "the requests in the engine finished first" if drained else "stopped at once"
+def _cancelled_message(status: JobStatus) -> str:
+    """How a cancelled job ended, in the counts of its result files."""
+    failed = f", {status.failed:,} failed" if status.failed else ""
+    why = " (its worker was asked to stop)" if STOP.leaving else ""
     return (
-        f"cancelled ({how}): {status.done:,} of {status.total:,} requests have a result; "
-        f"a resume runs the {status.left:,} without one"
+        f"cancelled{why}: {status.done:,} of {status.total:,} requests have a result "
+        f"({status.succeeded:,} succeeded{failed}); {status.left:,} were cancelled without "
+        "one, and a resume runs them"
     )
 
 
@@ -291,7 +294,7 @@ def _run_pending(
 ) -> str:
     """Runs the requests, model by model, each answer already made taken instead
     (``keys``: see :func:`_to_run`); returns how it ended: ``completed``, ``expired`` or
-    ``cancelled`` (a cancel drained the engine)."""
+    ``cancelled`` (a cancel stopped the engine)."""
     home = keeper.job.path.parent.parent
     left = {r.custom_id for r in pending}
     plans = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
@@ -301,7 +304,7 @@ def _run_pending(
     records = {folder: model_record(Path(folder).name, home) for folder in groups}
     _expect(keeper, groups, records)
     for number, (folder, requests) in enumerate(groups.items(), start=1):
-        if STOP.draining:
+        if STOP.stopping:
             return "cancelled"
         if _expired(spec):  # checked before each model loads: a load can take minutes
             _expire(writers, left)
@@ -335,18 +338,15 @@ def _run_pending(
                 keeper.first_result()
                 left.difference_update(line["custom_id"] for line in lines)
                 measure.add(computed)
-                if STOP.draining:
-                    s = keeper.status
-                    keeper.update(state="cancelling", message=draining_message(s.in_flight, s.left))
                 if left and _expired(spec):
                     _expire(writers, left)
                     return "expired"
         finally:
             STOP.executor = None
             keeper.watch(None)
-        if not STOP.draining:  # a drained run's speed is its tail's, not the model's
+        if not STOP.stopping:  # a stopped run's last requests were cut short
             measure.record(Path(folder).name, executor.load_seconds, forecast.step_time(), home)
-    return "cancelled" if STOP.draining else "completed"
+    return "cancelled" if STOP.stopping else "completed"
 
 
 def _expire(writers: ResultWriters, left: set[str]) -> None:
@@ -456,16 +456,20 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
                 resident.publish(queue[0].job_id)
                 with resident.output_to(queue[0].log_file):
                     status = _run_queued(queue[0])
-                STOP.reset()  # a cancel of that job is not this worker's end
+                STOP.reset()  # a cancel of that job is not this worker's end; SIGTERM is
                 if job is not None and queue[0].job_id == job.job_id:
                     first = status
+                if STOP.leaving:
+                    break
         except Cancelled:  # a signal while idle: exit
             log.info("stopped by a signal while idle")
         finally:
             resident.close()  # models unloaded before the lock goes
             lock.release()
-        if not queued_jobs(jobs_dir):  # checked after release: a job queued meanwhile
-            break  # would otherwise wait for a worker that already gave up the lock
+        # Checked after release: a job queued meanwhile would otherwise wait for a worker
+        # that already gave up the lock.
+        if STOP.leaving or not queued_jobs(jobs_dir):
+            break
     if job is not None and first is None:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
     return first
@@ -480,8 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    signal.signal(signal.SIGTERM, STOP.on_signal)
-    signal.signal(signal.SIGINT, STOP.on_signal)
+    for signum in (CANCEL_SIGNAL, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, STOP.on_signal)
     # A worker that keeps its models loaded (an idle time) runs each engine's core in a
     # child process, so several engines live beside each other (core.run.pool); one that
     # exits after its queue keeps the engine in-process: one model at a time, and a cold

@@ -225,7 +225,7 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
 
     # -- Cancel A ---------------------------------------------------------------------------------
     page.get_by_role("button", name="Cancel").click()
-    # The request in the engine finishes first: on a loaded machine that takes minutes.
+    # The engine stops at its next step: the results written before stay.
     cancelled = wait_progress(page, state="cancelled", at_least=1, timeout=ENGINE_SECONDS)
     assert cancelled < total, "the job finished before it could be cancelled"
     wait_for(lambda: not worker_pids(home), 30, "the worker to exit")

@@ -16,8 +16,10 @@ import pytest
 from openai.types import Batch, FileObject
 
 from core.endpoints import CHAT_URL
+from core.jobs.folder import JobFolder
 from tests.support.api_server import POLL_SECONDS, chats, client_of
 from tests.support.conformance import validate_line
+from tests.support.warm_engine import wait_until
 
 ENGINE_DEADLINE = 480  # seconds: a model load and a small batch on 2 shared cores
 
@@ -71,30 +73,48 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(w
 
 
 @pytest.mark.engine
-def test_a_cancelled_batch_drains_and_keeps_the_results_that_finished(warm_served):
+def test_a_batch_cancelled_while_it_runs_stops_its_engine_and_keeps_what_finished(warm_served):
+    """Issue 58, item 5: every request is inside the engine at once (120 of a window of
+    256); a cancel aborts them instead of letting them all finish into a completed batch."""
     client = client_of(warm_served)
-    upload = client.files.create(file=("many.jsonl", chats(280, max_tokens=4)), purpose="batch")
+    upload = client.files.create(file=("many.jsonl", chats(120, max_tokens=64)), purpose="batch")
     batch = client.batches.create(
         input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
     )
-    # OpenAI's in_progress covers the model's load, which a cancel stops at once; a drain
-    # needs requests in the engine, so wait (in the job folder) for it to run them.
-    status_file = warm_served.home / "jobs" / batch.id / "status.json"
-    deadline = time.monotonic() + ENGINE_DEADLINE
-    while json.loads(status_file.read_text())["state"] != "running":
-        assert time.monotonic() < deadline, status_file.read_text()
-        time.sleep(0.2)
+    job = JobFolder(warm_served.home / "jobs" / batch.id)
+    wait_until(job, lambda s: s.state == "running", timeout=ENGINE_DEADLINE)
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled")
     gone, seen = wait_for(client, batch.id, {"cancelled", "completed", "failed"})
     assert gone.status == "cancelled", seen
     assert gone.cancelling_at and gone.cancelled_at
     finished = gone.request_counts.completed
-    assert 0 < finished < 280, gone.request_counts
-    lines = [json.loads(line) for line in client.files.content(gone.output_file_id).iter_lines()]
-    assert len(lines) == finished
-    for line in lines:
-        validate_line(line, CHAT_URL)
+    assert finished < 120 and gone.request_counts.failed == 0, gone.request_counts
+    if finished:  # what finished before the cancel is kept
+        output = client.files.content(gone.output_file_id).iter_lines()
+        lines = [json.loads(line) for line in output]
+        assert len(lines) == finished
+        for line in lines:
+            validate_line(line, CHAT_URL)
+    said = f"{finished} of 120 requests have a result ({finished} succeeded)"
+    assert said in job.read_status().message
+    assert f"{120 - finished} were cancelled without one" in job.read_status().message
+
+
+@pytest.mark.engine
+def test_a_batch_cancelled_right_after_its_creation_ends_cancelled(warm_served):
+    """Issue 58, item 5: cancelled at once, whatever the worker was doing (taking the job,
+    loading, running), it ends cancelled with OpenAI's two times, never completed."""
+    client = client_of(warm_served)
+    upload = client.files.create(file=("soon.jsonl", chats(40, max_tokens=32)), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    gone, seen = wait_for(client, batch.id, {"cancelled", "completed", "failed"})
+    assert gone.status == "cancelled", seen
+    assert gone.created_at <= gone.cancelling_at <= gone.cancelled_at
+    assert gone.request_counts.completed < 40
 
 
 @pytest.mark.engine

@@ -10,7 +10,6 @@ runs the rest of the chat, then every embeddings and rerank line, on the same le
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -94,19 +93,20 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
     assert job2.job_id == job.job_id
     wait_until(job, lambda s: s.state == "running" and s.done > written_before)
 
-    # 3. Cancel while it runs: nothing new starts, the CHUNK requests in the engine finish
-    # and are kept (OpenAI's "cancelling"), and the job ends within seconds.
-    done_before = job.read_status().done
-    asked = time.monotonic()
+    # 3. Cancel while it runs: the engine stops (the requests in it are aborted), what
+    # finished is kept, and the job ends cancelled saying how many of its lines have a
+    # result, in the numbers output.jsonl holds.
     result = run_cli("cancel", job.job_id)
-    assert "finish and are kept" in result.stdout  # with how many will still finish
+    assert "the engine stops within seconds" in result.stdout
     cli.communicate(timeout=60)
-    assert time.monotonic() - asked < 30
     status = job.read_status()
     assert status.state == "cancelled" and not status.interrupted
-    assert [e["state"] for e in status.history][-3:] == ["running", "cancelling", "cancelled"]
-    assert status.done >= done_before + CHUNK  # what was in the engine was not thrown away
-    assert f"a resume runs the {status.left}" in status.message
+    kept = len(success_ids(job))
+    assert written_before < kept < len(ANSWERED)
+    assert f"{status.done} of {len(lines)} requests have a result ({kept} succeeded" in (
+        status.message
+    )
+    assert f"{status.left} were cancelled without one" in status.message
     cancelled_report = reconcile(job)
     assert len(cancelled_report.missing) == status.left > 0  # to be resumed
 

@@ -1,7 +1,7 @@
 """The pages tests of tests/unit/test_live_progress.py (split from it by kind; docs/tests.md).
 
 Live numbers and cancel, without the engine: the rates the Monitor shows, the worker's
-bookkeeping of generated and expected tokens, and a cancel that drains the engine."""
+bookkeeping of generated and expected tokens, and a cancel that stops the engine."""
 
 from __future__ import annotations
 

@@ -338,7 +338,7 @@ def test_a_cancelled_job_without_results_says_none_will_come(tmp_path):
     batch.write_text(request_line("a", "hi") + "\n" + request_line("b", "ho") + "\n")
     job = create_job(batch, data_paths().jobs, EngineConfig(model="/models/tiny"))
     status = JobStatus(total=2, finished_at="2026-12-03T10:00:00+00:00")
-    status.enter("cancelled", "cancelled (stopped at once): 0 of 2 requests have a result")
+    status.enter("cancelled", "cancelled: 0 of 2 requests have a result (0 succeeded)")
     job.write_status(status)
     at = open_page("results.py")
     [info] = [i.value for i in at.info]

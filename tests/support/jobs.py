@@ -37,12 +37,12 @@ def request_line(custom_id: str, prompt: str, system: str | None = None, **body:
 
 class StandIn:
     """What every stand-in executor shares: nothing to load, no engine counters to read,
-    and a drain flag (a cancel) that its ``run`` may honour."""
+    and a stop flag (a cancel) that its ``run`` may honour."""
 
-    load_seconds, description, draining, window = 0.0, "on a stand-in", False, 1
+    load_seconds, description, stopped, window = 0.0, "on a stand-in", False, 1
 
-    def drain(self) -> None:
-        self.draining = True
+    def stop(self) -> None:
+        self.stopped = True
 
     def activity(self) -> None:
         return None

@@ -1,5 +1,5 @@
 """Live numbers and cancel, without the engine: the rates the Monitor shows, the worker's
-bookkeeping of generated and expected tokens, and a cancel that drains the engine."""
+bookkeeping of generated and expected tokens, and a cancel that stops the engine."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from core.jobs.folder import create_job, queue_job
+from core.jobs.folder import CANCEL_SIGNAL, create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.engine import EngineActivity
@@ -211,44 +211,49 @@ def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_tota
 
 
 class Windowed(StandIn):
-    """Three requests in its engine at a time, finishing in order; ``signals`` arrive
-    right after the first result, as a Cancel click would."""
+    """Three requests in its engine at a time, finishing in order; ``signals`` (of kind
+    ``signum``) arrive right after the first result, as a Cancel click would. Stopped, it
+    aborts what is inside, as the engine does."""
 
-    def __init__(self, signals: int) -> None:
-        self.signals = signals
+    def __init__(self, signals: int, signum: int = CANCEL_SIGNAL) -> None:
+        self.signals, self.signum = signals, signum
 
     def run(self, requests):
         inside, waiting = list(requests[:3]), list(requests[3:])
         first = True
-        while inside:
+        while inside and not self.stopped:
             yield [ok(inside.pop(0).custom_id)]
             if first:
                 first = False
                 for _ in range(self.signals):
-                    worker.STOP.on_signal(signal.SIGTERM, None)
-            if waiting and not self.draining:
+                    worker.STOP.on_signal(self.signum, None)
+            if waiting:
                 inside.append(waiting.pop(0))
 
 
-def ten_request_job(tmp_path):
+@pytest.fixture(autouse=True)
+def _worker_stays(monkeypatch):
+    """A SIGTERM sent here marks the module's worker as leaving: undone after each test."""
+    monkeypatch.setattr(worker.STOP, "leaving", False)
+
+
+def ten_request_job(tmp_path, count: int = 10):
     batch = tmp_path / "b.jsonl"
-    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(10)))
+    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
     return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
 
 
-def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_rest(
+def test_a_cancel_stops_the_engine_keeps_what_finished_and_a_resume_runs_the_rest(
     tmp_path, monkeypatch
 ) -> None:
+    """Issue 58, item 5: the requests in the engine are aborted, not waited for."""
     job = ten_request_job(tmp_path)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
     status = worker.run_job(job)
-    assert status.state == "cancelled"
-    assert "cancelling" in [h["state"] for h in status.history]
-    # The first result, then the two requests that were in the engine: nothing thrown away.
-    assert status.done == 3 and status.left == 7
-    assert "the requests in the engine finished first" in status.message
-    assert "a resume runs the 7 without one" in status.message
-    assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(3, 10)]
+    assert (status.state, status.done, status.left) == ("cancelled", 1, 9)
+    said = "1 of 10 requests have a result (1 succeeded); 9 were cancelled without one"
+    assert said in status.message and "a resume runs them" in status.message
+    assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(1, 10)]
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=0))
     queue_job(job)  # Resume
     resumed = worker.run_job(job)
@@ -256,38 +261,27 @@ def test_a_cancel_lets_the_requests_in_the_engine_finish_and_a_resume_runs_the_r
     assert read_ledger(job).coverage_problems() == []
 
 
-def test_a_cancel_when_every_request_is_in_the_engine_completes_the_job(
+def test_a_cancel_when_every_request_is_in_the_engine_cancels_the_job(
     tmp_path, monkeypatch
 ) -> None:
-    """Issue 30, item 4: a small job all inside the engine drains to its end; every
-    request has a result, so it is complete, never "cancelled" with nothing to resume."""
-    batch = tmp_path / "b.jsonl"
-    batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(3)))
-    job = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+    """Issue 58, item 5: a small job all inside the engine is cancelled, never completed
+    with every answer computed after the cancel."""
+    job = ten_request_job(tmp_path, count=3)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
     status = worker.run_job(job)
-    assert (status.state, status.outcome, status.succeeded, status.left) == (
-        "completed",
-        "completed",
-        3,
-        0,
-    )
-    assert "cancelling" in [h["state"] for h in status.history]
+    assert (status.state, status.succeeded, status.left) == ("cancelled", 1, 2)
 
 
-def test_a_cancel_says_how_many_requests_will_still_finish(tmp_path, monkeypatch) -> None:
-    """Issue 30, item 4: at the moment of cancelling, in numbers."""
+def test_a_cancel_signals_the_worker_and_now_stops_at_once(tmp_path, monkeypatch) -> None:
     from core.jobs.folder import cancel
 
     job = ten_request_job(tmp_path)
     job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=3))
-    monkeypatch.setattr("core.jobs.folder.os.kill", lambda pid, sig: None)
-    said = cancel(job)
-    assert "the 3 requests in the engine finish and are kept; the other 3 do not start" in said
-    job.write_status(running_status(total=10, done=4, succeeded=4, in_flight=6))
-    said = cancel(job)
-    assert "all 6 requests without a result are already in the engine" in said
-    assert "the job completes" in said
+    sent = []
+    monkeypatch.setattr("core.jobs.folder.os.kill", lambda pid, sig: sent.append(sig))
+    assert "the engine stops within seconds" in cancel(job)
+    assert "stopping now" in cancel(job, now=True)
+    assert sent == [CANCEL_SIGNAL, signal.SIGINT]
 
 
 def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
@@ -295,12 +289,32 @@ def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=2))
     status = worker.run_job(job)
     assert status.state == "cancelled" and status.done == 1
-    assert "stopped at once" in status.message and "a resume runs the 9" in status.message
+    assert "9 were cancelled without one" in status.message
+    assert not worker.STOP.leaving  # a cancel: the worker goes on with its queue
+
+
+def test_a_sigterm_stops_the_job_as_a_cancel_does_and_the_worker_then_leaves(
+    tmp_path, monkeypatch
+) -> None:
+    """Issue 58, item 5: a service manager's stop ends the job within seconds, keeping what
+    it made, and the worker runs no other job."""
+    job = ten_request_job(tmp_path)
+    other = create_job(job.input, job.path.parent, EngineConfig(model="/models/none"))
+    queue_job(job)
+    queue_job(other)
+    stopping = Windowed(signals=1, signum=signal.SIGTERM)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: stopping)
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+    worker.serve(job)
+    status = job.read_status()
+    assert (status.state, status.done, status.left) == ("cancelled", 1, 9)
+    assert "its worker was asked to stop" in status.message
+    assert other.read_status().state == "queued"  # for the next worker
 
 
 def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> None:
     def loading(spec, job_dir):
-        worker.STOP.on_signal(signal.SIGTERM, None)  # nothing runs yet: nothing to drain
+        worker.STOP.on_signal(CANCEL_SIGNAL, None)  # nothing runs yet: nothing to wait for
 
     job = ten_request_job(tmp_path)
     monkeypatch.setattr(worker, "make_executor", loading)
