@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core.check import (
+    UNREADABLE,
     BackgroundCheck,
     CheckReport,
     background,
@@ -360,9 +361,12 @@ def summary(report: CheckReport, model: str) -> None:
     if not report.lines:
         return
     st.subheader("Summary")
+    st.caption(
+        "Every line is counted, valid or not: lines by url and by body.model, and the "
+        "messages of each line by role (a line that is no JSON object has none)."
+    )
     left, middle, right = st.columns(3)
     left.markdown("**url**")
-    # The lines that run, by url; invalid lines apart (they run nowhere).
     urls = sorted(set(report.urls) | set(report.invalid_urls))
     left.table(
         pd.DataFrame(
@@ -370,10 +374,10 @@ def summary(report: CheckReport, model: str) -> None:
                 "valid lines": [report.urls.get(u, 0) for u in urls],
                 "invalid lines": [report.invalid_urls.get(u, 0) for u in urls],
             },
-            index=urls,
+            index=[u or "(none)" for u in urls],
         )
         if report.invalid_urls
-        else pd.Series(dict(report.urls), name="lines")
+        else pd.Series({u or "(none)": n for u, n in report.urls.items()}, name="lines")
     )
     middle.markdown("**body.model → local model**")
     middle.table(
@@ -382,7 +386,9 @@ def summary(report: CheckReport, model: str) -> None:
                 {
                     "body.model": name or "(none)",
                     "lines": n,
-                    "local model": Path(report.model_map.get(name, model)).name,
+                    "local model": Path(report.model_map.get(name, model)).name
+                    if name != UNREADABLE
+                    else "",
                 }
                 for name, n in report.models.items()
             ]

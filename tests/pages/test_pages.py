@@ -62,10 +62,21 @@ def test_broken_sample_shows_counts_and_the_lines_with_problems() -> None:
 
 
 def test_the_summarys_url_table_counts_valid_lines_and_invalid_ones_apart() -> None:
-    """Issue 38, item 14: the url table counted 5 lines to run of a file with 4 valid."""
+    """Issue 38, item 14: the url table counted 5 lines to run of a file with 4 valid.
+    Issue 58, item 9: it then said "valid 4, invalid 1" beside 7 invalid lines (5 chat, one
+    embeddings, one cut off), and the model and role counts left the same lines out."""
     at = pick_sample(open_page("upload.py"), "broken_batch.jsonl")
     [urls] = [t.value for t in at.table if "valid lines" in t.value.columns]
-    assert urls.loc["/v1/chat/completions"].to_dict() == {"valid lines": 4, "invalid lines": 1}
+    assert urls.to_dict("index") == {
+        "/v1/chat/completions": {"valid lines": 4, "invalid lines": 5},
+        "/v1/embeddings": {"valid lines": 0, "invalid lines": 1},
+        "(not a JSON object)": {"valid lines": 0, "invalid lines": 1},
+    }
+    [models] = [t.value for t in at.table if "local model" in t.value.columns]
+    assert models["lines"].to_dict() == {"gpt-4o-mini": 10, "(not a JSON object)": 1}
+    [roles] = [t.value for t in at.table if "messages" in t.value.columns]
+    # By hand: the file's messages less the cut-off line 3's system and user.
+    assert roles["messages"].to_dict() == {"system": 8, "user": 9, "robot": 1}
 
 
 def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:
