@@ -21,6 +21,8 @@ from core.run.progress import (
     job_seconds,
     nothing_to_watch,
     reused_text,
+    runs_text,
+    speed_figures,
     work_text,
 )
 from core.schemas import JobStatus
@@ -138,24 +140,8 @@ def progress_bar(status: JobStatus, speed: Rates) -> None:
 def speed_metrics(status: JobStatus, speed: Rates, final: bool) -> None:
     """Requests and tokens (or texts) per second, the ETA and the time elapsed."""
     c = st.columns(4)
-    c[0].metric(
-        "Requests/s" + (" (average)" if final else ""),
-        f"{speed.requests_per_s:.2f}",
-        help=f"average {speed.average_requests_per_s:.2f}",
-    )
-    if status.embedded and not status.completion_tokens:  # a job of embeddings only
-        c[1].metric(
-            "Texts embedded/s" + (" (average)" if final else ""),
-            f"{speed.texts_per_s:.0f}",
-            help=f"average {speed.average_texts_per_s:.0f}; {status.embedded:,} texts so far",
-        )
-    else:
-        c[1].metric(
-            "Output tokens/s" + (" (average)" if final else ""),
-            f"{speed.tokens_per_s:.0f}",
-            help=f"average {speed.average_tokens_per_s:.0f}; since the first token, running "
-            "requests' tokens counted as the engine generates them",
-        )
+    for col, (label, value, help) in zip(c, speed_figures(status, speed, final), strict=False):
+        col.metric(label, value, help=help)
     eta_text, eta_help = eta(status, speed)
     c[2].metric("ETA", eta_text, help=eta_help)
     c[3].metric(
@@ -182,12 +168,8 @@ def count_metrics(status: JobStatus) -> None:
 
 def run_notes(status: JobStatus, final: bool) -> None:
     """This run's figures, the worker's message and errors, where the results went."""
-    if status.runs > 1:  # a resume or retry: the figures above are the whole job's
-        st.caption(
-            f"The figures are the whole job's, over its {status.runs} runs. This run: "
-            f"{status.run_done:,} results, {status.run_completion_tokens:,} output tokens "
-            f"in {duration(status.elapsed_seconds)}."
-        )
+    if status.runs > 1:  # a resume or retry: which figures are the whole job's
+        st.caption(runs_text(status))
     if status.reused:
         st.caption(reused_text(status))
     if status.message and not status.interrupted:  # a dead worker's last words mislead

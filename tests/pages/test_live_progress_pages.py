@@ -12,7 +12,7 @@ from core.run.outputs import success_line
 from core.schemas import JobStatus
 from tests.support.jobs import monitored_job
 from tests.support.live_progress import running_status
-from tests.support.pages import metric, open_page
+from tests.support.pages import metric, open_page, texts
 
 
 def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) -> None:
@@ -79,6 +79,31 @@ def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_mea
     at = open_page("monitor.py", job_id=job.job_id)
     assert metric(at, "ETA") == "–"
     assert [b.label for b in at.button] == ["Stop now"]
+
+
+def test_a_resumed_monitor_says_which_figures_are_this_runs_and_waits_for_a_speed(
+    studio_home,
+) -> None:
+    """Issue 58, item 10: after a resume the caption said every figure was the whole job's
+    beside this run's speeds, and the ETA read 0:01 at 0 of 39 beside "Output tokens/s 0"."""
+    job = monitored_job(studio_home)
+    status = running_status(
+        total=39, done=11, succeeded=11, runs=2, run_done=0, completion_tokens=330,
+        run_completion_tokens=0, generated_tokens=355, expected_output_tokens=1_254,
+        measured_tokens_per_s=1_000.0, eta_seconds=1.0, eta_at=time.time(),
+    )  # fmt: skip
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "ETA") == "estimating"
+    assert metric(at, "Output tokens/s (this run)") == "measuring"
+    assert metric(at, "Requests/s (this run)") == "0.00"
+    assert "Succeeded, Failed and Elapsed are the whole job's, over its 2 runs; the speeds " in (
+        texts(at)
+    )
+    progress = at.get("progress")[0].proto
+    assert "3% of about 924 expected output tokens generated (this run's; 330 more" in (
+        progress.text
+    )
 
 
 def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
