@@ -20,6 +20,7 @@ from core.run.progress import (
     interrupted_text,
     job_seconds,
     nothing_to_watch,
+    plural,
     reused_text,
     runs_text,
     speed_figures,
@@ -184,7 +185,7 @@ def run_notes(status: JobStatus, final: bool) -> None:
     if status.delivery_error:
         st.warning(escape(status.delivery_error), icon=":material/cloud_off:")
     if status.in_flight and not final:
-        st.caption(f"{status.in_flight:,} requests in the engine now.")
+        st.caption(f"{plural(status.in_flight, 'request')} in the engine now.")
 
 
 def controls(job: JobFolder, status: JobStatus) -> None:

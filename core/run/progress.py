@@ -175,7 +175,7 @@ def reused_text(status: JobStatus) -> str:
         return ""
     share = status.reused / status.total if status.total else 0.0
     return (
-        f"{status.reused:,} answers ({share:.0%}) came from earlier results or from the same "
-        f"request earlier in the file: {status.reused_completion_tokens:,} output tokens "
-        "not computed."
+        f"{plural(status.reused, 'answer')} ({share:.0%}) came from earlier results or from "
+        f"the same request earlier in the file: "
+        f"{plural(status.reused_completion_tokens, 'output token')} not computed."
     )
