@@ -11,7 +11,7 @@ from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
-from core.run.monitoring import Rates, gpu_series, rates, read_samples, thinned
+from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
     duration,
@@ -86,11 +86,13 @@ def ray_section(job: JobFolder) -> None:
         st.dataframe(pd.DataFrame(devices), hide_index=True, width="stretch")
 
 
-def _chart(lines: dict[str, tuple[object, list]], title: str) -> go.Figure:
+def _chart(lines: dict[str, tuple[object, list]], title: str, least_top: float) -> go.Figure:
     """A line chart (plotly's graph objects: a tenth of a millisecond where plotly
-    express takes tens, which matters on a page that refreshes every 2 s)."""
+    express takes tens, which matters on a page that refreshes every 2 s), its y axis
+    from 0 (see :func:`axis_range`)."""
     figure = go.Figure([go.Scatter(x=x, y=y, mode="lines", name=n) for n, (x, y) in lines.items()])
     figure.update_layout(title=title, showlegend=len(lines) > 1, margin={"t": 40, "b": 10})
+    figure.update_yaxes(range=axis_range([v for _, y in lines.values() for v in y], least_top))
     return figure
 
 
@@ -99,16 +101,17 @@ def resource_charts(samples: list[dict]) -> None:
     shown = thinned(samples, CHART_POINTS)
     times = pd.to_datetime([s["t"] for s in shown], unit="s")
     if any(s.get("gpus") for s in shown):
-        for field, title in (("memory_used_mib", "GPU memory (MiB)"), ("utilization", "GPU %")):
+        gpu_charts = (("memory_used_mib", "GPU memory (MiB)", 1.0), ("utilization", "GPU %", 100))
+        for field, title, least_top in gpu_charts:
             lines = gpu_series(times, shown, field)
-            st.plotly_chart(_chart(lines, title), key=f"gpu-{field}")
+            st.plotly_chart(_chart(lines, title, least_top), key=f"gpu-{field}")
         return
     st.caption("No GPU on this machine: showing the worker process's memory and CPU.")
-    charts = [("rss_mib", "Worker RSS (MiB)"), ("cpu_percent", "Worker CPU %")]
-    for col, (field, title) in zip(st.columns(2), charts, strict=True):
+    charts = [("rss_mib", "Worker RSS (MiB)", 1.0), ("cpu_percent", "Worker CPU %", 100.0)]
+    for col, (field, title, least_top) in zip(st.columns(2), charts, strict=True):
         if any(field in s for s in shown):  # samples written without it chart nothing
             values = [s.get(field) for s in shown]
-            col.plotly_chart(_chart({title: (times, values)}, title), key=field)
+            col.plotly_chart(_chart({title: (times, values)}, title, least_top), key=field)
 
 
 def engine_section(numbers: dict) -> None:

@@ -282,6 +282,13 @@ def progress_sample(done: int, output_tokens: int, resources: dict[str, Any]) ->
     return {"t": time.time(), "done": done, "output_tokens": output_tokens, **resources}
 
 
+def axis_range(values: Sequence[float | None], least_top: float) -> list[float]:
+    """A chart's y axis from 0 to a little above its largest value, and at least to
+    ``least_top``: fitted to the values alone, 0.014 MiB on top of 900 drew as a climb."""
+    top = max((v for v in values if v is not None), default=0.0)
+    return [0.0, max(top * 1.1, least_top)]
+
+
 def thinned(samples: list[dict[str, Any]], points: int) -> list[dict[str, Any]]:
     """Every n-th sample, so that a long job's charts hold about ``points`` each."""
     return samples[:: max(len(samples) // points, 1)]

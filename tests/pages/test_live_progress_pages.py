@@ -126,6 +126,28 @@ def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
     assert [c["layout"]["title"]["text"] for c in charts] == ["GPU memory (MiB)", "GPU %"]
     memory = {trace["name"]: trace["y"] for trace in charts[0]["data"]}
     assert memory == {"GPU 0": [1000.0, 1000.0], "GPU 1": [2000.0, 2000.0]}
+    assert charts[0]["layout"]["yaxis"]["range"] == [0.0, 2200.0]
+    assert charts[1]["layout"]["yaxis"]["range"] == [0.0, 100]
+
+
+def test_the_memory_chart_draws_a_tiny_change_flat(studio_home) -> None:
+    """Issue 58, item 17: a worker's RSS moving by 0.014 MiB filled the chart as a climb."""
+    job = monitored_job(studio_home)
+    now = time.time()
+    samples = [
+        {"t": now - 4 + k, "done": 0, "output_tokens": 0, "rss_mib": 900 + 0.007 * k,
+         "cpu_percent": 1.0}
+        for k in range(3)
+    ]  # fmt: skip
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=1))
+    at = open_page("monitor.py", job_id=job.job_id)
+    axes = {
+        c["layout"]["title"]["text"]: c["layout"]["yaxis"]["range"]
+        for c in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))
+    }
+    assert axes["Worker RSS (MiB)"][0] == 0.0 and axes["Worker RSS (MiB)"][1] >= 990
+    assert axes["Worker CPU %"] == [0.0, 100.0]
 
 
 def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path) -> None:
