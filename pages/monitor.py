@@ -11,6 +11,7 @@ from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
+from core.jobs.queue import ahead_of
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
@@ -141,6 +142,19 @@ def progress_bar(status: JobStatus, speed: Rates) -> None:
     st.progress(work, text=text)
 
 
+def waits_for(job: JobFolder, status: JobStatus) -> None:
+    """For a queued job, the jobs it waits for, by name."""
+    if status.state != "queued":
+        return
+    ahead = ahead_of(job, paths().jobs)
+    if ahead:
+        names = ", ".join(job_label(job_id) for job_id in ahead)
+        after = "that job ends" if len(ahead) == 1 else f"those {len(ahead)} jobs end"
+        st.caption(escape(f"Waits for {names}: it runs once {after}."))
+    else:
+        st.caption("Next in the queue: it runs as soon as the worker takes it.")
+
+
 def speed_metrics(status: JobStatus, speed: Rates, final: bool) -> None:
     """Requests and tokens (or texts) per second, the ETA and the time elapsed."""
     c = st.columns(4)
@@ -236,6 +250,7 @@ def show(job: JobFolder) -> None:
     samples = read_samples(job.metrics)
     speed = rates(samples, status)
     progress_bar(status, speed)
+    waits_for(job, status)
     final = status.is_final or status.interrupted
     speed_metrics(status, speed, final)
     count_metrics(status)

@@ -106,6 +106,26 @@ def test_a_resumed_monitor_says_which_figures_are_this_runs_and_waits_for_a_spee
     )
 
 
+def test_a_queued_job_shows_its_requests_and_the_job_it_waits_for(studio_home) -> None:
+    """Issue 58, item 17: a queued job showed "queued: 0 / 0 requests" and not which job
+    it waited for."""
+    from core.jobs.folder import create_job, queue_job
+    from core.schemas import EngineConfig
+    from tests.support.jobs import request_line
+
+    running = monitored_job(studio_home)
+    running.write_status(running_status(total=1))
+    batch = studio_home / "five.jsonl"
+    batch.write_text("".join(request_line(f"q{i}", "hi") + "\n" for i in range(5)))
+    waiting = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"),
+                         name="Five tickets")  # fmt: skip
+    assert waiting.read_status().total == 5  # known when it is made: Jobs showed 0
+    queue_job(waiting)
+    at = open_page("monitor.py", job_id=waiting.job_id)
+    assert "queued: 0 / 5 requests" in at.get("progress")[0].proto.text
+    assert f"Waits for {running.job_id}: it runs once that job ends." in texts(at)
+
+
 def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
     job = monitored_job(studio_home)
     now = time.time()
