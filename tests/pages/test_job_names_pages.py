@@ -37,13 +37,14 @@ def test_a_rename_to_another_jobs_name_is_refused_naming_it(tmp_path, model, no_
     second = submitted(file, model, name="other")
     refused = cli("jobs", "rename", second.job_id, "Cancel100")
     assert refused.returncode == 2
-    assert f"job {first.job_id} is already named 'Cancel100'" in refused.stderr
+    # The other job by its name as it has it (issue 58, item 17: by id, and as typed).
+    assert f"another job is named 'cancel100' (job {first.job_id})" in refused.stderr
     assert second.name == "other"
     done = cli("jobs", "rename", first.job_id, "CANCEL100")  # its own name, recased
     assert done.returncode == 0, done.stderr
     at = open_page("jobs.py", job_id=second.job_id)
     rename(at, second, "cancel100")
-    assert any("is already named 'cancel100'" in shown(e.value) for e in at.error)
+    assert any("another job is named 'CANCEL100'" in shown(e.value) for e in at.error)
     assert second.name == "other"
 
 
