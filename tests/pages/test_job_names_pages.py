@@ -128,6 +128,14 @@ def test_results_dashboards_and_review_pick_jobs_by_name(studio_home):
     assert at.multiselect(key="results_more_jobs").options == [
         f"Spanish answers · {second.job_id[-6:]}"
     ]
+    # The table of both jobs names each row's job as the boxes do (issue 58, item 17: ids).
+    at.multiselect(key="results_more_jobs").set_value([second.job_id]).run()
+    [table] = [d.value for d in at.dataframe if "job" in d.value.columns]
+    assert set(table["job"]) == {
+        f"English answers · {first.job_id[-6:]}",
+        f"Spanish answers · {second.job_id[-6:]}",
+    }
+    assert "job_id" not in table.columns
     at = open_page("dashboards.py")
     assert len(at.multiselect(key="dash_jobs").options) == 2
     assert all(" answers · " in o for o in at.multiselect(key="dash_jobs").options)
