@@ -11,7 +11,8 @@ from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
-from core.run.monitoring import Rates, gpu_series, rates, read_samples, thinned
+from core.jobs.queue import ahead_of
+from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
     duration,
@@ -20,7 +21,10 @@ from core.run.progress import (
     interrupted_text,
     job_seconds,
     nothing_to_watch,
+    plural,
     reused_text,
+    runs_text,
+    speed_figures,
     work_text,
 )
 from core.schemas import JobStatus
@@ -83,11 +87,13 @@ def ray_section(job: JobFolder) -> None:
         st.dataframe(pd.DataFrame(devices), hide_index=True, width="stretch")
 
 
-def _chart(lines: dict[str, tuple[object, list]], title: str) -> go.Figure:
+def _chart(lines: dict[str, tuple[object, list]], title: str, least_top: float) -> go.Figure:
     """A line chart (plotly's graph objects: a tenth of a millisecond where plotly
-    express takes tens, which matters on a page that refreshes every 2 s)."""
+    express takes tens, which matters on a page that refreshes every 2 s), its y axis
+    from 0 (see :func:`axis_range`)."""
     figure = go.Figure([go.Scatter(x=x, y=y, mode="lines", name=n) for n, (x, y) in lines.items()])
     figure.update_layout(title=title, showlegend=len(lines) > 1, margin={"t": 40, "b": 10})
+    figure.update_yaxes(range=axis_range([v for _, y in lines.values() for v in y], least_top))
     return figure
 
 
@@ -96,16 +102,17 @@ def resource_charts(samples: list[dict]) -> None:
     shown = thinned(samples, CHART_POINTS)
     times = pd.to_datetime([s["t"] for s in shown], unit="s")
     if any(s.get("gpus") for s in shown):
-        for field, title in (("memory_used_mib", "GPU memory (MiB)"), ("utilization", "GPU %")):
+        gpu_charts = (("memory_used_mib", "GPU memory (MiB)", 1.0), ("utilization", "GPU %", 100))
+        for field, title, least_top in gpu_charts:
             lines = gpu_series(times, shown, field)
-            st.plotly_chart(_chart(lines, title), key=f"gpu-{field}")
+            st.plotly_chart(_chart(lines, title, least_top), key=f"gpu-{field}")
         return
     st.caption("No GPU on this machine: showing the worker process's memory and CPU.")
-    charts = [("rss_mib", "Worker RSS (MiB)"), ("cpu_percent", "Worker CPU %")]
-    for col, (field, title) in zip(st.columns(2), charts, strict=True):
+    charts = [("rss_mib", "Worker RSS (MiB)", 1.0), ("cpu_percent", "Worker CPU %", 100.0)]
+    for col, (field, title, least_top) in zip(st.columns(2), charts, strict=True):
         if any(field in s for s in shown):  # samples written without it chart nothing
             values = [s.get(field) for s in shown]
-            col.plotly_chart(_chart({title: (times, values)}, title), key=field)
+            col.plotly_chart(_chart({title: (times, values)}, title, least_top), key=field)
 
 
 def engine_section(numbers: dict) -> None:
@@ -135,27 +142,24 @@ def progress_bar(status: JobStatus, speed: Rates) -> None:
     st.progress(work, text=text)
 
 
+def waits_for(job: JobFolder, status: JobStatus) -> None:
+    """For a queued job, the jobs it waits for, by name."""
+    if status.state != "queued":
+        return
+    ahead = ahead_of(job, paths().jobs)
+    if ahead:
+        names = ", ".join(job_label(job_id) for job_id in ahead)
+        after = "that job ends" if len(ahead) == 1 else f"those {len(ahead)} jobs end"
+        st.caption(escape(f"Waits for {names}: it runs once {after}."))
+    else:
+        st.caption("Next in the queue: it runs as soon as the worker takes it.")
+
+
 def speed_metrics(status: JobStatus, speed: Rates, final: bool) -> None:
     """Requests and tokens (or texts) per second, the ETA and the time elapsed."""
     c = st.columns(4)
-    c[0].metric(
-        "Requests/s" + (" (average)" if final else ""),
-        f"{speed.requests_per_s:.2f}",
-        help=f"average {speed.average_requests_per_s:.2f}",
-    )
-    if status.embedded and not status.completion_tokens:  # a job of embeddings only
-        c[1].metric(
-            "Texts embedded/s" + (" (average)" if final else ""),
-            f"{speed.texts_per_s:.0f}",
-            help=f"average {speed.average_texts_per_s:.0f}; {status.embedded:,} texts so far",
-        )
-    else:
-        c[1].metric(
-            "Output tokens/s" + (" (average)" if final else ""),
-            f"{speed.tokens_per_s:.0f}",
-            help=f"average {speed.average_tokens_per_s:.0f}; since the first token, running "
-            "requests' tokens counted as the engine generates them",
-        )
+    for col, (label, value, help) in zip(c, speed_figures(status, speed, final), strict=False):
+        col.metric(label, value, help=help)
     eta_text, eta_help = eta(status, speed)
     c[2].metric("ETA", eta_text, help=eta_help)
     c[3].metric(
@@ -182,12 +186,8 @@ def count_metrics(status: JobStatus) -> None:
 
 def run_notes(status: JobStatus, final: bool) -> None:
     """This run's figures, the worker's message and errors, where the results went."""
-    if status.runs > 1:  # a resume or retry: the figures above are the whole job's
-        st.caption(
-            f"The figures are the whole job's, over its {status.runs} runs. This run: "
-            f"{status.run_done:,} results, {status.run_completion_tokens:,} output tokens "
-            f"in {duration(status.elapsed_seconds)}."
-        )
+    if status.runs > 1:  # a resume or retry: which figures are the whole job's
+        st.caption(runs_text(status))
     if status.reused:
         st.caption(reused_text(status))
     if status.message and not status.interrupted:  # a dead worker's last words mislead
@@ -202,7 +202,7 @@ def run_notes(status: JobStatus, final: bool) -> None:
     if status.delivery_error:
         st.warning(escape(status.delivery_error), icon=":material/cloud_off:")
     if status.in_flight and not final:
-        st.caption(f"{status.in_flight:,} requests in the engine now.")
+        st.caption(f"{plural(status.in_flight, 'request')} in the engine now.")
 
 
 def controls(job: JobFolder, status: JobStatus) -> None:
@@ -250,6 +250,7 @@ def show(job: JobFolder) -> None:
     samples = read_samples(job.metrics)
     speed = rates(samples, status)
     progress_bar(status, speed)
+    waits_for(job, status)
     final = status.is_final or status.interrupted
     speed_metrics(status, speed, final)
     count_metrics(status)

@@ -283,7 +283,11 @@ def listing(db: Store, chosen: Chosen, flt: res.ResultFilter, view: View) -> Non
         st.session_state["results_exact_count"] = (view.signature, res.count(db, flt))
         st.rerun()
     table = view.table
-    shown = table.drop(columns=["job_id"]) if len(chosen.job_ids) == 1 else table
+    if len(chosen.job_ids) == 1:
+        shown = table.drop(columns=["job_id"])
+    else:  # each row's job by its name, as the job boxes name it (not by id)
+        shown = table.rename(columns={"job_id": "job"})
+        shown["job"] = shown["job"].map(chosen.label)
     in_front = [c for c in ANSWER_FIRST if c in shown.columns]
     shown = shown[[*in_front, *(c for c in shown.columns if c not in in_front)]]  # the answer
     costs(db, flt, table, shown, len(in_front))

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from core.check import (
+    UNREADABLE,
     BackgroundCheck,
     CheckReport,
     background,
@@ -259,11 +260,11 @@ def start_check(chosen: Chosen, key: str, valid_path: Path, options: dict[str, A
     if task is not None and task.path != str(chosen.path):
         task.cancel()
         task = None
-    earlier = recall(key) if valid_path.exists() else None  # checked alike in this process
+    earlier = recall(key)  # checked alike in this process
     if earlier is not None or chosen.path.stat().st_size <= background.SYNC_CHECK_BYTES:
         if earlier is None:
             with st.spinner("Checking every line…"):
-                report = check_file(chosen.path, valid_out=valid_path, **options)
+                report = check_file(chosen.path, **options)
             remember(key, report)
         else:
             report = earlier
@@ -277,7 +278,7 @@ def start_check(chosen: Chosen, key: str, valid_path: Path, options: dict[str, A
     if task is None or task.key != key:
         if task is not None:
             task.cancel()
-        task = BackgroundCheck(chosen.path, key, valid_out=valid_path, **options)
+        task = BackgroundCheck(chosen.path, key, **options)
         st.session_state["check_task"] = task
     show_progress(chosen.name)
     st.stop()
@@ -361,9 +362,12 @@ def summary(report: CheckReport, model: str) -> None:
     if not report.lines:
         return
     st.subheader("Summary")
+    st.caption(
+        "Every line is counted, valid or not: lines by url and by body.model, and the "
+        "messages of each line by role (a line that is no JSON object has none)."
+    )
     left, middle, right = st.columns(3)
     left.markdown("**url**")
-    # The lines that run, by url; invalid lines apart (they run nowhere).
     urls = sorted(set(report.urls) | set(report.invalid_urls))
     left.table(
         pd.DataFrame(
@@ -371,10 +375,10 @@ def summary(report: CheckReport, model: str) -> None:
                 "valid lines": [report.urls.get(u, 0) for u in urls],
                 "invalid lines": [report.invalid_urls.get(u, 0) for u in urls],
             },
-            index=urls,
+            index=[u or "(none)" for u in urls],
         )
         if report.invalid_urls
-        else pd.Series(dict(report.urls), name="lines")
+        else pd.Series({u or "(none)": n for u, n in report.urls.items()}, name="lines")
     )
     middle.markdown("**body.model → local model**")
     middle.table(
@@ -383,7 +387,9 @@ def summary(report: CheckReport, model: str) -> None:
                 {
                     "body.model": name or "(none)",
                     "lines": n,
-                    "local model": Path(report.model_map.get(name, model)).name,
+                    "local model": Path(report.model_map.get(name, model)).name
+                    if name != UNREADABLE
+                    else "",
                 }
                 for name, n in report.models.items()
             ]
@@ -514,8 +520,12 @@ def price_table(report: CheckReport) -> PriceTable:
 
 
 # -- downloads and the way on ------------------------------------------------------------------
-def downloads(chosen: Chosen, checked: Checked, estimate_data: dict | None) -> None:
-    """The report and the valid lines, to download (nothing for an empty file)."""
+def downloads(
+    chosen: Chosen, checked: Checked, settings: CheckSettings, estimate_data: dict | None
+) -> None:
+    """The report, and the valid lines of a file with invalid ones, to download (nothing
+    for an empty file). The valid lines are written only when asked: a copy of every
+    checked file in ``uploads/`` was written unasked and never used."""
     report, valid_path = checked
     if not report.lines:
         return
@@ -527,17 +537,24 @@ def downloads(chosen: Chosen, checked: Checked, estimate_data: dict | None) -> N
         mime="application/json",
         key="download_report",
     )
-    if report.valid and valid_path.is_file():
-        if valid_path.stat().st_size <= DOWNLOAD_LIMIT:
-            c2.download_button(
-                f"Download the {report.valid:,} valid lines (JSONL)",
-                valid_path.read_bytes(),
-                file_name=f"{Path(chosen.name).stem}.valid.jsonl",
-                mime="application/jsonl",
-                key="download_valid",
-            )
-        else:
-            c2.caption(f"The valid lines are in `{valid_path}`.")
+    if not (report.valid and report.invalid):  # a file of valid lines is its own copy
+        return
+    if not valid_path.is_file():
+        if c2.button(f"Write the {report.valid:,} valid lines to a file", key="write_valid"):
+            with st.spinner("Writing the valid lines…"):
+                check_file(chosen.path, valid_out=valid_path, **settings.options())
+            st.rerun()
+        return
+    if valid_path.stat().st_size <= DOWNLOAD_LIMIT:
+        c2.download_button(
+            f"Download the {report.valid:,} valid lines (JSONL)",
+            valid_path.read_bytes(),
+            file_name=f"{Path(chosen.name).stem}.valid.jsonl",
+            mime="application/jsonl",
+            key="download_valid",
+        )
+    else:
+        c2.caption(f"The valid lines are in `{valid_path}`.")
 
 
 def the_way_on(
@@ -574,5 +591,5 @@ checked = check(chosen, settings)
 findings(checked.report)
 summary(checked.report, settings.model)
 estimated = estimate_section(checked.report, settings)
-downloads(chosen, checked, estimated.data)
+downloads(chosen, checked, settings, estimated.data)
 the_way_on(chosen, checked.report, settings, estimated)

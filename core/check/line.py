@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from core.check.report import CheckedLine, Problem
+from core.check.report import UNREADABLE, CheckedLine, Problem
 from core.check.requests import RequestError, parse_request
 from core.endpoints import SUPPORTED_URLS
 from core.schemas import JobDefaults
@@ -153,3 +153,30 @@ def check_raw(line_no: int, raw: bytes, file_offset: int, defaults: JobDefaults)
     if control is not None:
         return CheckedLine(line_no, None, None, [Problem(line_no, "error", control)])
     return check_line(line_no, text, defaults)
+
+
+def readable_fields(raw: bytes) -> tuple[str, str, tuple[str, ...]]:
+    """What an invalid line that made no request still says: its ``url``, ``body.model``
+    and message roles, as far as they can be read ("" for a field missing or not a string,
+    ``UNREADABLE`` for a line that is no JSON object), so the summary counts every line."""
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        obj = None
+    if not isinstance(obj, dict):
+        return UNREADABLE, UNREADABLE, ()
+    url = obj.get("url")
+    body = obj.get("body")
+    body = body if isinstance(body, dict) else {}
+    model = body.get("model")
+    messages = body.get("messages")
+    roles = tuple(
+        m["role"]
+        for m in (messages if isinstance(messages, list) else ())
+        if isinstance(m, dict) and isinstance(m.get("role"), str)
+    )
+    return (
+        url if isinstance(url, str) else "",
+        model if isinstance(model, str) else "",
+        roles,
+    )

@@ -17,6 +17,8 @@ LISTED_LINES = 20  # line numbers quoted in a summary finding
 DUPLICATE_ID = "duplicate_custom_id"
 CONTEXT_EXCEEDED = "context_length_exceeded"
 EMPTY_FILE = "empty_file"
+# The url and model the summary counts a line under when it is no JSON object.
+UNREADABLE = "(not a JSON object)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +88,11 @@ class CheckReport:
     warnings: int = 0
     problems: list[Problem] = field(default_factory=list)
     problems_dropped: int = 0
+    # Every line is counted: by body.model, by url (valid and invalid lines apart; "" where
+    # a line names none, UNREADABLE where it is no JSON object) and its messages by role.
     models: Counter = field(default_factory=Counter)
     urls: Counter = field(default_factory=Counter)  # valid lines by url
-    invalid_urls: Counter = field(default_factory=Counter)  # invalid lines that name a url
+    invalid_urls: Counter = field(default_factory=Counter)  # invalid lines by url
     roles: Counter = field(default_factory=Counter)
     duplicates: int = 0
     max_output_tokens: int = 0

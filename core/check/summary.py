@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 from core.check.engine_requests import ChatRequest, GeneratedRequest, PooledRequest
 from core.check.fast_path import fast_chat_settings
+from core.check.line import readable_fields
 from core.check.model_fit import AutoRule, TokenCheck, fit_batch
 from core.check.report import (
     CONTEXT_EXCEEDED,
@@ -19,6 +20,7 @@ from core.check.report import (
     EMPTY_FILE,
     HISTOGRAM_EDGES,
     LISTED_LINES,
+    UNREADABLE,
     CheckedLine,
     CheckReport,
     Problem,
@@ -144,7 +146,9 @@ class Summary:
                         item.problems.append(problem)
                 for problem in item.problems:
                     self._problem(problem)
-                if request is None:
+                if request is None:  # invalid: counted by what it still says, nothing runs
+                    url, model, roles = readable_fields(raw)
+                    shapes[(False, url, model, roles, 0, 1, None, None, ())] += 1
                     continue
                 valid = item.valid
                 defaulted = request.defaulted
@@ -214,7 +218,8 @@ class Summary:
         valid_lines = 0
         for shape, lines in self.shapes.items():
             valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted = shape
-            # The url table counts the lines that run; invalid ones beside, apart.
+            # Every line is counted: the url table's lines that run, and invalid ones apart
+            # ("" where a line names no url or model it could be read from).
             (report.urls if valid else report.invalid_urls)[url] += lines
             report.models[model or ""] += lines
             for role in roles:
@@ -292,6 +297,7 @@ class Summary:
             report.model_map = {
                 name: self.tokens.folder_for(name, name in embedding_names)
                 for name in report.models
+                if name != UNREADABLE  # no model to map
             }
             for folder, local in report.by_local_model.items():
                 counter = self.tokens.counter(folder)  # loaded here if only a helper used it

@@ -307,7 +307,8 @@ def create_job(
             reuse=reuse_default() if reuse is None else reuse,
         )
         write_atomic(job.spec_file, to_json(spec))
-        status = JobStatus(state="created")
+        # Its requests are known now: a waiting job showed "0 / 0 requests".
+        status = JobStatus(state="created", total=spec.input_lines)
         status.enter("created", "waiting for the worker to start")
         job.write_status(status)
     except BaseException:  # a full disk mid-copy: no half-made folder, shown nowhere

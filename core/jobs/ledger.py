@@ -292,11 +292,17 @@ def reconcile(job: JobFolder) -> Reconciliation:
     return _reconciliation(read_ledger(job))
 
 
+def failure_class(error: dict[str, Any]) -> str:
+    """A failure's class: its code and message, less the "line N: " an input line's own
+    failure starts with (its line is in ``error["line"]``), so like failures group."""
+    message = str(error.get("message", ""))
+    if error.get("line") is not None:
+        message = message.removeprefix(f"line {error['line']}: ")
+    return f"{error.get('code', 'error')}: {message[:120]}"
+
+
 def _reconciliation(ledger: Ledger) -> Reconciliation:
-    classes = Counter(
-        f"{e.get('code', 'error')}: {str(e.get('message', ''))[:120]}"
-        for e in ledger.failed.values()
-    )
+    classes = Counter(failure_class(e) for e in ledger.failed.values())
     return Reconciliation(
         requests=len(ledger.ids),
         succeeded=len(ledger.succeeded - ledger.unexpected),

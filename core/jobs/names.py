@@ -58,7 +58,13 @@ def rename_job(job: JobFolder, text: str) -> str:
     name = check_name(text)
     other = names_taken(job.path.parent, but=job.job_id).get(_key(name))
     if other is not None:
+        # The other job by its name as it has it (not as typed: "BIG300" for "big300").
+        try:
+            kept = JobFolder(job.path.parent / other).name or name
+        except JobUnreadable:
+            kept = name
         raise ValueError(
-            f"job {other} is already named {name!r}; job names are unique: choose another"
+            f"another job is named {kept!r} (job {other}); job names are unique, whatever "
+            "their case: choose another"
         )
     return job.rename(name)

@@ -60,3 +60,20 @@ def position(job: JobFolder, jobs_dir: Path) -> int | None:
     """1 for the next job to run; None when the job is not waiting."""
     order = [j.job_id for j in queued_jobs(jobs_dir)]
     return order.index(job.job_id) + 1 if job.job_id in order else None
+
+
+def ahead_of(job: JobFolder, jobs_dir: Path) -> list[str]:
+    """The ids of the jobs a queued job waits for, in the order they run: the one running
+    now, then those queued before it (none for a job that is not queued)."""
+    order = [j.job_id for j in queued_jobs(jobs_dir)]
+    if job.job_id not in order:
+        return []
+    running = []
+    for other in list_jobs(jobs_dir):
+        try:
+            status = other.read_status()
+        except JobUnreadable:
+            continue
+        if status.state in ("loading", "running", "cancelling") and not status.interrupted:
+            running.append(other.job_id)
+    return running + order[: order.index(job.job_id)]

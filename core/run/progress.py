@@ -65,12 +65,75 @@ def eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
     return duration(speed.eta_seconds), help
 
 
+def earlier_tokens(status: JobStatus) -> int:
+    """Output tokens of the job's answers this run did not generate: earlier runs' and
+    reused answers'."""
+    return max(status.completion_tokens - status.run_completion_tokens, 0)
+
+
 def work_text(work_done: float, status: JobStatus) -> str:
-    """The share of the output generated, against the total it is measured on."""
-    expected = status.expected_output_tokens or 0
+    """The share of this run's output generated, against the total it is measured on (the
+    tokens of earlier runs' and reused answers are not this run's, and said apart)."""
+    earlier = earlier_tokens(status)
+    expected = max((status.expected_output_tokens or 0) - earlier, 0)
     if status.expected_is_bound:  # no answer measured: every answer taken to its limit
-        return f"{work_done:.0%} of at most {expected:,} output tokens generated"
-    return f"{work_done:.0%} of about {expected:,} expected output tokens generated"
+        text = f"{work_done:.0%} of at most {expected:,} output tokens generated"
+    else:
+        text = f"{work_done:.0%} of about {expected:,} expected output tokens generated"
+    if earlier:
+        text += f" (this run's; {earlier:,} more from earlier runs or reused answers)"
+    return text
+
+
+def speed_figures(status: JobStatus, speed: Rates, final: bool) -> list[tuple[str, str, str]]:
+    """Monitor's two speed metrics as ``(label, value, help)``: requests/s, and output
+    tokens/s (texts embedded/s for a job of embeddings only). They are this run's: after a
+    resume the label says so. While the run has generated but no speed is measured yet,
+    the value says so rather than 0."""
+    scope = " (this run)" if status.runs > 1 else ""
+    kind = " (average)" if final else ""
+    generated = status.generated_tokens > earlier_tokens(status)  # by this run
+    measuring = not final and speed.tokens_per_s == 0 and generated
+    requests = (
+        f"Requests/s{kind}{scope}",
+        f"{speed.requests_per_s:.2f}",
+        f"average {speed.average_requests_per_s:.2f}",
+    )
+    if status.embedded and not status.completion_tokens:  # a job of embeddings only
+        return [
+            requests,
+            (
+                f"Texts embedded/s{kind}{scope}",
+                f"{speed.texts_per_s:.0f}",
+                f"average {speed.average_texts_per_s:.0f}; {status.embedded:,} texts so far",
+            ),
+        ]
+    tokens = (
+        f"Output tokens/s{kind}{scope}",
+        "measuring" if measuring else f"{speed.tokens_per_s:.0f}",
+        f"average {speed.average_tokens_per_s:.0f}; since the first token, running "
+        "requests' tokens counted as the engine generates them; reused answers' tokens are "
+        "not counted",
+    )
+    return [requests, tokens]
+
+
+def runs_text(status: JobStatus) -> str:
+    """What the figures of a job with several runs cover ("" for one run)."""
+    if status.runs <= 1:
+        return ""
+    return (
+        f"Requests done, Succeeded, Failed and Elapsed are the whole job's, over its "
+        f"{status.runs} runs; the speeds and the ETA are this run's: "
+        f"{plural(status.run_done, 'result')}, "
+        f"{plural(status.run_completion_tokens, 'output token')} "
+        f"in {duration(status.elapsed_seconds)}."
+    )
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 answer``, ``2 answers``, with thousands separated."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def interrupted_text(status: JobStatus) -> str:
@@ -87,12 +150,18 @@ def interrupted_text(status: JobStatus) -> str:
 
 
 def final_summary(status: JobStatus) -> str:
-    """A finished job's counts, what it made and how long it took, as one sentence."""
-    made = (  # a job of embeddings only makes vectors, not tokens
-        f"{status.embedded:,} texts embedded"
-        if status.embedded and not status.completion_tokens
-        else f"{status.completion_tokens:,} output tokens"
-    )
+    """A finished job's counts, what it made and how long it took, as one sentence; reused
+    answers' tokens are said apart, as not made by the job's runs."""
+    reused = status.reused_completion_tokens
+    if status.embedded and not status.completion_tokens:  # vectors, not tokens
+        made = f"{status.embedded:,} texts embedded"
+    elif reused:
+        made = (
+            f"{plural(status.completion_tokens - reused, 'output token')} generated and "
+            f"{reused:,} reused from earlier answers"
+        )
+    else:
+        made = plural(status.completion_tokens, "output token")
     return (
         f"{status.succeeded:,} succeeded, {status.failed:,} failed, "
         f"{made} in {duration(job_seconds(status))}"
@@ -106,7 +175,7 @@ def reused_text(status: JobStatus) -> str:
         return ""
     share = status.reused / status.total if status.total else 0.0
     return (
-        f"{status.reused:,} answers ({share:.0%}) came from earlier results or from the same "
-        f"request earlier in the file: {status.reused_completion_tokens:,} output tokens "
-        "not computed."
+        f"{plural(status.reused, 'answer')} ({share:.0%}) came from earlier results or from "
+        f"the same request earlier in the file: "
+        f"{plural(status.reused_completion_tokens, 'output token')} not computed."
     )

@@ -53,6 +53,7 @@ from core.run.eta import Forecast, StepTime
 from core.run.local import make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, POOL, die_with_parent
+from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
@@ -244,7 +245,8 @@ def _reuse(
         plans[folder] = plan
     reused = sum(plan.reused_count for plan in plans.values())
     if reused:
-        keeper.note(f"{reused:,} answers come from earlier results or duplicates in the job")
+        said = plural(reused, "answer") + (" comes" if reused == 1 else " come")
+        keeper.note(f"{said} from earlier results or duplicates in the job")
     return plans
 
 

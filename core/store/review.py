@@ -319,8 +319,13 @@ def agreement(
         [reviewer_b, *params, reviewer_a],
     )
     a, b = list(frame["a"]), list(frame["b"])
+    # Each side's verdicts name their reviewer: a table shows its columns' axis name
+    # nowhere, and reviewer B's side went unlabelled.
     table = (
-        pd.crosstab(frame["a"], frame["b"]).rename_axis(index=reviewer_a, columns=reviewer_b)
+        pd.crosstab(
+            frame["a"].map(lambda v: f"{reviewer_a} (A): {v}"),
+            frame["b"].map(lambda v: f"{reviewer_b} (B): {v}"),
+        ).rename_axis(index=None, columns=None)
         if len(frame)
         else pd.DataFrame()
     )

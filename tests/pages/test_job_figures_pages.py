@@ -32,5 +32,5 @@ def test_a_resume_with_nothing_to_run_keeps_the_jobs_token_totals(studio_home: P
     at = open_page("monitor.py", job_id=job.job_id)
     assert "completed: 3 succeeded, 0 failed, 33 output tokens in" in texts(at)
     assert "over 2 runs" in texts(at)
-    assert "This run: 0 results, 0 output tokens" in texts(at)
+    assert "the speeds and the ETA are this run's: 0 results, 0 output tokens" in texts(at)
     assert metric(at, "Succeeded") == "3"

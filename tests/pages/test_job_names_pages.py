@@ -37,13 +37,14 @@ def test_a_rename_to_another_jobs_name_is_refused_naming_it(tmp_path, model, no_
     second = submitted(file, model, name="other")
     refused = cli("jobs", "rename", second.job_id, "Cancel100")
     assert refused.returncode == 2
-    assert f"job {first.job_id} is already named 'Cancel100'" in refused.stderr
+    # The other job by its name as it has it (issue 58, item 17: by id, and as typed).
+    assert f"another job is named 'cancel100' (job {first.job_id})" in refused.stderr
     assert second.name == "other"
     done = cli("jobs", "rename", first.job_id, "CANCEL100")  # its own name, recased
     assert done.returncode == 0, done.stderr
     at = open_page("jobs.py", job_id=second.job_id)
     rename(at, second, "cancel100")
-    assert any("is already named 'cancel100'" in shown(e.value) for e in at.error)
+    assert any("another job is named 'CANCEL100'" in shown(e.value) for e in at.error)
     assert second.name == "other"
 
 
@@ -127,6 +128,14 @@ def test_results_dashboards_and_review_pick_jobs_by_name(studio_home):
     assert at.multiselect(key="results_more_jobs").options == [
         f"Spanish answers · {second.job_id[-6:]}"
     ]
+    # The table of both jobs names each row's job as the boxes do (issue 58, item 17: ids).
+    at.multiselect(key="results_more_jobs").set_value([second.job_id]).run()
+    [table] = [d.value for d in at.dataframe if "job" in d.value.columns]
+    assert set(table["job"]) == {
+        f"English answers · {first.job_id[-6:]}",
+        f"Spanish answers · {second.job_id[-6:]}",
+    }
+    assert "job_id" not in table.columns
     at = open_page("dashboards.py")
     assert len(at.multiselect(key="dash_jobs").options) == 2
     assert all(" answers · " in o for o in at.multiselect(key="dash_jobs").options)

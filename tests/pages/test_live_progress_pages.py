@@ -12,7 +12,7 @@ from core.run.outputs import success_line
 from core.schemas import JobStatus
 from tests.support.jobs import monitored_job
 from tests.support.live_progress import running_status
-from tests.support.pages import metric, open_page
+from tests.support.pages import metric, open_page, texts
 
 
 def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) -> None:
@@ -81,6 +81,51 @@ def test_the_monitor_shows_engine_progress_and_an_eta_bound_when_nothing_was_mea
     assert [b.label for b in at.button] == ["Stop now"]
 
 
+def test_a_resumed_monitor_says_which_figures_are_this_runs_and_waits_for_a_speed(
+    studio_home,
+) -> None:
+    """Issue 58, item 10: after a resume the caption said every figure was the whole job's
+    beside this run's speeds, and the ETA read 0:01 at 0 of 39 beside "Output tokens/s 0"."""
+    job = monitored_job(studio_home)
+    status = running_status(
+        total=39, done=11, succeeded=11, runs=2, run_done=0, completion_tokens=330,
+        run_completion_tokens=0, generated_tokens=355, expected_output_tokens=1_254,
+        measured_tokens_per_s=1_000.0, eta_seconds=1.0, eta_at=time.time(),
+    )  # fmt: skip
+    job.write_status(status)
+    at = open_page("monitor.py", job_id=job.job_id)
+    assert metric(at, "ETA") == "estimating"
+    assert metric(at, "Output tokens/s (this run)") == "measuring"
+    assert metric(at, "Requests/s (this run)") == "0.00"
+    assert "Succeeded, Failed and Elapsed are the whole job's, over its 2 runs; the speeds " in (
+        texts(at)
+    )
+    progress = at.get("progress")[0].proto
+    assert "3% of about 924 expected output tokens generated (this run's; 330 more" in (
+        progress.text
+    )
+
+
+def test_a_queued_job_shows_its_requests_and_the_job_it_waits_for(studio_home) -> None:
+    """Issue 58, item 17: a queued job showed "queued: 0 / 0 requests" and not which job
+    it waited for."""
+    from core.jobs.folder import create_job, queue_job
+    from core.schemas import EngineConfig
+    from tests.support.jobs import request_line
+
+    running = monitored_job(studio_home)
+    running.write_status(running_status(total=1))
+    batch = studio_home / "five.jsonl"
+    batch.write_text("".join(request_line(f"q{i}", "hi") + "\n" for i in range(5)))
+    waiting = create_job(batch, studio_home / "jobs", EngineConfig(model="/models/tiny"),
+                         name="Five tickets")  # fmt: skip
+    assert waiting.read_status().total == 5  # known when it is made: Jobs showed 0
+    queue_job(waiting)
+    at = open_page("monitor.py", job_id=waiting.job_id)
+    assert "queued: 0 / 5 requests" in at.get("progress")[0].proto.text
+    assert f"Waits for {running.job_id}: it runs once that job ends." in texts(at)
+
+
 def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
     job = monitored_job(studio_home)
     now = time.time()
@@ -101,6 +146,28 @@ def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:
     assert [c["layout"]["title"]["text"] for c in charts] == ["GPU memory (MiB)", "GPU %"]
     memory = {trace["name"]: trace["y"] for trace in charts[0]["data"]}
     assert memory == {"GPU 0": [1000.0, 1000.0], "GPU 1": [2000.0, 2000.0]}
+    assert charts[0]["layout"]["yaxis"]["range"] == [0.0, 2200.0]
+    assert charts[1]["layout"]["yaxis"]["range"] == [0.0, 100]
+
+
+def test_the_memory_chart_draws_a_tiny_change_flat(studio_home) -> None:
+    """Issue 58, item 17: a worker's RSS moving by 0.014 MiB filled the chart as a climb."""
+    job = monitored_job(studio_home)
+    now = time.time()
+    samples = [
+        {"t": now - 4 + k, "done": 0, "output_tokens": 0, "rss_mib": 900 + 0.007 * k,
+         "cpu_percent": 1.0}
+        for k in range(3)
+    ]  # fmt: skip
+    job.metrics.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    job.write_status(running_status(total=1))
+    at = open_page("monitor.py", job_id=job.job_id)
+    axes = {
+        c["layout"]["title"]["text"]: c["layout"]["yaxis"]["range"]
+        for c in (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))
+    }
+    assert axes["Worker RSS (MiB)"][0] == 0.0 and axes["Worker RSS (MiB)"][1] >= 990
+    assert axes["Worker CPU %"] == [0.0, 100.0]
 
 
 def test_an_embeddings_job_shows_texts_embedded_per_second(studio_home, tmp_path) -> None:

@@ -2,7 +2,7 @@
 
 import json
 
-from core.check import BackgroundCheck, check_file, scan, setting_rows
+from core.check import UNREADABLE, BackgroundCheck, check_file, scan, setting_rows
 from core.check.engine_requests import CompletionRequest
 from core.config import default_model_dir
 from core.schemas import JobDefaults
@@ -134,6 +134,36 @@ def test_the_summary_counts_urls_models_roles_and_what_lines_run_with(tmp_path):
     assert report.effective["temperature"] == {"0.5 (job default)": 3}
     assert report.max_output_tokens == 5 + 5 + 100
     assert report.problems[0].severity == "note" and "lines 3" in report.problems[0].message
+
+
+def test_the_summary_counts_every_line_valid_or_not(tmp_path):
+    """Issue 58, item 9: lines that made no request (a missing id, a bad role, a cut-off
+    line, an embeddings line without input) were left out of the url, model and role
+    counts, so the url table said 1 invalid line of 5."""
+    report = check_file(
+        write(
+            tmp_path,
+            line(custom_id="a"),
+            line(custom_id="b", body={"model": "m", "messages": [{"role": "robot"}]}),
+            json.dumps({"method": "POST", "url": "/v1/chat/completions", "body": VALID["body"]}),
+            line(custom_id="e", url="/v1/embeddings", body={"model": "emb"}),
+            line(custom_id="a"),
+        )
+    )
+    assert (report.lines, report.valid, report.invalid) == (5, 1, 4)
+    assert report.urls == {"/v1/chat/completions": 1}
+    assert report.invalid_urls == {"/v1/chat/completions": 3, "/v1/embeddings": 1}
+    assert sum(report.urls.values()) + sum(report.invalid_urls.values()) == report.lines
+    assert report.models == {"m": 4, "emb": 1}
+    assert report.roles == {"user": 3, "robot": 1}
+
+
+def test_a_line_that_is_no_json_object_is_counted_as_such(tmp_path):
+    path = tmp_path / "cut.jsonl"
+    path.write_text(json.dumps(VALID) + "\n" + json.dumps(VALID)[:40] + "\n[1]\n")
+    report = check_file(path)
+    assert report.invalid_urls == {UNREADABLE: 2}
+    assert report.models == {"m": 1, UNREADABLE: 2}
 
 
 def test_the_valid_lines_file_holds_exactly_the_valid_lines(tmp_path):

@@ -37,6 +37,20 @@ def test_reconcile_counts_missing_and_groups_failures(tmp_path):
     assert not report.complete
 
 
+def test_failures_group_by_class_without_their_line_numbers(tmp_path):
+    """Issue 58, item 17: each invalid line's class carried its "line N:", one row a line."""
+    job = finished_job(tmp_path, {"a": "yes", "b": None, "c": None})
+    message = "body.temperature must be a number, got 'hot'"
+    with OutputWriter(job.errors) as writer:
+        writer.write(
+            [
+                error_line(cid, "invalid_request", f"line {n}: {message}", line=n)
+                for n, cid in ((2, "b"), (3, "c"))
+            ]
+        )
+    assert reconcile(job).failures_by_class == {f"invalid_request: {message}": 2}
+
+
 def test_a_success_after_a_failure_is_the_final_result(tmp_path):
     job = finished_job(tmp_path, {"a": "yes", "b": None})
     other = finished_job(tmp_path / "retry", {"b": "fixed"})

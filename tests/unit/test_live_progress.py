@@ -15,6 +15,7 @@ from core.run import worker
 from core.run.engine import EngineActivity
 from core.run.monitoring import rates
 from core.run.outputs import Choice, Completion, success_line
+from core.run.progress import eta, work_text
 from core.schemas import EngineConfig, JobStatus
 from tests.support.jobs import StandIn, request_line
 from tests.support.live_progress import running_status
@@ -144,7 +145,7 @@ def test_while_the_model_loads_the_eta_says_so_with_the_measured_load_time() -> 
     assert speed.loading and speed.eta_seconds is None
     assert speed.load_left_seconds == pytest.approx(57.0, abs=1.0)
     status.state = "running"
-    assert rates([], status).eta_seconds == pytest.approx(27.0)
+    assert rates([], status).eta_seconds is None  # running, but no speed of its own yet
 
 
 def test_the_worker_says_it_is_loading_with_the_models_last_load_time(
@@ -175,10 +176,37 @@ def _one_line_batch(tmp_path):
     return batch
 
 
-def test_before_the_first_token_the_eta_uses_the_models_measured_speed() -> None:
-    status = running_status(total=10, expected_output_tokens=1_000, measured_tokens_per_s=50.0)
-    assert rates([], status).eta_seconds == pytest.approx(20.0)
-    assert rates([], running_status(total=10, expected_output_tokens=1_000)).eta_seconds is None
+def test_no_eta_before_this_run_has_a_speed_of_its_own() -> None:
+    """Issue 58, item 10: the model's speed on earlier runs (or the worker's first
+    forecast) read 0:01 for 8 s at 0 of 39 done, beside "Output tokens/s 0"."""
+    status = running_status(
+        total=39, expected_output_tokens=1_254, measured_tokens_per_s=1_000.0, generated_tokens=25
+    )
+    status.eta_seconds, status.eta_at = 1.0, time.time()
+    speed = rates([], status)
+    assert speed.eta_seconds is None and speed.tokens_per_s == 0
+    assert eta(status, speed)[0] == "estimating"
+    now = time.time()
+    samples = [
+        {"t": now - age, "done": 0, "output_tokens": tokens}
+        for age, tokens in ((30, 0), (20, 200), (10, 600), (0, 1_000))
+    ]
+    status.eta_seconds, status.eta_at = 9.0, now
+    assert rates(samples, status).eta_seconds == pytest.approx(9.0, abs=1.0)  # now it has one
+
+
+def test_a_resumed_runs_share_of_output_counts_only_what_it_generates() -> None:
+    """Issue 58, item 10: earlier runs' and reused answers' tokens counted as generated."""
+    status = running_status(
+        total=39, done=20, runs=2, completion_tokens=1_000, run_completion_tokens=0,
+        generated_tokens=1_020, expected_output_tokens=1_980,
+    )  # fmt: skip
+    speed = rates([], status)
+    assert speed.work_done == pytest.approx(20 / 980)
+    assert work_text(speed.work_done, status) == (
+        "2% of about 980 expected output tokens generated (this run's; 1,000 more from "
+        "earlier runs or reused answers)"
+    )
 
 
 def ok(custom_id: str, tokens: int = 4) -> dict:

@@ -53,6 +53,21 @@ def test_the_verdict_counts_texts_for_an_embeddings_job_and_names_the_runs() -> 
     assert final_summary(embeddings) == "3 succeeded, 0 failed, 3 texts embedded in 0:02."
 
 
+def test_the_verdict_says_reused_answers_tokens_were_reused_not_made() -> None:
+    """Issue 58, item 10: a job answered wholly from earlier results "made 1,254 output
+    tokens in 0:00"."""
+    reused = JobStatus(
+        succeeded=39, completion_tokens=1_254, reused=39, reused_completion_tokens=1_254,
+        job_seconds=0.2, runs=1,
+    )  # fmt: skip
+    assert final_summary(reused) == (
+        "39 succeeded, 0 failed, 0 output tokens generated and 1,254 reused from earlier "
+        "answers in 0:00."
+    )
+    part = reused.model_copy(update={"completion_tokens": 1_255, "reused_completion_tokens": 1_254})
+    assert "1 output token generated and 1,254 reused" in final_summary(part)
+
+
 def test_the_ray_tables_have_a_row_per_node_replica_and_gpu() -> None:
     stats = {
         "nodes": [

@@ -506,6 +506,12 @@ def test_monitor_says_what_reuse_saved():
     text = reused_text(done)
     assert text.startswith("6 answers (75%) came from earlier results")
     assert "1,200 output tokens not computed" in text
+    # Issue 58, item 17: "1 answers".
+    one = JobStatus(state="completed", total=4, reused=1, reused_completion_tokens=1)
+    assert reused_text(one) == (
+        "1 answer (25%) came from earlier results or from the same request earlier in the "
+        "file: 1 output token not computed."
+    )
 
 
 def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch):

@@ -118,7 +118,10 @@ def test_agreement_uses_only_items_both_reviewers_labelled(db):
     result = agreement(store, "ana", "bob")
     assert (result.items, result.agreed) == (3, 2)
     assert round(result.kappa, 3) == 0.4
-    assert result.table.loc["pass", "fail"] == 1
+    assert result.table.loc["ana (A): pass", "bob (B): fail"] == 1
+    # Issue 58, item 17: both sides name their reviewer (B's columns were unlabelled).
+    assert list(result.table.columns) == ["bob (B): fail", "bob (B): pass"]
+    assert list(result.table.index) == ["ana (A): fail", "ana (A): pass"]
 
 
 def test_tally_per_job_and_reviewer(db):
