@@ -438,9 +438,10 @@ def export_section(db: Store, flt: res.ResultFilter, job_id: str) -> None:
 
     def write_export() -> bytes:
         """Runs when the button is clicked, on the filter shown then (never a stale file)."""
-        target = paths().home / "exports" / f"{job_id}_results.{fmt}"
-        ex.export_results(db, flt, target, fmt)
-        return target.read_bytes()
+        with ex.export_folder(paths().home) as folder:  # this click's own file
+            target = folder / f"{job_id}_results.{fmt}"
+            ex.export_results(db, flt, target, fmt)
+            return target.read_bytes()
 
     st.download_button(
         f"Export {fmt.upper()}",
@@ -474,9 +475,10 @@ def downloads(db: Store, chosen: Chosen) -> None:
 
     def write_errors() -> bytes:
         """Written from DuckDB when clicked (opening the page does no export work)."""
-        errors = paths().home / "exports" / f"{job_id}_errors.jsonl"
-        ex.export_errors(db, [job_id], errors)
-        return errors.read_bytes()
+        with ex.export_folder(paths().home) as folder:
+            errors = folder / f"{job_id}_errors.jsonl"
+            ex.export_errors(db, [job_id], errors)
+            return errors.read_bytes()
 
     c[1].download_button(
         "Download error file",

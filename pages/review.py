@@ -222,11 +222,13 @@ def export(db: Store, sample_id: str) -> None:
     if not st.button("Prepare export", key="review_export"):
         return
     try:
-        target, n = export_file(db, sample_id, what, fmt, paths().home / "exports")
+        with ex.export_folder(paths().home) as folder:  # this session's own file
+            target, n = export_file(db, sample_id, what, fmt, folder)
+            data = target.read_bytes()
     except ex.ExportError as exc:
         st.error(escape(exc))
     else:
-        st.download_button(f"Download {target.name} ({n:,} rows)", target.read_bytes(), target.name)
+        st.download_button(f"Download {target.name} ({n:,} rows)", data, target.name)
 
 
 def export_file(db: Store, sample_id: str, what: str, fmt: str, folder: Path) -> tuple[Path, int]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
+from core.api.keys import ApiAccess, read_access, write_access
 from core.api.keys import read_keys as api_keys
 from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
@@ -38,7 +39,14 @@ MODELS_HELP = (
 KEYS_HELP = (
     "OpenAI clients call this server's `/v1` (Files, Batches, Models). Beyond this machine "
     "they need a key: `python -m core keys create NAME` prints one once (only its hash is "
-    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches."
+    "kept), `keys revoke NAME` removes it. A key sees only its own files and batches, "
+    "wherever it calls from; an unknown or revoked key is refused. A call with no key from "
+    "this machine sees everything, unless keys are required here too."
+)
+LOOPBACK_HELP = (
+    "Anything that forwards remote traffic to 127.0.0.1 (an SSH tunnel, a port-forward) "
+    "calls from this machine: require keys here so such a call sees only its key's work. "
+    "Same as `python -m core keys loopback require` (`open` turns it off)."
 )
 
 
@@ -184,6 +192,17 @@ def api_keys_section(home: Path) -> None:
         )
     else:
         st.write("No API keys: the Batch API (`/v1`) answers only callers on this machine.")
+    required = read_access(home).keys_on_loopback
+    wanted = st.checkbox(
+        "Require a key on this machine too", value=required, help=LOOPBACK_HELP, key="keys_here"
+    )
+    if wanted != required:
+        write_access(home, ApiAccess(keys_on_loopback=wanted))
+        st.toast(
+            "The API now needs a key from this machine too."
+            if wanted
+            else "The API now answers a call with no key from this machine."
+        )
     st.caption(KEYS_HELP)
 
 

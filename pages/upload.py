@@ -28,7 +28,7 @@ from core.check import (
 from core.config import SAMPLE_DATA
 from core.jobs.inbox import server_file
 from core.jobs.queue import models_loaded
-from core.jobs.submit import Submission
+from core.jobs.submit import Submission, file_problems
 from core.jobs.uploads import save_upload
 from core.model_folders import model_folders
 from core.model_names import studio_model_map
@@ -320,8 +320,21 @@ def findings(report: CheckReport) -> None:
         st.warning("The check was stopped: the figures cover the lines read so far.")
     if report.problems:
         problems(report)
+    # Run refuses what even skipping the invalid lines leaves (a repeated custom_id): by
+    # Run's own rule, said here, and running the valid lines is not offered then.
+    refusals = file_problems(report, skip_invalid=True)
     if report.ok:
         st.success(f"All {report.valid} lines are valid.")
+    elif refusals:
+        invalid = (
+            f"{report.invalid} of {report.lines} lines are invalid. " if report.invalid else ""
+        )
+        for problem in refusals:
+            st.error(
+                f"{invalid}Fix the file: Run refuses it even with the invalid lines skipped: "
+                f"{escape(problem)}",
+                icon=":material/block:",
+            )
     elif report.valid:
         st.warning(
             f"{report.invalid} of {report.lines} lines are invalid. Fix them, or run the valid "
@@ -562,7 +575,7 @@ def the_way_on(
 ) -> None:
     """A file with valid lines (and its cost confirmed) is handed to Run, with a link there;
     else nothing is."""
-    if report.valid and not estimated.needs_confirmation:
+    if report.valid and not file_problems(report, True) and not estimated.needs_confirmation:
         hand_to_run(
             CheckedBatch(
                 chosen.path,

@@ -11,7 +11,6 @@ from collections.abc import Callable
 import streamlit as st
 
 from core.jobs.submit import Refused, Started
-from core.model_folders import model_folders
 from core.qa import judge as jg
 from core.qa import pairwise as pw
 from core.store import judged, trust
@@ -27,18 +26,22 @@ from ui.text import escape
 
 
 def _model_picker(key: str) -> str:
-    """The model of a judging section (any model folder, or another typed)."""
+    """The model of a judging section (a chat model folder, or another typed)."""
     return model_picker(
-        "Judge model", f"{key}_model", path_key=f"{key}_model_path", path_label="Judge model folder"
+        "Judge model",
+        f"{key}_model",
+        path_key=f"{key}_model_path",
+        path_label="Judge model folder",
+        folders=jg.judge_models(),
     )
 
 
 def _judge_picker(text: str, max_tokens: int) -> str:
-    """The verdict judge's model: never one that failed its calibration with this template
-    and max tokens (each left out is named, with why and what to choose instead); one that
-    passed comes first."""
+    """The verdict judge's model: a chat model, never one that failed its calibration with
+    this template and max tokens (each left out is named, with why and what to choose
+    instead); one that passed comes first."""
     offered, refused = [], []
-    for folder in model_folders():
+    for folder in jg.judge_models():
         found = jg.calibration(text, jg.JudgeSettings(str(folder), max_tokens), paths().jobs)
         if found is not None and found.state == "failed":
             refused.append(found)

@@ -10,6 +10,7 @@ from core.store import text_query as tq
 from core.store import vector_figures as vf
 from core.store import vectors as vec
 from core.store.db import Store
+from core.store.export import export_folder
 from ui.store import paths
 from ui.text import escape
 
@@ -226,15 +227,16 @@ def _map_view(db: Store, job_id: str, version: tuple) -> None:
 def _export_view(db: Store, job_id: str) -> None:
     def parquet() -> bytes:
         """Written when clicked (opening the page does no export work)."""
-        target = paths().home / "exports" / f"{job_id}_vectors.parquet"
-        vec.export_vectors_parquet(db, job_id, target)
-        return target.read_bytes()
+        with export_folder(paths().home) as folder:  # this click's own file
+            target = folder / f"{job_id}_vectors.parquet"
+            vec.export_vectors_parquet(db, job_id, target)
+            return target.read_bytes()
 
     def npy() -> bytes:
-        target = vec.export_vectors_npy_zip(
-            db, job_id, paths().home / "exports" / f"{job_id}_vectors.zip"
-        )
-        return target.read_bytes()
+        with export_folder(paths().home) as folder:
+            return vec.export_vectors_npy_zip(
+                db, job_id, folder / f"{job_id}_vectors.zip"
+            ).read_bytes()
 
     st.caption(
         "Parquet: job_id, custom_id, input_index, text and the vector (a fixed-size list of "

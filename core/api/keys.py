@@ -4,8 +4,14 @@
 ``api_keys.json`` in the data folder. A key owns the files and batches made with it, and
 sees only its own: by its id, made with it, never by its name, so a key made later with a
 revoked key's name inherits nothing (:func:`core.api.files.visible`). A revoked key stays
-in the file, refused, so its id and name still say whose its work was. On a loopback
-address any key (or none) is accepted, as the app admits anyone on this machine.
+in the file, refused, so its id and name still say whose its work was.
+
+Who calls is one rule, :func:`caller_for`: a request that presents a key is judged by that
+key wherever it comes from (an unknown or revoked key is refused, never taken for this
+machine's user: an SSH tunnel or a port-forward makes remote traffic arrive from
+127.0.0.1). Only a request with no key from a loopback address is this machine's user, who
+sees everything, as the app admits anyone on this machine; ``api_access.json``'s
+``keys_on_loopback`` (Settings, ``core keys loopback require``) refuses that too.
 
 A key is 32 random bytes, so one round of SHA-256 is enough to store it: there is nothing
 to guess that a slow hash would protect.
@@ -82,8 +88,39 @@ class KeyProblem(ValueError):
     """A key that cannot be made or revoked, with why."""
 
 
+class ApiAccess(BaseModel):
+    """``api_access.json`` in the data folder: who the API admits on this machine."""
+
+    keys_on_loopback: bool = False  # True: a call from loopback needs a key too
+
+
+class KeyRefused(ValueError):
+    """A call the API refuses (401): no key where one is needed, or a key that is not one in
+    use; the message says which and what to do."""
+
+
 def keys_file(home: Path) -> Path:
     return home / "api_keys.json"
+
+
+def access_file(home: Path) -> Path:
+    return home / "api_access.json"
+
+
+def read_access(home: Path) -> ApiAccess:
+    """The access setting; the default (a loopback call needs no key) when none is saved.
+    A damaged file requires keys: it is read on every call, and failing open would admit
+    everyone on this machine whatever was set."""
+    try:
+        return ApiAccess.model_validate_json(access_file(home).read_bytes())
+    except FileNotFoundError:
+        return ApiAccess()
+    except (OSError, ValueError):
+        return ApiAccess(keys_on_loopback=True)
+
+
+def write_access(home: Path, access: ApiAccess) -> None:
+    write_atomic(access_file(home), access.model_dump_json(indent=1))
 
 
 def _digest(key: str) -> str:
@@ -173,3 +210,29 @@ def owner_of(home: Path, key: str) -> Caller | None:
         if hmac.compare_digest(sha256, digest):
             return caller
     return None
+
+
+def caller_for(home: Path, key: str, loopback: bool) -> Caller | None:
+    """Who calls with ``key`` ("" for none) from a loopback address or not: a key's
+    :class:`Caller`, or None for this machine's user (no key, from loopback, while
+    :attr:`ApiAccess.keys_on_loopback` is off). The one rule every API entry asks.
+
+    Raises:
+        KeyRefused: a key that is not one in use (unknown or revoked), wherever it comes
+            from; no key beyond loopback, or on loopback when keys are required there.
+    """
+    if key:
+        owner = owner_of(home, key)
+        if owner is None:
+            raise KeyRefused(
+                f"Incorrect API key provided: {key[:7]}***. It is not a key in use here "
+                "(unknown or revoked); ask for a key, or call without one from this machine."
+            )
+        return owner
+    if loopback and not read_access(home).keys_on_loopback:
+        return None
+    where = "on this machine too (Settings)" if loopback else "beyond this machine"
+    raise KeyRefused(
+        f"You didn't provide an API key; one is required {where}. Send 'Authorization: "
+        "Bearer KEY'; a key is made with `python -m core keys create NAME` on the server."
+    )

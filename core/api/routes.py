@@ -20,7 +20,7 @@ from core.access import is_loopback
 from core.api import batch_view, batches, files
 from core.api.errors import ApiError, error_response, not_found
 from core.api.form import too_large
-from core.api.keys import Caller, owner_of
+from core.api.keys import Caller, KeyRefused, caller_for
 from core.config import data_paths
 from core.jobs.folder import JobUnreadable
 from core.json_strict import strict_json
@@ -37,11 +37,11 @@ Handler = Callable[[Request, Path, Caller | None], Awaitable[Response]]
 
 
 def caller(request: Request, home: Path) -> Caller | None:
-    """Who calls: a stored key, or None for this machine's user (a loopback client
-    with no key, or a key that is not stored: loopback admits anyone, as the app does).
+    """Who calls (:func:`core.api.keys.caller_for`): a stored key, or None for this
+    machine's user.
 
     Raises:
-        ApiError: 401 from beyond loopback without a stored key.
+        ApiError: 401, with why (:class:`core.api.keys.KeyRefused`).
     """
     host = request.client.host if request.client is not None else None
     return caller_of(home, request.headers.get("authorization", ""), host)
@@ -51,25 +51,14 @@ def caller_of(home: Path, authorization: str, host: str | None) -> Caller | None
     """:func:`caller` from the ``Authorization`` header and the client's address.
 
     Raises:
-        ApiError: 401 from beyond loopback without a stored key.
+        ApiError: 401, with why.
     """
     scheme, _, key = authorization.partition(" ")
-    key = key.strip() if scheme.lower() == "bearer" else ""
-    owner = owner_of(home, key) if key else None
-    if owner is not None:
-        return owner
-    if is_loopback(host):
-        return None
-    if not key:
-        raise ApiError(
-            401,
-            "You didn't provide an API key. Send 'Authorization: Bearer KEY'; a key is made "
-            "with `python -m core keys create NAME` on the server.",
-            code="invalid_api_key",
-        )
-    raise ApiError(
-        401, f"Incorrect API key provided: {key[:7]}***. Ask for a key.", code="invalid_api_key"
-    )
+    key = key.strip() if scheme.lower() == "bearer" else authorization.strip()
+    try:
+        return caller_for(home, key, is_loopback(host))
+    except KeyRefused as exc:
+        raise ApiError(401, str(exc), code="invalid_api_key") from None
 
 
 def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:

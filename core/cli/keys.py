@@ -1,11 +1,21 @@
-"""``keys``: the Batch API's keys (core/api/keys.py): create one (printed once), list, revoke."""
+"""``keys``: the Batch API's keys (core/api/keys.py): create one (printed once), list, revoke;
+and whether a call from this machine needs one too (``keys loopback``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from core.api.keys import KeyProblem, create_key, read_keys, revoke_key, revoked_with_name
+from core.api.keys import (
+    ApiAccess,
+    KeyProblem,
+    create_key,
+    read_access,
+    read_keys,
+    revoke_key,
+    revoked_with_name,
+    write_access,
+)
 from core.cli.common import EXIT_USAGE
 from core.config import data_paths
 
@@ -53,6 +63,20 @@ def cmd_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_loopback(args: argparse.Namespace) -> int:
+    home = data_paths().home
+    if args.rule is not None:
+        write_access(home, ApiAccess(keys_on_loopback=args.rule == "require"))
+    if read_access(home).keys_on_loopback:
+        print("a call from this machine needs a key too (`keys loopback open` to lift it)")
+    else:
+        print(
+            "a call with no key from this machine sees every file and batch; a key is judged "
+            "as a key everywhere (`keys loopback require` to need one here too)"
+        )
+    return 0
+
+
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Adds this group's commands to the parser."""
     keys = commands.add_parser("keys", help="API keys for the Batch API beyond this machine")
@@ -68,3 +92,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     revoke.add_argument("name")
     revoke.set_defaults(handler=cmd_revoke)
+    loopback = actions.add_parser(
+        "loopback",
+        help="whether a call with no key from this machine (or a tunnel to it) is admitted",
+    )
+    loopback.add_argument(
+        "rule",
+        nargs="?",
+        choices=["open", "require"],
+        help="open: admitted, sees everything (the default); require: it needs a key; "
+        "none: say which holds",
+    )
+    loopback.set_defaults(handler=cmd_loopback)

@@ -31,6 +31,7 @@ from core.config import data_paths
 from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.submit import Started, Submission, submit
+from core.model_folders import is_model_folder, model_folders, model_kind
 from core.plan.bounded_render import (
     MAX_SLOW_ROWS,
     Renderer,
@@ -300,7 +301,12 @@ def submit_lines(
     jobs_dir: Path | None = None,
 ) -> Started:
     """Writes the judge batch and submits it as a job linked to what it grades; the
-    template is saved in the job's folder beside its input."""
+    template is saved in the job's folder beside its input.
+
+    Raises:
+        JudgeError: the judge's model is not a chat model.
+    """
+    require_chat_judge(settings.model)
     with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
         file = Path(tmp) / "judge.jsonl"
         with file.open("w", encoding="utf-8") as out:
@@ -321,6 +327,26 @@ def submit_lines(
         started = submit(file, submission, jobs_dir)
     write_atomic(started.job.path / TEMPLATE_FILE, template_text)
     return started
+
+
+def judge_models() -> list[Path]:
+    """The model folders that may judge: chat models (an embedding model or a
+    cross-encoder writes no verdict)."""
+    return [f for f in model_folders() if is_model_folder(f) and model_kind(f) == "chat"]
+
+
+def require_chat_judge(model: str) -> None:
+    """Raises :class:`JudgeError` for a judge model folder that is not a chat model, with
+    the one piece of advice that applies (a folder that is no model is left to submit's
+    own check)."""
+    folder = Path(model).expanduser()
+    if is_model_folder(folder) and (kind := model_kind(folder)) != "chat":
+        name = folder.name or model
+        what = "an embedding model" if kind == "embedding" else f"a {kind}"
+        raise JudgeError(
+            [f"{name} is {what}: it writes no verdict. A judge is a chat model; "
+             f"{cal.CHOOSE}."]
+        )  # fmt: skip
 
 
 def _home(jobs_dir: Path | None) -> Path:
@@ -351,6 +377,7 @@ def start_calibration(
         JudgeError: the template does not compile or fails on the calibration answers.
         core.jobs.submit.Refused: the model folder or the settings cannot run.
     """
+    require_chat_judge(settings.model)
     contexts = (
         (item.custom_id, {
             "messages": [{"role": "user", "content": item.prompt}], "system": "",

@@ -10,11 +10,21 @@ Text from a file or a model is data, never a formula: in CSV and Excel a text ce
 spreadsheet would run (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
 return) gets a leading ``'``, as OWASP advises against CSV injection. JSONL and Parquet
 keep the data unchanged (no spreadsheet reads them as formulas).
+
+The pages' downloads are written in a folder of each export's own under ``exports/``
+(:func:`export_folder`), read into the download and removed: two sessions exporting the same
+job never share a file, nobody is served another's filter or a half-written file, and
+nothing stays behind. What a crash leaves there is removed by the next export a day later.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +42,49 @@ _ILLEGAL_EXCEL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # What makes a spreadsheet read a cell as a formula, at the start of a text.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _RESTORE_BATCH = 10_000  # embeddings lines rebuilt at a time (~30 MB of float lists)
+# A leftover in exports/ older than this is removed; no export runs near this long.
+EXPORT_KEEP_SECONDS = 24 * 3600
+
+
+def exports_dir(home: Path) -> Path:
+    return home / "exports"
+
+
+def sweep_exports(home: Path, keep_seconds: float = EXPORT_KEEP_SECONDS) -> int:
+    """Removes what is older than ``keep_seconds`` in ``exports/`` (a crashed export's
+    folder, the fixed-name files exports were once written to); returns how many."""
+    cutoff = time.time() - keep_seconds
+    removed = 0
+    try:
+        entries = list(exports_dir(home).iterdir())
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.lstat().st_mtime >= cutoff:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+            removed += 1
+        except FileNotFoundError:  # another session's sweep took it first
+            continue
+    return removed
+
+
+@contextmanager
+def export_folder(home: Path) -> Iterator[Path]:
+    """A new folder of this export's own under ``exports/``, removed with what it holds
+    when the block ends: write the export there and read it before the block ends."""
+    folder = exports_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    sweep_exports(home)
+    own = Path(tempfile.mkdtemp(prefix="export-", dir=folder))
+    try:
+        yield own
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def inert(value: Any) -> Any:

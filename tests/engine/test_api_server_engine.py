@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import openai
 import pytest
 from openai.types import Batch, FileObject
 
+from core.api.keys import create_key
 from core.endpoints import CHAT_URL
 from core.jobs.folder import JobFolder
 from tests.support.api_server import POLL_SECONDS, chats, client_of
@@ -124,7 +126,8 @@ def test_a_client_nobody_here_wrote_runs_a_batch_by_base_url_alone(warm_served, 
     from openai_batch import Batch as ClientBatch
     from openai_batch.providers import Provider
 
-    provider = Provider(base_url=f"{warm_served.url}/v1", api_key="anything")
+    key = create_key(warm_served.home, f"openai-batch-{uuid.uuid4().hex[:8]}")
+    provider = Provider(base_url=f"{warm_served.url}/v1", api_key=key)
     source, output, errors = (tmp_path / n for n in ("in.jsonl", "output.jsonl", "errors.jsonl"))
     source.write_bytes(chats(3).getvalue())
     # The file is given by its path, as its command line takes one (its in-memory builder

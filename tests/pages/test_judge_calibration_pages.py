@@ -30,6 +30,26 @@ def test_checks_page_does_not_offer_a_judge_that_failed_and_says_why(default_mod
     assert "0 of 10" in warning and "bigger instruct model" in warning
 
 
+def test_checks_page_offers_only_chat_models_as_judges_and_only_advice_that_applies(
+    default_model, embedding_model, no_worker
+):
+    """Issue 58 item 13: once the chat model failed, the embedding model was offered, and
+    starting it printed one refusal per calibration line, none of them the reason."""
+    job_in_home(data_paths().home, ROWS)
+    calibrate(default_model, SELF_CONTRADICTING)
+    jobs = len(no_worker)  # the chat model's calibration
+    at = open_page("checks.py")
+    options = at.selectbox(key="judge_model").options
+    assert embedding_model.name not in options and default_model.name not in options
+    at.selectbox(key="judge_model").set_value("Another folder…").run()
+    at.text_input(key="judge_model_path").set_value(str(embedding_model)).run()
+    at.button(key="judge_start").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    [said] = [t.value for t in at.text]
+    assert said.startswith(f"{embedding_model.name} is an embedding model: it writes no verdict")
+    assert said.count("\n") == 0 and len(no_worker) == jobs  # one sentence; no job started
+
+
 def test_checks_page_calibrates_a_new_judge_before_it_judges(model, no_worker):
     from tests.support.pages import start_on_page
 

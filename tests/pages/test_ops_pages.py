@@ -164,6 +164,26 @@ def test_settings_lists_the_api_keys_by_name_never_the_key(studio_home):
     assert key not in keys.to_string() and key[:7] in keys.to_string()
 
 
+def test_settings_and_the_cli_require_a_key_on_this_machine_too(studio_home):
+    """The API reads the setting on every call (tests/unit/test_api_server.py): Settings'
+    checkbox and ``core keys loopback`` write the one setting both show."""
+    from core.api.keys import KeyRefused, caller_for, read_access
+    from tests.support.cli import cli
+
+    at = open_page("settings.py")
+    assert at.checkbox(key="keys_here").value is False
+    assert caller_for(studio_home, "", loopback=True) is None
+    at.checkbox(key="keys_here").check().run()
+    assert read_access(studio_home).keys_on_loopback
+    assert "needs a key from this machine too" in " ".join(t.value for t in at.toast)
+    with pytest.raises(KeyRefused):
+        caller_for(studio_home, "", loopback=True)
+    assert "needs a key too" in cli("keys", "loopback").stdout
+    assert cli("keys", "loopback", "open").returncode == 0
+    assert open_page("settings.py").checkbox(key="keys_here").value is False
+    assert caller_for(studio_home, "", loopback=True) is None
+
+
 def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     first = finished_job(studio_home, {"a": "yes"})
     second = finished_job(studio_home, {"b": "yes"})

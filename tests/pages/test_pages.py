@@ -57,8 +57,12 @@ def test_broken_sample_shows_counts_and_the_lines_with_problems() -> None:
     problems = at.dataframe[0].value
     assert {3, 10} <= set(problems["line"])
     assert set(problems["severity"]) >= {"error"}
-    assert "7 of 11 lines are invalid" in at.warning[0].value
-    assert not at.success
+    # Its line 6 repeats line 1's custom_id, which Run refuses even with the invalid lines
+    # skipped: the page says so and offers no run of the valid lines (issue 58 item 13).
+    assert not at.warning and not at.success
+    [refused] = [shown(e.value) for e in at.error]
+    assert refused.startswith("7 of 11 lines are invalid. Fix the file")
+    assert "line 6: custom_id 'ticket-summary:T-5001' repeats line 1" in refused
 
 
 def test_the_summarys_url_table_counts_valid_lines_and_invalid_ones_apart() -> None:
@@ -89,6 +93,23 @@ def test_a_check_writes_the_valid_lines_only_when_asked(studio_home: Path) -> No
     lines = written.read_text(encoding="utf-8").splitlines()
     assert [json.loads(x)["custom_id"][-4:] for x in lines] == ["5001", "5002", "5005", "5011"]
     assert "Download the 4 valid lines (JSONL)" in [b.label for b in at.download_button]
+
+
+def test_a_repeated_custom_id_is_refused_as_run_refuses_it_and_no_run_is_offered(
+    tmp_path: Path,
+) -> None:
+    """Issue 58 item 13: the page offered to run the valid lines of a file whose repeated
+    custom_id Run then refused."""
+    source = write_batch(tmp_path / "repeats.jsonl", [{"model": "m", "messages": [
+        {"role": "user", "content": "hi"}], "max_tokens": 4}] * 3)  # fmt: skip
+    source.write_text(source.read_text().replace('"r2"', '"r0"'), encoding="utf-8")
+    at = check_server_file(open_page("upload.py"), source)
+    assert not any("run the valid lines" in w.value for w in at.warning)
+    [refused] = [shown(e.value) for e in at.error]
+    assert "repeat a custom_id" in refused and "line 3" in refused
+    assert {m.label: m.value for m in at.metric}["Valid"] == "2"
+    assert "checked_batch" not in at.session_state
+    assert "Continue to Run" not in page_link_labels(at)
 
 
 def test_valid_sample_is_accepted_and_handed_to_the_run_page() -> None:

@@ -129,6 +129,49 @@ def test_results_page_exports_the_filtered_rows(studio_home, monkeypatch):
     assert set(exported["status"]) == {"succeeded"}
 
 
+def test_two_sessions_exporting_one_job_each_get_their_own_filter_and_nothing_stays(
+    studio_home, monkeypatch
+):
+    """Session B exports while session A's export is being written: each downloads the rows
+    of its own filter, never the other's, and no file is left in exports/."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    from core.store import export as ex
+
+    clicks = []  # (file name, what a click on its button runs), in the order registered
+    register = MediaFileManager.add_deferred
+
+    def recorded(self, data_callable, mimetype, coordinates, file_name=None, **kw):
+        clicks.append((file_name, data_callable))
+        return register(self, data_callable, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", recorded)
+    job_id = job_in_home(studio_home)
+
+    def session(statuses: list[str]):
+        at = open_page("results.py")
+        at.multiselect(key="f_status").set_value(statuses).run()
+        at.selectbox(key="export_format").set_value("csv").run()
+        assert not at.exception
+        return [c for name, c in clicks if name == f"{job_id}_results.csv"][-1]
+
+    a_click, b_click = session(["succeeded"]), session(["failed"])
+    b_bytes, write = [], ex.export_results
+
+    def a_then_b(*args, **kw):  # B's click lands while A's file is written, before A reads it
+        done = write(*args, **kw)
+        monkeypatch.setattr(ex, "export_results", write)  # B's own write runs as it is
+        b_bytes.append(b_click())
+        return done
+
+    monkeypatch.setattr(ex, "export_results", a_then_b)
+    a_rows = pd.read_csv(io.BytesIO(a_click()))
+    b_rows = pd.read_csv(io.BytesIO(b_bytes[0]))
+    assert sorted(a_rows["custom_id"]) == ["a", "c", "d"]
+    assert list(b_rows["custom_id"]) == ["b"]
+    assert [p for p in (studio_home / "exports").rglob("*")] == []
+
+
 def test_review_page_draws_a_sample_and_saves_a_label(studio_home):
     job_id = job_in_home(studio_home)
     at = open_page("review.py")

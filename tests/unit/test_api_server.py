@@ -15,7 +15,8 @@ import openai
 import psutil
 import pytest
 
-from tests.support.api_server import chats, client_of
+from core.api.keys import ApiAccess, create_key, revoke_key, write_access
+from tests.support.api_server import NO_KEY, chats, client_of
 from tests.support.browser import StreamlitServer
 from tests.support.cli import cli
 
@@ -67,6 +68,37 @@ def test_beyond_loopback_the_api_needs_a_key(studio_home, tmp_path):
         assert ops.files.retrieve(file.id).id == file.id
     finally:
         server.stop()
+
+
+def test_on_loopback_a_key_is_judged_by_that_key_and_a_setting_requires_one(served):
+    """Through a tunnel remote traffic arrives from 127.0.0.1: a key it presents that is not
+    one in use must not make it this machine's user, who sees every key's files."""
+    url = f"{served.url}/v1"
+    alice_key, bob_key = (create_key(served.home, f"{n}-loopback") for n in ("alice", "bob"))
+    alice, bob = client_of(served, alice_key), client_of(served, bob_key)
+    upload = alice.files.create(file=("alice.jsonl", chats(1)), purpose="batch")
+    assert upload.id in [f.id for f in client_of(served).files.list()]  # no key: this machine
+    assert upload.id not in [f.id for f in bob.files.list()]
+    revoke_key(served.home, "bob-loopback")
+    for key in ("bs-guess", bob_key, "anything"):
+        reply = httpx.get(f"{url}/files", headers={"Authorization": f"Bearer {key}"})
+        assert reply.status_code == 401, (key, reply.text)
+        assert reply.json()["error"]["code"] == "invalid_api_key"
+        assert upload.id not in reply.text
+        with pytest.raises(openai.AuthenticationError):
+            client_of(served, key).files.retrieve(upload.id)
+    poll = httpx.get(f"{url}/batches/batch_none", headers={"Authorization": f"Bearer {bob_key}"})
+    assert poll.status_code == 401
+    try:
+        write_access(served.home, ApiAccess(keys_on_loopback=True))
+        refused = httpx.get(f"{url}/files", headers=NO_KEY)
+        assert refused.status_code == 401 and "this machine too" in refused.text
+        with pytest.raises(openai.AuthenticationError):
+            client_of(served).files.list()
+        assert [f.id for f in alice.files.list()] == [upload.id]
+    finally:
+        write_access(served.home, ApiAccess())
+    assert upload.id in [f.id for f in client_of(served).files.list()]
 
 
 @pytest.mark.parametrize("name", ["日本語 данные.jsonl", "résumé.jsonl"])

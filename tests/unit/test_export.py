@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -202,3 +204,22 @@ def test_each_format_says_which_answers_were_reused_and_from_which_job(tmp_path,
         "r1": first.job_id,
         "new": "",  # computed by this job
     }
+
+
+def test_an_export_folder_is_its_own_and_removed_and_a_day_old_leftover_is_swept(tmp_path):
+    exports = E.exports_dir(tmp_path)
+    exports.mkdir()
+    old_file, old_dir, fresh = exports / "job_x_results.csv", exports / "export-old", exports / "f"
+    old_file.write_text("someone's filtered rows")
+    old_dir.mkdir()
+    (old_dir / "half.parquet").write_bytes(b"PAR1")
+    fresh.write_text("another session's export, being written")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for stale in (old_file, old_dir):
+        os.utime(stale, (two_days_ago, two_days_ago))
+    with E.export_folder(tmp_path) as one, E.export_folder(tmp_path) as two:
+        assert one != two and one.parent == two.parent == exports
+        (one / "x.csv").write_text("one")
+        (two / "x.csv").write_text("two")
+        assert (one / "x.csv").read_text() == "one"
+    assert sorted(p.name for p in exports.iterdir()) == ["f"]  # the fresh one stays
