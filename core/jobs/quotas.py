@@ -197,7 +197,7 @@ def over_quota(
     if quota.running_jobs is not None and use.running >= quota.running_jobs:
         problems.append(
             f"{head}: running jobs: at most {quota.running_jobs} at a time (queued ones "
-            f"count), and {use.running} have not ended; it frees when one of your "
+            f"count), and you have {use.running}; it frees when one of your "
             f"{use.running} running jobs ends"
         )
     if quota.queued_lines is not None:
