@@ -13,15 +13,18 @@ machine's user for the CLI, the inbox and the API on loopback without a key), na
   (core/reuse) cost nothing and count nothing.
 
 Use is counted from the jobs' ``job.json`` (read once per job: it never changes) and
-``status.json``, never their outputs. An owner without a quota is never counted.
+``status.json`` (parsed again only when it was replaced), never their outputs. An owner
+without a quota is never counted.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -106,8 +109,22 @@ class Use:
     leaving: list[tuple[float, int]] = field(default_factory=list)
 
 
+class _Held(NamedTuple):
+    """What one job holds, from its status: whether it ended, when (epoch seconds), its
+    lines not yet answered and the tokens the engine computed for it."""
+
+    ended: bool
+    ended_at: float | None
+    left: int
+    tokens: int
+
+
 # job folder -> (owner, its lines): job.json is written once, so it is read once per job.
 _SPECS: dict[Path, tuple[str | None, int]] = {}
+# job folder -> (status.json's lstat, what it holds): status.json is replaced whole on each
+# change (a new inode), so an unchanged lstat means an unchanged status: a count over many
+# ended jobs costs a stat each, not a parse.
+_HELD: dict[Path, tuple[tuple[int, int, int], _Held]] = {}
 
 
 def _owner_and_lines(job: JobFolder) -> tuple[str | None, int]:
@@ -125,33 +142,49 @@ def _epoch(iso: str | None) -> float | None:
         return None
 
 
+def _held(job: JobFolder, lines: int) -> _Held:
+    try:
+        info = os.lstat(job.status_file)
+        stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+    except OSError:
+        stamp = None
+    kept = _HELD.get(job.path)
+    if stamp is not None and kept is not None and kept[0] == stamp:
+        return kept[1]
+    status = job.read_status()  # checks the folder is the studio's own first
+    held = _Held(
+        ended=status.is_final,
+        ended_at=_epoch(status.finished_at),
+        left=max((status.total or lines) - status.done, 0),
+        tokens=status.prompt_tokens
+        + status.completion_tokens
+        - status.reused_prompt_tokens
+        - status.reused_completion_tokens,
+    )
+    if stamp is not None:
+        _HELD[job.path] = (stamp, held)
+    return held
+
+
 def use_of(jobs_dir: Path, owner: str, now: float | None = None) -> Use:
     """What ``owner``'s jobs in ``jobs_dir`` hold at ``now`` (epoch seconds)."""
     now = time.time() if now is None else now
     use = Use()
     for job in list_jobs(jobs_dir):
         try:
-            if _owner_and_lines(job)[0] != owner:
+            job_owner_, lines = _owner_and_lines(job)
+            if job_owner_ != owner:
                 continue
-            status = job.read_status()
+            held = _held(job, lines)
         except JobUnreadable:  # that job's problem: it runs nothing
             continue
-        computed = (
-            status.prompt_tokens
-            + status.completion_tokens
-            - status.reused_prompt_tokens
-            - status.reused_completion_tokens
-        )
-        if not status.is_final:
+        if not held.ended:
             use.running += 1
-            lines = status.total or _owner_and_lines(job)[1]
-            use.queued_lines += max(lines - status.done, 0)
-            use.tokens += computed
-            continue
-        ended = _epoch(status.finished_at)
-        if ended is not None and ended + DAY_SECONDS > now and computed > 0:
-            use.tokens += computed
-            use.leaving.append((ended + DAY_SECONDS, computed))
+            use.queued_lines += held.left
+            use.tokens += held.tokens
+        elif held.ended_at is not None and held.ended_at + DAY_SECONDS > now and held.tokens > 0:
+            use.tokens += held.tokens
+            use.leaving.append((held.ended_at + DAY_SECONDS, held.tokens))
     return use
 
 
