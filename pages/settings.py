@@ -1,5 +1,6 @@
 """Settings: where data and models live, the model folders found and the names mapped
-to them, and the engine's loaded models (with their idle time and an Unload button)."""
+to them, the engine's loaded models (with their idle time and an Unload button), the API's
+keys and the quotas of keys and users."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ from core.jobs.engine_files import (
     send_command,
     write_settings,
 )
+from core.jobs.folder import local_owner
+from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_from_rows, names_problem, read_names, write_names
+from ui.sign_in import signed_in_user
 from ui.store import paths, through_app
 from ui.text import escape
 
@@ -206,6 +210,66 @@ def api_keys_section(home: Path) -> None:
     st.caption(KEYS_HELP)
 
 
+QUOTAS_HELP = (
+    "A job beyond its owner's quota is not made: the API answers 429, Run and `core run` "
+    "say which limit and when it frees. Running jobs count the queued ones; queued lines "
+    "are the lines of those jobs not yet answered; tokens per day are the prompt and "
+    "completion tokens computed in the last 24 hours. 0: no limit. Also `python -m core "
+    "keys quota`."
+)
+LIMIT_LABELS = {
+    "running_jobs": "Running jobs",
+    "queued_lines": "Queued lines",
+    "tokens_per_day": "Tokens per day",
+}
+
+
+def quotas_section(home: Path) -> None:
+    """Each key's or user's limits: the quotas kept, and a form to set one owner's."""
+    st.subheader("Quotas")
+    try:
+        quotas = read_quotas(home)
+    except QuotaProblem as exc:
+        st.error(escape(str(exc)), icon=":material/error:")
+        return
+    you = local_owner(signed_in_user())
+    owners = {f"you ({you.removeprefix('user:')})": you}
+    owners |= {f"key {k.name}": f"key:{k.identity}" for k in api_keys(home)}
+    others = [o for o in quotas if o.startswith("user:") and o != you]  # signed-in users
+    owners |= {f"user {o.removeprefix('user:')}": o for o in others}
+    named = {owner: label for label, owner in owners.items()}
+    if quotas:
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"owner": named.get(o, o)} | {LIMIT_LABELS[n]: getattr(q, n) for n in LIMITS}
+                    for o, q in quotas.items()
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    label = st.selectbox("Quota of", list(owners), key="quota_owner")
+    owner = owners[label]
+    quota = quota_of(home, owner)
+    columns = st.columns(len(LIMITS))
+    given = {
+        name: column.number_input(
+            LIMIT_LABELS[name],
+            min_value=0,
+            value=getattr(quota, name) or 0,
+            step=1,
+            key=f"quota_{name}_{owner}",
+        )
+        for name, column in zip(LIMITS, columns, strict=True)
+    }
+    if st.button("Save quota"):
+        set_quota(home, owner, Quota(**{n: int(v) or None for n, v in given.items()}))
+        st.toast(f"Quota of {label} saved.")
+        st.rerun()
+    st.caption(QUOTAS_HELP)
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -214,3 +278,4 @@ models_section()
 model_names_section()
 engine_section(data.home)
 api_keys_section(data.home)
+quotas_section(data.home)

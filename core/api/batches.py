@@ -39,7 +39,7 @@ from core.config import default_model_dir
 from core.endpoints import BATCH_API_URLS
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
-from core.jobs.submit import Refused, Submission, submit
+from core.jobs.submit import OverQuota, Refused, Submission, submit
 from core.model_names import studio_model_map
 from core.schemas import BatchOrigin, EngineConfig
 
@@ -319,7 +319,8 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
 
     Raises:
         ApiError: 400 for a request that is not a batch request, 404 for a file the caller
-            cannot see, 507 when the disk has no room for the job (nothing of it kept).
+            cannot see, 429 when the caller's quota has no room for it (core/jobs/quotas.py),
+            507 when the disk has no room for the job (nothing of it kept).
             A file with bad lines is not an ApiError: the batch fails.
     """
     request = _request(body)
@@ -353,6 +354,8 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
         started = submit(path, submission, home / "jobs")
     except OSError as exc:  # submit kept nothing of the job
         raise disk_full(exc, "the batch was not created", "create it again", None) or exc from None
+    except OverQuota as over:  # nothing wrong with the batch: it may be created later
+        raise ApiError(429, "; ".join(over.problems), code="insufficient_quota") from None
     except Refused as refused:
         if refused.report is not None and refused.report.errors:
             return _refuse(home, request, _line_errors(refused.report), caller)

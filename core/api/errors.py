@@ -11,6 +11,7 @@ _TYPES = {
     404: "invalid_request_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    429: "insufficient_quota",  # a quota (core/jobs/quotas.py), as OpenAI's own 429 says
     500: "server_error",
     507: "server_error",
 }

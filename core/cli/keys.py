@@ -1,9 +1,11 @@
 """``keys``: the Batch API's keys (core/api/keys.py): create one (printed once), list, revoke;
-and whether a call from this machine needs one too (``keys loopback``)."""
+and whether a call from this machine needs one too (``keys loopback``); the quotas of keys
+and users (core/jobs/quotas.py)."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 
 from core.api.keys import (
@@ -18,6 +20,7 @@ from core.api.keys import (
 )
 from core.cli.common import EXIT_USAGE
 from core.config import data_paths
+from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -45,12 +48,63 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    records = read_keys(data_paths().home)
+    home = data_paths().home
+    records = read_keys(home)
+    try:
+        quotas = read_quotas(home)
+    except QuotaProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if not records:
         print("no keys (beyond this machine the API refuses every call)")
     for record in records:
-        print(f"{record.name}\t{record.hint}…\tcreated {record.created_at}")
+        quota = quotas.get(f"key:{record.identity}")
+        limits = f"\tquota {quota.describe()}" if quota else ""
+        print(f"{record.name}\t{record.hint}…\tcreated {record.created_at}{limits}")
+    for owner, quota in quotas.items():
+        if owner.startswith("user:"):
+            print(f"user {owner.removeprefix('user:')}\tquota {quota.describe()}")
     return 0
+
+
+def _limit(text: str) -> int | None:
+    """A limit as given: a whole number of at least 1, or ``none`` for no limit."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1, or none")
+    return value
+
+
+def cmd_quota(args: argparse.Namespace) -> int:
+    home = data_paths().home
+    if args.user is not None:
+        user = args.user or getpass.getuser()
+        owner, who = f"user:{user}", f"user {user}"
+    else:
+        found = [r for r in read_keys(home) if r.name == args.name]
+        if not found:
+            print(f"error: no key named {args.name!r} (core keys list)", file=sys.stderr)
+            return EXIT_USAGE
+        owner, who = f"key:{found[0].identity}", f"key {args.name}"
+    try:
+        quota = quota_of(home, owner)
+        given = {n: getattr(args, n) for n in LIMITS if getattr(args, n) is not _UNSET}
+        if given:
+            quota = Quota(**{**quota.model_dump(), **given})
+            set_quota(home, owner, quota)
+    except QuotaProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{who}: {quota.describe() if quota.is_set else 'no quota (nothing is limited)'}")
+    return 0
+
+
+_UNSET = object()  # a limit not given: kept as it is
 
 
 def cmd_revoke(args: argparse.Namespace) -> int:
@@ -104,3 +158,34 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "none: say which holds",
     )
     loopback.set_defaults(handler=cmd_loopback)
+    quota = actions.add_parser(
+        "quota",
+        help="show or set the quota of a key or a user: a batch beyond it is refused",
+        description="Shows the quota of a key (or, with --user, of a user), or sets the limits "
+        "given (the others are kept). A new job beyond a limit is refused, by the API with "
+        "429, by Run and core run with the same message. No limit: nothing is limited.",
+    )
+    who = quota.add_mutually_exclusive_group(required=True)
+    who.add_argument("name", nargs="?", help="the key's name")
+    who.add_argument(
+        "--user",
+        nargs="?",
+        const="",
+        metavar="USER",
+        help="a user instead: a signed-in user's email, or without USER this machine's user "
+        "(core run, the inbox, the API on loopback without a key)",
+    )
+    for name, what in (
+        ("running_jobs", "jobs not yet ended (queued ones count)"),
+        ("queued_lines", "lines of jobs not yet answered, the new job's included"),
+        ("tokens_per_day", "prompt + completion tokens computed in the last 24 h"),
+    ):
+        quota.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=_limit,
+            default=_UNSET,
+            metavar="N",
+            help=f"at most N {what}; none: no limit",
+        )
+    quota.set_defaults(handler=cmd_quota)

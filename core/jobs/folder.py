@@ -26,7 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -239,6 +239,26 @@ def new_job_id() -> str:
 def remove_folder(job: JobFolder) -> None:
     """Removes a job folder that was never made whole (no job to show, nothing to keep)."""
     shutil.rmtree(job.path, ignore_errors=True)
+
+
+def job_owner(provenance: Mapping[str, Any]) -> str | None:
+    """Who owns a job, from its ``job.json`` provenance: its API key's id (``key:<id>``),
+    else the user who made it (``user:<name>``: signed in, or this machine's). None for a
+    job made before keys had ids, whose owner's name cannot tell a key from a user. Whose
+    answers reuse may take (core/reuse) and whose quota a job counts against
+    (core/jobs/quotas.py)."""
+    if "owner_key" not in provenance:
+        return None
+    key, name = provenance.get("owner_key"), provenance.get("owner")
+    if isinstance(key, str):
+        return f"key:{key}"
+    return f"user:{name}" if isinstance(name, str) else None
+
+
+def local_owner(user: str | None = None) -> str:
+    """The owner of a job made without a key by ``user`` (None: this machine's user, as
+    :func:`create_job` records it)."""
+    return f"user:{user or getpass.getuser()}"
 
 
 def create_job(

@@ -17,7 +17,9 @@ The rules:
   machine (the settings' own bounds are their models' field constraints, core/schemas.py);
 - a name given for the job is not empty and not too long (``core.schemas.check_name``);
   without one, the job is named after its file (:func:`default_name`); a name another job
-  has gets the first free `` (2)``, `` (3)``... (:mod:`core.jobs.names`).
+  has gets the first free `` (2)``, `` (3)``... (:mod:`core.jobs.names`);
+- the owner (its API key, else its user) stays within its quota, if it has one
+  (:mod:`core.jobs.quotas`): else :class:`OverQuota`, which the API answers with 429.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from core.check.background import checked
 from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
-from core.jobs.folder import JobFolder, create_job, remove_folder, start_worker
+from core.jobs.folder import JobFolder, create_job, local_owner, remove_folder, start_worker
 from core.jobs.names import distinct_name
+from core.jobs.quotas import QuotaProblem, over_quota
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
     BatchOrigin,
@@ -63,6 +66,11 @@ class Refused(Exception):
         super().__init__("; ".join(problems))
         self.problems = problems
         self.report = report
+
+
+class OverQuota(Refused):
+    """A job its owner's quota has no room for (each problem says which limit, the use
+    now and when it frees); nothing is wrong with the file or the settings."""
 
 
 class Started(NamedTuple):
@@ -134,6 +142,15 @@ def planned_spec(submission: Submission) -> JobSpec:
         ray=s.ray,
         reuse=reuse_default() if s.reuse is None else s.reuse,
     )
+
+
+def submission_owner(submission: Submission) -> tuple[str, str]:
+    """Whose quota a submission counts against (as :func:`core.jobs.folder.job_owner` will
+    name the job's owner) and how people know that owner."""
+    if submission.owner_key is not None:
+        return f"key:{submission.owner_key}", f"key {submission.owner or submission.owner_key!r}"
+    owner = local_owner(submission.owner)
+    return owner, f"user {owner.removeprefix('user:')!r}"
 
 
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
@@ -270,9 +287,16 @@ def submit(
     problems += file_problems(report, submission.skip_invalid)
     if problems:
         raise Refused(problems, report)
+    jobs_dir = jobs_dir or data_paths().jobs
+    owner, who = submission_owner(submission)
+    try:
+        over = over_quota(jobs_dir.parent, jobs_dir, owner, who, report.lines)
+    except QuotaProblem as exc:
+        raise Refused([f"the quotas cannot be read: {exc}"]) from None
+    if over:
+        raise OverQuota(over)
     s = submission
     planned = planned_spec(s)
-    jobs_dir = jobs_dir or data_paths().jobs
     name = check_name(s.name) if s.name is not None else default_name(file, s.source)
     job = create_job(
         file,

@@ -16,19 +16,21 @@ owner (:func:`reuse_owner`: the same API key, else the same signed-in or local u
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import os
 import struct
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
+# Owners are named where job.json records them; re-exported for the worker and the forecast.
 from core.jobs.folder import JobFolder
+from core.jobs.folder import job_owner as reuse_owner
+from core.jobs.folder import local_owner as local_owner
 from core.jobs.output_file import split_chain
 from core.reuse.keys import KEY_BYTES
 
@@ -53,25 +55,6 @@ _COLUMNS = np.dtype(
 def line_digest(raw: bytes) -> bytes:
     """The digest a record holds of its line's exact bytes (its newline included)."""
     return hashlib.blake2b(raw, digest_size=DIGEST_BYTES).digest()
-
-
-def reuse_owner(provenance: Mapping[str, Any]) -> str | None:
-    """Whose answers a job's are, from its ``job.json`` provenance: its API key's id
-    (``key:<id>``), else the user who made it (``user:<name>``: signed in, or this
-    machine's). None for a job made before keys had ids, whose owner's name cannot tell a
-    key from a user: its answers are reused by no one."""
-    if "owner_key" not in provenance:
-        return None
-    key, name = provenance.get("owner_key"), provenance.get("owner")
-    if isinstance(key, str):
-        return f"key:{key}"
-    return f"user:{name}" if isinstance(name, str) else None
-
-
-def local_owner(user: str | None = None) -> str:
-    """The owner of a job made without a key by ``user`` (None: this machine's user, as
-    :func:`core.jobs.folder.create_job` records it)."""
-    return f"user:{user or getpass.getuser()}"
 
 
 def _owner_of(folder: Path) -> str | None:
