@@ -4,10 +4,14 @@ to counts made by hand from the jobs the test made."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from core.api.keys import create_key
-from core.config import data_paths
+from core.config import REPO_ROOT, data_paths
+from core.nvml import GpuReader
 from core.run.metrics import studio_figures
 from tests.support.api import own
 from tests.support.metrics import (
@@ -117,3 +121,23 @@ def test_a_result_line_is_read_once_and_new_lines_are_read_on(studio_home):
         handle.write(last + b"\n")
     grown = studio_figures(data_paths().jobs).latency["tiny"]
     assert grown.count == 4
+
+
+def test_the_gpu_readings_bench_needs_only_torch_and_nvidia_ml_py():
+    """bench/gpu_readings.py runs on a GPU machine that has torch and nvidia-ml-py and
+    nothing else of the studio: the reader it shares with Monitor imports no other
+    package, and without a GPU the script says so and ends well."""
+    probe = (
+        "import sys, runpy; sys.argv = ['gpu_readings.py']\n"
+        "try:\n    runpy.run_path('bench/gpu_readings.py', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "names = {m.split('.')[0] for m in sys.modules if not m.startswith('_')}\n"
+        "print(sorted(names - set(sys.stdlib_module_names) - {'core', 'torch', 'pynvml'}))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    if GpuReader().count == 0:  # this machine: no GPU, nothing allocated
+        assert run.stdout.startswith("No GPU found"), run.stdout
+    assert run.stdout.splitlines()[-1] == "[]"  # no psutil, pydantic, vllm, streamlit...
