@@ -301,7 +301,6 @@ def verdict(job: JobFolder, job_id: str) -> None:
 
 through_app()
 st.title("Monitor")
-studio_summary()
 job_id = pick_job()
 job = open_job(job_id)
 job_origin(job_id)
@@ -309,3 +308,4 @@ final = nothing_to_watch(job.read_status())
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     verdict(job, job_id)
+studio_summary()
