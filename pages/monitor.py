@@ -12,6 +12,7 @@ from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import ahead_of
+from core.run.metrics import studio_figures
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
@@ -36,6 +37,23 @@ from ui.text import escape
 
 REFRESH_SECONDS = 2.0
 CHART_POINTS = 2_000  # a long job's samples are thinned to this many per chart
+
+
+def studio_summary() -> None:
+    """Every job's figures, as ``GET /metrics`` serves them (core/run/metrics.py)."""
+    figures = studio_figures(paths().jobs)
+    with st.expander("All jobs (the figures `/metrics` serves)"):
+        c = st.columns(6)
+        c[0].metric("Jobs running", figures.jobs_in("loading", "running", "cancelling"))
+        c[1].metric("Jobs queued", figures.jobs_in("created", "queued"))
+        c[2].metric("Lines queued", f"{figures.queued_lines.total():,}")
+        c[3].metric("Requests in the engine", f"{figures.running_requests.total():,}")
+        c[4].metric("Output tokens", f"{figures.output_tokens.total():,}")
+        c[5].metric("Answers reused", f"{figures.reused.total():,}")
+        codes = figures.errors_by_code()
+        if codes:
+            text = ", ".join(f"{code} {n:,}" for code, n in codes.most_common())
+            st.caption(f"Failure lines by error code: {escape(text)}.")
 
 
 def pick_job() -> str:
@@ -291,3 +309,4 @@ final = nothing_to_watch(job.read_status())
 st.fragment(run_every=None if final else REFRESH_SECONDS)(show)(job)
 if final:
     verdict(job, job_id)
+studio_summary()

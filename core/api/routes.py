@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from core.access import is_loopback
-from core.api import batch_view, batches, files
+from core.api import batch_view, batches, files, metrics
 from core.api.errors import ApiError, error_response, not_found
 from core.api.form import too_large
 from core.api.keys import Caller, KeyRefused, caller_for
@@ -245,6 +245,16 @@ async def cancel_batch(request: Request, home: Path, who: Caller | None) -> Resp
     return JSONResponse(await run_in_threadpool(batches.cancel_batch, home, batch_id, who))
 
 
+# -- metrics -------------------------------------------------------------------------------
+
+
+@endpoint
+async def scrape(request: Request, home: Path, who: Caller | None) -> Response:
+    """Prometheus' scrape (core/api/metrics.py), under the API's key rule."""
+    text = await run_in_threadpool(metrics.exposition, data_paths().jobs, who)
+    return Response(text, media_type=metrics.MEDIA_TYPE)
+
+
 # -- models --------------------------------------------------------------------------------
 
 
@@ -310,6 +320,7 @@ def api_routes() -> list[BaseRoute]:
         Route("/v1/batches/{batch_id}/cancel", cancel_batch, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model}", get_model, methods=["GET"]),
+        Route("/metrics", scrape, methods=["GET"]),
         # Anything else under /v1 (a wrong path or method) gets OpenAI's 404, not the page.
         Route("/v1", unknown, methods=ALL_METHODS),
         Route("/v1/{rest:path}", unknown, methods=ALL_METHODS),

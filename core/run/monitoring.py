@@ -20,29 +20,20 @@ from typing import Any, Literal
 import psutil
 
 from core.jobs.output_file import complete_lines
+from core.nvml import GpuReader
 from core.recent import Recent
 from core.schemas import JobState, JobStatus
 
 
 class ResourceSampler:
     """Reads this process's and its children's CPU/RSS and, when NVML finds GPUs, each
-    GPU's memory and load."""
+    GPU's memory and load (:class:`core.nvml.GpuReader`)."""
 
     def __init__(self) -> None:
         self._process = psutil.Process()
         self._process.cpu_percent(None)  # the first reading only starts the interval
         self._children: dict[int, psutil.Process] = {}  # kept: CPU % is read between calls
-        self._nvml = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._handles = [
-                pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
-            ]
-            self._nvml = pynvml
-        except Exception:  # no driver or no library: CPU readings only
-            self._handles = []
+        self._gpus = GpuReader()
 
     def _usage(self) -> tuple[int, float]:
         """RSS bytes and CPU % of this process and its children together."""
@@ -61,22 +52,10 @@ class ResourceSampler:
 
     def sample(self) -> dict[str, Any]:
         rss, cpu = self._usage()
-        gpus = []
-        for index, handle in enumerate(self._handles):
-            info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
-            gpus.append(
-                {
-                    "index": index,
-                    "memory_used_mib": info.used / 2**20,
-                    "memory_total_mib": info.total / 2**20,
-                    "utilization": util.gpu,
-                }
-            )
         return {
             "rss_mib": rss / 2**20,
             "cpu_percent": cpu,
-            "gpus": gpus,
+            "gpus": self._gpus.read(),
         }
 
 

@@ -14,6 +14,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.api.keys import ApiAccess, create_key, revoke_key, write_access
 from tests.support.api_server import NO_KEY, chats, client_of
@@ -32,6 +33,14 @@ def test_one_process_serves_the_pages_and_the_api_on_one_port(served):
         if c.status == psutil.CONN_LISTEN
     }
     assert served.port in listening  # `core serve` became the server: one process
+
+
+def test_the_studios_port_serves_metrics_for_prometheus(served):
+    reply = httpx.get(f"{served.url}/metrics")
+    assert reply.status_code == 200, reply.text[:200]
+    families = {f.name: f for f in text_string_to_metric_families(reply.text)}
+    assert families["batch_studio_jobs"].type == "gauge"
+    assert families["batch_studio_request_latency_seconds"].type == "histogram"
 
 
 def _outward_address() -> str | None:

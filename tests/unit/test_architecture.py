@@ -26,6 +26,7 @@ LAYERS = {
     "endpoints": 0,  # the one table of endpoints
     "json_strict": 0,
     "devices": 0,
+    "nvml": 0,  # GPU readings, importing nothing else (bench/gpu_readings.py)
     "model_folders": 0,
     "model_names": 0,  # body.model -> model folder, kept in the data folder
     "access": 0,
