@@ -134,26 +134,6 @@ def _on_ray(cluster, batch, tmp_path):
     return _lines(ray_out)
 
 
-def test_a_job_spreads_over_two_nodes_and_matches_a_local_run(
-    cluster, studio_home, tmp_path, chats_run_here
-):
-    batch, local_lines = chats_run_here
-    ray_lines = _on_ray(cluster, batch, tmp_path)
-    assert list(ray_lines) == [f"r{i}" for i in range(8)]
-    node_ids = {node.node_id for node in cluster.list_all_nodes()}
-    assert {line["node_id"] for line in ray_lines.values()} == node_ids  # both nodes worked
-    for cid, line in ray_lines.items():
-        ours, theirs = line["response"]["body"], local_lines[cid]["response"]["body"]
-        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
-        assert ours["usage"] == theirs["usage"]
-        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
-    job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
-    assert verify(job).ok
-    stats = read_ray_stats(job.path)
-    assert {n["node_id"] for n in stats["nodes"] if n.get("done")} == node_ids
-    assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 8
-
-
 def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
     cluster, studio_home, tmp_path
 ):
@@ -248,7 +228,7 @@ def _input_reads(requests, key):
     return [r for r in requests if r["method"] == "GET" and r["path"] == f"/batches/{key}"]
 
 
-def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
+def test_a_job_on_an_input_object_spreads_over_two_nodes_and_matches_a_local_run(
     cluster, studio_home, tmp_path, chats_run_here, s3, s3_requests
 ):
     batch, local_lines = chats_run_here
@@ -264,8 +244,9 @@ def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
         ours, theirs = line["response"]["body"], local_lines[line["custom_id"]]["response"]["body"]
         assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
         assert ours["usage"] == theirs["usage"]
+        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
     node_ids = {node.node_id for node in cluster.list_all_nodes()}
-    assert {line["node_id"] for line in ray_lines} == node_ids
+    assert {line["node_id"] for line in ray_lines} == node_ids  # both nodes worked
     # The store's log: the submission's check read the object once, streamed, before the
     # job existed; from then on only the replicas read it, a byte range per shard.
     job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
@@ -276,6 +257,9 @@ def test_a_job_on_an_input_object_is_read_by_the_replicas_not_the_driver(
     assert len(after) >= 4, after  # 8 requests in shards of 2
     assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
     assert verify(job).ok and reconcile(job).complete
+    stats = read_ray_stats(job.path)
+    assert {n["node_id"] for n in stats["nodes"] if n.get("done")} == node_ids
+    assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 8
     # The results: the replicas wrote them to parts; the driver uploaded only the output
     # object and its error file, assembled at the end, then removed the parts.
     parts = [r for r in s3_requests if r["method"] == "PUT" and ".parts/" in r["path"]]
