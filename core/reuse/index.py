@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, NamedTuple
 import numpy as np
 from pydantic import BaseModel
 
+from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.jobs.output_file import split_chain
 from core.reuse.keys import KEY_BYTES
@@ -532,9 +533,7 @@ def update_index(jobs_dir: Path) -> None:
         if sum(manifest.segments.values()) > 2 * live + SEGMENT_RECORDS:
             manifest = IndexManifest()  # mostly deleted jobs' records: rebuilt without them
             _catch_up(folder, manifest, jobs_dir)
-        temporary = folder / f"{MANIFEST}.{os.getpid()}.tmp"
-        _write_synced(temporary, [manifest.model_dump_json().encode()])
-        os.replace(temporary, folder / MANIFEST)
+        write_atomic(folder / MANIFEST, manifest.model_dump_json())
         for path in folder.iterdir():  # segments no manifest names any more, torn writes
             if path.name not in manifest.segments and path.name not in (MANIFEST, LOCK):
                 path.unlink(missing_ok=True)
@@ -609,17 +608,6 @@ def _write_segment(
     order = np.argsort(columns[0], kind="stable")  # by the key's first half: see _pairs
     dtypes = ("<u8", "<u8", "<u4", "<u4")
     name = f"{uuid.uuid4().hex}.seg"
-    temporary = folder / f"{name}.tmp"
-    _write_synced(
-        temporary, [c[order].astype(t).tobytes() for c, t in zip(columns, dtypes, strict=True)]
-    )
-    temporary.rename(folder / name)
+    columns = [c[order].astype(t) for c, t in zip(columns, dtypes, strict=True)]
+    write_atomic(folder / name, b"".join(c.tobytes() for c in columns))
     manifest.segments[name] = len(order)
-
-
-def _write_synced(path: Path, chunks: list[bytes]) -> None:
-    with path.open("wb") as handle:
-        for chunk in chunks:
-            handle.write(chunk)
-        handle.flush()
-        os.fsync(handle.fileno())
