@@ -44,7 +44,7 @@ from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock, queued_jobs
 from core.jobs.recovery import requeue_interrupted
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
-from core.reuse.index import reuse_owner
+from core.reuse.index import reuse_owner, update_index
 from core.reuse.keys import RequestKeys, model_folder
 from core.reuse.plan import ReusePlan, plan_reuse
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
@@ -135,7 +135,17 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
     finally:
         if writers is not None:
             writers.close()
+            _index_answers(job)
     return keeper.status
+
+
+def _index_answers(job: JobFolder) -> None:
+    """Adds the job's answers to the sorted index of reuse, so that the next job's start
+    finds them there (a lookup reads what the index lacks from the jobs' files anyway)."""
+    try:
+        update_index(job.path.parent)
+    except OSError as exc:
+        log.warning("job %s: the index of answers was not updated: %s", job.job_id, exc)
 
 
 def _to_run(
