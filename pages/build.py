@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -13,6 +14,7 @@ from streamlit.delta_generator import DeltaGenerator
 from core.check.sampling import RequestError
 from core.check.tools import forced_tool
 from core.config import SAMPLE_DATA
+from core.files import file_sha256
 from core.plan.builder import (
     AnySpec,
     BuildError,
@@ -36,7 +38,7 @@ from core.plan.embed_builder import (
     EmbedSpec,
 )
 from core.plan.rerank_builder import RerankSpec
-from ui.remembered import remember, remembered, remembered_input
+from ui.remembered import afresh, forget, remember, remembered, remembered_input
 from ui.sign_in import signed_in_user
 from ui.store import paths, through_app
 from ui.text import escape
@@ -50,8 +52,9 @@ INTRO = (
     "embeddings batch: one column's texts, turned into vectors."
 )
 SOURCES = ["Upload a table", "Use the sample table"]
-# Fields that name a table's columns or come from its name start afresh for another table:
-# else its ids would be `tickets:1...` and its template another table's columns.
+# Fields that name a table's columns or come from its name start afresh for another table
+# (another name or other content): else its ids would be `tickets:1...` and its template
+# another table's columns.
 TABLE_FIELDS = (
     "build_id",
     "build_task",
@@ -72,10 +75,11 @@ KINDS_HELP = (
 
 
 class Table(NamedTuple):
-    """The table the batch is built from, and its file's name."""
+    """The table the batch is built from, its file's name and the SHA-256 of its bytes."""
 
     frame: pd.DataFrame
     name: str
+    sha256: str
 
 
 class Fields(NamedTuple):
@@ -126,7 +130,7 @@ def pick_table(user: str | None) -> Table:
         table = Table(*remembered("build_table", None))  # the draft's table: the uploader forgets
         st.caption(f"The table of your draft, {escape(table.name)}; upload another to replace it.")
     if table is not None:
-        remember("build_table", (table.frame, table.name))
+        remember("build_table", tuple(table))
     if table is None:
         st.info("Upload a table, or use the sample table, to build a batch file from it.")
         st.stop()
@@ -147,13 +151,14 @@ def uploaded_table(user: str | None) -> Table | None:
     uploaded = st.file_uploader("CSV, Parquet or Excel (.xlsx)", type=["csv", "parquet", "xlsx"])
     if uploaded is None:
         return None
-    read_before = remembered("build_table", (None, ""))
+    read_before = remembered("build_table", (None, "", ""))
     if (
         uploaded.file_id == st.session_state.get("build_draft_upload")
         and read_before[1] == uploaded.name
     ):
         return Table(*read_before)  # read once, not again on each rerun
-    table = Table(read_table(uploaded.getvalue(), uploaded.name), uploaded.name)
+    data = uploaded.getvalue()
+    table = Table(read_table(data, uploaded.name), uploaded.name, hashlib.sha256(data).hexdigest())
     if st.session_state.get("build_draft_upload") != uploaded.file_id:
         save_table(user, uploaded.name, uploaded.getvalue())  # the draft's table
         st.session_state["build_draft_upload"] = uploaded.file_id
@@ -165,16 +170,26 @@ def sample_table() -> Table | None:
     """The sample table chosen."""
     samples = sorted(p.name for p in SAMPLE_DATA.glob("*.csv"))
     sample = st.selectbox("Sample table", samples, key="build_sample")
-    return Table(read_table(SAMPLE_DATA / sample), sample) if sample else None
+    if not sample:
+        return None
+    path = SAMPLE_DATA / sample
+    return Table(read_table(path), sample, file_sha256(path))
 
 
-def forget_another_tables_fields(table_name: str) -> None:
-    """Another table than the fields were filled for: its own fields start afresh."""
-    if remembered("build_fields_table", table_name) != table_name:
-        for key in TABLE_FIELDS:
-            st.session_state.pop(key, None)
-            st.session_state.pop(f"kept::{key}", None)
-    remember("build_fields_table", table_name)
+def forget_another_tables_fields(table: Table) -> None:
+    """Another table than the fields were filled for (another name, or the same name with
+    other content): its own fields start afresh, and the file saved from the other is no
+    longer the one this form saves."""
+    filled_for = (
+        remembered("build_fields_table", table.name),
+        remembered("build_fields_sha256", table.sha256),
+    )
+    if filled_for != (table.name, table.sha256):
+        forget(TABLE_FIELDS)
+        st.session_state.pop("built_file", None)
+        st.session_state.pop("built_summary", None)
+    remember("build_fields_table", table.name)
+    remember("build_fields_sha256", table.sha256)
 
 
 def show_table(table: Table) -> None:
@@ -214,15 +229,11 @@ def shared_fields(columns: list[str], table_name: str, chat: bool) -> Fields:
     """The row of fields every kind has, and a warning when row numbers are the ids."""
     ids = [ROW_NUMBERS, *columns]
     id_default = remembered("build_id", default_id_column(columns))
+    id_default = afresh("build_id", id_default if id_default in ids else ids[0])
     c1, c2, c3, c4 = st.columns(4)
     id_choice = remember(
         "build_id",
-        c1.selectbox(
-            "Id column",
-            ids,
-            index=ids.index(id_default) if id_default in ids else 0,
-            key="build_id",
-        ),
+        c1.selectbox("Id column", ids, index=ids.index(id_default), key="build_id"),
     )
     task = remembered_input(c2.text_input, "Task", Path(table_name).stem or "task", "build_task")
     prompt_version = ""
@@ -268,32 +279,33 @@ def rerank_columns(columns: list[str], first_text: str) -> tuple[str, str, str]:
     picked = [
         remembered(f"build_rerank_{n}", d) for n, d in (("query", columns[0]), ("doc", first_text))
     ]
+    picked = [
+        afresh(f"build_rerank_{n}", p if p in columns else columns[0])
+        for n, p in zip(("query", "doc"), picked, strict=True)
+    ]
     query_column = remember(
         "build_rerank_query",
         c1.selectbox(
-            "Query column",
-            columns,
-            index=columns.index(picked[0]) if picked[0] in columns else 0,
-            key="build_rerank_query",
+            "Query column", columns, index=columns.index(picked[0]), key="build_rerank_query"
         ),
     )
     document_column = remember(
         "build_rerank_doc",
         c2.selectbox(
-            "Document column",
-            columns,
-            index=columns.index(picked[1]) if picked[1] in columns else 0,
-            key="build_rerank_doc",
+            "Document column", columns, index=columns.index(picked[1]), key="build_rerank_doc"
         ),
     )
     label_options = ["(none)", *columns]
     label_default = remembered("build_rerank_label", "(none)")
+    label_default = afresh(
+        "build_rerank_label", label_default if label_default in label_options else "(none)"
+    )
     label_column = remember(
         "build_rerank_label",
         c3.selectbox(
             "Relevance label column (optional)",
             label_options,
-            index=label_options.index(label_default) if label_default in label_options else 0,
+            index=label_options.index(label_default),
             key="build_rerank_label",
             help="Numbers, 0 for not relevant: kept in metadata.relevance, so Results and "
             "Dashboards give the ranking's NDCG and MRR.",
@@ -306,12 +318,15 @@ def embed_spec(columns: list[str], first_text: str, fields: Fields) -> EmbedSpec
     """An embeddings batch: the column to embed, the model, rows per line, the encoding
     and the metadata."""
     text_default = remembered("build_embed_column", first_text)
+    text_default = afresh(
+        "build_embed_column", text_default if text_default in columns else columns[0]
+    )
     text_column = remember(
         "build_embed_column",
         st.selectbox(
             "Column to embed",
             columns,
-            index=columns.index(text_default) if text_default in columns else 0,
+            index=columns.index(text_default),
             key="build_embed_column",
             help="Each row's cell is one input text; empty cells are left out.",
         ),
@@ -372,13 +387,16 @@ def encoding_format(column: DeltaGenerator) -> str:
 
 def metadata_columns(columns: list[str], text_column: str) -> list[str]:
     """The columns copied into each line's metadata (never the text embedded)."""
-    meta_default = [c for c in remembered("build_meta_columns", []) if c in columns]
+    meta_default = [
+        c for c in remembered("build_meta_columns", []) if c in columns and c != text_column
+    ]
+    meta_default = afresh("build_meta_columns", meta_default)
     return remember(
         "build_meta_columns",
         st.multiselect(
             "Columns copied into metadata",
             [c for c in columns if c != text_column],
-            default=[c for c in meta_default if c != text_column],
+            default=meta_default,
             key="build_meta_columns",
         ),
     )
@@ -526,7 +544,8 @@ def save_section(table: Table, batch: Batch) -> None:
 
 def file_target(task: str) -> tuple[Path, bool]:
     """Where the file is saved, and whether it replaces a file of that name."""
-    file_name = st.text_input("File name", safe_file_name(task or "batch"), key="build_file_name")
+    default = afresh("build_file_name", safe_file_name(task or "batch"))
+    file_name = st.text_input("File name", default, key="build_file_name")
     target = paths().uploads / safe_file_name(file_name)
     replace = False
     if target.exists():  # never overwritten without asking: a free name is offered instead
@@ -568,7 +587,7 @@ st.title("Build a batch file")
 st.caption(INTRO)
 user = open_draft()
 table = pick_table(user)
-forget_another_tables_fields(table.name)
+forget_another_tables_fields(table)
 show_table(table)
 batch = batch_spec(table)
 keep_draft(user)

@@ -171,11 +171,11 @@ def rerun_button(job: JobFolder, known: JobSummary, stopped: bool) -> None:
     label = f"Rerun the {known.retryable} failed, expired or missing requests"
     if can_rerun and st.button(label, type="primary"):
         write_rerun_file(job, read_ledger(job).retryable(), job.path / "rerun.jsonl")
-        restart(
-            job,
-            retry=True,
-            done="Rerunning into the same job; the subset is saved as rerun.jsonl.",
+        done = (
+            f"Rerun of the {known.retryable:,} failed, expired or missing requests (kept as "
+            "rerun.jsonl)"
         )
+        restart(job, retry=True, done=done)
 
 
 def shards_section(job: JobFolder, parts: list[Shard], stopped: bool) -> None:
@@ -195,7 +195,7 @@ def shards_section(job: JobFolder, parts: list[Shard], stopped: bool) -> None:
         c1, c2 = st.columns([1, 3])
         number = c1.selectbox("Shard", retryable_parts, key="retry_shard")
         if c2.button(f"Retry shard {number} alone", key="retry_shard_button"):
-            done = f"Rerunning the failed and missing requests of shard {number}."
+            done = f"Rerun of shard {number}'s failed and missing requests"
             restart(job, retry=True, shard=int(number), done=done)
 
 

@@ -135,11 +135,37 @@ def model_names_section() -> None:
             st.error(f"Not saved: {escape(exc)}.")
 
 
+STOPPING = "settings_engine_stopping"  # the pid of the worker asked to stop from this page
+STOPPED = "settings_engine_stopped"  # said once, when it has
+
+
 def engine_section(home: Path) -> None:
-    """The resident engine: how long it keeps models loaded, and what it holds now."""
+    """The resident engine: how long it keeps models loaded, and what it holds now (drawn
+    again every 2 s while it stops, until it has)."""
     st.subheader("Engine")
-    engine_state = read_state(home)
     idle_time(home)
+    stopping = st.session_state.get(STOPPING) is not None
+    st.fragment(engine_now, run_every=2.0 if stopping else None)(home)
+
+
+def engine_now(home: Path) -> None:
+    """What the engine holds, with its buttons; while it stops, that it does, and no button."""
+    engine_state = read_state(home)
+    stopping = st.session_state.get(STOPPING)
+    if stopping is not None and engine_state is not None and engine_state.pid == stopping:
+        st.info(
+            f"Stopping the engine: worker pid {stopping} unloads every model and exits (after "
+            "the job it runs now, if any)…",
+            icon=":material/hourglass_top:",
+        )
+        st.write(describe(engine_state)[0])
+        return
+    if stopping is not None:  # gone: the whole page again, without the timer
+        del st.session_state[STOPPING]
+        st.session_state[STOPPED] = f"The engine stopped: worker pid {stopping} has exited."
+        st.rerun()
+    if STOPPED in st.session_state:
+        st.success(st.session_state.pop(STOPPED), icon=":material/check:")
     for line in describe(engine_state)[:1]:
         st.write(line)
     if engine_state is not None:
@@ -176,7 +202,8 @@ def loaded_models(home: Path, engine_state: EngineState) -> None:
             st.toast(f"Unloading {escape(loaded.name)} (after the job running now, if any).")
     if st.button("Stop the engine", help="Unload every model and end the resident worker."):
         send_command(home, EngineCommand(action="stop"))
-        st.toast("Stopping the engine.")
+        st.session_state[STOPPING] = engine_state.pid
+        st.rerun()  # said at once, and no second Stop while it stops
 
 
 def api_keys_section(home: Path) -> None:

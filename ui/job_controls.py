@@ -1,4 +1,5 @@
-"""Cancel, Resume and Retry buttons, through the one way a job restarts."""
+"""Cancel, Resume and Retry buttons, through the one way a job restarts; a restart is said
+at once, on the page drawn again with the job's new state."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from core.jobs.folder import JobFolder, cancel
 from core.jobs.ledger import summary as ledger_summary
 from core.jobs.output_file import CorruptLine
 from core.jobs.submit import Refused, resubmit
+from ui.jobs import job_label
 from ui.text import escape
 
 
 def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
     """Cancel, Resume and Retry-failed buttons, each shown only when it applies (the Jobs
     page has its own rerun of failed, expired and missing requests: ``retry=False``)."""
+    started_said(job)
     status = job.read_status()
     cols = st.columns(3)
     running = not status.is_final and not status.interrupted
@@ -41,7 +44,7 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         icon=":material/play_arrow:",
         help="Runs only the requests without a result.",
     ):
-        restart(job, retry=False, done="Resumed: only requests without a result run.")
+        restart(job, retry=False, done=f"Resume of the {status.left:,} requests without a result")
     # Only failures a retry can change (never invalid input or what the engine refused).
     try:
         retryable = (
@@ -58,16 +61,35 @@ def job_controls(job: JobFolder, key: str, retry: bool = True) -> None:
         help="Reruns the failed requests a retry can change; invalid input and requests "
         "the engine refused fail the same way again, so they are not rerun.",
     ):
-        restart(job, retry=True, done="Retrying failed requests (invalid input is never retried).")
+        restart(job, retry=True, done=f"Retry of {retryable:,} failed requests")
 
 
-def restart(job: JobFolder, *, retry: bool, done: str, shard: int | None = None) -> bool:
-    """Resume / retry / rerun through the one way in; shows why when it is refused."""
+STARTED = "job_controls_started"  # (job id, what the last click started), said once
+
+
+def restart(job: JobFolder, *, retry: bool, done: str, shard: int | None = None) -> None:
+    """Resume / retry / rerun through the one way in; shows why when it is refused. Else the
+    page is drawn again at once: the job's state is then queued (no button offers the same
+    again) and ``done`` (what was started, e.g. "Rerun of 3 requests") is said above it."""
     try:
-        resubmit(job, retry=retry, shard=shard)
+        started = resubmit(job, retry=retry, shard=shard)
     except Refused as refused:
         for problem in refused.problems:
             st.error(escape(problem), icon=":material/block:")
-        return False
-    st.toast(done)
-    return True
+        return
+    when = (
+        "the worker holding the engine takes it up (after the job it runs now, if any)"
+        if started.worker is None
+        else "a worker is starting for it"
+    )
+    said = f"{done} queued as job {job_label(job.job_id)}: {when}. Monitor follows it."
+    st.session_state[STARTED] = (job.job_id, said)
+    st.rerun()
+
+
+def started_said(job: JobFolder) -> None:
+    """What the last click started for this job, said once on the page drawn after it."""
+    started = st.session_state.get(STARTED)
+    if started is not None and started[0] == job.job_id:
+        del st.session_state[STARTED]
+        st.success(escape(started[1]), icon=":material/play_arrow:")

@@ -9,8 +9,10 @@ it is read again exactly as the first time.
 from __future__ import annotations
 
 import getpass
+import hashlib
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 from pydantic import Field as PydanticField
@@ -23,6 +25,15 @@ from core.schemas import Model, to_json
 
 DRAFT_FILE = "build.json"
 FieldValue = str | int | float | bool | list[str] | None
+
+
+class DraftTable(NamedTuple):
+    """The draft's uploaded table, its name, and the SHA-256 of the bytes uploaded (the
+    Build page starts a fresh form for another table, told apart by name and content)."""
+
+    frame: pd.DataFrame
+    name: str
+    sha256: str
 
 
 class BuildDraft(Model):
@@ -40,10 +51,8 @@ def draft_folder(user: str | None, home: Path | None = None) -> Path:
     return (home or data_paths().home) / "drafts" / safe
 
 
-def load_draft(
-    user: str | None, home: Path | None = None
-) -> tuple[BuildDraft, tuple[pd.DataFrame, str] | None]:
-    """The user's draft and its uploaded table with its name (None: none kept). A draft
+def load_draft(user: str | None, home: Path | None = None) -> tuple[BuildDraft, DraftTable | None]:
+    """The user's draft and its uploaded table (None: none kept). A draft
     that cannot be read is no draft: it is a convenience, never worth an error."""
     folder = draft_folder(user, home)
     try:
@@ -54,7 +63,8 @@ def load_draft(
         return draft, None
     try:
         data = (folder / f"table{Path(draft.table_name).suffix}").read_bytes()
-        return draft, (read_table(data, draft.table_name), draft.table_name)
+        frame = read_table(data, draft.table_name)
+        return draft, DraftTable(frame, draft.table_name, hashlib.sha256(data).hexdigest())
     except (OSError, BuildError):
         return draft, None
 

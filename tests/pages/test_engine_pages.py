@@ -45,6 +45,30 @@ def test_settings_lists_the_loaded_models_and_unloads_one(studio_home, monkeypat
     assert [(c.action, c.model) for c in commands] == [("unload", "/models/all-MiniLM-L6-v2")]
 
 
+def test_settings_stop_says_it_stops_at_once_then_that_it_stopped(studio_home):
+    """Issue 58, item 14: Stop the engine said nothing and offered itself again until a
+    reload; now the page drawn at once says it stops, offers no button meanwhile, and says
+    when the worker has exited."""
+    state = resident_state(studio_home)
+    at = open_page("settings.py")
+    next(b for b in at.button if b.label == "Stop the engine").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert [shown(i.value) for i in at.info] == [
+        f"Stopping the engine: worker pid {state.pid} unloads every model and exits (after "
+        "the job it runs now, if any)…"
+    ]
+    assert not [b for b in at.button if b.label in ("Stop the engine", "Unload")]
+    assert [c.action for c in take_commands(studio_home)] == ["stop"]  # sent once
+
+    resident_state(studio_home, pid=2**22 + 12345)  # the worker has exited
+    at.run()
+    assert [shown(s.value) for s in at.success] == [
+        f"The engine stopped: worker pid {state.pid} has exited."
+    ]
+    assert "no engine is loaded" in page_text(at)
+    assert not at.info
+
+
 def test_settings_sets_how_long_models_stay_loaded(studio_home, monkeypatch):
     monkeypatch.delenv(IDLE_ENV)
     at = open_page("settings.py")

@@ -11,6 +11,7 @@ import pytest
 
 from core.config import SAMPLE_DATA
 from core.jobs.folder import JobFolder
+from core.jobs.queue import EngineLock
 from core.schemas import JobStatus
 from tests.support.jobs import finished_job, request_line
 from tests.support.pages import metric, open_page, shown, texts
@@ -133,6 +134,34 @@ def test_jobs_page_reconciles_and_verifies(studio_home):
     )
     at = open_page("jobs.py")
     assert [b.label for b in at.button if b.label == "Cancel"] == ["Cancel"]
+
+
+def test_jobs_rerun_says_what_it_started_at_once_and_is_not_offered_again(studio_home):
+    """Issue 58, item 14: the click queues the rerun, and the page drawn at once says so,
+    shows the job queued, and offers no second rerun (it offered it again for minutes)."""
+    job = finished_job(
+        studio_home,
+        [{"custom_id": "a", "answer": "yes"}, {"custom_id": "b", "answer": None, "error": FAULT}],
+    )
+    engine = EngineLock(studio_home / "jobs")  # this test is the worker holding the engine:
+    assert engine.acquire()  # the job is queued for it, and no worker process starts
+    try:
+        at = open_page("jobs.py")
+        rerun = next(b for b in at.button if b.label.startswith("Rerun the 1 failed"))
+        rerun.click().run()
+        assert not at.exception, [e.message for e in at.exception]
+        said = [shown(s.value) for s in at.success]
+        assert said == [
+            "Rerun of the 1 failed, expired or missing requests (kept as rerun.jsonl) queued "
+            f"as job {job.job_id}: the worker holding the engine takes it up (after the job "
+            "it runs now, if any). Monitor follows it."
+        ], said
+        assert JobFolder(job.path).read_status().state == "queued"
+        assert f"{job.job_id}: queued" in [shown(h.value) for h in at.subheader]
+        assert not [b for b in at.button if b.label.startswith("Rerun")]
+        assert [b.label for b in at.button if b.label == "Cancel"] == ["Cancel"]
+    finally:
+        engine.release()
 
 
 def test_settings_lists_folders_and_the_built_in_model(studio_home):

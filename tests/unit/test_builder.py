@@ -320,12 +320,14 @@ def test_build_file_refuses_to_overwrite_unless_asked(tmp_path: Path) -> None:
 
 
 def test_an_uploaded_table_is_kept_with_the_draft_per_user(tmp_path: Path) -> None:
+    from core.files import file_sha256
     from core.plan.drafts import BuildDraft, load_draft, save_draft, save_table
 
     save_table("ana", "mine.csv", TICKETS.read_bytes(), tmp_path)
     save_draft("ana", BuildDraft(fields={"build_task": "t"}, table_name="mine.csv"), tmp_path)
-    draft, (table, name) = load_draft("ana", tmp_path)
+    draft, (table, name, sha256) = load_draft("ana", tmp_path)
     assert draft.fields == {"build_task": "t"} and name == "mine.csv" and len(table) == 40
+    assert sha256 == file_sha256(TICKETS)  # the bytes uploaded: the page tells tables apart
     assert load_draft("bo", tmp_path) == (BuildDraft(), None)  # one draft per user
     (tmp_path / "drafts" / "ana" / "build.json").write_text("{not json")
     assert load_draft("ana", tmp_path) == (BuildDraft(), None)  # a broken draft is none
