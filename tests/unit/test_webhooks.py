@@ -19,7 +19,6 @@ from core.webhooks.outbox import (
     deliver,
     delivery_log,
     dispatcher_lock,
-    lock_file,
     pending_events,
 )
 from core.webhooks.registry import (
@@ -30,6 +29,7 @@ from core.webhooks.registry import (
     rotate_secret,
 )
 from core.webhooks.signing import new_secret
+from tests.support.api import own, sdk
 from tests.support.cli import cli
 from tests.support.jobs import make_job, rewrite_spec
 from tests.support.webhooks import closed_port_url, receiver
@@ -137,7 +137,6 @@ def test_a_job_end_starts_a_dispatcher_when_none_runs(studio_home):
             time.sleep(0.1)
         assert held is not None
         assert len(hooks.received) == 1
-        assert lock_file(studio_home).exists()
 
 
 def test_a_rotated_secret_signs_beside_the_new_one_for_24_hours(studio_home):
@@ -189,3 +188,19 @@ def test_the_cli_adds_lists_rotates_and_removes_endpoints(studio_home):
     assert cli("webhooks", "remove", "http://127.0.0.1:9999/in").returncode == 0
     assert read_endpoints(studio_home) == []
     assert "no webhook endpoints" in cli("webhooks", "list").stdout
+
+
+def test_a_batch_cancelled_through_the_api_is_told_with_the_id_the_api_shows(
+    studio_home, api, keys
+):
+    with receiver() as hooks:
+        endpoint = add_endpoint(studio_home, hooks.url)
+        job = make_job(studio_home, 2, studio_home / "jobs")
+        own(job, "alice")
+        with dispatcher_lock(studio_home):
+            batch = sdk(api, keys["alice"]).batches.cancel(job.job_id)
+        assert batch.status == "cancelled"
+        deliver(studio_home, Dispatcher(studio_home, QUICK), poll=0.05)
+        [sent] = hooks.received
+        event = unwrap(sent, endpoint.secret)
+        assert (event.type, event.data.id) == ("batch.cancelled", batch.id)
