@@ -1,6 +1,6 @@
 """Settings: where data and models live, the model folders found and the names mapped
 to them, the engine's loaded models (with their idle time and an Unload button), the API's
-keys and the quotas of keys and users."""
+keys and the quotas of keys and users, and the webhook endpoints told when a batch ends."""
 
 from __future__ import annotations
 
@@ -30,6 +30,15 @@ from core.jobs.folder import local_owner
 from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_from_rows, names_problem, read_names, write_names
+from core.webhooks.outbox import delivery_log
+from core.webhooks.registry import (
+    EVENT_TYPES,
+    WebhookProblem,
+    add_endpoint,
+    read_endpoints,
+    remove_endpoint,
+    rotate_secret,
+)
 from ui.sign_in import signed_in_user
 from ui.store import paths, through_app
 from ui.text import escape
@@ -297,6 +306,67 @@ def quotas_section(home: Path) -> None:
     st.caption(QUOTAS_HELP)
 
 
+WEBHOOKS_HELP = (
+    "When a batch ends (from Run, the CLI, the inbox or the API), each endpoint that wants "
+    "the event is POSTed OpenAI's event (`batch.completed`, ...), signed per Standard "
+    "Webhooks: verify it with the openai SDK's `client.webhooks.unwrap(body, headers, "
+    "secret=...)`. A failed delivery is retried for up to 72 h; a job never waits for it. "
+    "Also `python -m core webhooks add URL`."
+)
+
+
+def _show_secret(text: str, secret: str) -> None:
+    st.success(text, icon=":material/key:")
+    st.code(secret, language=None)
+
+
+def webhooks_section(home: Path) -> None:
+    """The webhook endpoints (never their secrets, but once when made), a form to add one,
+    Rotate and Remove, and the delivery log."""
+    st.subheader("Webhooks")
+    endpoints = read_endpoints(home)
+    if endpoints:
+        st.dataframe(
+            pd.DataFrame(
+                [
+                    {"id": e.id, "URL": e.url, "events": ", ".join(e.events), "added": e.created_at}
+                    for e in endpoints
+                ]
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    else:
+        st.write("No webhook endpoints: nothing is told when a batch ends.")
+    url = st.text_input("Endpoint URL", key="webhook_url", placeholder="https://...")
+    events = st.multiselect("Events", EVENT_TYPES, default=EVENT_TYPES, key="webhook_events")
+    if st.button("Add endpoint"):
+        try:
+            added = add_endpoint(home, url, events)
+        except WebhookProblem as exc:
+            st.error(escape(str(exc)), icon=":material/error:")
+        else:
+            _show_secret(f"Endpoint {added.id} added. Its secret, shown only now:", added.secret)
+    if endpoints:
+        chosen = st.selectbox("Endpoint", [e.id for e in endpoints], key="webhook_chosen")
+        rotate, remove = st.columns(2)
+        if rotate.button("Rotate secret"):
+            new = rotate_secret(home, chosen)
+            _show_secret(
+                f"New secret of {chosen}, shown only now (the old one signs 24 h):", new.secret
+            )
+        if remove.button("Remove endpoint"):
+            remove_endpoint(home, chosen)
+            st.toast(f"Endpoint {chosen} removed.")
+            st.rerun()
+    st.caption(WEBHOOKS_HELP)
+    rows = delivery_log(home)
+    if rows:
+        st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    else:
+        st.caption("No webhook deliveries yet.")
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -306,3 +376,4 @@ model_names_section()
 engine_section(data.home)
 api_keys_section(data.home)
 quotas_section(data.home)
+webhooks_section(data.home)

@@ -15,23 +15,35 @@ python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core engine status [--json] | engine unload MODEL | engine stop
 python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
+python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
 One module per command group (check, jobs, export, grade, judge, models, embed, engine,
-serve, keys);
-each adds its commands.
+serve, keys, webhooks); each adds its commands.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from core.cli import check, embed, engine, export, grade, jobs, judge, keys, models, serve
+from core.cli import (
+    check,
+    embed,
+    engine,
+    export,
+    grade,
+    jobs,
+    judge,
+    keys,
+    models,
+    serve,
+    webhooks,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys):
+    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys, webhooks):
         group.add_commands(commands)
     return parser
 

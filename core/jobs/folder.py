@@ -53,6 +53,7 @@ from core.schemas import (
     to_json,
     worker_alive,
 )
+from core.webhooks.outbox import record_end
 
 HEARTBEAT_SECONDS = 2.0
 STATUS_LOCK = ".status.lock"
@@ -182,6 +183,12 @@ class JobFolder:
 
     def write_status(self, status: JobStatus) -> None:
         write_atomic(self.status_file, status.to_json())
+        self.record_end(status)
+
+    def record_end(self, status: JobStatus) -> None:
+        """A final status's webhook event, in the outbox (sent by the dispatcher, never
+        here): every writer of a job's end calls it, the worker included."""
+        record_end(self.path.parent.parent, self.job_id, status)
 
     @contextmanager
     def status_lock(self) -> Iterator[None]:

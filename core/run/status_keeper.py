@@ -231,6 +231,7 @@ class StatusKeeper:
                 setattr(self.status, name, value)
             self._refresh()
             self._write_final()
+        self.job.record_end(self.status)  # its webhook event, once its end is on disk
         if self._thread.ident is not None:  # a run that sampled: its end is its last sample
             self._append_last_sample()
 

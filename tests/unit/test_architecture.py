@@ -34,6 +34,7 @@ LAYERS = {
     "storage": 0,  # object storage in and out (s3://)
     "core": 0,  # core/__init__.py: the version
     "check": 1,
+    "webhooks": 1,  # job-end events: endpoints, signing, the outbox (below jobs/, which records)
     "human": 1,  # people's work on disk (labels, preferences, samples)
     "plan": 2,
     "jobs": 3,
