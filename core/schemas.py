@@ -249,12 +249,14 @@ class JudgeLink(FrozenModel):
 
 
 class BatchOrigin(FrozenModel):
-    """What a job made through the Batch API (core/api/) was asked for, in OpenAI's terms."""
+    """What a job made through the Batch API (core/api/) was asked for, in OpenAI's terms,
+    and which API's dialect made it (both serve every job: core/api/message_batches.py)."""
 
-    input_file_id: str
+    input_file_id: str = ""  # "": none uploaded (an Anthropic batch sends its requests inline)
     endpoint: str
     completion_window: str = "24h"
     output_expires_after_seconds: int | None = None  # its result files expire then
+    api: Literal["openai", "anthropic"] = "openai"  # /v1/batches or /v1/messages/batches
 
 
 class JobSpec(Model):

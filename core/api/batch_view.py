@@ -117,9 +117,8 @@ def batch_of(job: JobFolder) -> dict:
         "object": "batch",
         "endpoint": _endpoint(job, spec),
         "errors": None,
-        "input_file_id": spec.batch.input_file_id
-        if spec.batch
-        else job_file_id(job.job_id, "input"),
+        "input_file_id": (spec.batch.input_file_id if spec.batch else "")
+        or job_file_id(job.job_id, "input"),
         "completion_window": spec.batch.completion_window if spec.batch else "24h",
         "status": state,
         "created_at": created,

@@ -173,7 +173,7 @@ def get_batch(home: Path, batch_id: str, caller: Caller | None) -> dict:
     try:
         owner, batch = answer(job)
     except JobUnreadable as exc:
-        _job(home, batch_id, caller)  # 404 as "no such batch" unless the caller may see it
+        visible_job(home, batch_id, caller)  # 404 as "no such batch" unless the caller may see it
         raise ApiError(404, f"Batch {batch_id} cannot be read: {exc.reason}.") from None
     if not visible(owner, caller):
         raise not_found("batch", batch_id)
@@ -186,7 +186,12 @@ def _job_folder(home: Path, batch_id: str) -> JobFolder:
     return JobFolder(home / "jobs" / batch_id)
 
 
-def _job(home: Path, batch_id: str, caller: Caller | None) -> JobFolder:
+def visible_job(home: Path, batch_id: str, caller: Caller | None) -> JobFolder:
+    """The job of a batch id, if the caller may see it.
+
+    Raises:
+        ApiError: 404 when there is none (or it is not the caller's).
+    """
     job = _job_folder(home, batch_id)
     try:
         spec = job.read_spec()
@@ -374,7 +379,7 @@ def cancel_batch(home: Path, batch_id: str, caller: Caller | None) -> dict:
     if refused_path is not None:
         batch = get_batch(home, batch_id, caller)
         raise ApiError(400, f"Batch {batch_id} is {batch['status']}: there is nothing to cancel.")
-    job = _job(home, batch_id, caller)
+    job = visible_job(home, batch_id, caller)
     try:
         status = job.read_status()
         if status.is_final:

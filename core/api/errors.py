@@ -1,4 +1,5 @@
-"""OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``."""
+"""The error bodies: OpenAI's ``{"error": {"message", "type", "param", "code"}}`` and, for
+``/v1/messages/batches``, Anthropic's ``{"type": "error", "error": {"type", "message"}}``."""
 
 from __future__ import annotations
 
@@ -55,3 +56,22 @@ def error_response(
 
 def not_found(what: str, ident: str) -> ApiError:
     return ApiError(404, f"No {what} with id {ident!r} (or it is not yours).", code="not_found")
+
+
+# Anthropic's error types by HTTP status (those its SDK's ErrorObject knows).
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+}
+
+
+def anthropic_error(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> JSONResponse:
+    """Anthropic's error body (it has no ``param`` nor ``code``: the message names the
+    field); a 5xx is ``api_error``, any other 4xx ``invalid_request_error``."""
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return JSONResponse(body, status_code=status, headers={"x-should-retry": "false"})

@@ -1,6 +1,7 @@
-"""The ``/v1`` routes: OpenAI's Files, Batches and Models endpoints, on the app's server.
+"""The ``/v1`` routes: OpenAI's Files, Batches and Models endpoints, and Anthropic's
+Message Batches (``/v1/messages/batches``), on the app's server.
 
-Every answer is OpenAI's shape; every refusal OpenAI's error body with a status of 400,
+Every answer is its API's shape; every refusal its API's error body with a status of 400,
 401, 404, 413 (a JSON body past :data:`JSON_BODY_MAX`) or 507 (a full disk) and a sentence
 that says what to fix, whatever the body, form or id holds.
 """
@@ -17,8 +18,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from core.access import is_loopback
-from core.api import batch_view, batches, files, metrics
-from core.api.errors import ApiError, error_response, not_found
+from core.api import batch_view, batches, files, message_batches, metrics
+from core.api.errors import ApiError, anthropic_error, error_response, not_found
 from core.api.form import too_large
 from core.api.keys import Caller, KeyRefused, caller_for
 from core.config import data_paths
@@ -44,7 +45,11 @@ def caller(request: Request, home: Path) -> Caller | None:
         ApiError: 401, with why (:class:`core.api.keys.KeyRefused`).
     """
     host = request.client.host if request.client is not None else None
-    return caller_of(home, request.headers.get("authorization", ""), host)
+    # Anthropic's clients send the key as x-api-key; either header carries it, on any route.
+    key = request.headers.get("x-api-key", "").strip()
+    return caller_of(
+        home, f"Bearer {key}" if key else request.headers.get("authorization", ""), host
+    )
 
 
 def caller_of(home: Path, authorization: str, host: str | None) -> Caller | None:
@@ -61,23 +66,37 @@ def caller_of(home: Path, authorization: str, host: str | None) -> Caller | None
         raise ApiError(401, str(exc), code="invalid_api_key") from None
 
 
-def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(
+    handler: Handler, error: Callable[..., Response] = error_response
+) -> Callable[[Request], Awaitable[Response]]:
     """Wraps a handler: the caller is known before it runs, and what goes wrong is an
-    OpenAI error, never a traceback."""
+    error in the API's shape (``error``: OpenAI's by default), never a traceback."""
 
     async def run(request: Request) -> Response:
         home = data_paths().home
         try:
             return await handler(request, home, caller(request, home))
         except ApiError as exc:
-            return exc.response()
+            return error(exc.status, exc.message, exc.param, exc.code)
         except ClientDisconnect:  # a cut request: nothing of it was kept, nobody to answer
-            return error_response(400, "The request was cut off before it was read whole.")
+            return error(400, "The request was cut off before it was read whole.")
         except Exception:  # the last net: logged for the operator, a plain 500 for the client
             log.exception("the API failed on %s %s", request.method, request.url.path)
-            return error_response(500, "The server failed on this request; its log says why.")
+            return error(500, "The server failed on this request; its log says why.")
 
     return run
+
+
+def anthropic_endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """:func:`endpoint` for Anthropic's routes: its error body, and its version header
+    required, as Anthropic requires it (its SDK always sends it)."""
+
+    async def versioned(request: Request, home: Path, who: Caller | None) -> Response:
+        if not request.headers.get("anthropic-version"):
+            raise ApiError(400, "anthropic-version: header is required (e.g. 2023-06-01).")
+        return await handler(request, home, who)
+
+    return endpoint(versioned, anthropic_error)
 
 
 def _limit(request: Request, default: int, most: int) -> int:
@@ -245,6 +264,75 @@ async def cancel_batch(request: Request, home: Path, who: Caller | None) -> Resp
     return JSONResponse(await run_in_threadpool(batches.cancel_batch, home, batch_id, who))
 
 
+# -- Anthropic's message batches ---------------------------------------------------------
+
+
+def _base_url(request: Request) -> str:
+    return str(request.base_url)
+
+
+@anthropic_endpoint
+async def create_message_batch(request: Request, home: Path, who: Caller | None) -> Response:
+    body = await _json_body(request)
+    made = await run_in_threadpool(message_batches.create, home, body, who, _base_url(request))
+    return JSONResponse(made)
+
+
+@anthropic_endpoint
+async def list_message_batches(request: Request, home: Path, who: Caller | None) -> Response:
+    query = request.query_params
+    limit = _limit(request, 20, message_batches.LIST_LIMIT_MAX)
+    page = await run_in_threadpool(
+        message_batches.listing,
+        home,
+        who,
+        _base_url(request),
+        limit,
+        query.get("before_id"),
+        query.get("after_id"),
+    )
+    return JSONResponse(page)
+
+
+@anthropic_endpoint
+async def get_message_batch(request: Request, home: Path, who: Caller | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    found = await run_in_threadpool(message_batches.get, home, batch_id, who, _base_url(request))
+    return JSONResponse(found)
+
+
+@anthropic_endpoint
+async def cancel_message_batch(request: Request, home: Path, who: Caller | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    base = _base_url(request)
+    return JSONResponse(
+        await run_in_threadpool(message_batches.cancel_batch, home, batch_id, who, base)
+    )
+
+
+@anthropic_endpoint
+async def delete_message_batch(request: Request, home: Path, who: Caller | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    return JSONResponse(await run_in_threadpool(message_batches.delete, home, batch_id, who))
+
+
+@anthropic_endpoint
+async def message_batch_results(request: Request, home: Path, who: Caller | None) -> Response:
+    batch_id = request.path_params["batch_id"]
+    lines = await run_in_threadpool(message_batches.results, home, batch_id, who)
+    # A sync iterator: Starlette reads it in a worker thread, a line at a time.
+    return StreamingResponse(lines, media_type="application/binary")
+
+
+@anthropic_endpoint
+async def unknown_messages(request: Request, home: Path, who: Caller | None) -> Response:
+    raise ApiError(
+        404,
+        f"Invalid URL ({request.method} {request.url.path}): this server answers "
+        "/v1/messages/batches only of Anthropic's API.",
+    )
+
+
 # -- metrics -------------------------------------------------------------------------------
 
 
@@ -318,6 +406,14 @@ def api_routes() -> list[BaseRoute]:
         Route("/v1/batches", list_batches, methods=["GET"]),
         Route("/v1/batches/{batch_id}", get_batch, methods=["GET"]),
         Route("/v1/batches/{batch_id}/cancel", cancel_batch, methods=["POST"]),
+        Route("/v1/messages/batches", create_message_batch, methods=["POST"]),
+        Route("/v1/messages/batches", list_message_batches, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}", get_message_batch, methods=["GET"]),
+        Route("/v1/messages/batches/{batch_id}", delete_message_batch, methods=["DELETE"]),
+        Route("/v1/messages/batches/{batch_id}/cancel", cancel_message_batch, methods=["POST"]),
+        Route("/v1/messages/batches/{batch_id}/results", message_batch_results, methods=["GET"]),
+        Route("/v1/messages", unknown_messages, methods=ALL_METHODS),
+        Route("/v1/messages/{rest:path}", unknown_messages, methods=ALL_METHODS),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model}", get_model, methods=["GET"]),
         Route("/metrics", scrape, methods=["GET"]),

@@ -243,6 +243,29 @@ def new_job_id() -> str:
     return f"job_{datetime.now(UTC):%Y%m%d_%H%M%S}_{secrets.token_hex(3)}"
 
 
+class StillRunning(ValueError):
+    """A job that has not ended cannot be deleted; the message says what to do."""
+
+
+def delete_job(job: JobFolder) -> None:
+    """Deletes an ended job: its folder goes, and with it the job from every page (the
+    store forgets a job whose folder is gone). Under the status lock, so a worker cannot
+    take it meanwhile.
+
+    Raises:
+        StillRunning: the job has not ended (cancel it first).
+        JobUnreadable: its files cannot be read.
+    """
+    with job.status_lock():
+        status = job.read_status()
+        if not status.is_final:
+            raise StillRunning(
+                f"job {job.job_id} is {status.state}: only an ended job can be deleted; "
+                "cancel it first"
+            )
+        shutil.rmtree(job.path)
+
+
 def remove_folder(job: JobFolder) -> None:
     """Removes a job folder that was never made whole (no job to show, nothing to keep)."""
     shutil.rmtree(job.path, ignore_errors=True)
