@@ -19,7 +19,7 @@ from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, Usage, format_money, usage_cost
 from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
-from core.reuse.keys import KEY_BYTES, RequestKeys
+from core.reuse.keys import RequestKeys
 from core.run.outputs import token_usage
 from core.schemas import JobSpec
 
@@ -98,14 +98,11 @@ def forecast_reuse(
         folders.append(folder)
         forecast.keyed += len(folder_keys)
     everything = np.concatenate([k for _, k in by_folder]) if by_folder else np.empty(0, "V16")
-    # Each key once (a million in a fraction of a second), with the folder that asks it.
-    unique, first = np.unique(everything, return_index=True)
-    forecast.duplicates = forecast.keyed - len(unique)
+    first = first_of_each(everything)
+    forecast.duplicates = forecast.keyed - len(first)
     folder_of_line = np.repeat(np.arange(len(by_folder)), [len(k) for _, k in by_folder])
     folder_of_key = folder_of_line[first]
-    packed = unique.tobytes()
-    asked = [packed[start : start + KEY_BYTES] for start in range(0, len(packed), KEY_BYTES)]
-    earlier = find_earlier(jobs_dir, asked, skip="", owner=owner or local_owner())
+    earlier = find_earlier(jobs_dir, everything[first], skip="", owner=owner or local_owner())
     by_model: dict[str, tuple[int, int, int]] = {}  # answers, prompt and output tokens
     with EarlierLines() as earlier_lines:
         for place, source in earlier.items():
@@ -120,6 +117,25 @@ def forecast_reuse(
             by_model[name] = (answers + 1, prompts + prompt, completions + completion)
     _price(forecast, by_model, prices, home)
     return forecast
+
+
+def first_of_each(keys: np.ndarray) -> np.ndarray:
+    """Where each key of ``keys`` (16-byte items) first stands, in order: one sort of their
+    first halves as integers (a sort by both, or of 16-byte items, takes ten times as long),
+    by both only where two keys share a first half."""
+    halves = keys.view(np.uint64).reshape(-1, 2)
+    order = np.argsort(halves[:, 0])
+    ordered = halves[order]
+    same_first = ordered[1:, 0] == ordered[:-1, 0]
+    if (same_first & (ordered[1:, 1] != ordered[:-1, 1])).any():
+        order = np.lexsort((halves[:, 1], halves[:, 0]))
+        ordered = halves[order]
+        same_first = ordered[1:, 0] == ordered[:-1, 0]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = ~(same_first & (ordered[1:, 1] == ordered[:-1, 1]))
+    if not len(order):
+        return order
+    return np.sort(np.minimum.reduceat(order, np.flatnonzero(new)))
 
 
 def digests_for(report: CheckReport, spec: JobSpec) -> RequestDigests:

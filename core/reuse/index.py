@@ -149,7 +149,7 @@ class EarlierAnswers:
 
 
 def find_earlier(
-    jobs_dir: Path, wanted: Sequence[bytes], skip: str, owner: str | None
+    jobs_dir: Path, wanted: Sequence[bytes] | np.ndarray, skip: str, owner: str | None
 ) -> EarlierAnswers:
     """The newest earlier answer of each ``wanted`` key, over every job but ``skip`` that
     ``owner`` (:func:`reuse_owner`) owns: the one place the worker and the forecast pick
@@ -157,11 +157,13 @@ def find_earlier(
 
     Every job's records are read straight into columns and matched with the keys asked in
     one sort (numpy), with no step per record or per key in Python: a job's start may look
-    up a million keys among ten million answers.
+    up a million keys among ten million answers. ``wanted``: keys, or an array of 16-byte
+    items (a forecast's, :func:`core.reuse.keys.keys_of`).
     """
-    searched = bool(wanted) and owner is not None and jobs_dir.is_dir()
+    searched = len(wanted) > 0 and owner is not None and jobs_dir.is_dir()
     jobs, starts, records = _read_records(jobs_dir, skip, owner) if searched else ([], [], None)
-    asked = np.frombuffer(b"".join(wanted), _KEY)
+    joined = wanted.tobytes() if isinstance(wanted, np.ndarray) else b"".join(wanted)
+    asked = np.frombuffer(joined, _KEY)
     if len(asked) != len(wanted):
         raise ValueError(f"a key is {KEY_BYTES} bytes")
     if records is None or not len(records):

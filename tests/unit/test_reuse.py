@@ -776,3 +776,16 @@ def test_core_check_reads_the_file_once_for_its_check_and_its_forecast(tmp_path,
     assert data["reuse"]["keyed"] == 7 + 30  # every valid deterministic line, its twin too
     assert data["reuse"]["duplicates"] == 1
     assert len(opened) == by_the_check
+
+
+def test_the_forecast_tells_keys_apart_that_share_their_first_half():
+    """The forecast's duplicates come from one sort of the keys' first halves: two requests
+    whose keys share it are still two, however they interleave."""
+    import numpy as np
+
+    from core.reuse.forecast import first_of_each
+
+    a, b, c = bytes(8) + b"\x01" * 8, bytes(8) + b"\x02" * 8, b"\x03" * 16
+    keys = np.frombuffer(a + b + a + c + b, dtype="V16")
+    assert first_of_each(keys).tolist() == [0, 1, 3]
+    assert first_of_each(keys[:0]).tolist() == []
