@@ -317,10 +317,10 @@ def invalid_lines(report: CheckReport) -> InvalidLines:
     return InvalidLines(skip_invalid, blocked)
 
 
-def estimate_section(batch: CheckedBatch, choices: RunChoices) -> None:
+def estimate_section(batch: CheckedBatch, report: CheckReport, choices: RunChoices) -> None:
     """The estimate made on Upload & check for this file, if one was, and what answers
     already made would save with the settings chosen here (a dtype or a length changes
-    which answers match)."""
+    which answers match), keyed from the digests the file's check (``report``) kept."""
     estimate = batch.estimate
     if not estimate:
         st.caption("The estimate (tokens, time, cost) is shown on Upload & check for the file.")
@@ -332,7 +332,7 @@ def estimate_section(batch: CheckedBatch, choices: RunChoices) -> None:
             budget = format_money(estimate["budget"], currency)
             st.warning(f"The expected cost is over the budget of {escape(budget)}.")
     if choices.model.path:
-        reuse_note(str(batch.path), submission(batch, choices), load_prices())
+        reuse_note(report, submission(batch, choices), load_prices())
 
 
 def submission(batch: CheckedBatch, choices: RunChoices) -> Submission:
@@ -397,6 +397,6 @@ choices = RunChoices(
     reuse=reuse_answers(),
     invalid=invalid_lines(report),
 )
-estimate_section(batch, choices)
+estimate_section(batch, report, choices)
 start_button(batch, choices)
 another_file()

@@ -484,7 +484,7 @@ def estimate_section(report: CheckReport, settings: CheckSettings) -> Estimated:
         defaults=settings.defaults,
         model_map=settings.model_map,
     )
-    reuse_note(report.path, planned, prices)
+    reuse_note(report, planned, prices)
     for note in result.notes:
         st.info(escape(note))
     needs_confirmation = False

@@ -8,6 +8,7 @@ import time
 
 import streamlit as st
 
+from core.check.report import CheckReport
 from core.jobs.submit import Submission, planned_spec
 from core.plan.estimate import format_duration, load_note
 from core.plan.pricing import PriceTable, format_money
@@ -47,12 +48,14 @@ FORECAST_SECONDS = 300  # a forecast is made again after this (new jobs' answers
 _forecasts: Recent[str, BackgroundForecast] = Recent(8)
 
 
-def reuse_note(path: str, submission: Submission, prices: PriceTable) -> None:
+def reuse_note(report: CheckReport, submission: Submission, prices: PriceTable) -> None:
     """How many lines would take answers already made (docs/reuse.md), under the estimate,
     which counts every line, and the settings it assumed: those a job of ``submission``
     runs with (:func:`core.jobs.submit.planned_spec`), so a choice on Run that changes a
-    key changes the forecast. Made in a thread; a model hashed for the first time shows
-    its progress meanwhile."""
+    key changes the forecast. Keyed from the digests the file's check kept (``report``),
+    without reading the file again; made in a thread, and a model hashed for the first
+    time shows its progress meanwhile."""
+    path = report.path
     spec = planned_spec(submission)
     owner = local_owner(signed_in_user())  # whose job Run would make: only its answers count
     stat = os.stat(path)
@@ -70,7 +73,7 @@ def reuse_note(path: str, submission: Submission, prices: PriceTable) -> None:
     if running is None or (running.done and time.monotonic() - running.started > FORECAST_SECONDS):
         running = _forecasts.put(
             key,
-            BackgroundForecast(path, spec, jobs_dir=paths().jobs, prices=prices, owner=owner),
+            BackgroundForecast(report, spec, jobs_dir=paths().jobs, prices=prices, owner=owner),
         )
     if running.wait(timeout=2.0):  # a small file's forecast is shown at once
         _show_forecast(running)

@@ -57,6 +57,7 @@ class Options:
         )
         if tokens is None:  # nothing is counted per line: the scanner folds lines in itself
             scanner.shapes = summary.shapes
+            scanner.digests = summary.digests
             summary.default_lines = scanner.default_lines
         return summary, scanner
 
@@ -123,6 +124,7 @@ def check_part(conn: Any, options: Options, start: int, end: int, valid_path: st
             failed,
             ids,
             scanner.id_lines,
+            summary.digests,
         )
     )
 

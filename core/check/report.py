@@ -4,9 +4,10 @@ the :class:`CheckReport` of a whole file (with its summary as lines of text)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from core.check.digests import RequestDigests
 from core.check.engine_requests import EngineRequest
 
 Severity = Literal["error", "warning", "note"]
@@ -111,6 +112,10 @@ class CheckReport:
     seconds: float = 0.0
     processes: int = 1  # processes whose work is in the report (see check_file)
     cancelled: bool = False
+    # The digests of the valid deterministic lines, for the reuse forecast: kept from the
+    # check's own pass so the forecast never reads the file again; not in to_dict (16 bytes
+    # a line), and None in a report made without them.
+    digests: RequestDigests | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -128,7 +133,8 @@ class CheckReport:
             self.problems_dropped += 1
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = asdict(replace(self, digests=None))
+        del data["digests"]
         data["ok"] = self.ok
         for name in ("models", "urls", "invalid_urls", "roles"):
             data[name] = dict(getattr(self, name))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from core.check.digests import RequestDigests, fast_chat_digest
 from core.check.fast_path import (
     DEFAULTED,
     FAST_DECODE_ERRORS,
@@ -73,6 +74,7 @@ class Scanner:
         # decoded lines alive costs more memory traffic than the whole rest of the check).
         self.shapes: dict[tuple, int] | None = None
         self.default_lines: list[int] = []
+        self.digests: RequestDigests | None = None  # with shapes: the deterministic lines'
         # Set in a helper process that checks a later part of the file: its ids and their
         # first lines there, so the parent can find ids repeated across parts.
         self.ids: list[str] | None = None
@@ -112,6 +114,7 @@ class Scanner:
         end = sys.maxsize if end is None else end
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
+        digests = self.digests
         default_max, default_t, default_p = (
             defaults.max_tokens,
             defaults.temperature,
@@ -188,6 +191,14 @@ class Scanner:
                             defaulted,
                         )
                         shapes[shape] = shapes.get(shape, 0) + 1
+                        if temperature == 0 or body.seed is not None:  # its answer is reused
+                            digests.add(
+                                body.model,
+                                False,
+                                fast_chat_digest(
+                                    body.messages, max_tokens, temperature, top_p, body.seed, body.n
+                                ),
+                            )
                         items.append(None)
                         roles_of.append(None)
                         continue

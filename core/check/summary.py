@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from core.check.digests import RequestDigests, deterministic, fast_chat_digest, request_digest
 from core.check.engine_requests import ChatRequest, GeneratedRequest, PooledRequest
 from core.check.fast_path import fast_chat_settings
 from core.check.line import readable_fields
@@ -51,6 +52,7 @@ class Summary:
         # (valid, url, model, roles, max_tokens, n, temperature, top_p, defaulted) -> lines:
         # one counter update per line; the distributions are unfolded from it at the end.
         self.shapes: Counter = Counter()
+        self.digests = RequestDigests()  # of the valid deterministic lines (the forecast's)
 
     @staticmethod
     def _context_problem(
@@ -128,6 +130,11 @@ class Summary:
                 if not valid:
                     continue
                 model, copied = body.model, copied_answers(n, temperature)
+                if temperature == 0 or body.seed is not None:
+                    line_digest = fast_chat_digest(
+                        body.messages, max_tokens, temperature, top_p, body.seed, body.n
+                    )
+                    self.digests.add(model, False, line_digest)
             else:
                 request = item.request
                 if isinstance(request, GeneratedRequest):
@@ -162,6 +169,9 @@ class Summary:
                 if not valid:
                     continue
                 model, copied = request.model, copied_answers(n, temperature)
+                if deterministic(request):
+                    pooled = isinstance(request, PooledRequest)
+                    self.digests.add(model, pooled, request_digest(request))
             if defaulted and len(self.default_lines) < LISTED_LINES and "max_tokens" in defaulted:
                 self.default_lines.append(line_no)
             if self.valid_out is not None:
@@ -262,6 +272,7 @@ class Summary:
                     ours[name][limit] = ours[name].get(limit, 0) + answers
         self.shapes.update(part.shapes)
         self.default_lines += part.default_lines
+        self.digests.merge(part.digests)
         if self.tokens is not None:
             self.tokens.failed.update(part.token_failed)
 
@@ -272,6 +283,7 @@ class Summary:
         uses = {(shape[2] or "", shape[1] in POOLING_URLS) for shape in self.shapes}
         embedding_names = {name for name, embeds in uses if embeds and (name, False) not in uses}
         self._unfold_shapes()
+        report.digests = self.digests
         notes = []
         if bom:
             notes.append("the file starts with a UTF-8 byte order mark (BOM); it is ignored")
@@ -331,3 +343,4 @@ class Part:
     token_failed: dict[str, str]
     ids: bytes  # the range's ids, as a msgpack list
     id_lines: array  # each id's first line in the range
+    digests: RequestDigests  # of the range's valid deterministic lines

@@ -29,7 +29,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from core.jobs.submit import Submission, planned_spec
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
-    from core.reuse.forecast import forecast_reuse
+    from core.reuse.forecast import digests_for, forecast_reuse
     from core.schemas import EngineConfig
 
     file = input_file(args.file)
@@ -67,7 +67,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             model_map=model_map,
         )
     )
-    reuse = forecast_reuse(file, planned, jobs_dir=data_paths().jobs, prices=prices)
+    # Keyed from the digests the check's own pass kept: the file is read once.
+    reuse = forecast_reuse(
+        digests_for(report, planned), planned, jobs_dir=data_paths().jobs, prices=prices
+    )
     data = report.to_dict()
     data["estimate"] = result.to_dict()
     data["reuse"] = asdict(reuse)

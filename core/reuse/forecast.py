@@ -9,13 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.check import scan
+import numpy as np
+
+from core.check.background import checked
+from core.check.digests import RequestDigests
+from core.check.report import CheckReport
 from core.model_folders import weight_manifest
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, Usage, format_money, usage_cost
 from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
-from core.reuse.keys import RequestKeys, model_folder
+from core.reuse.keys import RequestKeys
 from core.run.outputs import token_usage
 from core.schemas import JobSpec
 
@@ -71,7 +75,7 @@ class ReuseForecast:
 
 
 def forecast_reuse(
-    file: str | Path,
+    digests: RequestDigests,
     spec: JobSpec,
     *,
     jobs_dir: Path,
@@ -79,24 +83,26 @@ def forecast_reuse(
     home: Path | None = None,
     owner: str | None = None,
 ) -> ReuseForecast:
-    """The :class:`ReuseForecast` of running ``file`` as the job ``spec`` (the settings
+    """The :class:`ReuseForecast` of running a file as the job ``spec`` (the settings
     :func:`core.jobs.submit.planned_spec` says a submission runs with), by the keys the
     worker uses, for a job of ``owner`` (:func:`core.reuse.index.reuse_owner`; None: this
-    machine's user), who takes only answers of its own jobs."""
+    machine's user), who takes only answers of its own jobs.
+
+    ``digests`` are those the file's check kept (:func:`digests_for`): the file is not
+    read again."""
     keys = RequestKeys(spec)
     forecast = ReuseForecast(currency=prices.currency, settings=keys.settings())
-    first: dict[bytes, str] = {}  # key -> the folder of the line that asks it first
-    for checked in scan(file, spec.defaults):
-        key = keys.of(checked.request) if checked.valid else None
-        if key is None:
-            continue
-        forecast.keyed += 1
-        if key in first:
-            forecast.duplicates += 1
-        else:
-            first[key] = model_folder(spec, checked.request)
-    asked = list(first)
-    earlier = find_earlier(jobs_dir, asked, skip="", owner=owner or local_owner())
+    folders: list[str] = []
+    by_folder = list(keys.of_digests(digests))
+    for folder, folder_keys in by_folder:
+        folders.append(folder)
+        forecast.keyed += len(folder_keys)
+    everything = np.concatenate([k for _, k in by_folder]) if by_folder else np.empty(0, "V16")
+    first = first_of_each(everything)
+    forecast.duplicates = forecast.keyed - len(first)
+    folder_of_line = np.repeat(np.arange(len(by_folder)), [len(k) for _, k in by_folder])
+    folder_of_key = folder_of_line[first]
+    earlier = find_earlier(jobs_dir, everything[first], skip="", owner=owner or local_owner())
     by_model: dict[str, tuple[int, int, int]] = {}  # answers, prompt and output tokens
     with EarlierLines() as earlier_lines:
         for place, source in earlier.items():
@@ -106,11 +112,40 @@ def forecast_reuse(
                 continue
             forecast.earlier += 1
             prompt, completion = token_usage(line)
-            name = Path(first[asked[place]]).name
+            name = Path(folders[folder_of_key[place]]).name
             answers, prompts, completions = by_model.get(name, (0, 0, 0))
             by_model[name] = (answers + 1, prompts + prompt, completions + completion)
     _price(forecast, by_model, prices, home)
     return forecast
+
+
+def first_of_each(keys: np.ndarray) -> np.ndarray:
+    """Where each key of ``keys`` (16-byte items) first stands, in order: one sort of their
+    first halves as integers (a sort by both, or of 16-byte items, takes ten times as long),
+    by both only where two keys share a first half."""
+    halves = keys.view(np.uint64).reshape(-1, 2)
+    order = np.argsort(halves[:, 0])
+    ordered = halves[order]
+    same_first = ordered[1:, 0] == ordered[:-1, 0]
+    if (same_first & (ordered[1:, 1] != ordered[:-1, 1])).any():
+        order = np.lexsort((halves[:, 1], halves[:, 0]))
+        ordered = halves[order]
+        same_first = ordered[1:, 0] == ordered[:-1, 0]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = ~(same_first & (ordered[1:, 1] == ordered[:-1, 1]))
+    if not len(order):
+        return order
+    return np.sort(np.minimum.reduceat(order, np.flatnonzero(new)))
+
+
+def digests_for(report: CheckReport, spec: JobSpec) -> RequestDigests:
+    """The digests of the file ``report`` checked, as a job of ``spec`` builds its requests:
+    the report's own when it was made with the job's defaults (which fill the requests);
+    else those of a structural check with them (made once per file and defaults,
+    :func:`core.check.background.checked`)."""
+    if report.digests is not None and report.defaults == spec.defaults.model_dump():
+        return report.digests
+    return checked(report.path, defaults=spec.defaults).digests or RequestDigests()
 
 
 def _price(
@@ -158,25 +193,25 @@ class BackgroundForecast:
         forecast: the forecast once done; ``error`` holds the reason when it failed.
     """
 
-    def __init__(self, file: str | Path, spec: JobSpec, **options: Any) -> None:
+    def __init__(self, report: CheckReport, spec: JobSpec, **options: Any) -> None:
         self.hashed = self.to_hash = 0
         self.forecast: ReuseForecast | None = None
         self.error: str | None = None
         self.started = time.monotonic()
         self._thread = threading.Thread(
-            target=self._run, args=(file, spec, options), name="reuse-forecast", daemon=True
+            target=self._run, args=(report, spec, options), name="reuse-forecast", daemon=True
         )
         self._thread.start()
 
     def _progress(self, hashed: int, to_hash: int) -> None:
         self.hashed, self.to_hash = hashed, to_hash
 
-    def _run(self, file: str | Path, spec: JobSpec, options: dict[str, Any]) -> None:
+    def _run(self, report: CheckReport, spec: JobSpec, options: dict[str, Any]) -> None:
         try:
             if spec.reuse:  # hashed here first, with progress; the forecast finds them cached
                 for folder in dict.fromkeys([spec.engine.model, *spec.model_map.values()]):
                     weight_manifest(Path(folder), self._progress)
-            self.forecast = forecast_reuse(file, spec, **options)
+            self.forecast = forecast_reuse(digests_for(report, spec), spec, **options)
         except OSError as exc:
             self.error = f"the reuse forecast could not read a file: {exc}"
         except Exception as exc:  # shown on the page instead of killing the thread silently

@@ -142,7 +142,7 @@ _FOUND = np.dtype(
 
 def find_earlier(
     jobs_dir: Path,
-    wanted: Sequence[bytes],
+    wanted: Sequence[bytes] | np.ndarray,
     skip: str,
     owner: str | None,
     *,
@@ -160,8 +160,11 @@ def find_earlier(
     instead (what the index is checked against). The record taken is always read back
     from its job's own file and its key compared, so the index only says where to look:
     a deleted job's answers are never taken, nor a record its file no longer holds.
+    ``wanted``: keys, or an array of 16-byte items (a forecast's,
+    :func:`core.reuse.keys.keys_of`).
     """
-    asked = np.frombuffer(b"".join(wanted), _KEY)
+    joined = wanted.tobytes() if isinstance(wanted, np.ndarray) else b"".join(wanted)
+    asked = np.frombuffer(joined, _KEY)
     if len(asked) != len(wanted):
         raise ValueError(f"a key is {KEY_BYTES} bytes")
     found = np.zeros(len(asked), _FOUND)

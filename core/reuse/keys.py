@@ -2,43 +2,41 @@
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
-from core.check.engine_requests import EngineRequest, GeneratedRequest, PooledRequest
+from core.check.digests import (
+    DIGEST_BYTES,
+    RequestDigests,
+    deterministic,
+    digest,
+    request_digest,
+)
+from core.check.engine_requests import EngineRequest, PooledRequest
 from core.devices import engine_environment, runs_on_gpu
 from core.model_folders import weight_manifest
 from core.run.engine import resolve_dtype
 from core.run.structured import STRUCTURED_OUTPUTS
 from core.schemas import EngineConfig, JobSpec
 
-KEY_BYTES = 16  # BLAKE2b-128: a collision among a billion answers has odds of 1e-21
-
-# Fields of a request that say nothing about its answer: its id, the name its body asked
-# for (the folder it resolves to is in the engine's identity), and the check's notes.
-_NOT_IN_KEY = frozenset({"custom_id", "model", "warnings", "defaulted"})
+KEY_BYTES = DIGEST_BYTES
 _encode = msgspec.json.Encoder(order="sorted").encode
-
-
-def deterministic(request: EngineRequest) -> bool:
-    """Whether the engine gives this request the same answer each time: vectors and scores
-    always; generated text at temperature 0 (greedy) or with a ``seed``. A request sampled
-    without a seed is a new sample each time, as its author meant: never reused."""
-    if not isinstance(request, GeneratedRequest):
-        return True
-    sampling = request.sampling
-    return sampling.get("seed") is not None or sampling.get("temperature") == 0
 
 
 def model_folder(spec: JobSpec, request: EngineRequest) -> str:
     """The model folder a request of this job runs on: its body's ``model`` as the job maps
     it, else the job's model (its embedding model for vectors and scores)."""
-    default = spec.embedding_folder if isinstance(request, PooledRequest) else spec.engine.model
-    return spec.model_map.get(request.model or "") or default
+    return folder_of(spec, request.model or "", isinstance(request, PooledRequest))
+
+
+def folder_of(spec: JobSpec, model: str, pooled: bool) -> str:
+    """The folder of :func:`model_folder`, by a body's ``model`` and whether the request
+    makes vectors or scores."""
+    return spec.model_map.get(model) or (spec.embedding_folder if pooled else spec.engine.model)
 
 
 def model_identity(folder: str | Path, engine: EngineConfig, on_gpu: bool) -> str:
@@ -62,23 +60,30 @@ def model_identity(folder: str | Path, engine: EngineConfig, on_gpu: bool) -> st
         "seed": engine.seed,
         "structured_outputs": STRUCTURED_OUTPUTS,
     }
-    return _digest(_encode(settings)).hex()
-
-
-@cache
-def _key_fields(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(kind) if f.name not in _NOT_IN_KEY)
+    return digest(_encode(settings)).hex()
 
 
 def request_key(request: EngineRequest, identity: str) -> bytes:
-    """The key of ``request``'s answer on the engine ``identity`` names: a hash of the
-    request with its defaults applied (its kind's fields, keys sorted at every depth)."""
-    fields = {name: getattr(request, name) for name in _key_fields(type(request))}
-    return _digest(identity.encode() + b"\n" + _encode(fields))
+    """The key of ``request``'s answer on the engine ``identity`` names: the request's
+    digest (:func:`core.check.digests.request_digest`) XOR the identity's, so that the
+    check's own pass keeps digests and any engine settings key them after, for a file of
+    millions of lines at once (:func:`keys_of`). Two (engine, request) pairs share a key
+    only where two digests differ by the two identities' difference: as unlikely as two
+    digests alike (a birthday search over 128 bits), as for a hash of both."""
+    mask = int.from_bytes(_mask(identity))
+    return (int.from_bytes(request_digest(request)) ^ mask).to_bytes(KEY_BYTES)
 
 
-def _digest(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=KEY_BYTES).digest()
+def keys_of(digests: bytes | bytearray, identity: str) -> np.ndarray:
+    """The keys (:func:`request_key`) of the requests of these digests (16 bytes each) on
+    the engine ``identity``: one 16-byte item each, in their order."""
+    halves = np.frombuffer(digests, dtype=np.uint64).reshape(-1, 2)
+    return (halves ^ np.frombuffer(_mask(identity), dtype=np.uint64)).view(f"V{KEY_BYTES}")[:, 0]
+
+
+@cache
+def _mask(identity: str) -> bytes:
+    return digest(identity.encode())
 
 
 class RequestKeys:
@@ -107,6 +112,16 @@ class RequestKeys:
         if not self.spec.reuse or not deterministic(request):
             return None
         return request_key(request, self.identity(model_folder(self.spec, request)))
+
+    def of_digests(self, digests: RequestDigests) -> Iterator[tuple[str, np.ndarray]]:
+        """Each model folder, and the keys (:func:`keys_of`) of the lines the check kept the
+        digests of that run on it (none with ``spec.reuse`` off): the keys :meth:`of` gives
+        those lines' requests."""
+        if not self.spec.reuse:
+            return
+        for (model, pooled), group in digests.groups.items():
+            folder = folder_of(self.spec, model, pooled)
+            yield folder, keys_of(group, self.identity(folder))
 
     def settings(self) -> str:
         """The settings its keys assume, as a person reads them (a forecast says them)."""

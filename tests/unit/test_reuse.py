@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.check.engine_requests import ChatRequest, EmbeddingRequest
+from core.config import REUSE_ENV
 from core.devices import cpu_kernel_family
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
@@ -519,7 +520,6 @@ def test_monitor_says_what_reuse_saved():
 
 def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch):
     from core.plan.pricing import ModelPrice, PriceTable
-    from core.reuse.forecast import forecast_reuse
 
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
     prompts = {f"r{i}": f"question {i}" for i in range(6)}
@@ -528,9 +528,7 @@ def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch
     lines = {**prompts, "r2": "question 2, edited", "copy": "question 2, edited"}
     edited.write_text("".join(request_line(c, p, temperature=0) + "\n" for c, p in lines.items()))
     prices = PriceTable(models={"none": ModelPrice(input_per_1m=1e6, output_per_1m=2e6)})
-    forecast = forecast_reuse(
-        edited, planned("/models/none"), jobs_dir=tmp_path / "jobs", prices=prices
-    )
+    forecast = forecast_of(edited, planned("/models/none"), tmp_path / "jobs", prices)
     assert (forecast.earlier, forecast.duplicates) == (5, 1)
     assert (forecast.prompt_tokens, forecast.completion_tokens) == (15, 10)
     assert forecast.cost == pytest.approx(15 * 1 + 10 * 2)
@@ -540,10 +538,17 @@ def test_check_says_how_many_lines_reuse_and_what_it_saves(tmp_path, monkeypatch
     assert said[1] == "1 line repeats a request earlier in the file: run once"
     assert said[2].startswith("forecast for dtype ")  # the settings it assumed
     # Sampled lines, or another model, would take nothing.
-    other = forecast_reuse(
-        edited, planned("/models/other"), jobs_dir=tmp_path / "jobs", prices=prices
-    )
+    other = forecast_of(edited, planned("/models/other"), tmp_path / "jobs", prices)
     assert (other.earlier, other.duplicates) == (0, 1)
+
+
+def forecast_of(file, spec, jobs_dir, prices, processes=None):
+    """The forecast `core check` makes of ``file``: keyed from its check's digests."""
+    from core.check import check_file
+    from core.reuse.forecast import digests_for, forecast_reuse
+
+    report = check_file(file, spec.defaults, processes=processes)
+    return forecast_reuse(digests_for(report, spec), spec, jobs_dir=jobs_dir, prices=prices)
 
 
 def planned(model: str, **engine):
@@ -564,7 +569,6 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     from core.jobs import submit as submitting
     from core.jobs.ledger import read_ledger
     from core.plan.pricing import PriceTable
-    from core.reuse.forecast import forecast_reuse
     from core.reuse.keys import RequestKeys
 
     model = tmp_path / "model"
@@ -587,10 +591,10 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     worker.run_job(job)
     prices = PriceTable()
     ran = planned(str(model), max_model_len=2048)
-    assert forecast_reuse(batch, ran, jobs_dir=tmp_path / "jobs", prices=prices).earlier == 3
+    assert forecast_of(batch, ran, tmp_path / "jobs", prices).earlier == 3
     for changed in ({"max_model_len": 4096}, {"dtype": "float32"}):
         other = planned(str(model), **changed)
-        forecast = forecast_reuse(batch, other, jobs_dir=tmp_path / "jobs", prices=prices)
+        forecast = forecast_of(batch, other, tmp_path / "jobs", prices)
         assert forecast.earlier == 0
         said = forecast.lines()
         assert said[0] == "no line takes an answer an earlier job made"
@@ -598,9 +602,7 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     # A GPU server: the forecast asks the worker's question (it once assumed a CPU).
     monkeypatch.setattr("core.devices.gpu_count", lambda: 1)
     assert runs_on_gpu(None) and RequestKeys(ran).on_gpu
-    assert (
-        "on a GPU" in forecast_reuse(batch, ran, jobs_dir=tmp_path / "jobs", prices=prices).settings
-    )
+    assert "on a GPU" in forecast_of(batch, ran, tmp_path / "jobs", prices).settings
 
 
 def test_dashboards_count_answers_reused_and_price_them_as_saved(tmp_path, monkeypatch):
@@ -784,3 +786,143 @@ def test_two_writers_indexing_at_once_lose_nothing(tmp_path):
     assert held == sum(job["records"] for job in manifest["jobs"].values())  # each once
     keys = [*asked, b"W" * 15 + b"\x00", b"W" * 15 + b"\x01"]
     assert answers_of(jobs, keys, "job_9", ME) == answers_of(jobs, keys, "job_9", ME, indexed=False)
+
+
+def mixed_batch(path):
+    """Lines of every path through the check: the fast chat shape (greedy, seeded, sampled,
+    a default temperature), the generic one (a completion, an embeddings line, a chat with
+    a field the fast path leaves to it), a repeated id and an invalid line."""
+    lines = [
+        request_line("greedy", "one", temperature=0, max_tokens=5),
+        request_line("seeded", "two", seed=7, temperature=0.8),
+        request_line("sampled", "three", temperature=1.0),
+        request_line("default", "four"),  # temperature from the job's defaults: 0 here
+        request_line("greedy", "a repeated id"),
+        request_line("stops", "five", temperature=0, stop=["\n"]),
+        request_line("twin", "one", temperature=0, max_tokens=5),  # the first line's request
+        json.dumps({"custom_id": "broken", "method": "POST", "url": "/v1/chat/completions"}),
+        json.dumps(
+            {
+                "custom_id": "completion",
+                "method": "POST",
+                "url": "/v1/completions",
+                "body": {"model": "gpt-x", "prompt": "six", "temperature": 0},
+            }
+        ),
+        json.dumps(
+            {
+                "custom_id": "vectors",
+                "method": "POST",
+                "url": "/v1/embeddings",
+                "body": {"model": "embedder", "input": "seven"},
+            }
+        ),
+    ]
+    lines += [request_line(f"pad-{i}", f"padding {i}", temperature=0) for i in range(30)]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_checks_keys_are_the_workers_keys_for_the_same_lines_and_settings(tmp_path, processes):
+    """Issue 57 item 7: the forecast keys a file from the digests its check's processes
+    kept as they parsed each line; those keys are the ones the worker looks up, on every
+    path through the check, and a setting chosen on Run re-keys them without the file."""
+    from collections import Counter
+
+    from core.check import check_file
+    from core.jobs.ledger import read_ledger
+    from core.reuse.forecast import digests_for
+    from core.reuse.keys import RequestKeys
+    from core.schemas import JobDefaults
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    batch = mixed_batch(tmp_path / "batch.jsonl")
+    defaults = JobDefaults(temperature=0, max_tokens=9)
+    engine = EngineConfig(model=str(model), max_model_len=2048)
+    job = create_job(batch, tmp_path / "jobs", engine, defaults, skip_invalid=True, reuse=True)
+    spec = job.read_spec()
+    _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None)
+    assert len(invalid) == 1  # the broken line; the repeated id is not run: neither has a key
+    # greedy, seeded, default, stops, twin, completion, vectors and the padding
+    assert len(run_keys) == 7 + 30 and "sampled" not in run_keys
+
+    report = check_file(batch, defaults, processes=processes)
+    assert report.processes == processes  # the second process's digests came back with it
+    assert "digests" not in report.to_dict()
+    keys = RequestKeys(spec)
+    checked = [key.tobytes() for _, of in keys.of_digests(digests_for(report, spec)) for key in of]
+    assert Counter(checked) == Counter(run_keys.values())
+    assert checked.count(run_keys["greedy"]) == 2  # its twin asks the same
+
+    other = spec.model_copy(update={"engine": engine.model_copy(update={"max_model_len": 4096})})
+    rekeyed = {
+        key.tobytes() for _, of in RequestKeys(other).of_digests(report.digests) for key in of
+    }
+    assert len(rekeyed) == len(set(checked)) and rekeyed.isdisjoint(checked)
+
+
+def test_the_fast_paths_digest_is_the_digest_of_the_request_it_builds():
+    from core.check.digests import fast_chat_digest, request_digest
+    from core.check.fast_path import decode_fast_chat_line, fast_chat_request, fast_chat_settings
+    from core.schemas import JobDefaults
+
+    defaults = JobDefaults(temperature=0)
+    for body in ({}, {"seed": 3, "n": 2, "max_tokens": 4}, {"top_p": 0.5, "temperature": 0.0}):
+        line = decode_fast_chat_line(request_line("a", "hi", system="be brief", **body).encode())
+        max_tokens, temperature, top_p, _ = fast_chat_settings(line.body, defaults)
+        fast = fast_chat_digest(
+            line.body.messages, max_tokens, temperature, top_p, line.body.seed, line.body.n
+        )
+        assert fast == request_digest(fast_chat_request(line, defaults))
+
+
+def test_core_check_reads_the_file_once_for_its_check_and_its_forecast(tmp_path, monkeypatch):
+    """Issue 57 item 7: the reuse forecast once read the whole file again after the check
+    (2.5x the check's time); it now keys the digests the check's pass kept."""
+    import builtins
+    import io
+    import pathlib
+
+    from core.check import check_file
+    from tests.support.cli import cli
+
+    monkeypatch.setenv(REUSE_ENV, "1")  # test homes run with reuse off
+    batch = mixed_batch(tmp_path / "batch.jsonl")
+    opened: list[str] = []
+    real_open, real_io_open, real_path_open = builtins.open, io.open, pathlib.Path.open
+
+    def counted(opener):
+        def open_(file, *args, **kwargs):
+            if str(file) == str(batch):
+                opened.append(str(file))
+            return opener(file, *args, **kwargs)
+
+        return open_
+
+    monkeypatch.setattr(builtins, "open", counted(real_open))
+    monkeypatch.setattr(io, "open", counted(real_io_open))
+    monkeypatch.setattr(pathlib.Path, "open", counted(real_path_open))
+    check_file(batch, count_tokens=False)
+    by_the_check = len(opened)
+    opened.clear()
+    result = cli("check", "--no-tokens", "--temperature", "0", "--json", str(batch))
+    data = json.loads(result.stdout)
+    assert data["reuse"]["keyed"] == 7 + 30  # every valid deterministic line, its twin too
+    assert data["reuse"]["duplicates"] == 1
+    assert len(opened) == by_the_check
+
+
+def test_the_forecast_tells_keys_apart_that_share_their_first_half():
+    """The forecast's duplicates come from one sort of the keys' first halves: two requests
+    whose keys share it are still two, however they interleave."""
+    import numpy as np
+
+    from core.reuse.forecast import first_of_each
+
+    a, b, c = bytes(8) + b"\x01" * 8, bytes(8) + b"\x02" * 8, b"\x03" * 16
+    keys = np.frombuffer(a + b + a + c + b, dtype="V16")
+    assert first_of_each(keys).tolist() == [0, 1, 3]
+    assert first_of_each(keys[:0]).tolist() == []

@@ -1,0 +1,96 @@
+"""Benchmark: ``core check --no-tokens`` of a large file, reuse forecast included, with
+deterministic lines (temperature 0: every line keyed) and without (temperature 1).
+
+    .venv/bin/python bench/check_keys.py                         # this checkout, 300,000 lines
+    .venv/bin/python bench/check_keys.py --against /tmp/wt-old   # and another checkout
+
+Each run is a fresh ``python -m core check`` process in an empty home (no earlier jobs);
+checkouts take turns, file by file, so a noisy machine slows them alike. It prints each
+run's wall time, the median per checkout and file, and the ratio of each checkout's median
+to this one's (above 1: slower than this checkout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.check_throughput import write_batch  # noqa: E402
+
+
+def write_files(folder: Path, lines: int) -> dict[str, Path]:
+    """The deterministic file, and the same lines sampled at temperature 1."""
+    deterministic = folder / "deterministic.jsonl"
+    write_batch(deterministic, lines)
+    sampled = folder / "sampled.jsonl"
+    with deterministic.open("rb") as source, sampled.open("wb") as out:
+        for line in source:
+            out.write(line.replace(b'"temperature":0', b'"temperature":1', 1))
+    return {"temperature 0": deterministic, "temperature 1": sampled}
+
+
+def check_seconds(checkout: Path, file: Path, home: Path) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds of the command and its helper processes."""
+    env = {**os.environ, "BATCH_STUDIO_HOME": str(home), "PYTHONPATH": str(checkout)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "core", "check", "--no-tokens", str(file)],
+        cwd=checkout,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return took, cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--against", action="append", default=[], help="another checkout")
+    args = parser.parse_args()
+    checkouts = [ROOT, *(Path(p).resolve() for p in args.against)]
+    with tempfile.TemporaryDirectory() as tmp:
+        files = write_files(Path(tmp), args.lines)
+        home = Path(tmp) / "home"
+        home.mkdir()
+        times = {(c, f): [] for c in checkouts for f in files}
+        cpus = {(c, f): [] for c in checkouts for f in files}
+        for run in range(args.runs):
+            for name, file in files.items():
+                for checkout in checkouts:
+                    took, cpu = check_seconds(checkout, file, home)
+                    times[checkout, name].append(took)
+                    cpus[checkout, name].append(cpu)
+                    print(f"run {run + 1} {name} {checkout}: {took:.2f} s, {cpu:.2f} CPU s")
+        print(f"load average: {os.getloadavg()}")
+        for name in files:
+            ours = statistics.median(times[ROOT, name])
+            our_cpu = statistics.median(cpus[ROOT, name])
+            for checkout in checkouts:
+                median = statistics.median(times[checkout, name])
+                cpu = statistics.median(cpus[checkout, name])
+                print(
+                    f"{name}: {checkout}: median {median:.2f} s "
+                    f"({args.lines / median:,.0f} lines/s), {cpu:.2f} CPU s; ratio to this "
+                    f"checkout {median / ours:.2f} (CPU {cpu / our_cpu:.2f})"
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
