@@ -322,8 +322,7 @@ def _run_pending(
         )
         engine = fit_to_requests(group.engine, requests, runs_on_gpu(spec.ray), loaded=POOL.held)
         executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
-        if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
-            executor.notify = keeper.note
+        executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
         keeper.update(
             state="running",
             model_load_seconds=round(executor.load_seconds, 2),
