@@ -13,8 +13,7 @@ from pathlib import Path
 import msgspec
 
 from core.files import write_atomic_into
-from core.jobs.delivery import deliver
-from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder, JobUnreadable
+from core.jobs.folder import HEARTBEAT_SECONDS, JobFolder
 from core.jobs.output_file import OutputWriter, complete_lines
 from core.reuse.index import KeyWriter
 from core.run.eta import Forecast, Waiting
@@ -23,7 +22,6 @@ from core.run.monitoring import ResourceSampler, append_samples, progress_sample
 from core.run.outputs import token_usage
 from core.run.stopping import STOP
 from core.schemas import WAITING_STATES, JobState, JobStatus, now_iso
-from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 RESERVE_BYTES = 1 << 20
@@ -219,15 +217,22 @@ class StatusKeeper:
         if self.status.first_result_seconds is None:
             self.update(first_result_seconds=round(time.monotonic() - self._started, 2))
 
-    def finish(self, state: str, message: str = "", error: str | None = None) -> None:
-        delivered = self._deliver()  # while the heartbeat still beats: an upload takes time
+    def finish(
+        self,
+        state: str,
+        message: str = "",
+        error: str | None = None,
+        delivered: dict[str, str] | None = None,
+    ) -> None:
+        """Stops the heartbeat and writes the final status: ``state`` with its message and
+        error, and what the delivery said (``delivered_to`` or ``delivery_error``)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2 * HEARTBEAT_SECONDS)  # its last sample written first
         with self._lock:
             self.status.enter(state, message)
             self.status.error, self.status.finished_at = error, now_iso()
-            for name, value in delivered.items():
+            for name, value in (delivered or {}).items():
                 setattr(self.status, name, value)
             self._refresh()
             self._write_final()
@@ -244,28 +249,6 @@ class StatusKeeper:
             append_samples(self.job.metrics, [sample])
         except OSError as exc:  # a full disk: the status above holds the counts
             log.warning("job %s: the last sample was not written: %s", self.job.job_id, exc)
-
-    def _deliver(self) -> dict[str, str]:
-        """Writes the results to the job's output when it is an object (s3://...), whichever
-        entry point made the job (the Run page's jobs have nobody else to do it); a local
-        output file is written by ``core run`` itself. A failed delivery loses nothing: the
-        results stay here, and ``core resume JOB`` delivers them again."""
-        try:
-            target = self.job.read_spec().output_path
-        except JobUnreadable:
-            return {}
-        if not is_s3(target):
-            return {}
-        self.update(message=f"writing the results to {target}")
-        try:
-            deliver(self.job, target)
-        except StorageError as exc:
-            log.error("job %s: %s", self.job.job_id, exc)
-            return {
-                "delivery_error": f"{exc}. The results stay in the job folder; "
-                f"`python -m core resume {self.job.job_id}` writes them again"
-            }
-        return {"delivered_to": target}
 
     def _write(self) -> None:
         self._refresh()
