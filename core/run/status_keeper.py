@@ -20,7 +20,7 @@ from core.run.eta import Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_samples, progress_sample
 from core.run.outputs import token_usage
-from core.run.stopping import STOP
+from core.run.stopping import StopRequest
 from core.schemas import WAITING_STATES, JobState, JobStatus, now_iso
 
 log = logging.getLogger("core.run.worker")
@@ -35,8 +35,9 @@ class DiskFull(OSError):
 class StatusKeeper:
     """Owns ``status.json``: counts, state changes and the heartbeat."""
 
-    def __init__(self, job: JobFolder) -> None:
+    def __init__(self, job: JobFolder, stop: StopRequest | None = None) -> None:
         self.job = job
+        self.stop = stop if stop is not None else StopRequest()  # the run's (see run_job)
         self.status = JobStatus()
         self._earlier_seconds = 0.0  # time the job's earlier runs took
         self.claimed = False
@@ -295,7 +296,7 @@ class StatusKeeper:
                 log.exception("reading the engine's counters failed")
             with self._lock:
                 s = self.status
-                if STOP.stopping and s.state == JobState.RUNNING:  # a stop taking a while
+                if self.stop.stopping and s.state == JobState.RUNNING:  # a stop taking a while
                     s.enter(JobState.CANCELLING, "cancelling: the engine stops; results stay")
                 self._refresh()
                 sample = self._sample(resources)

@@ -64,7 +64,7 @@ from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
-from core.run.stopping import STOP, Cancelled
+from core.run.stopping import Cancelled, StopRequest
 from core.schemas import JobSpec, JobStatus, now_iso
 from core.storage.s3 import StorageError, is_s3
 
@@ -82,7 +82,12 @@ def _expired(spec: JobSpec) -> bool:
     return time.time() > created + spec.completion_window_hours * 3600
 
 
-def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> JobStatus:
+def run_job(
+    job: JobFolder,
+    retry: bool = False,
+    shard: int | None = None,
+    stop: StopRequest | None = None,
+) -> JobStatus:
     """Runs every request of the job without a final result; returns the final status.
 
     The job is taken only while it still waits (:meth:`StatusKeeper.claim`): one cancelled
@@ -92,9 +97,12 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         job: the job folder.
         retry: also rerun failed requests (never those that failed as invalid input).
         shard: with ``retry``, rerun only this shard's requests.
+        stop: what the worker's signal handlers ask (:func:`main` owns it); none: a run no
+            signal stops but at once.
     """
-    STOP.reset()  # before the claim: from then on a cancel signals this run
-    return JobRun(job, StatusKeeper(job)).perform(retry, shard)
+    stop = stop if stop is not None else StopRequest()
+    stop.reset()  # before the claim: from then on a cancel signals this run
+    return JobRun(job, StatusKeeper(job, stop), stop).perform(retry, shard)
 
 
 @dataclass(frozen=True)
@@ -127,8 +135,8 @@ class JobRun:
     takes them in turn; an error on the way ends the job ``failed`` with its reason, and
     the results written always stay."""
 
-    def __init__(self, job: JobFolder, keeper: StatusKeeper) -> None:
-        self.job, self.keeper = job, keeper
+    def __init__(self, job: JobFolder, keeper: StatusKeeper, stop: StopRequest) -> None:
+        self.job, self.keeper, self.stop = job, keeper, stop
         self.home = job.path.parent.parent
         self.writers: ResultWriters | None = None  # open from the plan step on
 
@@ -215,7 +223,7 @@ class JobRun:
         before each model loads, as a load can take minutes, and after each result) or
         ``cancelled`` (a cancel stopped the engine)."""
         for number, folder in enumerate(plan.groups, start=1):
-            if STOP.stopping:
+            if self.stop.stopping:
                 return "cancelled"
             if _expired(plan.spec):
                 self.expire(plan.left)
@@ -223,7 +231,7 @@ class JobRun:
             executor = self.load(plan, folder, number)
             if self.run(plan, folder, executor) == "expired":
                 return "expired"
-        return "cancelled" if STOP.stopping else "completed"
+        return "cancelled" if self.stop.stopping else "completed"
 
     def load(self, plan: Plan, folder: str, number: int) -> Executor:
         """Step 3: the executor for one model, its engine sized to the requests (a loaded
@@ -260,7 +268,7 @@ class JobRun:
         assert writers is not None  # opened by the plan step
         forecast = Forecast(plan.records[folder], executor.window)
         keeper.watch(executor, forecast)
-        STOP.executor = executor
+        self.stop.executor = executor
         measure = RunMeasure(requests)
         try:
             for computed in executor.run(requests):
@@ -273,9 +281,9 @@ class JobRun:
                     self.expire(plan.left)
                     return "expired"
         finally:
-            STOP.executor = None
+            self.stop.executor = None
             keeper.watch(None)
-        if not STOP.stopping:  # a stopped run's last requests were cut short
+        if not self.stop.stopping:  # a stopped run's last requests were cut short
             name = Path(folder).name
             measure.record(name, executor.load_seconds, forecast.step_time(), self.home)
         return None
@@ -294,7 +302,7 @@ class JobRun:
         if ended == "expired":
             return Ending("expired", "the completion window ended; pending requests expired")
         if ended == "cancelled":
-            return Ending("cancelled", _cancelled_message(self.keeper.status))
+            return Ending("cancelled", _cancelled_message(self.keeper.status, self.stop))
         ledger = read_ledger(self.job)
         problems = ledger.coverage_problems()
         s = self.keeper.status
@@ -431,10 +439,10 @@ def _reuse(
     return plans
 
 
-def _cancelled_message(status: JobStatus) -> str:
+def _cancelled_message(status: JobStatus, stop: StopRequest) -> str:
     """How a cancelled job ended, in the counts of its result files."""
     failed = f", {status.failed:,} failed" if status.failed else ""
-    why = " (its worker was asked to stop)" if STOP.leaving else ""
+    why = " (its worker was asked to stop)" if stop.leaving else ""
     return (
         f"cancelled{why}: {status.done:,} of {status.total:,} requests have a result "
         f"({status.succeeded:,} succeeded{failed}); {status.left:,} were cancelled without "
@@ -515,12 +523,12 @@ def _waiting(job: JobFolder) -> bool:
         return True  # taken, so that it fails with its reason instead of waiting forever
 
 
-def _run_queued(job: JobFolder) -> JobStatus:
+def _run_queued(job: JobFolder, stop: StopRequest | None = None) -> JobStatus:
     """Runs a job the queue hands over; one whose folder cannot be read fails alone, with
     the reason, and the queue goes on."""
     try:
         wanted = job.read_status()
-        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard)
+        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard, stop=stop)
     except JobUnreadable as exc:
         log.error("%s", exc)
         status = JobStatus(error=str(exc), finished_at=now_iso())
@@ -540,7 +548,9 @@ def _acquire(lock: EngineLock, tries: int = 5) -> bool:
     return False
 
 
-def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | None:
+def serve(
+    job: JobFolder | None, jobs_dir: Path | None = None, stop: StopRequest | None = None
+) -> JobStatus | None:
     """Runs ``job`` and then every queued job, holding the engine lock throughout; then
     keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
     queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
@@ -550,6 +560,7 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
     """
     jobs_dir = job.path.parent if job is not None else jobs_dir
     assert jobs_dir is not None
+    stop = stop if stop is not None else StopRequest()  # main's, which its signals reach
     lock = EngineLock(jobs_dir)
     first: JobStatus | None = None
     while _acquire(lock):
@@ -568,11 +579,11 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
                     continue  # told to stop: models unloaded, the queue goes on afresh
                 resident.publish(queue[0].job_id)
                 with resident.output_to(queue[0].log_file):
-                    status = _run_queued(queue[0])
-                STOP.reset()  # a cancel of that job is not this worker's end; SIGTERM is
+                    status = _run_queued(queue[0], stop)
+                stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
                 if job is not None and queue[0].job_id == job.job_id:
                     first = status
-                if STOP.leaving:
+                if stop.leaving:
                     break
         except Cancelled:  # a signal while idle: exit
             log.info("stopped by a signal while idle")
@@ -581,7 +592,7 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
             lock.release()
         # Checked after release: a job queued meanwhile would otherwise wait for a worker
         # that already gave up the lock.
-        if STOP.leaving or not queued_jobs(jobs_dir):
+        if stop.leaving or not queued_jobs(jobs_dir):
             break
     if job is not None and first is None:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
@@ -597,8 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    stop = StopRequest()  # this worker's: what its signals ask of the job it runs
     for signum in (CANCEL_SIGNAL, signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, STOP.on_signal)
+        signal.signal(signum, stop.on_signal)
     # A worker that keeps its models loaded (an idle time) runs each engine's core in a
     # child process, so several engines live beside each other (core.run.pool); one that
     # exits after its queue keeps the engine in-process: one model at a time, and a cold
@@ -612,9 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[PARENT_ENV] = str(os.getpid())
     os.register_at_fork(after_in_child=die_with_parent)
     if resident:
-        serve(None, Path(argv[1]))
+        serve(None, Path(argv[1]), stop)
         return 0
-    status = serve(JobFolder(Path(argv[0])))
+    status = serve(JobFolder(Path(argv[0])), stop=stop)
     return 0 if status is None or status.state == "completed" else 1
 
 
