@@ -97,8 +97,8 @@ def run_job(
         job: the job folder.
         retry: also rerun failed requests (never those that failed as invalid input).
         shard: with ``retry``, rerun only this shard's requests.
-        stop: what the worker's signal handlers ask (:func:`main` owns it); none: a run no
-            signal stops but at once.
+        stop: what the worker's signal handlers ask (:func:`main` owns it); without one the
+            run makes its own, which no signal reaches.
     """
     stop = stop if stop is not None else StopRequest()
     stop.reset()  # before the claim: from then on a cancel signals this run
