@@ -9,7 +9,7 @@ lines in the batch output format.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -21,9 +21,14 @@ from core.schemas import EngineConfig, JobSpec
 
 
 class Executor(Protocol):
-    load_seconds: float
-    description: str
+    """What the worker asks of an executor, whichever it is (local or a Ray cluster)."""
+
+    load_seconds: float  # spent loading the model for this job (0: it was loaded)
+    description: str  # where and how the requests run, for the job's status
     window: int  # requests inside one engine at once (0: not known here)
+    # Where the executor tells of events the job's history keeps (a Ray node lost); the
+    # worker sets it before :meth:`run`. A local engine has none to tell.
+    notify: Callable[[str], None] | None
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one, or, after
@@ -71,6 +76,7 @@ class LocalExecutor:
         # so the batch stays full, and a kill loses at most one batch of work.
         self.window = spec.chunk_size or self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
+        self.notify: Callable[[str], None] | None = None  # one engine here: no events
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         try:

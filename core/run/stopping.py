@@ -15,11 +15,13 @@ class Cancelled(BaseException):
 
 
 class StopRequest:
-    """What signals asked of the worker. The first cancel (``core.jobs.folder.CANCEL_SIGNAL``)
-    or SIGTERM (a service manager; the worker then exits) while requests run
-    stops the engine at its next step: the requests inside are aborted, those already
-    finished are written, and the job ends ``cancelled``. A second one, or SIGINT, stops
-    at once (so does any signal while no request runs: a model loading, an idle worker)."""
+    """What signals asked of the worker, which owns one (``core.run.worker.main`` installs
+    its :meth:`on_signal` as the handler) and hands it to each job's run. The first cancel
+    (``core.jobs.folder.CANCEL_SIGNAL``) or SIGTERM (a service manager; the worker then
+    exits) while requests run stops the engine at its next step: the requests inside are
+    aborted, those already finished are written, and the job ends ``cancelled``. A second
+    one, or SIGINT, stops at once (so does any signal while no request runs: a model
+    loading, an idle worker)."""
 
     def __init__(self) -> None:
         self.stopping = False  # the running job stops at the engine's next step
@@ -37,6 +39,3 @@ class StopRequest:
             self.executor.stop()
             return
         raise Cancelled(signal.Signals(signum).name)
-
-
-STOP = StopRequest()

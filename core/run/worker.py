@@ -16,6 +16,11 @@ an idle time with its models loaded (``core.run.resident``), so the next job sta
 once. A job whose requests name several models (``body.model`` mapped to local folders)
 runs each model's requests in turn.
 
+One job's run is a :class:`JobRun` in named steps: claim (the job, if it still waits) ->
+plan (the requests to run, invalid ones and answers made before written first, the rest
+in engine order) -> for each model, load -> run -> finish (how it ended, judged) ->
+deliver (to an object output), then the final status.
+
 How requests run (one local engine, or replicas on a Ray cluster) is the executor's
 business (core/run/local.py); the worker owns the job folder. A Cancel stops the engine
 within seconds: the requests inside are aborted and those finished are kept; SIGTERM does
@@ -31,12 +36,14 @@ import signal
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.devices import gpu_count, runs_on_gpu
+from core.jobs.delivery import deliver
 from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
@@ -50,16 +57,16 @@ from core.reuse.plan import ReusePlan, plan_reuse
 from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
 from core.run.engine_order import engine_order
 from core.run.eta import Forecast, StepTime
-from core.run.local import make_executor
+from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, POOL, die_with_parent
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
-from core.run.stopping import STOP, Cancelled
+from core.run.stopping import Cancelled, StopRequest
 from core.schemas import JobSpec, JobStatus, now_iso
-from core.storage.s3 import StorageError
+from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
@@ -75,7 +82,12 @@ def _expired(spec: JobSpec) -> bool:
     return time.time() > created + spec.completion_window_hours * 3600
 
 
-def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> JobStatus:
+def run_job(
+    job: JobFolder,
+    retry: bool = False,
+    shard: int | None = None,
+    stop: StopRequest | None = None,
+) -> JobStatus:
     """Runs every request of the job without a final result; returns the final status.
 
     The job is taken only while it still waits (:meth:`StatusKeeper.claim`): one cancelled
@@ -85,58 +97,261 @@ def run_job(job: JobFolder, retry: bool = False, shard: int | None = None) -> Jo
         job: the job folder.
         retry: also rerun failed requests (never those that failed as invalid input).
         shard: with ``retry``, rerun only this shard's requests.
+        stop: what the worker's signal handlers ask (:func:`main` owns it); without one the
+            run makes its own, which no signal reaches.
     """
-    STOP.reset()  # before the claim: from then on a cancel signals this run
-    keeper = StatusKeeper(job)
-    writers = None
-    try:
-        if not keeper.claim(state="loading", message="reading the requests"):
-            return job.read_status()
+    stop = stop if stop is not None else StopRequest()
+    stop.reset()  # before the claim: from then on a cancel signals this run
+    return JobRun(job, StatusKeeper(job, stop), stop).perform(retry, shard)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended, as the job's final status says it."""
+
+    state: str
+    message: str
+    error: str | None = None
+
+
+@dataclass
+class Plan:
+    """What a run computes, model by model (the :meth:`JobRun.plan` step's result)."""
+
+    spec: JobSpec
+    left: set[str]  # the requests still without a result from this run
+    reuse: dict[str, ReusePlan] = field(default_factory=dict)  # model folder -> its reuse
+    groups: dict[str, list[EngineRequest]] = field(default_factory=dict)  # in engine order
+    records: dict[str, ModelRecord] = field(default_factory=dict)  # what each model measured
+
+    def part(self, number: int) -> str:
+        """`` (model 2 of 3)`` where the job runs on several models, else nothing."""
+        return f" (model {number} of {len(self.groups)})" if len(self.groups) > 1 else ""
+
+
+class JobRun:
+    """One job's run, as named steps: :meth:`claim` -> :meth:`plan` -> (for each model)
+    :meth:`load` -> :meth:`run` -> :meth:`finish` -> :meth:`deliver`. :meth:`perform`
+    takes them in turn; an error on the way ends the job ``failed`` with its reason, and
+    the results written always stay."""
+
+    def __init__(self, job: JobFolder, keeper: StatusKeeper, stop: StopRequest) -> None:
+        self.job, self.keeper, self.stop = job, keeper, stop
+        self.home = job.path.parent.parent
+        self.writers: ResultWriters | None = None  # open from the plan step on
+
+    def perform(self, retry: bool, shard: int | None) -> JobStatus:
+        """Takes the steps in turn; returns the job's final status (as it is, when the job
+        no longer waited)."""
+        keeper = self.keeper
+        try:
+            if not self.claim():
+                return self.job.read_status()
+            ended = self.run_models(self.plan(retry, shard))
+            if ended != "completed":
+                self.end(self.finish(ended))
+                return keeper.status
+        except Cancelled:
+            if keeper.claimed:
+                self.end(self.finish("cancelled"))
+        except EngineLoadError as exc:
+            self.end(Ending("failed", "the model could not be loaded", str(exc)))
+        except StorageError as exc:  # the replicas could not read the input object
+            message = "the input object could not be read; Resume runs the requests left"
+            self.end(Ending("failed", message, str(exc)))
+        except JobUnreadable as exc:
+            self.end(Ending("failed", "the job folder cannot be read", str(exc)))
+        except CorruptLine as exc:  # a job queued before its file was damaged
+            self.end(Ending("failed", "a result line cannot be read", str(exc)))
+        except OSError as exc:
+            if exc.errno not in NO_SPACE or not keeper.claimed:
+                raise
+            log.error("job %s: %s", self.job.job_id, exc)
+            message = "the disk is full; the results written stay: free space, then Resume"
+            self.end(Ending("failed", message, f"{exc.strerror or exc} ({self.job.path})"))
+        except Exception as exc:  # the job fails with the reason; results written stay
+            log.exception("job %s failed", self.job.job_id)
+            self.end(Ending("failed", "the worker stopped on an error", repr(exc)))
+        else:
+            if self.writers is not None:
+                self.writers.close()
+            self.end(self.finish("completed"))
+        finally:
+            if self.writers is not None:
+                self.writers.close()
+                _index_answers(self.job)
+        return keeper.status
+
+    def claim(self) -> bool:
+        """Step 1: takes the job if it still waits (False, touching nothing, if not).
+        Leaves the job ``loading`` under this process's pid, its heartbeat beating."""
+        return self.keeper.claim(state="loading", message="reading the requests")
+
+    def plan(self, retry: bool, shard: int | None) -> Plan:
+        """Step 2: what this run computes. Reads the spec and the results so far (the counts
+        start from them), writes the result of each invalid request (never run) and of each
+        answer made before (reuse, before any model loads), and puts each model's requests
+        left in engine order (shared prefixes together), with the answer lengths expected
+        of them (:meth:`StatusKeeper.expect`). Leaves the result writers open and the plan.
+        """
+        job, keeper = self.job, self.keeper
         spec = job.read_spec()
         ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
         keeper.update(total=len(ledger.ids))
-        writers = ResultWriters(job, keeper)
+        self.writers = writers = ResultWriters(job, keeper)
         keeper.seed(ledger.succeeded, set(ledger.failed))
         pending, invalid, keys = _to_run(job, spec, ledger, retry, shard)
         writers.write(invalid)
         keeper.update(message="loading the model")
-        ended = _run_pending(spec, pending, keys, writers, keeper) if pending else "completed"
+        plan = Plan(spec, left={r.custom_id for r in pending})
+        if not pending:
+            return plan
+        plan.reuse = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
+        for reused in plan.reuse.values():
+            plan.left.difference_update(line["custom_id"] for line in reused.reused)
+        plan.groups = {
+            folder: engine_order(reused.to_run)
+            for folder, reused in plan.reuse.items()
+            if reused.to_run
+        }
+        plan.records = {f: model_record(Path(f).name, self.home) for f in plan.groups}
+        _expect(keeper, plan.groups, plan.records)
+        return plan
+
+    def run_models(self, plan: Plan) -> str:
+        """Steps 3 and 4 for each model in turn: :meth:`load`, then :meth:`run`. Returns
+        how it ended: ``completed``, ``expired`` (the completion window ended: checked
+        before each model loads, as a load can take minutes, and after each result) or
+        ``cancelled`` (a cancel stopped the engine)."""
+        for number, folder in enumerate(plan.groups, start=1):
+            if self.stop.stopping:
+                return "cancelled"
+            if _expired(plan.spec):
+                self.expire(plan.left)
+                return "expired"
+            executor = self.load(plan, folder, number)
+            if self.run(plan, folder, executor) == "expired":
+                return "expired"
+        return "cancelled" if self.stop.stopping else "completed"
+
+    def load(self, plan: Plan, folder: str, number: int) -> Executor:
+        """Step 3: the executor for one model, its engine sized to the requests (a loaded
+        one from the pool where it fits). While it loads the status says ``loading`` with
+        the time this model's last load took, not an ETA that stands still for the load and
+        then jumps. Leaves the job ``running`` and the executor's events (a Ray node lost)
+        going to the job's history."""
+        keeper, spec, part = self.keeper, plan.spec, plan.part(number)
+        requests = plan.groups[folder]
+        group = spec.on_model(folder)
+        keeper.update(
+            state="loading",
+            message=f"loading the model{part}",
+            measured_load_seconds=plan.records[folder].load_seconds,
+        )
+        engine = fit_to_requests(group.engine, requests, runs_on_gpu(spec.ray), loaded=POOL.held)
+        executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
+        executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
+        keeper.update(
+            state="running",
+            model_load_seconds=round(executor.load_seconds, 2),
+            message=f"running {len(requests)} requests {executor.description}{part}",
+        )
+        return executor
+
+    def run(self, plan: Plan, folder: str, executor: Executor) -> str | None:
+        """Step 4: feeds one model's requests to its executor and writes each result as it
+        comes (a reused request's duplicates with it), the heartbeat reading live progress
+        and the ETA meanwhile; a cancel stops the executor (:mod:`core.run.stopping`).
+        Leaves the results written and counted, and the run's speed and answer lengths
+        recorded for estimates unless it was stopped. Returns ``expired`` when the
+        completion window ended meanwhile (the requests left then have their result)."""
+        keeper, writers, requests = self.keeper, self.writers, plan.groups[folder]
+        assert writers is not None  # opened by the plan step
+        forecast = Forecast(plan.records[folder], executor.window)
+        keeper.watch(executor, forecast)
+        self.stop.executor = executor
+        measure = RunMeasure(requests)
+        try:
+            for computed in executor.run(requests):
+                lines = plan.reuse[folder].expand(computed)
+                writers.write(lines)
+                keeper.first_result()
+                plan.left.difference_update(line["custom_id"] for line in lines)
+                measure.add(computed)
+                if plan.left and _expired(plan.spec):
+                    self.expire(plan.left)
+                    return "expired"
+        finally:
+            self.stop.executor = None
+            keeper.watch(None)
+        if not self.stop.stopping:  # a stopped run's last requests were cut short
+            name = Path(folder).name
+            measure.record(name, executor.load_seconds, forecast.step_time(), self.home)
+        return None
+
+    def expire(self, left: set[str]) -> None:
+        """Ends the requests that did not run in time, as OpenAI's batch does (code expired)."""
+        assert self.writers is not None
+        message = "the job's completion window ended before this request ran"
+        self.writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
+
+    def finish(self, ended: str) -> Ending:
+        """Step 5: how the run ended (``completed``, ``expired`` or ``cancelled``), judged:
+        ``completed`` only when every input line has exactly one final result (else
+        ``failed``, naming what is missing), and ``failed`` when every request failed, so
+        no outcome reads as a success it is not. Leaves the ending for :meth:`end`."""
         if ended == "expired":
-            keeper.finish("expired", "the completion window ended; pending requests expired")
-            return keeper.status
+            return Ending("expired", "the completion window ended; pending requests expired")
         if ended == "cancelled":
-            keeper.finish("cancelled", _cancelled_message(keeper.status))
-            return keeper.status
-    except Cancelled:
-        if keeper.claimed:
-            keeper.finish("cancelled", _cancelled_message(keeper.status))
-    except EngineLoadError as exc:
-        keeper.finish("failed", "the model could not be loaded", error=str(exc))
-    except StorageError as exc:  # the replicas could not read the input object
-        message = "the input object could not be read; Resume runs the requests left"
-        keeper.finish("failed", message, error=str(exc))
-    except JobUnreadable as exc:
-        keeper.finish("failed", "the job folder cannot be read", error=str(exc))
-    except CorruptLine as exc:  # a job queued before its file was damaged
-        keeper.finish("failed", "a result line cannot be read", error=str(exc))
-    except OSError as exc:
-        if exc.errno not in NO_SPACE or not keeper.claimed:
-            raise
-        log.error("job %s: %s", job.job_id, exc)
-        message = "the disk is full; the results written stay: free space, then Resume"
-        keeper.finish("failed", message, error=f"{exc.strerror or exc} ({job.path})")
-    except Exception as exc:  # the job fails with the reason; results written stay
-        log.exception("job %s failed", job.job_id)
-        keeper.finish("failed", "the worker stopped on an error", error=repr(exc))
-    else:
-        if writers is not None:
-            writers.close()
-        _finish(job, keeper)
-    finally:
-        if writers is not None:
-            writers.close()
-            _index_answers(job)
-    return keeper.status
+            return Ending("cancelled", _cancelled_message(self.keeper.status, self.stop))
+        ledger = read_ledger(self.job)
+        problems = ledger.coverage_problems()
+        s = self.keeper.status
+        if problems:
+            log.error("job %s: results do not cover the input: %s", self.job.job_id, problems)
+            return Ending(
+                "failed",
+                "not every request has exactly one result"
+                + ("; Resume runs those without one" if ledger.missing else ""),
+                "; ".join(problems),
+            )
+        if s.failed and not s.succeeded:
+            codes = Counter(str((e or {}).get("code", "error")) for e in ledger.failed.values())
+            reasons = ", ".join(f"{n} {code}" for code, n in codes.most_common(3))
+            return Ending("failed", f"all {s.failed} requests failed ({reasons})", reasons)
+        if s.failed:
+            message = f"completed with errors: {s.succeeded} succeeded, {s.failed} failed"
+            return Ending("completed", message)
+        return Ending("completed", f"{s.succeeded} succeeded")
+
+    def deliver(self) -> dict[str, str]:
+        """Step 6: writes the results to the job's output when it is an object (s3://...),
+        whichever entry point made the job (the Run page's jobs have nobody else to do it);
+        a local output file is written by ``core run`` itself. A failed delivery loses
+        nothing: the results stay here, and ``core resume JOB`` delivers them again.
+        Leaves what the final status says of it (``delivered_to`` or ``delivery_error``)."""
+        try:
+            target = self.job.read_spec().output_path
+        except JobUnreadable:
+            return {}
+        if not is_s3(target):
+            return {}
+        self.keeper.update(message=f"writing the results to {target}")
+        try:
+            deliver(self.job, target)
+        except StorageError as exc:
+            log.error("job %s: %s", self.job.job_id, exc)
+            return {
+                "delivery_error": f"{exc}. The results stay in the job folder; "
+                f"`python -m core resume {self.job.job_id}` writes them again"
+            }
+        return {"delivered_to": target}
+
+    def end(self, ending: Ending) -> None:
+        """Delivers (:meth:`deliver`, while the heartbeat still beats: an upload takes
+        time), then writes the ending as the job's final status."""
+        delivered = self.deliver()
+        self.keeper.finish(ending.state, ending.message, ending.error, delivered)
 
 
 def _index_answers(job: JobFolder) -> None:
@@ -195,32 +410,6 @@ def _to_run(
     return pending, invalid, keys
 
 
-def _finish(job: JobFolder, keeper: StatusKeeper) -> None:
-    """Ends a run that went through: ``completed`` only when every input line has exactly
-    one final result (else ``failed``, naming what is missing), and ``failed`` when every
-    request failed, so no outcome reads as a success it is not."""
-    ledger = read_ledger(job)
-    problems = ledger.coverage_problems()
-    s = keeper.status
-    if problems:
-        log.error("job %s: results do not cover the input: %s", job.job_id, problems)
-        keeper.finish(
-            "failed",
-            "not every request has exactly one result"
-            + ("; Resume runs those without one" if ledger.missing else ""),
-            error="; ".join(problems),
-        )
-    elif s.failed and not s.succeeded:
-        codes = Counter(str((e or {}).get("code", "error")) for e in ledger.failed.values())
-        reasons = ", ".join(f"{n} {code}" for code, n in codes.most_common(3))
-        keeper.finish("failed", f"all {s.failed} requests failed ({reasons})", error=reasons)
-    elif s.failed:
-        message = f"completed with errors: {s.succeeded} succeeded, {s.failed} failed"
-        keeper.finish("completed", message)
-    else:
-        keeper.finish("completed", f"{s.succeeded} succeeded")
-
-
 def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[EngineRequest]]:
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
     groups: dict[str, list[EngineRequest]] = {}
@@ -260,10 +449,10 @@ def _reuse(
     return plans
 
 
-def _cancelled_message(status: JobStatus) -> str:
+def _cancelled_message(status: JobStatus, stop: StopRequest) -> str:
     """How a cancelled job ended, in the counts of its result files."""
     failed = f", {status.failed:,} failed" if status.failed else ""
-    why = " (its worker was asked to stop)" if STOP.leaving else ""
+    why = " (its worker was asked to stop)" if stop.leaving else ""
     return (
         f"cancelled{why}: {status.done:,} of {status.total:,} requests have a result "
         f"({status.succeeded:,} succeeded{failed}); {status.left:,} were cancelled without "
@@ -295,76 +484,6 @@ def _expect(
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
             pending[request.custom_id] = (by_limit[limit] * n, limit)
     keeper.expect(pending, bound, speed)
-
-
-def _run_pending(
-    spec: JobSpec,
-    pending: list[EngineRequest],
-    keys: dict[str, bytes],
-    writers: ResultWriters,
-    keeper: StatusKeeper,
-) -> str:
-    """Runs the requests, model by model, each answer already made taken instead
-    (``keys``: see :func:`_to_run`); returns how it ended: ``completed``, ``expired`` or
-    ``cancelled`` (a cancel stopped the engine)."""
-    home = keeper.job.path.parent.parent
-    left = {r.custom_id for r in pending}
-    plans = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
-    for plan in plans.values():
-        left.difference_update(line["custom_id"] for line in plan.reused)
-    groups = {folder: engine_order(plan.to_run) for folder, plan in plans.items() if plan.to_run}
-    records = {folder: model_record(Path(folder).name, home) for folder in groups}
-    _expect(keeper, groups, records)
-    for number, (folder, requests) in enumerate(groups.items(), start=1):
-        if STOP.stopping:
-            return "cancelled"
-        if _expired(spec):  # checked before each model loads: a load can take minutes
-            _expire(writers, left)
-            return "expired"
-        group = spec.on_model(folder)
-        part = f" (model {number} of {len(groups)})" if len(groups) > 1 else ""
-        # The Monitor says "loading" (with the time this model's last load took), not an
-        # ETA that stands still for the load and then jumps.
-        keeper.update(
-            state="loading",
-            message=f"loading the model{part}",
-            measured_load_seconds=records[folder].load_seconds,
-        )
-        engine = fit_to_requests(group.engine, requests, runs_on_gpu(spec.ray), loaded=POOL.held)
-        executor = make_executor(group.model_copy(update={"engine": engine}), keeper.job.path)
-        if hasattr(executor, "notify"):  # a cluster's events (a node lost) go to the history
-            executor.notify = keeper.note
-        keeper.update(
-            state="running",
-            model_load_seconds=round(executor.load_seconds, 2),
-            message=f"running {len(requests)} requests {executor.description}{part}",
-        )
-        forecast = Forecast(records[folder], executor.window)
-        keeper.watch(executor, forecast)
-        STOP.executor = executor
-        measure = RunMeasure(requests)
-        try:
-            for computed in executor.run(requests):
-                lines = plans[folder].expand(computed)
-                writers.write(lines)
-                keeper.first_result()
-                left.difference_update(line["custom_id"] for line in lines)
-                measure.add(computed)
-                if left and _expired(spec):
-                    _expire(writers, left)
-                    return "expired"
-        finally:
-            STOP.executor = None
-            keeper.watch(None)
-        if not STOP.stopping:  # a stopped run's last requests were cut short
-            measure.record(Path(folder).name, executor.load_seconds, forecast.step_time(), home)
-    return "cancelled" if STOP.stopping else "completed"
-
-
-def _expire(writers: ResultWriters, left: set[str]) -> None:
-    """Ends the requests that did not run in time, as OpenAI's batch does (code expired)."""
-    message = "the job's completion window ended before this request ran"
-    writers.write([error_line(c, "expired", message, 408) for c in sorted(left)])
 
 
 class RunMeasure:
@@ -414,12 +533,12 @@ def _waiting(job: JobFolder) -> bool:
         return True  # taken, so that it fails with its reason instead of waiting forever
 
 
-def _run_queued(job: JobFolder) -> JobStatus:
+def _run_queued(job: JobFolder, stop: StopRequest | None = None) -> JobStatus:
     """Runs a job the queue hands over; one whose folder cannot be read fails alone, with
     the reason, and the queue goes on."""
     try:
         wanted = job.read_status()
-        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard)
+        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard, stop=stop)
     except JobUnreadable as exc:
         log.error("%s", exc)
         status = JobStatus(error=str(exc), finished_at=now_iso())
@@ -439,7 +558,9 @@ def _acquire(lock: EngineLock, tries: int = 5) -> bool:
     return False
 
 
-def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | None:
+def serve(
+    job: JobFolder | None, jobs_dir: Path | None = None, stop: StopRequest | None = None
+) -> JobStatus | None:
     """Runs ``job`` and then every queued job, holding the engine lock throughout; then
     keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
     queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
@@ -449,6 +570,7 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
     """
     jobs_dir = job.path.parent if job is not None else jobs_dir
     assert jobs_dir is not None
+    stop = stop if stop is not None else StopRequest()  # main's, which its signals reach
     lock = EngineLock(jobs_dir)
     first: JobStatus | None = None
     while _acquire(lock):
@@ -467,11 +589,11 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
                     continue  # told to stop: models unloaded, the queue goes on afresh
                 resident.publish(queue[0].job_id)
                 with resident.output_to(queue[0].log_file):
-                    status = _run_queued(queue[0])
-                STOP.reset()  # a cancel of that job is not this worker's end; SIGTERM is
+                    status = _run_queued(queue[0], stop)
+                stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
                 if job is not None and queue[0].job_id == job.job_id:
                     first = status
-                if STOP.leaving:
+                if stop.leaving:
                     break
         except Cancelled:  # a signal while idle: exit
             log.info("stopped by a signal while idle")
@@ -480,7 +602,7 @@ def serve(job: JobFolder | None, jobs_dir: Path | None = None) -> JobStatus | No
             lock.release()
         # Checked after release: a job queued meanwhile would otherwise wait for a worker
         # that already gave up the lock.
-        if STOP.leaving or not queued_jobs(jobs_dir):
+        if stop.leaving or not queued_jobs(jobs_dir):
             break
     if job is not None and first is None:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
@@ -496,8 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    stop = StopRequest()  # this worker's: what its signals ask of the job it runs
     for signum in (CANCEL_SIGNAL, signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, STOP.on_signal)
+        signal.signal(signum, stop.on_signal)
     # A worker that keeps its models loaded (an idle time) runs each engine's core in a
     # child process, so several engines live beside each other (core.run.pool); one that
     # exits after its queue keeps the engine in-process: one model at a time, and a cold
@@ -511,9 +634,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[PARENT_ENV] = str(os.getpid())
     os.register_at_fork(after_in_child=die_with_parent)
     if resident:
-        serve(None, Path(argv[1]))
+        serve(None, Path(argv[1]), stop)
         return 0
-    status = serve(JobFolder(Path(argv[0])))
+    status = serve(JobFolder(Path(argv[0])), stop=stop)
     return 0 if status is None or status.state == "completed" else 1
 
 

@@ -16,6 +16,7 @@ from core.run.engine import EngineActivity
 from core.run.monitoring import rates
 from core.run.outputs import Choice, Completion, success_line
 from core.run.progress import eta, work_text
+from core.run.stopping import StopRequest
 from core.schemas import EngineConfig, JobStatus
 from tests.support.jobs import StandIn, request_line
 from tests.support.live_progress import running_status
@@ -240,11 +241,12 @@ def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_tota
 
 class Windowed(StandIn):
     """Three requests in its engine at a time, finishing in order; ``signals`` (of kind
-    ``signum``) arrive right after the first result, as a Cancel click would. Stopped, it
+    ``signum``) arrive right after the first result, as a Cancel click would, at the
+    handler of the worker's ``stop`` (as :func:`worker.main` installs it). Stopped, it
     aborts what is inside, as the engine does."""
 
-    def __init__(self, signals: int, signum: int = CANCEL_SIGNAL) -> None:
-        self.signals, self.signum = signals, signum
+    def __init__(self, stop: StopRequest, signals: int, signum: int = CANCEL_SIGNAL) -> None:
+        self.stop_request, self.signals, self.signum = stop, signals, signum
 
     def run(self, requests):
         inside, waiting = list(requests[:3]), list(requests[3:])
@@ -254,15 +256,9 @@ class Windowed(StandIn):
             if first:
                 first = False
                 for _ in range(self.signals):
-                    worker.STOP.on_signal(self.signum, None)
+                    self.stop_request.on_signal(self.signum, None)
             if waiting:
                 inside.append(waiting.pop(0))
-
-
-@pytest.fixture(autouse=True)
-def _worker_stays(monkeypatch):
-    """A SIGTERM sent here marks the module's worker as leaving: undone after each test."""
-    monkeypatch.setattr(worker.STOP, "leaving", False)
 
 
 def ten_request_job(tmp_path, count: int = 10):
@@ -276,15 +272,16 @@ def test_a_cancel_stops_the_engine_keeps_what_finished_and_a_resume_runs_the_res
 ) -> None:
     """Issue 58, item 5: the requests in the engine are aborted, not waited for."""
     job = ten_request_job(tmp_path)
-    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
-    status = worker.run_job(job)
+    stop = StopRequest()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(stop, 1))
+    status = worker.run_job(job, stop=stop)
     assert (status.state, status.done, status.left) == ("cancelled", 1, 9)
     said = "1 of 10 requests have a result (1 succeeded); 9 were cancelled without one"
     assert said in status.message and "a resume runs them" in status.message
     assert sorted(read_ledger(job).missing) == [f"r{i}" for i in range(1, 10)]
-    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=0))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(stop, 0))
     queue_job(job)  # Resume
-    resumed = worker.run_job(job)
+    resumed = worker.run_job(job, stop=stop)
     assert resumed.state == "completed" and resumed.succeeded == 10
     assert read_ledger(job).coverage_problems() == []
 
@@ -295,8 +292,9 @@ def test_a_cancel_when_every_request_is_in_the_engine_cancels_the_job(
     """Issue 58, item 5: a small job all inside the engine is cancelled, never completed
     with every answer computed after the cancel."""
     job = ten_request_job(tmp_path, count=3)
-    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=1))
-    status = worker.run_job(job)
+    stop = StopRequest()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(stop, 1))
+    status = worker.run_job(job, stop=stop)
     assert (status.state, status.succeeded, status.left) == ("cancelled", 1, 2)
 
 
@@ -314,11 +312,12 @@ def test_a_cancel_signals_the_worker_and_now_stops_at_once(tmp_path, monkeypatch
 
 def test_a_second_cancel_stops_at_once(tmp_path, monkeypatch) -> None:
     job = ten_request_job(tmp_path)
-    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(signals=2))
-    status = worker.run_job(job)
+    stop = StopRequest()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Windowed(stop, 2))
+    status = worker.run_job(job, stop=stop)
     assert status.state == "cancelled" and status.done == 1
     assert "9 were cancelled without one" in status.message
-    assert not worker.STOP.leaving  # a cancel: the worker goes on with its queue
+    assert not stop.leaving  # a cancel: the worker goes on with its queue
 
 
 def test_a_sigterm_stops_the_job_as_a_cancel_does_and_the_worker_then_leaves(
@@ -330,10 +329,11 @@ def test_a_sigterm_stops_the_job_as_a_cancel_does_and_the_worker_then_leaves(
     other = create_job(job.input, job.path.parent, EngineConfig(model="/models/none"))
     queue_job(job)
     queue_job(other)
-    stopping = Windowed(signals=1, signum=signal.SIGTERM)
+    stop = StopRequest()
+    stopping = Windowed(stop, 1, signum=signal.SIGTERM)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: stopping)
     monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
-    worker.serve(job)
+    worker.serve(job, stop=stop)
     status = job.read_status()
     assert (status.state, status.done, status.left) == ("cancelled", 1, 9)
     assert "its worker was asked to stop" in status.message
@@ -341,12 +341,14 @@ def test_a_sigterm_stops_the_job_as_a_cancel_does_and_the_worker_then_leaves(
 
 
 def test_a_cancel_while_the_model_loads_stops_at_once(tmp_path, monkeypatch) -> None:
+    stop = StopRequest()
+
     def loading(spec, job_dir):
-        worker.STOP.on_signal(CANCEL_SIGNAL, None)  # nothing runs yet: nothing to wait for
+        stop.on_signal(CANCEL_SIGNAL, None)  # nothing runs yet: nothing to wait for
 
     job = ten_request_job(tmp_path)
     monkeypatch.setattr(worker, "make_executor", loading)
-    status = worker.run_job(job)
+    status = worker.run_job(job, stop=stop)
     assert status.state == "cancelled" and status.done == 0 and status.left == 10
 
 
