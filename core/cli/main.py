@@ -4,6 +4,7 @@ python -m core check FILE.jsonl [--json] [--model DIR] [--map NAME=DIR] [--valid
 python -m core build TABLE.{csv,parquet,xlsx} -o OUT.jsonl --user-template "..." [options]
 python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--name NAME] [--skip-invalid] [--restart]
 python -m core resume JOB [--retry] | retry JOB | cancel JOB
+python -m core approve JOB [--by WHO] | reject JOB --why TEXT [--by WHO]
 python -m core jobs list [--json] | jobs rename JOB NAME
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
@@ -16,8 +17,8 @@ python -m core engine status [--json] | engine unload MODEL | engine stop
 python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 
-One module per command group (check, jobs, export, grade, judge, models, embed, engine,
-serve, keys);
+One module per command group (check, jobs, approval, export, grade, judge, models, embed,
+engine, serve, keys);
 each adds its commands.
 """
 
@@ -25,13 +26,25 @@ from __future__ import annotations
 
 import argparse
 
-from core.cli import check, embed, engine, export, grade, jobs, judge, keys, models, serve
+from core.cli import (
+    approval,
+    check,
+    embed,
+    engine,
+    export,
+    grade,
+    jobs,
+    judge,
+    keys,
+    models,
+    serve,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys):
+    for group in (check, jobs, approval, export, grade, judge, models, embed, engine, serve, keys):
         group.add_commands(commands)
     return parser
 
