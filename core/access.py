@@ -5,7 +5,8 @@ page is the user. To share the studio, sign-in is configured with Streamlit's Op
 Connect login (``st.login``): the ``[auth]`` section of ``.streamlit/secrets.toml``, and
 an allow-list in ``[access] allowed_users`` (emails, or ``@example.com`` for a whole
 domain; nobody is let in by default). The server refuses to listen beyond loopback
-without sign-in unless ``BATCH_STUDIO_OPEN=1`` says so explicitly.
+without sign-in unless ``BATCH_STUDIO_OPEN=1`` says so explicitly. ``[access] admins``
+names the admins (emails): they approve big jobs (core/jobs/approval.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import ipaddress
 import os
 import tomllib
 from pathlib import Path
+from typing import NamedTuple
 
 from core.config import REPO_ROOT
 
@@ -74,3 +76,33 @@ def sign_in_configured(files: tuple[Path, ...] = SECRETS_FILES) -> bool:
         except (OSError, tomllib.TOMLDecodeError):
             continue
     return False
+
+
+class AccessConfig(NamedTuple):
+    """Whether sign-in is on, the allow-list and the admins (emails), as configured."""
+
+    sign_in: bool = False
+    allowed_users: tuple[str, ...] = ()
+    admins: tuple[str, ...] = ()
+
+
+def access_config(files: tuple[Path, ...] | None = None) -> AccessConfig:
+    """The ``[auth]`` and ``[access]`` sections of the secrets files, as Streamlit reads
+    them: the home folder's first, the project's over it (for the CLI; the app passes
+    ``st.secrets``' to :func:`access_of`)."""
+    merged: dict = {}
+    for file in reversed(files if files is not None else SECRETS_FILES):
+        try:
+            merged |= tomllib.loads(file.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+    return access_of("auth" in merged, merged.get("access"))
+
+
+def access_of(sign_in: bool, access: dict | None) -> AccessConfig:
+    access = access or {}
+    return AccessConfig(
+        sign_in,
+        tuple(str(u) for u in access.get("allowed_users", [])),
+        tuple(str(a) for a in access.get("admins", [])),
+    )

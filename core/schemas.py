@@ -362,6 +362,9 @@ class JobState(StrEnum):
     how a job whose worker died shows (see :attr:`JobStatus.interrupted`)."""
 
     CREATED = "created"
+    # Over an approval threshold (core/jobs/approval.py): no worker takes it until a person
+    # approves it (then queued) or rejects it (then failed, with the reason).
+    AWAITING_APPROVAL = "awaiting_approval"
     QUEUED = "queued"
     LOADING = "loading"
     RUNNING = "running"
@@ -376,7 +379,10 @@ FINAL_STATES = frozenset(
     {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED}
 )
 WAITING_STATES = frozenset({JobState.CREATED, JobState.QUEUED})
+# Not started and not for a worker to take: held until a person decides (no pid, no heartbeat).
+HELD_STATES = frozenset({JobState.AWAITING_APPROVAL})
 COMPLETED_WITH_ERRORS = "completed with errors"
+AWAITING_APPROVAL = "awaiting approval"
 
 
 class JobStatus(Model):
@@ -462,7 +468,7 @@ class JobStatus(Model):
     def interrupted(self) -> bool:
         """A job whose worker died without saying so: not final, and its process is gone
         or its heartbeat is stale."""
-        if self.is_final or self.state in WAITING_STATES:
+        if self.is_final or self.state in WAITING_STATES or self.state in HELD_STATES:
             return False
         if self.pid is not None and not worker_alive(self.pid):
             return True
@@ -482,6 +488,8 @@ class JobStatus(Model):
         and a completed job with failed requests says so."""
         if self.interrupted:
             return "interrupted"
+        if self.state == JobState.AWAITING_APPROVAL:
+            return AWAITING_APPROVAL
         return COMPLETED_WITH_ERRORS if self.outcome == "completed_with_errors" else self.outcome
 
     @property

@@ -21,9 +21,11 @@ from core.jobs.ledger import (
 from core.jobs.names import rename_job
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import priority, queued_jobs, set_priority
+from core.jobs.submit import Refused, approve, reject
 from core.schemas import NAME_MAX, JobSpec, JobStatus
 from ui.job_controls import job_controls, restart
 from ui.jobs import job_label, job_labels, job_origin, jobs_or_stop, open_job
+from ui.sign_in import access_now, deciding_user
 from ui.store import paths, store, through_app
 from ui.text import escape
 
@@ -125,10 +127,36 @@ def header(chosen: Chosen) -> None:
                 store().ingest(job)  # the index shows the new name at once
                 st.toast(f"Renamed to {escape(kept_name)}")
                 st.rerun()
+    approval_controls(chosen)
     job_controls(job, key="jobs", retry=False)  # the rerun below covers failed requests
     cols = st.columns(2)
     cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")
     cols[1].page_link("pages/results.py", label="Results", icon=":material/table_view:")
+
+
+def approval_controls(chosen: Chosen) -> None:
+    """A job awaiting approval: why, the estimate and who asked; Approve and Reject."""
+    status = chosen.status
+    if status.state != "awaiting_approval":
+        if status.state == "failed" and (status.error or "").startswith("rejected by "):
+            st.error(escape(status.error), icon=":material/block:")
+        return
+    st.warning(escape(status.message), icon=":material/approval:")
+    why = st.text_input("Reason (to reject)", key=f"reject-why-{chosen.job_id}")
+    c = st.columns(2)
+    who, access = deciding_user(), access_now()
+    try:
+        if c[0].button("Approve", key="approve", type="primary", icon=":material/check:"):
+            approve(chosen.job, who, access)
+            st.toast(f"Approved by {escape(who)}: queued.")
+            st.rerun()
+        if c[1].button("Reject", key="reject", icon=":material/close:"):
+            reject(chosen.job, who, why, access)
+            st.toast(f"Rejected by {escape(who)}.")
+            st.rerun()
+    except Refused as refused:
+        for problem in refused.problems:
+            st.error(escape(problem), icon=":material/block:")
 
 
 def reconciliation(chosen: Chosen) -> None:

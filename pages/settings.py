@@ -13,6 +13,9 @@ from core.api.keys import ApiAccess, read_access, write_access
 from core.api.keys import read_keys as api_keys
 from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
+from core.jobs.approval import ApprovalProblem, check_settings
+from core.jobs.approval import read_settings as read_approval
+from core.jobs.approval import save_settings as save_approval
 from core.jobs.engine_files import (
     IDLE_ENV,
     EngineCommand,
@@ -39,7 +42,7 @@ from core.webhooks.registry import (
     remove_endpoint,
     rotate_secret,
 )
-from ui.sign_in import signed_in_user
+from ui.sign_in import access_now, signed_in_user
 from ui.store import paths, through_app
 from ui.text import escape
 
@@ -367,6 +370,57 @@ def webhooks_section(home: Path) -> None:
         st.caption("No webhook deliveries yet.")
 
 
+APPROVAL_HELP = (
+    "A job over a threshold is made but does not run: it waits, awaiting approval, until "
+    "a person allowed to approve approves it (it is queued) or rejects it (it ends failed "
+    "with the reason) on Jobs, or with `python -m core approve JOB` / `reject JOB --why`. "
+    "Tokens and cost are the estimate of Upload & check; a figure that cannot be estimated "
+    "(no tokenizer, no price) counts as over. Empty: no threshold. Where sign-in is on, the "
+    "admins ([access] admins) and the approvers named here decide; without it, this "
+    "machine's user."
+)
+
+
+def approval_section(home: Path) -> None:
+    """The thresholds over which a job waits for a person, and who may approve it."""
+    st.subheader("Approval for big jobs")
+    try:
+        kept = read_approval(home)
+    except ApprovalProblem as exc:
+        st.error(escape(str(exc)), icon=":material/error:")
+        return
+    c = st.columns(3)
+    lines = c[0].number_input("Lines over", value=kept.lines, step=1, key="approve_lines")
+    tokens = c[1].number_input(
+        "Estimated tokens over", value=kept.tokens, step=1000, key="approve_tokens"
+    )
+    cost = c[2].number_input(
+        "Estimated cost over", value=kept.cost, step=1.0, format="%.2f", key="approve_cost"
+    )
+    approvers = st.text_input(
+        "Approvers (emails, comma-separated)",
+        ", ".join(kept.approvers),
+        key="approvers",
+        help="Each must be a user the sign-in allow-list lets in.",
+    )
+    if st.button("Save approval settings", key="save_approval"):
+        try:
+            settings = check_settings(
+                access_now(),
+                lines=lines,
+                tokens=tokens,
+                cost=cost,
+                approvers=approvers.split(","),
+            )
+        except ApprovalProblem as exc:
+            st.error(f"Not saved: {escape(str(exc))}.", icon=":material/block:")
+        else:
+            save_approval(home, settings)
+            st.toast("Approval settings saved.")
+            st.rerun()
+    st.caption(APPROVAL_HELP)
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -377,3 +431,4 @@ engine_section(data.home)
 api_keys_section(data.home)
 quotas_section(data.home)
 webhooks_section(data.home)
+approval_section(data.home)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import getpass
+
 import streamlit as st
 
-from core.access import allowed, exposure_problem, open_override
+from core.access import AccessConfig, access_of, allowed, exposure_problem, open_override
 from ui.text import escape
 
 
@@ -32,6 +34,7 @@ def guard() -> str | None:
         )
         st.button("Sign out", on_click=st.logout)
         st.stop()
+    st.session_state["signed_in_email"] = email  # who approves (core/jobs/approval.py)
     name = str(st.user.get("name") or email)
     with st.sidebar:
         st.caption(f"Signed in as {escape(name)}")
@@ -65,3 +68,13 @@ def reviewer_name(label: str) -> str:
     name = st.text_input(label, key="reviewer").strip()
     st.session_state["reviewer_name"] = name
     return name
+
+
+def access_now() -> AccessConfig:
+    """Sign-in, the allow-list and the admins as Streamlit's secrets say."""
+    return access_of(_secret("auth") is not None, _secret("access"))
+
+
+def deciding_user() -> str:
+    """Who approves or rejects a job here: the signed-in email, else this machine's user."""
+    return st.session_state.get("signed_in_email") or getpass.getuser()

@@ -65,7 +65,7 @@ def openai_status(status: JobStatus) -> str:
         return "in_progress"
     if state == "queued" and status.runs:  # queued again to resume: it has run
         return "in_progress"
-    if state in ("created", "queued"):
+    if state in ("created", "queued", "awaiting_approval"):  # nothing has run
         return "validating"
     if state in ("loading", "running"):
         if status.total and status.done >= status.total:
@@ -150,6 +150,8 @@ def batch_of(job: JobFolder) -> dict:
             "total_tokens": status.prompt_tokens + status.completion_tokens,
         },
     }
+    if status.state == "awaiting_approval":  # why it waits, the estimate and who asked
+        batch["metadata"]["approval"] = status.message[:METADATA_VALUE]
     if state == "failed" and status.error:
         batch["errors"] = _errors("job_failed", status.error)
     elif status.interrupted:  # what happens meanwhile, and a worker woken to do it

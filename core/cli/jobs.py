@@ -48,6 +48,7 @@ from core.run.ray_cluster import ray_settings
 from core.schemas import (
     NAME_MAX,
     EngineConfig,
+    JobState,
     JobStatus,
     RaySettings,
     check_name,
@@ -209,6 +210,9 @@ def who_runs(job: JobFolder, worker: Popen | None) -> str:
     """Which worker runs a job just started: its own, or the one holding the engine."""
     if worker is not None:
         return f"worker pid {worker.pid}"
+    status = job.read_status()
+    if status.state == JobState.AWAITING_APPROVAL:  # waits here until a person decides
+        return f"{status.message}; it runs once approved (python -m core approve {job.job_id})"
     holder = EngineLock(job.path.parent).holder()
     return f"the engine's worker (pid {holder}) runs it" if holder else "queued"
 

@@ -4,6 +4,7 @@ python -m core check FILE.jsonl [--json] [--model DIR] [--map NAME=DIR] [--valid
 python -m core build TABLE.{csv,parquet,xlsx} -o OUT.jsonl --user-template "..." [options]
 python -m core run FILE.jsonl -o OUT.jsonl [--model DIR] [--name NAME] [--skip-invalid] [--restart]
 python -m core resume JOB [--retry] | retry JOB | cancel JOB
+python -m core approve JOB [--by WHO] | reject JOB --why TEXT [--by WHO]
 python -m core jobs list [--json] | jobs rename JOB NAME
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
@@ -17,8 +18,8 @@ python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
-One module per command group (check, jobs, export, grade, judge, models, embed, engine,
-serve, keys, webhooks); each adds its commands.
+One module per command group (check, jobs, approval, export, grade, judge, models, embed,
+engine, serve, keys, webhooks); each adds its commands.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 
 from core.cli import (
+    approval,
     check,
     embed,
     engine,
@@ -43,7 +45,8 @@ from core.cli import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys, webhooks):
+    groups = (check, jobs, approval, export, grade, judge, models, embed, engine, serve, keys)
+    for group in (*groups, webhooks):
         group.add_commands(commands)
     return parser
 

@@ -38,6 +38,7 @@ from core.config import REPO_ROOT, reuse_default
 from core.files import JsonUnreadable, file_sha256, load_json, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
 from core.schemas import (
+    HELD_STATES,
     WAITING_STATES,
     BatchOrigin,
     EngineConfig,
@@ -230,7 +231,7 @@ def cancel(job: JobFolder, now: bool = False) -> str:
             return (
                 "stopping now" if now else "cancelling: the engine stops within seconds"
             ) + "; every result written is kept, and a resume runs the requests without one"
-        waited = status.state in WAITING_STATES
+        waited = status.state in WAITING_STATES or status.state in HELD_STATES
         status.enter("cancelled", "cancelled before it ran" if waited else "cancelled")
         status.finished_at = now_iso()
         job.write_status(status)

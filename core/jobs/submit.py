@@ -19,7 +19,10 @@ The rules:
   without one, the job is named after its file (:func:`default_name`); a name another job
   has gets the first free `` (2)``, `` (3)``... (:mod:`core.jobs.names`);
 - the owner (its API key, else its user) stays within its quota, if it has one
-  (:mod:`core.jobs.quotas`): else :class:`OverQuota`, which the API answers with 429.
+  (:mod:`core.jobs.quotas`): else :class:`OverQuota`, which the API answers with 429;
+- a job over one of the studio's approval thresholds (:mod:`core.jobs.approval`) is made
+  ``awaiting_approval`` with no worker: :func:`approve` queues it and starts one,
+  :func:`reject` ends it ``failed`` with the reason. A rejected job never runs.
 """
 
 from __future__ import annotations
@@ -30,12 +33,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from core.access import AccessConfig, access_config
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
 from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
-from core.jobs.folder import JobFolder, create_job, local_owner, remove_folder, start_worker
+from core.jobs.approval import (
+    ApprovalProblem,
+    ApprovalRequest,
+    Decision,
+    decide,
+    hold,
+    read_request,
+    read_settings,
+    refusal,
+    request_needed,
+)
+from core.jobs.folder import (
+    JobFolder,
+    JobUnreadable,
+    create_job,
+    local_owner,
+    remove_folder,
+    start_worker,
+)
 from core.jobs.names import distinct_name
 from core.jobs.quotas import QuotaProblem, over_quota
 from core.model_folders import ModelError, check_model_folder
@@ -44,9 +66,12 @@ from core.schemas import (
     EngineConfig,
     JobDefaults,
     JobSpec,
+    JobState,
+    JobStatus,
     JudgeLink,
     RaySettings,
     check_name,
+    now_iso,
     read_name,
 )
 
@@ -75,10 +100,11 @@ class OverQuota(Refused):
 
 class Started(NamedTuple):
     """A job queued, and the worker just started for it (None: the worker holding the
-    engine runs it next)."""
+    engine runs it next, or the job awaits approval: ``awaiting`` says why)."""
 
     job: JobFolder
     worker: subprocess.Popen | None
+    awaiting: ApprovalRequest | None = None
 
 
 @dataclass
@@ -295,6 +321,10 @@ def submit(
         raise Refused([f"the quotas cannot be read: {exc}"]) from None
     if over:
         raise OverQuota(over)
+    try:
+        request = request_needed(report, jobs_dir.parent, jobs_dir, who)
+    except ApprovalProblem as exc:
+        raise Refused([f"the approval thresholds cannot be read: {exc}"]) from None
     s = submission
     planned = planned_spec(s)
     name = check_name(s.name) if s.name is not None else default_name(file, s.source)
@@ -323,11 +353,73 @@ def submit(
     )
     try:
         job.write_refusals(_refusals(report))
+        if request is not None:  # nothing runs before a person approves it
+            hold(job, request)
+            return Started(job, None, request)
         worker = start_worker(job)  # its queued status is written first
     except BaseException:  # a full disk: the job was never whole, so nothing of it stays
         remove_folder(job)
         raise
     return Started(job, worker)
+
+
+def _decidable(job: JobFolder, who: str, access: AccessConfig | None) -> ApprovalRequest:
+    """The job's request, when ``who`` may decide on it now; else :class:`Refused`."""
+    status = job.read_status()
+    request = read_request(job)
+    if status.state != JobState.AWAITING_APPROVAL or request is None:
+        raise Refused([f"job {job.job_id} is {status.display_state}, not awaiting approval"])
+    try:
+        settings = read_settings(job.path.parent.parent)
+    except ApprovalProblem as exc:
+        raise Refused([f"the approval settings cannot be read: {exc}"]) from None
+    why_not = refusal(who, settings, access if access is not None else access_config())
+    if why_not:
+        raise Refused([why_not])
+    return request
+
+
+def approve(job: JobFolder, who: str, access: AccessConfig | None = None) -> Started:
+    """Approves a job awaiting approval: it is queued and its worker started (or woken),
+    as :func:`submit` does for a job within the thresholds.
+
+    Args:
+        job: the job folder.
+        who: who approves (an email where sign-in is on, else this machine's user).
+        access: the sign-in configuration (None: the secrets files', for the CLI).
+
+    Raises:
+        Refused: the job does not await approval, or ``who`` may not approve.
+    """
+    request = _decidable(job, who, access)
+    with job.status_lock():  # a cancel or a rejection that came first holds
+        status = job.read_status()
+        if status.state != JobState.AWAITING_APPROVAL:
+            raise Refused([f"job {job.job_id} is {status.display_state} now"])
+        decide(job, request, Decision(approved=True, by=who, at=now_iso()))
+        status.enter("queued", f"approved by {who}; waiting for the engine")
+        job.write_status(status)
+    return Started(job, start_worker(job))  # as submit: queued, then a worker started or woken
+
+
+def reject(job: JobFolder, who: str, why: str, access: AccessConfig | None = None) -> None:
+    """Rejects a job awaiting approval: it ends ``failed`` with the reason, and never runs.
+
+    Raises:
+        Refused: no reason given, the job does not await approval, or ``who`` may not.
+    """
+    if not why.strip():
+        raise Refused(["say why the job is rejected: the submitter reads it"])
+    request = _decidable(job, who, access)
+    reason = f"rejected by {who}: {why.strip()}"
+    with job.status_lock():
+        status = job.read_status()
+        if status.state != JobState.AWAITING_APPROVAL:
+            raise Refused([f"job {job.job_id} is {status.display_state} now"])
+        decide(job, request, Decision(approved=False, by=who, at=now_iso(), why=why.strip()))
+        status.enter("failed", reason)
+        status.error, status.finished_at = reason, now_iso()
+        job.write_status(status)
 
 
 def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -> Started:
@@ -348,6 +440,9 @@ def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -
     from core.jobs.output_file import CorruptLine
 
     status = job.read_status()
+    problem = _approval_problem(job, status)
+    if problem:
+        raise Refused([problem])
     if not status.is_final and not status.interrupted and status.state != "created":
         raise Refused([f"job {job.job_id} is {status.state} (pid {status.pid}); wait or cancel"])
     spec = job.read_spec()
@@ -366,6 +461,23 @@ def resubmit(job: JobFolder, *, retry: bool = False, shard: int | None = None) -
     if problems:
         raise Refused(problems, report)
     return Started(job, start_worker(job, retry=retry, shard=shard))
+
+
+def _approval_problem(job: JobFolder, status: JobStatus) -> str | None:
+    """Why a job may not run again for want of approval: it awaits one, or was rejected."""
+    if status.state == JobState.AWAITING_APPROVAL:
+        return f"job {job.job_id} awaits approval: approve it first (Jobs, or core approve)"
+    try:
+        request = read_request(job)
+    except JobUnreadable as exc:
+        return str(exc)
+    decision = request.decision if request is not None else None
+    if decision is not None and not decision.approved:
+        return (
+            f"job {job.job_id} was rejected by {decision.by} ({decision.why}): it never runs; "
+            "submit the file again to ask anew"
+        )
+    return None
 
 
 def take_up(job: JobFolder) -> subprocess.Popen | None:
