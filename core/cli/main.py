@@ -10,6 +10,7 @@ python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filte
 python -m core grade JOB... --rules RULES.yaml [--json]
 python -m core judge JOB --template FILE [--model DIR] [--failures-of RULE | --sample ID]
 python -m core judge JOB --template FILE --against JOB_B   (pairwise)
+python -m core experiment run FILE [--map NAME=DIR] [--no-wait] | grade ID | export ID -o OUT.csv
 python -m core models prepare
 python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core engine status [--json] | engine unload MODEL | engine stop
@@ -17,7 +18,7 @@ python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
-One module per command group (check, jobs, export, grade, judge, models, embed, engine,
+One module per command group (check, jobs, experiment, export, grade, judge, models, embed, engine,
 serve, keys, webhooks); each adds its commands.
 """
 
@@ -29,6 +30,7 @@ from core.cli import (
     check,
     embed,
     engine,
+    experiment,
     export,
     grade,
     jobs,
@@ -43,7 +45,20 @@ from core.cli import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for group in (check, jobs, export, grade, judge, models, embed, engine, serve, keys, webhooks):
+    for group in (
+        check,
+        jobs,
+        experiment,
+        export,
+        grade,
+        judge,
+        models,
+        embed,
+        engine,
+        serve,
+        keys,
+        webhooks,
+    ):
         group.add_commands(commands)
     return parser
 
