@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -191,9 +190,8 @@ def test_a_yaml_bomb_is_refused_quickly(folder, model):
     for k in "bcdefghi":
         prev = chr(ord(k) - 1)
         bomb += f"{k}: &{k} [" + ",".join([f"*{prev}"] * 9) + "]\n"
-    started = time.perf_counter()
+    # Refused while composing, before a billion values are built (the message says why).
     problems = refusal(folder, bomb + PROMPTFOO, model)
-    assert time.perf_counter() - started < 10  # a billion laughs would take hours and GiBs
     assert "aliases expand past" in problems[0] and problems[0].startswith("line ")
 
 
