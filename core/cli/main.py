@@ -11,6 +11,7 @@ python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filte
 python -m core grade JOB... --rules RULES.yaml [--json]
 python -m core judge JOB --template FILE [--model DIR] [--failures-of RULE | --sample ID]
 python -m core judge JOB --template FILE --against JOB_B   (pairwise)
+python -m core experiment run FILE [--map NAME=DIR] [--no-wait] | grade ID | export ID -o OUT.csv
 python -m core models prepare
 python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core engine status [--json] | engine unload MODEL | engine stop
@@ -18,8 +19,8 @@ python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
-One module per command group (check, jobs, approval, export, grade, judge, models, embed,
-engine, serve, keys, webhooks); each adds its commands.
+One module per command group (check, jobs, approval, experiment, export, grade, judge,
+models, embed, engine, serve, keys, webhooks); each adds its commands.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from core.cli import (
     check,
     embed,
     engine,
+    experiment,
     export,
     grade,
     jobs,
@@ -45,8 +47,8 @@ from core.cli import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    groups = (check, jobs, approval, export, grade, judge, models, embed, engine, serve, keys)
-    for group in (*groups, webhooks):
+    groups = (check, jobs, approval, experiment, export, grade, judge, models, embed, engine)
+    for group in (*groups, serve, keys, webhooks):
         group.add_commands(commands)
     return parser
 

@@ -70,6 +70,8 @@ class _Loader(yaml.SafeLoader):
         return node
 
 
+StrictLoader = _Loader  # what other YAML files people write load with (experiments)
+
 _BOOL = "tag:yaml.org,2002:bool"
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL]
@@ -327,7 +329,7 @@ def _problems(exc: ValidationError, data: dict, text: str) -> list[str]:
     for error in exc.errors():
         loc = list(error["loc"])
         tag = error["type"].startswith("union_tag")  # point at the rule's `type:` line
-        line = _line(root, [*loc, "type"] if tag else loc)
+        line = line_of(root, [*loc, "type"] if tag else loc)
         where = [f"line {line}"] if line else []
         if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
             rule = data["rules"][loc[1]] if isinstance(data.get("rules"), list) else None
@@ -364,7 +366,7 @@ def _message(error: dict, kind: Any) -> str:
     return problem_message(error)
 
 
-def _line(node: Any, loc: list[Any]) -> int | None:
+def line_of(node: Any, loc: list[Any]) -> int | None:
     """The line (1-based) of the deepest YAML node the error's location reaches."""
     if node is None:
         return None

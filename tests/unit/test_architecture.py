@@ -42,6 +42,7 @@ LAYERS = {
     "reuse": 4,  # answers already made (core/reuse): the worker's, beside run/
     "store": 5,
     "qa": 6,
+    "experiments": 6,  # prompts x models x settings as one job, graded (beside qa/)
     "api": 6,  # the Batch API: jobs and their files in OpenAI's shapes
     "cli": 7,
     "__main__": 8,

@@ -1,0 +1,1 @@
+"""Experiments: prompts x models x settings over one dataset (docs/experiments.md)."""

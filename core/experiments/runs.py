@@ -1,0 +1,324 @@
+"""An experiment run as one job, kept in files, graded, and read as a matrix.
+
+``data/experiments/exp_<hex>/`` holds the file as given (``experiment.yaml``), its plan and
+the job it runs as (``state.json``) and its grades (``grades.json``): people's work, which
+outlives the index. Every (test, prompt, provider) is one line of ONE batch file (its
+``custom_id`` ``t<test>.p<prompt>.m<provider>``), submitted through
+:func:`core.jobs.submit.submit`, so the engine, its prefix cache and the result cache are
+shared and cancel / resume act on the whole experiment. Grading reads the job's output
+file; :func:`matrix` and :func:`summary` are what a page or an export shows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from core.config import data_paths
+from core.experiments import assertions as asserts
+from core.experiments.config import ExperimentError, Plan, PromptVariant, TestCase
+from core.files import write_atomic
+from core.jobs.folder import JobFolder
+from core.jobs.submit import Started, Submission, submit
+from core.plan.bounded_render import Renderer, RenderError
+from core.qa.evaluate import Item, python_outcome
+from core.schemas import EngineConfig, read_name
+from core.store.export import inert
+
+ID_PATTERN = re.compile(r"^exp_[0-9a-f]{12}$")
+CUSTOM_ID = re.compile(r"^t(\d+)\.p(\d+)\.m(\d+)$")
+
+
+class ExperimentState(BaseModel):
+    """``state.json``: what an experiment runs and the job it runs as."""
+
+    experiment_id: str
+    created_at: str
+    source: str  # the file it was made from
+    plan: Plan
+    job_id: str | None = None
+
+
+class Grades(BaseModel):
+    """``grades.json``: per line (custom_id), each assertion's and rule's outcome (None:
+    not graded: a failed request, or a model-graded assertion)."""
+
+    graded_at: str
+    job_id: str
+    outcomes: dict[str, list[bool | None]] = Field(default_factory=dict)
+
+
+def experiments_dir(home: Path | None = None) -> Path:
+    return (home or data_paths().home) / "experiments"
+
+
+def folder_of(experiment_id: str, home: Path | None = None) -> Path:
+    if not ID_PATTERN.match(experiment_id):
+        raise ExperimentError([f"{experiment_id!r} is not an experiment id (exp_ and 12 hex)"])
+    folder = experiments_dir(home) / experiment_id
+    if not (folder / "state.json").is_file():
+        raise ExperimentError([f"no experiment {experiment_id} in {experiments_dir(home)}"])
+    return folder
+
+
+def read_state(experiment_id: str, home: Path | None = None) -> ExperimentState:
+    path = folder_of(experiment_id, home) / "state.json"
+    return ExperimentState.model_validate_json(path.read_bytes())
+
+
+def custom_id(test: int, prompt: int, provider: int) -> str:
+    return f"t{test}.p{prompt}.m{provider}"
+
+
+# -- the batch file ------------------------------------------------------------------------
+
+
+def _conversation(prompt: PromptVariant, test: TestCase, i: int, renderer: Renderer | None):
+    """The messages of one line: the prompt's templates rendered with the test's
+    variables (or the batch line's own), the system prompt put first."""
+    if prompt.messages is None:
+        messages = [dict(m) for m in test.messages or []]
+    else:
+        messages = [
+            {"role": role, "content": renderer.render(f"p{i}.{k}", test.vars)}
+            for k, (role, _) in enumerate(prompt.messages)
+        ]
+    if prompt.system:
+        system = renderer.render(f"p{i}.s", test.vars) if renderer else prompt.system
+        messages = [m for m in messages if m.get("role") not in ("system", "developer")]
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def lines(plan: Plan) -> list[dict[str, Any]]:
+    """Every line of the experiment's batch: each test under each (prompt, provider).
+
+    Raises:
+        ExperimentError: a template failed on a test (naming both); nothing was written.
+    """
+    templates = {}
+    for i, prompt in enumerate(plan.prompts):
+        templates.update({f"p{i}.{k}": t for k, (_, t) in enumerate(prompt.messages or [])})
+        if prompt.system:
+            templates[f"p{i}.s"] = prompt.system
+    out, problems = [], []
+    with Renderer(templates or {"none": ""}) as renderer:
+        for t, test in enumerate(plan.tests):
+            for p, m in plan.cells:
+                provider = plan.providers[m]
+                try:
+                    messages = _conversation(plan.prompts[p], test, p, renderer)
+                except RenderError as exc:
+                    problems.append(f"prompt {plan.prompts[p].name!r} on test {t + 1}: "
+                                    f"template line {exc.line}: {exc.message}")  # fmt: skip
+                    continue
+                body: dict[str, Any] = {"model": provider.model, "messages": messages}
+                for key in ("temperature", "max_tokens", "seed", "top_p"):
+                    if getattr(provider, key) is not None:
+                        body[key] = getattr(provider, key)
+                out.append({"custom_id": custom_id(t, p, m), "method": "POST",
+                            "url": "/v1/chat/completions", "body": body})  # fmt: skip
+    if problems:
+        raise ExperimentError(problems[:10])
+    return out
+
+
+def start(
+    plan: Plan,
+    source: Path,
+    default_model: Path,
+    home: Path | None = None,
+    owner: str | None = None,
+) -> tuple[ExperimentState, Started]:
+    """Writes the batch, submits it as one job and keeps the experiment's files.
+
+    Raises:
+        ExperimentError: a template fails on a test.
+        core.jobs.submit.Refused: the job may not run; no experiment was kept.
+    """
+    batch = lines(plan)
+    home = home or data_paths().home
+    experiment_id = f"exp_{secrets.token_hex(6)}"
+    model_map = {p.model: p.folder for p in plan.providers if p.folder != str(default_model)}
+    with tempfile.TemporaryDirectory(prefix="experiment-") as tmp:
+        file = Path(tmp) / f"{experiment_id}.jsonl"
+        file.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in batch), "utf-8")
+        submission = Submission(
+            engine=EngineConfig(model=str(default_model)),
+            model_map=model_map,
+            name=read_name(f"experiment {plan.name}"),
+            source=f"{experiment_id}.jsonl",
+            owner=owner,
+            metadata={"experiment": experiment_id},
+        )
+        started = submit(file, submission, home / "jobs")
+    state = ExperimentState(
+        experiment_id=experiment_id,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        source=str(Path(source).resolve()),
+        plan=plan,
+        job_id=started.job.job_id,
+    )
+    folder = experiments_dir(home) / experiment_id
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(folder / "experiment.yaml", Path(source).read_bytes())
+    write_atomic(folder / "state.json", state.model_dump_json(indent=1))
+    return state, started
+
+
+# -- grading -------------------------------------------------------------------------------
+
+
+def outputs(job: JobFolder) -> dict[str, dict[str, Any]]:
+    """Each line's answer from the job's result files: ``output`` (None where the
+    request failed), ``error``, tokens and latency."""
+    found: dict[str, dict[str, Any]] = {}
+    for path, failed in ((job.errors, True), (job.output, False)):  # a success wins
+        if not path.is_file():
+            continue
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            body = ((line.get("response") or {}).get("body")) or {}
+            choice = (body.get("choices") or [{}])[0]
+            usage = body.get("usage") or {}
+            error = line.get("error") or {}
+            found[str(line.get("custom_id"))] = {
+                "output": None if failed else (choice.get("message") or {}).get("content") or "",
+                "finish_reason": choice.get("finish_reason"),
+                "error": error.get("message") if isinstance(error, dict) else str(error),
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "completion_tokens": usage.get("completion_tokens"),
+            }
+    return found
+
+
+def check_names(plan: Plan, test: TestCase) -> list[str]:
+    """The columns of one test's checks: its assertions, then the rules."""
+    names: list[str] = []
+    for a in test.asserts:
+        name, n = a.column, 2
+        while name in names:
+            name, n = f"{a.column} ({n})", n + 1
+        names.append(name)
+    return names + (plan.rules.names if plan.rules else [])
+
+
+def grade(state: ExperimentState, home: Path | None = None) -> Grades:
+    """Grades every answer of the experiment's job and keeps the grades."""
+    home = home or data_paths().home
+    job = JobFolder(home / "jobs" / str(state.job_id))
+    answers = outputs(job)
+    plan = state.plan
+    grades = Grades(graded_at=datetime.now(UTC).isoformat(timespec="seconds"), job_id=job.job_id)
+    for cid, answer in answers.items():
+        match = CUSTOM_ID.match(cid)
+        if match is None:
+            continue
+        test = plan.tests[int(match.group(1))]
+        text = answer["output"]
+        if text is None:
+            grades.outcomes[cid] = [None] * (
+                len(test.asserts) + len(plan.rules.rules if plan.rules else [])
+            )
+            continue
+        row = [asserts.grade(a.type, text, a.value, a.threshold) for a in test.asserts]
+        item = Item(answer=text, finish_reason=answer["finish_reason"],
+                    completion_tokens=answer["completion_tokens"], metadata=test.vars)  # fmt: skip
+        row += [python_outcome(r, item) for r in (plan.rules.rules if plan.rules else [])]
+        grades.outcomes[cid] = row
+    folder = experiments_dir(home) / state.experiment_id
+    write_atomic(folder / "grades.json", grades.model_dump_json())
+    return grades
+
+
+def read_grades(experiment_id: str, home: Path | None = None) -> Grades | None:
+    path = folder_of(experiment_id, home) / "grades.json"
+    return Grades.model_validate_json(path.read_bytes()) if path.is_file() else None
+
+
+# -- the matrix ----------------------------------------------------------------------------
+
+
+def matrix(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
+    """One row per test x prompt x provider: ``test``, ``prompt``, ``provider``, each
+    variable, ``output``, ``pass`` (every graded check held; None before grading or for a
+    failed request), and one column per check (True / False / None)."""
+    home = home or data_paths().home
+    state = read_state(experiment_id, home)
+    grades = read_grades(experiment_id, home) or Grades(graded_at="", job_id="")
+    plan = state.plan
+    answers = outputs(JobFolder(home / "jobs" / str(state.job_id)))
+    variables = plan.variables()
+    rows = []
+    for t, test in enumerate(plan.tests):
+        names = check_names(plan, test)
+        for p, m in plan.cells:
+            cid = custom_id(t, p, m)
+            answer = answers.get(cid, {})
+            outcomes = grades.outcomes.get(cid)
+            graded = [o for o in outcomes or [] if o is not None]
+            row: dict[str, Any] = {
+                "test": test.description or str(t + 1),
+                "prompt": plan.prompts[p].name,
+                "provider": plan.providers[m].name,
+                **{f"var {v}" if v in ("test", "prompt", "provider", "output", "pass") else v:
+                   test.vars.get(v) for v in variables},
+                "output": answer.get("output"),
+                "pass": all(graded) if outcomes and answer.get("output") is not None else None,
+            }  # fmt: skip
+            for k, name in enumerate(names):
+                row[name] = outcomes[k] if outcomes else None
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
+    """Per variant (prompt x provider): items, answered, passed and the pass rate."""
+    frame = matrix(experiment_id, home)
+    if frame.empty:
+        return frame
+    grouped = frame.groupby(["prompt", "provider"], sort=False)
+    out = grouped.agg(
+        items=("test", "size"),
+        answered=("output", lambda s: int(s.notna().sum())),
+        passed=("pass", lambda s: int((s == True).sum())),  # noqa: E712 (None is not passed)
+    ).reset_index()
+    out["pass_rate"] = out["passed"] / out["items"]
+    return out
+
+
+def _cell(value: Any) -> Any:
+    """A matrix cell as the CSV holds it: true / false, "" for none, text inert."""
+    if isinstance(value, bool | np.bool_):
+        return "true" if value else "false"
+    if value is None or (isinstance(value, float) and value != value):  # None, NaN
+        return ""
+    return inert(value)
+
+
+def export(experiment_id: str, path: Path, home: Path | None = None) -> int:
+    """Writes the matrix as CSV, every text cell made inert for spreadsheets (the rule of
+    core/store/export.py); returns the rows written."""
+    frame = matrix(experiment_id, home)
+    for column in frame.columns:
+        frame[column] = frame[column].map(
+            lambda v: (
+                inert(v)
+                if isinstance(v, str)
+                else ("" if v is None else str(v).lower() if isinstance(v, bool) else v)
+            )
+        )
+    write_atomic(Path(path), frame.to_csv(index=False))
+    return len(frame)
