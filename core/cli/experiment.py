@@ -16,7 +16,7 @@ def _problems(problems: list[str]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from core.cli.jobs import _follow, _print_refusal, who_runs
+    from core.cli.jobs import follow, print_refusal, who_runs
     from core.config import default_model_dir
     from core.experiments.config import ExperimentError, read_plan
     from core.experiments.runs import grade, start
@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _problems(exc.problems)
         return EXIT_INVALID
     except Refused as refused:
-        _print_refusal(refused)
+        print_refusal(refused)
         return EXIT_INVALID
     job = started.job
     print(state.experiment_id)
@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_wait:
         return 0
     try:
-        status = _follow(job, started.worker)
+        status = follow(job, started.worker)
     except KeyboardInterrupt:
         print(cancel(job), file=sys.stderr)
         return EXIT_JOB_FAILED

@@ -60,7 +60,7 @@ from core.storage.s3 import S3Location, StorageError, is_s3
 FOLLOW_SECONDS = 0.2
 
 
-def _print_refusal(refused: Refused) -> None:
+def print_refusal(refused: Refused) -> None:
     """Prints why a job was not started; a file's problems first, then every reason."""
     if refused.report is not None and refused.report.problems:
         print_report(refused.report)
@@ -150,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
             started = submit(file, submission)
     except Refused as refused:
-        _print_refusal(refused)
+        print_refusal(refused)
         return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
     finally:
         if is_s3(args.file):
@@ -163,7 +163,7 @@ def _follow_to_end(job: JobFolder, output: str | None, worker: Popen | None) -> 
     the exit code that says how it ended."""
     print(f"job {job.job_id} started: {who_runs(job, worker)}, folder {job.path}", flush=True)
     try:
-        status = _follow(job, worker)
+        status = follow(job, worker)
     except KeyboardInterrupt:
         print(cancel(job), file=sys.stderr)
         try:
@@ -226,7 +226,7 @@ def _wait_final(job: JobFolder) -> None:
         time.sleep(FOLLOW_SECONDS)
 
 
-def _follow(job: JobFolder, worker: Popen | None) -> JobStatus:
+def follow(job: JobFolder, worker: Popen | None) -> JobStatus:
     """Shows the job's progress until it ends (it may first wait for another job)."""
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:
@@ -262,7 +262,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     try:
         started = resubmit(job, retry=args.retry, shard=getattr(args, "shard", None))
     except Refused as refused:
-        _print_refusal(refused)
+        print_refusal(refused)
         return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
     return _follow_to_end(job, _output_of(job), started.worker)
 

@@ -66,6 +66,6 @@ def test_core_run_follows_a_job_the_engines_worker_runs_and_takes_it_up_if_that_
     assert "the engine's worker" in cli.who_runs(job, None)
     threading.Timer(0.3, holder.release).start()  # it exits with the job still queued
 
-    status = cli._follow(job, None)
+    status = cli.follow(job, None)
 
     assert taken == [job.job_id] and status.state == "completed"
