@@ -239,15 +239,15 @@ def export(db: Store, sample_id: str) -> None:
         with ex.export_folder(paths().home) as folder:  # this session's own file
             if what in TRAINING:
                 name, data, outcome = tr.download(db, sample_id, TRAINING[what], folder)
-                n, unit = outcome.written, outcome.unit
-                st.info(escape(f"{n:,} {unit}; left out: {outcome.reasons()}"))
+                counted = outcome.counted()
+                st.info(escape(f"{counted}; left out: {outcome.reasons()}"))
             else:
                 target, n = export_file(db, sample_id, what, fmt, folder)
-                name, data, unit = target.name, target.read_bytes(), "rows"
+                name, data, counted = target.name, target.read_bytes(), f"{n:,} rows"
     except ex.ExportError as exc:
         st.error(escape(exc))
     else:
-        st.download_button(f"Download {name} ({n:,} {unit})", data, name)
+        st.download_button(f"Download {name} ({counted})", data, name)
 
 
 def export_file(db: Store, sample_id: str, what: str, fmt: str, folder: Path) -> tuple[Path, int]:

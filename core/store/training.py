@@ -56,12 +56,17 @@ class Outcome:
     left_out: Counter[str] = field(default_factory=Counter)
     unit: str = "examples"
 
+    def counted(self) -> str:
+        """What was written, e.g. "3 examples", "1 pair"."""
+        unit = self.unit[:-1] if self.written == 1 else self.unit
+        return f"{self.written:,} {unit}"
+
     def reasons(self) -> str:
         """What was left out and why, e.g. "3 not labelled, 1 labelled fail"."""
         return ", ".join(f"{n:,} {why}" for why, n in self.left_out.most_common()) or "none"
 
     def describe(self) -> str:
-        text = f"{self.written:,} {self.unit} written to {self.path}"
+        text = f"{self.counted()} written to {self.path}"
         if not self.left_out:
             return text + "; none left out"
         return f"{text}; {sum(self.left_out.values()):,} left out: {self.reasons()}"
@@ -219,7 +224,7 @@ def export_dpo(store: Store, path: str | Path, comparison: str | None = None) ->
             left_out[why] += 1
         else:
             lines.append(line)
-    outcome = Outcome(path, len(lines), left_out)
+    outcome = Outcome(path, len(lines), left_out, unit="pairs")
     scope = f"comparison {comparison}" if comparison else "the comparisons"
     nothing = f"no pair of {scope} has a preference to export (left out: {outcome.reasons()})"
     _write_lines(path, lines, nothing)
@@ -426,6 +431,13 @@ def download(store: Store, sample_id: str, what: str, folder: Path) -> tuple[str
         return outcome.path.name, outcome.path.read_bytes(), outcome
     outcome = export_dataset(store, sample_id, folder / f"{sample_id}-dataset")
     return f"{outcome.path.name}.zip", _zipped(outcome.path), outcome
+
+
+def download_dpo(store: Store, comparison: str, folder: Path) -> tuple[str, bytes, Outcome]:
+    """A page's download of a comparison's preferences as DPO lines, written in
+    ``folder``: its file name, its bytes, and the outcome."""
+    outcome = export_dpo(store, folder / f"{comparison}.dpo.jsonl", comparison)
+    return outcome.path.name, outcome.path.read_bytes(), outcome
 
 
 def _zipped(folder: Path) -> bytes:

@@ -121,9 +121,9 @@ def test_the_export_tab_downloads_a_fine_tuning_file_of_the_passing_items(studio
     at.button(key="review_export").click().run()
     assert not at.exception
     shown = " ".join(i.value for i in at.info).replace("\\", "").replace("\u2060", "")
-    assert "1 examples; left out: 2 not labelled, 1 labelled fail" in shown, shown
+    assert "1 example; left out: 2 not labelled, 1 labelled fail" in shown, shown
     name = f"{sample_id}.sft.jsonl"
-    assert [b.label for b in at.download_button] == [f"Download {name} (1 examples)"]
+    assert [b.label for b in at.download_button] == [f"Download {name} (1 example)"]
     (line,) = [json.loads(x) for x in sent[name].decode().splitlines()]
     assert line["messages"][-1] == {"role": "assistant", "content": "Corrected <b>answer</b>"}
     assert [m["role"] for m in line["messages"]] == ["user", "assistant"]
