@@ -9,8 +9,10 @@ documented line shape whose messages are the SDK's own chat message types.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Annotated
 
@@ -170,10 +172,13 @@ def test_dpo_lines_follow_the_preferred_side_and_skip_ties_and_disagreements(tmp
 
 def test_the_parquet_folder_loads_in_datasets_with_its_labels_and_card(labelled, tmp_path):
     store, job, sample_id = labelled
+    job.rename("*v2* | <b>x</b>")  # a name is text in the card, never Markdown or HTML
+    store.ingest(job)
     folder = tmp_path / "ds"
     out = T.export_dataset(store, sample_id, folder)
     assert out.written == 7 and not out.left_out
-    loaded = datasets.load_dataset("parquet", data_dir=str(folder), split="train")
+    cache = str(tmp_path / "hf-cache")  # not the user's ~/.cache
+    loaded = datasets.load_dataset("parquet", data_dir=str(folder), split="train", cache_dir=cache)
     rows = {row["custom_id"]: row for row in loaded}
     assert len(rows) == 7
     assert rows["a"]["final_label"] == "pass" and rows["a"]["mean_score"] == 4.5
@@ -190,8 +195,21 @@ def test_the_parquet_folder_loads_in_datasets_with_its_labels_and_card(labelled,
     assert "| pass | 4 |" in card  # a, c, d, g
     assert "| \\(reviewers disagree\\) | 1 |" in card and "| \\(not labelled\\) | 1 |" in card
     assert "| ana | bob | 2 | 1 | 0.00 |" in card  # both labelled a (agreed) and f
-    assert job.job_id in card and "tiny" in card
+    assert f"`{job.job_id}` (\\*v2\\* \\| \\<b\\>x\\</b\\>)" in card and "tiny" in card
     assert "- ana: 5 labels" in card and "- bob: 3 labels" in card
+
+
+def test_the_pages_dataset_download_is_the_folder_zipped(labelled, tmp_path):
+    store, _, sample_id = labelled
+    name, data, outcome = T.download(store, sample_id, "dataset", tmp_path)
+    assert name == f"{sample_id}-dataset.zip" and outcome.written == 7
+    with zipfile.ZipFile(io.BytesIO(data)) as bundle:
+        assert sorted(bundle.namelist()) == [
+            f"{sample_id}-dataset/README.md",
+            f"{sample_id}-dataset/train.parquet",
+        ]
+        table = pq.read_table(io.BytesIO(bundle.read(f"{sample_id}-dataset/train.parquet")))
+    assert table.num_rows == 7
 
 
 def test_a_sample_with_no_passing_item_writes_nothing(tmp_path):
