@@ -9,6 +9,8 @@ import pandas as pd
 import streamlit as st
 
 from core.store import compare as cmp
+from core.store import export as ex
+from core.store import training as tr
 from core.store.db import Store
 from core.store.results import facets
 from ui.jobs import job_labels, jobs_or_stop, open_job
@@ -16,7 +18,7 @@ from ui.judging import pairwise_section
 from ui.links import One, fill_from_link, open_linked_position, write_link
 from ui.page_cache import fresh_or_recent
 from ui.sign_in import reviewer_name
-from ui.store import store, through_app
+from ui.store import paths, store, through_app
 from ui.text import escape, show_conversation
 
 MODES = {"jobs": "Two jobs", "slices": "Two slices of one job"}  # in the address: the key
@@ -164,6 +166,8 @@ def overview(
     c[2].metric("Prefer A", tally["A"])
     c[3].metric("Prefer B", tally["B"])
     c[4].metric("Tie", tally["tie"])
+    if sum(tally.values()):
+        preference_file(db, chosen.id)
     if chosen.mode == "jobs":
         pairwise_section(db, chosen.a.job_id, chosen.b.job_id, labelled)
     st.dataframe(
@@ -173,6 +177,24 @@ def overview(
         hide_index=True,
         width="stretch",
     )
+
+
+def preference_file(db: Store, comparison: str) -> None:
+    """The preferences as OpenAI's preference (DPO) fine-tuning file, on a click."""
+    st.caption(
+        f"Preferences are kept under `{comparison}` "
+        f"(`python -m core export --what dpo --comparison {comparison} -o FILE.jsonl`)."
+    )
+    if not st.button("Prepare preference file (OpenAI DPO JSONL)", key="cmp_dpo"):
+        return
+    try:
+        with ex.export_folder(paths().home) as folder:  # this session's own file
+            name, data, outcome = tr.download_dpo(db, comparison, folder)
+    except ex.ExportError as exc:
+        st.error(escape(exc))
+        return
+    st.info(escape(f"{outcome.counted()}; left out: {outcome.reasons()}"))
+    st.download_button(f"Download {name} ({outcome.counted()})", data, name)
 
 
 # -- one pair -----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import streamlit as st
 from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
+from core.store import training as tr
 from core.store.db import Store
 from core.store.results import ResultFilter, facets
 from ui.jobs import job_labels, jobs_or_stop
@@ -29,6 +30,11 @@ from ui.store import paths, store, through_app
 from ui.text import escape
 
 EXPORTS = ["Sample with labels", "All labels", "Review tallies per job"]
+# Training data from the sample's labels: one format each (core.store.training).
+TRAINING = {
+    "Fine-tuning file (OpenAI chat JSONL)": "sft",
+    "Dataset (Parquet folder with its card, zipped)": "dataset",
+}
 
 
 class Arrival(NamedTuple):
@@ -216,19 +222,32 @@ def agreement(db: Store, sample_id: str, people: list[str]) -> None:
 
 
 def export(db: Store, sample_id: str) -> None:
-    """An export of the sample with its labels, of all labels, or of the tallies."""
-    fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
-    what = st.radio("What", EXPORTS, horizontal=True)
+    """An export of the sample with its labels, of all labels, of the tallies, or of the
+    sample's training data."""
+    what = st.radio("What", [*EXPORTS, *TRAINING], horizontal=True)
+    if what in TRAINING:
+        st.caption(
+            "Fine-tuning file: the items whose reviewers all said pass, with the request's "
+            "messages and the answer (a corrected answer where a reviewer gave one). "
+            "Dataset: every item with its labels, for Hugging Face `datasets`."
+        )
+    else:
+        fmt = st.selectbox("Format", ex.FORMATS, key="review_export_format")
     if not st.button("Prepare export", key="review_export"):
         return
     try:
         with ex.export_folder(paths().home) as folder:  # this session's own file
-            target, n = export_file(db, sample_id, what, fmt, folder)
-            data = target.read_bytes()
+            if what in TRAINING:
+                name, data, outcome = tr.download(db, sample_id, TRAINING[what], folder)
+                counted = outcome.counted()
+                st.info(escape(f"{counted}; left out: {outcome.reasons()}"))
+            else:
+                target, n = export_file(db, sample_id, what, fmt, folder)
+                name, data, counted = target.name, target.read_bytes(), f"{n:,} rows"
     except ex.ExportError as exc:
         st.error(escape(exc))
     else:
-        st.download_button(f"Download {target.name} ({n:,} rows)", data, target.name)
+        st.download_button(f"Download {name} ({counted})", data, name)
 
 
 def export_file(db: Store, sample_id: str, what: str, fmt: str, folder: Path) -> tuple[Path, int]:

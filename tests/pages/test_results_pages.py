@@ -234,6 +234,46 @@ def test_compare_page_two_jobs_side_by_side_with_a_diff(studio_home):
     assert "very " in diff and "#055d20" in diff  # the added word, coloured
 
 
+def test_compare_downloads_its_preferences_as_openai_preference_lines(studio_home, monkeypatch):
+    """Issue 44 item 4: the pairs a reviewer preferred come back as OpenAI preference
+    (DPO) fine-tuning lines; a tie is left out, and the page says so."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    sent: dict[str, bytes] = {}
+    original = MediaFileManager.add
+
+    def record(self, data, mimetype, coordinates, file_name=None, **kw):
+        sent[file_name] = data
+        return original(self, data, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add", record)
+    for name, answers in (("a", ("Blue.", "Wet.")), ("b", ("It is <i>blue</i>.", "Damp."))):
+        rows = [
+            {"custom_id": cid, "prompt": f"{cid}?", "answer": answer}
+            for cid, answer in zip(("sky", "sea"), answers, strict=True)
+        ]
+        job_in_home(studio_home, rows, name=name)
+    at = open_page("compare.py")
+    assert not [b for b in at.button if b.label.startswith("Prepare preference file")]
+    at.text_input(key="reviewer").set_value("ana").run()
+    next(b for b in at.button if b.label == "Tie").click().run()  # the first pair, by key: sea
+    next(b for b in at.button if b.label == "B is better").click().run()  # sky
+    next(b for b in at.button if b.label.startswith("Prepare preference file")).click().run()
+    assert not at.exception
+    shown = " ".join(i.value for i in at.info).replace("\\", "").replace("\u2060", "")
+    assert "1 pair; left out: 1 a tie" in shown, shown
+    (name,) = [n for n in sent if n and n.endswith(".dpo.jsonl")]
+    assert [b.label for b in at.download_button if b.label.startswith("Download cmp_")] == [
+        f"Download {name} (1 pair)"
+    ]
+    (line,) = [json.loads(x) for x in sent[name].decode().splitlines()]
+    assert line == {
+        "input": {"messages": [{"role": "user", "content": "sky?"}]},
+        "preferred_output": [{"role": "assistant", "content": "It is <i>blue</i>."}],
+        "non_preferred_output": [{"role": "assistant", "content": "Blue."}],
+    }
+
+
 def charts(at) -> dict[str, dict]:
     """The page's plotly charts, by title: each as its figure's JSON."""
     figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

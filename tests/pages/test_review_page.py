@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from tests.support.links import open_link
 from tests.support.pages import job_in_home, open_page
 
 
@@ -94,3 +95,36 @@ def test_an_items_tags_and_comment_save_and_come_back_with_it_the_next_item_star
         ["short", "polite"],
         "fine",
     )
+
+
+def test_the_export_tab_downloads_a_fine_tuning_file_of_the_passing_items(studio_home, monkeypatch):
+    """Issue 44 item 4: the sample's items labelled pass on the page come back as OpenAI
+    chat fine-tuning lines (a corrected answer in place of the model's), and the page says
+    what it left out and why."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+
+    sent: dict[str, bytes] = {}
+    original = MediaFileManager.add
+
+    def record(self, data, mimetype, coordinates, file_name=None, **kw):
+        sent[file_name] = data
+        return original(self, data, mimetype, coordinates, file_name, **kw)
+
+    monkeypatch.setattr(MediaFileManager, "add", record)
+    at = _labelling(studio_home)
+    at.text_area(key="review_corrected").set_value("Corrected <b>answer</b>")
+    _button(at, "Pass").click().run()  # item 1
+    _button(at, "Fail").click().run()  # item 2; items 3 and 4 stay unlabelled
+    sample_id = at.query_params["sample"]
+    at = open_link("review.py", sample=sample_id, tab="Export")
+    at.radio[0].set_value("Fine-tuning file (OpenAI chat JSONL)").run()
+    at.button(key="review_export").click().run()
+    assert not at.exception
+    shown = " ".join(i.value for i in at.info).replace("\\", "").replace("\u2060", "")
+    assert "1 example; left out: 2 not labelled, 1 labelled fail" in shown, shown
+    name = f"{sample_id}.sft.jsonl"
+    assert [b.label for b in at.download_button] == [f"Download {name} (1 example)"]
+    (line,) = [json.loads(x) for x in sent[name].decode().splitlines()]
+    assert line["messages"][-1] == {"role": "assistant", "content": "Corrected <b>answer</b>"}
+    assert [m["role"] for m in line["messages"]] == ["user", "assistant"]
+    assert not list(studio_home.glob("exports/*/*"))  # nothing stays behind
