@@ -45,7 +45,19 @@ def request_digest(request: EngineRequest) -> bytes:
     """A hash of the request with its defaults applied (its kind's fields, keys sorted at
     every depth), leaving out what names it but does not decide its answer."""
     fields = {name: getattr(request, name) for name in _key_fields(type(request))}
-    return digest(_encode(fields))
+    try:
+        return digest(_encode(fields))
+    except TypeError:  # a dict keyed by numbers (logit_bias by token id): sorted as text
+        return digest(_encode(_text_keys(fields)))
+
+
+def _text_keys(value: Any) -> Any:
+    """``value`` with every dict key made text, at every depth."""
+    if isinstance(value, dict):
+        return {str(k): _text_keys(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_text_keys(v) for v in value]
+    return value
 
 
 def _chat_pieces() -> tuple[bytes, bytes, bytes]:

@@ -278,7 +278,7 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     assert job_status(job_b)["completion_tokens"] == tokens
     expect(page.get_by_text(f"{tokens:,} output tokens in", exact=False)).to_be_visible()
     expect(page.get_by_text("over 2 runs", exact=False).first).to_be_visible()
-    expect(page.get_by_text("This run:", exact=False)).to_be_visible()
+    expect(page.get_by_text("the speeds and the ETA are this run's:", exact=False)).to_be_visible()
     assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(
         json.loads(line)["custom_id"]
         for line in (SAMPLE_DATA / "review_sentiment.jsonl").read_text().splitlines()
@@ -664,7 +664,7 @@ def test_a_retried_jobs_figures_are_its_output_files_in_the_browser(
     assert job_status(job.path)["completion_tokens"] == tokens
     expect(page.get_by_text(f"{tokens:,} output tokens in", exact=False)).to_be_visible()
     expect(page.get_by_text("over 2 runs", exact=False).first).to_be_visible()
-    this_run = page.get_by_text(f"This run: 2 results, {retried:,} output tokens", exact=False)
+    this_run = page.get_by_text(f"this run's: 2 results, {retried:,} output tokens", exact=False)
     expect(this_run).to_be_visible()
     screenshot(page, "retry_2_monitor_completed")
 

@@ -791,7 +791,8 @@ def test_two_writers_indexing_at_once_lose_nothing(tmp_path):
 def mixed_batch(path):
     """Lines of every path through the check: the fast chat shape (greedy, seeded, sampled,
     a default temperature), the generic one (a completion, an embeddings line, a chat with
-    a field the fast path leaves to it), a repeated id and an invalid line."""
+    a field the fast path leaves to it, a logit_bias the check keys by token id), a
+    repeated id and an invalid line."""
     lines = [
         request_line("greedy", "one", temperature=0, max_tokens=5),
         request_line("seeded", "two", seed=7, temperature=0.8),
@@ -800,6 +801,7 @@ def mixed_batch(path):
         request_line("greedy", "a repeated id"),
         request_line("stops", "five", temperature=0, stop=["\n"]),
         request_line("twin", "one", temperature=0, max_tokens=5),  # the first line's request
+        request_line("biased", "eight", temperature=0, logit_bias={"7": -100}),  # int keys
         json.dumps({"custom_id": "broken", "method": "POST", "url": "/v1/chat/completions"}),
         json.dumps(
             {
@@ -846,8 +848,8 @@ def test_the_checks_keys_are_the_workers_keys_for_the_same_lines_and_settings(tm
     spec = job.read_spec()
     _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None)
     assert len(invalid) == 1  # the broken line; the repeated id is not run: neither has a key
-    # greedy, seeded, default, stops, twin, completion, vectors and the padding
-    assert len(run_keys) == 7 + 30 and "sampled" not in run_keys
+    # greedy, seeded, default, stops, twin, biased, completion, vectors and the padding
+    assert len(run_keys) == 8 + 30 and "sampled" not in run_keys
 
     report = check_file(batch, defaults, processes=processes)
     assert report.processes == processes  # the second process's digests came back with it
