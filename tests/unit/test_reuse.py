@@ -912,7 +912,7 @@ def test_core_check_reads_the_file_once_for_its_check_and_its_forecast(tmp_path,
     opened.clear()
     result = cli("check", "--no-tokens", "--temperature", "0", "--json", str(batch))
     data = json.loads(result.stdout)
-    assert data["reuse"]["keyed"] == 7 + 30  # every valid deterministic line, its twin too
+    assert data["reuse"]["keyed"] == 8 + 30  # every valid deterministic line, its twin too
     assert data["reuse"]["duplicates"] == 1
     assert len(opened) == by_the_check
 
