@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from pathlib import Path
 
 from core.cli.common import EXIT_USAGE
-from core.config import data_paths
-from core.jobs.folder import JobFolder, JobUnreadable
+from core.cli.jobs import job_named
+from core.jobs.folder import JobUnreadable
 from core.jobs.submit import Refused, approve, reject
 
 BY_HELP = (
@@ -20,16 +19,8 @@ BY_HELP = (
 )
 
 
-def _job(job_id: str) -> JobFolder | None:
-    job = JobFolder(data_paths().jobs / Path(job_id).name)
-    if not job.spec_file.is_file():
-        print(f"error: no job {job_id!r} in {data_paths().jobs}", file=sys.stderr)
-        return None
-    return job
-
-
 def cmd_approve(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     try:
@@ -43,7 +34,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_reject(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     try:

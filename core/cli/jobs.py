@@ -243,7 +243,8 @@ def follow(job: JobFolder, worker: Popen | None) -> JobStatus:
             time.sleep(FOLLOW_SECONDS)
 
 
-def _job(job_id: str) -> JobFolder | None:
+def job_named(job_id: str) -> JobFolder | None:
+    """The job of that id in the data folder; None, said on stderr, where there is none."""
     job = JobFolder(data_paths().jobs / Path(job_id).name)
     if not job.spec_file.is_file():
         print(f"error: no job {job_id!r} in {data_paths().jobs}", file=sys.stderr)
@@ -256,7 +257,7 @@ def _output_of(job: JobFolder) -> str | None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     try:
@@ -268,7 +269,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     print(cancel(job, now=args.now))
@@ -276,7 +277,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     try:
@@ -316,7 +317,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     result = verify(job)
@@ -379,7 +380,7 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_rename(args: argparse.Namespace) -> int:
-    job = _job(args.job)
+    job = job_named(args.job)
     if job is None:
         return EXIT_USAGE
     try:
