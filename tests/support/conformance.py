@@ -9,16 +9,13 @@ other bodies are checked apart from it).
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from openai.types import BatchError, Completion, ErrorObject
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 from pydantic import BaseModel
-from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionResponse
-from vllm.entrypoints.openai.completion.protocol import CompletionResponse
-from vllm.entrypoints.openai.responses.protocol import ResponsesResponse
 
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 
@@ -27,11 +24,29 @@ SDK_TYPES: dict[str, type[BaseModel]] = {
     COMPLETIONS_URL: Completion,
     RESPONSES_URL: Response,
 }
-VLLM_TYPES: dict[str, type[BaseModel]] = {
-    CHAT_URL: ChatCompletionResponse,
-    COMPLETIONS_URL: CompletionResponse,
-    RESPONSES_URL: ResponsesResponse,
-}
+
+
+# vLLM's models are imported when a test first asks: importing vllm (and torch) costs a
+# pytest process about 5 s, which every xdist worker of `make check` paid at collection.
+@cache
+def vllm_types() -> dict[str, type[BaseModel]]:
+    """vLLM's output model of each url."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionResponse
+    from vllm.entrypoints.openai.completion.protocol import CompletionResponse
+    from vllm.entrypoints.openai.responses.protocol import ResponsesResponse
+
+    return {
+        CHAT_URL: ChatCompletionResponse,
+        COMPLETIONS_URL: CompletionResponse,
+        RESPONSES_URL: ResponsesResponse,
+    }
+
+
+def batch_output_model() -> type[BaseModel]:
+    """vLLM's ``BatchRequestOutput``, the envelope of a batch output line."""
+    from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
+
+    return BatchRequestOutput
 
 
 def validate_line(line: dict[str, Any], url: str) -> BaseModel | None:
@@ -39,14 +54,14 @@ def validate_line(line: dict[str, Any], url: str) -> BaseModel | None:
     body (None for a failure). Raises pydantic's ValidationError naming what is missing."""
     body = line["response"]["body"]
     envelope = line if url == CHAT_URL or body is None else _without_body(line)
-    BatchRequestOutput.model_validate(envelope)
+    batch_output_model().model_validate(envelope)
     if body is None:
         assert line["response"]["status_code"] >= 400
         ErrorObject.model_validate(line["error"])
         BatchError.model_validate(line["error"])
         return None
     assert line["error"] is None and line["response"]["status_code"] == 200
-    VLLM_TYPES[url].model_validate(body)
+    vllm_types()[url].model_validate(body)
     return SDK_TYPES[url].model_validate(body)
 
 

@@ -263,6 +263,29 @@ def test_no_test_module_imports_another():
     assert not imports, imports
 
 
+def test_the_fast_tier_collects_without_importing_vllm_or_torch():
+    """Importing vllm (and torch) costs a pytest process about 5 s: at collection every
+    xdist worker of `make check` would pay it. A unit or page test that needs vLLM's
+    models imports them inside the test (tests/support/conformance.py's helpers do)."""
+    collected = [TESTS / "conftest.py", *TESTS.glob("support/*.py")]
+    collected += [*TESTS.glob("unit/*.py"), *TESTS.glob("pages/*.py")]
+    heavy = {
+        str(path.relative_to(REPO_ROOT))
+        for path in collected
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(
+            name.split(".")[0] in ("vllm", "torch")
+            for name in (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+            )
+        )
+    }
+    assert not heavy, heavy
+
+
 def test_every_test_module_lives_in_its_kinds_folder():
     """The folder is the kind (tests/conftest.py marks and checks by it): no test module
     outside tests/unit, pages, engine, browser and ray."""

@@ -7,8 +7,6 @@ import json
 
 import numpy as np
 import pytest
-from vllm.entrypoints.launchers.run_batch import BatchRequestOutput
-from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
 
 from core.check import check_file
 from core.check.engine_requests import EmbeddingRequest
@@ -17,6 +15,7 @@ from core.config import default_embedding_model_dir, default_model_dir
 from core.endpoints import EMBEDDINGS_URL
 from core.run.outputs import Embeddings, success_line
 from core.schemas import JobDefaults
+from tests.support.conformance import batch_output_model
 from tests.support.embedding_lines import decoded, embed_line, sdk_parse
 
 
@@ -97,7 +96,10 @@ def test_the_check_counts_inputs_with_the_embedding_models_tokenizer(tmp_path):
 def test_an_embeddings_line_is_openais_and_vllms_format(encoding):
     vectors = [np.array([0.5, -0.25, 1e-8], dtype=np.float32), np.zeros(3, dtype=np.float32)]
     line = success_line("e1", "all-MiniLM-L6-v2", Embeddings(7, vectors, encoding), EMBEDDINGS_URL)
-    BatchRequestOutput.model_validate(line)
+
+    from vllm.entrypoints.pooling.embed.protocol import EmbeddingResponse
+
+    batch_output_model().model_validate(line)
     body = line["response"]["body"]
     EmbeddingResponse.model_validate(body)
     parsed = sdk_parse(body)

@@ -24,7 +24,7 @@ from core.check.sampling import RequestError
 from core.endpoints import BATCH_API_URLS, ENDPOINTS, FAST_PATH_URLS, POOLING_URLS
 from core.run.outputs import BODIES
 from core.schemas import JobDefaults
-from tests.support.conformance import SDK_TYPES, VLLM_TYPES
+from tests.support.conformance import SDK_TYPES, vllm_types
 
 
 def test_each_endpoint_has_a_parser_and_an_output_body():
@@ -90,7 +90,7 @@ def test_a_kind_has_no_field_of_another_and_is_built_by_keywords_only():
 
 def test_the_generated_endpoints_are_held_to_openais_and_vllms_types():
     generated = [url for url in ENDPOINTS if url not in POOLING_URLS]
-    assert list(SDK_TYPES) == generated and list(VLLM_TYPES) == generated
+    assert list(SDK_TYPES) == generated and list(vllm_types()) == generated
 
 
 def test_the_fast_path_decodes_the_fast_path_endpoints_only():

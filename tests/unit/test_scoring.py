@@ -10,8 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from vllm.entrypoints.launchers.run_batch import BatchRequestInput
-from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreResponse
 
 from core.check import check_file
 from core.check.engine_requests import ScoreRequest
@@ -28,6 +26,8 @@ from tests.support.scoring import DOCS, QUERY, REFUSED, VALID, _line, _write
 
 @pytest.mark.parametrize("name", sorted(VALID))
 def test_score_and_rerank_lines_in_vllms_shapes_pass(name: str):
+    from vllm.entrypoints.launchers.run_batch import BatchRequestInput
+
     url, body = VALID[name]
     line = _line(name, url, body)
     BatchRequestInput.model_validate(line)  # vLLM's batch runner reads the same line
@@ -65,6 +65,8 @@ def _vectors(*rows: list[float]) -> Embeddings:
 
 
 def test_rerank_writes_vllms_response_most_relevant_first_and_top_n():
+    from vllm.entrypoints.pooling.scoring.protocol import RerankResponse
+
     request = parse_request(RERANK_URL, "r", VALID["rerank-top"][1], JobDefaults())
     query, a, b, c = [1, 0], [0, 1], [1, 1], [1, 0.1]  # cosines 0, 0.707, 0.995
     line = result_line(request, "MiniLM", _vectors(query, a, b, c))
@@ -76,6 +78,8 @@ def test_rerank_writes_vllms_response_most_relevant_first_and_top_n():
 
 
 def test_score_pairs_one_with_many_and_many_with_many():
+    from vllm.entrypoints.pooling.scoring.protocol import ScoreResponse
+
     one = parse_request(SCORE_URL, "s", VALID["score-1n"][1], JobDefaults())
     body = result_line(one, "m", _vectors([1, 0], [1, 0], [0, 1], [-1, 0]))["response"]["body"]
     parsed = ScoreResponse.model_validate(body)

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
 from core.check import check_file
 from core.check.requests import parse_body
@@ -33,6 +32,8 @@ from tests.support.tool_auto import TOOLS, auto_line
 
 
 def test_auto_and_no_choice_parse_as_auto_and_vllm_takes_the_body():
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
     for choice in ("auto", None):
         body = json.loads(auto_line("a", choice))["body"]
         ChatCompletionRequest.model_validate(body)

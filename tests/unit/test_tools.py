@@ -14,7 +14,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
 from core.check import check_file
 from core.check.requests import parse_body
@@ -36,6 +35,8 @@ from tests.support.tools import (
 
 
 def test_every_generated_tools_body_is_one_vllm_and_the_check_accept():
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
     bodies = valid_bodies()
     for body in bodies:
         ChatCompletionRequest.model_validate(body)  # vLLM's own request model takes it
