@@ -32,7 +32,7 @@ from tests.support.warm_engine import (  # noqa: F401  (a shared engine)
     warm_s3,
     warm_s3_endpoint,
 )
-from tests.support.xdist_schedule import ClusterTestsTogether, order_slow_first
+from tests.support.xdist_schedule import SharingTestsTogether, order_slow_first
 
 # Workers that tests start exit after their last job, as before the resident engine, unless
 # a test asks for an idle time (tests/engine/test_resident.py): none outlives its test.
@@ -123,11 +123,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_xdist_make_scheduler(
     config: pytest.Config, log: Producer
-) -> ClusterTestsTogether | None:
+) -> SharingTestsTogether | None:
     """``-n N`` (``--dist load``) runs the Ray cluster tests on one worker, one after
     another (tests/support/xdist_schedule.py)."""
     if config.getoption("dist") == "load":
-        return ClusterTestsTogether(config, log)
+        return SharingTestsTogether(config, log)
     return None
 
 
