@@ -5,6 +5,13 @@ the two replicas land on different nodes. The cluster is started once for the mo
 (seconds, and about 6 GB with two engines) and always shut down; every test here shares
 it (a node lost, and a studio off the head node, have their own: test_ray_nodes.py and
 test_ray_remote_studio.py).
+
+Each replica loads the model cold in a process of its own, so a job asks for two only
+where a test's assertion needs two (both nodes worked; a killed replica's shard ran again
+on the other); a job whose point is what a failure says, or what a resume keeps, runs
+one. The local runs the cluster's answers are compared with run on the test run's warm
+engine (tests/support/warm_engine.py: the same engine code and model, its model loaded
+once per pytest process), with the same shards of two as the cluster's.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run import ray_stats  # noqa: E402
 from core.run.ray_input import REPLICA_AGENT  # noqa: E402
 from core.run.ray_stats import read_ray_stats  # noqa: E402
-from tests.support.cli import run_cli  # noqa: E402
+from tests.support.cli import cli, run_cli  # noqa: E402
+from tests.support.warm_engine import use_warm_home  # noqa: E402
 
 pytestmark = [pytest.mark.engine, pytest.mark.ray]  # one worker runs the cluster tests in turn
 
@@ -104,22 +112,28 @@ def _lines(path):
     }
 
 
-def _run_here(batch, out):
-    """The output lines of ``batch`` run on this machine's engine, by custom_id."""
-    local = run_cli("run", str(batch), "-o", str(out), "--chunk-size", "2")
-    assert local.returncode == 0, local.stderr[-2000:]
-    return _lines(out)
+@pytest.fixture(scope="module")
+def run_here(warm_engine_home, warm_engine_env):
+    """Runs a batch on this machine's engine, the test run's warm one, in shards of two as
+    on the cluster; gives its output lines by custom_id."""
+
+    def run(batch, out):
+        with pytest.MonkeyPatch.context() as env:
+            use_warm_home(env, warm_engine_home, warm_engine_env)
+            local = cli("run", str(batch), "-o", str(out), "--chunk-size", "2", "--no-reuse")
+        assert local.returncode == 0, local.stderr[-2000:]
+        return _lines(out)
+
+    return run
 
 
 @pytest.fixture(scope="module")
-def chats_run_here(tmp_path_factory, default_model):
+def chats_run_here(tmp_path_factory, run_here, default_model):
     """Eight chats (:func:`_batch`) and their output lines run on this machine's engine,
     once for the tests that compare a run on the cluster with it."""
     folder = tmp_path_factory.mktemp("chats-here")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("BATCH_STUDIO_HOME", str(folder / "home"))
-        batch = _batch(folder / "batch.jsonl", 8)
-        return batch, _run_here(batch, folder / "local.jsonl")
+    batch = _batch(folder / "batch.jsonl", 8)
+    return batch, run_here(batch, folder / "local.jsonl")
 
 
 def _on_ray(cluster, batch, tmp_path):
@@ -135,7 +149,7 @@ def _on_ray(cluster, batch, tmp_path):
 
 
 def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
-    cluster, studio_home, tmp_path
+    cluster, studio_home, tmp_path, run_here
 ):
     import numpy as np
 
@@ -145,7 +159,7 @@ def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
             body = {"model": "text-embedding-3-small", "input": [f"Ticket {i}", f"Refund {i}"]}
             line = {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings"}
             out.write(json.dumps({**line, "body": body}) + "\n")
-    local_lines = _run_here(batch, tmp_path / "local.jsonl")
+    local_lines = run_here(batch, tmp_path / "local.jsonl")
     ray_lines = _on_ray(cluster, batch, tmp_path)
     assert list(ray_lines) == [f"e{i}" for i in range(8)]
     node_ids = {node.node_id for node in cluster.list_all_nodes()}
@@ -159,8 +173,8 @@ def test_an_embeddings_job_spreads_over_two_nodes_and_matches_a_local_run(
 
 
 @contextmanager
-def _running_job(cluster, batch, default_model, **where):
-    """A job of ``batch`` on the cluster (two replicas, shards of two; ``where``: its
+def _running_job(cluster, batch, default_model, replicas=2, **where):
+    """A job of ``batch`` on the cluster (``replicas``, shards of two; ``where``: its
     ``source`` or ``output_path`` in object storage) and its started worker, killed if the
     test leaves before it ends."""
     from core.config import data_paths
@@ -173,7 +187,7 @@ def _running_job(cluster, batch, default_model, **where):
         data_paths().jobs,
         EngineConfig(model=str(default_model)),
         chunk_size=2,
-        ray=ray_settings(cluster.address, 2, 0, 1, {"slot": 1}),
+        ray=ray_settings(cluster.address, replicas, 0, 1, {"slot": 1}),
         **where,
     )
     worker = start_worker(job)
@@ -184,14 +198,15 @@ def _running_job(cluster, batch, default_model, **where):
             worker.kill()
 
 
-def _replica_pid_once_results_flow(job, worker, timeout=300.0):
-    """A replica's process id, once both replicas are up and results are being written."""
+def _replica_pid_once_results_flow(job, worker, replicas=2, timeout=300.0):
+    """A replica's process id, once the job's ``replicas`` are up and results are being
+    written (at most 24 of its 32 requests: the rest are still to run)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert worker.poll() is None, job.log_tail(40)
         stats = read_ray_stats(job.path) or {}
         pids = [r["pid"] for r in stats.get("replicas", []) if r.get("pid")]
-        if len(pids) == 2 and 0 < job.read_status().done < 24:
+        if len(pids) == replicas and 0 < job.read_status().done < 24:
             return pids[-1]
         time.sleep(0.2)
     raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
@@ -331,8 +346,8 @@ def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
 
     batch = _batch(tmp_path / "batch.jsonl", 32)
     where = {"output_path": "s3://batches/out.jsonl"}
-    with _running_job(cluster, batch, default_model, **where) as (job, worker):
-        _replica_pid_once_results_flow(job, worker)
+    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
+        _replica_pid_once_results_flow(job, worker, replicas=1)
         _drop_bucket(s3)
         assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
     status = job.read_status()
@@ -361,8 +376,8 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     batch = _batch(tmp_path / "batch.jsonl", 32)
     s3.put_object(Bucket="batches", Key="in.jsonl", Body=batch.read_bytes())
     where = {"source": "s3://batches/in.jsonl"}
-    with _running_job(cluster, batch, default_model, **where) as (job, worker):
-        _replica_pid_once_results_flow(job, worker)
+    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
+        _replica_pid_once_results_flow(job, worker, replicas=1)
         _drop_bucket(s3)
         assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
     status = job.read_status()
@@ -385,3 +400,35 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
+
+
+# -- the driver lost ------------------------------------------------------------------------
+
+
+def test_the_head_client_killed_and_resumed_loses_nothing(
+    cluster, studio_home, tmp_path, default_model
+):
+    """The worker (Ray's driver, on the head node) killed mid-job: Ray ends its replica;
+    the job's resume, what Resume on Jobs does, runs the rest, each request once. (A
+    replica, not its driver, killed: the parts test above; a node lost:
+    tests/ray/test_ray_nodes.py.)"""
+    batch = _batch(tmp_path / "batch.jsonl", 32)
+    with _running_job(cluster, batch, default_model, replicas=1) as (job, worker):
+        _replica_pid_once_results_flow(job, worker, replicas=1)
+        os.killpg(worker.pid, signal.SIGKILL)  # the driver dies; Ray ends its replica
+        worker.wait(timeout=30)
+    written = job.read_status().done
+    assert 0 < written < 32
+    resumed = start_worker(job)
+    try:
+        assert resumed.wait(timeout=600) == 0, JobFolder(job.path).log_tail(60)
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+    ids = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(32))  # none twice, none missing
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()
+    assert verify(job).ok
+    status = job.read_status()
+    assert status.state == "completed" and status.runs == 2

@@ -115,14 +115,21 @@ def warm_home(
     processes it starts too), whose worker stays between tests."""
     import streamlit as st
 
-    monkeypatch.setenv("BATCH_STUDIO_HOME", str(warm_engine_home))
-    for name, value in warm_engine_env.items():
-        monkeypatch.setenv(name, value)
-    for name in S3_UNSET:
-        monkeypatch.delenv(name, raising=False)
+    use_warm_home(monkeypatch, warm_engine_home, warm_engine_env)
     st.cache_resource.clear()
     yield warm_engine_home
     st.cache_resource.clear()
+
+
+def use_warm_home(monkeypatch: pytest.MonkeyPatch, home: Path, engine_env: dict[str, str]) -> None:
+    """Points this process's studio home, and that of the processes it starts, at the warm
+    one (``warm_engine_home``, ``warm_engine_env``): for a module-scoped fixture, which
+    cannot ask for ``warm_home``, inside a ``pytest.MonkeyPatch.context()``."""
+    monkeypatch.setenv("BATCH_STUDIO_HOME", str(home))
+    for name, value in engine_env.items():
+        monkeypatch.setenv(name, value)
+    for name in S3_UNSET:
+        monkeypatch.delenv(name, raising=False)
 
 
 def started_job(result: CliResult | subprocess.CompletedProcess, home: Path) -> JobFolder:
