@@ -451,28 +451,54 @@ def expect_title(page: Page, title: str, timeout: float = 30_000) -> None:
 
 
 def choose(page: Page, label: str, option: str, tries: int = 4) -> None:
-    """Picks ``option`` in the selectbox or multiselect labelled ``label``.
+    """Picks ``option`` in the selectbox or multiselect labelled ``label``, and waits until
+    the widget shows it (a selectbox's value, a multiselect's tag).
 
     A rerun that lands while the list is open (a download finishing, a fragment's timer)
-    draws the widget again and detaches the open list, so the list is opened again until a
-    click lands. A click that times out never reached the option, so a retry cannot toggle
-    a multiselect's option twice.
+    draws the widget again: the open list detaches, or a click on it is dropped by
+    Streamlit's list (the widget shows no new choice), so the list is opened again until
+    the widget shows the choice. A click that times out never reached the option, and a
+    pick is tried again only while the widget does not show it, so a multiselect's option
+    is never toggled twice. A choice the widget showed and then lost is not picked again:
+    the test's next check sees it.
     """
     box = page.get_by_role("combobox", name=label, exact=True)
     item = page.get_by_role("option", name=option, exact=True)
     for attempt in range(tries):
         wait_idle(page)
+        if attempt and _shows(page, box, option, timeout=1):
+            break  # the last pick took, after a slow redraw
         box.click()
         try:
             item.click(timeout=5_000)
-            break
         except PlaywrightTimeoutError:
             if attempt == tries - 1:
                 raise
             page.keyboard.press("Escape")
-    if page.get_by_role("listbox").count():  # a multiselect's list stays open after a pick
-        page.keyboard.press("Escape")
+            continue
+        if page.get_by_role("listbox").count():  # a multiselect's list stays open after a pick
+            page.keyboard.press("Escape")
+        if _shows(page, box, option):
+            break
+    else:
+        pytest.fail(f"{label!r} does not show {option!r} after {tries} picks")
     wait_idle(page)
+
+
+def _shows(page: Page, box: Locator, option: str, timeout: float = 5) -> bool:
+    """Whether the select ``box`` shows ``option`` within ``timeout`` s: a selectbox's value,
+    or one of a multiselect's tags."""
+    tags = page.get_by_test_id("stMultiSelect").filter(has=box)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if tags.count():
+            shown = tags.get_by_test_id("stMultiSelectTagsContainer").inner_text()
+            if option in [line.strip() for line in shown.splitlines()]:
+                return True
+        elif box.input_value() == option:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def pick_radio(page: Page, option: str) -> None:
