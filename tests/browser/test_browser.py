@@ -1,9 +1,9 @@
 """End to end: the real app in headless chromium, on the real engine.
 
 Needs Debian's ``chromium`` and the prepared default model. Screenshots of each step and of
-every page land in ``test-output/screenshots/``. On a quiet 2-core machine the two
-tests take about 5 minutes together; the engine is loaded three times in all (each worker
-start loads it: about 25 s).
+every page land in ``test-output/screenshots/``. The module's jobs run on the server's
+resident worker (``module_server``), one model at a time: the chat model is loaded twice
+(the first job; the resume after a killed worker), and the embedding model once, last.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from core.config import SAMPLE_DATA, default_model_dir
+from core.jobs.engine_files import read_state
 from tests.support.browser import (
     PAGES,
     StreamlitServer,
@@ -64,6 +65,12 @@ def long_batch(folder: Path) -> Path:
                 request["body"]["min_tokens"] = OUTPUT_TOKENS
                 handle.write(json.dumps(request, ensure_ascii=False) + "\n")
     return path
+
+
+def engine_idle(home: Path) -> bool:
+    """Whether the resident worker waits for a job (what Settings' engine state says)."""
+    state = read_state(home)
+    return state is not None and state.state == "idle"
 
 
 def current_job(home: Path) -> Path:
@@ -161,12 +168,12 @@ def test_build_and_check_in_the_browser(studio_server: StreamlitServer, chromium
 def test_restart_cancel_kill_resume_run_in_the_browser(
     studio_server: StreamlitServer, chromium_page, tmp_path: Path
 ) -> None:
-    """Two jobs on the default model, three engine loads in all:
+    """Two jobs on the default model, two engine loads in all:
 
     A (a long batch): start → the app's server stops and starts again while the worker runs
     on → the new server's Monitor catches up from the job folder → Cancel.
-    B (the sentiment sample): start → its worker is killed (interrupted) → the studio resumes
-    it by itself (issue 38, item 3) → 100% →
+    B (the sentiment sample): start, on A's worker with its model loaded → that worker is
+    killed (interrupted) → the studio resumes it by itself (issue 38, item 3) → 100% →
     Results. Then every page of the sidebar in its state after the runs.
     """
     page, server, home = chromium_page, studio_server, studio_server.home
@@ -228,7 +235,8 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     # The engine stops at its next step: the results written before stay.
     cancelled = wait_progress(page, state="cancelled", at_least=1, timeout=ENGINE_SECONDS)
     assert cancelled < total, "the job finished before it could be cancelled"
-    wait_for(lambda: not worker_pids(home), 30, "the worker to exit")
+    # The worker stops running A and waits, its model loaded, for the next job.
+    wait_for(lambda: engine_idle(home), 30, "the worker to leave the job")
     expect(page.get_by_role("button", name="Resume")).to_be_visible()
     screenshot(page, "run_6_cancelled")
 
@@ -247,6 +255,7 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     assert job_b != job_a
     wait_for(lambda: job_status(job_b)["done"] >= 1, ENGINE_SECONDS, "B's first result")
     (second,) = worker_pids(home)
+    assert second == worker, "B did not run on the worker that had the model loaded"
     psutil.Process(second).kill()
     interrupted = wait_progress(page, state="interrupted", at_least=1, timeout=60)
     assert interrupted < 16, "the job finished before its worker could be killed"
@@ -424,10 +433,18 @@ def test_prices_typed_into_the_price_table_are_saved(
     expect_title(page, "Upload & check")
     pick_radio(page, "Use a sample")
     choose(page, "Sample batch", "review_sentiment.jsonl")
-    tokens_in = int(metric_value(page, "Input tokens").inner_text().replace(",", ""))
-    tokens_out = int(metric_value(page, "Output tokens (expected)").inner_text().replace(",", ""))
-    cost = (tokens_in * 1000 + tokens_out * 2000) / 1_000_000
-    expect(metric_value(page, "Cost")).to_have_text(f"{cost:,.2f} USD")
+
+    def priced() -> tuple[str, str] | None:
+        """The cost shown and the saved prices' cost of the tokens shown beside it, read
+        together: the expected output tokens can move on a rerun (the reuse forecast's)."""
+        tokens_in = int(metric_value(page, "Input tokens").inner_text().replace(",", ""))
+        out = int(metric_value(page, "Output tokens (expected)").inner_text().replace(",", ""))
+        cost = f"{(tokens_in * 1000 + out * 2000) / 1_000_000:,.2f} USD"
+        shown = metric_value(page, "Cost").inner_text().strip()
+        return (shown, cost) if shown == cost else None
+
+    wait_idle(page)
+    wait_for(priced, 30, "the estimate's cost to be its tokens at the saved prices")
     expect(page.get_by_text("cost: price per 1M tokens")).to_be_visible()
     screenshot(page, "prices_2_saved_estimate")
 
@@ -563,56 +580,6 @@ def test_second_day_build_embeddings_check_reload_and_judge_template_in_the_brow
 
 @pytest.mark.browser
 @pytest.mark.engine
-def test_an_embeddings_batch_from_build_to_results_in_the_browser(
-    studio_server: StreamlitServer, chromium_page
-) -> None:
-    """Issue 30, items 1 and 3, on the real embedding model: Build → Upload & check → Run →
-    Monitor → Jobs → Results; every page names the embedding model, never the chat model
-    the Run page had chosen, and a vector is no failure."""
-    page, home = chromium_page, studio_server.home
-    page.goto(studio_server.url)
-    expect_title(page, "Upload & check")
-    open_page(page, "Build")
-    pick_radio(page, "Use the sample table")
-    pick_radio(page, "Embeddings")
-    choose(page, "Column to embed", "body")
-    page.get_by_role("button", name="Save the batch file").click()
-    expect(page.get_by_text("Saved tickets.jsonl: 39 of 40 rows written.")).to_be_visible()
-    page.get_by_role("button", name="Check it on Upload & check").click()
-    expect_title(page, "Upload & check")
-    expect(page.get_by_text("All 39 lines are valid.")).to_be_visible()
-    page.get_by_role("link", name=re.compile("Continue to Run")).click()
-    expect_title(page, "Run")
-    expect(page.get_by_text("39 valid of 39 lines")).to_be_visible()
-    page.get_by_role("button", name="Start run").click()
-    expect_title(page, "Monitor")
-    job = current_job(home)
-    wait_progress(page, state="completed", at_least=39, timeout=ENGINE_SECONDS)
-    done = "completed: 39 succeeded, 0 failed, 39 texts embedded in"  # no "output tokens"
-    expect(page.get_by_text(done, exact=False)).to_be_visible()
-    screenshot(page, "embeddings_1_monitor_completed")
-    spec = json.loads((job / "job.json").read_text(encoding="utf-8"))
-    assert spec["endpoints"] == ["/v1/embeddings"]
-
-    open_page(page, "Jobs")
-    cells = [cell for row in grid_rows(page.get_by_test_id("stDataFrame").first) for cell in row]
-    assert "all-MiniLM-L6-v2" in cells and "SmolLM2-135M-Instruct" not in cells, cells
-    screenshot(page, "embeddings_2_jobs")
-
-    open_page(page, "Results")
-    expect(page.get_by_text("39 results", exact=False).first).to_be_visible()
-    page.get_by_role("tab", name="Similar to this").click()
-    page.get_by_test_id("stRadioGroup").get_by_text("A typed text", exact=True).click()
-    wait_idle(page)
-    expect(page.get_by_text("the job's own model", exact=False)).to_be_visible()
-    expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
-    expect_no_exception(page)
-    screenshot(page, "embeddings_3_results_similar")
-    typed_text_search_shows_work(page)  # item 11
-
-
-@pytest.mark.browser
-@pytest.mark.engine
 def test_a_retried_jobs_figures_are_its_output_files_in_the_browser(
     studio_server: StreamlitServer, chromium_page
 ) -> None:
@@ -675,3 +642,53 @@ def test_a_retried_jobs_figures_are_its_output_files_in_the_browser(
     expect(metric_value(page, "Failed")).to_have_text("0")
     expect_no_exception(page)
     screenshot(page, "retry_3_results")
+
+
+@pytest.mark.browser
+@pytest.mark.engine
+def test_an_embeddings_batch_from_build_to_results_in_the_browser(
+    studio_server: StreamlitServer, chromium_page
+) -> None:
+    """Issue 30, items 1 and 3, on the real embedding model: Build → Upload & check → Run →
+    Monitor → Jobs → Results; every page names the embedding model, never the chat model
+    the Run page had chosen, and a vector is no failure."""
+    page, home = chromium_page, studio_server.home
+    page.goto(studio_server.url)
+    expect_title(page, "Upload & check")
+    open_page(page, "Build")
+    pick_radio(page, "Use the sample table")
+    pick_radio(page, "Embeddings")
+    choose(page, "Column to embed", "body")
+    page.get_by_role("button", name="Save the batch file").click()
+    expect(page.get_by_text("Saved tickets.jsonl: 39 of 40 rows written.")).to_be_visible()
+    page.get_by_role("button", name="Check it on Upload & check").click()
+    expect_title(page, "Upload & check")
+    expect(page.get_by_text("All 39 lines are valid.")).to_be_visible()
+    page.get_by_role("link", name=re.compile("Continue to Run")).click()
+    expect_title(page, "Run")
+    expect(page.get_by_text("39 valid of 39 lines")).to_be_visible()
+    page.get_by_role("button", name="Start run").click()
+    expect_title(page, "Monitor")
+    job = current_job(home)
+    wait_progress(page, state="completed", at_least=39, timeout=ENGINE_SECONDS)
+    done = "completed: 39 succeeded, 0 failed, 39 texts embedded in"  # no "output tokens"
+    expect(page.get_by_text(done, exact=False)).to_be_visible()
+    screenshot(page, "embeddings_1_monitor_completed")
+    spec = json.loads((job / "job.json").read_text(encoding="utf-8"))
+    assert spec["endpoints"] == ["/v1/embeddings"]
+
+    open_page(page, "Jobs")
+    cells = [cell for row in grid_rows(page.get_by_test_id("stDataFrame").first) for cell in row]
+    assert "all-MiniLM-L6-v2" in cells and "SmolLM2-135M-Instruct" not in cells, cells
+    screenshot(page, "embeddings_2_jobs")
+
+    open_page(page, "Results")
+    expect(page.get_by_text("39 results", exact=False).first).to_be_visible()
+    page.get_by_role("tab", name="Similar to this").click()
+    page.get_by_test_id("stRadioGroup").get_by_text("A typed text", exact=True).click()
+    wait_idle(page)
+    expect(page.get_by_text("the job's own model", exact=False)).to_be_visible()
+    expect(page.get_by_text("not on this machine", exact=False)).to_have_count(0)
+    expect_no_exception(page)
+    screenshot(page, "embeddings_3_results_similar")
+    typed_text_search_shows_work(page)  # item 11

@@ -29,6 +29,10 @@ from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from core.config import REPO_ROOT
+from core.jobs.engine_files import IDLE_ENV, read_state
+from core.jobs.engine_lock import LOCK_NAME
+from core.jobs.folder import QUEUE_MARK
+from core.run.pool import MULTIPROCESSING_ENV
 
 SCREENSHOTS = REPO_ROOT / "test-output" / "screenshots"
 CHROMIUM_ARGS = [
@@ -173,32 +177,43 @@ class StreamlitServer:
 
 
 def worker_pids(home: Path) -> list[int]:
-    """PIDs of the live ``core.run.worker`` processes named by job folders under ``home``."""
-    pids = []
+    """PIDs of the live ``core.run.worker`` processes named by job folders under ``home``
+    (each once: a resident worker runs several jobs)."""
+    pids = set()
     for status_file in (home / "jobs").glob("*/status.json"):
         pid = json.loads(status_file.read_text(encoding="utf-8")).get("pid")
-        try:
-            process = psutil.Process(pid) if pid else None
-            if (
-                process is not None
-                and "core.run.worker" in process.cmdline()
-                and process.status() != psutil.STATUS_ZOMBIE
-            ):
-                pids.append(pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return pids
+        if pid and _is_worker(pid):
+            pids.add(pid)
+    return sorted(pids)
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return "core.run.worker" in process.cmdline() and process.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
 
 
 def kill_workers(home: Path) -> None:
-    """Kills every worker a job folder under ``home`` names, if it still runs."""
-    for pid in worker_pids(home):
+    """Kills every worker a job folder under ``home`` names, and its resident worker, if
+    they still run."""
+    state = read_state(home)
+    resident = [state.pid] if state is not None and _is_worker(state.pid) else []
+    for pid in sorted({*worker_pids(home), *resident}):
         try:
             process = psutil.Process(pid)
             process.kill()
             process.wait(timeout=10)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.TimeoutExpired):
             pass
+
+
+def worker_busy(home: Path) -> bool:
+    """Whether a worker runs a job in ``home`` (one idle with its models loaded is not)."""
+    state = read_state(home)
+    idle = state is not None and state.state == "idle"
+    return bool(worker_pids(home)) and not idle
 
 
 # `make screenshots` names a folder with a plain path for the server's files, so that the
@@ -220,11 +235,17 @@ def server_folder(tmp_path: Path) -> Path:
     return folder
 
 
+# What a resident worker holds in a data folder while it waits for jobs: the engine's lock
+# (a new file would be a second engine), the queue's mark and its state.
+WORKER_FILES = (Path("jobs") / LOCK_NAME, Path("jobs") / QUEUE_MARK, Path("engine") / "state.json")
+
+
 def reset_home(home: Path) -> None:
     """Empties a running server's data folder between tests, as a user deleting files would:
     every file and job goes, but the folders stay (the server's watchers watch ``jobs/`` and
-    the inbox) and so does the index (``studio.duckdb``, open in the server: it forgets a
-    job whose folder is gone on the next page's run)."""
+    the inbox) and so do the index (``studio.duckdb``, open in the server: it forgets a
+    job whose folder is gone on the next page's run) and the resident worker's files."""
+    keep = {home / name for name in WORKER_FILES}
     for entry in home.iterdir() if home.is_dir() else ():
         if entry.name.startswith("studio.duckdb"):
             continue
@@ -232,18 +253,25 @@ def reset_home(home: Path) -> None:
             for child in entry.iterdir():
                 if child.is_dir() and not child.is_symlink():
                     shutil.rmtree(child)
-                else:
+                elif child not in keep:
                     child.unlink()
         else:
             entry.unlink()
 
 
+# The module's jobs run on one resident worker, as an analyst's do while the studio serves:
+# a model is loaded once per module, not once per job. In-process (one model at a time):
+# the cold start of a model is a third shorter than beside others (core.run.pool).
+RESIDENT_ENV = {IDLE_ENV: "3600", MULTIPROCESSING_ENV: "0"}
+
+
 @pytest.fixture(scope="module")
 def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamlitServer]:
     """One app per test module (per xdist worker): a server start and the pages' first
-    imports cost seconds, paid once; ``studio_server`` resets it for each test."""
+    imports cost seconds, paid once; ``studio_server`` resets it for each test. The workers
+    it starts stay resident (``RESIDENT_ENV``) until the module ends."""
     folder = server_folder(tmp_path_factory.mktemp("studio"))
-    server = StreamlitServer(folder / "home", folder)
+    server = StreamlitServer(folder / "home", folder, env=RESIDENT_ENV)
     try:
         server.start()
         yield server
@@ -254,9 +282,10 @@ def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Streamli
 
 @pytest.fixture
 def studio_server(module_server: StreamlitServer) -> Iterator[StreamlitServer]:
-    """The module's app with an emptied data folder; workers are killed at the end. A test
-    may stop and start it (same port and folder): it is started again if it was left down.
-    A test that needs a freshly started server calls ``restart`` on it."""
+    """The module's app with an emptied data folder; a worker still running a job is killed
+    at the end (an idle one keeps its model for the module's next job). A test may stop and
+    start it (same port and folder): it is started again if it was left down. A test that
+    needs a freshly started server calls ``restart`` on it."""
     server = module_server
     if not server.running:
         server.start()
@@ -264,7 +293,8 @@ def studio_server(module_server: StreamlitServer) -> Iterator[StreamlitServer]:
     try:
         yield server
     finally:
-        kill_workers(server.home)
+        if worker_busy(server.home):
+            kill_workers(server.home)
 
 
 class _Chromium:
@@ -421,28 +451,54 @@ def expect_title(page: Page, title: str, timeout: float = 30_000) -> None:
 
 
 def choose(page: Page, label: str, option: str, tries: int = 4) -> None:
-    """Picks ``option`` in the selectbox or multiselect labelled ``label``.
+    """Picks ``option`` in the selectbox or multiselect labelled ``label``, and waits until
+    the widget shows it (a selectbox's value, a multiselect's tag).
 
     A rerun that lands while the list is open (a download finishing, a fragment's timer)
-    draws the widget again and detaches the open list, so the list is opened again until a
-    click lands. A click that times out never reached the option, so a retry cannot toggle
-    a multiselect's option twice.
+    draws the widget again: the open list detaches, or a click on it is dropped by
+    Streamlit's list (the widget shows no new choice), so the list is opened again until
+    the widget shows the choice. A click that times out never reached the option, and a
+    pick is tried again only while the widget does not show it, so a multiselect's option
+    is never toggled twice. A choice the widget showed and then lost is not picked again:
+    the test's next check sees it.
     """
     box = page.get_by_role("combobox", name=label, exact=True)
     item = page.get_by_role("option", name=option, exact=True)
     for attempt in range(tries):
         wait_idle(page)
+        if attempt and _shows(page, box, option, timeout=1):
+            break  # the last pick took, after a slow redraw
         box.click()
         try:
             item.click(timeout=5_000)
-            break
         except PlaywrightTimeoutError:
             if attempt == tries - 1:
                 raise
             page.keyboard.press("Escape")
-    if page.get_by_role("listbox").count():  # a multiselect's list stays open after a pick
-        page.keyboard.press("Escape")
+            continue
+        if page.get_by_role("listbox").count():  # a multiselect's list stays open after a pick
+            page.keyboard.press("Escape")
+        if _shows(page, box, option):
+            break
+    else:
+        pytest.fail(f"{label!r} does not show {option!r} after {tries} picks")
     wait_idle(page)
+
+
+def _shows(page: Page, box: Locator, option: str, timeout: float = 5) -> bool:
+    """Whether the select ``box`` shows ``option`` within ``timeout`` s: a selectbox's value,
+    or one of a multiselect's tags."""
+    tags = page.get_by_test_id("stMultiSelect").filter(has=box)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if tags.count():
+            shown = tags.get_by_test_id("stMultiSelectTagsContainer").inner_text()
+            if option in [line.strip() for line in shown.splitlines()]:
+                return True
+        elif box.input_value() == option:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def pick_radio(page: Page, option: str) -> None:
