@@ -85,8 +85,9 @@ def price_table(jobs: pd.DataFrame) -> PriceTable:
         )
         st.caption(
             "Per million input/output tokens for hosted-API prices, or per GPU hour for your "
-            "own hardware (run hours are estimated from the first to the last answer time). "
-            "The same table prices the estimate on Upload & check."
+            "own hardware, charged on each job's running time over all its runs (its model's "
+            "load included); reused answers are priced as saved, not cost. The same table "
+            "prices Results and the estimate on Upload & check."
         )
         try:
             prices = table_from_rows(edited.to_dict("records"), saved, saved.budget)

@@ -239,13 +239,19 @@ def _final_averages(
 ) -> None:
     """A run that ended: what it did (the status's counts) over the time it ran, from the
     sample before the first that moved (else from the run's start less the model load) to
-    its end. Never the samples' last counts: the last heartbeat can come before the last
-    results (a warm engine hands a small job's results back at its end, so the last sample
-    said ``done: 0`` and the average read 0.00 for a true 3.4 requests/s)."""
+    its end; from the run's first token where that came earlier (the engine's counter can
+    lag: it read 1 token at every heartbeat of a 7.5 s run, so the first sample that moved
+    was the last, and 20 answers that each took 7.6 s read 10.47 requests/s). Never the
+    samples' last counts: the last heartbeat can come before the last results (a warm
+    engine hands a small job's results back at its end, so the last sample said ``done:
+    0`` and the average read 0.00 for a true 3.4 requests/s)."""
     end = _ts(status.finished_at) or status.heartbeat_at
     base = running[max(moved - 1, 0)] if moved is not None else None
-    if base is not None and end is not None and end > base["t"]:
-        seconds = end - base["t"]
+    start = base["t"] if base is not None else None
+    if start is not None and status.first_token_at is not None:
+        start = min(start, status.first_token_at)
+    if start is not None and end is not None and end > start:
+        seconds = end - start
     elif status.elapsed_seconds:
         seconds = max(status.elapsed_seconds - (status.model_load_seconds or 0.0), 1e-3)
     else:  # a status without times (written before they were kept): the samples' rates

@@ -444,3 +444,15 @@ def test_the_price_tables_label_is_text_not_markdown(studio_home):
     # Every markdown character escaped: the label reads as typed.
     assert label == r"Price table \(USD; the model named \* prices the models not listed\)"
     assert shown(label) == "Price table (USD; the model named * prices the models not listed)"
+
+
+def test_dashboards_price_table_says_the_rule_it_prices_by(studio_home):
+    """Issue 58's closing walk: under the price table Dashboards said GPU hours were
+    "estimated from the first to the last answer time", the rule item 6 replaced by each
+    job's running time (core/plan/pricing.py's usage_cost)."""
+    job_in_home(studio_home)
+    at = open_page("dashboards.py")
+    assert not at.exception, [e.message for e in at.exception]
+    [said] = [c.value for c in at.caption if c.value.startswith("Per million")]
+    assert "first to the last answer" not in said
+    assert "running time over all its runs" in said and "priced as saved" in said

@@ -121,6 +121,29 @@ def test_a_finished_jobs_average_is_its_results_over_its_running_time() -> None:
     assert rates(samples[:4], status).requests_per_s == pytest.approx(30 / 10)
 
 
+def test_a_finished_jobs_average_counts_from_its_first_token_when_samples_lag() -> None:
+    # Issue 58's closing walk: 20 chats on a warm engine from t0 + 0.6 (first token) to
+    # t0 + 8.1; the engine's counter read 1 token at every heartbeat until the end, so the
+    # first sample that moved was the last and the average counted from the one before it
+    # (t0 + 6.2): "Requests/s (average) 10.47" for answers that each took 7.6 s.
+    from datetime import UTC, datetime
+
+    t0 = 1_000_000.0
+    status = JobStatus(
+        state="completed", total=22, done=22, succeeded=22, run_done=20,
+        completion_tokens=176, run_completion_tokens=160, elapsed_seconds=8.1,
+        model_load_seconds=0.0, reused=2, reused_completion_tokens=16,
+    )  # fmt: skip
+    status.started_at = datetime.fromtimestamp(t0, UTC).isoformat()
+    status.finished_at = datetime.fromtimestamp(t0 + 8.1, UTC).isoformat()
+    status.first_token_at = t0 + 0.6
+    samples = [{"t": t0 + 2.1 + 2 * i, "done": 0, "output_tokens": 1} for i in range(3)]
+    samples.append({"t": t0 + 8.1, "done": 22, "output_tokens": 176})
+    speed = rates(samples, status)
+    assert speed.requests_per_s == pytest.approx(20 / 7.5)
+    assert speed.tokens_per_s == pytest.approx(160 / 7.5)
+
+
 def test_the_worker_ends_its_samples_with_the_final_counts(tmp_path) -> None:
     from core.run.status_keeper import StatusKeeper
 
