@@ -17,13 +17,14 @@ from core.jobs.approval import ApprovalProblem, check_settings
 from core.jobs.approval import read_settings as read_approval
 from core.jobs.approval import save_settings as save_approval
 from core.jobs.engine_files import (
+    BUDGET_ENV,
     IDLE_ENV,
     EngineCommand,
-    EngineSettings,
     EngineState,
     describe,
     idle_override,
     idle_seconds,
+    memory_override,
     read_settings,
     read_state,
     send_command,
@@ -156,6 +157,7 @@ def engine_section(home: Path) -> None:
     again every 2 s while it stops, until it has)."""
     st.subheader("Engine")
     idle_time(home)
+    memory_budget(home)
     stopping = st.session_state.get(STOPPING) is not None
     st.fragment(engine_now, run_every=2.0 if stopping else None)(home)
 
@@ -197,9 +199,31 @@ def idle_time(home: Path) -> None:
     )
     if override is not None:
         st.caption(f"Set by `core serve --engine-idle` ({IDLE_ENV}={override:g}).")
-    elif idle != read_settings(home).idle_seconds:
-        write_settings(home, EngineSettings(idle_seconds=idle))
+    elif idle != (saved := read_settings(home)).idle_seconds:
+        write_settings(home, saved.model_copy(update={"idle_seconds": idle}))
         st.toast(f"Models now stay loaded {idle} s after the last job.")
+
+
+def memory_budget(home: Path) -> None:
+    """What the loaded models may hold together, unless the environment sets it: the
+    running worker reads it at its next load."""
+    override = memory_override()
+    saved = read_settings(home)
+    mib = st.number_input(
+        "Memory the loaded models may hold together (MiB, 0: no cap)",
+        min_value=0,
+        value=int(override if override is not None else saved.memory_mib),
+        step=256,
+        disabled=override is not None,
+        help="A model that does not fit beside the loaded ones unloads the least recently "
+        "used first; the machine's free memory caps them too.",
+    )
+    if override is not None:
+        st.caption(f"Set by the environment ({BUDGET_ENV}={override:g}).")
+    elif mib != saved.memory_mib:
+        write_settings(home, saved.model_copy(update={"memory_mib": mib}))
+        st.toast(f"The loaded models may now hold {mib:,} MiB together." if mib else
+                 "The loaded models are capped by the machine's free memory only.")  # fmt: skip
 
 
 def loaded_models(home: Path, engine_state: EngineState) -> None:

@@ -8,12 +8,16 @@ answered beside them in ``*.answer.json``). Never DuckDB: only the UI writes tha
 
 The idle time comes from, in order: ``BATCH_STUDIO_ENGINE_IDLE`` (seconds; what
 ``core serve --engine-idle`` sets for the workers the app starts), the Settings page's
-``settings.json``, else 10 minutes. This module loads no engine; the UI imports it.
+``settings.json``, else 10 minutes. The memory the loaded models may hold together comes
+the same way: ``BATCH_STUDIO_ENGINE_MEMORY`` (MiB), else Settings, else no cap; a worker
+reads both each time it needs them, so a change in Settings reaches a running worker. This
+module loads no engine; the UI imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -29,7 +33,10 @@ from core.config import REPO_ROOT
 from core.files import write_atomic
 from core.schemas import FrozenModel, worker_alive
 
+log = logging.getLogger(__name__)
+
 IDLE_ENV = "BATCH_STUDIO_ENGINE_IDLE"
+BUDGET_ENV = "BATCH_STUDIO_ENGINE_MEMORY"  # MiB the loaded engines may hold together
 DEFAULT_IDLE_SECONDS = 600.0
 STATE_SECONDS = 2.0  # how often a resident worker rewrites state.json
 POLL_SECONDS = 0.05  # how often it looks for work, commands and texts while idle
@@ -40,6 +47,7 @@ class EngineSettings(FrozenModel):
     """``engine/settings.json``: what the Settings page sets."""
 
     idle_seconds: float = Field(DEFAULT_IDLE_SECONDS, ge=0)
+    memory_mib: float = Field(0.0, ge=0)  # what the loaded models may hold; 0: no cap
 
 
 class LoadedModel(FrozenModel):
@@ -151,6 +159,27 @@ def idle_seconds(home: Path) -> float:
     """How long a worker keeps its models loaded after its last job (the one rule)."""
     override = idle_override()
     return override if override is not None else read_settings(home).idle_seconds
+
+
+def memory_override() -> float | None:
+    """The memory cap (MiB) set by the environment (``BATCH_STUDIO_ENGINE_MEMORY``), if any."""
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        mib = float(value)
+    except ValueError:
+        log.warning("%s=%r is not a number of MiB; ignored", BUDGET_ENV, value)
+        return None
+    return mib if mib >= 0 else None
+
+
+def memory_budget_mib(home: Path | None) -> float | None:
+    """What a worker's loaded models may hold together, in MiB (None: no cap beyond the
+    machine's free memory): the one rule, read at each load."""
+    override = memory_override()
+    mib = override if override is not None or home is None else read_settings(home).memory_mib
+    return mib or None
 
 
 def read_state(home: Path) -> EngineState | None:

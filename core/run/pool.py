@@ -6,7 +6,8 @@ first. Memory is judged from what the machine reports: available RAM (psutil) on
 free GPU memory (NVML) on a GPU, against what this model took when it was last loaded in
 this process (the growth of this process's and its children's RSS, or of GPU memory), or
 before its first load its weights and KV cache (plus its processes' own, on a CPU).
-``BATCH_STUDIO_ENGINE_MEMORY`` (MiB) caps what the loaded engines may hold together.
+``BATCH_STUDIO_ENGINE_MEMORY`` (MiB) or Settings caps what the loaded engines may hold
+together (:func:`core.jobs.engine_files.memory_budget_mib`, read at each load).
 
 Several engines live in one worker only with vLLM's V1 multiprocessing on (each ``LLM``'s
 engine core in a child process of its own): in-process, vLLM 0.32 keeps one parallel state
@@ -41,12 +42,12 @@ from typing import Protocol
 
 import psutil
 
+from core.jobs.engine_files import memory_budget_mib
 from core.schemas import EngineConfig
 
 log = logging.getLogger(__name__)
 
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
-BUDGET_ENV = "BATCH_STUDIO_ENGINE_MEMORY"  # MiB the loaded engines may hold together
 PARENT_ENV = "BATCH_STUDIO_PARENT_PID"  # the process a child must die with
 RESERVE_BYTES = 1 << 30  # left to the rest of the machine when judging a new load
 # A CPU engine core and its model runner each import torch and vLLM: about 0.6 and 0.9 GiB
@@ -120,14 +121,11 @@ def memory_in_use() -> int:
     return gpu[0] if gpu is not None else tree_rss()
 
 
-def budget_bytes() -> int | None:
-    """``BATCH_STUDIO_ENGINE_MEMORY`` in bytes (None: no cap beyond what the machine has)."""
-    value = os.environ.get(BUDGET_ENV, "").strip()
-    try:
-        return int(float(value) * 2**20) if value else None
-    except ValueError:
-        log.warning("%s=%r is not a number of MiB; ignored", BUDGET_ENV, value)
-        return None
+def budget_bytes(home: Path | None = None) -> int | None:
+    """The memory budget of a worker serving ``home`` in bytes (None: no cap beyond what
+    the machine has): ``BATCH_STUDIO_ENGINE_MEMORY``, else its Settings."""
+    mib = memory_budget_mib(home)
+    return None if mib is None else int(mib * 2**20)
 
 
 def die_with_parent() -> None:
@@ -180,7 +178,7 @@ class EnginePool:
         self._in_use = in_use
         self._available = available
         self._limit = limit
-        self._budget = budget
+        self.budget = budget  # read at each load: Settings may change it
         self.held: dict[EngineConfig, Held] = {}  # insertion order = least recently used first
         self.measured: dict[str, int] = {}  # model folder -> bytes its last load took
         self.on_change: Callable[[], None] | None = None  # told after a load or unload
@@ -217,7 +215,7 @@ class EnginePool:
 
     def _room_for(self, need: int) -> bool:
         """Whether an engine that takes ``need`` bytes fits beside those held."""
-        limit, budget = self._limit(), self._budget()
+        limit, budget = self._limit(), self.budget()
         if limit is not None and len(self.held) >= limit:
             return False
         if budget is not None and sum(h.memory_bytes for h in self.held.values()) + need > budget:

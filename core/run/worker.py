@@ -59,7 +59,13 @@ from core.run.engine_order import engine_order
 from core.run.eta import Forecast, StepTime
 from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
-from core.run.pool import MULTIPROCESSING_ENV, PARENT_ENV, POOL, die_with_parent
+from core.run.pool import (
+    MULTIPROCESSING_ENV,
+    PARENT_ENV,
+    POOL,
+    budget_bytes,
+    die_with_parent,
+)
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
@@ -632,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
     keeps_models = idle_seconds(jobs_dir.parent) > 0
     os.environ.setdefault(MULTIPROCESSING_ENV, "1" if keeps_models else "0")
     os.environ[PARENT_ENV] = str(os.getpid())
+    POOL.budget = lambda: budget_bytes(jobs_dir.parent)  # this home's Settings, at each load
     os.register_at_fork(after_in_child=die_with_parent)
     if resident:
         serve(None, Path(argv[1]), stop)

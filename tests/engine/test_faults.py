@@ -5,13 +5,15 @@ session's warm worker (tests/support/warm_engine.py) and kills it: the rerun's w
 started cold, is the warm one from then on. One kill for the three kinds, not one each: a
 kill costs a cold start (issue 56). The worker runs a job's models one after another
 (chat first here), so the kill and the cancel land among the chat answers and the resume
-runs the rest of the chat, then every embeddings and rerank line, on the same ledger."""
+runs the rest of the chat, then every embeddings and rerank line, on the same ledger. The
+kill is the resident worker's: none of its engine's child processes outlives it."""
 
 import json
 import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse
 
@@ -81,10 +83,16 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
     # 1. kill -9 the worker once results have been written.
     cli, job = start_run(warm_home, path, out, cross_encoder_model)
     wait_until(job, lambda s: s.done >= CHUNK + 1 and s.state == "running")
-    os.kill(job.read_status().pid, signal.SIGKILL)
+    worker = job.read_status().pid
+    engine_processes = psutil.Process(worker).children(recursive=True)
+    assert engine_processes  # the resident worker's engine cores run in child processes
+    os.kill(worker, signal.SIGKILL)
     cli.communicate(timeout=60)
     assert cli.returncode == 3
     assert job.read_status().interrupted  # the UI shows it as interrupted, with Resume
+    # None of the killed worker's engine processes goes on holding a model.
+    _, alive = psutil.wait_procs(engine_processes, timeout=30)
+    assert not alive, [p.pid for p in alive]
     written_before = len(success_ids(job))
     assert 0 < len(reconcile(job).missing) < len(lines)  # killed midway
 

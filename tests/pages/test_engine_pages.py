@@ -7,9 +7,11 @@ import os
 import time
 
 from core.jobs.engine_files import (
+    BUDGET_ENV,
     IDLE_ENV,
     LoadedModel,
     idle_seconds,
+    memory_budget_mib,
     take_commands,
 )
 from tests.support.engine_pages import resident_state
@@ -76,6 +78,25 @@ def test_settings_sets_how_long_models_stay_loaded(studio_home, monkeypatch):
     assert field.value == 600
     field.set_value(120).run()
     assert idle_seconds(studio_home) == 120
+
+
+def test_settings_sets_the_memory_the_loaded_models_may_hold_keeping_the_idle_time(
+    studio_home, monkeypatch
+):
+    monkeypatch.delenv(IDLE_ENV)
+    monkeypatch.delenv(BUDGET_ENV, raising=False)
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Memory the loaded models"))
+    assert field.value == 0 and memory_budget_mib(studio_home) is None  # no cap by default
+    field.set_value(2048).run()
+    assert memory_budget_mib(studio_home) == 2048  # what the running worker reads next
+    idle = next(n for n in at.number_input if n.label.startswith("Keep models loaded"))
+    idle.set_value(120).run()
+    assert idle_seconds(studio_home) == 120 and memory_budget_mib(studio_home) == 2048
+    monkeypatch.setenv(BUDGET_ENV, "1024")
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Memory the loaded models"))
+    assert field.disabled and field.value == 1024 and BUDGET_ENV in page_text(at)
 
 
 def test_settings_says_when_serve_sets_the_idle_time(studio_home, monkeypatch):

@@ -16,6 +16,7 @@ import pytest
 
 from core.config import REPO_ROOT
 from core.jobs.engine_files import (
+    BUDGET_ENV,
     IDLE_ENV,
     EngineCommand,
     EngineSettings,
@@ -30,7 +31,6 @@ from core.jobs.queue import EngineLock
 from core.jobs.submit import Submission, submit
 from core.run.monitoring import ResourceSampler
 from core.run.pool import (
-    BUDGET_ENV,
     MULTIPROCESSING_ENV,
     EnginePool,
     budget_bytes,
@@ -125,6 +125,30 @@ def test_a_memory_budget_unloads_the_least_recently_used_first(tmp_path, monkeyp
     assert [cfg.model_name for cfg in engines.held] == ["a", "c"]
     monkeypatch.setenv(BUDGET_ENV, "lots")
     assert budget_bytes() is None  # not a number: no cap, and no crash
+
+
+def test_a_memory_budget_set_in_settings_reaches_a_running_worker_at_its_next_load(
+    tmp_path, monkeypatch
+):
+    """The worker reads the budget at each load (as it reads the idle time), so Settings
+    changes it without a restart; the environment, where set, beats Settings."""
+    monkeypatch.delenv(BUDGET_ENV, raising=False)
+    home = tmp_path / "home"
+    assert budget_bytes(home) is None  # no cap by default
+    engines, log = pool(available_gib=64, max_engines=None)
+    engines.budget = lambda: budget_bytes(home)  # what the worker's main sets
+    a, b, c = (model(tmp_path, n) for n in "abc")
+    engines.get(a)
+    engines.get(b)
+    write_settings(home, EngineSettings(memory_mib=5120))  # while the worker runs
+    assert budget_bytes(home) == 5 * GIB
+    engines.get(c)  # two models of 2 GiB fit in 5 GiB, not three
+    assert log == ["load a", "load b", "unload a", "load c"]
+    write_settings(home, EngineSettings(memory_mib=0))
+    assert budget_bytes(home) is None  # 0: no cap
+    monkeypatch.setenv(BUDGET_ENV, "1024")
+    write_settings(home, EngineSettings(memory_mib=5120))
+    assert budget_bytes(home) == GIB  # the environment beats Settings
 
 
 def test_engines_live_beside_each_other_only_with_engine_cores_in_child_processes(
