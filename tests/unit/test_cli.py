@@ -33,7 +33,7 @@ def test_check_json_report_is_machine_readable():
 def test_check_loads_no_store_library():
     """``core check`` needs no DuckDB store: building the command line's parser (every
     ``python -m core`` command does) and checking a file load neither pandas, pyarrow nor
-    DuckDB, which cost each command about half a second of CPU before it read a line."""
+    DuckDB, which cost each command about 0.3 s of CPU before it read a line."""
     probe = (
         "import sys\n"
         "from core.cli.main import main\n"
