@@ -5,9 +5,11 @@ deterministic lines (temperature 0: every line keyed) and without (temperature 1
     .venv/bin/python bench/check_keys.py --against /tmp/wt-old   # and another checkout
 
 Each run is a fresh ``python -m core check`` process in an empty home (no earlier jobs);
-checkouts take turns, file by file, so a noisy machine slows them alike. It prints each
-run's wall time, the median per checkout and file, and the ratio of each checkout's median
-to this one's (above 1: slower than this checkout).
+checkouts take turns, file by file, so a noisy machine slows them alike. Each checkout's
+``core`` is byte-compiled first: where ``PYTHONDONTWRITEBYTECODE`` is set, every run would
+otherwise compile its modules again (and a checkout with more modules pay more). It prints
+each run's wall time, the median per checkout and file, and the ratio of each checkout's
+median to this one's (above 1: slower than this checkout).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ def main() -> int:
     parser.add_argument("--against", action="append", default=[], help="another checkout")
     args = parser.parse_args()
     checkouts = [ROOT, *(Path(p).resolve() for p in args.against)]
+    for checkout in checkouts:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", "core"], cwd=checkout, check=True)
     with tempfile.TemporaryDirectory() as tmp:
         files = write_files(Path(tmp), args.lines)
         home = Path(tmp) / "home"

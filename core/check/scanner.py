@@ -114,7 +114,7 @@ class Scanner:
         end = sys.maxsize if end is None else end
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
-        digests = self.digests
+        digests, chat_digests = self.digests, {}  # the latter: body.model -> its group
         default_max, default_t, default_p = (
             defaults.max_tokens,
             defaults.temperature,
@@ -192,12 +192,11 @@ class Scanner:
                         )
                         shapes[shape] = shapes.get(shape, 0) + 1
                         if temperature == 0 or body.seed is not None:  # its answer is reused
-                            digests.add(
-                                body.model,
-                                False,
-                                fast_chat_digest(
-                                    body.messages, max_tokens, temperature, top_p, body.seed, body.n
-                                ),
+                            group = chat_digests.get(body.model)
+                            if group is None:
+                                group = chat_digests[body.model] = digests.group(body.model, False)
+                            group += fast_chat_digest(
+                                body.messages, max_tokens, temperature, top_p, body.seed, body.n
                             )
                         items.append(None)
                         roles_of.append(None)

@@ -8,14 +8,15 @@ import sys
 from pathlib import Path
 
 from core.cli.common import EXIT_USAGE, open_store
+from core.store import TRAINING_FORMATS as TRAINING
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Writes results (filtered), the error file, a sample with labels, labels, tallies,
-    or training data (:data:`core.store.training.FORMATS`)."""
-    from core.store import export, training
+    or training data (:data:`core.store.TRAINING_FORMATS`)."""
+    from core.store import export
 
-    if args.what in training.FORMATS:
+    if args.what in TRAINING:
         return _training(args)
     from core.store.results import ResultFilter
 
@@ -59,7 +60,7 @@ def _training(args: argparse.Namespace) -> int:
     """Training data: it says what it wrote and what it left out, and why."""
     from core.store import export, training
 
-    fmt = training.FORMATS[args.what]
+    fmt = TRAINING[args.what]
     if args.format and args.format != fmt:
         print(f"error: --what {args.what} writes {fmt}, not {args.format}", file=sys.stderr)
         return EXIT_USAGE
@@ -87,8 +88,6 @@ def _training(args: argparse.Namespace) -> int:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Adds this group's commands to the parser."""
-    from core.store.training import FORMATS as TRAINING
-
     exp = commands.add_parser(
         "export", help="export results, errors, samples, labels, fine-tuning data"
     )

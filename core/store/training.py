@@ -37,8 +37,6 @@ from core.store.schema import SHOWN_ANSWER_SQL
 # One example's line past this is left out: no fine-tuning context holds a text this long,
 # and a provider refuses the whole file for one such line.
 MAX_EXAMPLE_CHARS = 1_000_000
-# What each export writes (the CLI's ``--what`` choices and their one format).
-FORMATS = {"sft": "jsonl", "dpo": "jsonl", "dataset": "parquet"}
 DATA_FILE = "train.parquet"
 CARD_FILE = "README.md"
 

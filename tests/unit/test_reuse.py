@@ -872,13 +872,25 @@ def test_the_fast_paths_digest_is_the_digest_of_the_request_it_builds():
     from core.schemas import JobDefaults
 
     defaults = JobDefaults(temperature=0)
-    for body in ({}, {"seed": 3, "n": 2, "max_tokens": 4}, {"top_p": 0.5, "temperature": 0.0}):
+    bodies = (
+        {},
+        {"seed": 3, "n": 2, "max_tokens": 4},
+        {"top_p": 0.5, "temperature": 0.0},
+        {"temperature": -0.0},  # equal to 0.0, but the request's digest keeps its sign
+        {"temperature": 0},  # an integer in the file: the request holds it as 0.0
+        {"n": 1},  # said, not left out: the request's sampling holds it
+    )
+    digests = []
+    for body in (*bodies, *bodies):  # the second time, the lines' sampling is known
         line = decode_fast_chat_line(request_line("a", "hi", system="be brief", **body).encode())
         max_tokens, temperature, top_p, _ = fast_chat_settings(line.body, defaults)
         fast = fast_chat_digest(
             line.body.messages, max_tokens, temperature, top_p, line.body.seed, line.body.n
         )
-        assert fast == request_digest(fast_chat_request(line, defaults))
+        assert fast == request_digest(fast_chat_request(line, defaults)), body
+        digests.append(fast)
+    assert digests[: len(bodies)] == digests[len(bodies) :]
+    assert len(set(digests)) == len(bodies) - 1  # temperature 0 and 0.0 are one request
 
 
 def test_core_check_reads_the_file_once_for_its_check_and_its_forecast(tmp_path, monkeypatch):
