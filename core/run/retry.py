@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, Protocol
 
 from core.check.engine_requests import ChatRequest, EngineRequest, GeneratedRequest, ScoreRequest
 from core.check.tools import NAMED, REQUIRED
 from core.run.engine import EngineRequestError
 from core.run.outputs import Completion, ScoreLayout, ToolCall, error_line, success_line
+from core.run.sharing import Mix
 
 log = logging.getLogger(__name__)
 BACKOFF_SECONDS = (1, 2, 4)
@@ -28,7 +29,7 @@ BACKOFF_SECONDS = (1, 2, 4)
 
 class StreamingEngine(Protocol):
     def stream(
-        self, requests: list[EngineRequest], window: int
+        self, requests: Iterable[EngineRequest], window: int
     ) -> Iterator[list[tuple[EngineRequest, Completion | EngineRequestError]]]: ...
 
 
@@ -51,9 +52,10 @@ def _out_of_memory(exc: BaseException) -> bool:
 
 
 def run_with_retries(
-    engine: StreamingEngine, requests: list[EngineRequest], window: int, model: str
+    engine: StreamingEngine, requests: Iterable[EngineRequest], window: int, model: str
 ) -> Iterator[list[dict[str, Any]]]:
-    """Streams one output line per request through ``engine``, by the rules above.
+    """Streams one output line per request through ``engine``, by the rules above: one
+    job alone in a :class:`~core.run.sharing.Mix` (:func:`run_shared`).
 
     Args:
         engine: anything with :meth:`core.run.engine.Engine.stream`.
@@ -61,23 +63,43 @@ def run_with_retries(
         window: how many requests are inside the engine at once (halved on out of memory).
         model: the model name written into output lines.
     """
-    remaining, retries = list(requests), 0
-    while remaining:
-        done: set[str] = set()
+    mix = Mix()
+    mix.join(ALONE, requests)
+    for _, lines in run_shared(engine, mix, window, model):
+        yield lines
+
+
+ALONE = "alone"  # the one source of a job that has the engine to itself
+
+
+def run_shared(
+    engine: StreamingEngine, mix: Mix, window: int, model: str
+) -> Iterator[tuple[Hashable, list[dict[str, Any]]]]:
+    """Streams the requests of every job in ``mix`` through ``engine`` by the rules above,
+    yielding ``(job, its output lines)`` as they finish: the engine pulls the next request
+    from the mix (which job's, by weight) whenever a slot frees. A job cancelled in the
+    mix (:meth:`Mix.cancel`) gets nothing more. After a fault the requests that were
+    inside go back to their jobs and run again first; none with a result runs twice."""
+    retries = 0
+    while True:
         try:
-            for batch in engine.stream(remaining, window):
-                done.update(request.custom_id for request, _ in batch)
-                yield [result_line(r, model, result) for r, result in batch]
+            for batch in engine.stream(mix, window):
+                by_job: dict[Hashable, list[dict[str, Any]]] = {}
+                for request, result in batch:
+                    if (job := mix.finished(request)) is not None:  # None: cancelled
+                        by_job.setdefault(job, []).append(result_line(request, model, result))
+                yield from by_job.items()
             return
         except Exception as exc:
-            remaining = [r for r in remaining if r.custom_id not in done]
+            mix.put_back()
             if _out_of_memory(exc) and window > 1:
                 window //= 2
                 log.warning("engine out of memory: %d requests in flight from now", window)
                 continue
             if retries == len(BACKOFF_SECONDS):
                 message = f"engine error after {retries} retries: {exc!r}"
-                yield [error_line(r.custom_id, "engine_error", message, 500) for r in remaining]
+                for key, left in mix.drain().items():
+                    yield key, [error_line(r.custom_id, "engine_error", message, 500) for r in left]
                 return
             log.warning("engine error (%r); retrying in %d s", exc, BACKOFF_SECONDS[retries])
             time.sleep(BACKOFF_SECONDS[retries])

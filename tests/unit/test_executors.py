@@ -19,6 +19,7 @@ class FlakyEngine:
         self.calls = []
 
     def stream(self, requests, window):
+        requests = list(requests)  # takes every request at once
         self.calls.append(min(window, len(requests)))
         if self.oom_above and window > self.oom_above:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -84,6 +85,7 @@ class StreamingEngine:
         self.windows = []
 
     def stream(self, requests, window):
+        requests = list(requests)  # takes every request at once
         self.windows.append(window)
         if self.oom_window_above and window > self.oom_window_above:
             raise RuntimeError("out of memory")

@@ -1,0 +1,160 @@
+"""Jobs side by side on one engine: who enters the engine next, and whose result is whose
+(core/run/sharing.py, and core/run/retry.py's run_shared over a stand-in engine)."""
+
+import itertools
+
+import pytest
+
+from core.check.engine_requests import ChatRequest
+from core.run import retry
+from core.run.outputs import Choice, Completion
+from core.run.sharing import Mix
+
+
+def job(name, count):
+    """``count`` chat requests of job ``name`` (custom ids r0.. as every job has them; the
+    prompt says whose it is)."""
+    return [
+        ChatRequest(
+            custom_id=f"r{i}", messages=[{"role": "user", "content": f"{name}{i}"}], sampling={}
+        )
+        for i in range(count)
+    ]
+
+
+def who(request):
+    return request.messages[-1]["content"]
+
+
+def take(mix, count):
+    return [who(r) for r in itertools.islice(mix, count)]
+
+
+def test_two_jobs_of_equal_weight_alternate():
+    mix = Mix()
+    mix.join("a", job("a", 3))
+    mix.join("b", job("b", 3))
+    assert take(mix, 10) == ["a0", "b0", "a1", "b1", "a2", "b2"]
+
+
+def test_priority_raises_a_jobs_share():
+    mix = Mix()
+    mix.join("a", job("a", 100), priority=2.0)
+    mix.join("b", job("b", 100))
+    first = take(mix, 30)
+    assert sum(name.startswith("a") for name in first) == 20
+
+
+def test_each_owner_has_an_equal_share_whatever_their_number_of_jobs():
+    mix = Mix()
+    mix.join("a1", job("a1-", 100), owner="alice")
+    mix.join("a2", job("a2-", 100), owner="alice")
+    mix.join("b", job("b", 100), owner="bob")
+    first = take(mix, 40)
+    assert sum(name.startswith("b") for name in first) == 20
+    assert sum(name.startswith("a1-") for name in first) == 10
+
+
+def test_a_job_that_joins_later_gets_the_next_free_slot_then_its_share():
+    mix = Mix()
+    mix.join("big", job("big", 100))
+    assert take(mix, 5) == ["big0", "big1", "big2", "big3", "big4"]
+    mix.join("small", job("small", 3))
+    assert take(mix, 8) == ["small0", "big5", "small1", "big6", "small2", "big7", "big8", "big9"]
+
+
+def test_a_cancelled_job_leaves_without_touching_the_others():
+    mix = Mix()
+    for name in "abc":
+        mix.join(name, job(name, 5))
+    taken = list(itertools.islice(mix, 6))  # a0 b0 c0 a1 b1 c1 inside the engine
+    assert sorted(who(r) for r in mix.cancel("b")) == ["b0", "b1"]
+    assert take(mix, 4) == ["a2", "c2", "a3", "c3"]
+    assert [mix.finished(r) for r in taken if not who(r).startswith("b")] == ["a", "c", "a", "c"]
+    assert mix.keys == ["a", "c"]
+
+
+def test_an_exhausted_job_leaves_and_its_results_still_find_it():
+    mix = Mix()
+    mix.join("a", job("a", 2))
+    mix.join("b", job("b", 4))
+    taken = list(mix)
+    assert [who(r) for r in taken] == ["a0", "b0", "a1", "b1", "b2", "b3"]
+    assert mix.keys == []
+    assert [mix.finished(r) for r in taken] == ["a", "b", "a", "b", "b", "b"]
+
+
+def test_requests_inside_a_failed_engine_go_back_first_to_their_own_job():
+    mix = Mix()
+    mix.join("a", job("a", 2))
+    mix.join("b", job("b", 3))
+    taken = list(itertools.islice(mix, 4))  # a0 b0 a1 b1; a has nothing left
+    mix.finished(taken[0])
+    mix.put_back()
+    assert take(mix, 10) == ["a1", "b0", "b1", "b2"]  # a0 had its result: not again
+
+
+class SharingEngine:
+    """Pulls requests as an engine does, ``window`` inside at once, answering with their
+    prompt and finishing the oldest first; can fail once after some answers."""
+
+    def __init__(self, fail_after=None):
+        self.fail_after = fail_after
+
+    def stream(self, requests, window):
+        queue, inside, answered = iter(requests), [], 0
+        while True:
+            inside += itertools.islice(queue, window - len(inside))
+            if not inside:
+                return
+            if self.fail_after is not None and answered >= self.fail_after:
+                self.fail_after = None
+                raise RuntimeError("engine core died")
+            request = inside.pop(0)
+            answered += 1
+            yield [(request, Completion(3, [Choice(who(request), "stop", 1)]))]
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch):
+    monkeypatch.setattr(retry, "BACKOFF_SECONDS", (0, 0, 0))
+
+
+def answers(engine, mix, window=2):
+    by_job = {}
+    for key, lines in retry.run_shared(engine, mix, window, "m"):
+        for line in lines:
+            text = line["response"]["body"]["choices"][0]["message"]["content"]
+            by_job.setdefault(key, []).append((line["custom_id"], text))
+    return by_job
+
+
+def test_each_result_goes_to_its_own_job_though_custom_ids_repeat():
+    mix = Mix()
+    mix.join("a", job("a", 3))
+    mix.join("b", job("b", 2))
+    assert answers(SharingEngine(), mix) == {
+        "a": [("r0", "a0"), ("r1", "a1"), ("r2", "a2")],
+        "b": [("r0", "b0"), ("r1", "b1")],
+    }
+
+
+def test_after_an_engine_fault_each_job_gets_each_answer_once():
+    mix = Mix()
+    mix.join("a", job("a", 4))
+    mix.join("b", job("b", 4))
+    got = answers(SharingEngine(fail_after=3), mix)
+    assert sorted(got["a"]) == [(f"r{i}", f"a{i}") for i in range(4)]
+    assert sorted(got["b"]) == [(f"r{i}", f"b{i}") for i in range(4)]
+
+
+def test_a_job_cancelled_while_it_runs_gets_nothing_more_and_the_others_everything():
+    mix = Mix()
+    mix.join("a", job("a", 4))
+    mix.join("b", job("b", 4))
+    got = {}
+    for key, lines in retry.run_shared(SharingEngine(), mix, 3, "m"):
+        got.setdefault(key, []).extend(line["custom_id"] for line in lines)
+        if got.get("b") == ["r0"]:
+            mix.cancel("b")  # b1 is inside the engine now: its answer goes nowhere
+    assert got == {"a": ["r0", "r1", "r2", "r3"], "b": ["r0"]}
