@@ -269,6 +269,18 @@ def disagreements(store: Store, sample_id: str) -> pd.DataFrame:
     )
 
 
+def final_choices(store: Store, job_id: str, custom_id: str) -> list[str]:
+    """The labels an item's final label may be: the verdicts, and any reviewer's own label
+    given to it; none when nobody labelled it."""
+    given = store.query(
+        "SELECT DISTINCT verdict FROM reviews WHERE job_id = ? AND custom_id = ?",
+        [job_id, custom_id],
+    )
+    if given.empty:
+        return []
+    return [*VERDICTS, *sorted(set(given["verdict"]) - set(VERDICTS))]
+
+
 def adjudicate(
     store: Store,
     job_id: str,
@@ -288,15 +300,11 @@ def adjudicate(
     by = by.strip()
     if not by:
         raise rv.ReviewError("enter your name first: an adjudication records who made it")
-    given = store.query(
-        "SELECT DISTINCT verdict FROM reviews WHERE job_id = ? AND custom_id = ?",
-        [job_id, custom_id],
-    )
-    if given.empty:
+    allowed = final_choices(store, job_id, custom_id)
+    if not allowed:
         raise rv.ReviewError(
             f"no reviewer labelled {job_id}/{custom_id}: adjudicate an item reviewers labelled"
         )
-    allowed = [*VERDICTS, *sorted(set(given["verdict"]) - set(VERDICTS))]
     if verdict not in allowed:
         raise rv.ReviewError(f"the final label must be one of {', '.join(allowed)}")
     record = AdjudicationRecord(
