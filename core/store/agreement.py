@@ -78,20 +78,18 @@ class Alpha:
         return f"{text} over {self.items:,} items"
 
 
-def value_counts(
-    labels: pd.DataFrame, column: str, domain: list[Any], item: tuple[str, ...]
-) -> np.ndarray:
+def value_counts(values: pd.Series, units: np.ndarray, domain: list[Any]) -> np.ndarray:
     """The items' value counts (items x values): how many reviewers gave each value of
-    ``domain`` to each item that has one (the reliability data as the package reads it)."""
-    given = labels.dropna(subset=[column])
-    if given.empty:
+    ``domain`` to each item (``units``: the item of each value) that has one (the
+    reliability data as the package reads it)."""
+    given = values.notna().to_numpy()
+    if not given.any():
         return np.zeros((0, len(domain)), dtype=np.int64)
     index = {v: i for i, v in enumerate(domain)}
-    codes = given[column].map(index).to_numpy()
-    units = given.groupby(list(item), sort=False).ngroup().to_numpy()
-    counts = np.zeros((units.max() + 1, len(domain)), dtype=np.int64)
-    np.add.at(counts, (units, codes), 1)
-    return counts
+    codes = values[given].map(index).to_numpy(dtype=np.int64)
+    _, items = np.unique(units[given], return_inverse=True)
+    flat = np.bincount(items * len(domain) + codes, minlength=(items.max() + 1) * len(domain))
+    return flat.reshape(-1, len(domain))
 
 
 def alpha_of(counts: np.ndarray, question: Question, domain: list[Any]) -> Alpha:
@@ -175,18 +173,27 @@ def _domain(labels: pd.DataFrame, question: Question) -> list[Any]:
     return [*VERDICTS, *sorted(seen - set(VERDICTS))]
 
 
+def item_codes(labels: pd.DataFrame, item: tuple[str, ...] = ("job_id", "custom_id")) -> np.ndarray:
+    """Each label's item as a number (labels of one item share it)."""
+    if labels.empty:
+        return np.zeros(0, dtype=np.int64)
+    return labels.groupby(list(item), sort=False).ngroup().to_numpy()
+
+
 def question_alphas(
     labels: pd.DataFrame,
     questions: tuple[Question, ...] = QUESTIONS,
-    item: tuple[str, ...] = ("job_id", "custom_id"),
+    units: np.ndarray | None = None,
+    domains: list[list[Any]] | None = None,
 ) -> list[Alpha]:
-    """Alpha of each question over labels (one row per item and reviewer)."""
-    found = []
-    for question in questions:
-        domain = _domain(labels, question)
-        counts = value_counts(labels, question.column, domain, item)
-        found.append(alpha_of(counts, question, domain))
-    return found
+    """Alpha of each question over labels (one row per item and reviewer; ``units``: each
+    row's item, from :func:`item_codes`; ``domains``: each question's values in order)."""
+    units = item_codes(labels) if units is None else units
+    domains = domains or [_domain(labels, q) for q in questions]
+    return [
+        alpha_of(value_counts(labels[q.column], units, domain), q, domain)
+        for q, domain in zip(questions, domains, strict=True)
+    ]
 
 
 @dataclass
@@ -214,25 +221,35 @@ class SampleAgreement:
 def sample_agreement(store: Store, sample_id: str) -> SampleAgreement:
     """Alpha per question over every reviewer, each pair's alpha over the items both
     labelled, and the items whose reviewers' verdicts differ."""
-    labels = rv.labels(store, sample_id)
+    found = agreement_of(rv.labels(store, sample_id))
+    found.disagreements = disagreements(store, sample_id)
+    return found
+
+
+def agreement_of(labels: pd.DataFrame) -> SampleAgreement:
+    """Alpha per question and per pair of reviewers over labels (one row per item and
+    reviewer: job_id, custom_id, reviewer and a column per question)."""
     people = sorted(set(labels["reviewer"]))
+    units = item_codes(labels)
+    domains = [_domain(labels, q) for q in QUESTIONS]  # one value order for every pair
+    who = labels["reviewer"].to_numpy()
     rows = []
     for a, b in combinations(people, 2):
-        pair = labels[labels["reviewer"].isin([a, b])]
-        both = pair.groupby(["job_id", "custom_id"])["reviewer"].transform("nunique") == 2
-        pair = pair[both]
+        mine = (who == a) | (who == b)
+        # a reviewer's latest label is one per item: an item both labelled has two
+        both = np.bincount(units[mine], minlength=len(units))[units[mine]] == 2
         row: dict[str, Any] = {
             "reviewer A": a,
             "reviewer B": b,
             "both labelled": int(both.sum() // 2),
         }
-        for got in question_alphas(pair):
+        pair = labels[mine][both]
+        for got in question_alphas(pair, QUESTIONS, units[mine][both], domains):
             row[f"{got.question} α"] = got.alpha
             row[f"{got.question}"] = got.describe()
         rows.append(row)
-    return SampleAgreement(
-        people, question_alphas(labels), pd.DataFrame(rows), disagreements(store, sample_id)
-    )
+    found = question_alphas(labels, QUESTIONS, units, domains)
+    return SampleAgreement(people, found, pd.DataFrame(rows))
 
 
 # -- disagreements and adjudication -------------------------------------------------------------

@@ -43,7 +43,8 @@ def test_alpha_of_krippendorffs_worked_example(level, expected):
     assert got.items == 11  # unit 12 has one value: it takes no part
     assert got.low < got.alpha < got.high
     # the bootstrap's own alpha (from coincidences) is the package's on the same data
-    counts = ag.value_counts(_long(EXAMPLE), "score", [1, 2, 3, 4, 5], ("job_id", "custom_id"))
+    labels = _long(EXAMPLE)
+    counts = ag.value_counts(labels["score"], ag.item_codes(labels), [1, 2, 3, 4, 5])
     counts = counts[counts.sum(axis=1) >= 2]
     whole = ag._coincidences(counts).sum(axis=0)[None]
     assert ag.alphas(whole, level)[0] == pytest.approx(got.alpha)
