@@ -27,21 +27,20 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "reviewers": found.reviewers,
-                    "questions": [vars(a) for a in found.questions],
-                    "pairs": found.pairs.drop(
-                        columns=[a.question for a in found.questions], errors="ignore"
-                    ).to_dict("records"),
-                    "disagreements": found.disagreements.to_dict("records"),
-                    "problem": found.problem(),
-                },
-                default=str,
-                indent=2,
-            )
-        )
+        pairs = found.pairs.drop(columns=[a.question for a in found.questions], errors="ignore")
+        tables = {  # pandas writes a missing value as null (json.dumps would write NaN)
+            "pairs": json.loads(pairs.to_json(orient="records")),
+            "disagreements": json.loads(
+                found.disagreements.to_json(orient="records", date_format="iso")
+            ),
+        }
+        shown = {
+            "reviewers": found.reviewers,
+            "problem": found.problem(),
+            "questions": [vars(a) for a in found.questions],
+            **tables,
+        }
+        print(json.dumps(shown, indent=2))
         return 0
     problem = found.problem()
     print(f"sample {args.sample}: {len(found.reviewers)} reviewers")

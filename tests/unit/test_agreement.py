@@ -3,6 +3,8 @@ per pair with a bootstrap interval, the disagreements, and an owner's adjudicati
 
 from __future__ import annotations
 
+import json
+
 import krippendorff
 import numpy as np
 import pandas as pd
@@ -224,5 +226,12 @@ def test_the_cli_prints_agreement_and_adjudicates(studio_home):
     assert "final label pass, adjudicated by olga" in done.stdout
     done = cli("review", "agreement", "--sample", sample_id)
     assert "-> final pass by olga" in done.stdout
+    done = cli("review", "agreement", "--sample", sample_id, "--json")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert [q["question"] for q in shown["questions"]] == ["Verdict", "Score (1–5)"]
+    assert shown["pairs"][0]["both labelled"] == 2 and shown["problem"] is None
+    (item,) = shown["disagreements"]
+    assert (item["custom_id"], item["adjudicated"], item["adjudicated_by"]) == ("a", "pass", "olga")
     done = cli("review", "agreement", "--sample", "nope")
     assert done.returncode == 2 and "no sample 'nope'" in done.stderr
