@@ -9,6 +9,7 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
+from core.store import agreement as ag
 from core.store import export as ex
 from core.store import review as rv
 from core.store import samples as sm
@@ -170,7 +171,7 @@ def tabs(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | None) -
             labelling(db, sample_id, items, reviewer)
     if tab_stats.open:
         with tab_stats:
-            statistics(db, sample_id)
+            statistics(db, sample_id, reviewer)
     if tab_export.open:
         with tab_export:
             export(db, sample_id)
@@ -186,7 +187,7 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
     label_panel(db, sample_id, items, reviewer, own)
 
 
-def statistics(db: Store, sample_id: str) -> None:
+def statistics(db: Store, sample_id: str, reviewer: str | None) -> None:
     """The pass rate of all reviewers, each reviewer's progress, and their agreement."""
     everyone = rv.pass_rate(db, sample_id)
     st.metric(
@@ -196,14 +197,36 @@ def statistics(db: Store, sample_id: str) -> None:
     people = rv.reviewers(db, sample_id)
     if people:
         st.dataframe(rv.reviewer_rows(db, sample_id, people), hide_index=True)
-    if len(people) >= 2:
-        agreement(db, sample_id, people)
-    else:
-        st.caption("Agreement appears when two reviewers have labelled the same items.")
+    agreement(db, sample_id, people, reviewer)
 
 
-def agreement(db: Store, sample_id: str, people: list[str]) -> None:
-    """Two reviewers' agreement on the items both labelled: Cohen's kappa and the table."""
+def agreement(db: Store, sample_id: str, people: list[str], reviewer: str | None) -> None:
+    """Krippendorff's alpha per question and per pair, two reviewers side by side, and the
+    items they differ on with their adjudication."""
+    st.subheader("Agreement")
+    found = ag.sample_agreement(db, sample_id)
+    problem = found.problem()
+    if problem:
+        st.info(escape(problem))
+        return
+    st.caption(
+        "Krippendorff's alpha over every reviewer: 1 is full agreement, 0 agreement at chance; "
+        "about 0.8 or more is often read as reliable. Verdicts are nominal, scores ordinal; "
+        "the interval is a 95% bootstrap over items (seed 0)."
+    )
+    for column, got in zip(st.columns(len(found.questions)), found.questions, strict=True):
+        column.metric(f"{got.question} α", "–" if got.alpha is None else f"{got.alpha:.2f}")
+        column.caption(escape(got.describe()))  # a problem can quote a label: text
+    st.dataframe(
+        found.pairs.drop(columns=[f"{a.question} α" for a in found.questions]), hide_index=True
+    )
+    with st.expander("Two reviewers' verdicts side by side"):
+        side_by_side(db, sample_id, people)
+    disagreements(db, sample_id, found.disagreements, reviewer)
+
+
+def side_by_side(db: Store, sample_id: str, people: list[str]) -> None:
+    """Two reviewers' verdicts on the items both labelled, as a table."""
     c = st.columns(2)
     a = c[0].selectbox("Reviewer A", people, index=0, key="agree_a")
     b = c[1].selectbox("Reviewer B", people, index=1, key="agree_b")
@@ -211,14 +234,49 @@ def agreement(db: Store, sample_id: str, people: list[str]) -> None:
         return
     agree = rv.agreement(db, a, b, sample_id)
     if agree.items:
-        kappa = f"{agree.kappa:.2f}" if agree.kappa is not None else "–"
         st.write(
             f"Both labelled **{agree.items}** items; they agree on {agree.agreed} "
-            f"({agree.observed:.0%}); Cohen's kappa **{kappa}**."
+            f"({agree.observed:.0%})."
         )
         st.dataframe(agree.table)
     else:
         st.info("These two reviewers have no item in common yet.")
+
+
+def disagreements(db: Store, sample_id: str, differ: pd.DataFrame, reviewer: str | None) -> None:
+    """The items whose reviewers' verdicts differ, and the final label an owner sets."""
+    st.subheader(f"Disagreements ({len(differ)})")
+    if differ.empty:
+        st.caption("Every item labelled by several reviewers has one verdict.")
+        return
+    st.dataframe(differ, hide_index=True)  # labels and names are text in a table
+    keys = list(zip(differ["job_id"], differ["custom_id"], differ["item"], strict=True))
+    job_id, custom_id, _ = st.selectbox(
+        "Item to adjudicate",
+        keys,
+        format_func=lambda k: f"item {k[2]} · {k[1]}",
+        key="adjudicate_item",
+    )
+    if not reviewer:
+        st.info("Enter your name above to set an item's final label.")
+    else:
+        with st.form("adjudicate"):
+            verdict = st.radio(
+                "Final label",
+                ag.final_choices(db, job_id, custom_id),
+                format_func=escape,  # a reviewer's own label is text
+                horizontal=True,
+            )
+            note = st.text_input("Why (kept in the item's history)", max_chars=500)
+            if st.form_submit_button("Set final label"):
+                try:
+                    ag.adjudicate(db, job_id, custom_id, verdict, reviewer, note, sample_id)
+                except rv.ReviewError as exc:
+                    st.error(escape(exc))
+                else:
+                    st.rerun()  # the table shows it
+    st.caption("The item's history: every reviewer's label and every final label set.")
+    st.dataframe(rv.label_history(db, job_id, custom_id), hide_index=True)
 
 
 def export(db: Store, sample_id: str) -> None:

@@ -8,6 +8,7 @@ python -m core approve JOB [--by WHO] | reject JOB --why TEXT [--by WHO]
 python -m core jobs list [--json] | jobs rename JOB NAME
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
+python -m core review agreement --sample ID [--json] | review adjudicate JOB ID VERDICT [--by]
 python -m core grade JOB... --rules RULES.yaml [--json]
 python -m core judge JOB --template FILE [--model DIR] [--failures-of RULE | --sample ID]
 python -m core judge JOB --template FILE --against JOB_B   (pairwise)
@@ -19,7 +20,7 @@ python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
 python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
-One module per command group (check, jobs, approval, experiment, export, grade, judge,
+One module per command group (check, jobs, approval, experiment, export, review, grade, judge,
 models, embed, engine, serve, keys, webhooks); each adds its commands.
 """
 
@@ -39,6 +40,7 @@ from core.cli import (
     judge,
     keys,
     models,
+    review,
     serve,
     webhooks,
 )
@@ -47,8 +49,8 @@ from core.cli import (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    groups = (check, jobs, approval, experiment, export, grade, judge, models, embed, engine)
-    for group in (*groups, serve, keys, webhooks):
+    groups = (check, jobs, approval, experiment, export, review, grade, judge, models, embed)
+    for group in (*groups, engine, serve, keys, webhooks):
         group.add_commands(commands)
     return parser
 

@@ -24,7 +24,8 @@ from core.schemas import Model, problems_of
 LABELS = "labels.jsonl"
 PREFERENCES = "preferences.jsonl"
 SAMPLES = "samples.jsonl"
-FILES = (LABELS, PREFERENCES, SAMPLES)  # indexed in DuckDB (core.store.human_index)
+ADJUDICATIONS = "adjudications.jsonl"
+FILES = (LABELS, PREFERENCES, SAMPLES, ADJUDICATIONS)  # indexed in DuckDB (core.store.human_index)
 LABEL_SETS = "label_sets.jsonl"  # a few lines, read from the file (core.human.label_sets)
 
 VERDICTS = ("pass", "fail", "unsure")
@@ -70,6 +71,20 @@ class LabelRecord(Model):
     tags: list[str] = Field(default_factory=list)
     comment: str | None = None
     corrected_answer: str | None = None
+    sample_id: str | None = None
+    at: datetime
+
+
+class AdjudicationRecord(Model):
+    """An owner's final label of a result whose reviewers differ (the latest line wins;
+    the reviewers' own labels stay as they were)."""
+
+    kind: Literal["adjudication"] = "adjudication"
+    job_id: str
+    custom_id: str
+    verdict: LabelName
+    by: str = Field(min_length=1)
+    note: str | None = None
     sample_id: str | None = None
     at: datetime
 
@@ -124,7 +139,12 @@ class SampleDeleted(Model):
 
 
 Record = Annotated[
-    LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted | LabelSetRecord,
+    LabelRecord
+    | PreferenceRecord
+    | SampleRecord
+    | SampleDeleted
+    | LabelSetRecord
+    | AdjudicationRecord,
     Field(discriminator="kind"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
@@ -134,12 +154,18 @@ KINDS: dict[str, tuple[str, ...]] = {
     PREFERENCES: ("preference",),
     SAMPLES: ("sample", "sample_deleted"),
     LABEL_SETS: ("label_set",),
+    ADJUDICATIONS: ("adjudication",),
 }
 
 
 def append(
     folder: Path,
-    record: LabelRecord | PreferenceRecord | SampleRecord | SampleDeleted | LabelSetRecord,
+    record: LabelRecord
+    | PreferenceRecord
+    | SampleRecord
+    | SampleDeleted
+    | LabelSetRecord
+    | AdjudicationRecord,
     *,
     durable: bool = True,
 ) -> None:

@@ -16,10 +16,12 @@ import duckdb
 import pyarrow as pa
 
 from core.human.files import (
+    ADJUDICATIONS,
     FILES,
     LABELS,
     PREFERENCES,
     SAMPLES,
+    AdjudicationRecord,
     LabelRecord,
     PreferenceRecord,
     SampleDeleted,
@@ -35,6 +37,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     LABELS: ("reviews", "review_history"),
     PREFERENCES: ("preferences",),
     SAMPLES: ("sample_items", "samples"),
+    ADJUDICATIONS: ("adjudications",),
 }
 FEW = 8  # up to this many new lines are written row by row, more as one table
 
@@ -98,6 +101,10 @@ def _sync_file(
             return offset, lines  # nothing (more) to read
         if name == LABELS:
             _apply_labels(cur, [(n, r) for n, r in chunk.records if isinstance(r, LabelRecord)])
+        elif name == ADJUDICATIONS:
+            _apply_adjudications(
+                cur, [(n, r) for n, r in chunk.records if isinstance(r, AdjudicationRecord)]
+            )
         elif name == PREFERENCES:
             _apply_preferences(
                 cur, [(n, r) for n, r in chunk.records if isinstance(r, PreferenceRecord)]
@@ -199,6 +206,26 @@ def _values(r: LabelRecord, fields: tuple[str, ...]) -> list:
     return [*(getattr(r, f) for f in fields), r.tags, r.at]
 
 
+def _apply_adjudications(
+    cur: duckdb.DuckDBPyConnection, found: list[tuple[int, AdjudicationRecord]]
+) -> None:
+    """Every adjudication as saved (an item's latest is its final label: line_no orders)."""
+    if not found:
+        return
+    batch = pa.table(  # noqa: F841 (read by DuckDB by name)
+        {
+            **{
+                f: pa.array([getattr(r, f) for _, r in found], pa.string())
+                for f in ("job_id", "custom_id", "verdict", "note", "sample_id")
+            },
+            "adjudicator": pa.array([r.by for _, r in found], pa.string()),
+            "saved_at": pa.array([r.at for _, r in found], pa.timestamp("us", tz="UTC")),
+            "line_no": [n for n, _ in found],
+        }
+    )
+    cur.execute("INSERT INTO adjudications BY NAME SELECT * FROM batch")
+
+
 def _apply_preferences(
     cur: duckdb.DuckDBPyConnection, found: list[tuple[int, PreferenceRecord]]
 ) -> None:
@@ -279,7 +306,7 @@ def _migrate(cur: duckdb.DuckDBPyConnection, folder: Path, name: str) -> None:
                 comparison=r[0], key=r[1], reviewer=r[2], job_a=r[3], custom_id_a=r[4],
                 job_b=r[5], custom_id_b=r[6], choice=r[7], at=r[8],
             ))  # fmt: skip
-    else:
+    elif name == SAMPLES:
         samples = cur.execute(
             "SELECT sample_id, name, definition, coalesce(created_at, now()) FROM samples "
             "ORDER BY created_at, sample_id"

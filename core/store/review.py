@@ -122,15 +122,22 @@ def wait_indexed(store: Store, ticket: int | None = None, timeout: float = 10.0)
 
 
 def label_history(store: Store, job_id: str, custom_id: str) -> pd.DataFrame:
-    """Every label saved for a result, oldest first: who gave which verdict, and when."""
+    """Every label saved for a result and every adjudication of its final label (an owner's,
+    ``core.store.agreement``), oldest first: who gave which verdict, and when."""
     return store.query(
         """
-        SELECT reviewer, verdict, score, array_to_string(tags, ', ') AS tags, comment,
-               corrected_answer, saved_at
-        FROM review_history WHERE job_id = ? AND custom_id = ?
-        ORDER BY line_no
+        SELECT * EXCLUDE (line_no) FROM (
+            SELECT 'label' AS kind, reviewer, verdict, score,
+                   array_to_string(tags, ', ') AS tags, comment, corrected_answer, saved_at,
+                   line_no
+            FROM review_history WHERE job_id = ? AND custom_id = ?
+            UNION ALL BY NAME
+            SELECT 'final label' AS kind, adjudicator AS reviewer, verdict, note AS comment,
+                   saved_at, line_no
+            FROM adjudications WHERE job_id = ? AND custom_id = ?
+        ) ORDER BY saved_at, kind DESC, line_no
         """,
-        [job_id, custom_id],
+        [job_id, custom_id, job_id, custom_id],
     )
 
 

@@ -302,6 +302,20 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN engine_seconds DOUBLE;
     """,
+    # An owner's final label of an item whose reviewers differ, every one as saved
+    # (data/human/adjudications.jsonl; an item's latest, by line_no, is its final label).
+    """
+    CREATE TABLE adjudications (
+        job_id VARCHAR,
+        custom_id VARCHAR,
+        verdict VARCHAR,
+        adjudicator VARCHAR,
+        note VARCHAR,
+        sample_id VARCHAR,
+        saved_at TIMESTAMPTZ,
+        line_no BIGINT
+    );
+    """,
 ]
 
 

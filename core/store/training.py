@@ -9,8 +9,9 @@
 - ``dataset``: a folder that ``datasets.load_dataset("parquet", data_dir=...)`` loads
   (``train.parquet``: every item of a sample with its labels) and its card, ``README.md``.
 
-An item's **final label** is its reviewers' verdict where they all gave the same one; none
-where they differ (until an owner adjudicates). Each export counts what it left out and
+An item's **final label** is an owner's adjudication where one was made
+(``core.store.agreement``), else its reviewers' verdict where they all gave the same one;
+none where they differ. Each export counts what it left out and
 why (:class:`Outcome`). Text from files and models is data: JSON carries it unchanged.
 A file or folder appears whole or not at all (``core.files``: written beside, renamed).
 """
@@ -23,15 +24,14 @@ import zipfile
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
 from core.files import file_atomic, folder_atomic
 from core.human.files import VERDICTS
+from core.store.agreement import SampleAgreement, sample_agreement
 from core.store.db import Store
 from core.store.export import ExportError
-from core.store.review import agreement
 from core.store.schema import SHOWN_ANSWER_SQL
 
 # One example's line past this is left out: no fine-tuning context holds a text this long,
@@ -41,8 +41,19 @@ DATA_FILE = "train.parquet"
 CARD_FILE = "README.md"
 
 # The one rule of an item's final label, over its reviewers' latest labels (``reviews v``
-# grouped by item): the verdict all of them gave; NULL where none labelled or they differ.
-FINAL_LABEL_SQL = "CASE WHEN count(DISTINCT v.verdict) = 1 THEN min(v.verdict) END"
+# grouped by item) joined with ADJUDICATED_SQL (``a``): an owner's adjudication where one
+# was made, else the verdict all reviewers gave; NULL where none labelled or they differ.
+FINAL_LABEL_SQL = (
+    "coalesce(any_value(a.verdict), "
+    "CASE WHEN count(DISTINCT v.verdict) = 1 THEN min(v.verdict) END)"
+)
+# Each item's latest adjudication (core.store.agreement.adjudicate), joined as ``a``.
+ADJUDICATED_SQL = """
+    LEFT JOIN (SELECT job_id, custom_id, arg_max(verdict, line_no) AS verdict,
+                      arg_max(adjudicator, line_no) AS adjudicator
+               FROM adjudications GROUP BY ALL) a
+         ON a.job_id = i.job_id AND a.custom_id = i.custom_id
+"""
 
 
 @dataclass
@@ -135,6 +146,7 @@ def export_sft(store: Store, sample_id: str, path: str | Path) -> Outcome:
         LEFT JOIN results r ON r.job_id = i.job_id AND r.custom_id = i.custom_id
         LEFT JOIN requests q ON q.job_id = i.job_id AND q.custom_id = i.custom_id
         LEFT JOIN reviews v ON v.job_id = i.job_id AND v.custom_id = i.custom_id
+        {ADJUDICATED_SQL}
         WHERE i.sample_id = ?
         GROUP BY i.position ORDER BY i.position
         """,
@@ -267,7 +279,7 @@ _DATASET_SQL = f"""
            any_value(r.finish_reason) AS finish_reason,
            any_value(CAST(q.messages AS VARCHAR)) AS messages,
            any_value(r.prompt) AS prompt, any_value({SHOWN_ANSWER_SQL}) AS answer,
-           {FINAL_LABEL_SQL} AS final_label,
+           {FINAL_LABEL_SQL} AS final_label, any_value(a.adjudicator) AS adjudicated_by,
            arg_max(v.corrected_answer, v.updated_at)
                FILTER (WHERE v.corrected_answer IS NOT NULL) AS corrected_answer,
            avg(v.score) AS mean_score,
@@ -281,6 +293,7 @@ _DATASET_SQL = f"""
     LEFT JOIN requests q ON q.job_id = i.job_id AND q.custom_id = i.custom_id
     LEFT JOIN jobs j ON j.job_id = i.job_id
     LEFT JOIN reviews v ON v.job_id = i.job_id AND v.custom_id = i.custom_id
+    {ADJUDICATED_SQL}
     WHERE i.sample_id = ?
     GROUP BY i.sample_id, i.position, i.job_id, i.custom_id
     ORDER BY i.position
@@ -373,8 +386,8 @@ def dataset_card(store: Store, sample_id: str, outcome: Outcome) -> str:
         f"Exported by Batch Studio on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. "
         f"`{DATA_FILE}` holds one row per item of the sample: the request's messages (JSON "
         "text, as the batch line had them), the answer, every reviewer's latest label "
-        "(`labels`), and `final_label`: the verdict all its reviewers gave (empty where "
-        "they differ or none labelled).",
+        "(`labels`), and `final_label`: an owner's adjudication (`adjudicated_by`) or else "
+        "the verdict all its reviewers gave (empty where they differ or none labelled).",
         "",
         "## Counts",
         "",
@@ -391,22 +404,7 @@ def dataset_card(store: Store, sample_id: str, outcome: Outcome) -> str:
         "## Agreement",
         "",
     ]
-    pairs = []
-    for a, b in combinations(list(people["reviewer"]), 2):
-        agree = agreement(store, a, b, sample_id)
-        if agree.items:
-            kappa = "–" if agree.kappa is None else f"{agree.kappa:.2f}"
-            pairs.append(f"| {_md(a)} | {_md(b)} | {agree.items:,} | {agree.agreed:,} | {kappa} |")
-    if pairs:
-        lines += [
-            "Verdicts of two reviewers on the items both labelled (Cohen's kappa).",
-            "",
-            "| reviewer A | reviewer B | both labelled | agreed | kappa |",
-            "|---|---|---|---|---|",
-            *pairs,
-        ]
-    else:
-        lines.append("No item was labelled by two reviewers.")
+    lines += _agreement_lines(sample_agreement(store, sample_id))
     lines += ["", "## Provenance", "", "Jobs:", ""]
     for job in jobs.itertuples(index=False):
         models = ", ".join(_md(m) for m in (job.models if job.models is not None else []))
@@ -419,6 +417,35 @@ def dataset_card(store: Store, sample_id: str, outcome: Outcome) -> str:
             f"{person.first:%Y-%m-%d} to {person.last:%Y-%m-%d}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _agreement_lines(found: SampleAgreement) -> list[str]:
+    """The card's agreement: alpha per question over every reviewer, then per pair."""
+    problem = found.problem()
+    if problem:
+        return [f"{problem}."]
+    lines = [
+        "Krippendorff's alpha over every reviewer (nominal for the verdict, ordinal for the "
+        "score), with a 95% bootstrap interval over items (seed 0):",
+        "",
+        "| question | alpha |",
+        "|---|---|",
+        *(f"| {_md(a.question)} | {_md(a.describe())} |" for a in found.questions),
+    ]
+    pairs = found.pairs[found.pairs["both labelled"] > 0]
+    if len(pairs):
+        titles = [a.question for a in found.questions]
+        lines += [
+            "",
+            "Each pair of reviewers on the items both labelled:",
+            "",
+            "| reviewer A | reviewer B | both labelled | " + " | ".join(map(_md, titles)) + " |",
+            "|---" * (3 + len(titles)) + "|",
+        ]
+        for row in pairs.to_dict("records"):
+            cells = [_md(row["reviewer A"]), _md(row["reviewer B"]), f"{row['both labelled']:,}"]
+            lines.append("| " + " | ".join(cells + [_md(row[t]) for t in titles]) + " |")
+    return lines
 
 
 def download(store: Store, sample_id: str, what: str, folder: Path) -> tuple[str, bytes, Outcome]:

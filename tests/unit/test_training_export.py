@@ -194,7 +194,8 @@ def test_the_parquet_folder_loads_in_datasets_with_its_labels_and_card(labelled,
     card = (folder / "README.md").read_text(encoding="utf-8")
     assert "| pass | 4 |" in card  # a, c, d, g
     assert "| \\(reviewers disagree\\) | 1 |" in card and "| \\(not labelled\\) | 1 |" in card
-    assert "| ana | bob | 2 | 1 | 0.00 |" in card  # both labelled a (agreed) and f
+    # both labelled a (pass, pass) and f (pass, fail): alpha 1 - 3 * 2 / (2 * 3 * 1) = 0
+    assert "| ana | bob | 2 | 0\\.00 \\(95% CI" in card
     assert f"`{job.job_id}` (\\*v2\\* \\| \\<b\\>x\\</b\\>)" in card and "tiny" in card
     assert "- ana: 5 labels" in card and "- bob: 3 labels" in card
 

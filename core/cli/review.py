@@ -1,0 +1,104 @@
+"""``review``: reviewers' agreement on a sample (Krippendorff's alpha per question and per
+pair, the items they differ on) and an owner's adjudication of an item's final label, with
+the rules Review's page calls (core/store/agreement.py)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+
+from core.cli.common import EXIT_USAGE, open_store
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from core.store import agreement as ag
+    from core.store import samples as sm
+
+    store = open_store([])
+    if store is None:
+        return EXIT_USAGE
+    try:
+        if sm.list_samples(store).query("sample_id == @args.sample").empty:
+            print(f"error: no sample {args.sample!r}: Review lists the samples", file=sys.stderr)
+            return EXIT_USAGE
+        found = ag.sample_agreement(store, args.sample)
+    finally:
+        store.close()
+    if args.json:
+        pairs = found.pairs.drop(columns=[a.question for a in found.questions], errors="ignore")
+        tables = {  # pandas writes a missing value as null (json.dumps would write NaN)
+            "pairs": json.loads(pairs.to_json(orient="records")),
+            "disagreements": json.loads(
+                found.disagreements.to_json(orient="records", date_format="iso")
+            ),
+        }
+        shown = {
+            "reviewers": found.reviewers,
+            "problem": found.problem(),
+            "questions": [vars(a) for a in found.questions],
+            **tables,
+        }
+        print(json.dumps(shown, indent=2))
+        return 0
+    problem = found.problem()
+    print(f"sample {args.sample}: {len(found.reviewers)} reviewers")
+    if problem:
+        print(problem)
+        return 0
+    for got in found.questions:
+        print(f"{got.question} ({got.level}) alpha: {got.describe()}")
+    for row in found.pairs.to_dict("records"):
+        figures = "; ".join(f"{a.question} {row[a.question]}" for a in found.questions)
+        pair = f"{row['reviewer A']} / {row['reviewer B']}"
+        print(f"  {pair}: {row['both labelled']} items both labelled; {figures}")
+    shown = found.disagreements
+    print(f"{len(shown)} items whose reviewers' verdicts differ")
+    for row in shown.to_dict("records"):
+        final = row["adjudicated"]
+        decided = f" -> final {final} by {row['adjudicated_by']}" if isinstance(final, str) else ""
+        print(f"  item {row['item']} {row['job_id']} {row['custom_id']}: {row['labels']}{decided}")
+    return 0
+
+
+def cmd_adjudicate(args: argparse.Namespace) -> int:
+    from core.store import agreement as ag
+    from core.store.review import ReviewError
+
+    store = open_store([args.job])
+    if store is None:
+        return EXIT_USAGE
+    try:
+        ag.adjudicate(store, args.job, args.custom_id, args.verdict, args.by, args.note or "")
+    except ReviewError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    print(f"{args.job} {args.custom_id}: final label {args.verdict}, adjudicated by {args.by}")
+    return 0
+
+
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    """Adds this group's commands to the parser."""
+    group = commands.add_parser("review", help="reviewers' agreement and adjudication")
+    sub = group.add_subparsers(dest="review_command", required=True)
+    agree = sub.add_parser(
+        "agreement",
+        help="Krippendorff's alpha per question (verdict nominal, score ordinal) with a 95%% "
+        "bootstrap interval, per pair of reviewers, and the items whose verdicts differ",
+    )
+    agree.add_argument("--sample", required=True, metavar="SAMPLE_ID", help="the sample's id")
+    agree.add_argument("--json", action="store_true", help="print JSON")
+    agree.set_defaults(handler=cmd_agreement)
+    adj = sub.add_parser(
+        "adjudicate",
+        help="set an item's final label over its reviewers' verdicts (theirs are kept)",
+    )
+    adj.add_argument("job", help="job id")
+    adj.add_argument("custom_id", help="the item's custom_id")
+    adj.add_argument("verdict", help="pass, fail, unsure, or a label a reviewer gave")
+    adj.add_argument("--by", default=getpass.getuser(), help="who decides (default: this user)")
+    adj.add_argument("--note", help="why (kept in the item's history)")
+    adj.set_defaults(handler=cmd_adjudicate)
