@@ -3,8 +3,9 @@
 Each label is appended to ``labels.jsonl`` in the data folder (``core.human.files``) before
 DuckDB indexes it (``reviews``: the latest per result and reviewer; ``review_history``:
 every one), so a deleted or broken database loses none; labels go out with every export.
-Pass rates come with a Wilson score interval; two reviewers' agreement is Cohen's kappa over
-the items both labelled.
+Pass rates come with a Wilson score interval; Cohen's kappa compares two raters over the
+items both labelled (a judge against people: ``core.store.trust``). Agreement over many
+reviewers is Krippendorff's alpha (``core.store.agreement``).
 """
 
 from __future__ import annotations
