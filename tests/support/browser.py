@@ -366,28 +366,40 @@ BUSY = (
     " [data-testid=stStatusWidget], [data-stale=true]"
 )
 SETTLE_SECONDS = 6.0  # at most this long; a page that never settles is shot as it is
-QUIET_SECONDS = 1.0  # longer than the status widget's half-second delay
+# The app's own state, on its root element: whether its script runs (from the server's
+# message, so a run shows at once, not half a second in as the status widget does) and
+# whether it is connected. Quiet this long with neither busy, a page is drawn.
+QUIET_SECONDS = 0.5
+PAGE_STATE = """busy => {
+  const app = document.querySelector('[data-testid=stApp]');  // none: not the app's page
+  if (app && !app.dataset.testConnectionState?.endsWith('CONNECTED')) return 'gone';
+  const script = app?.dataset.testScriptState ?? 'notRunning';
+  if (script !== 'notRunning' && script !== 'compilationError') return 'busy';
+  return [...document.querySelectorAll(busy)].some(e => e.getClientRects().length > 0)
+    ? 'busy' : 'quiet';
+}"""
 
 
 def settle(page: Page, timeout: float = SETTLE_SECONDS) -> bool:
-    """Waits until nothing of ``BUSY`` is shown for ``QUIET_SECONDS``; False after ``timeout``
-    (a Monitor refreshing itself, a lost connection) rather than hanging the test."""
+    """Waits until the app's script is not running and nothing of ``BUSY`` is shown for
+    ``QUIET_SECONDS``; False after ``timeout`` (a Monitor refreshing itself), or as soon as
+    the page has been cut off from its server that long (nothing more comes to draw),
+    rather than hanging the test."""
     deadline = time.monotonic() + timeout
-    quiet_since = None
+    since, last = time.monotonic(), None
     while time.monotonic() < deadline:
-        busy = page.evaluate(
-            "selector => [...document.querySelectorAll(selector)]"
-            ".some(element => element.getClientRects().length > 0)",
-            BUSY,
-        )
-        if busy:
-            quiet_since = None
-        elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= QUIET_SECONDS:
-            return True
-        time.sleep(0.1)
+        state = page.evaluate(PAGE_STATE, BUSY)
+        if state != last:
+            since, last = time.monotonic(), state
+        elif state != "busy" and time.monotonic() - since >= QUIET_SECONDS:
+            return state == "quiet"
+        time.sleep(0.05)
     return False
+
+
+# Two frames painted: the layout at a new window size is done (the window only grows taller,
+# so no element changes its width; a chart or grid drawn at its width stays as it is).
+PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 def screenshot(page: Page, name: str) -> Path:
@@ -406,8 +418,8 @@ def screenshot(page: Page, name: str) -> Path:
     tall = min(max(int(content), size["height"]), 8000)
     if tall > size["height"]:
         page.set_viewport_size({"width": size["width"], "height": tall})
-        page.wait_for_timeout(500)
-        settle(page, timeout=2)  # grids and charts draw again at the new size
+        page.evaluate(PAINTED)
+        settle(page, timeout=2)  # what the new height brings into view drawn
     try:
         page.screenshot(path=str(path), full_page=True)
     finally:
