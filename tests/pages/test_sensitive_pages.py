@@ -1,0 +1,23 @@
+"""Upload & check shows sensitive data found in the prompts (issue 42 item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from core.config import REPO_ROOT
+
+
+def test_upload_and_check_shows_the_counts_and_lines_as_text(studio_home: Path) -> None:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/upload.py").run()
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(
+        str(REPO_ROOT / "tests" / "sensitive" / "planted.jsonl")
+    ).run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = [t.value for t in at.text]
+    assert "payment card number: 1 on 1 lines (line 3 **** **** **** 4242)" in shown
+    assert "credential: 2 on 2 lines (line 6 AKIA***, line 8 ghp_***)" in shown
+    assert not any("4242 4242 4242 4242" in text for text in shown)
