@@ -22,9 +22,9 @@ import msgspec
 from core.check.model_fit import AutoRule, TokenCheck
 from core.check.report import CheckReport, Problem
 from core.check.scanner import Scanner
-from core.check.sensitive import PolicyProblem, SensitiveFindings, read_policy
+from core.check.sensitive import SensitiveFindings, policy_now
 from core.check.summary import Part, Summary
-from core.config import REPO_ROOT, data_home
+from core.config import REPO_ROOT
 from core.files import lines_before
 from core.schemas import JobDefaults
 
@@ -255,10 +255,7 @@ def check_file(
     started = time.monotonic()
     note = None
     if sensitive is None:
-        try:
-            sensitive = read_policy(data_home()).policy
-        except PolicyProblem as exc:  # a hand-edited file: scan and say so, refuse nothing
-            sensitive, note = "warn", f"the policy for sensitive data is unreadable ({exc})"
+        sensitive, note = policy_now()
     options = Options(
         Path(path),
         defaults or JobDefaults(),

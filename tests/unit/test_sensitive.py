@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from core.check import check_file, summary_lines
+from core.check import check_file, checked, summary_lines
 from core.check.sensitive import PolicyProblem, read_policy, save_policy
 from core.config import REPO_ROOT
 from core.jobs.submit import file_problems
+from tests.support.cli import cli
 
 HELD = REPO_ROOT / "tests" / "sensitive"
 # Every kind at a known line of tests/sensitive/planted.jsonl (line 7 is plain prose).
@@ -74,8 +75,21 @@ def test_allow_policy_scans_nothing():
 def test_the_studio_policy_is_what_every_check_keeps(studio_home: Path):
     studio_home.mkdir(parents=True)
     assert read_policy(studio_home).policy == "warn"
+    warned = checked(HELD / "planted.jsonl")
+    assert warned.ok
     save_policy(studio_home, "refuse")
     assert not check_file(HELD / "planted.jsonl").ok  # the default reads the studio's
+    assert not checked(HELD / "planted.jsonl").ok  # a report kept from before is not reused
+
+
+def test_core_check_refuses_with_the_lines_under_a_refuse_policy(studio_home: Path):
+    studio_home.mkdir(parents=True)
+    save_policy(studio_home, "refuse")
+    result = cli("check", str(HELD / "planted.jsonl"), "--no-tokens")
+    assert result.returncode != 0
+    assert "remove it from lines 1, 2, 3, 4, 5, 6, 8" in result.stdout
+    assert "payment card number: 1 on 1 lines (line 3 **** **** **** 4242)" in result.stdout
+    assert "4242 4242 4242 4242" not in result.stdout
 
 
 def test_a_bad_policy_is_refused_and_nothing_is_kept(studio_home: Path):
@@ -99,3 +113,28 @@ def test_a_split_check_keeps_the_findings_of_every_part(tmp_path: Path):
     report = check_file(big, sensitive="warn", processes=2)
     assert report.processes == 2
     assert [line for line, _ in report.sensitive.listed["credential"]] == [6, 8, 14, 16]
+
+
+def test_the_batch_api_fails_such_a_batch_naming_the_lines(studio_home: Path):
+    import openai
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    from core.api.keys import create_key
+    from core.api.routes import api_routes
+    from core.config import data_paths
+
+    key = create_key(data_paths().home, "alice")
+    save_policy(data_paths().home, "refuse")
+    with TestClient(Starlette(routes=api_routes()), base_url="http://testserver") as http:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=http)
+        # The chat lines only: a batch has one endpoint.
+        chat_lines = (HELD / "planted.jsonl").read_bytes().splitlines(keepends=True)[:7]
+        file = client.files.create(file=("t.jsonl", b"".join(chat_lines)), purpose="batch")
+        batch = client.batches.create(
+            input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+    assert batch.status == "failed"
+    messages = [e.message for e in batch.errors.data]
+    assert any("lines 1, 2, 3, 4, 5, 6" in m and "payment card" in m for m in messages)
+    assert not any("4242 4242" in m for m in messages)
