@@ -300,7 +300,7 @@ def scan_on_off(args: argparse.Namespace) -> int:
                     f"lines, {f['cpu_seconds']} CPU s = {f['lines_per_cpu_s']:,} lines/CPU s"
                     + (f", {found:,} lines with sensitive data" if found is not None else "")
                 )
-        off, on = median(cpu["allow"]), median(cpu["warn"])
+        off, on = round(median(cpu["allow"]), 2), round(median(cpu["warn"]), 2)
         lines = f["lines"]
         print(
             f"{phase:9} medians: off {off} CPU s ({lines / off:,.0f} lines/CPU s), on {on} "
