@@ -213,9 +213,16 @@ def _credentials(text: str) -> list[str]:
     return found
 
 
-@lru_cache(maxsize=4096)  # a batch repeats its system prompts on every line
+CACHED_TEXT = 4096  # characters: texts up to this long keep their findings (4,096 of them)
+
+
 def find(text: str) -> tuple[tuple[str, str], ...]:
     """``(kind, value)`` of each sensitive item in ``text``, in the order of KINDS."""
+    # A batch repeats its system prompts on every line; long texts are not kept (memory).
+    return _find_kept(text) if len(text) <= CACHED_TEXT else _find(text)
+
+
+def _find(text: str) -> tuple[tuple[str, str], ...]:
     found: list[tuple[str, str]] = []
     at = text.find("@")
     while at != -1:
@@ -257,6 +264,9 @@ def find(text: str) -> tuple[tuple[str, str], ...]:
     if _SECRET_HINT.search(text):
         found += [("credential", value) for value in _credentials(text)]
     return tuple(found)
+
+
+_find_kept = lru_cache(maxsize=4096)(_find)
 
 
 def _digits(text: str) -> str:
