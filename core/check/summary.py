@@ -328,7 +328,8 @@ class Summary:
             report.problems.insert(0, Problem(0, "note", note))
         found = self.sensitive
         if found is not None and found.flagged_lines and found.policy == "refuse":
-            report.add(Problem(0, "error", found.refusal(), code=SENSITIVE_DATA))
+            # First, and kept beyond the listed problems' cap: the file is refused by it.
+            report.problems.insert(0, Problem(0, "error", found.refusal(), code=SENSITIVE_DATA))
         if report.lines == 0 and not report.cancelled:
             message = "the file has no request lines (it is empty or blank)"
             report.add(Problem(0, "error", message, code=EMPTY_FILE))

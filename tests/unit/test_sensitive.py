@@ -138,3 +138,14 @@ def test_the_batch_api_fails_such_a_batch_naming_the_lines(studio_home: Path):
     messages = [e.message for e in batch.errors.data]
     assert any("lines 1, 2, 3, 4, 5, 6" in m and "payment card" in m for m in messages)
     assert not any("4242 4242" in m for m in messages)
+
+
+def test_the_refusal_is_kept_beyond_the_listed_problems(tmp_path: Path):
+    """A file with more problems than the report lists is still refused for its data."""
+    planted = (HELD / "planted.jsonl").read_bytes().splitlines(keepends=True)[0]
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b"not json\n" * 10_001 + planted)
+    report = check_file(big, sensitive="refuse", count_tokens=False)
+    assert report.problems_dropped > 0
+    assert not report.ok
+    assert "remove it from lines 10002" in file_problems(report, skip_invalid=True)[0]
