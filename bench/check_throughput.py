@@ -3,6 +3,7 @@
     .venv/bin/python bench/check_throughput.py                 # 1,000,000 lines (~0.5 GB)
     .venv/bin/python bench/check_throughput.py --lines 200000  # a quicker run
     .venv/bin/python bench/check_throughput.py --file my.jsonl --model DIR
+    .venv/bin/python bench/check_throughput.py --scan --lines 300000  # sensitive-data scan on/off
 
 It writes a realistic batch file (several tasks with their system prompts, ticket-like
 user texts, metadata, some multi-turn lines, some lines without max_tokens) unless given
@@ -123,8 +124,10 @@ def _text(rng: random.Random, words: int) -> str:
     return " ".join(parts).capitalize() + "."
 
 
-def write_batch(path: Path, lines: int, seed: int = 7) -> None:
-    """Writes ``lines`` realistic chat request lines (about 500 bytes each)."""
+def write_batch(path: Path, lines: int, seed: int = 7, planted_every: int = 0) -> None:
+    """Writes ``lines`` realistic chat request lines (about 500 bytes each); with
+    ``planted_every`` N, every Nth user text also holds an e-mail address, a phone number
+    and a date (what the sensitive-data scan finds, and digits it must look at and pass)."""
     import msgspec
 
     rng = random.Random(seed)
@@ -137,6 +140,11 @@ def write_batch(path: Path, lines: int, seed: int = 7) -> None:
                 {"role": "system", "content": system},
                 {"role": "user", "content": _text(rng, rng.randint(15, 40))},
             ]
+            if planted_every and i % planted_every == 0:
+                messages[1]["content"] += (
+                    f" Reach me at user{i}@example.com or (415) 555-01{i % 100:02d};"
+                    f" ordered on 2024-05-{i % 28 + 1:02d}."
+                )
             if i % 20 == 0:  # a follow-up conversation
                 messages += [
                     {"role": "assistant", "content": _text(rng, 10)},
@@ -159,7 +167,9 @@ def write_batch(path: Path, lines: int, seed: int = 7) -> None:
             out.write(encode(line) + b"\n")
 
 
-def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
+def run_phase(
+    path: Path, model: str | None, processes: int | None, sensitive: str = "warn"
+) -> dict:
     """One check in this process; returns its figures (run in a fresh process)."""
     from core.check import check_file
 
@@ -169,7 +179,7 @@ def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
         load_counter(model)  # loading the tokenizer is not part of the throughput
     before = resource.getrusage(resource.RUSAGE_SELF)
     started = time.perf_counter()
-    report = check_file(path, model_folder=model, processes=processes)
+    report = check_file(path, model_folder=model, processes=processes, sensitive=sensitive)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_SELF)
     helpers = resource.getrusage(resource.RUSAGE_CHILDREN)  # the helper processes, if any
@@ -187,6 +197,7 @@ def run_phase(path: Path, model: str | None, processes: int | None) -> dict:
         "peak_rss_mb": round(peak_mb),
         "helper_peak_rss_mb": round(helpers.ru_maxrss / 1024),
         "prompt_tokens": report.prompt_tokens,
+        "sensitive_lines": report.sensitive.flagged_lines if report.sensitive else None,
     }
 
 
@@ -198,13 +209,23 @@ def main() -> int:
     parser.add_argument("--skip-tokens", action="store_true", help="structural check only")
     parser.add_argument("--phase", choices=["structure", "tokens"], help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--sensitive", default="warn", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--scan",
+        action="store_true",
+        help="only the sensitive-data scan on and off (allow against warn), in one process, "
+        "on a file with an e-mail and a phone in every 10th line, runs interleaved",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each, with --scan")
     args = parser.parse_args()
 
     if args.phase:
         model = args.model if args.phase == "tokens" else None
-        figures = run_phase(Path(args.file), model, args.processes)
+        figures = run_phase(Path(args.file), model, args.processes, args.sensitive)
         print(json.dumps(figures))
         return 0
+    if args.scan:
+        return scan_on_off(args)
 
     from core.config import data_paths, default_model_dir
 
@@ -241,6 +262,49 @@ def main() -> int:
         print(
             f"{phase:9} speed-up of the default over 1 process: "
             f"{seconds['1 process'] / seconds['default']:.2f}x"
+        )
+    return 0
+
+
+def scan_on_off(args: argparse.Namespace) -> int:
+    """The check with the sensitive-data scan off (allow) and on (warn), each run in a fresh
+    process of its own, interleaved; CPU seconds are the steadier figure on a shared
+    machine. With tokens counted too unless --skip-tokens."""
+    from statistics import median
+
+    from core.config import data_paths, default_model_dir
+
+    path = Path(args.file) if args.file else None
+    if path is None:
+        path = data_paths().home / "bench" / f"batch_{args.lines}_planted.jsonl"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_batch(path, args.lines, planted_every=10)
+    model = args.model or str(default_model_dir())
+    phases = ["structure"] if args.skip_tokens else ["structure", "tokens"]
+    for phase in phases:
+        cpu: dict[str, list[float]] = {"allow": [], "warn": []}
+        for _ in range(args.repeats):
+            for policy in cpu:
+                command = [sys.executable, __file__, "--phase", phase, "--file", str(path)]
+                command += ["--model", model, "--processes", "1", "--sensitive", policy]
+                result = subprocess.run(command, capture_output=True, text=True, check=False)
+                if result.returncode:
+                    print(f"{phase} {policy}: failed\n{result.stderr}")
+                    return 1
+                f = json.loads(result.stdout)
+                cpu[policy].append(f["cpu_seconds"])
+                found = f["sensitive_lines"]
+                print(
+                    f"{phase:9} scan {'on ' if policy == 'warn' else 'off'}: {f['lines']:,} "
+                    f"lines, {f['cpu_seconds']} CPU s = {f['lines_per_cpu_s']:,} lines/CPU s"
+                    + (f", {found:,} lines with sensitive data" if found is not None else "")
+                )
+        off, on = round(median(cpu["allow"]), 2), round(median(cpu["warn"]), 2)
+        lines = f["lines"]
+        print(
+            f"{phase:9} medians: off {off} CPU s ({lines / off:,.0f} lines/CPU s), on {on} "
+            f"CPU s ({lines / on:,.0f} lines/CPU s), on/off {on / off:.2f}x"
         )
     return 0
 

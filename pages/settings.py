@@ -11,6 +11,7 @@ import streamlit as st
 
 from core.api.keys import ApiAccess, read_access, write_access
 from core.api.keys import read_keys as api_keys
+from core.check.sensitive import POLICIES, PolicyProblem, read_policy, save_policy
 from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
 from core.jobs.approval import ApprovalProblem, check_settings
@@ -445,6 +446,33 @@ def approval_section(home: Path) -> None:
     st.caption(APPROVAL_HELP)
 
 
+SENSITIVE_HELP = (
+    "The check looks in every prompt for e-mail addresses, phone numbers, payment card "
+    "numbers, IBANs, IP addresses and credentials. allow: no scan; warn: the check lists "
+    "them (masked) and the file runs; refuse: Upload & check, core check, Run and the "
+    "Batch API refuse the file, naming the lines. Redaction before the run is not "
+    "available yet."
+)
+
+
+def sensitive_section(home: Path) -> None:
+    """The studio's policy for sensitive data in prompts."""
+    st.subheader("Sensitive data")
+    try:
+        kept = read_policy(home).policy
+    except PolicyProblem as exc:
+        st.error(escape(str(exc)), icon=":material/error:")
+        kept = "warn"
+    policy = st.radio(
+        "Policy", POLICIES, index=POLICIES.index(kept), horizontal=True, key="sensitive"
+    )
+    if policy != kept and st.button("Save policy", key="save_sensitive"):
+        save_policy(home, policy)
+        st.toast(f"Sensitive data: {policy}.")
+        st.rerun()
+    st.caption(SENSITIVE_HELP)
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -456,3 +484,4 @@ api_keys_section(data.home)
 quotas_section(data.home)
 webhooks_section(data.home)
 approval_section(data.home)
+sensitive_section(data.home)

@@ -320,6 +320,8 @@ def findings(report: CheckReport) -> None:
         st.warning("The check was stopped: the figures cover the lines read so far.")
     if report.problems:
         problems(report)
+    if report.sensitive is not None:
+        sensitive_data(report)
     # Run refuses what even skipping the invalid lines leaves (a repeated custom_id): by
     # Run's own rule, said here, and running the valid lines is not offered then.
     refusals = file_problems(report, skip_invalid=True)
@@ -342,6 +344,21 @@ def findings(report: CheckReport) -> None:
         )
     else:
         st.error("No line of this file can run. Fix the problems above and upload it again.")
+
+
+def sensitive_data(report: CheckReport) -> None:
+    """Sensitive data found in the prompts: per kind, how many and on which lines (masked)."""
+    found = report.sensitive
+    st.subheader("Sensitive data")
+    if not found.found:
+        st.caption("No e-mail address, phone, card, IBAN, IP address or credential found.")
+        return
+    for text in found.summary():
+        st.text(text)  # masked values, shown as plain text
+    st.caption(
+        f"Policy: {found.policy} (Settings, Sensitive data). Values are shown masked; "
+        "redaction before the run is not available yet."
+    )
 
 
 def problems(report: CheckReport) -> None:

@@ -20,8 +20,9 @@ from typing import Any, BinaryIO
 import msgspec
 
 from core.check.model_fit import AutoRule, TokenCheck
-from core.check.report import CheckReport
+from core.check.report import CheckReport, Problem
 from core.check.scanner import Scanner
+from core.check.sensitive import SensitiveFindings, policy_now
 from core.check.summary import Part, Summary
 from core.config import REPO_ROOT
 from core.files import lines_before
@@ -45,14 +46,16 @@ class Options:
     model_map: dict[str, str]
     embedding_folder: str | None = None
     count_tokens: bool = True  # False: the model judges only tool_choice "auto" lines
+    sensitive: str = "warn"  # the policy for sensitive data: allow (no scan), warn, refuse
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[Summary, Scanner]:
         report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
         tokens, auto = None, AutoRule(self.model_folder, dict(self.model_map))
         if self.model_folder and self.count_tokens:
             tokens = TokenCheck(self.model_folder, dict(self.model_map), self.embedding_folder)
+        found = SensitiveFindings(self.sensitive) if self.sensitive != "allow" else None
         summary, scanner = (
-            Summary(report, self.defaults, tokens, valid_out, auto),
+            Summary(report, self.defaults, tokens, valid_out, auto, found),
             Scanner(self.defaults),
         )
         if tokens is None:  # nothing is counted per line: the scanner folds lines in itself
@@ -218,6 +221,7 @@ def check_file(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     processes: int | None = None,
+    sensitive: str | None = None,
 ) -> CheckReport:
     """Checks a whole batch file and summarises it, streaming (memory stays flat).
 
@@ -244,8 +248,14 @@ def check_file(
         cancel: set it to stop early; the report then says ``cancelled``.
         processes: how many processes check the file (default: one per core, up to 4,
             for files of 64 MiB or more; one for smaller files).
+        sensitive: the policy for sensitive data in prompts (allow: no scan; warn: listed
+            in the report; refuse: the report has an error naming the lines); default the
+            studio's (Settings), so that every entry point keeps it.
     """
     started = time.monotonic()
+    note = None
+    if sensitive is None:
+        sensitive, note = policy_now()
     options = Options(
         Path(path),
         defaults or JobDefaults(),
@@ -253,6 +263,7 @@ def check_file(
         dict(model_map or {}),
         str(embedding_folder) if embedding_folder is not None else None,
         count_tokens,
+        sensitive,
     )
     total = options.path.stat().st_size
     points = _split_points(options.path, total, _processes(total, processes))
@@ -304,6 +315,8 @@ def check_file(
         report.cancelled = not finished
         report.bytes_read = total if finished else merged
         summary.finish(scanner.bom, scanner.crlf)
+    if note is not None:
+        report.problems.insert(0, Problem(0, "note", note))
     report.seconds = round(time.monotonic() - started, 3)
     if progress is not None:
         progress(report.bytes_read, total, report.lines)

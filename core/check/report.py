@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from core.check.digests import RequestDigests
 from core.check.engine_requests import EngineRequest
+from core.check.sensitive import SENSITIVE_DATA, SensitiveFindings
 
 Severity = Literal["error", "warning", "note"]
 MAX_REPORTED_PROBLEMS = 10_000
@@ -112,6 +113,8 @@ class CheckReport:
     seconds: float = 0.0
     processes: int = 1  # processes whose work is in the report (see check_file)
     cancelled: bool = False
+    # Sensitive data in the prompts (core/check/sensitive.py): None where the policy is allow.
+    sensitive: SensitiveFindings | None = None
     # The digests of the valid deterministic lines, for the reuse forecast: kept from the
     # check's own pass so the forecast never reads the file again; not in to_dict (16 bytes
     # a line), and None in a report made without them.
@@ -120,7 +123,12 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         """True when every line is valid and the file has at least one."""
-        return self.invalid == 0 and self.valid > 0 and not self.cancelled
+        return (
+            self.invalid == 0
+            and self.valid > 0
+            and not self.cancelled
+            and not any(p.code == SENSITIVE_DATA for p in self.problems)
+        )
 
     @property
     def errors(self) -> list[Problem]:
@@ -193,6 +201,9 @@ def summary_lines(report: CheckReport) -> list[str]:
         lines.append("prompt token histogram: " + ", ".join(bins))
         if report.over_context:
             lines.append(f"lines that do not fit the context: {report.over_context}")
+    if report.sensitive is not None:
+        found = report.sensitive.summary()
+        lines += [f"sensitive data: {text}" for text in found] or ["sensitive data: none found"]
     processes = f" ({report.processes} processes)" if report.processes > 1 else ""
     lines.append(f"checked in {report.seconds:.2f} s{processes}")
     return lines

@@ -28,6 +28,7 @@ from core.check.report import (
 )
 from core.check.sampling import copied_answers
 from core.check.scanner import Batch
+from core.check.sensitive import SENSITIVE_DATA, SensitiveFindings
 from core.endpoints import CHAT_URL, POOLING_URLS
 from core.schemas import JobDefaults
 
@@ -42,6 +43,7 @@ class Summary:
         tokens: TokenCheck | None,
         valid_out: BinaryIO | None,
         auto: AutoRule | None = None,
+        sensitive: SensitiveFindings | None = None,
     ) -> None:
         self.report = report
         self.defaults = defaults
@@ -53,6 +55,8 @@ class Summary:
         # one counter update per line; the distributions are unfolded from it at the end.
         self.shapes: Counter = Counter()
         self.digests = RequestDigests()  # of the valid deterministic lines (the forecast's)
+        self.sensitive = sensitive  # None: not scanned (the policy is allow)
+        report.sensitive = sensitive
 
     @staticmethod
     def _context_problem(
@@ -100,6 +104,10 @@ class Summary:
             counts = self.auto.problems(batch) if self.auto is not None else None
         shapes = self.shapes
         defaults = self.defaults
+        if self.sensitive is not None:  # every line, valid or not: its prompt is in the file
+            add_line = self.sensitive.add_line
+            for line_no, raw in zip(batch.line_nos, batch.raws, strict=True):
+                add_line(line_no, raw)
         for index, item in enumerate(batch.items):
             if item is None:  # counted by the scanner: valid, nothing more to fold in
                 if self.valid_out is not None:
@@ -273,6 +281,8 @@ class Summary:
         self.shapes.update(part.shapes)
         self.default_lines += part.default_lines
         self.digests.merge(part.digests)
+        if self.sensitive is not None and part.report.sensitive is not None:
+            self.sensitive.merge(part.report.sensitive)
         if self.tokens is not None:
             self.tokens.failed.update(part.token_failed)
 
@@ -316,6 +326,10 @@ class Summary:
                 local["context_length"] = counter.context_length if counter else None
         for note in notes + report.token_notes:
             report.problems.insert(0, Problem(0, "note", note))
+        found = self.sensitive
+        if found is not None and found.flagged_lines and found.policy == "refuse":
+            # First, and kept beyond the listed problems' cap: the file is refused by it.
+            report.problems.insert(0, Problem(0, "error", found.refusal(), code=SENSITIVE_DATA))
         if report.lines == 0 and not report.cancelled:
             message = "the file has no request lines (it is empty or blank)"
             report.add(Problem(0, "error", message, code=EMPTY_FILE))

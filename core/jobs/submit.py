@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from core.access import AccessConfig, access_config
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
+from core.check.sensitive import SENSITIVE_DATA
 from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
@@ -221,6 +222,9 @@ def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
     if report.lines == 0:
         return ["the file has no request lines (it is empty or blank)"]
     errors = [p for p in report.errors if p.code != EMPTY_FILE]
+    refused = [p.message for p in errors if p.code == SENSITIVE_DATA]
+    if refused:
+        return refused
     repeats = [p for p in errors if p.code == DUPLICATE_ID]
     if repeats:
         listed = "; ".join(f"line {p.line}: {p.message}" for p in repeats[:LISTED_PROBLEMS])

@@ -1,0 +1,41 @@
+"""Upload & check shows sensitive data found in the prompts (issue 42 item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from core.check.sensitive import read_policy
+from core.config import REPO_ROOT
+
+
+def test_upload_and_check_shows_the_counts_and_lines_as_text(studio_home: Path) -> None:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/upload.py").run()
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(
+        str(REPO_ROOT / "tests" / "sensitive" / "planted.jsonl")
+    ).run()
+    assert not at.exception, [e.message for e in at.exception]
+    shown = [t.value for t in at.text]
+    assert "payment card number: 1 on 1 lines (line 3 **** **** **** 4242)" in shown
+    assert "credential: 2 on 2 lines (line 6 AKIA***, line 8 ghp_***)" in shown
+    assert not any("4242 4242 4242 4242" in text for text in shown)
+
+
+def test_settings_keeps_the_policy_that_the_check_then_keeps(studio_home: Path) -> None:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/settings.py").run()
+    assert at.radio(key="sensitive").value == "warn"
+    at.radio(key="sensitive").set_value("refuse").run()
+    at.button(key="save_sensitive").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert read_policy(studio_home).policy == "refuse"
+    at.switch_page("pages/upload.py").run()
+    at.radio(key="source").set_value("A file on the server").run()
+    at.text_input(key="server_path").set_value(
+        str(REPO_ROOT / "tests" / "sensitive" / "planted.jsonl")
+    ).run()
+    refusals = [e.value for e in at.error]
+    assert any("remove it from lines 1, 2, 3, 4, 5, 6, 8" in text for text in refusals)
