@@ -50,6 +50,10 @@ def chat_line(i: int) -> dict:
             "max_tokens": OUTPUT_TOKENS,
             "min_tokens": OUTPUT_TOKENS,
             "temperature": 0,
+            # Seeded, as most chat jobs of the run are: the resume's worker, the warm one for
+            # the tests after this, then loads SmolLM2 with the settings those jobs run on
+            # (chunked prefill off: core.run.engine.fit_to_requests), not one to reload.
+            "seed": i,
         },
     }
 
