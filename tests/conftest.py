@@ -21,6 +21,7 @@ from tests.support.browser import (  # noqa: F401  (browser tests)
     studio_server,
 )
 from tests.support.containment import good_and_broken  # noqa: F401  (broken job folders)
+from tests.support.engine_child import engine_child  # noqa: F401  (vLLM in a process of its own)
 from tests.support.jobs import finished_job
 from tests.support.refused_batches import client  # noqa: F401  (an API client, in process)
 from tests.support.s3 import s3, s3_requests  # noqa: F401  (object storage tests)

@@ -17,19 +17,20 @@ from vllm.entrypoints.pooling.scoring.protocol import RerankResponse, ScoreRespo
 
 from tests.support.cross_encoder import pair_tokens, transformers_scores
 from tests.support.cross_encoder_batches import DOCS, QUERY, RUNS, _write
-from tests.support.engine_child import run_child
+from tests.support.engine_child import EngineChild
 
 
 @pytest.mark.engine
 def test_vllm_scores_each_pair_as_transformers_does_in_vllms_response_shapes(
-    cross_encoder_model: Path, tmp_path: Path
+    cross_encoder_model: Path, tmp_path: Path, engine_child: EngineChild
 ):
     batch = _write(tmp_path / "runs.jsonl", RUNS)
     out = tmp_path / "scores.json"
 
-    # Cold start: vLLM's own reading of the folder (score_type, max_model_len) and float32
-    # scores (a job's engine runs bfloat16), from an engine in a child process.
-    got = run_child(out, "score", str(cross_encoder_model), str(batch), str(out))
+    # vLLM's own reading of the folder (score_type, max_model_len) and float32 scores (a
+    # job's engine runs bfloat16 where the CPU has it), from an engine in the session's
+    # engine child: the sampling sweep's cold start, shared.
+    got = engine_child.run(out, "score", str(cross_encoder_model), str(batch), str(out))
 
     assert got["score_type"] == "cross-encoder" and got["max_model_len"] == 64
     lines = {line["custom_id"]: line for line in got["lines"]}

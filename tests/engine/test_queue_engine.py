@@ -1,7 +1,6 @@
 """The queue on the real engine: one worker, jobs in turn, a model loaded once."""
 
 import json
-import shutil
 import time
 
 import pytest
@@ -22,6 +21,9 @@ def batch(path, models, count):
             "messages": [{"role": "user", "content": f"Name a fruit ({path.stem} {i})."}],
             "max_tokens": 6,
             "temperature": 0,
+            # Seeded as the tool_auto test's lines on the same folder are: both jobs then run
+            # on one engine of it (core.run.engine.fit_to_requests), not a load each.
+            "seed": i,
         }
         lines.append({"custom_id": f"{path.stem}-{i}", "method": "POST",
                       "url": "/v1/chat/completions", "body": body})  # fmt: skip
@@ -39,9 +41,13 @@ def wait_final(job, timeout=400):
     raise AssertionError(f"{job.job_id} did not finish: {job.read_status()}")
 
 
-def test_jobs_wait_their_turn_and_two_models_run_in_one_job(warm_home, tmp_path, default_model):
-    twin = tmp_path / "models" / "twin-model"
-    shutil.copytree(default_model, twin)  # a second model folder: a second engine
+def test_jobs_wait_their_turn_and_two_models_run_in_one_job(
+    warm_home, tmp_path, default_model, hermes_model
+):
+    # A second model folder, so a second engine: the session's SmolLM2 with a tools
+    # template (tests/support/tool_auto.py), which tests/engine/test_tool_auto_engine.py
+    # runs on too, so the warm worker loads one extra model for both tests, not two.
+    twin = hermes_model
     jobs_dir = warm_home / "jobs"
     ab = create_job(
         batch(tmp_path / "ab.jsonl", ["model-a", "model-b"], 8),
@@ -69,7 +75,7 @@ def test_jobs_wait_their_turn_and_two_models_run_in_one_job(warm_home, tmp_path,
     answers = [
         json.loads(x)["response"]["body"]["model"] for x in ab.output.read_text().splitlines()
     ]
-    assert sorted(set(answers)) == ["SmolLM2-135M-Instruct", "twin-model"]
+    assert sorted(set(answers)) == sorted([default_model.name, twin.name])
     assert later_status.state == "completed"
     assert later_status.pid == ab_status.pid  # the same worker ran both jobs in turn
-    assert later_status.model_load_seconds == 0  # twin-model stayed loaded from the A/B job
+    assert later_status.model_load_seconds == 0  # the twin stayed loaded from the A/B job

@@ -23,7 +23,7 @@ from core.check import check_file
 from core.check.scanner import scan
 from core.endpoints import CHAT_URL, COMPLETIONS_URL, RESPONSES_URL
 from core.schemas import JobDefaults
-from tests.support.engine_child import run_child
+from tests.support.engine_child import EngineChild
 
 VOCAB = 49_152  # SmolLM2's vocabulary: ids 0 .. 49151
 
@@ -87,7 +87,9 @@ RUN_IN_FULL = 240  # of the lines the check passes, how many run to their last t
 
 
 @pytest.mark.engine
-def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp_path: Path):
+def test_every_line_the_check_passes_runs_on_the_engine(
+    default_model: Path, tmp_path: Path, engine_child: EngineChild
+):
     cases = combinations()
     path, valid_path = tmp_path / "sweep.jsonl", tmp_path / "valid.jsonl"
     with path.open("w") as out:
@@ -105,8 +107,9 @@ def test_every_line_the_check_passes_runs_on_the_engine(default_model: Path, tmp
 
     out = tmp_path / "engine.json"
     # Cold start: every line goes to vLLM's own door (add_request, then abort), which only an
-    # engine in this test's child process opens; no job shows it.
-    found = run_child(out, "door", str(valid_path), str(default_model), str(out), "--run",
+    # engine in the session's engine child opens (one process for this test and the
+    # cross-encoder's); no job shows it.
+    found = engine_child.run(out, "door", str(valid_path), str(default_model), str(out), "--run",
                       str(RUN_IN_FULL), "--max-tokens", "4")  # fmt: skip
     assert found["admitted"] == len(requests)
     refusals = sorted(f"{why} ({cases[int(cid[1:])]})" for cid, why in found["refused"].items())

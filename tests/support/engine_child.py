@@ -5,35 +5,107 @@ other tests have imported Flask (the sign-in tests' OpenID provider), whose
 ``current_app`` raises on that look, and the load fails. So a test that needs the engine
 itself (not through ``core run``) runs one of these commands and reads its JSON:
 
-    python -m tests.support.engine_child door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
-    python -m tests.support.engine_child embed MODEL OUT.json TEXT [TEXT ...]
-    python -m tests.support.engine_child score MODEL BATCH.jsonl OUT.json
+    door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
+    embed MODEL OUT.json TEXT [TEXT ...]
+    score MODEL BATCH.jsonl OUT.json
+
+through the ``engine_child`` fixture: one process for the session (``python -m
+tests.support.engine_child serve FD``, started at the first command), which runs them in
+turn, each engine closed before the next loads, so the tests that need it pay one cold
+process start (vLLM and torch imported once), not one each. ``python -m
+tests.support.engine_child COMMAND ...`` runs one command alone, by hand.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import select
 import subprocess
 import sys
+import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from core.config import REPO_ROOT
 
 
-def run_child(out: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
-    """Runs a command of this module (``args``, naming ``out``) in a fresh process; returns
-    what it wrote to ``out``."""
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.support.engine_child", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(out.read_text())
+class EngineChild:
+    """The session's engine process: started at the first command, ended with the session."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log  # the child's own output (vLLM's logs), shown when a command fails
+        self.process: subprocess.Popen[str] | None = None
+        self.replies: Any = None
+
+    def run(self, out: Path, *args: str, timeout: float = 900) -> dict[str, Any]:
+        """Runs a command of this module (``args``, naming ``out``) in the child; returns
+        what it wrote to ``out``."""
+        if self.process is None:
+            self._start()
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(json.dumps(args) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.replies], [], [], timeout)
+        line = self.replies.readline() if ready else ""
+        assert line, f"the engine child gave no answer: {self.log.read_text()[-3000:]}"
+        reply = json.loads(line)
+        assert reply["ok"], reply["error"] + self.log.read_text()[-3000:]
+        return json.loads(out.read_text())
+
+    def _start(self) -> None:
+        read, write = os.pipe()  # its answers, apart from vLLM's logs on stdout and stderr
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.engine_child", "serve", str(write)],
+                cwd=REPO_ROOT,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                pass_fds=(write,),
+            )
+        os.close(write)
+        self.replies = os.fdopen(read)
+
+    def close(self) -> None:
+        if self.process is not None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()  # its loop ends
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.replies.close()
+
+
+@pytest.fixture(scope="session")
+def engine_child(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineChild]:
+    """The session's one engine process (this module's commands, run in turn)."""
+    child = EngineChild(tmp_path_factory.mktemp("engine-child") / "child.log")
+    yield child
+    child.close()
+
+
+def serve(reply_fd: int) -> None:
+    """Runs the commands read from stdin (a JSON list of arguments a line) in turn, and
+    answers each on ``reply_fd`` (``{"ok": true}`` or the error's traceback)."""
+    from core.run.engine import configure_cpu_environment
+
+    configure_cpu_environment(1.0)  # before vLLM is imported
+    with os.fdopen(reply_fd, "w") as replies:
+        for line in sys.stdin:
+            try:
+                main(json.loads(line))
+                reply: dict[str, Any] = {"ok": True}
+            except Exception:
+                reply = {"ok": False, "error": traceback.format_exc()}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
 
 
 def door(valid: Path, model: str, out: Path, run: int, max_tokens: int) -> None:
@@ -65,6 +137,7 @@ def door(valid: Path, model: str, out: Path, run: int, max_tokens: int) -> None:
                 if isinstance(result, EngineRequestError)
                 else [c.completion_tokens for c in result.choices]
             )
+    engine.close()  # the next command's engine loads in this process
     out.write_text(json.dumps({"admitted": len(requests), "refused": refused, "ran": ran}))
 
 
@@ -107,11 +180,14 @@ def score(model: str, batch: Path, out: Path) -> None:
     ]
     config = engine.llm.llm_engine.model_config
     kind = {"score_type": config.score_type, "max_model_len": config.max_model_len}
+    engine.close()
     out.write_text(json.dumps({**kind, "lines": results}))
 
 
 def main(argv: list[str]) -> None:
-    if argv[0] == "door":
+    if argv[0] == "serve":
+        serve(int(argv[1]))
+    elif argv[0] == "door":
         options = dict(zip(argv[4::2], argv[5::2], strict=True))
         run, max_tokens = int(options.get("--run", 0)), int(options.get("--max-tokens", 4))
         door(Path(argv[1]), argv[2], Path(argv[3]), run, max_tokens)

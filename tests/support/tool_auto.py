@@ -52,7 +52,8 @@ def auto_line(custom_id: str, choice: Any = "auto", **more: Any) -> str:
 
 @pytest.fixture(scope="session")
 def hermes_model(default_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2's weights and tokenizer with a chat template that renders tools."""
+    """SmolLM2's weights and tokenizer with a chat template that renders tools (also the
+    queue test's second model folder: the warm worker loads it once for both)."""
     folder = tmp_path_factory.mktemp("models") / "SmolLM2-hermes-tools"
     folder.mkdir()
     for item in default_model.iterdir():

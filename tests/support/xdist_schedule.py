@@ -50,16 +50,25 @@ class SharingTestsTogether(LoadScopeScheduling):
         return nodeid
 
 
+# The engine test that kills the warm worker runs first among the engine tests: the kill
+# throws away every model loaded before it, and its resume's worker (the warm one after it)
+# loads SmolLM2 (seeded: chunked prefill off, what the later jobs run on), the embedding
+# model and the cross-encoder, so the later tests load none of those again.
+KILLS_THE_WARM_WORKER = "tests/engine/test_faults.py"
+
+
 def order_slow_first(items: list[pytest.Item]) -> None:
-    """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine``,
-    those marked ``browser``, then the rest; each group keeps its order (so a module's
-    tests stay together)."""
+    """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine``
+    (:data:`KILLS_THE_WARM_WORKER` first), those marked ``browser``, then the rest; each
+    group keeps its order (so a module's tests stay together)."""
 
     def rank(item: pytest.Item) -> int:
         if starts_a_cluster(item.nodeid):
             return 0
         if item.get_closest_marker("browser"):
-            return 2
-        return 1 if item.get_closest_marker("engine") else 3
+            return 3
+        if item.nodeid.startswith(KILLS_THE_WARM_WORKER):
+            return 1
+        return 2 if item.get_closest_marker("engine") else 4
 
     items.sort(key=rank)
