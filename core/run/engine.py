@@ -160,6 +160,7 @@ class Engine:
         # Asked at each step for requests to abort, those of one job cancelled among others
         # (core.run.feed sets it); a request not inside any more is passed over.
         self.cancelled: Callable[[], list[EngineRequest]] | None = None
+        self.feed: Any = None  # the jobs that share it (core.run.feed.feed_of makes it)
         self.steps = 0  # engine steps taken
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
         self._held = 0  # requests finished in the engine, not yet yielded

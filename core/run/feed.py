@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import weakref
 from collections.abc import Hashable, Iterator
 from typing import Any
 
@@ -165,12 +164,10 @@ class Feed:
                 self._driver = None
 
 
-_FEEDS: weakref.WeakKeyDictionary[Any, Feed] = weakref.WeakKeyDictionary()
-
-
 def feed_of(engine: StreamingEngine, model: str) -> Feed:
-    """The engine's feed, made by the first job that runs on it."""
-    feed = _FEEDS.get(engine)
+    """The engine's feed, made by the first job that runs on it. Kept on the engine, so
+    that it goes with it when the pool unloads it (a table of feeds would keep it)."""
+    feed = getattr(engine, "feed", None)
     if feed is None:
-        feed = _FEEDS[engine] = Feed(engine, model)
+        feed = engine.feed = Feed(engine, model)  # type: ignore[attr-defined]
     return feed

@@ -2,15 +2,17 @@
 (core/run/sharing.py, core/run/retry.py's run_shared and core/run/feed.py, over stand-in
 engines that step as Engine.stream does)."""
 
+import gc
 import itertools
 import threading
 import time
+import weakref
 
 import pytest
 
 from core.check.engine_requests import ChatRequest
 from core.run import retry
-from core.run.feed import Feed
+from core.run.feed import Feed, feed_of
 from core.run.outputs import Choice, Completion
 from core.run.sharing import Mix
 
@@ -252,3 +254,14 @@ def test_a_job_that_stops_reading_leaves_nothing_in_the_engine_for_the_next():
     assert engine.aborted == ["a1", "a2", "a3"]
     assert texts(feed.run("b", job("b", 5), 4)) == [f"b{i}" for i in range(5)]
     assert engine.streams == 2 and feed.mix.keys == []
+
+
+def test_an_engine_the_pool_lets_go_of_is_freed_with_its_feed():
+    engine = SteppingEngine()
+    feed = feed_of(engine, "m")
+    assert feed_of(engine, "m") is feed  # one feed per engine, for every job on it
+    assert texts(feed.run("a", job("a", 3), 2)) == ["a0", "a1", "a2"]
+    gone = weakref.ref(engine)
+    del engine, feed
+    gc.collect()
+    assert gone() is None  # its memory (a model's weights) goes back
