@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,10 @@ class Engine:
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
         self.stopped = False  # set by a cancel: abort what is inside, keep what finished
+        # Asked at each step for requests to abort, those of one job cancelled among others
+        # (core.run.feed sets it); a request not inside any more is passed over.
+        self.cancelled: Callable[[], list[EngineRequest]] | None = None
+        self.feed: Any = None  # the jobs that share it (core.run.feed.feed_of makes it)
         self.steps = 0  # engine steps taken
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
         self._held = 0  # requests finished in the engine, not yet yielded
@@ -289,7 +293,10 @@ class Engine:
         its own; the request finishes (with :class:`Embeddings`) when its last input does.
 
         Up to ``window`` requests are inside the engine at once; as each finishes the next
-        one is added, so the engine never drains between batches. Once :attr:`stopped` is
+        one is added, so the engine never drains between batches. ``requests`` is asked
+        again at each step once it ran dry (a mix of jobs gives again when a job joins), and
+        the stream ends when it gives none and nothing is inside. The requests that
+        :attr:`cancelled` names are aborted at the next step. Once :attr:`stopped` is
         set (a cancel), the requests inside are aborted at the next step and those already
         finished are yielded. Finished requests are yielded as the first finish, then about
         every ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
@@ -314,7 +321,6 @@ class Engine:
         # The first finished requests are yielded at once (a warm engine's first result
         # should not wait a flush interval), then about every ``flush_seconds``.
         last_flush = float("-inf")
-        exhausted = False
         self.first_token_at = None
         # Answers come back only when finished, so until the first token the engine's
         # token counter is read after each step (the prompts' steps: a few).
@@ -323,10 +329,11 @@ class Engine:
             self.cpu_threads.restart()  # idle since the last run: read the load afresh
         try:
             while not self.stopped:
-                while not exhausted and len(inside) < window:
+                if self.cancelled is not None and (gone := self.cancelled()):
+                    self._abort(gone, inside, added_at, gathering)
+                while len(inside) < window:
                     request = next(queue, None)
                     if request is None:
-                        exhausted = True
                         break
                     key = f"{next(self._ids)}"
                     added: list[str] = []
@@ -394,6 +401,24 @@ class Engine:
             self.stopped = False  # a stop ends this run, not the pooled engine's next one
         if finished:
             yield finished
+
+    def _abort(
+        self,
+        requests: list[EngineRequest],
+        inside: dict[str, tuple[EngineRequest, str, int]],
+        added_at: dict[str, float],
+        gathering: dict[str, Gathering],
+    ) -> None:
+        """Takes ``requests`` out of the engine (a cancelled job's); the others run on."""
+        gone = {id(request) for request in requests}
+        ids = [rid for rid, (request, _, _) in inside.items() if id(request) in gone]
+        if ids:
+            self.llm.llm_engine.abort_request(ids)
+        for rid in ids:
+            _, key, _ = inside.pop(rid)
+            self._inside.pop(rid, None)
+            added_at.pop(key, None)
+            gathering.pop(key, None)
 
     def _engine_requests(self, request: EngineRequest, key: str) -> list[tuple[str, Any, Any]]:
         """``(request id, input, params)`` of each engine request that runs ``request``.

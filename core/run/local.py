@@ -16,7 +16,7 @@ from typing import Protocol
 
 from core.check.engine_requests import EngineRequest
 from core.run.engine import Engine, EngineActivity
-from core.run.retry import run_with_retries
+from core.run.feed import feed_of
 from core.schemas import EngineConfig, JobSpec
 
 
@@ -37,7 +37,7 @@ class Executor(Protocol):
 
     def stop(self) -> None:
         """Stops within seconds (a cancel): requests running are aborted, and what has
-        finished is still yielded."""
+        been handed back is still yielded. Called from a signal handler: flags only."""
         ...
 
     def activity(self) -> EngineActivity | None:
@@ -64,11 +64,14 @@ def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
 
 
 class LocalExecutor:
-    """One engine in this process, fed continuously (no drain between batches)."""
+    """One engine in this process, fed continuously (no drain between batches). The job
+    joins the engine's feed (:mod:`core.run.feed`) with its owner's share: jobs running on
+    the same loaded engine share it by weight."""
 
     def __init__(self, spec: JobSpec) -> None:
         self.engine, self.load_seconds = loaded_engine(spec.engine)
         self.engine.stopped = False
+        self.owner = spec.owner
         self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
         self._first_token_at: float | None = None  # of this job's first run() on the engine
         self.model = spec.engine.model_name
@@ -77,10 +80,12 @@ class LocalExecutor:
         self.window = spec.chunk_size or self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
         self.notify: Callable[[str], None] | None = None  # one engine here: no events
+        self.feed = feed_of(self.engine, self.model)
+        self._key = object()  # this run's place in the feed: a cancel names it alone
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         try:
-            yield from run_with_retries(self.engine, requests, self.window, self.model)
+            yield from self.feed.run(self._key, requests, self.window, owner=self.owner)
         except Exception:
             from core.run.pool import POOL
 
@@ -88,7 +93,7 @@ class LocalExecutor:
             raise  # gets a fresh one
 
     def stop(self) -> None:
-        self.engine.stopped = True
+        self.feed.cancel(self._key)  # this job's requests only: the others run on
 
     def activity(self) -> EngineActivity:
         now, base = self.engine.activity(), self._base

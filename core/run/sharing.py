@@ -18,10 +18,14 @@ owner of its own), so one owner's ten jobs weigh no more than another owner's on
 The mix remembers which source each request it handed out came from, so each finished
 result goes back to its own job (:meth:`Mix.finished`), and what was inside the engine
 when it failed can be put back for a retry (:meth:`Mix.put_back`).
+
+Jobs join from their own threads while the engine's driver takes requests: every method
+holds the mix's lock.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +60,7 @@ class Mix:
         self._gone: dict[Hashable, Source] = {}  # exhausted, some requests maybe inside
         self._joined = 0
         self._takes = 0
+        self._lock = threading.RLock()  # reentrant: weight() is read under it
 
     def join(
         self,
@@ -66,15 +71,16 @@ class Mix:
     ) -> None:
         """Adds a job's requests, read lazily; ``priority`` multiplies its weight (2.0
         gets twice the share of its owner's other jobs' equals, 0.5 half)."""
-        if key in self._sources:
-            raise ValueError(f"{key!r} is already in the mix")
         if priority <= 0:
             raise ValueError("a priority factor is above 0")
-        self._gone.pop(key, None)
-        owner = key if owner is None else owner
-        start = self._level()
-        self._sources[key] = Source(key, owner, priority, iter(requests), self._joined, start)
-        self._joined += 1
+        with self._lock:
+            if key in self._sources:
+                raise ValueError(f"{key!r} is already in the mix")
+            self._gone.pop(key, None)
+            owner = key if owner is None else owner
+            start = self._level()
+            self._sources[key] = Source(key, owner, priority, iter(requests), self._joined, start)
+            self._joined += 1
 
     def _level(self) -> float:
         """Where a source (re)joining starts: level with the lowest pass in the mix."""
@@ -83,63 +89,74 @@ class Mix:
     def weight(self, key: Hashable) -> float:
         """The source's weight now: its owner's share, split among that owner's sources in
         the mix, times its priority factor."""
-        source = self._sources[key]
-        siblings = sum(s.owner == source.owner for s in self._sources.values())
-        return source.priority / siblings
+        with self._lock:
+            source = self._sources[key]
+            siblings = sum(s.owner == source.owner for s in self._sources.values())
+            return source.priority / siblings
 
     @property
     def keys(self) -> list[Hashable]:
         """The sources that still have requests to give, in the order they joined."""
-        return list(self._sources)
+        with self._lock:
+            return list(self._sources)
 
     def __iter__(self) -> Iterator[EngineRequest]:
         return self
 
     def __next__(self) -> EngineRequest:
-        while self._sources:
-            source = min(self._sources.values(), key=lambda s: (s.passed, s.last_taken, s.joined))
-            request = source.again.popleft() if source.again else next(source.requests, None)
-            if request is None:  # exhausted: it leaves, its results still come back
-                self._gone[source.key] = self._sources.pop(source.key)
-                continue
-            source.passed += 1 / self.weight(source.key)
-            source.last_taken, self._takes = self._takes, self._takes + 1
-            self._taken[id(request)] = (source.key, request)
-            return request
+        """The next request to run; StopIteration while no source has one (a source that
+        joins later makes the mix give again: the engine keeps asking while it runs)."""
+        with self._lock:
+            while self._sources:
+                source = min(
+                    self._sources.values(), key=lambda s: (s.passed, s.last_taken, s.joined)
+                )
+                request = source.again.popleft() if source.again else next(source.requests, None)
+                if request is None:  # exhausted: it leaves, its results still come back
+                    self._gone[source.key] = self._sources.pop(source.key)
+                    continue
+                source.passed += 1 / self.weight(source.key)
+                source.last_taken, self._takes = self._takes, self._takes + 1
+                self._taken[id(request)] = (source.key, request)
+                return request
         raise StopIteration
 
     def finished(self, request: EngineRequest) -> Hashable | None:
         """The source a finished request came from (its result goes there); None for a
         request of a source cancelled while it was inside (its result goes nowhere)."""
-        return self._taken.pop(id(request), (None, None))[0]
+        with self._lock:
+            return self._taken.pop(id(request), (None, None))[0]
 
     def cancel(self, key: Hashable) -> list[EngineRequest]:
         """Removes a source: none of its requests is handed out again, the others' shares
         grow. Returns its requests inside the engine, for the caller to abort."""
-        self._sources.pop(key, None)
-        self._gone.pop(key, None)
-        inside = [(i, r) for i, (k, r) in self._taken.items() if k == key]
-        for i, _ in inside:
-            del self._taken[i]
-        return [request for _, request in inside]
+        with self._lock:
+            self._sources.pop(key, None)
+            self._gone.pop(key, None)
+            inside = [(i, r) for i, (k, r) in self._taken.items() if k == key]
+            for i, _ in inside:
+                del self._taken[i]
+            return [request for _, request in inside]
 
     def put_back(self) -> None:
         """Returns every request handed out and not finished to the front of its source,
         in the order they were taken (the engine failed: they run again, first). A source
         that had left comes back for them."""
-        for key, request in self._taken.values():  # dicts keep insertion: taken order
-            if key in self._gone:  # it left (exhausted) before the fault: back for these
-                source = self._gone.pop(key)
-                source.passed = self._level()
-                self._sources[key] = source
-            self._sources[key].again.append(request)
-        self._taken.clear()
+        with self._lock:
+            for key, request in self._taken.values():  # dicts keep insertion: taken order
+                if key in self._gone:  # it left (exhausted) before the fault: back for these
+                    source = self._gone.pop(key)
+                    source.passed = self._level()
+                    self._sources[key] = source
+                self._sources[key].again.append(request)
+            self._taken.clear()
 
     def drain(self) -> dict[Hashable, list[EngineRequest]]:
         """Everything not finished, by source (inside the engine, then never handed out),
         and the mix emptied: what fails when the engine cannot go on."""
-        self.put_back()
-        left = {key: [*s.again, *s.requests] for key, s in self._sources.items()}
-        self._sources.clear()
-        self._gone.clear()
-        return {key: requests for key, requests in left.items() if requests}
+        with self._lock:
+            self.put_back()
+            left = {key: [*s.again, *s.requests] for key, s in self._sources.items()}
+            self._sources.clear()
+            self._gone.clear()
+            return {key: requests for key, requests in left.items() if requests}

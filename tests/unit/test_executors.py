@@ -6,6 +6,7 @@ from core.check.engine_requests import ChatRequest
 from core.run import local as executors
 from core.run import retry
 from core.run.engine import EngineRequestError
+from core.run.feed import feed_of
 from core.run.outputs import Choice, Completion
 
 
@@ -101,6 +102,7 @@ class StreamingEngine:
 def local_executor(engine, window=8):
     executor = object.__new__(executors.LocalExecutor)
     executor.engine, executor.model, executor.window = engine, "m", window
+    executor.feed, executor.owner, executor._key = feed_of(engine, "m"), None, object()
     return executor
 
 

@@ -1,12 +1,18 @@
 """Jobs side by side on one engine: who enters the engine next, and whose result is whose
-(core/run/sharing.py, and core/run/retry.py's run_shared over a stand-in engine)."""
+(core/run/sharing.py, core/run/retry.py's run_shared and core/run/feed.py, over stand-in
+engines that step as Engine.stream does)."""
 
+import gc
 import itertools
+import threading
+import time
+import weakref
 
 import pytest
 
 from core.check.engine_requests import ChatRequest
 from core.run import retry
+from core.run.feed import Feed, feed_of
 from core.run.outputs import Choice, Completion
 from core.run.sharing import Mix
 
@@ -158,3 +164,104 @@ def test_a_job_cancelled_while_it_runs_gets_nothing_more_and_the_others_everythi
         if got.get("b") == ["r0"]:
             mix.cancel("b")  # b1 is inside the engine now: its answer goes nowhere
     assert got == {"a": ["r0", "r1", "r2", "r3"], "b": ["r0"]}
+
+
+class SteppingEngine:
+    """Steps as ``Engine.stream`` does: at each step aborts what ``cancelled`` names,
+    tops up to the window from ``requests`` (asking again after it ran dry) and finishes
+    the oldest request inside; the stream ends when none is given and none is inside."""
+
+    def __init__(self):
+        self.cancelled = None  # the feed sets it
+        self.aborted, self.streams = [], 0
+
+    def stream(self, requests, window):
+        self.streams += 1
+        queue, inside = iter(requests), []
+        try:
+            while True:
+                if self.cancelled is not None and (gone := self.cancelled()):
+                    ids = {id(r) for r in gone}
+                    self.aborted += [who(r) for r in inside if id(r) in ids]
+                    inside = [r for r in inside if id(r) not in ids]
+                while len(inside) < window and (request := next(queue, None)) is not None:
+                    inside.append(request)
+                if not inside:
+                    return
+                request = inside.pop(0)
+                yield [(request, Completion(3, [Choice(who(request), "stop", 1)]))]
+        finally:  # closed: what is inside is aborted
+            self.aborted += [who(r) for r in inside]
+
+
+def texts(batches):
+    return [
+        line["response"]["body"]["choices"][0]["message"]["content"] for b in batches for line in b
+    ]
+
+
+def test_a_small_job_joining_a_running_feed_is_done_before_the_long_one():
+    engine = SteppingEngine()
+    feed = Feed(engine, model="m")
+    small_done, big_lines = threading.Event(), []
+
+    def long_job():
+        for lines in feed.run("big", job("big", 200), 4):
+            big_lines.append(lines)
+            if len(big_lines) == 5:
+                small_done.wait(30)  # the small job drives the engine meanwhile
+
+    thread = threading.Thread(target=long_job)
+    thread.start()
+    while len(big_lines) < 5:
+        time.sleep(0.01)
+    small = [
+        line for lines in feed.run("small", job("small", 10), 4, owner="bob") for line in lines
+    ]
+    small_done.set()
+    assert "big" in feed.mix.keys  # the long job still had requests to give
+    thread.join(30)
+    assert sorted(line["custom_id"] for line in small) == sorted(f"r{i}" for i in range(10))
+    assert texts([small]) == [f"small{i}" for i in range(10)]
+    assert sorted(texts(big_lines)) == sorted(f"big{i}" for i in range(200))
+    assert engine.streams == 1  # the small job entered the engine's running stream
+
+
+def test_cancelling_one_job_aborts_its_requests_and_leaves_the_other_whole():
+    engine = SteppingEngine()
+    feed = Feed(engine, model="m")
+    other = []
+    thread = threading.Thread(target=lambda: other.extend(feed.run("a", job("a", 50), 4)))
+    thread.start()
+    cancelled = []
+    for lines in feed.run("b", job("b", 50), 4):
+        cancelled += texts([lines])
+        if len(cancelled) >= 3:
+            feed.cancel("b")  # as the cancel signal's handler does: a mark only
+    thread.join(30)
+    assert sorted(texts(other)) == sorted(f"a{i}" for i in range(50))
+    assert len(cancelled) == len(set(cancelled)) < 50
+    assert engine.aborted and all(name.startswith("b") for name in engine.aborted)
+    assert "b" not in feed.mix.keys
+
+
+def test_a_job_that_stops_reading_leaves_nothing_in_the_engine_for_the_next():
+    engine = SteppingEngine()
+    feed = Feed(engine, model="m")
+    expiring = feed.run("a", job("a", 20), 4)
+    assert texts([next(expiring)]) == ["a0"]
+    expiring.close()  # as a job whose completion window ended stops reading
+    assert engine.aborted == ["a1", "a2", "a3"]
+    assert texts(feed.run("b", job("b", 5), 4)) == [f"b{i}" for i in range(5)]
+    assert engine.streams == 2 and feed.mix.keys == []
+
+
+def test_an_engine_the_pool_lets_go_of_is_freed_with_its_feed():
+    engine = SteppingEngine()
+    feed = feed_of(engine, "m")
+    assert feed_of(engine, "m") is feed  # one feed per engine, for every job on it
+    assert texts(feed.run("a", job("a", 3), 2)) == ["a0", "a1", "a2"]
+    gone = weakref.ref(engine)
+    del engine, feed
+    gc.collect()
+    assert gone() is None  # its memory (a model's weights) goes back

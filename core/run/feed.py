@@ -1,0 +1,173 @@
+"""One loaded engine, the jobs running on it: the engine's feed.
+
+A :class:`Feed` belongs to one engine (:func:`feed_of`) and holds the
+:class:`~core.run.sharing.Mix` its jobs' requests enter by. A job joins with
+:meth:`Feed.run` and reads back its own result lines, one per request.
+
+The feed has no thread of its own: the thread of a job that waits for lines *drives*
+the engine (resumes :func:`~core.run.retry.run_shared`, handing each job its lines),
+and lets go at each batch of its own, for whichever job's thread asks next to take the
+same stream on. A job alone on its engine therefore steps the engine from its own
+thread, exactly as before jobs shared it. A job that joins while the engine runs enters
+at the next free slot (the engine asks the mix again at each step); when the mix has
+nothing left and nothing is inside, the stream ends and the next job starts a new one.
+
+A cancel names its job: :meth:`Feed.cancel` only marks the job (a signal handler calls
+it); at its next step the engine asks the feed (``Engine.cancelled``) and aborts that
+job's requests alone, and the job's reader ends with the lines it had. Results that had
+finished within the last flush (about a second) and not yet been handed back go with
+them: they were never written, so a resume runs them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+from core.check.engine_requests import EngineRequest
+from core.run.retry import StreamingEngine, run_shared
+from core.run.sharing import Mix
+
+WAIT_SECONDS = 0.1  # how often a job waiting for lines looks whether the engine needs a driver
+CANCELLED = object()  # put on a job's lines when its cancel has taken it out of the mix
+
+Lines = list[dict[str, Any]]
+
+
+class Feed:
+    """The mix of jobs one engine runs (see the module doc). ``model`` is the name in
+    output lines (the engine's)."""
+
+    def __init__(self, engine: StreamingEngine, model: str) -> None:
+        self.engine, self.model = engine, model
+        self.mix = Mix()
+        self._lock = threading.Lock()  # guards who drives and the stream
+        self._lines: dict[Hashable, queue.SimpleQueue[Any]] = {}  # job -> its lines to read
+        self._stream: Iterator[tuple[Hashable, Lines]] | None = None  # run_shared, resumed
+        self._driver: Hashable | None = None  # the job whose thread steps the engine now
+        self._cancelling: set[Hashable] = set()
+        self._windows: dict[Hashable, int] = {}  # job -> requests inside at once it asks
+        engine.cancelled = self._take_cancels  # type: ignore[attr-defined]
+
+    def run(
+        self,
+        key: Hashable,
+        requests: list[EngineRequest],
+        window: int,
+        owner: Hashable | None = None,
+        priority: float = 1.0,
+    ) -> Iterator[Lines]:
+        """Joins ``requests`` to the mix as job ``key`` (a key of this run alone) and
+        yields its output lines as they finish, until each request has one or the job is
+        cancelled (:meth:`cancel`; then the lines it had). ``window``: requests inside the
+        engine at once, from when this job starts the engine's stream (a stream keeps the
+        window it started with)."""
+        lines: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lines[key], self._windows[key] = lines, window
+        self.mix.join(key, requests, owner, priority)
+        left = len(requests)
+        try:
+            while left:
+                got = self._next(key, lines)
+                if got is CANCELLED:
+                    return
+                left -= len(got)
+                yield got
+        finally:
+            if left:  # it left early (cancelled, expired, an error): its requests go too
+                self.cancel(key)
+            with self._lock:
+                self._lines.pop(key, None)
+                self._windows.pop(key, None)
+                last = not self._lines and self._driver is None
+                if last:
+                    self._driver = key  # nobody resumes the stream while it closes
+            if last:
+                self._close()
+
+    def _close(self) -> None:
+        """Ends the stream when its last job leaves, as a job alone always ended it: the
+        engine aborts what is still inside (a job that expired or failed on the way), and
+        the next job starts a stream afresh (its own first token, the CPU load read anew).
+        """
+        try:
+            if self._stream is not None:
+                stream, self._stream = self._stream, None
+                stream.close()  # type: ignore[attr-defined]  # run_shared's generator
+            self._take_cancels()
+        finally:
+            with self._lock:
+                self._driver = None
+
+    def cancel(self, key: Hashable) -> None:
+        """Takes job ``key`` out at the engine's next step. Only marks it: it runs in a
+        signal handler, where no lock may be taken."""
+        self._cancelling.add(key)
+
+    def _take_cancels(self) -> list[EngineRequest]:
+        """The engine asks at each step: the requests inside of the jobs cancelled since,
+        which it aborts; those jobs leave the mix and their readers end."""
+        inside: list[EngineRequest] = []
+        while self._cancelling:
+            key = self._cancelling.pop()
+            inside += self.mix.cancel(key)
+            if (lines := self._lines.get(key)) is not None:
+                lines.put(CANCELLED)
+        return inside
+
+    def _next(self, key: Hashable, lines: queue.SimpleQueue[Any]) -> Any:
+        """The job's next lines (or CANCELLED): driving the engine until they come while
+        nobody else drives, else waiting for the driver to hand them over."""
+        while True:
+            try:
+                return lines.get_nowait()
+            except queue.Empty:
+                pass
+            with self._lock:
+                drive = self._driver is None
+                if drive:
+                    self._driver = key
+            if not drive:
+                try:
+                    return lines.get(timeout=WAIT_SECONDS)
+                except queue.Empty:
+                    continue
+            if not self._drive(key, lines) and lines.empty():
+                raise RuntimeError(f"the engine's stream ended without every result of {key!r}")
+
+    def _drive(self, key: Hashable, lines: queue.SimpleQueue[Any]) -> bool:
+        """Resumes the stream until something for ``key`` comes (its lines, or its
+        cancel: True) or the stream ends (False), handing each job its lines on the way;
+        then lets go of the engine."""
+        try:
+            if self._stream is None:
+                window = self._windows[key]
+                self._stream = run_shared(self.engine, self.mix, window, self.model)
+            for job, batch in self._stream:
+                if (reader := self._lines.get(job)) is not None:
+                    reader.put(batch)
+                if not lines.empty():
+                    return True
+            self._stream = None  # the mix ran dry and nothing is inside
+            self._take_cancels()  # cancels that came after the last step end their readers
+            return False
+        except BaseException:
+            # The stream is dead (a signal stopped it at once, or something run_shared does
+            # not retry): what was inside goes back to its jobs, for the next driver.
+            self._stream = None
+            self.mix.put_back()
+            raise
+        finally:
+            with self._lock:
+                self._driver = None
+
+
+def feed_of(engine: StreamingEngine, model: str) -> Feed:
+    """The engine's feed, made by the first job that runs on it. Kept on the engine, so
+    that it goes with it when the pool unloads it (a table of feeds would keep it)."""
+    feed = getattr(engine, "feed", None)
+    if feed is None:
+        feed = engine.feed = Feed(engine, model)  # type: ignore[attr-defined]
+    return feed
