@@ -59,6 +59,9 @@ def test_a_new_table_starts_a_fresh_form_and_save_builds_from_it(
     open_page(page, "Build")
 
     upload(page, "tickets.csv", (SAMPLE_DATA / "tickets.csv").read_bytes())
+    # The table's fresh form has reached the browser before it is edited: typed sooner,
+    # the task lands in the run that sets the form afresh and names the file too.
+    expect(page.get_by_label("File name", exact=True)).to_have_value("tickets.jsonl")
     choose(page, "Id column", "(row numbers)")
     type_into(page, "Task", "triage")
     type_into(page, "User prompt template (Jinja2)", "Triage: {{ subject }}")

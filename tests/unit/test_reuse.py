@@ -141,8 +141,14 @@ def test_the_engines_versions_and_device_are_in_the_identity(tmp_path, monkeypat
     assert here["packages"]["torch"] == version("torch")  # the installed engine, read
     assert model_identity(folder, engine, False) == model_identity(folder, engine, False)
 
+    # The base runs on an AVX-512 CPU, so that both other kernel families differ from it
+    # whatever CPU runs the test.
+    base_environment = {**here, "cpu": "x86_64:avx512"}
+
     def identity(on_gpu: bool = False, **environment) -> str:
-        monkeypatch.setattr(keys, "engine_environment", lambda gpu: {**here, **environment})
+        monkeypatch.setattr(
+            keys, "engine_environment", lambda gpu: {**base_environment, **environment}
+        )
         return model_identity(folder, engine, on_gpu)
 
     base = identity()
