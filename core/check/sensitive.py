@@ -6,11 +6,14 @@ Each line's prompt text (chat message contents, a completion's ``prompt``, an em
 IBANs (``python-stdnum``), IP addresses (``ipaddress``) and credentials (the regex plugins
 of ``detect-secrets``). A finding is kept masked, never in full.
 
-Speed: the check reads 100,000 lines/s, so the line's raw bytes first meet one compiled
-prefilter (an ``@``, a run of digits, an IBAN's start, a credential's well-known prefix);
-only a line it matches is decoded and searched, and each detector runs only on text that
-has what it needs (the phone matcher on a run of 7 or more digits, the secrets plugins on a
-known prefix: all of them on every line would cost about 0.7 ms a line).
+Speed: the check reads 100,000 lines/s, so the line's raw bytes first meet a prefilter (an
+``@``, a run of digits, an IBAN's start, a credential's well-known prefix); only a line it
+matches is decoded and searched, and each detector runs only on text that has what it needs
+(the phone matcher on a run of 7 or more digits, the secrets plugins on a known prefix: all
+of them on every line would cost about 0.7 ms a line). The check runs the prefilter over a
+batch of lines at once (:func:`lines_worth_a_look`), on the bytes mapped to a few classes,
+where each search skips to a literal; ``phonenumbers`` and ``stdnum`` are imported by the
+first line that passes it.
 
 The studio's policy (``sensitive.json`` in the data folder, set on Settings): ``allow``
 (no scan), ``warn`` (the default: the report lists the findings, the file runs), ``refuse``
@@ -19,9 +22,11 @@ The studio's policy (``sensitive.json`` in the data folder, set on Settings): ``
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import inspect
 import ipaddress
+import itertools
 import pkgutil
 import re
 from dataclasses import dataclass, field
@@ -30,9 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import phonenumbers
 from pydantic import ValidationError
-from stdnum import iban, luhn
 
 from core.files import write_atomic
 from core.schemas import Model
@@ -75,6 +78,68 @@ def worth_a_look(raw: bytes) -> bool:
         or _IPV6_HINT.search(raw) is not None
         or _SECRET_HINT_RAW.search(raw) is not None
     )
+
+
+def _classes(*mapped: tuple[bytes, bytes]) -> bytes:
+    """A ``bytes.translate`` table: each byte of a group to its class, any other to ``x``."""
+    table = bytearray(b"x" * 256)
+    for members, to in mapped:
+        for byte in members:
+            table[byte] = to[0]
+    return bytes(table)
+
+
+_HEX_LETTERS = b"abcdefABCDEF"
+_OTHER_LETTERS = bytes(c for c in range(256) if chr(c).isascii() and chr(c).isalpha()).translate(
+    None, _HEX_LETTERS
+)
+# The hints above, on a line's bytes mapped to classes (digits 0, hex letters h, other
+# letters g, the digit hint's separators s, and . - _ : as themselves): each pattern then
+# starts with one literal, which the regex engine skips to (a leading class like \d is
+# tried at every byte, about 8 ns each: 5 us on a line of 600 bytes).
+_CLASSES = _classes(
+    (b"0123456789", b"0"),
+    (_HEX_LETTERS, b"h"),
+    (_OTHER_LETTERS, b"g"),
+    (b" ()/+", b"s"),
+    (b".", b"."),
+    (b"-", b"-"),
+    (b"_", b"_"),
+    (b":", b":"),
+)
+_CLASS_HINTS = (
+    re.compile(rb"0(?:[0s.-]{5,}0|\.0{1,3}\.0)"),  # _DIGITS_HINT
+    re.compile(rb":[0h]{0,4}:"),  # _IPV6_HINT
+    re.compile(rb"_[0hg]{20}"),  # _SECRET_HINT_RAW's long tokens
+    re.compile(rb"-[0hg]{20}"),
+)
+# _SECRET_HINT_RAW's literal starts, on the bytes as they are.
+_LITERAL_HINTS = tuple(
+    re.compile(pattern)
+    for pattern in (rb"@", rb"-----BEGIN", rb"A(?:KIA|SIA|Iza)", rb"\.eyJ", rb"SG\.")
+)
+
+
+def lines_worth_a_look(raws: list[bytes]) -> list[int]:
+    """The positions in ``raws`` of the lines :func:`worth_a_look` picks, found by searching
+    them all at once, joined by newlines (no hint matches across one), about 4x cheaper."""
+    if not raws:
+        return []
+    joined = b"\n".join(raws)
+    mapped = joined.translate(_CLASSES)
+    ends: list[int] | None = None  # where each line ends in the joined bytes, when needed
+    picked: set[int] = set()
+    for text, patterns in ((mapped, _CLASS_HINTS), (joined, _LITERAL_HINTS)):
+        for pattern in patterns:
+            found = pattern.search(text)
+            while found is not None:
+                if ends is None:
+                    ends = list(itertools.accumulate(len(raw) + 1 for raw in raws))
+                line = bisect.bisect_right(ends, found.start())
+                picked.add(line)
+                found = pattern.search(text, ends[line]) if line + 1 < len(raws) else None
+    # The exact rule on each picked line (the searches above may pick a line it would not).
+    return [line for line in sorted(picked) if worth_a_look(raws[line])]
 
 
 # An e-mail address is found from its "@": a pattern led by the local part would try every
@@ -223,6 +288,11 @@ def find(text: str) -> tuple[tuple[str, str], ...]:
 
 
 def _find(text: str) -> tuple[tuple[str, str], ...]:
+    # Imported here: a check whose lines hold nothing the prefilter picks never loads them
+    # (about 0.1 s of CPU in each of its processes).
+    import phonenumbers
+    from stdnum import iban, luhn
+
     found: list[tuple[str, str]] = []
     at = text.find("@")
     while at != -1:
@@ -321,8 +391,15 @@ class SensitiveFindings:
 
     def add_line(self, line_no: int, raw: bytes) -> None:
         """Scans one line (its raw bytes as read)."""
-        if not worth_a_look(raw):
-            return
+        if worth_a_look(raw):
+            self._search(line_no, raw)
+
+    def add_lines(self, line_nos: list[int], raws: list[bytes]) -> None:
+        """Scans consecutive lines, as :meth:`add_line` each (the prefilter on all at once)."""
+        for index in lines_worth_a_look(raws):
+            self._search(line_nos[index], raws[index])
+
+    def _search(self, line_no: int, raw: bytes) -> None:
         kinds_here: set[str] = set()
         for text in prompt_texts(raw):
             for kind, value in find(text):

@@ -105,9 +105,7 @@ class Summary:
         shapes = self.shapes
         defaults = self.defaults
         if self.sensitive is not None:  # every line, valid or not: its prompt is in the file
-            add_line = self.sensitive.add_line
-            for line_no, raw in zip(batch.line_nos, batch.raws, strict=True):
-                add_line(line_no, raw)
+            self.sensitive.add_lines(batch.line_nos, batch.raws)
         for index, item in enumerate(batch.items):
             if item is None:  # counted by the scanner: valid, nothing more to fold in
                 if self.valid_out is not None:

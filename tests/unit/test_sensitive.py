@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
 from core.check import check_file, checked, summary_lines
-from core.check.sensitive import PolicyProblem, read_policy, save_policy
+from core.check.sensitive import (
+    PolicyProblem,
+    lines_worth_a_look,
+    read_policy,
+    save_policy,
+    worth_a_look,
+)
 from core.config import REPO_ROOT
 from core.jobs.submit import file_problems
 from tests.support.cli import cli
@@ -149,3 +156,38 @@ def test_the_refusal_is_kept_beyond_the_listed_problems(tmp_path: Path):
     assert report.problems_dropped > 0
     assert not report.ok
     assert "remove it from lines 10002" in file_problems(report, skip_invalid=True)[0]
+
+
+def test_the_prefilter_over_a_batch_picks_the_lines_the_line_rule_picks():
+    """The check runs the prefilter over its batches of lines: it must pick exactly the
+    lines that the rule for one line picks, at the ends of lines and across them too."""
+    rng = random.Random(42)
+    alphabet = "0123456789 .()/+-_:@xyzAKISGaeyJBEGIN\u00e9\r"
+    made = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    edges = [
+        "ends with 123",
+        "4567 starts the line",  # with the line before: a run of 7 across the newline
+        "1-2-3-4",
+        "123456",
+        "10.0.0.1",
+        "1.2.3",
+        "fe80::1",
+        "a:b",
+        "x_" + "a" * 20,
+        "x_" + "a" * 19,
+        "-" + "Z9" * 10,
+        "-----BEGIN KEY",
+        "AKIA",
+        "AIz",
+        "a.eyJ",
+        "SG.",
+        "",
+        "plain prose",
+    ]
+    held = [line for path in HELD.iterdir() for line in path.read_bytes().splitlines()]
+    raws = [*held, *(line.encode() for line in [*edges, *made])]
+    for start in range(0, len(raws), 700):
+        part = raws[start : start + 700]
+        expected = [k for k, raw in enumerate(part) if worth_a_look(raw)]
+        assert lines_worth_a_look(part) == expected
+    assert 0 < len([raw for raw in raws if worth_a_look(raw)]) < len(raws)
