@@ -19,8 +19,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
 from core.check.sampling import RequestError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
@@ -58,6 +56,9 @@ def _parameters(index: int, function: dict[str, Any]) -> dict[str, Any]:
         return dict(EMPTY_OBJECT)
     if not isinstance(params, dict):
         raise RequestError(f"{where} must be a JSON Schema object, got {type(params).__name__}")
+    # Imported here: the check's helper processes meet few tool lines (0.1 s of CPU each).
+    import jsonschema
+
     try:
         jsonschema.validators.validator_for(params).check_schema(params)
     except jsonschema.SchemaError as exc:

@@ -185,6 +185,8 @@ def find_earlier(
         for name, (_inode, _count, job_owner) in _owners(jobs_dir, disk, index).items()
         if name != skip and job_owner == owner
     )
+    if not names:  # nothing to take: no sort of the keys (a forecast asks a file's worth)
+        return EarlierAnswers([], found)
     order = np.argsort(asked["high"], kind="stable")  # asked in key order: pages in order
     sorted_asked = asked[order]
     candidates = _candidates(jobs_dir, names, disk, index, sorted_asked)
