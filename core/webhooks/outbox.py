@@ -27,13 +27,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from functools import cache
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -199,13 +198,18 @@ def delivery_log(home: Path, limit: int = 100) -> list[dict[str, object]]:
     ][:limit]
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):
-        return None  # a 3xx is an answer that is not 2xx: retried, never followed
+@cache
+def _opener() -> Any:
+    """The opener every delivery takes, built at the first: urllib's HTTP client (and ssl)
+    load then, not with every ``python -m core`` command (about 40 ms of CPU)."""
+    import urllib.request
 
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None  # a 3xx is an answer that is not 2xx: retried, never followed
 
-# No proxy from the environment: an endpoint is called directly, loopback included.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+    # No proxy from the environment: an endpoint is called directly, loopback included.
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect())
 
 
 def send(endpoint: Endpoint, body: bytes, message_id: str, timeout: float) -> str | None:
@@ -213,9 +217,12 @@ def send(endpoint: Endpoint, body: bytes, message_id: str, timeout: float) -> st
     headers = signed_headers(
         endpoint.signing_secrets(time.time()), message_id, int(time.time()), body
     )
+    import urllib.error
+    import urllib.request
+
     request = urllib.request.Request(endpoint.url, data=body, headers=headers, method="POST")
     try:
-        with _OPENER.open(request, timeout=timeout) as answer:
+        with _opener().open(request, timeout=timeout) as answer:
             return None if 200 <= answer.status < 300 else f"HTTP {answer.status}"
     except urllib.error.HTTPError as exc:
         return f"HTTP {exc.code}"
