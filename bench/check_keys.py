@@ -3,8 +3,11 @@ deterministic lines (temperature 0: every line keyed) and without (temperature 1
 
     .venv/bin/python bench/check_keys.py                         # this checkout, 300,000 lines
     .venv/bin/python bench/check_keys.py --against /tmp/wt-old   # and another checkout
+    .venv/bin/python bench/check_keys.py --sensitive allow       # the scan off (default: warn)
 
-Each run is a fresh ``python -m core check`` process in an empty home (no earlier jobs);
+Each run is a fresh ``python -m core check`` process in an empty home (no earlier jobs)
+whose policy for sensitive data is ``--sensitive`` (warn, the studio's default, scans every
+line's prompt; allow scans nothing; a checkout from before the scan ignores it);
 checkouts take turns, file by file, so a noisy machine slows them alike. Each checkout's
 ``core`` is byte-compiled first: where ``PYTHONDONTWRITEBYTECODE`` is set, every run would
 otherwise compile its modules again (and a checkout with more modules pay more). It prints
@@ -15,6 +18,7 @@ median to this one's (above 1: slower than this checkout).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
@@ -64,6 +68,9 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=300_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--against", action="append", default=[], help="another checkout")
+    parser.add_argument(
+        "--sensitive", choices=["allow", "warn"], default="warn", help="the home's scan policy"
+    )
     args = parser.parse_args()
     checkouts = [ROOT, *(Path(p).resolve() for p in args.against)]
     for checkout in checkouts:
@@ -72,6 +79,8 @@ def main() -> int:
         files = write_files(Path(tmp), args.lines)
         home = Path(tmp) / "home"
         home.mkdir()
+        (home / "sensitive.json").write_text(json.dumps({"policy": args.sensitive}))
+        print(f"policy for sensitive data: {args.sensitive}")
         times = {(c, f): [] for c in checkouts for f in files}
         cpus = {(c, f): [] for c in checkouts for f in files}
         for run in range(args.runs):

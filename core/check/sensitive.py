@@ -113,10 +113,10 @@ _CLASS_HINTS = (
     re.compile(rb"_[0hg]{20}"),  # _SECRET_HINT_RAW's long tokens
     re.compile(rb"-[0hg]{20}"),
 )
-# _SECRET_HINT_RAW's literal starts, on the bytes as they are.
+# _SECRET_HINT_RAW's literal starts, on the bytes as they are (an "@" first: "in" finds it).
+_AT = re.compile(rb"@")
 _LITERAL_HINTS = tuple(
-    re.compile(pattern)
-    for pattern in (rb"@", rb"-----BEGIN", rb"A(?:KIA|SIA|Iza)", rb"\.eyJ", rb"SG\.")
+    re.compile(pattern) for pattern in (rb"-----BEGIN", rb"A(?:KIA|SIA|Iza)", rb"\.eyJ", rb"SG\.")
 )
 
 
@@ -129,7 +129,8 @@ def lines_worth_a_look(raws: list[bytes]) -> list[int]:
     mapped = joined.translate(_CLASSES)
     ends: list[int] | None = None  # where each line ends in the joined bytes, when needed
     picked: set[int] = set()
-    for text, patterns in ((mapped, _CLASS_HINTS), (joined, _LITERAL_HINTS)):
+    at = (_AT,) if b"@" in joined else ()
+    for text, patterns in ((mapped, _CLASS_HINTS), (joined, (*at, *_LITERAL_HINTS))):
         for pattern in patterns:
             found = pattern.search(text)
             while found is not None:
