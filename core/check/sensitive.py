@@ -122,7 +122,8 @@ _LITERAL_HINTS = tuple(
 
 def lines_worth_a_look(raws: list[bytes]) -> list[int]:
     """The positions in ``raws`` of the lines :func:`worth_a_look` picks, found by searching
-    them all at once, joined by newlines (no hint matches across one), about 4x cheaper."""
+    them all at once, joined by newlines (no hint matches across one): about 2.7x cheaper
+    a line than line by line (3.9 against 10.4 µs of CPU on a clean line, 2026-12-06)."""
     if not raws:
         return []
     joined = b"\n".join(raws)
