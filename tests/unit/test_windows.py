@@ -1,0 +1,109 @@
+"""Run windows (issue 42 items 3 and 4): the text form, when a window opens and closes
+(daylight saving included), the hours open between two times, and bad input refused whole."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from core.jobs.windows import (
+    WindowProblem,
+    check_settings,
+    parse,
+    read_settings,
+    save_settings,
+    set_owner_default,
+    windows_for,
+)
+
+NIGHTS = "weekdays 20:00-07:00, weekends all day"
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_the_issues_example_reads_and_opens_on_weeknights_and_weekends():
+    windows = parse(NIGHTS, "Europe/Paris")
+    assert windows.text == NIGHTS
+    monday_noon = at("2026-12-07T12:00+01:00")
+    assert not windows.is_open(monday_noon)
+    assert windows.next_open(monday_noon) == at("2026-12-07T20:00+01:00")
+    assert windows.next_close(at("2026-12-07T21:00+01:00")) == at("2026-12-08T07:00+01:00")
+    # Friday night runs on into the weekend and to Monday 07:00
+    assert windows.is_open(at("2026-12-12T03:00+01:00"))
+    assert windows.next_close(at("2026-12-11T21:00+01:00")) == at("2026-12-14T07:00+01:00")
+    assert windows.next_open(at("2026-12-08T06:59+01:00")) == at("2026-12-08T06:59+01:00")
+
+
+def test_hours_open_between_two_times_and_when_work_ends():
+    windows = parse(NIGHTS, "UTC")
+    monday = at("2026-12-07T12:00+00:00")
+    # four weeknights of 11 h, then Friday 20:00 to Monday 07:00 (59 h)
+    assert windows.open_seconds(monday, monday + timedelta(days=7)) == 103 * 3600
+    # 12 h of work: 11 h on Monday night, the last hour on Tuesday night
+    assert windows.finish_after(monday, 12 * 3600) == at("2026-12-08T21:00+00:00")
+
+
+def test_wall_clock_hours_hold_across_daylight_saving():
+    windows = parse("daily 02:30-04:00", "Europe/Paris")
+    # 29 March 2026: clocks jump from 02:00 to 03:00; the window opens at the jump
+    assert windows.next_open(at("2026-03-29T00:00+01:00")) == at("2026-03-29T03:00+02:00")
+    assert windows.open_seconds(at("2026-03-29T00:00+01:00"), at("2026-03-29T12:00+02:00")) == 3600
+    # summer: 20:00 is 18:00 UTC, winter 19:00 UTC
+    evening = parse("daily 20:00-22:00", "Europe/Paris")
+    assert evening.next_open(at("2026-07-01T12:00+00:00")) == at("2026-07-01T18:00+00:00")
+    assert evening.next_open(at("2026-12-01T12:00+00:00")) == at("2026-12-01T19:00+00:00")
+    # 25 October 2026: clocks go back, 02:00-03:00 happens twice; the window is 3 h long
+    back = parse("sun 01:00-04:00", "Europe/Paris")
+    day = at("2026-10-25T00:00+02:00")
+    assert back.open_seconds(day, day + timedelta(hours=12)) == 4 * 3600
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("mon 09:00-09:00", "never opens"),
+        ("mon 00:00-00:00", "never opens"),
+        ("funday 10:00-11:00", "'funday' is not a day"),
+        ("mon 10-11", "are not HH:MM-HH:MM"),
+        ("daily 25:00-26:00", "is not a time of day"),
+        ("mon 08:00-12:00, mon 11:00-13:00", "overlap on Monday 11:00-12:00"),
+        ("weekdays 20:00-07:00, tue 06:00-08:00", "overlap on Tuesday 06:00-07:00"),
+        ("mon 10:00-11:00,, tue", "window 2 is empty"),
+    ],
+)
+def test_bad_windows_are_refused_with_what_is_wrong(text, says):
+    with pytest.raises(WindowProblem, match=says):
+        parse(text, "UTC")
+
+
+def test_every_reason_at_once_and_an_unknown_zone():
+    with pytest.raises(WindowProblem) as caught:
+        parse("funday, mon 09:00-09:00", "Mars/Olympus")
+    message = str(caught.value)
+    assert "unknown time zone 'Mars/Olympus'" in message
+    assert "'funday' is not a day" in message and "never opens" in message
+
+
+def test_touching_windows_and_empty_text():
+    assert parse("mon 08:00-12:00; mon 12:00-13:00", "UTC") is not None
+    assert parse("", "UTC") is None
+    always = parse("daily", "UTC")
+    now = at("2026-12-07T12:00+00:00")
+    assert always.is_open(now) and always.next_close(now) is None
+    assert always.finish_after(now, 60) == now + timedelta(seconds=60)
+
+
+def test_settings_refused_whole_and_the_job_s_own_windows_win(tmp_path):
+    save_settings(tmp_path, check_settings("UTC", "weekends", {"alice": "daily 20:00-06:00"}))
+    with pytest.raises(WindowProblem, match="default windows"):
+        check_settings("UTC", "mon 9-9")
+    with pytest.raises(WindowProblem, match="bob's windows"):
+        set_owner_default(tmp_path, "bob", "mon 09:00-09:00")
+    assert "bob" not in read_settings(tmp_path).owners  # nothing half-set
+    assert windows_for(tmp_path, None, "alice").text == "daily 20:00-06:00"
+    assert windows_for(tmp_path, "", "carol").text == "weekends all day"
+    assert windows_for(tmp_path, "mon 01:00-02:00", "alice").text == "mon 01:00-02:00"
+    assert windows_for(tmp_path, "any", "alice") is None
