@@ -22,7 +22,9 @@ The rules:
   (:mod:`core.jobs.quotas`): else :class:`OverQuota`, which the API answers with 429;
 - a job over one of the studio's approval thresholds (:mod:`core.jobs.approval`) is made
   ``awaiting_approval`` with no worker: :func:`approve` queues it and starts one,
-  :func:`reject` ends it ``failed`` with the reason. A rejected job never runs.
+  :func:`reject` ends it ``failed`` with the reason. A rejected job never runs;
+- its run windows (:mod:`core.jobs.windows`: its own, else its owner's default, else the
+  studio's) can be read; it is queued at once, and the worker starts it when one opens.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from core.jobs.folder import (
 )
 from core.jobs.names import distinct_name
 from core.jobs.quotas import QuotaProblem, over_quota
+from core.jobs.windows import RunWindows, WindowProblem, windows_for
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
     BatchOrigin,
@@ -138,6 +141,9 @@ class Submission:
     # Deterministic requests take answers already made (core/reuse); None: the studio's
     # default (core.config.reuse_default).
     reuse: bool | None = None
+    # The weekly hours it may run in (core/jobs/windows.py's text form); None or "": its
+    # owner's default, else the studio's; "any": any time, whatever the defaults.
+    run_windows: str | None = None
 
 
 def _folder(path: str) -> str:
@@ -315,9 +321,10 @@ def submit(
     problems = settings_problems(submission, gpus)
     report = checked(file, defaults=submission.defaults, **_model_options(submission, problems))
     problems += file_problems(report, submission.skip_invalid)
+    jobs_dir = jobs_dir or data_paths().jobs
+    windows = _windows(submission, jobs_dir.parent, problems)
     if problems:
         raise Refused(problems, report)
-    jobs_dir = jobs_dir or data_paths().jobs
     owner, who = submission_owner(submission)
     try:
         over = over_quota(jobs_dir.parent, jobs_dir, owner, who, report.lines)
@@ -354,6 +361,7 @@ def submit(
         batch=s.batch,
         endpoints=[url for url, lines in report.urls.items() if lines],
         reuse=planned.reuse,
+        run_windows=windows,
     )
     try:
         job.write_refusals(_refusals(report))
@@ -365,6 +373,16 @@ def submit(
         remove_folder(job)
         raise
     return Started(job, worker)
+
+
+def _windows(submission: Submission, home: Path, problems: list[str]) -> RunWindows | None:
+    """The job's run windows; a reason added to ``problems`` where they cannot be kept."""
+    owner = submission.owner or local_owner(None).removeprefix("user:")
+    try:
+        return windows_for(home, submission.run_windows, owner)
+    except WindowProblem as exc:
+        problems.append(f"run windows: {exc}")
+        return None
 
 
 def _decidable(job: JobFolder, who: str, access: AccessConfig | None) -> ApprovalRequest:

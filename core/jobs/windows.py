@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import time as time_module
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -28,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationError, field_validator
 
 from core.files import write_atomic
-from core.schemas import FrozenModel, Model, to_json
+from core.schemas import FrozenModel, JobSpec, Model, to_json
 
 SETTINGS_FILE = "run_windows.json"  # in the data folder: the zone and the defaults
 
@@ -257,6 +258,38 @@ class RunWindows(FrozenModel):
                 return moment + timedelta(seconds=left)
             left -= (close - moment).total_seconds()
             moment = close
+
+
+def of_spec(spec: JobSpec) -> RunWindows | None:
+    """The windows a job runs in (None: any time), as its spec keeps them."""
+    if not spec.run_windows:
+        return None
+    return parse(spec.run_windows, spec.run_windows_zone)
+
+
+class Clock:
+    """The wall time windows are judged at, and the worker's wait; a test passes one that
+    moves time on at each wait instead of waiting for hours."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time_module.sleep(seconds)
+
+
+def when(moment: datetime, zone: str) -> str:
+    """A moment as people read it, in the windows' zone: ``Mon 7 Dec 20:00 CET``."""
+    local = _aware(moment).astimezone(ZoneInfo(zone))
+    return f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"
+
+
+def held_message(windows: RunWindows, at: datetime) -> str:
+    """What a queued job outside its windows says: when it runs next."""
+    return (
+        f"outside its run windows ({windows.describe()}): runs next at "
+        f"{when(windows.next_open(at), windows.zone)}"
+    )
 
 
 # -- the text form --------------------------------------------------------------------------

@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from core.jobs.folder import queue_job
 from core.jobs.windows import (
+    Clock,
     WindowProblem,
     check_settings,
     parse,
@@ -16,6 +18,8 @@ from core.jobs.windows import (
     set_owner_default,
     windows_for,
 )
+from core.run import worker
+from tests.support.jobs import Answers, make_job, rewrite_spec
 
 NIGHTS = "weekdays 20:00-07:00, weekends all day"
 
@@ -107,3 +111,67 @@ def test_settings_refused_whole_and_the_job_s_own_windows_win(tmp_path):
     assert windows_for(tmp_path, "", "carol").text == "weekends all day"
     assert windows_for(tmp_path, "mon 01:00-02:00", "alice").text == "mon 01:00-02:00"
     assert windows_for(tmp_path, "any", "alice") is None
+
+
+class MovingClock(Clock):
+    """Time that moves on by ``step`` at each of the worker's waits, without waiting; it
+    keeps what the job's status said at the first wait."""
+
+    def __init__(self, start: datetime, job, step: timedelta = timedelta(minutes=15)):
+        self.moment, self.job, self.step = start, job, step
+        self.said_while_waiting: list[str] = []
+
+    def now(self) -> datetime:
+        return self.moment
+
+    def sleep(self, seconds: float) -> None:
+        if not self.said_while_waiting:
+            status = self.job.read_status()
+            self.said_while_waiting.append(f"{status.state}: {status.message}")
+        self.moment += self.step
+
+
+class Clocked(Answers):
+    """Answers every request, noting the (moved) time each ran at."""
+
+    def __init__(self, clock: MovingClock) -> None:
+        super().__init__()
+        self.clock, self.at = clock, []
+
+    def run(self, requests):
+        self.at.append(self.clock.now())
+        yield from super().run(requests)
+
+
+def test_a_queued_job_outside_its_window_waits_and_starts_by_itself_when_it_opens(
+    tmp_path, monkeypatch
+):
+    job = make_job(tmp_path, 3)
+    rewrite_spec(job, run_windows="daily 20:00-22:00", run_windows_zone="UTC")
+    queue_job(job)
+    clock = MovingClock(at("2026-12-07T12:00+00:00"), job)
+    executor = Clocked(clock)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: executor)
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+
+    status = worker.serve(job, clock=clock)  # the worker started for it, as submit does
+
+    assert clock.said_while_waiting == [
+        "queued: outside its run windows (daily 20:00-22:00 (UTC)): runs next at "
+        "Mon 7 Dec 20:00 UTC"
+    ]
+    assert executor.at == [at("2026-12-07T20:00+00:00")]  # not before, and not a day late
+    assert status.state == "completed" and status.succeeded == 3
+    assert sorted(executor.ran) == ["r0", "r1", "r2"]
+
+
+def test_a_job_inside_its_window_and_one_without_windows_start_at_once(tmp_path, monkeypatch):
+    job = make_job(tmp_path, 2)
+    rewrite_spec(job, run_windows=NIGHTS, run_windows_zone="UTC")
+    queue_job(job)
+    clock = MovingClock(at("2026-12-12T12:00+00:00"), job)  # a Saturday
+    executor = Clocked(clock)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: executor)
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+    assert worker.serve(job, clock=clock).state == "completed"
+    assert executor.at == [at("2026-12-12T12:00+00:00")]
