@@ -10,13 +10,14 @@ between jobs that use it.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from core.jobs.engine_files import read_state
 from core.jobs.engine_lock import EngineLock  # noqa: F401 (the queue's lock, imported from here)
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.windows import RunWindows, WindowProblem, held_message, of_spec
+from core.schemas import JobSpec
 
 
 def priority(job: JobFolder) -> int:
@@ -68,6 +69,14 @@ class Held:
                     job.write_status(status)
 
 
+def past_completion(spec: JobSpec, at: datetime) -> bool:
+    if not spec.completion_window_hours:
+        return False
+    created = datetime.fromisoformat(spec.created_at)
+    created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return at > created + timedelta(hours=spec.completion_window_hours)
+
+
 def runnable_jobs(jobs_dir: Path, at: datetime) -> tuple[list[JobFolder], Held]:
     """The queued jobs that may start at ``at``, in the order they run, and those held
     outside their run windows. A job whose windows cannot be read runs (and its folder's
@@ -75,10 +84,12 @@ def runnable_jobs(jobs_dir: Path, at: datetime) -> tuple[list[JobFolder], Held]:
     runnable, held = [], []
     for job in queued_jobs(jobs_dir):
         try:
-            windows = of_spec(job.read_spec())
+            spec = job.read_spec()
+            windows = of_spec(spec)
         except (JobUnreadable, WindowProblem):
             windows = None
-        if windows is None or windows.is_open(at):
+        # one past its completion window is taken too: the worker ends it expired
+        if windows is None or windows.is_open(at) or past_completion(spec, at):
             runnable.append(job)
         else:
             held.append((job, windows))

@@ -48,6 +48,7 @@ from core.jobs.approval import (
     Decision,
     decide,
     hold,
+    job_estimate,
     read_request,
     read_settings,
     refusal,
@@ -63,7 +64,14 @@ from core.jobs.folder import (
 )
 from core.jobs.names import distinct_name
 from core.jobs.quotas import QuotaProblem, over_quota
-from core.jobs.windows import RunWindows, WindowProblem, windows_for
+from core.jobs.windows import (
+    Clock,
+    RunWindows,
+    WindowProblem,
+    completion_problem,
+    held_message,
+    windows_for,
+)
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
     BatchOrigin,
@@ -109,6 +117,9 @@ class Started(NamedTuple):
     job: JobFolder
     worker: subprocess.Popen | None
     awaiting: ApprovalRequest | None = None
+    # What the submitter should know before it starts: when it runs (outside its run
+    # windows), and a completion window its run windows cannot meet.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -365,14 +376,15 @@ def submit(
     )
     try:
         job.write_refusals(_refusals(report))
+        notes = _window_notes(windows, s.completion_window_hours, report, jobs_dir)
         if request is not None:  # nothing runs before a person approves it
             hold(job, request)
-            return Started(job, None, request)
+            return Started(job, None, request, notes)
         worker = start_worker(job)  # its queued status is written first
     except BaseException:  # a full disk: the job was never whole, so nothing of it stays
         remove_folder(job)
         raise
-    return Started(job, worker)
+    return Started(job, worker, None, notes)
 
 
 def _windows(submission: Submission, home: Path, problems: list[str]) -> RunWindows | None:
@@ -383,6 +395,21 @@ def _windows(submission: Submission, home: Path, problems: list[str]) -> RunWind
     except WindowProblem as exc:
         problems.append(f"run windows: {exc}")
         return None
+
+
+def _window_notes(
+    windows: RunWindows | None, hours: float | None, report: CheckReport, jobs_dir: Path
+) -> tuple[str, ...]:
+    """When a job in run windows runs, and a completion window they cannot meet."""
+    if windows is None:
+        return ()
+    at = Clock().now()
+    notes = [] if windows.is_open(at) else [held_message(windows, at)]
+    seconds = job_estimate(report, jobs_dir.parent, jobs_dir).seconds if hours else None
+    problem = completion_problem(windows, hours, seconds, at)
+    if problem:
+        notes.append(f"warning: {problem}")
+    return tuple(notes)
 
 
 def _decidable(job: JobFolder, who: str, access: AccessConfig | None) -> ApprovalRequest:

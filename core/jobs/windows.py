@@ -32,6 +32,8 @@ from core.files import write_atomic
 from core.schemas import FrozenModel, JobSpec, Model, to_json
 
 SETTINGS_FILE = "run_windows.json"  # in the data folder: the zone and the defaults
+METADATA_KEY = "run_window"  # the Batch API's metadata key giving a batch its windows
+NEXT_RUN_KEY = "next_run"  # ...and the one saying when a batch outside them runs next
 
 DAY = 24 * 60  # minutes
 WEEK = 7 * DAY
@@ -282,6 +284,31 @@ def when(moment: datetime, zone: str) -> str:
     """A moment as people read it, in the windows' zone: ``Mon 7 Dec 20:00 CET``."""
     local = _aware(moment).astimezone(ZoneInfo(zone))
     return f"{local:%a} {local.day} {local:%b %H:%M} {local.tzname()}"
+
+
+def completion_problem(
+    windows: RunWindows, hours: float | None, seconds: float | None, at: datetime
+) -> str | None:
+    """Why a job submitted at ``at`` cannot end within its completion window of ``hours``
+    when it runs only in ``windows`` and takes ``seconds`` (None: not estimated, then only
+    a window that never opens in time is said); None when it can, or has no such window."""
+    if not hours:
+        return None
+    end = _aware(at) + timedelta(hours=hours)
+    open_for = windows.open_seconds(at, end)
+    if open_for <= 0:
+        return (
+            f"no run window opens within its completion window of {hours:g} h "
+            f"({windows.describe()}; the next opens {when(windows.next_open(at), windows.zone)})"
+            ": it will expire before it runs"
+        )
+    if seconds is not None and seconds > open_for:
+        return (
+            f"its run windows ({windows.describe()}) leave {open_for / 3600:.1f} h of its "
+            f"completion window of {hours:g} h, and it is estimated at {seconds / 3600:.1f} h: "
+            "what has not run by then expires"
+        )
+    return None
 
 
 def held_message(windows: RunWindows, at: datetime) -> str:

@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core.jobs.folder import queue_job
+from core.config import data_paths
+from core.jobs.folder import list_jobs, queue_job
+from core.jobs.submit import Submission, submit
 from core.jobs.windows import (
+    DAY_NAMES,
     Clock,
     WindowProblem,
     check_settings,
@@ -19,7 +22,11 @@ from core.jobs.windows import (
     windows_for,
 )
 from core.run import worker
-from tests.support.jobs import Answers, make_job, rewrite_spec
+from core.schemas import EngineConfig
+from tests.support.api import chats, sdk
+from tests.support.cli import cli
+from tests.support.jobs import Answers, make_job, request_line, rewrite_spec
+from tests.support.submit import write
 
 NIGHTS = "weekdays 20:00-07:00, weekends all day"
 
@@ -175,3 +182,65 @@ def test_a_job_inside_its_window_and_one_without_windows_start_at_once(tmp_path,
     monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
     assert worker.serve(job, clock=clock).state == "completed"
     assert executor.at == [at("2026-12-12T12:00+00:00")]
+
+
+def _closed_day() -> str:
+    """A day, all day, that is not today nor tomorrow (UTC): closed now and for 24 h."""
+    return DAY_NAMES[(datetime.now(UTC).weekday() + 3) % 7] + " all day"
+
+
+def test_submit_keeps_the_windows_says_when_it_runs_and_that_it_cannot_meet_its_window(
+    studio_home, tmp_path, model, no_worker
+):
+    save_settings(data_paths().home, check_settings("UTC"))
+    batch = write(tmp_path / "b.jsonl", [request_line(f"r{i}", "hi") for i in range(2)])
+    engine = EngineConfig(model=str(model))
+    started = submit(batch, Submission(engine=engine, run_windows=_closed_day()))
+    spec = started.job.read_spec()
+    assert (spec.run_windows, spec.run_windows_zone) == (_closed_day(), "UTC")
+    held, warning = started.notes
+    assert held.startswith(f"outside its run windows ({_closed_day()} (UTC)): runs next at ")
+    assert warning.startswith("warning: no run window opens within its completion window of 24 h")
+    assert no_worker == [started.job]  # queued with its worker, which waits for the window
+    # no completion window: nothing to warn of
+    quiet = submit(
+        batch, Submission(engine=engine, run_windows=_closed_day(), completion_window_hours=None)
+    )
+    assert len(quiet.notes) == 1
+
+
+def test_bad_windows_refuse_the_job_whole_in_core_run(studio_home, tmp_path, model, no_worker):
+    batch = write(tmp_path / "b.jsonl", [request_line("r0", "hi")])
+    args = ["run", str(batch), "-o", str(tmp_path / "out.jsonl"), "--model", str(model)]
+    refused = cli(*args, "--windows", "weekdays 20:00-07:00, mon 06:00-08:00")
+    assert refused.returncode == 2
+    assert "run windows: windows 'weekdays 20:00-07:00' and 'mon 06:00-08:00' overlap on " in (
+        refused.stderr
+    )
+    assert list_jobs(data_paths().jobs) == [] and no_worker == []
+
+
+def test_the_api_takes_a_key_s_default_or_the_batch_s_own_windows_and_stays_validating(
+    api, keys, no_worker
+):
+    home = data_paths().home
+    save_settings(home, check_settings("UTC"))
+    set_owner_default(home, "alice", _closed_day())
+    alice = sdk(api, keys["alice"])
+    file = alice.files.create(file=("a.jsonl", chats(2)), purpose="batch")
+    batch = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert batch.status == "validating"
+    assert batch.metadata["next_run"].startswith(f"outside its run windows ({_closed_day()}")
+    own = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h",
+        metadata={"run_window": "any"},
+    )  # fmt: skip
+    assert own.status == "validating" and "next_run" not in own.metadata
+    bad = alice.batches.create(
+        input_file_id=file.id, endpoint="/v1/chat/completions", completion_window="24h",
+        metadata={"run_window": "funday"},
+    )  # fmt: skip
+    assert bad.status == "failed"
+    assert "run windows: window 1 'funday': 'funday' is not a day" in bad.errors.data[0].message
