@@ -24,7 +24,7 @@ from core.api.keys import Caller
 from core.endpoints import CHAT_URL
 from core.jobs.folder import JobFolder
 from core.jobs.recovery import interrupted_message, wake_worker
-from core.jobs.windows import NEXT_RUN_KEY, Clock, WindowProblem, held_message, of_spec
+from core.jobs.windows import NEXT_RUN_KEY, held_note
 from core.schemas import STALE_AFTER_SECONDS, JobSpec, JobStatus
 
 METADATA_VALUE = 512  # OpenAI's longest metadata value
@@ -73,20 +73,6 @@ def openai_status(status: JobStatus) -> str:
             return "finalizing"
         return "in_progress"
     return state  # cancelling, completed, failed, cancelled, expired: OpenAI's own words
-
-
-def _held(spec: JobSpec, status: JobStatus) -> str | None:
-    """When a queued batch outside its run windows runs next (None: it is not held)."""
-    if status.state not in ("created", "queued"):
-        return None
-    try:
-        windows = of_spec(spec)
-    except WindowProblem:
-        return None
-    at = Clock().now()
-    if windows is None or windows.is_open(at):
-        return None
-    return held_message(windows, at)
 
 
 def _endpoint(job: JobFolder, spec: JobSpec) -> str:
@@ -167,7 +153,7 @@ def batch_of(job: JobFolder) -> dict:
     }
     if status.state == "awaiting_approval":  # why it waits, the estimate and who asked
         batch["metadata"]["approval"] = status.message[:METADATA_VALUE]
-    held = _held(spec, status)
+    held = held_note(spec, status)
     if held:  # outside its run windows: still validating (or in_progress if it has run)
         batch["metadata"][NEXT_RUN_KEY] = held[:METADATA_VALUE]
     if state == "failed" and status.error:

@@ -68,8 +68,7 @@ from core.jobs.windows import (
     Clock,
     RunWindows,
     WindowProblem,
-    completion_problem,
-    held_message,
+    submission_notes,
     windows_for,
 )
 from core.model_folders import ModelError, check_model_folder
@@ -387,11 +386,21 @@ def submit(
     return Started(job, worker, None, notes)
 
 
+def planned_windows(submission: Submission, home: Path) -> RunWindows | None:
+    """The run windows a job of ``submission`` gets: its own, else its owner's default,
+    else the studio's (what Run shows before Start).
+
+    Raises:
+        WindowProblem: they cannot be kept (bad text, unreadable settings).
+    """
+    owner = submission.owner or local_owner(None).removeprefix("user:")
+    return windows_for(home, submission.run_windows, owner)
+
+
 def _windows(submission: Submission, home: Path, problems: list[str]) -> RunWindows | None:
     """The job's run windows; a reason added to ``problems`` where they cannot be kept."""
-    owner = submission.owner or local_owner(None).removeprefix("user:")
     try:
-        return windows_for(home, submission.run_windows, owner)
+        return planned_windows(submission, home)
     except WindowProblem as exc:
         problems.append(f"run windows: {exc}")
         return None
@@ -403,13 +412,8 @@ def _window_notes(
     """When a job in run windows runs, and a completion window they cannot meet."""
     if windows is None:
         return ()
-    at = Clock().now()
-    notes = [] if windows.is_open(at) else [held_message(windows, at)]
     seconds = job_estimate(report, jobs_dir.parent, jobs_dir).seconds if hours else None
-    problem = completion_problem(windows, hours, seconds, at)
-    if problem:
-        notes.append(f"warning: {problem}")
-    return tuple(notes)
+    return submission_notes(windows, hours, seconds, Clock().now())
 
 
 def _decidable(job: JobFolder, who: str, access: AccessConfig | None) -> ApprovalRequest:

@@ -29,7 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, ValidationError, field_validator
 
 from core.files import write_atomic
-from core.schemas import FrozenModel, JobSpec, Model, to_json
+from core.schemas import WAITING_STATES, FrozenModel, JobSpec, JobStatus, Model, to_json
 
 SETTINGS_FILE = "run_windows.json"  # in the data folder: the zone and the defaults
 METADATA_KEY = "run_window"  # the Batch API's metadata key giving a batch its windows
@@ -311,6 +311,35 @@ def completion_problem(
     return None
 
 
+def held_note(spec: JobSpec, status: JobStatus, at: datetime | None = None) -> str | None:
+    """When a job waiting to start runs next, if it is outside its run windows now (None:
+    it is not waiting, or may start); what Monitor, Jobs and the Batch API say."""
+    if status.state not in WAITING_STATES:
+        return None
+    try:
+        windows = of_spec(spec)
+    except WindowProblem:
+        return None
+    at = at or Clock().now()
+    if windows is None or windows.is_open(at):
+        return None
+    return held_message(windows, at)
+
+
+def submission_notes(
+    windows: RunWindows | None, hours: float | None, seconds: float | None, at: datetime
+) -> tuple[str, ...]:
+    """What a submitter is told of a job's windows before it starts: when it runs (outside
+    them now), and a completion window they cannot meet (a warning)."""
+    if windows is None:
+        return ()
+    notes = [] if windows.is_open(at) else [held_message(windows, at)]
+    problem = completion_problem(windows, hours, seconds, at)
+    if problem:
+        notes.append(f"warning: {problem}")
+    return tuple(notes)
+
+
 def held_message(windows: RunWindows, at: datetime) -> str:
     """What a queued job outside its windows says: when it runs next."""
     return (
@@ -503,6 +532,57 @@ def check_settings(
         return WindowSettings(zone=zone, default=parsed.text if parsed else "", owners=kept)
     except ValidationError as exc:  # a last guard; the checks above say it first
         raise WindowProblem(str(exc)) from None
+
+
+def owner_lines(text: str) -> dict[str, str]:
+    """Owners' default windows from lines ``NAME = WINDOWS`` (Settings' form of them).
+
+    Raises:
+        WindowProblem: a line that is not one, by its number.
+    """
+    owners, problems = {}, []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, windows = line.partition("=")
+        if not sep or not name.strip() or not windows.strip():
+            problems.append(f"line {number}: write NAME = WINDOWS (got {line.strip()!r})")
+        elif name.strip() in owners:
+            problems.append(f"line {number}: {name.strip()!r} is named twice")
+        else:
+            owners[name.strip()] = windows.strip()
+    if problems:
+        raise WindowProblem("; ".join(problems))
+    return owners
+
+
+def check_form(zone: str | None, default: str, owners: str) -> WindowSettings:
+    """Settings' form checked whole: the zone, the default, and ``NAME = WINDOWS`` lines.
+
+    Raises:
+        WindowProblem: every reason; nothing is kept.
+    """
+    problems, named = [], {}
+    try:
+        named = owner_lines(owners)
+    except WindowProblem as exc:
+        problems.append(str(exc))
+    try:
+        settings = check_settings(zone, default, named)
+    except WindowProblem as exc:
+        problems.append(str(exc))
+    if problems:
+        raise WindowProblem("; ".join(problems))
+    return settings
+
+
+def sentence(text: str) -> str:
+    """``text`` with its first letter a capital (a note shown on its own)."""
+    return text[:1].upper() + text[1:]
+
+
+def owners_text(settings: WindowSettings) -> str:
+    return "\n".join(f"{name} = {text}" for name, text in settings.owners.items())
 
 
 def save_settings(home: Path, settings: WindowSettings) -> None:
