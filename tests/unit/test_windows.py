@@ -244,3 +244,17 @@ def test_the_api_takes_a_key_s_default_or_the_batch_s_own_windows_and_stays_vali
     )  # fmt: skip
     assert bad.status == "failed"
     assert "run windows: window 1 'funday': 'funday' is not a day" in bad.errors.data[0].message
+
+
+def test_core_keys_windows_sets_a_key_s_default_and_refuses_bad_ones(studio_home, keys):
+    home = data_paths().home
+    save_settings(home, check_settings("Europe/Paris"))
+    done = cli("keys", "windows", "alice", NIGHTS)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"key alice: its jobs run in {NIGHTS} (Europe/Paris)"
+    bad = cli("keys", "windows", "alice", "mon 09:00-09:00")
+    assert bad.returncode == 2 and "alice's windows: window 1" in bad.stderr
+    assert read_settings(home).owners == {"alice": NIGHTS}  # kept as it was
+    assert cli("keys", "windows", "carol", NIGHTS).returncode == 2  # no such key
+    cleared = cli("keys", "windows", "alice", "")
+    assert "no windows of its own; the studio's default: any time" in cleared.stdout
