@@ -527,6 +527,13 @@ def sensitive_section(home: Path) -> None:
     st.caption(SENSITIVE_HELP)
 
 
+def job_rules(home: Path) -> None:
+    """What a job must pass or wait for: approval, its run windows, sensitive data."""
+    approval_section(home)
+    windows_section(home)
+    sensitive_section(home)
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -537,6 +544,4 @@ engine_section(data.home)
 api_keys_section(data.home)
 quotas_section(data.home)
 webhooks_section(data.home)
-approval_section(data.home)
-windows_section(data.home)
-sensitive_section(data.home)
+job_rules(data.home)
