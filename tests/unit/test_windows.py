@@ -154,7 +154,10 @@ def test_a_queued_job_outside_its_window_waits_and_starts_by_itself_when_it_open
     tmp_path, monkeypatch
 ):
     job = make_job(tmp_path, 3)
-    rewrite_spec(job, run_windows="daily 20:00-22:00", run_windows_zone="UTC")
+    # no completion window: a job past one is taken to expire, and these dates are fixed
+    rewrite_spec(
+        job, run_windows="daily 20:00-22:00", run_windows_zone="UTC", completion_window_hours=None
+    )
     queue_job(job)
     clock = MovingClock(at("2026-12-07T12:00+00:00"), job)
     executor = Clocked(clock)
@@ -174,7 +177,7 @@ def test_a_queued_job_outside_its_window_waits_and_starts_by_itself_when_it_open
 
 def test_a_job_inside_its_window_and_one_without_windows_start_at_once(tmp_path, monkeypatch):
     job = make_job(tmp_path, 2)
-    rewrite_spec(job, run_windows=NIGHTS, run_windows_zone="UTC")
+    rewrite_spec(job, run_windows=NIGHTS, run_windows_zone="UTC", completion_window_hours=None)
     queue_job(job)
     clock = MovingClock(at("2026-12-12T12:00+00:00"), job)  # a Saturday
     executor = Clocked(clock)
