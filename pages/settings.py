@@ -452,8 +452,8 @@ def approval_section(home: Path) -> None:
 WINDOWS_HELP = (
     "Run windows are the weekly hours jobs may run in, e.g. `weekdays 20:00-07:00, weekends "
     "all day` (days: daily, weekdays, weekends, mon..sun, mon-fri; hours HH:MM-HH:MM or all "
-    "day). Outside them a job waits, queued, and starts by itself when one opens; a running "
-    "job starts nothing new once its window closes. A job's own windows (Run, `core run "
+    "day). Outside them a job waits, queued, and starts by itself when one opens (a job "
+    "already running runs on to its end). A job's own windows (Run, `core run "
     "--windows`, the Batch API's `run_window` metadata) come first, then its owner's here (a "
     "user's or an API key's name; also `python -m core keys windows NAME WINDOWS`), then the "
     "default. Empty: any time."
