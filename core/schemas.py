@@ -289,6 +289,10 @@ class JobSpec(Model):
     # Deterministic requests take answers the studio already computed (core/reuse); off,
     # every request runs on the engine.
     reuse: bool = True
+    # The weekly hours it may run in, in the text form of core/jobs/windows.py, read in
+    # ``run_windows_zone`` ("": any time); checked when it was submitted.
+    run_windows: str = ""
+    run_windows_zone: str = "UTC"
 
     @field_validator("name")
     @classmethod

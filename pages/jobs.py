@@ -22,6 +22,7 @@ from core.jobs.names import rename_job
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import priority, queued_jobs, set_priority
 from core.jobs.submit import Refused, approve, reject
+from core.jobs.windows import held_note, sentence
 from core.schemas import NAME_MAX, JobSpec, JobStatus
 from ui.job_controls import job_controls, restart
 from ui.jobs import job_label, job_labels, job_origin, jobs_or_stop, open_job
@@ -81,8 +82,11 @@ def queue_section(waiting: list[JobFolder]) -> None:
     )
     for place, queued in enumerate(waiting, start=1):
         c1, c2 = st.columns([3, 1])
-        source = queued.read_spec().source
-        c1.write(f"{place}. {escape(job_label(queued.job_id))} · {escape(source)}")
+        spec = queued.read_spec()
+        c1.write(f"{place}. {escape(job_label(queued.job_id))} · {escape(spec.source)}")
+        held = held_note(spec, queued.read_status())
+        if held:  # the worker starts it by itself when its run window opens
+            c1.caption(escape(sentence(held)))
         new = c2.number_input(
             "Priority",
             -100,
@@ -128,6 +132,9 @@ def header(chosen: Chosen) -> None:
                 st.toast(f"Renamed to {escape(kept_name)}")
                 st.rerun()
     approval_controls(chosen)
+    held = held_note(chosen.spec, chosen.status)
+    if held:
+        st.info(escape(sentence(held)), icon=":material/schedule:")
     job_controls(job, key="jobs", retry=False)  # the rerun below covers failed requests
     cols = st.columns(2)
     cols[0].page_link("pages/monitor.py", label="Monitor", icon=":material/monitoring:")

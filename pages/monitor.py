@@ -12,6 +12,7 @@ from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import ahead_of
+from core.jobs.windows import held_note, sentence
 from core.run.metrics import studio_figures
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
@@ -161,7 +162,11 @@ def progress_bar(status: JobStatus, speed: Rates) -> None:
 
 
 def waits_for(job: JobFolder, status: JobStatus) -> None:
-    """For a queued job, the jobs it waits for, by name."""
+    """For a queued job, its run window if it is outside it, and the jobs it waits for."""
+    held = held_note(job.read_spec(), status)
+    if held:  # the worker starts it by itself when its window opens
+        st.info(escape(sentence(held)), icon=":material/schedule:")
+        return
     if status.state != "queued":
         return
     ahead = ahead_of(job, paths().jobs)

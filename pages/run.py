@@ -11,8 +11,16 @@ from pydantic import ValidationError
 from core.check import CheckReport, checked
 from core.config import reuse_default
 from core.devices import gpu_count
-from core.jobs.submit import Refused, Submission, default_name, file_problems, submit
+from core.jobs.submit import (
+    Refused,
+    Submission,
+    default_name,
+    file_problems,
+    planned_windows,
+    submit,
+)
 from core.jobs.uploads import fetch_upload
+from core.jobs.windows import Clock, WindowProblem, sentence, submission_notes
 from core.plan.pricing import format_money, load_prices
 from core.schemas import NAME_MAX, EngineConfig, JobDefaults, RaySettings, problems_of
 from core.storage.s3 import S3Location, StorageError
@@ -86,6 +94,7 @@ class RunChoices(NamedTuple):
     where: Where
     output_uri: str
     reuse: bool
+    run_windows: str
     invalid: InvalidLines
 
 
@@ -299,6 +308,36 @@ def reuse_answers() -> bool:
     )
 
 
+def run_windows_field() -> str:
+    """The weekly hours the job may run in ("": its owner's or the studio's default)."""
+    return st.text_input(
+        "Run windows (optional)",
+        placeholder="weekdays 20:00-07:00, weekends all day",
+        help="The hours the job may run in, in the studio's time zone (Settings). Outside them "
+        "it waits, queued, and starts by itself when one opens. Empty: your default windows or "
+        "the studio's (Settings); any: any time.",
+        key="run_windows",
+    ).strip()
+
+
+def windows_section(batch: CheckedBatch, choices: RunChoices) -> None:
+    """When the job would run, and a completion window its run windows cannot meet, said
+    before Start (as submit says them: one rule)."""
+    planned = submission(batch, choices)
+    try:
+        windows = planned_windows(planned, paths().home)
+    except WindowProblem as exc:
+        st.error(escape(f"run windows: {exc}"), icon=":material/block:")
+        return
+    seconds = (batch.estimate or {}).get("seconds")
+    notes = submission_notes(windows, planned.completion_window_hours, seconds, Clock().now())
+    for note in notes:
+        if note.startswith("warning: "):
+            st.warning(escape(sentence(note.removeprefix("warning: "))), icon="⚠️")
+        else:
+            st.info(escape(sentence(note)), icon=":material/schedule:")
+
+
 def invalid_lines(report: CheckReport) -> InvalidLines:
     """What Start would refuse, and the choice to run only the valid lines."""
     skip_invalid = False
@@ -350,6 +389,7 @@ def submission(batch: CheckedBatch, choices: RunChoices) -> Submission:
         name=choices.name if choices.name.strip() else None,
         output_path=choices.output_uri or None,
         reuse=choices.reuse,
+        run_windows=choices.run_windows or None,
     )
 
 
@@ -395,8 +435,10 @@ choices = RunChoices(
     where=where_to_run(),
     output_uri=results_destination(),
     reuse=reuse_answers(),
+    run_windows=run_windows_field(),
     invalid=invalid_lines(report),
 )
 estimate_section(batch, report, choices)
+windows_section(batch, choices)
 start_button(batch, choices)
 another_file()

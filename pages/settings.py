@@ -33,6 +33,9 @@ from core.jobs.engine_files import (
 )
 from core.jobs.folder import local_owner
 from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
+from core.jobs.windows import WindowProblem, check_form, local_zone, owners_text
+from core.jobs.windows import read_settings as read_windows
+from core.jobs.windows import save_settings as save_windows
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import names_from_rows, names_problem, read_names, write_names
 from core.webhooks.outbox import delivery_log
@@ -446,6 +449,57 @@ def approval_section(home: Path) -> None:
     st.caption(APPROVAL_HELP)
 
 
+WINDOWS_HELP = (
+    "Run windows are the weekly hours jobs may run in, e.g. `weekdays 20:00-07:00, weekends "
+    "all day` (days: daily, weekdays, weekends, mon..sun, mon-fri; hours HH:MM-HH:MM or all "
+    "day). Outside them a job waits, queued, and starts by itself when one opens (a job "
+    "already running runs on to its end). A job's own windows (Run, `core run "
+    "--windows`, the Batch API's `run_window` metadata) come first, then its owner's here (a "
+    "user's or an API key's name; also `python -m core keys windows NAME WINDOWS`), then the "
+    "default. Empty: any time."
+)
+
+
+def windows_section(home: Path) -> None:
+    """The studio's time zone and its default run windows, the studio's and per owner."""
+    st.subheader("Run windows")
+    try:
+        kept = read_windows(home)
+    except WindowProblem as exc:
+        st.error(escape(str(exc)), icon=":material/error:")
+        return
+    c = st.columns(2)
+    zone = c[0].text_input(
+        "Time zone",
+        kept.zone or "",
+        placeholder=f"this machine's: {local_zone()}",
+        key="windows_zone",
+        help="An IANA name (Europe/Paris, America/New_York, UTC); empty: this machine's.",
+    )
+    default = c[1].text_input(
+        "Default run windows",
+        kept.default,
+        placeholder="any time",
+        key="windows_default",
+    )
+    owners = st.text_area(
+        "Owners' default run windows (one NAME = WINDOWS a line)",
+        owners_text(kept),
+        key="windows_owners",
+        placeholder="alice = weekdays 20:00-07:00, weekends all day",
+    )
+    if st.button("Save run windows", key="save_windows"):
+        try:
+            settings = check_form(zone, default, owners)
+        except WindowProblem as exc:
+            st.error(f"Not saved: {escape(str(exc))}.", icon=":material/block:")
+        else:
+            save_windows(home, settings)
+            st.toast("Run windows saved.")
+            st.rerun()
+    st.caption(WINDOWS_HELP)
+
+
 SENSITIVE_HELP = (
     "The check looks in every prompt for e-mail addresses, phone numbers, payment card "
     "numbers, IBANs, IP addresses and credentials. allow: no scan; warn: the check lists "
@@ -473,6 +527,13 @@ def sensitive_section(home: Path) -> None:
     st.caption(SENSITIVE_HELP)
 
 
+def job_rules(home: Path) -> None:
+    """What a job must pass or wait for: approval, its run windows, sensitive data."""
+    approval_section(home)
+    windows_section(home)
+    sensitive_section(home)
+
+
 through_app()
 st.title("Settings")
 data = paths()
@@ -483,5 +544,4 @@ engine_section(data.home)
 api_keys_section(data.home)
 quotas_section(data.home)
 webhooks_section(data.home)
-approval_section(data.home)
-sensitive_section(data.home)
+job_rules(data.home)

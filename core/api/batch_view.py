@@ -24,6 +24,7 @@ from core.api.keys import Caller
 from core.endpoints import CHAT_URL
 from core.jobs.folder import JobFolder
 from core.jobs.recovery import interrupted_message, wake_worker
+from core.jobs.windows import NEXT_RUN_KEY, held_note
 from core.schemas import STALE_AFTER_SECONDS, JobSpec, JobStatus
 
 METADATA_VALUE = 512  # OpenAI's longest metadata value
@@ -152,6 +153,9 @@ def batch_of(job: JobFolder) -> dict:
     }
     if status.state == "awaiting_approval":  # why it waits, the estimate and who asked
         batch["metadata"]["approval"] = status.message[:METADATA_VALUE]
+    held = held_note(spec, status)
+    if held:  # outside its run windows: still validating (or in_progress if it has run)
+        batch["metadata"][NEXT_RUN_KEY] = held[:METADATA_VALUE]
     if state == "failed" and status.error:
         batch["errors"] = _errors("job_failed", status.error)
     elif status.interrupted:  # what happens meanwhile, and a worker woken to do it

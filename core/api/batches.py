@@ -40,6 +40,7 @@ from core.endpoints import BATCH_API_URLS
 from core.files import write_atomic
 from core.jobs.folder import JobFolder, JobUnreadable, cancel, list_jobs
 from core.jobs.submit import OverQuota, Refused, Submission, submit
+from core.jobs.windows import METADATA_KEY as WINDOWS_KEY
 from core.model_names import studio_model_map
 from core.schemas import BatchOrigin, EngineConfig
 
@@ -354,6 +355,7 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
         ),
         completion_window_hours=COMPLETION_WINDOWS[request["completion_window"]],
         reuse=request["reuse"],
+        run_windows=request["metadata"].get(WINDOWS_KEY),  # None: the owner's or studio's
     )
     try:
         started = submit(path, submission, home / "jobs")

@@ -147,8 +147,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 embedding_model=args.embedding_model,
                 source=args.file if is_s3(args.file) else None,
                 reuse=args.reuse,
+                run_windows=args.windows,
             )
             started = submit(file, submission)
+            for note in started.notes:  # when it runs; a completion window it cannot meet
+                print(note, file=sys.stderr)
     except Refused as refused:
         print_refusal(refused)
         return EXIT_INVALID if refused.report is not None and refused.report.errors else EXIT_USAGE
@@ -410,6 +413,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument(
         "--name", help="the job's name (default: the file's name and its prompt version)"
+    )
+    run.add_argument(
+        "--windows",
+        metavar="WINDOWS",
+        help='the weekly hours it may run in, e.g. "weekdays 20:00-07:00, weekends all day" '
+        "(in the studio's time zone, Settings); outside them it waits, then starts by "
+        "itself. Default: its owner's, else the studio's default windows; \"any\": any time",
     )
     run.add_argument(
         "--map",

@@ -21,6 +21,8 @@ from core.api.keys import (
 from core.cli.common import EXIT_USAGE
 from core.config import data_paths
 from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
+from core.jobs.windows import WindowProblem, set_owner_default
+from core.jobs.windows import read_settings as read_windows
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -107,6 +109,27 @@ def cmd_quota(args: argparse.Namespace) -> int:
 _UNSET = object()  # a limit not given: kept as it is
 
 
+def cmd_windows(args: argparse.Namespace) -> int:
+    home = data_paths().home
+    if not any(r.name == args.name for r in read_keys(home)):
+        print(f"error: no key named {args.name!r} (core keys list)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        settings = read_windows(home)
+        if args.windows is not None:
+            settings = set_owner_default(home, args.name, args.windows)
+    except WindowProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    own = settings.owners.get(args.name)
+    if own:
+        print(f"key {args.name}: its jobs run in {own} ({settings.time_zone})")
+    else:
+        studio = settings.default or "any time"
+        print(f"key {args.name}: no windows of its own; the studio's default: {studio}")
+    return 0
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     try:
         revoke_key(data_paths().home, args.name)
@@ -158,6 +181,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "none: say which holds",
     )
     loopback.set_defaults(handler=cmd_loopback)
+    windows = actions.add_parser(
+        "windows",
+        help="show or set a key's default run windows: the hours its batches may run in",
+        description='Shows a key\'s default run windows, or sets them ("": none of its own, '
+        "the studio's default applies). A batch's own run_window metadata comes first. "
+        'Example: core keys windows alice "weekdays 20:00-07:00, weekends all day".',
+    )
+    windows.add_argument("name", help="the key's name")
+    windows.add_argument("windows", nargs="?", help="the windows, in the studio's time zone")
+    windows.set_defaults(handler=cmd_windows)
     quota = actions.add_parser(
         "quota",
         help="show or set the quota of a key or a user: a batch beyond it is refused",

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from core.config import REPO_ROOT, reuse_default
 from core.files import JsonUnreadable, file_sha256, load_json, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
+from core.jobs.windows import RunWindows
 from core.schemas import (
     HELD_STATES,
     WAITING_STATES,
@@ -315,6 +316,7 @@ def create_job(
     batch: BatchOrigin | None = None,
     endpoints: list[str] | None = None,
     reuse: bool | None = None,
+    run_windows: RunWindows | None = None,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
@@ -356,6 +358,8 @@ def create_job(
             batch=batch,
             endpoints=sorted(endpoints or ()),
             reuse=reuse_default() if reuse is None else reuse,
+            run_windows=run_windows.text if run_windows else "",
+            run_windows_zone=run_windows.zone if run_windows else "UTC",
         )
         write_atomic(job.spec_file, to_json(spec))
         # Its requests are known now: a waiting job showed "0 / 0 requests".

@@ -10,11 +10,14 @@ between jobs that use it.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from core.jobs.engine_files import read_state
 from core.jobs.engine_lock import EngineLock  # noqa: F401 (the queue's lock, imported from here)
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
+from core.jobs.windows import RunWindows, WindowProblem, held_message, of_spec
+from core.schemas import JobSpec
 
 
 def priority(job: JobFolder) -> int:
@@ -39,6 +42,58 @@ def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
         except JobUnreadable:  # that job's problem; the queue goes on
             continue
     return [job for *_, job in sorted(waiting, key=lambda w: w[:2])]
+
+
+class Held:
+    """Queued jobs outside their run windows at a moment: what waits, and until when."""
+
+    def __init__(self, jobs: list[tuple[JobFolder, RunWindows]], at: datetime) -> None:
+        self.jobs, self.at = jobs, at
+
+    @property
+    def ids(self) -> set[str]:
+        return {job.job_id for job, _ in self.jobs}
+
+    def next_opening(self) -> datetime | None:
+        """When the first of them may start (None: none waits)."""
+        return min((w.next_open(self.at) for _, w in self.jobs), default=None)
+
+    def say_when(self) -> None:
+        """Each held job's status says when it runs next (written only when it changes)."""
+        for job, windows in self.jobs:
+            message = held_message(windows, self.at)
+            with job.status_lock():
+                status = job.read_status()
+                if status.state == "queued" and status.message != message:
+                    status.message = message
+                    job.write_status(status)
+
+
+def past_completion(spec: JobSpec, at: datetime) -> bool:
+    if not spec.completion_window_hours:
+        return False
+    created = datetime.fromisoformat(spec.created_at)
+    created = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return at > created + timedelta(hours=spec.completion_window_hours)
+
+
+def runnable_jobs(jobs_dir: Path, at: datetime) -> tuple[list[JobFolder], Held]:
+    """The queued jobs that may start at ``at``, in the order they run, and those held
+    outside their run windows. A job whose windows cannot be read runs (and its folder's
+    problem is its own), as an unreadable job is taken to fail with its reason."""
+    runnable, held = [], []
+    for job in queued_jobs(jobs_dir):
+        try:
+            spec = job.read_spec()
+            windows = of_spec(spec)
+        except (JobUnreadable, WindowProblem):
+            windows = None
+        # one past its completion window is taken too: the worker ends it expired
+        if windows is None or windows.is_open(at) or past_completion(spec, at):
+            runnable.append(job)
+        else:
+            held.append((job, windows))
+    return runnable, Held(held, at)
 
 
 def models_loaded(jobs_dir: Path) -> frozenset[str]:

@@ -22,7 +22,9 @@ The rules:
   (:mod:`core.jobs.quotas`): else :class:`OverQuota`, which the API answers with 429;
 - a job over one of the studio's approval thresholds (:mod:`core.jobs.approval`) is made
   ``awaiting_approval`` with no worker: :func:`approve` queues it and starts one,
-  :func:`reject` ends it ``failed`` with the reason. A rejected job never runs.
+  :func:`reject` ends it ``failed`` with the reason. A rejected job never runs;
+- its run windows (:mod:`core.jobs.windows`: its own, else its owner's default, else the
+  studio's) can be read; it is queued at once, and the worker starts it when one opens.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from core.jobs.approval import (
     Decision,
     decide,
     hold,
+    job_estimate,
     read_request,
     read_settings,
     refusal,
@@ -61,6 +64,13 @@ from core.jobs.folder import (
 )
 from core.jobs.names import distinct_name
 from core.jobs.quotas import QuotaProblem, over_quota
+from core.jobs.windows import (
+    Clock,
+    RunWindows,
+    WindowProblem,
+    submission_notes,
+    windows_for,
+)
 from core.model_folders import ModelError, check_model_folder
 from core.schemas import (
     BatchOrigin,
@@ -106,6 +116,9 @@ class Started(NamedTuple):
     job: JobFolder
     worker: subprocess.Popen | None
     awaiting: ApprovalRequest | None = None
+    # What the submitter should know before it starts: when it runs (outside its run
+    # windows), and a completion window its run windows cannot meet.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -138,6 +151,9 @@ class Submission:
     # Deterministic requests take answers already made (core/reuse); None: the studio's
     # default (core.config.reuse_default).
     reuse: bool | None = None
+    # The weekly hours it may run in (core/jobs/windows.py's text form); None or "": its
+    # owner's default, else the studio's; "any": any time, whatever the defaults.
+    run_windows: str | None = None
 
 
 def _folder(path: str) -> str:
@@ -315,9 +331,10 @@ def submit(
     problems = settings_problems(submission, gpus)
     report = checked(file, defaults=submission.defaults, **_model_options(submission, problems))
     problems += file_problems(report, submission.skip_invalid)
+    jobs_dir = jobs_dir or data_paths().jobs
+    windows = _windows(submission, jobs_dir.parent, problems)
     if problems:
         raise Refused(problems, report)
-    jobs_dir = jobs_dir or data_paths().jobs
     owner, who = submission_owner(submission)
     try:
         over = over_quota(jobs_dir.parent, jobs_dir, owner, who, report.lines)
@@ -354,17 +371,49 @@ def submit(
         batch=s.batch,
         endpoints=[url for url, lines in report.urls.items() if lines],
         reuse=planned.reuse,
+        run_windows=windows,
     )
     try:
         job.write_refusals(_refusals(report))
+        notes = _window_notes(windows, s.completion_window_hours, report, jobs_dir)
         if request is not None:  # nothing runs before a person approves it
             hold(job, request)
-            return Started(job, None, request)
+            return Started(job, None, request, notes)
         worker = start_worker(job)  # its queued status is written first
     except BaseException:  # a full disk: the job was never whole, so nothing of it stays
         remove_folder(job)
         raise
-    return Started(job, worker)
+    return Started(job, worker, None, notes)
+
+
+def planned_windows(submission: Submission, home: Path) -> RunWindows | None:
+    """The run windows a job of ``submission`` gets: its own, else its owner's default,
+    else the studio's (what Run shows before Start).
+
+    Raises:
+        WindowProblem: they cannot be kept (bad text, unreadable settings).
+    """
+    owner = submission.owner or local_owner(None).removeprefix("user:")
+    return windows_for(home, submission.run_windows, owner)
+
+
+def _windows(submission: Submission, home: Path, problems: list[str]) -> RunWindows | None:
+    """The job's run windows; a reason added to ``problems`` where they cannot be kept."""
+    try:
+        return planned_windows(submission, home)
+    except WindowProblem as exc:
+        problems.append(f"run windows: {exc}")
+        return None
+
+
+def _window_notes(
+    windows: RunWindows | None, hours: float | None, report: CheckReport, jobs_dir: Path
+) -> tuple[str, ...]:
+    """When a job in run windows runs, and a completion window they cannot meet."""
+    if windows is None:
+        return ()
+    seconds = job_estimate(report, jobs_dir.parent, jobs_dir).seconds if hours else None
+    return submission_notes(windows, hours, seconds, Clock().now())
 
 
 def _decidable(job: JobFolder, who: str, access: AccessConfig | None) -> ApprovalRequest:

@@ -5,7 +5,9 @@ While it holds the engine lock and no job is queued, the worker polls (every
 model, stop) and for texts to embed, and rewrites ``engine/state.json`` every couple of
 seconds (see :mod:`core.jobs.engine_files`). The next job on a loaded model starts at once.
 After the idle time with nothing to do it unloads its models and exits, still holding the
-lock, so no other worker loads an engine while this one's memory is still taken.
+lock, so no other worker loads an engine while this one's memory is still taken; but while
+a queued job waits for its run window (:mod:`core.jobs.windows`) it unloads them and waits
+on, to start that job by itself when its window opens.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from core.check.requests import parse_embeddings_body
@@ -35,6 +38,7 @@ from core.jobs.engine_files import (
     write_state,
 )
 from core.jobs.folder import queue_changed_at
+from core.jobs.windows import Clock
 from core.model_folders import model_kind
 from core.run.pool import POOL, tree_rss
 from core.schemas import EngineConfig, JobDefaults
@@ -46,8 +50,9 @@ SCAN_SECONDS = 2.0  # the whole queue read at least this often while idle
 class Resident:
     """The engine side of ``engine/``: state, commands and texts to embed."""
 
-    def __init__(self, jobs_dir: Path) -> None:
+    def __init__(self, jobs_dir: Path, clock: Clock | None = None) -> None:
         self.jobs_dir = jobs_dir
+        self.clock = clock or Clock()
         self.home = jobs_dir.parent
         self._written = 0.0
         self.idle_since: float | None = None
@@ -121,29 +126,45 @@ class Resident:
                 log.info("asked to unload %s, which is not loaded", command.model)
         return go_on
 
-    def wait_for_work(self, queued: Callable[[], bool]) -> bool:
-        """Idles with the models loaded until a job is queued (True), or until the idle
-        time passes or a stop command comes (False). Texts to embed are served meanwhile."""
+    def wait_for_work(self, queued: Callable[[], bool], opens_at: datetime | None = None) -> bool:
+        """Idles with the models loaded until a job may run (True), or until the idle
+        time passes or a stop command comes (False). Texts to embed are served meanwhile.
+        With ``opens_at`` (a held job's run window opens then), the idle time unloads the
+        models but the wait goes on, until that moment or a job queued meanwhile."""
         self.publish()
-        mark, scanned = -1, 0.0
+        mark, scanned, unloaded = -1, 0.0, False
         while True:
             # Reading every job's status costs; the mark a submission touches is one stat.
             changed = queue_changed_at(self.jobs_dir)
-            if changed != mark or time.monotonic() - scanned >= SCAN_SECONDS:
+            due = opens_at is not None and self.clock.now() >= opens_at
+            if changed != mark or due or time.monotonic() - scanned >= SCAN_SECONDS:
+                # the window opened (yet nothing runs: cancelled meanwhile?), or another
+                # job came, whose window may open sooner: the caller looks again
+                again = due or (opens_at is not None and mark != -1 and changed != mark)
                 mark, scanned = changed, time.monotonic()
-                if queued():
+                if queued() or again:
                     return True
             if not self.between_jobs():
                 return False
             if self.serve_embeds():
                 self.idle_since = time.time()  # a text embedded is use: the idle time restarts
             limit = idle_seconds(self.home)  # read each time: Settings may change it
-            if self.idle_since is not None and time.time() - self.idle_since >= limit:
-                log.info("idle for %.0f s: unloading and exiting", limit)
-                return False
+            idle = self.idle_since is not None and time.time() - self.idle_since >= limit
+            if idle and not unloaded:
+                if opens_at is None:
+                    log.info("idle for %.0f s: unloading and exiting", limit)
+                    return False
+                log.info(
+                    "idle for %.0f s: unloading; a job's run window opens at %s",
+                    limit,
+                    opens_at.isoformat(),
+                )
+                POOL.close()
+                unloaded = True  # once; the wait goes on
+                self.publish()
             if time.monotonic() - self._written >= STATE_SECONDS:
                 self.publish()
-            time.sleep(POLL_SECONDS)
+            self.clock.sleep(POLL_SECONDS)
 
     def serve_embeds(self) -> bool:
         """Embeds the texts waiting on their model (loaded if needed); True if any."""

@@ -48,8 +48,9 @@ from core.jobs.engine_files import idle_seconds
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
-from core.jobs.queue import EngineLock, queued_jobs
+from core.jobs.queue import EngineLock, queued_jobs, runnable_jobs
 from core.jobs.recovery import requeue_interrupted
+from core.jobs.windows import Clock
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.reuse.index import reuse_owner, update_index
 from core.reuse.keys import RequestKeys, model_folder
@@ -565,15 +566,23 @@ def _acquire(lock: EngineLock, tries: int = 5) -> bool:
 
 
 def serve(
-    job: JobFolder | None, jobs_dir: Path | None = None, stop: StopRequest | None = None
+    job: JobFolder | None,
+    jobs_dir: Path | None = None,
+    stop: StopRequest | None = None,
+    clock: Clock | None = None,
 ) -> JobStatus | None:
     """Runs ``job`` and then every queued job, holding the engine lock throughout; then
     keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
     queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
 
-    Returns ``job``'s final status, or None when another worker holds the engine (the job
-    stays queued and that worker will run it).
+    A queued job outside its run windows is not started: its status says when it runs
+    next, and the worker waits for that (its models unloaded after the idle time) rather
+    than exit. ``clock`` tells the time the windows are judged at.
+
+    Returns ``job``'s final status, or None when another worker holds the engine or
+    ``job`` waits for its run window (the job stays queued and a worker will run it).
     """
+    clock = clock or Clock()
     jobs_dir = job.path.parent if job is not None else jobs_dir
     assert jobs_dir is not None
     stop = stop if stop is not None else StopRequest()  # main's, which its signals reach
@@ -581,14 +590,21 @@ def serve(
     first: JobStatus | None = None
     while _acquire(lock):
         requeue_interrupted(jobs_dir)  # jobs a killed worker left: resumed here, once
-        resident = Resident(jobs_dir)
+        resident = Resident(jobs_dir, clock)
         try:
             while True:
-                queue = queued_jobs(jobs_dir)
-                if job is not None and first is None and _waiting(job):  # started for it
+                queue, held = runnable_jobs(jobs_dir, clock.now())
+                held.say_when()
+                if (
+                    job is not None
+                    and first is None
+                    and _waiting(job)
+                    and job.job_id not in held.ids
+                ):  # started for it
                     queue = [job] + [j for j in queue if j.job_id != job.job_id]
                 if not queue:
-                    if resident.wait_for_work(lambda: bool(queued_jobs(jobs_dir))):
+                    runnable = lambda: bool(runnable_jobs(jobs_dir, clock.now())[0])  # noqa: E731
+                    if resident.wait_for_work(runnable, held.next_opening()):
                         continue
                     break
                 if not resident.between_jobs():
