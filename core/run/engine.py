@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.adapters import engine_rank
 from core.check.engine_requests import (
     ChatRequest,
     CompletionRequest,
@@ -107,6 +108,7 @@ def fit_to_requests(
     that an earlier seeded job had turned chunked prefill off for: that engine runs any
     request, and the next job on a loaded model starts at once instead of reloading it.
     """
+    config = _with_lora(config, requests)
     if on_gpu or config.enable_chunked_prefill is not None:
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
@@ -114,6 +116,21 @@ def fit_to_requests(
         isinstance(request, GeneratedRequest) and "seed" in request.sampling for request in requests
     )
     return without if seeded or without in loaded else config
+
+
+def _with_lora(config: EngineConfig, requests: list[EngineRequest]) -> EngineConfig:
+    """LoRA on where requests run with adapters: room for all of them at once (vLLM then
+    batches every adapter's requests in the same steps) at the least rank vLLM takes that
+    holds the largest."""
+    adapters = {
+        r.adapter.folder: r.adapter.rank
+        for r in requests
+        if isinstance(r, GeneratedRequest) and r.adapter is not None
+    }
+    if not adapters:
+        return config
+    rank = engine_rank(max(adapters.values()))
+    return config.model_copy(update={"max_loras": len(adapters), "max_lora_rank": rank})
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:
@@ -156,6 +173,7 @@ class Engine:
         self.load_seconds = time.monotonic() - started
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
+        self._lora_ids: dict[str, int] = {}  # adapter folder -> vLLM's id of it (from 1)
         self.stopped = False  # set by a cancel: abort what is inside, keep what finished
         # Asked at each step for requests to abort, those of one job cancelled among others
         # (core.run.feed sets it); a request not inside any more is passed over.
@@ -198,6 +216,8 @@ class Engine:
             "quantization": c.quantization,
         }
         kwargs.update({k: v for k, v in optional.items() if v is not None})
+        if c.max_loras:
+            kwargs.update(enable_lora=True, max_loras=c.max_loras, max_lora_rank=c.max_lora_rank)
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = c.gpu_memory_utilization
         else:
@@ -340,8 +360,9 @@ class Engine:
                     try:
                         parts = self._engine_requests(request, key)
                         entered = time.monotonic()
+                        lora = self._lora_request(request)
                         for index, (request_id, engine_input, params) in enumerate(parts):
-                            engine.add_request(request_id, engine_input, params)
+                            engine.add_request(request_id, engine_input, params, lora_request=lora)
                             added.append(request_id)
                             inside[request_id] = (request, key, index)
                             limit = getattr(params, "max_tokens", 0) or 0
@@ -449,6 +470,20 @@ class Engine:
         params = self._sampling_params(request)
         params.output_kind = RequestOutputKind.FINAL_ONLY
         return [(key, self._engine_input(request), params)]
+
+    def _lora_request(self, request: EngineRequest) -> Any:
+        """The ``LoRARequest`` a request runs with, beside its sampling params (None: the
+        base model). Each adapter folder keeps one id while the engine lives, so vLLM
+        loads it once."""
+        adapter = request.adapter if isinstance(request, GeneratedRequest) else None
+        if adapter is None:
+            return None
+        if not self.config.max_loras:
+            raise ValueError(f"the engine of {self.config.model_name} runs no LoRA adapters")
+        from vllm.lora.request import LoRARequest
+
+        lora_id = self._lora_ids.setdefault(adapter.folder, len(self._lora_ids) + 1)
+        return LoRARequest(adapter.name, lora_id, adapter.folder)
 
     def _embedding_input(self, item: str | list[int]) -> dict[str, Any]:
         """One input's token ids: a text tokenized with the model's special tokens (as
