@@ -136,8 +136,9 @@ class EngineConfig(FrozenModel):
     quantization: str | None = None
     seed: int = 0
     cpu_kv_cache_gib: float = Field(1.0, gt=0)
-    # LoRA on, for this many adapters at once of at most this rank (None: off); set from a
-    # job's adapters by core.run.engine.fit_to_requests.
+    # LoRA on for these adapter folders, this many slots of at most this rank (None: off);
+    # set from a job's adapters by core.run.engine.fit_to_requests.
+    lora_adapters: tuple[str, ...] = ()
     max_loras: int | None = Field(None, ge=1)
     max_lora_rank: int | None = Field(None, ge=1)
 

@@ -108,7 +108,7 @@ def fit_to_requests(
     that an earlier seeded job had turned chunked prefill off for: that engine runs any
     request, and the next job on a loaded model starts at once instead of reloading it.
     """
-    config = _with_lora(config, requests)
+    config = _with_lora(config, requests, on_gpu)
     if on_gpu or config.enable_chunked_prefill is not None:
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
@@ -118,10 +118,17 @@ def fit_to_requests(
     return without if seeded or without in loaded else config
 
 
-def _with_lora(config: EngineConfig, requests: list[EngineRequest]) -> EngineConfig:
-    """LoRA on where requests run with adapters: room for all of them at once (vLLM then
-    batches every adapter's requests in the same steps) at the least rank vLLM takes that
-    holds the largest."""
+def _with_lora(config: EngineConfig, requests: list[EngineRequest], on_gpu: bool) -> EngineConfig:
+    """LoRA on where requests run with adapters: the job's adapters (an engine with them
+    runs those alone, so a pooled one is reused by a job of the same adapters only), room
+    for all of them at once (vLLM then batches every adapter's requests in the same
+    steps), at the least rank vLLM takes that holds the largest.
+
+    On CPU one slot more stays empty: vLLM's CPU LoRA ops (vllm/lora/ops/torch_ops, 0.32)
+    index the adapters' weights with a request's slot, and a request without an adapter has
+    slot -1, which Python reads as the last slot. With the adapters in every slot, the
+    base's requests in a batch beside an adapter's ran with the last adapter (measured:
+    every base answer of a mixed batch was the adapter's); an empty last slot adds zero."""
     adapters = {
         r.adapter.folder: r.adapter.rank
         for r in requests
@@ -129,8 +136,13 @@ def _with_lora(config: EngineConfig, requests: list[EngineRequest]) -> EngineCon
     }
     if not adapters:
         return config
-    rank = engine_rank(max(adapters.values()))
-    return config.model_copy(update={"max_loras": len(adapters), "max_lora_rank": rank})
+    return config.model_copy(
+        update={
+            "lora_adapters": tuple(sorted(adapters)),
+            "max_loras": len(adapters) + (0 if on_gpu else 1),
+            "max_lora_rank": engine_rank(max(adapters.values())),
+        }
+    )
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:
@@ -173,7 +185,6 @@ class Engine:
         self.load_seconds = time.monotonic() - started
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
-        self._lora_ids: dict[str, int] = {}  # adapter folder -> vLLM's id of it (from 1)
         self.stopped = False  # set by a cancel: abort what is inside, keep what finished
         # Asked at each step for requests to abort, those of one job cancelled among others
         # (core.run.feed sets it); a request not inside any more is passed over.
@@ -473,16 +484,23 @@ class Engine:
 
     def _lora_request(self, request: EngineRequest) -> Any:
         """The ``LoRARequest`` a request runs with, beside its sampling params (None: the
-        base model). Each adapter folder keeps one id while the engine lives, so vLLM
-        loads it once."""
+        base model). Each adapter keeps its id (its place among the engine's adapters, from
+        1) while the engine lives, so vLLM loads it once.
+
+        Raises:
+            ValueError: the engine was not loaded for the request's adapter.
+        """
         adapter = request.adapter if isinstance(request, GeneratedRequest) else None
         if adapter is None:
             return None
-        if not self.config.max_loras:
-            raise ValueError(f"the engine of {self.config.model_name} runs no LoRA adapters")
+        if adapter.folder not in self.config.lora_adapters:
+            raise ValueError(
+                f"the engine of {self.config.model_name} was not loaded for the adapter "
+                f"{adapter.name}"
+            )
         from vllm.lora.request import LoRARequest
 
-        lora_id = self._lora_ids.setdefault(adapter.folder, len(self._lora_ids) + 1)
+        lora_id = self.config.lora_adapters.index(adapter.folder) + 1
         return LoRARequest(adapter.name, lora_id, adapter.folder)
 
     def _embedding_input(self, item: str | list[int]) -> dict[str, Any]:

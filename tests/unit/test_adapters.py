@@ -155,7 +155,10 @@ def test_adapter_lines_run_on_the_base_engine_with_lora(
     assert list(groups) == [str(default_model)]  # one engine for both
     assert (base.adapter, tuned.adapter) == (None, spec.adapters[spec.model_map["sv2"]])
     engine = fit_to_requests(spec.engine, groups[str(default_model)], on_gpu=False)
-    assert (engine.max_loras, engine.max_lora_rank) == (1, 8)
+    # One slot more than the adapters on CPU: a base request's slot, -1, is the last.
+    assert (engine.max_loras, engine.max_lora_rank) == (2, 8)
+    assert engine.lora_adapters == (spec.model_map["sv2"],)
+    assert fit_to_requests(spec.engine, groups[str(default_model)], on_gpu=True).max_loras == 1
     assert fit_to_requests(spec.engine, [base], on_gpu=False).max_loras is None
     answer = Completion(prompt_tokens=3, choices=[Choice("x", "stop", 1)])
     assert result_line(tuned, "SmolLM2-135M-Instruct", answer)["response"]["body"]["model"] == "sv2"
