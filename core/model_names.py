@@ -172,6 +172,17 @@ def adapters_of(model_map: dict[str, str], home: Path | None = None) -> dict[str
     return found
 
 
+def folder_choices(home: Path | None = None) -> dict[str, str]:
+    """What a name may run on (Settings' choices), by the folder's name: each model folder
+    that is ready, then each adapter folder, under the models folder or mapped already."""
+    choices = {f.name: str(f) for f in model_folders() if is_model_folder(f)}
+    adapters = [*adapter_folders(), *map(Path, read_names(home).values())]
+    for folder in adapters:
+        if is_adapter_folder(folder):
+            choices.setdefault(folder.name, str(folder))
+    return choices
+
+
 def studio_model_map(home: Path | None = None) -> dict[str, str]:
     """What a line's ``body.model`` runs on: each chat model folder by its own name (an
     embeddings line without a mapping runs on the embedding model anyway), each adapter
