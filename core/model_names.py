@@ -172,6 +172,23 @@ def adapters_of(model_map: dict[str, str], home: Path | None = None) -> dict[str
     return found
 
 
+def check_map(model_map: dict[str, str], home: Path | None = None) -> dict[str, str]:
+    """``model_map`` as the batch check reads it: an adapter's name on its base's folder
+    (its lines are counted with the base's tokenizer and context), where the adapter can
+    be read; the other names as they are."""
+    bases = read_kept(home).bases
+    mapped = {}
+    for name, folder in model_map.items():
+        resolved = str(Path(folder).expanduser().resolve())
+        try:
+            is_adapter = is_adapter_folder(Path(resolved))
+            base = read_adapter(resolved, bases.get(resolved)).base if is_adapter else None
+        except AdapterError:
+            base = None  # the settings' problems name it
+        mapped[name] = base or folder
+    return mapped
+
+
 def folder_choices(home: Path | None = None) -> dict[str, str]:
     """What a name may run on (Settings' choices), by the folder's name: each model folder
     that is ready, then each adapter folder, under the models folder or mapped already."""

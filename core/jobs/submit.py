@@ -63,7 +63,7 @@ from core.jobs.folder import (
 from core.jobs.names import distinct_name
 from core.jobs.quotas import QuotaProblem, over_quota
 from core.model_folders import ModelError, check_model_folder
-from core.model_names import adapters_of
+from core.model_names import adapters_of, check_map
 from core.schemas import (
     BatchOrigin,
     EngineConfig,
@@ -199,11 +199,9 @@ def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any
     model = Path(submission.engine.model).expanduser()
     if problems or not (model / "tokenizer.json").is_file():
         return {}
-    # An adapter's lines are counted with its base's tokenizer.
-    spec = planned_spec(submission)
     return {
         "model_folder": str(model),
-        "model_map": {name: spec.engine_folder(f) for name, f in spec.model_map.items()},
+        "model_map": check_map(submission.model_map),
         "embedding_folder": submission.embedding_model,
     }
 

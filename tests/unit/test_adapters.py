@@ -174,3 +174,16 @@ def test_reuse_keys_include_the_adapter_files(default_model: Path, tmp_path: Pat
     data[-1] ^= 1  # the adapter retrained: same shapes, other weights
     weights.write_bytes(bytes(data))
     assert RequestKeys(spec).identity(str(folder)) != tuned  # a new model
+
+
+def test_the_check_counts_an_adapter_line_with_its_base(
+    default_model: Path, tmp_path: Path
+) -> None:
+    from core.model_names import check_map
+
+    folder = make_adapter(tmp_path / "a", "elsewhere/base")
+    add_adapter("sv2", folder, default_model, home=tmp_path)
+    assert check_map({"sv2": str(folder), "m": "/x"}, tmp_path) == {
+        "sv2": str(default_model),
+        "m": "/x",
+    }
