@@ -316,7 +316,7 @@ def test_settings_keeps_an_adapter_name_when_the_names_are_saved(
     """An adapter named with ``core models add-adapter`` is one of Settings' choices, and
     saving the names table keeps it and its base (issue 59 item 1)."""
     from core.model_names import add_adapter, read_kept
-    from tests.unit.test_adapters import make_adapter
+    from tests.support.lora import make_adapter
 
     folder = make_adapter(tmp_path / "support-v2", "elsewhere/base")  # base given below
     add_adapter("ft:gpt-4o-mini:acme::support", folder, default_model)

@@ -6,12 +6,9 @@ with peft in tests/engine/test_lora_engine.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
 from core.adapters import AdapterError, read_adapter
 from core.check.engine_requests import ChatRequest
@@ -24,37 +21,7 @@ from core.run.retry import result_line
 from core.run.worker import _by_engine
 from core.schemas import EngineConfig, JobSpec
 from tests.support.cli import run_cli
-
-LAYER = "base_model.model.model.layers.0.self_attn"
-
-
-def make_adapter(
-    folder: Path,
-    base: Path | str,
-    rank: int = 8,
-    shapes: dict[str, tuple[int, int]] | None = None,
-    weights: bool = True,
-) -> Path:
-    """A peft LoRA folder: q_proj and v_proj of SmolLM2's first layer unless ``shapes``
-    (module -> (in, out)) says otherwise."""
-    folder.mkdir(parents=True)
-    shapes = shapes or {f"{LAYER}.q_proj": (576, 576), f"{LAYER}.v_proj": (576, 192)}
-    config = {
-        "peft_type": "LORA",
-        "r": rank,
-        "lora_alpha": 16,
-        "target_modules": sorted({key.rsplit(".", 1)[-1] for key in shapes}),
-        "base_model_name_or_path": str(base),
-        "task_type": "CAUSAL_LM",
-    }
-    (folder / "adapter_config.json").write_text(json.dumps(config))
-    if weights:
-        tensors = {}
-        for module, (inputs, outputs) in shapes.items():
-            tensors[f"{module}.lora_A.weight"] = np.zeros((max(rank, 1), inputs), np.float32)
-            tensors[f"{module}.lora_B.weight"] = np.zeros((outputs, max(rank, 1)), np.float32)
-        save_file(tensors, str(folder / "adapter_model.safetensors"))
-    return folder
+from tests.support.lora import LAYER, make_adapter
 
 
 def test_an_adapter_reads_its_base_from_its_config(default_model: Path, tmp_path: Path) -> None:
