@@ -5,6 +5,11 @@ Upload & check and Run): each model folder answers to its own name, and the name
 maps on Settings (a hosted model's, ``gpt-4o-mini``) answer to the folder they name. The
 mapped names are kept in ``models.json`` in the data folder; a name mapped nowhere runs on
 the job's model, as before.
+
+A name may map to a LoRA adapter folder (:mod:`core.adapters`) as well: its lines run on
+the adapter's base with the adapter. An adapter folder under the models folder answers to
+its own name too; ``core models add-adapter`` maps a name to one and keeps the base it was
+given beside it (``bases``), else the base is the one the adapter's config names.
 """
 
 from __future__ import annotations
@@ -16,6 +21,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from core.adapters import (
+    Adapter,
+    AdapterError,
+    adapter_folders,
+    is_adapter_folder,
+    read_adapter,
+)
 from core.config import data_paths
 from core.files import write_atomic
 from core.model_folders import is_embedding_model, is_model_folder, model_folders
@@ -28,19 +40,26 @@ class ModelNames(BaseModel):
     """``models.json``: a hosted model's name -> the local model folder it runs on."""
 
     names: dict[str, str] = Field(default_factory=dict)
+    # An adapter folder -> the base model folder it runs on, where one was given.
+    bases: dict[str, str] = Field(default_factory=dict)
 
 
 def names_path(home: Path | None = None) -> Path:
     return (home or data_paths().home) / NAMES_FILE
 
 
-def read_names(home: Path | None = None) -> dict[str, str]:
-    """The mapped names (empty when none are kept, or the file cannot be read: a broken
+def read_kept(home: Path | None = None) -> ModelNames:
+    """``models.json`` as kept (empty when there is none, or it cannot be read: a broken
     file is named on Settings, never a reason for a batch to fail)."""
     try:
-        return ModelNames.model_validate_json(names_path(home).read_bytes()).names
+        return ModelNames.model_validate_json(names_path(home).read_bytes())
     except (OSError, ValidationError, ValueError):
-        return {}
+        return ModelNames()
+
+
+def read_names(home: Path | None = None) -> dict[str, str]:
+    """The mapped names (see :func:`read_kept`)."""
+    return read_kept(home).names
 
 
 def names_problem(home: Path | None = None) -> str | None:
@@ -70,15 +89,26 @@ def names_from_rows(
     }
 
 
-def write_names(names: dict[str, str], home: Path | None = None) -> dict[str, str]:
+def write_names(
+    names: dict[str, str], home: Path | None = None, bases: dict[str, str] | None = None
+) -> dict[str, str]:
     """Checks and keeps the mapped names; returns them as kept (folders resolved).
+
+    Args:
+        names: each name -> a model folder or an adapter folder.
+        bases: an adapter folder -> the base it runs on (else its config's); those kept
+            before stay unless given again.
 
     Raises:
         ValueError: a name is empty, too long or a model folder's own name, or a folder
-            is not a model folder; nothing is written then.
+            is neither a model folder nor an adapter that fits its base; nothing is
+            written then.
     """
     folders = {f.name for f in model_folders()}
+    kept_before = read_kept(home)
+    given = {str(Path(a).expanduser().resolve()): b for a, b in (bases or {}).items()}
     kept: dict[str, str] = {}
+    kept_bases: dict[str, str] = {}
     for raw_name, raw_folder in names.items():
         name = raw_name.strip()
         if not name or len(name) > NAME_MAX:
@@ -88,21 +118,98 @@ def write_names(names: dict[str, str], home: Path | None = None) -> dict[str, st
         if not raw_folder:
             raise ValueError(f"{name!r} runs on no model: pick one")
         folder = Path(raw_folder).expanduser().resolve()
-        if not is_model_folder(folder):
+        if is_adapter_folder(folder):
+            base = given.get(str(folder)) or kept_before.bases.get(str(folder))
+            try:
+                adapter = read_adapter(folder, base, name)
+            except AdapterError as exc:
+                raise ValueError(f"{name!r}: {exc}") from exc
+            if base:
+                kept_bases[str(folder)] = adapter.base
+        elif not is_model_folder(folder):
             raise ValueError(f"{name!r} maps to {folder}, which is not a model folder")
         kept[name] = str(folder)
-    write_atomic(names_path(home), json.dumps(ModelNames(names=kept).model_dump(), indent=1) + "\n")
+    kept_names = ModelNames(names=kept, bases=kept_bases)
+    write_atomic(names_path(home), json.dumps(kept_names.model_dump(), indent=1) + "\n")
     return kept
+
+
+def add_adapter(
+    name: str, folder: str | Path, base: str | Path, home: Path | None = None
+) -> Adapter:
+    """Maps ``name`` to the adapter in ``folder`` on ``base`` (a model folder, or the name
+    of one under the models folder), keeping the names mapped before.
+
+    Raises:
+        ValueError: as :func:`write_names`, with what is wrong with the adapter.
+    """
+    by_name = {f.name: f for f in model_folders()}
+    base_folder = by_name.get(str(base)) or Path(base).expanduser().resolve()
+    folder = Path(folder).expanduser().resolve()
+    try:
+        adapter = read_adapter(folder, base_folder, name.strip())
+    except AdapterError as exc:
+        raise ValueError(str(exc)) from exc
+    names = {**read_names(home), name: str(folder)}
+    write_names(names, home, {str(folder): str(base_folder)})
+    return adapter
+
+
+def adapters_of(model_map: dict[str, str], home: Path | None = None) -> dict[str, Adapter]:
+    """The adapters among a job's mapped folders, by folder, each checked against its
+    base (the one kept for it, else its config's) and named by the first name mapped to
+    it: what ``job.json`` records (``JobSpec.adapters``).
+
+    Raises:
+        AdapterError: an adapter folder is unusable or does not fit its base.
+    """
+    bases = read_kept(home).bases
+    found: dict[str, Adapter] = {}
+    for name, raw in model_map.items():
+        folder = str(Path(raw).expanduser().resolve())
+        if folder not in found and is_adapter_folder(Path(folder)):
+            found[folder] = read_adapter(folder, bases.get(folder), name)
+    return found
+
+
+def check_map(model_map: dict[str, str], home: Path | None = None) -> dict[str, str]:
+    """``model_map`` as the batch check reads it: an adapter's name on its base's folder
+    (its lines are counted with the base's tokenizer and context), where the adapter can
+    be read; the other names as they are."""
+    bases = read_kept(home).bases
+    mapped = {}
+    for name, folder in model_map.items():
+        resolved = str(Path(folder).expanduser().resolve())
+        try:
+            is_adapter = is_adapter_folder(Path(resolved))
+            base = read_adapter(resolved, bases.get(resolved)).base if is_adapter else None
+        except AdapterError:
+            base = None  # the settings' problems name it
+        mapped[name] = base or folder
+    return mapped
+
+
+def folder_choices(home: Path | None = None) -> dict[str, str]:
+    """What a name may run on (Settings' choices), by the folder's name: each model folder
+    that is ready, then each adapter folder, under the models folder or mapped already."""
+    choices = {f.name: str(f) for f in model_folders() if is_model_folder(f)}
+    adapters = [*adapter_folders(), *map(Path, read_names(home).values())]
+    for folder in adapters:
+        if is_adapter_folder(folder):
+            choices.setdefault(folder.name, str(folder))
+    return choices
 
 
 def studio_model_map(home: Path | None = None) -> dict[str, str]:
     """What a line's ``body.model`` runs on: each chat model folder by its own name (an
-    embeddings line without a mapping runs on the embedding model anyway), then the
-    mapped names, whose folders still exist."""
+    embeddings line without a mapping runs on the embedding model anyway), each adapter
+    folder under the models folder by its own, then the mapped names, whose folders still
+    exist."""
     mapping = {
         f.name: str(f) for f in model_folders() if is_model_folder(f) and not is_embedding_model(f)
     }
+    mapping.update({f.name: str(f) for f in adapter_folders() if f.name not in mapping})
     for name, folder in read_names(home).items():
-        if is_model_folder(Path(folder)):
+        if is_model_folder(Path(folder)) or is_adapter_folder(Path(folder)):
             mapping[name] = folder
     return mapping

@@ -136,6 +136,11 @@ class EngineConfig(FrozenModel):
     quantization: str | None = None
     seed: int = 0
     cpu_kv_cache_gib: float = Field(1.0, gt=0)
+    # LoRA on for these adapter folders, this many slots of at most this rank (None: off);
+    # set from a job's adapters by core.run.engine.fit_to_requests.
+    lora_adapters: tuple[str, ...] = ()
+    max_loras: int | None = Field(None, ge=1)
+    max_lora_rank: int | None = Field(None, ge=1)
 
     @property
     def model_name(self) -> str:
@@ -259,6 +264,16 @@ class BatchOrigin(FrozenModel):
     api: Literal["openai", "anthropic"] = "openai"  # /v1/batches or /v1/messages/batches
 
 
+class Adapter(FrozenModel):
+    """A LoRA adapter a job runs (``job.json``'s ``adapters``, by its folder), checked
+    against its base by ``core.adapters.read_adapter``."""
+
+    name: str  # the name its answers carry in output lines
+    folder: str
+    base: str  # the base model folder whose engine runs it
+    rank: int = Field(ge=1)
+
+
 class JobSpec(Model):
     """What a job runs; ``job.json``, written once when the job is submitted."""
 
@@ -276,6 +291,8 @@ class JobSpec(Model):
     input_lines: int = 0
     output_path: str | None = None  # where `python -m core run` writes the combined file
     model_map: dict[str, str] = Field(default_factory=dict)  # body.model -> model folder
+    # The LoRA adapters among model_map's folders, by folder: they run on their base's engine.
+    adapters: dict[str, Adapter] = Field(default_factory=dict)
     # The embedding model /v1/embeddings lines run on (None: the built-in one).
     embedding_model: str | None = None
     ray: RaySettings | None = None  # a Ray cluster to run on (core/run/ray_cluster.py)
@@ -341,7 +358,7 @@ class JobSpec(Model):
         """The models its lines run on, as pages name the job's model: the engine's for
         text, the embedding model's for vectors (and models ``body.model`` maps to)."""
         names = [] if self.embeds_only else [self.engine.model_name]
-        names += [Path(folder).name for folder in self.model_map.values()]
+        names += [self.answer_name(folder) for folder in self.model_map.values()]
         if self.embeds:
             names.append(Path(self.embedding_folder).name)
         return list(dict.fromkeys(names))
@@ -351,6 +368,17 @@ class JobSpec(Model):
         """The model folder its vectors came from: the embedding model; for a job made
         before kinds were recorded without one, its engine's."""
         return self.embedding_folder if self.embeds else self.engine.model
+
+    def answer_name(self, folder: str) -> str:
+        """The model name the answers made on ``folder`` carry: an adapter's own name, else
+        the model folder's."""
+        adapter = self.adapters.get(folder)
+        return adapter.name if adapter else Path(folder).name
+
+    def engine_folder(self, folder: str) -> str:
+        """The model folder whose engine runs what ``folder`` answers: an adapter's base."""
+        adapter = self.adapters.get(folder)
+        return adapter.base if adapter else folder
 
     def on_model(self, folder: str) -> JobSpec:
         """The same job with its engine on another model folder (one group of an A/B job)."""

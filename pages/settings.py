@@ -37,7 +37,13 @@ from core.jobs.windows import WindowProblem, check_form, local_zone, owners_text
 from core.jobs.windows import read_settings as read_windows
 from core.jobs.windows import save_settings as save_windows
 from core.model_folders import is_model_folder, model_folders, model_kind
-from core.model_names import names_from_rows, names_problem, read_names, write_names
+from core.model_names import (
+    folder_choices,
+    names_from_rows,
+    names_problem,
+    read_names,
+    write_names,
+)
 from core.webhooks.outbox import delivery_log
 from core.webhooks.registry import (
     EVENT_TYPES,
@@ -127,8 +133,8 @@ def model_names_section() -> None:
     names_problem_now = names_problem()
     if names_problem_now:
         st.warning(names_problem_now)
-    ready = [f.name for f in model_folders() if is_model_folder(f)]
-    by_name = {f.name: str(f) for f in model_folders()}
+    by_name = folder_choices()  # model folders and LoRA adapters
+    ready = list(by_name)
     kept_names = pd.DataFrame(
         [{"name": n, "model": Path(f).name} for n, f in read_names().items()],
         columns=["name", "model"],

@@ -28,6 +28,7 @@ from core.endpoints import (
     RESPONSES_URL,
     SCORE_URL,
 )
+from core.schemas import Adapter
 
 
 @dataclass(slots=True, kw_only=True)
@@ -57,10 +58,13 @@ class GeneratedRequest(RequestBase):
     Attributes:
         sampling: keyword arguments for ``vllm.SamplingParams``.
         json_schema: a JSON schema (or ``{}`` for any JSON object) the answer must follow.
+        adapter: the LoRA adapter it runs with on its base's engine (set by the worker from
+            the job's ``adapters``; None: the model itself).
     """
 
     sampling: dict[str, Any]
     json_schema: dict[str, Any] | None = None
+    adapter: Adapter | None = None
 
     @property
     def max_tokens(self) -> int:

@@ -38,6 +38,7 @@ from core.config import REPO_ROOT, reuse_default
 from core.files import JsonUnreadable, file_sha256, load_json, odd_entry, write_atomic
 from core.jobs.engine_lock import EngineLock
 from core.jobs.windows import RunWindows
+from core.model_names import adapters_of
 from core.schemas import (
     HELD_STATES,
     WAITING_STATES,
@@ -325,6 +326,7 @@ def create_job(
 
     Raises:
         OSError: the folder could not be made whole (a full disk); nothing of it is kept.
+        AdapterError: a mapped adapter is unusable (its folder is kept out too).
     """
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())
@@ -346,6 +348,7 @@ def create_job(
             output_path=output_path,
             ray=ray,
             model_map=dict(model_map or {}),
+            adapters=adapters_of(dict(model_map or {})),
             embedding_model=embedding_model,
             shard_size=shard_size,
             provenance={

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from core.access import AccessConfig, access_config
+from core.adapters import is_adapter_folder
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
 from core.check.sensitive import SENSITIVE_DATA
@@ -72,6 +73,7 @@ from core.jobs.windows import (
     windows_for,
 )
 from core.model_folders import ModelError, check_model_folder
+from core.model_names import adapters_of, check_map
 from core.schemas import (
     BatchOrigin,
     EngineConfig,
@@ -157,8 +159,10 @@ class Submission:
 
 
 def _folder(path: str) -> str:
-    """A model folder as a job records it (resolved); as given where it is not one (its
-    problem is the settings' to say)."""
+    """A model or adapter folder as a job records it (resolved); as given where it is
+    neither (its problem is the settings' to say)."""
+    if is_adapter_folder(Path(path).expanduser()):
+        return str(Path(path).expanduser().resolve())
     try:
         return str(check_model_folder(path))
     except ModelError:
@@ -172,6 +176,11 @@ def planned_spec(submission: Submission) -> JobSpec:
     it: submit makes the job from it, and a forecast (``core check``, Upload & check, Run)
     keys the file's lines by it (:class:`core.reuse.keys.RequestKeys`)."""
     s = submission
+    model_map = {name: _folder(f) for name, f in s.model_map.items()}
+    try:
+        adapters = adapters_of(model_map)
+    except ModelError:  # the settings' problems say it
+        adapters = {}
     return JobSpec(
         job_id="",
         created_at="",
@@ -180,7 +189,8 @@ def planned_spec(submission: Submission) -> JobSpec:
         skip_invalid=s.skip_invalid,
         chunk_size=s.chunk_size,
         shard_size=max(1, s.shard_size),
-        model_map={name: _folder(f) for name, f in s.model_map.items()},
+        model_map=model_map,
+        adapters=adapters,
         embedding_model=None if s.embedding_model is None else _folder(s.embedding_model),
         ray=s.ray,
         reuse=reuse_default() if s.reuse is None else s.reuse,
@@ -207,7 +217,7 @@ def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any
         return {}
     return {
         "model_folder": str(model),
-        "model_map": dict(submission.model_map),
+        "model_map": check_map(submission.model_map),
         "embedding_folder": submission.embedding_model,
     }
 
@@ -266,10 +276,19 @@ def settings_problems(submission: Submission, gpus: int | None = None) -> list[s
     """The rules on the settings: model folders, engine, Ray and job defaults."""
     problems = []
     for folder in [submission.engine.model, *submission.model_map.values()]:
+        if is_adapter_folder(Path(folder).expanduser()):
+            continue  # checked against its base below
         try:
             check_model_folder(folder)
         except ModelError as exc:
             problems.append(str(exc))
+    try:
+        adapters = adapters_of(submission.model_map)
+    except ModelError as exc:
+        problems.append(str(exc))
+    else:
+        if adapters and submission.ray is not None:
+            problems.append("LoRA adapters run on this machine's engine, not on a Ray cluster")
     problems += gpu_problems(submission.engine, gpus)
     if submission.shard_size < 1:
         problems.append("requests per shard must be at least 1")

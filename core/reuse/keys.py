@@ -63,6 +63,14 @@ def model_identity(folder: str | Path, engine: EngineConfig, on_gpu: bool) -> st
     return digest(_encode(settings)).hex()
 
 
+def adapter_identity(base_identity: str, folder: str | Path) -> str:
+    """The identity of a LoRA adapter's answers: its base engine's identity
+    (:func:`model_identity`) and the adapter folder's content (its config and weights:
+    an adapter changed on disk is a new model)."""
+    settings = {"base": base_identity, "adapter": weight_manifest(Path(folder)) or str(folder)}
+    return digest(_encode(settings)).hex()
+
+
 def request_key(request: EngineRequest, identity: str) -> bytes:
     """The key of ``request``'s answer on the engine ``identity`` names: the request's
     digest (:func:`core.check.digests.request_digest`) XOR the identity's, so that the
@@ -102,9 +110,15 @@ class RequestKeys:
         self._identities: dict[str, str] = {}
 
     def identity(self, folder: str) -> str:
+        """The identity of the answers made on ``folder``; an adapter's is its base's with
+        the adapter's own files (:func:`adapter_identity`)."""
         if folder not in self._identities:
-            engine = self.spec.on_model(folder).engine
-            self._identities[folder] = model_identity(folder, engine, self.on_gpu)
+            base = self.spec.engine_folder(folder)
+            engine = self.spec.on_model(base).engine
+            identity = model_identity(base, engine, self.on_gpu)
+            if base != folder:
+                identity = adapter_identity(identity, folder)
+            self._identities[folder] = identity
         return self._identities[folder]
 
     def of(self, request: EngineRequest) -> bytes | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.adapters import engine_rank
 from core.check.engine_requests import (
     ChatRequest,
     CompletionRequest,
@@ -107,6 +108,7 @@ def fit_to_requests(
     that an earlier seeded job had turned chunked prefill off for: that engine runs any
     request, and the next job on a loaded model starts at once instead of reloading it.
     """
+    config = _with_lora(config, requests, on_gpu)
     if on_gpu or config.enable_chunked_prefill is not None:
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
@@ -114,6 +116,33 @@ def fit_to_requests(
         isinstance(request, GeneratedRequest) and "seed" in request.sampling for request in requests
     )
     return without if seeded or without in loaded else config
+
+
+def _with_lora(config: EngineConfig, requests: list[EngineRequest], on_gpu: bool) -> EngineConfig:
+    """LoRA on where requests run with adapters: the job's adapters (an engine with them
+    runs those alone, so a pooled one is reused by a job of the same adapters only), room
+    for all of them at once (vLLM then batches every adapter's requests in the same
+    steps), at the least rank vLLM takes that holds the largest.
+
+    On CPU one slot more stays empty: vLLM's CPU LoRA ops (vllm/lora/ops/torch_ops, 0.32)
+    index the adapters' weights with a request's slot, and a request without an adapter has
+    slot -1, which Python reads as the last slot. With the adapters in every slot, the
+    base's requests in a batch beside an adapter's ran with the last adapter (measured:
+    every base answer of a mixed batch was the adapter's); an empty last slot adds zero."""
+    adapters = {
+        r.adapter.folder: r.adapter.rank
+        for r in requests
+        if isinstance(r, GeneratedRequest) and r.adapter is not None
+    }
+    if not adapters:
+        return config
+    return config.model_copy(
+        update={
+            "lora_adapters": tuple(sorted(adapters)),
+            "max_loras": len(adapters) + (0 if on_gpu else 1),
+            "max_lora_rank": engine_rank(max(adapters.values())),
+        }
+    )
 
 
 def resolve_dtype(dtype: str, on_gpu: bool) -> str:
@@ -198,6 +227,8 @@ class Engine:
             "quantization": c.quantization,
         }
         kwargs.update({k: v for k, v in optional.items() if v is not None})
+        if c.max_loras:
+            kwargs.update(enable_lora=True, max_loras=c.max_loras, max_lora_rank=c.max_lora_rank)
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = c.gpu_memory_utilization
         else:
@@ -340,8 +371,9 @@ class Engine:
                     try:
                         parts = self._engine_requests(request, key)
                         entered = time.monotonic()
+                        lora = self._lora_request(request)
                         for index, (request_id, engine_input, params) in enumerate(parts):
-                            engine.add_request(request_id, engine_input, params)
+                            engine.add_request(request_id, engine_input, params, lora_request=lora)
                             added.append(request_id)
                             inside[request_id] = (request, key, index)
                             limit = getattr(params, "max_tokens", 0) or 0
@@ -449,6 +481,27 @@ class Engine:
         params = self._sampling_params(request)
         params.output_kind = RequestOutputKind.FINAL_ONLY
         return [(key, self._engine_input(request), params)]
+
+    def _lora_request(self, request: EngineRequest) -> Any:
+        """The ``LoRARequest`` a request runs with, beside its sampling params (None: the
+        base model). Each adapter keeps its id (its place among the engine's adapters, from
+        1) while the engine lives, so vLLM loads it once.
+
+        Raises:
+            ValueError: the engine was not loaded for the request's adapter.
+        """
+        adapter = request.adapter if isinstance(request, GeneratedRequest) else None
+        if adapter is None:
+            return None
+        if adapter.folder not in self.config.lora_adapters:
+            raise ValueError(
+                f"the engine of {self.config.model_name} was not loaded for the adapter "
+                f"{adapter.name}"
+            )
+        from vllm.lora.request import LoRARequest
+
+        lora_id = self.config.lora_adapters.index(adapter.folder) + 1
+        return LoRARequest(adapter.name, lora_id, adapter.folder)
 
     def _embedding_input(self, item: str | list[int]) -> dict[str, Any]:
         """One input's token ids: a text tokenized with the model's special tokens (as

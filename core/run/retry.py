@@ -34,7 +34,10 @@ class StreamingEngine(Protocol):
 
 
 def result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
-    """A request's output line: its success, or the engine's refusal of it."""
+    """A request's output line: its success, or the engine's refusal of it. ``model`` is
+    the engine's; a request run with an adapter carries the adapter's name."""
+    if isinstance(request, GeneratedRequest) and request.adapter is not None:
+        model = request.adapter.name
     if isinstance(result, EngineRequestError):
         return error_line(request.custom_id, "engine_rejected", str(result))
     call: ToolCall | ScoreLayout | None = None

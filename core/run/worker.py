@@ -131,6 +131,15 @@ class Plan:
     groups: dict[str, list[EngineRequest]] = field(default_factory=dict)  # in engine order
     records: dict[str, ModelRecord] = field(default_factory=dict)  # what each model measured
 
+    def expand(self, lines: list[dict]) -> list[dict]:
+        """The engine's lines, each followed by its duplicates' copies (its answer
+        folder's reuse plan: an engine runs its base's and its adapters' requests)."""
+        out: list[dict] = []
+        for line in lines:
+            owner = next((p for p in self.reuse.values() if line["custom_id"] in p.copies), None)
+            out += owner.expand([line]) if owner else [line]
+        return out
+
     def part(self, number: int) -> str:
         """`` (model 2 of 3)`` where the job runs on several models, else nothing."""
         return f" (model {number} of {len(self.groups)})" if len(self.groups) > 1 else ""
@@ -217,9 +226,8 @@ class JobRun:
         for reused in plan.reuse.values():
             plan.left.difference_update(line["custom_id"] for line in reused.reused)
         plan.groups = {
-            folder: engine_order(reused.to_run)
-            for folder, reused in plan.reuse.items()
-            if reused.to_run
+            folder: engine_order(requests)
+            for folder, requests in _by_engine(spec, plan.reuse).items()
         }
         plan.records = {f: model_record(Path(f).name, self.home) for f in plan.groups}
         _expect(keeper, plan.groups, plan.records)
@@ -280,7 +288,7 @@ class JobRun:
         measure = RunMeasure(requests)
         try:
             for computed in executor.run(requests):
-                lines = plan.reuse[folder].expand(computed)
+                lines = plan.expand(computed)
                 writers.write(lines)
                 keeper.first_result()
                 plan.left.difference_update(line["custom_id"] for line in lines)
@@ -425,6 +433,21 @@ def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[Eng
     return groups
 
 
+def _by_engine(spec: JobSpec, plans: dict[str, ReusePlan]) -> dict[str, list[EngineRequest]]:
+    """The requests each engine still computes, by the model folder it loads: an
+    adapter's go to its base's engine, each carrying its adapter (one engine, LoRA on, runs
+    the base's and every adapter's requests side by side)."""
+    groups: dict[str, list[EngineRequest]] = {}
+    for folder, reused in plans.items():
+        adapter = spec.adapters.get(folder)
+        for request in reused.to_run:
+            if adapter is not None and isinstance(request, GeneratedRequest):
+                request.adapter = adapter
+        if reused.to_run:
+            groups.setdefault(spec.engine_folder(folder), []).extend(reused.to_run)
+    return groups
+
+
 def _reuse(
     spec: JobSpec,
     groups: dict[str, list[EngineRequest]],
@@ -441,7 +464,7 @@ def _reuse(
             keys,
             jobs_dir=keeper.job.path.parent,
             job_id=keeper.job.job_id,
-            model_name=spec.on_model(folder).engine.model_name,
+            model_name=spec.answer_name(folder),
             owner=reuse_owner(spec.provenance),
         )
         for problem in plan.problems.values():

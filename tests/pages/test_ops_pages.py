@@ -308,3 +308,25 @@ def test_jobs_page_shows_a_batch_api_jobs_metadata_and_owner(studio_home):
     provenance = json.loads(at.json[0].value)
     assert provenance["metadata"] == {"team": "support"} and provenance["owner"] == "pipeline"
     assert provenance["batch"]["input_file_id"] == "file-1"
+
+
+def test_settings_keeps_an_adapter_name_when_the_names_are_saved(
+    studio_home, default_model, tmp_path
+):
+    """An adapter named with ``core models add-adapter`` is one of Settings' choices, and
+    saving the names table keeps it and its base (issue 59 item 1)."""
+    from core.model_names import add_adapter, read_kept
+    from tests.support.lora import make_adapter
+
+    folder = make_adapter(tmp_path / "support-v2", "elsewhere/base")  # base given below
+    add_adapter("ft:gpt-4o-mini:acme::support", folder, default_model)
+    at = open_page("settings.py")
+    names = next(d.value for d in at.dataframe if list(d.value.columns) == ["name", "model"])
+    assert names.to_dict("records") == [
+        {"name": "ft:gpt-4o-mini:acme::support", "model": "support-v2"}
+    ]
+    at.button(key="save_model_names").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    kept = read_kept()
+    assert kept.names == {"ft:gpt-4o-mini:acme::support": str(folder)}
+    assert kept.bases == {str(folder): str(default_model)}

@@ -8,6 +8,7 @@ itself (not through ``core run``) runs one of these commands and reads its JSON:
     door VALID.jsonl MODEL OUT.json [--run N] [--max-tokens M]
     embed MODEL OUT.json TEXT [TEXT ...]
     score MODEL BATCH.jsonl OUT.json
+    lora MODEL ADAPTER BATCH.jsonl OUT.json
 
 through the ``engine_child`` fixture: one process for the session (``python -m
 tests.support.engine_child serve FD``, started at the first command), which runs them in
@@ -184,6 +185,30 @@ def score(model: str, batch: Path, out: Path) -> None:
     out.write_text(json.dumps({**kind, "lines": results}))
 
 
+def lora(model: str, adapter: str, batch: Path, out: Path) -> None:
+    """The chat lines of ``batch`` whose ``body.model`` is ``lora``, greedy, through
+    ``vllm.LLM(enable_lora=True).chat`` directly with the adapter's ``LoRARequest``; the
+    answers by custom id."""
+    from core.run.engine import configure_cpu_environment, resolve_dtype
+
+    configure_cpu_environment(1.0)
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    lines = [json.loads(raw) for raw in batch.read_text().splitlines()]
+    lines = [line for line in lines if line["body"]["model"] == "lora"]
+    llm = LLM(model=model, dtype=resolve_dtype("auto", False), enforce_eager=True,
+              enable_lora=True, max_loras=1, max_lora_rank=8, seed=0)  # fmt: skip
+    outputs = llm.chat(
+        [line["body"]["messages"] for line in lines],
+        SamplingParams(temperature=0, max_tokens=lines[0]["body"]["max_tokens"]),
+        lora_request=LoRARequest("lora", 1, adapter),
+        use_tqdm=False,
+    )
+    answers = {line["custom_id"]: o.outputs[0].text for line, o in zip(lines, outputs, strict=True)}
+    out.write_text(json.dumps(answers))
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "serve":
         serve(int(argv[1]))
@@ -195,6 +220,8 @@ def main(argv: list[str]) -> None:
         embed(argv[1], Path(argv[2]), argv[3:])
     elif argv[0] == "score":
         score(argv[1], Path(argv[2]), Path(argv[3]))
+    elif argv[0] == "lora":
+        lora(argv[1], argv[2], Path(argv[3]), Path(argv[4]))
     else:
         raise SystemExit(f"unknown command {argv[0]!r}")
 

@@ -29,6 +29,7 @@ LAYERS = {
     "nvml": 0,  # GPU readings, importing nothing else (bench/gpu_readings.py)
     "model_folders": 0,
     "model_names": 0,  # body.model -> model folder, kept in the data folder
+    "adapters": 0,  # LoRA adapter folders, checked against their base
     "access": 0,
     "recent": 0,
     "storage": 0,  # object storage in and out (s3://)
