@@ -302,7 +302,7 @@ def main() -> None:
     parts = args.parts.split(",")
     os.environ.setdefault("BATCH_STUDIO_HOME", str(scratch_folder("bench-home-")))
     # The resident worker keeps the model between the jobs, and through a run_batch of
-    # the prefix part (23 minutes for 360 requests on a loaded 2-core EPYC).
+    # the prefix part (18 minutes for 360 requests on a loaded 2-core EPYC).
     os.environ[IDLE_ENV] = "3600"
     if not gpu_count():
         configure_cpu_environment(1.0)  # run_batch's KV cache (vLLM's own sizing fails here)
