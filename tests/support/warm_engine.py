@@ -34,12 +34,17 @@ from typing import Any
 import pytest
 
 from core.config import REPO_ROOT
-from core.jobs.engine_files import IDLE_ENV, read_state
+from core.jobs.engine_files import BUDGET_ENV, IDLE_ENV, read_state
 from core.jobs.folder import JobFolder
 from core.schemas import JobStatus
 from tests.support.cli import CliResult
 
 SESSION_IDLE = "3600"  # outlasts any session; the fixture stops the worker at its end
+# The warm worker would keep every model the session asks for while the machine has room
+# (five engines, about 13 GB, measured): beside a Ray cluster that left Ray's memory monitor
+# killing replicas. Two chat models and an embedding model fit in this; the least
+# recently used goes first.
+WARM_BUDGET_MIB = "8192"
 # the standard AWS variables a client reads, but for the endpoint: set per session
 S3_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -82,7 +87,12 @@ def _boto_credentials() -> dict[str, str]:
 def warm_engine_env(warm_s3_endpoint: str) -> dict[str, str]:
     """What a process that may start the warm worker adds to its environment: the worker
     keeps it for the session."""
-    return {IDLE_ENV: SESSION_IDLE, "AWS_ENDPOINT_URL": warm_s3_endpoint, **S3_CREDENTIALS}
+    return {
+        IDLE_ENV: SESSION_IDLE,
+        BUDGET_ENV: WARM_BUDGET_MIB,
+        "AWS_ENDPOINT_URL": warm_s3_endpoint,
+        **S3_CREDENTIALS,
+    }
 
 
 @pytest.fixture
