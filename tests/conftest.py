@@ -27,6 +27,7 @@ from tests.support.refused_batches import client  # noqa: F401  (an API client, 
 from tests.support.s3 import s3, s3_requests  # noqa: F401  (object storage tests)
 from tests.support.tool_auto import hermes_model  # noqa: F401  (a tools template)
 from tests.support.warm_engine import (  # noqa: F401  (a shared engine)
+    no_warm_worker,
     warm_engine_env,
     warm_engine_home,
     warm_home,

@@ -118,6 +118,21 @@ def warm_engine_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 
 
 @pytest.fixture
+def no_warm_worker(warm_engine_home: Path) -> None:
+    """Ends the session's warm worker, if one runs, before a test that judges the machine's
+    memory with a worker of its own (a load beside another when RAM allows): the warm
+    worker's models would take that room. The next ``warm_home`` test starts it again."""
+    state = read_state(warm_engine_home)
+    if state is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(state.pid, signal.SIGKILL)  # its engine's processes die with it
+    deadline = time.monotonic() + 60
+    while read_state(warm_engine_home) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+@pytest.fixture
 def warm_home(
     warm_engine_home: Path, warm_engine_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Path]:
