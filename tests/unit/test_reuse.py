@@ -181,6 +181,29 @@ def test_amx_avx512_and_avx2_cpus_are_different_kernel_families(monkeypatch):
     assert cpu_kernel_family(sapphire_rapids) not in families
 
 
+def test_a_machine_without_an_nvidia_driver_has_no_gpu_without_asking_nvml(monkeypatch, tmp_path):
+    """Every forecast asks whether the engine runs on a GPU (its keys differ); without the
+    driver's paths the answer is known without loading pynvml. With them, NVML is asked."""
+    import sys
+    import types
+
+    from core import devices
+
+    asked = []
+
+    def init():
+        asked.append("init")
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init))
+    monkeypatch.setattr(devices, "_NVIDIA_DRIVER_PATHS", (str(tmp_path / "nvidia"),))
+    assert devices.gpu_count() == 0 and devices.gpu_names.__wrapped__() == ()
+    assert asked == []
+    (tmp_path / "nvidia").mkdir()  # a driver: NVML is asked (and fails here: no GPU)
+    assert devices.gpu_count() == 0 and devices.gpu_names.__wrapped__() == ()
+    assert asked == ["init", "init"]
+
+
 # -- the index beside each output ----------------------------------------------------------
 
 
