@@ -21,6 +21,7 @@ DIGEST_BYTES = 16  # BLAKE2b-128: a collision among a billion answers has odds o
 # for (the folder it resolves to is in the engine's identity), and the check's notes.
 _NOT_IN_KEY = frozenset({"custom_id", "model", "warnings", "defaulted"})
 _encode = msgspec.json.Encoder(order="sorted").encode
+encode_sorted = _encode  # the encoding a digest hashes (keys sorted at every depth)
 
 
 def deterministic(request: EngineRequest) -> bool:
@@ -74,8 +75,8 @@ def _chat_pieces() -> tuple[bytes, bytes, bytes]:
 
 
 _BEFORE, _BETWEEN, _AFTER = _chat_pieces()
-# The hash of _BEFORE, copied for each line rather than hashed again.
-_HASHED_BEFORE = hashlib.blake2b(_BEFORE, digest_size=DIGEST_BYTES)
+# The hash of what precedes the messages, copied for each line rather than hashed again.
+HASHED_BEFORE = hashlib.blake2b(_BEFORE, digest_size=DIGEST_BYTES)
 # What follows a line's messages, by its sampling: a file has few kinds (a seed per line
 # fills it, then each such line encodes its own). The sign of the temperature is in the
 # key: -0.0 == 0.0, but the two encode apart (as the request's own digest keeps them).
@@ -83,14 +84,9 @@ _TAILS: dict[tuple, bytes] = {}
 _MAX_TAILS = 4096
 
 
-def fast_chat_digest(
-    messages: Any, max_tokens: int, temperature: float, top_p: float, seed: Any, n: Any
-) -> bytes:
-    """:func:`request_digest` of a fast-path chat line's request (its messages as decoded
-    structs: they encode as the request's dicts do; its numbers typed as the fast path's
-    decoder and :class:`~core.schemas.JobDefaults` type them), without building the request:
-    the check's processes take it for each deterministic line, so it is kept to the hash of
-    the encoded messages and a tail looked up (about 2 microseconds a line)."""
+def chat_tail(max_tokens: int, temperature: float, top_p: float, seed: Any, n: Any) -> bytes:
+    """What follows a fast-path chat line's messages in its request's encoding, by its
+    sampling (cached: a file has few kinds)."""
     shape = (max_tokens, temperature, top_p, seed, n, copysign(1.0, temperature))
     tail = _TAILS.get(shape)
     if tail is None:
@@ -102,8 +98,20 @@ def fast_chat_digest(
         tail = _BETWEEN + _encode(sampling) + _AFTER
         if len(_TAILS) < _MAX_TAILS:
             _TAILS[shape] = tail
-    hasher = _HASHED_BEFORE.copy()
-    hasher.update(_encode(messages) + tail)  # one update: a call costs more than the copy
+    return tail
+
+
+def fast_chat_digest(
+    messages: Any, max_tokens: int, temperature: float, top_p: float, seed: Any, n: Any
+) -> bytes:
+    """:func:`request_digest` of a fast-path chat line's request (its messages as decoded
+    structs: they encode as the request's dicts do; its numbers typed as the fast path's
+    decoder and :class:`~core.schemas.JobDefaults` type them), without building the request:
+    the hash of the encoded messages and a tail looked up. The check's hot loop
+    (:meth:`core.check.scanner.Scanner.batches`) does the same inline."""
+    hasher = HASHED_BEFORE.copy()
+    hasher.update(_encode(messages))
+    hasher.update(chat_tail(max_tokens, temperature, top_p, seed, n))
     return hasher.digest()
 
 

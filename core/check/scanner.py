@@ -6,10 +6,11 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterator
+from math import copysign
 from pathlib import Path
 from typing import BinaryIO
 
-from core.check.digests import RequestDigests, fast_chat_digest
+from core.check.digests import HASHED_BEFORE, RequestDigests, chat_tail, encode_sorted
 from core.check.fast_path import (
     DEFAULTED,
     FAST_DECODE_ERRORS,
@@ -115,6 +116,8 @@ class Scanner:
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
         digests, chat_digests = self.digests, {}  # the latter: body.model -> its group
+        tails: dict[tuple, bytes] = {}  # by shape: what follows a line's messages
+        copy_before, encode = HASHED_BEFORE.copy, encode_sorted
         default_max, default_t, default_p = (
             defaults.max_tokens,
             defaults.temperature,
@@ -191,13 +194,27 @@ class Scanner:
                             defaulted,
                         )
                         shapes[shape] = shapes.get(shape, 0) + 1
-                        if temperature == 0 or body.seed is not None:  # its answer is reused
+                        seed = body.seed
+                        if temperature == 0 or seed is not None:  # its answer is reused
+                            # fast_chat_digest inlined: the hash of the encoded messages and
+                            # of what follows them, looked up by this shape where no seed or
+                            # n adds to it (-0.0 is a shape of 0.0 but encodes apart).
+                            n = body.n
+                            if seed is None and n is None and copysign(1.0, temperature) > 0:
+                                tail = tails.get(shape)
+                                if tail is None:
+                                    tail = tails[shape] = chat_tail(
+                                        max_tokens, temperature, top_p, None, None
+                                    )
+                            else:
+                                tail = chat_tail(max_tokens, temperature, top_p, seed, n)
                             group = chat_digests.get(body.model)
                             if group is None:
                                 group = chat_digests[body.model] = digests.group(body.model, False)
-                            group += fast_chat_digest(
-                                body.messages, max_tokens, temperature, top_p, body.seed, body.n
-                            )
+                            hasher = copy_before()
+                            hasher.update(encode(body.messages))
+                            hasher.update(tail)
+                            group += hasher.digest()
                         items.append(None)
                         roles_of.append(None)
                         continue

@@ -51,12 +51,23 @@ def mixed_file(tmp_path, lines=600, repeat_across=True):
     return path
 
 
+@pytest.fixture(params=["forked", "started"])
+def helper_kind(request, monkeypatch):
+    """Helpers as copies of this process (the command line's) and as new Python processes
+    (a page's, whose process runs threads): both must give the same report."""
+    forked = request.param == "forked"
+    monkeypatch.setattr("core.check.file_check.fork_helpers", lambda: forked)
+    return request.param
+
+
 def helpers():
-    """This process's running check helpers."""
-    found = []
+    """This process's running check helpers: new ``core.check.helper`` processes, or
+    copies of this one (same command line)."""
+    found, own = [], psutil.Process().cmdline()
     for child in psutil.Process().children():
         try:
-            if "core.check.helper" in child.cmdline() and child.status() != "zombie":
+            command = child.cmdline()
+            if ("core.check.helper" in command or command == own) and child.status() != "zombie":
                 found.append(child)
         except psutil.Error:  # it ended while we looked
             pass
@@ -71,7 +82,9 @@ def comparable(report):
 
 
 @pytest.mark.parametrize("processes", [2, 3])
-def test_ranges_checked_side_by_side_give_the_single_process_report(tmp_path, processes):
+def test_ranges_checked_side_by_side_give_the_single_process_report(
+    tmp_path, processes, helper_kind
+):
     path = mixed_file(tmp_path)
     one = check_file(path, processes=1, valid_out=tmp_path / "one.jsonl")
     many = check_file(path, processes=processes, valid_out=tmp_path / "many.jsonl")
@@ -97,9 +110,10 @@ def test_prompt_tokens_counted_side_by_side_add_up_to_the_single_process_count(
     assert two.processes == 2
 
 
-def test_a_killed_helper_loses_nothing(tmp_path):
+def test_a_killed_helper_loses_nothing(tmp_path, helper_kind):
     """The parent checks a range itself when its helper dies."""
-    path = mixed_file(tmp_path, lines=3000)
+    # Long enough that a forked helper, which starts at once, still runs at the first batch.
+    path = mixed_file(tmp_path, lines=40_000)
     killed = []
 
     def kill_helpers(done, total, lines):
@@ -115,7 +129,7 @@ def test_a_killed_helper_loses_nothing(tmp_path):
     assert two.processes == 1, "this process checked the helper's range"
 
 
-def test_a_cancelled_parallel_check_says_so_and_stops_its_helpers(tmp_path):
+def test_a_cancelled_parallel_check_says_so_and_stops_its_helpers(tmp_path, helper_kind):
     path = mixed_file(tmp_path, lines=3000)
     cancel = threading.Event()
     cancel.set()

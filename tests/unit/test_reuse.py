@@ -181,6 +181,29 @@ def test_amx_avx512_and_avx2_cpus_are_different_kernel_families(monkeypatch):
     assert cpu_kernel_family(sapphire_rapids) not in families
 
 
+def test_a_machine_without_an_nvidia_driver_has_no_gpu_without_asking_nvml(monkeypatch, tmp_path):
+    """Every forecast asks whether the engine runs on a GPU (its keys differ); without the
+    driver's paths the answer is known without loading pynvml. With them, NVML is asked."""
+    import sys
+    import types
+
+    from core import devices
+
+    asked = []
+
+    def init():
+        asked.append("init")
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(nvmlInit=init))
+    monkeypatch.setattr(devices, "_NVIDIA_DRIVER_PATHS", (str(tmp_path / "nvidia"),))
+    assert devices.gpu_count() == 0 and devices.gpu_names.__wrapped__() == ()
+    assert asked == []
+    (tmp_path / "nvidia").mkdir()  # a driver: NVML is asked (and fails here: no GPU)
+    assert devices.gpu_count() == 0 and devices.gpu_names.__wrapped__() == ()
+    assert asked == ["init", "init"]
+
+
 # -- the index beside each output ----------------------------------------------------------
 
 
@@ -897,6 +920,44 @@ def test_the_fast_paths_digest_is_the_digest_of_the_request_it_builds():
         digests.append(fast)
     assert digests[: len(bodies)] == digests[len(bodies) :]
     assert len(set(digests)) == len(bodies) - 1  # temperature 0 and 0.0 are one request
+
+
+def test_the_checks_inline_digests_are_the_digests_of_the_requests_it_builds(tmp_path):
+    """Issue 57 item 7: the check's hot loop hashes each deterministic line itself, taking
+    what follows its messages by the line's shape; a line of the same shape but another
+    sign of zero, a seed or an n must still get its own request's digest, in either order."""
+    from core.check import check_file
+    from core.check.digests import request_digest
+    from core.check.fast_path import decode_fast_chat_line, fast_chat_request
+    from core.schemas import JobDefaults
+
+    defaults = JobDefaults(temperature=0)
+    bodies = (
+        {},
+        {"temperature": -0.0},  # the shape of the line before, encoded apart
+        {},
+        {"seed": 3},
+        {"n": 1},
+        {"temperature": 0, "max_tokens": 4},
+        {"temperature": -0.0, "max_tokens": 4},
+        {"seed": 5, "temperature": 0.7},
+        {"temperature": 1},  # sampled: no digest
+    )
+    lines = [
+        request_line(f"id-{i}", f"ticket {i % 3}", system="be brief", **body)
+        for i, body in enumerate(bodies * 2)
+    ]
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    report = check_file(path, defaults, count_tokens=False)
+    assert report.valid == len(lines)
+    requests = [fast_chat_request(decode_fast_chat_line(line.encode()), defaults) for line in lines]
+    expected = b"".join(
+        request_digest(r)
+        for r in requests
+        if r.sampling["temperature"] == 0 or "seed" in r.sampling
+    )
+    assert bytes(report.digests.groups["gpt-x", False]) == expected
 
 
 def test_core_check_reads_the_file_once_for_its_check_and_its_forecast(tmp_path, monkeypatch):
