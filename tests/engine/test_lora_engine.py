@@ -45,6 +45,11 @@ def test_base_and_adapter_lines_run_in_one_engine(
     write_batch(mixed, [base, "lora"], tag)
     write_batch(alone, [base], tag)
 
+    # The base alone first, on the SmolLM2 the warm worker holds: the engine with LoRA
+    # replaces it (one copy of a model at a time), so run after, it would load it again.
+    result = cli("run", str(alone), "-o", str(tmp_path / "alone.out"), "--no-reuse")
+    assert result.returncode == 0, result.stderr[-2000:]
+    without = answers(tmp_path / "alone.out")
     result = cli("run", str(mixed), "-o", str(tmp_path / "mixed.out"), "--no-reuse",
                  "--map", f"lora={adapter}")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -52,9 +57,6 @@ def test_base_and_adapter_lines_run_in_one_engine(
     assert job.read_spec().adapters[str(adapter)].rank == 8
     assert "(model 1 of" not in job.read_status().message  # one engine, not one per model
     got = answers(tmp_path / "mixed.out")
-    result = cli("run", str(alone), "-o", str(tmp_path / "alone.out"), "--no-reuse")
-    assert result.returncode == 0, result.stderr[-2000:]
-    without = answers(tmp_path / "alone.out")
     direct = engine_child.run(
         tmp_path / "direct.json", "lora", str(default_model), str(adapter), str(mixed),
         str(tmp_path / "direct.json"),

@@ -8,6 +8,7 @@ import pytest
 from core.jobs.folder import create_job, start_worker
 from core.jobs.ledger import reconcile
 from core.schemas import EngineConfig
+from tests.support.warm_engine import wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -61,8 +62,9 @@ def test_jobs_wait_their_turn_and_two_models_run_in_one_job(
         EngineConfig(model=str(twin)),
     )
     start_worker(ab)
-    time.sleep(1)
-    # The engine is busy (if the first worker holds it already): no second worker, queued.
+    # Once a worker has taken the A/B job (it loads the twin for it), the engine is busy:
+    # no second worker, queued.
+    wait_until(ab, lambda s: s.state not in ("created", "queued"), timeout=120)
     second = start_worker(later)
     if second is not None:  # started before the first took the lock: it leaves the job
         assert second.wait(timeout=60) == 0

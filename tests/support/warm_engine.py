@@ -121,7 +121,8 @@ def warm_engine_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
 def no_warm_worker(warm_engine_home: Path) -> None:
     """Ends the session's warm worker, if one runs, before a test that judges the machine's
     memory with a worker of its own (a load beside another when RAM allows): the warm
-    worker's models would take that room. The next ``warm_home`` test starts it again."""
+    worker's models would take that room. A later ``warm_home`` test would start it again,
+    cold: in ``make test`` none comes later (tests/support/xdist_schedule.py)."""
     state = read_state(warm_engine_home)
     if state is None:
         return

@@ -50,25 +50,51 @@ class SharingTestsTogether(LoadScopeScheduling):
         return nodeid
 
 
-# The engine test that kills the warm worker runs first among the engine tests: the kill
-# throws away every model loaded before it, and its resume's worker (the warm one after it)
-# loads SmolLM2 (seeded: chunked prefill off, what the later jobs run on), the embedding
-# model and the cross-encoder, so the later tests load none of those again.
+# The engine tests' order, so that the warm worker (tests/support/warm_engine.py: 8 GiB of
+# models, the least recently used unloaded first; one copy of a model folder at a time)
+# loads each model once. First the test that kills it: the kill throws away every model
+# loaded before, and its resume's worker (the warm one after it) loads SmolLM2 (seeded:
+# chunked prefill off, the engine every later SmolLM2 job runs on), the embedding model and
+# the cross-encoder. Then every engine test not named here: they need only those three.
 KILLS_THE_WARM_WORKER = "tests/engine/test_faults.py"
+# Then, in this order, the tests that load another model (each makes the least recently
+# used give way, so none of them may come before a test that needs what it unloads).
+LOAD_ANOTHER_MODEL = (
+    # SmolLM2 with a tools template (hermes_model), beside SmolLM2; then the same folder.
+    "tests/engine/test_queue_engine.py",
+    "tests/engine/test_tool_auto_engine.py",
+    # Base lines on the loaded SmolLM2 first, then SmolLM2 with LoRA, which replaces it.
+    "tests/engine/test_lora_engine.py",
+    # SmolLM2 with a template of its own.
+    "tests/engine/test_tokens_engine.py",
+    # Ends the warm worker (no_warm_worker) for a cold one of its own: nothing after it.
+    "tests/engine/test_resident.py::test_models_stay_loaded_between_jobs_and_a_budget_set_on_the_running_worker_unloads_the_lru",
+)
+
+
+def engine_rank(nodeid: str) -> int:
+    """An engine test's place among the engine tests: 0 for the kill, 1 for the tests on the
+    models its resume loads, then 2, 3, ... in :data:`LOAD_ANOTHER_MODEL`'s order."""
+    if nodeid.startswith(KILLS_THE_WARM_WORKER):
+        return 0
+    for i, prefix in enumerate(LOAD_ANOTHER_MODEL):
+        if nodeid.startswith(prefix):
+            return 2 + i
+    return 1
 
 
 def order_slow_first(items: list[pytest.Item]) -> None:
-    """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine``
-    (:data:`KILLS_THE_WARM_WORKER` first), those marked ``browser``, then the rest; each
-    group keeps its order (so a module's tests stay together)."""
+    """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine`` (in
+    :func:`engine_rank`'s order), those marked ``browser``, then the rest; each group keeps
+    its order (so a module's tests stay together)."""
 
-    def rank(item: pytest.Item) -> int:
+    def rank(item: pytest.Item) -> tuple[int, int]:
         if starts_a_cluster(item.nodeid):
-            return 0
+            return 0, 0
         if item.get_closest_marker("browser"):
-            return 3
-        if item.nodeid.startswith(KILLS_THE_WARM_WORKER):
-            return 1
-        return 2 if item.get_closest_marker("engine") else 4
+            return 2, 0
+        if item.get_closest_marker("engine"):
+            return 1, engine_rank(item.nodeid)
+        return 3, 0
 
     items.sort(key=rank)
