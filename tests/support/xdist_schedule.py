@@ -67,7 +67,8 @@ LOAD_ANOTHER_MODEL = (
     "tests/engine/test_lora_engine.py",
     # SmolLM2 with a template of its own.
     "tests/engine/test_tokens_engine.py",
-    # Ends the warm worker (no_warm_worker) for a cold one of its own: nothing after it.
+    # Ends the warm worker (no_warm_worker) for a cold one of its own: nothing after it
+    # (marked serial, so it runs apart in `make test`; last where a phase is run by hand).
     "tests/engine/test_resident.py::test_models_stay_loaded_between_jobs_and_a_budget_set_on_the_running_worker_unloads_the_lru",
 )
 
