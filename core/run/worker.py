@@ -284,7 +284,7 @@ class JobRun:
         assert writers is not None  # opened by the plan step
         forecast = Forecast(plan.records[folder], executor.window)
         keeper.watch(executor, forecast)
-        self.stop.executor = executor
+        self.stop.attach(executor)  # one asked to stop meanwhile stops at once
         measure = RunMeasure(requests)
         try:
             for computed in executor.run(requests):
@@ -297,7 +297,7 @@ class JobRun:
                     self.expire(plan.left)
                     return "expired"
         finally:
-            self.stop.executor = None
+            self.stop.attach(None)
             keeper.watch(None)
         if not self.stop.stopping:  # a stopped run's last requests were cut short
             name = Path(folder).name
@@ -632,7 +632,7 @@ def serve(
                     break
                 if not resident.between_jobs():
                     continue  # told to stop: models unloaded, the queue goes on afresh
-                resident.publish(queue[0].job_id)
+                resident.publish([queue[0].job_id])
                 with resident.output_to(queue[0].log_file):
                     status = _run_queued(queue[0], stop)
                 stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
