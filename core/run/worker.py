@@ -10,7 +10,9 @@ twice. A job started with ``retry`` (see ``core.jobs.folder.start_worker``) also
 requests, except invalid input.
 
 One worker holds the machine's engine at a time (``core.jobs.queue``): a worker that finds
-the engine busy leaves its job queued and exits; the busy one runs it next, keeping the
+the engine busy leaves its job queued and exits; the busy one runs it, beside the jobs
+it runs already when its models are loaded or fit beside theirs (``core.run.running``, up
+to the running-jobs cap of Settings; a cap of 1 runs them one after another), keeping the
 model loaded when the next job uses the same one. After its last job the worker stays for
 an idle time with its models loaded (``core.run.resident``), so the next job starts at
 once. A job whose requests name several models (``body.model`` mapped to local folders)
