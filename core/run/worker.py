@@ -69,6 +69,7 @@ from core.run.pool import (
     Loads,
     budget_bytes,
     die_with_parent,
+    multiprocessing_on,
 )
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
@@ -606,8 +607,9 @@ def serve(
     queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
 
     Jobs run side by side on the loaded engines (:mod:`core.run.running`), up to the
-    running-jobs cap of Settings (read when the lock is taken; 1: one after another, in
-    this thread, as before jobs shared the engine).
+    running-jobs cap of Settings, where the engines' cores run in processes of their own
+    (a worker with an idle time); else, or with a cap of 1, one after another in this
+    thread, as before jobs shared the engine.
 
     A queued job outside its run windows is not started: its status says when it runs
     next, and the worker waits for that (its models unloaded after the idle time) rather
@@ -625,7 +627,10 @@ def serve(
     while _acquire(lock):
         requeue_interrupted(jobs_dir)  # jobs a killed worker left: resumed here, once
         resident = Resident(jobs_dir, clock)
-        side_by_side = running_jobs_cap(jobs_dir.parent) > 1
+        # Side by side only where each engine's core is a process of its own: in-process,
+        # the model would run in whichever job's thread steps it, not in the main thread
+        # that vLLM bound its CPU threads from.
+        side_by_side = running_jobs_cap(jobs_dir.parent) > 1 and multiprocessing_on()
         try:
             if side_by_side:
                 _serve_side_by_side(job, jobs_dir, stop, clock, resident, first)

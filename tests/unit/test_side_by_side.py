@@ -15,6 +15,7 @@ from core.jobs.folder import CANCEL_SIGNAL, cancel, create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
+from core.run.pool import MULTIPROCESSING_ENV
 from core.run.stopping import StopRequest
 from core.schemas import EngineConfig
 from tests.support.jobs import StandIn, request_line
@@ -58,6 +59,12 @@ def one_result_each(job) -> bool:
     return not ledger.missing and not ledger.coverage_problems()
 
 
+@pytest.fixture(autouse=True)
+def engines_in_processes(monkeypatch):
+    """Side by side where engine cores run in processes of their own (a resident worker)."""
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "1")
+
+
 @pytest.fixture
 def signals():
     """The worker's signal handlers, as ``core.run.worker.main`` installs them."""
@@ -86,15 +93,20 @@ def test_queued_jobs_run_side_by_side_each_with_all_its_results(tmp_path, monkey
     assert short.read_status().finished_at < long.read_status().finished_at
 
 
-def test_a_running_jobs_cap_of_one_runs_them_in_turn(tmp_path, monkeypatch):
-    monkeypatch.setenv(RUNNING_ENV, "1")
+@pytest.mark.parametrize("cap, engines_in", [("1", "1"), ("4", "0")])
+def test_a_cap_of_one_or_an_in_process_engine_runs_them_in_turn(
+    tmp_path, monkeypatch, cap, engines_in
+):
+    monkeypatch.setenv(RUNNING_ENV, cap)
+    monkeypatch.setenv(MULTIPROCESSING_ENV, engines_in)
     first, second = jobs(tmp_path, 3, 3)
     order: list[str] = []
     executors = {first.job_id: Paced(), second.job_id: Paced()}
 
     def executor(spec, d):
         order.append(spec.job_id)
-        assert all(not e.started.is_set() or e.ran for e in executors.values())
+        assert threading.current_thread() is threading.main_thread()  # as before: no thread
+        assert all(not e.started.is_set() or len(e.ran) == 3 for e in executors.values())
         return executors[spec.job_id]
 
     monkeypatch.setattr(worker, "make_executor", executor)
