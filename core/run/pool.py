@@ -332,7 +332,10 @@ class Loads:
         self._lock = threading.Lock()
 
     def ask(self, config: EngineConfig) -> tuple[Closable, float]:
-        """From a job's thread: waits for the main thread to give the engine."""
+        """From a job's thread: waits for the main thread to give the engine. A job runs
+        its models in turn: the engine of its last one is free for others from now on (two
+        jobs of two models each would otherwise wait for each other's)."""
+        self.pool.release(threading.get_ident())
         ask = _Ask(config)
         with self._lock:
             self._asked.append(ask)

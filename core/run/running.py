@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from core.run.stopping import Cancelled, StopRequest
 from core.schemas import JobSpec, JobStatus
 
 log = logging.getLogger("core.run.worker")
+JOB_THREAD = "job "  # a job's thread is named this and its id
 
 
 def engine_folders(spec: JobSpec) -> list[str]:
@@ -60,6 +62,24 @@ class JobLog(logging.Handler):
                 out.write(self.format(record) + "\n")
         except OSError:  # a job folder gone or a full disk: the worker's log still has it
             pass
+
+
+def _not_a_jobs(record: logging.LogRecord) -> bool:
+    return not record.threadName.startswith(JOB_THREAD)
+
+
+@contextmanager
+def own_logs() -> Iterator[None]:
+    """While jobs run side by side, the worker's own log handlers leave each job's records
+    to its :class:`JobLog` (the worker's output is the log of the job it was started for)."""
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(_not_a_jobs)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(_not_a_jobs)
 
 
 @dataclass
@@ -116,7 +136,7 @@ class Running:
     def start(self, job: JobFolder, spec: JobSpec | None) -> None:
         """Runs the job in a thread of its own, its log records to its ``worker.log``."""
         stop = StopRequest()
-        name = f"job {job.job_id}"
+        name = f"{JOB_THREAD}{job.job_id}"
         handler = JobLog(job.log_file, name)
 
         def run() -> None:
@@ -185,7 +205,7 @@ class Running:
 
 def _users_of(folder: str, jobs: Iterable[RunningJob]) -> str:
     """The running jobs that hold engines (the ones a load of ``folder`` waits for)."""
-    busy = {u for c, users in POOL.users.items() if c.model != folder and users for u in users}
+    busy = {u for c, users in POOL.users.items() if c.model != folder for u in list(users)}
     return ", ".join(r.job.job_id for r in jobs if r.thread.ident in busy)
 
 

@@ -74,7 +74,7 @@ from core.run.pool import (
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
-from core.run.running import Running, say_waiting
+from core.run.running import Running, own_logs, say_waiting
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
 from core.run.stopping import Cancelled, StopRequest
 from core.schemas import JobSpec, JobStatus, now_iso
@@ -727,43 +727,44 @@ def _serve_side_by_side(
     """Admits queued jobs beside the running ones, each in a thread of its own, while this
     thread keeps the signals, the queue and every model load (:mod:`core.run.running`)."""
     running = Running(_run_queued)
-    POOL.loads = Loads(POOL)
+    loads = POOL.loads = Loads(POOL)
     published: list[str] | None = None
-    try:
-        while True:
-            for ended, status in running.reap():
-                if job is not None and ended.job_id == job.job_id and status is not None:
-                    first.append(status)
-            stop.sink = running.on_signal  # a signal names no job: the files do
-            if running.take_signals():
-                stop.leaving = True
-            if stop.leaving and not running:
-                return
-            if not stop.leaving:
-                _admit(job, jobs_dir, stop, clock, resident, running, first)
-            if not running:
-                if stop.leaving:
+    with own_logs():  # each job's records to its own log
+        try:
+            while True:
+                for ended, status in running.reap():
+                    if job is not None and ended.job_id == job.job_id and status is not None:
+                        first.append(status)
+                stop.sink = running.on_signal  # a signal names no job: the files do
+                if running.take_signals():
+                    stop.leaving = True
+                if stop.leaving and not running:
                     return
-                if _queue(job, jobs_dir, clock, first, set()):
-                    continue  # one that waited may start now
-                stop.sink = None  # idle: a signal stops the worker at once, as before
-                published = None
-                if _wait_for_work(jobs_dir, clock, resident):
-                    continue
-                return
-            POOL.loads.serve()
-            if running.ids != published:
-                published = running.ids
-                resident.publish(published)
-            time.sleep(ADMIT_SECONDS)
-    finally:
-        stop.sink = None
-        running.stop_all(leaving=True)  # only on the way out of an error: jobs have ended
-        for user in POOL.loads.waiting():
-            POOL.loads.withdraw(user, Cancelled("the worker stopped"))
-        running.join(timeout=60)
-        running.reap()
-        POOL.loads = None
+                if not stop.leaving:
+                    _admit(job, jobs_dir, stop, clock, resident, running, first)
+                if not running:
+                    if stop.leaving:
+                        return
+                    if _queue(job, jobs_dir, clock, first, set()):
+                        continue  # one that waited may start now
+                    stop.sink = None  # idle: a signal stops the worker at once, as before
+                    published = None
+                    if _wait_for_work(jobs_dir, clock, resident):
+                        continue
+                    return
+                loads.serve()
+                if running.ids != published:
+                    published = running.ids
+                    resident.publish(published)
+                time.sleep(ADMIT_SECONDS)
+        finally:
+            stop.sink = None
+            running.stop_all(leaving=True)  # only on the way out of an error: jobs have ended
+            for user in loads.waiting():
+                loads.withdraw(user, Cancelled("the worker stopped"))
+            running.join(timeout=60)
+            running.reap()
+            POOL.loads = None
 
 
 def _admit(
