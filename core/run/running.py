@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
+from core.jobs.queue import WAITS
 from core.run.pool import POOL
 from core.run.progress import plural
 from core.run.stopping import Cancelled, StopRequest
@@ -114,21 +115,21 @@ class Running:
             return None
         names = ", ".join(self.jobs)
         if len(self.jobs) >= cap:
-            return f"queued: waits for a free place beside {names} (at most {cap} at once)"
+            return f"{WAITS}for a free place beside {names} (at most {cap} at once)"
         ray = [r.job.job_id for r in self.jobs.values() if r.spec is not None and r.spec.ray]
         if ray:
-            return f"queued: waits for {', '.join(ray)}, which runs on a Ray cluster alone"
+            return f"{WAITS}for {', '.join(ray)}, which runs on a Ray cluster alone"
         if spec is None:
             return None
         if spec.ray:
-            return f"queued: runs on a Ray cluster alone, after {names}"
+            return f"{WAITS}to run on a Ray cluster alone, after {names}"
         for folder in engine_folders(spec):
             config = spec.engine.model_copy(update={"model": folder})
             if any(c.model == folder for c in POOL.held) or POOL.can_load(config):
                 continue
             users = _users_of(folder, self.jobs.values()) or names
             return (
-                f"queued: {Path(folder).name} does not fit in memory beside the models "
+                f"{WAITS}for memory: {Path(folder).name} does not fit beside the models "
                 f"{users} use; it starts when one of them ends"
             )
         return None

@@ -160,5 +160,10 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     assert (metric(at, "Requests running"), metric(at, "Requests waiting")) == ("12", "3")
     assert metric(at, "Prefix-cache hits") == "50%"
     assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
+    assert "running beside" not in page_text(at)  # alone on the engine
+    resident_state(studio_home, state="running", job_id=job.job_id, job_ids=[job.job_id, "job_b"])
+    at = open_page("monitor.py", job_id=job.job_id)
+    said = "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded; running beside this job: job_b"
+    assert said in page_text(at)
     assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
     assert metric(at, "Model load") == "warm"  # the engine held the model
