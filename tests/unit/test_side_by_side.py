@@ -4,6 +4,7 @@ tests/engine/test_side_by_side_engine.py)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -69,7 +70,8 @@ def engines_in_processes(monkeypatch):
 def signals():
     """The worker's signal handlers, as ``core.run.worker.main`` installs them."""
     stop = StopRequest()
-    saved = {s: signal.signal(s, stop.on_signal) for s in (CANCEL_SIGNAL, signal.SIGINT)}
+    signums = (CANCEL_SIGNAL, signal.SIGINT, signal.SIGTERM)
+    saved = {s: signal.signal(s, stop.on_signal) for s in signums}
     yield stop
     for signum, handler in saved.items():
         signal.signal(signum, handler)
@@ -165,3 +167,30 @@ def test_a_cancel_of_one_running_job_leaves_the_other_completing(tmp_path, monke
     assert (kept.state, kept.succeeded) == ("completed", 20) and one_result_each(other)
     assert not executors[other.job_id].stopped
     assert not doomed.cancel_file.exists() or doomed.read_status().is_final
+
+
+def test_a_sigterm_stops_every_running_job_and_the_worker_leaves_the_queue(
+    tmp_path, monkeypatch, signals
+):
+    monkeypatch.setenv(RUNNING_ENV, "2")
+    a, b, c = jobs(tmp_path, 40, 40, 2)
+    together = threading.Barrier(2, timeout=10)
+
+    class Terminating(Paced):
+        def run(self, requests):
+            for n, lines in enumerate(super().run(requests)):
+                if n == 2:
+                    os.kill(os.getpid(), signal.SIGTERM)  # a service manager's stop
+                yield lines
+
+    executors = {a.job_id: Paced(0.05, together), b.job_id: Terminating(0.05, together)}
+    monkeypatch.setattr(worker, "make_executor", lambda spec, d: executors[spec.job_id])
+
+    worker.serve(a, stop=signals)
+
+    for job in (a, b):
+        status = job.read_status()
+        assert status.state == "cancelled" and 0 < status.done < 40
+        assert "its worker was asked to stop" in status.message
+    assert c.read_status().state == "queued"  # for the next worker
+    assert signals.leaving
