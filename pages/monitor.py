@@ -11,7 +11,7 @@ from core.jobs.engine_files import read_state
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
-from core.jobs.queue import ahead_of
+from core.jobs.queue import WAITS, ahead_of
 from core.jobs.windows import held_note, sentence
 from core.run.metrics import studio_figures
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
@@ -134,11 +134,16 @@ def resource_charts(samples: list[dict]) -> None:
             col.plotly_chart(_chart({title: (times, values)}, title, least_top), key=field)
 
 
-def engine_section(numbers: dict) -> None:
-    """The engine's own gauges while a job runs (its metrics, read at each heartbeat)."""
+def engine_section(numbers: dict, job_id: str) -> None:
+    """The engine's own gauges while a job runs (its metrics, read at each heartbeat), and
+    the other jobs that share it now."""
     state = read_state(paths().home)
     held = [f"{m.name} ({m.memory_mib:,.0f} MiB)" for m in state.models] if state else []
-    st.caption("Engine: " + (", ".join(held) + " loaded" if held else "no model loaded"))
+    caption = "Engine: " + (", ".join(held) + " loaded" if held else "no model loaded")
+    beside = [job_label(i) for i in (state.job_ids if state else []) if i != job_id]
+    if beside:
+        caption += "; running beside this job: " + ", ".join(beside)
+    st.caption(escape(caption))
     c = st.columns(4)
     c[0].metric("KV cache used", f"{numbers['kv_cache_usage']:.0%}")
     c[1].metric("Requests running", numbers["running"])
@@ -168,6 +173,9 @@ def waits_for(job: JobFolder, status: JobStatus) -> None:
         st.info(escape(sentence(held)), icon=":material/schedule:")
         return
     if status.state != "queued":
+        return
+    if status.message.startswith(WAITS):  # the worker's own word: why it cannot join yet
+        st.caption(escape(sentence(status.message.removeprefix("queued: "))))
         return
     ahead = ahead_of(job, paths().jobs)
     if ahead:
@@ -280,7 +288,7 @@ def show(job: JobFolder) -> None:
     run_notes(status, final)
     numbers = samples[-1].get("engine") if samples else None
     if numbers and not final:
-        engine_section(numbers)
+        engine_section(numbers, job.job_id)
     if status.interrupted:
         st.warning(interrupted_text(status))
     controls(job, status)

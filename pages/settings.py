@@ -20,6 +20,7 @@ from core.jobs.approval import save_settings as save_approval
 from core.jobs.engine_files import (
     BUDGET_ENV,
     IDLE_ENV,
+    RUNNING_ENV,
     EngineCommand,
     EngineState,
     describe,
@@ -28,6 +29,7 @@ from core.jobs.engine_files import (
     memory_override,
     read_settings,
     read_state,
+    running_override,
     send_command,
     write_settings,
 )
@@ -168,6 +170,7 @@ def engine_section(home: Path) -> None:
     st.subheader("Engine")
     idle_time(home)
     memory_budget(home)
+    running_jobs(home)
     stopping = st.session_state.get(STOPPING) is not None
     st.fragment(engine_now, run_every=2.0 if stopping else None)(home)
 
@@ -234,6 +237,27 @@ def memory_budget(home: Path) -> None:
         write_settings(home, saved.model_copy(update={"memory_mib": mib}))
         st.toast(f"The loaded models may now hold {mib:,} MiB together." if mib else
                  "The loaded models are capped by the machine's free memory only.")  # fmt: skip
+
+
+def running_jobs(home: Path) -> None:
+    """How many jobs share the engine at most, unless the environment sets it."""
+    override = running_override()
+    saved = read_settings(home)
+    count = st.number_input(
+        "Jobs running side by side at most",
+        min_value=1,
+        value=override if override is not None else saved.running_jobs,
+        step=1,
+        disabled=override is not None,
+        help="Jobs on loaded models share the engine by weight, so a small job finishes "
+        "while a long one runs; 1 runs them one after another. The running worker reads "
+        "it before it starts each job.",
+    )
+    if override is not None:
+        st.caption(f"Set by the environment ({RUNNING_ENV}={override}).")
+    elif count != saved.running_jobs:
+        write_settings(home, saved.model_copy(update={"running_jobs": int(count)}))
+        st.toast(f"Up to {count} jobs now run side by side.")
 
 
 def loaded_models(home: Path, engine_state: EngineState) -> None:

@@ -9,9 +9,10 @@ answered beside them in ``*.answer.json``). Never DuckDB: only the UI writes tha
 The idle time comes from, in order: ``BATCH_STUDIO_ENGINE_IDLE`` (seconds; what
 ``core serve --engine-idle`` sets for the workers the app starts), the Settings page's
 ``settings.json``, else 10 minutes. The memory the loaded models may hold together comes
-the same way: ``BATCH_STUDIO_ENGINE_MEMORY`` (MiB), else Settings, else no cap; a worker
-reads both each time it needs them, so a change in Settings reaches a running worker. This
-module loads no engine; the UI imports it.
+the same way: ``BATCH_STUDIO_ENGINE_MEMORY`` (MiB), else Settings, else no cap; and so
+does how many jobs run side by side at most: ``BATCH_STUDIO_RUNNING_JOBS``, else Settings,
+else 4. A worker reads them each time it needs them, so a change in Settings reaches a
+running worker. This module loads no engine; the UI imports it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 IDLE_ENV = "BATCH_STUDIO_ENGINE_IDLE"
 BUDGET_ENV = "BATCH_STUDIO_ENGINE_MEMORY"  # MiB the loaded engines may hold together
+RUNNING_ENV = "BATCH_STUDIO_RUNNING_JOBS"  # jobs one worker runs side by side at most
+DEFAULT_RUNNING_JOBS = 4
 DEFAULT_IDLE_SECONDS = 600.0
 STATE_SECONDS = 2.0  # how often a resident worker rewrites state.json
 POLL_SECONDS = 0.05  # how often it looks for work, commands and texts while idle
@@ -48,6 +51,7 @@ class EngineSettings(FrozenModel):
 
     idle_seconds: float = Field(DEFAULT_IDLE_SECONDS, ge=0)
     memory_mib: float = Field(0.0, ge=0)  # what the loaded models may hold; 0: no cap
+    running_jobs: int = Field(DEFAULT_RUNNING_JOBS, ge=1)  # side by side at most; 1: in turn
 
 
 class LoadedModel(FrozenModel):
@@ -67,7 +71,8 @@ class EngineState(FrozenModel):
 
     pid: int
     state: Literal["running", "idle"]
-    job_id: str | None = None
+    job_id: str | None = None  # the first of job_ids (what a reader of one job reads)
+    job_ids: list[str] = Field(default_factory=list)  # the jobs running now, side by side
     models: list[LoadedModel] = Field(default_factory=list)
     idle_seconds: float
     idle_since: float | None = None  # time.time() the last job ended, while idle
@@ -105,7 +110,9 @@ def describe(state: EngineState | None) -> list[str]:
     """The state as lines a person reads."""
     if state is None:
         return ["no engine is loaded (no resident worker)"]
-    doing = f"running job {state.job_id}" if state.job_id else "idle"
+    ids = state.job_ids or ([state.job_id] if state.job_id else [])
+    doing = ("running job " if len(ids) == 1 else "running jobs ") + ", ".join(ids)
+    doing = doing if ids else "idle"
     lines = [f"worker pid {state.pid}: {doing}, {state.rss_mib:,.0f} MiB resident"]
     if state.exits_at is not None:
         lines[0] += f"; exits at {_when(state.exits_at)} unless a job comes"
@@ -180,6 +187,26 @@ def memory_budget_mib(home: Path | None) -> float | None:
     override = memory_override()
     mib = override if override is not None or home is None else read_settings(home).memory_mib
     return mib or None
+
+
+def running_override() -> int | None:
+    """The most jobs side by side set by the environment (``BATCH_STUDIO_RUNNING_JOBS``)."""
+    value = os.environ.get(RUNNING_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        log.warning("%s=%r is not a whole number of jobs; ignored", RUNNING_ENV, value)
+        return None
+    return count if count >= 1 else None
+
+
+def running_jobs_cap(home: Path) -> int:
+    """How many jobs one worker runs side by side at most (1: one after another, as the
+    worker ran them before jobs shared the engine): the one rule, read at each admission."""
+    override = running_override()
+    return override if override is not None else read_settings(home).running_jobs
 
 
 def read_state(home: Path) -> EngineState | None:

@@ -96,6 +96,9 @@ class JobFolder:
     spec_file = property(lambda self: self.path / "job.json")
     status_file = property(lambda self: self.path / "status.json")
     log_file = property(lambda self: self.path / "worker.log")
+    # A cancel of this job while its worker runs it (``now`` or ``step``): a worker running
+    # jobs side by side stops this one alone. Removed when a worker takes the job.
+    cancel_file = property(lambda self: self.path / "cancel")
     name_file = property(lambda self: self.path / "name.txt")
     # Lines the check refused with the job's models (a prompt beyond the context, a token id
     # the model lacks...), which a structural scan cannot see: line number -> the problem.
@@ -229,7 +232,8 @@ def cancel(job: JobFolder, now: bool = False) -> str:
             return f"job is already {status.state}"
         taken = status.state not in WAITING_STATES and status.pid is not None
         if taken and worker_alive(status.pid):
-            os.kill(status.pid, signal.SIGINT if now else CANCEL_SIGNAL)
+            write_atomic(job.cancel_file, "now" if now else "step")  # which job: the signal
+            os.kill(status.pid, signal.SIGINT if now else CANCEL_SIGNAL)  # cannot name it
             return (
                 "stopping now" if now else "cancelling: the engine stops within seconds"
             ) + "; every result written is kept, and a resume runs the requests without one"

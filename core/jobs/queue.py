@@ -19,6 +19,10 @@ from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.windows import RunWindows, WindowProblem, held_message, of_spec
 from core.schemas import JobSpec
 
+# How a queued job's status begins while the worker says why it cannot join the running
+# jobs yet (core.run.running); Monitor shows that instead of the jobs ahead of it.
+WAITS = "queued: waits "
+
 
 def priority(job: JobFolder) -> int:
     """A job's queue priority (higher runs first), kept in its ``priority`` file."""

@@ -23,6 +23,14 @@ loop and the model overlap), a slower load (96-208 s against 32-56 s there: thre
 processes import torch), and about 1 GiB more memory (the engine core, 0.6 GiB, and its
 model runner are processes of their own).
 
+Jobs running side by side (:mod:`core.run.running`) share the pool: an engine a running
+job uses (its ``users``) is never unloaded to make room, so a job whose model does not fit
+beside them waits (:meth:`EnginePool.can_load`). Every load happens in the worker's main
+thread: an engine's child processes die with the *thread* that forked them (Linux ties
+``PR_SET_PDEATHSIG`` to it; tried: an engine loaded from a job's thread died with it), so a
+job's thread asks the main thread for its engine (:class:`Loads`), and two jobs that ask for
+the same model get one engine.
+
 An engine's child processes must not outlive a worker killed with -9 (vLLM leaves them
 running, holding the model: tried): :func:`die_with_parent` makes each die with its parent.
 """
@@ -34,8 +42,9 @@ import ctypes
 import logging
 import os
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -183,19 +192,34 @@ class EnginePool:
         self.measured: dict[str, int] = {}  # model folder -> bytes its last load took
         self.on_change: Callable[[], None] | None = None  # told after a load or unload
         self.baseline: int | None = None  # memory in use before this process's first load
+        self.users: dict[EngineConfig, set[Hashable]] = {}  # the running jobs on each engine
+        self.loads: Loads | None = None  # jobs side by side: where their threads ask
 
-    def get(self, config: EngineConfig) -> tuple[Closable, float]:
-        """The engine for ``config`` and the seconds spent loading it (0 when loaded)."""
+    def get(self, config: EngineConfig, user: Hashable | None = None) -> tuple[Closable, float]:
+        """The engine for ``config`` and the seconds spent loading it (0 when loaded).
+        ``user`` (a running job) holds it until :meth:`release`. Outside the main thread
+        while jobs run side by side, the main thread loads it (:class:`Loads`)."""
+        if self.loads is not None and threading.current_thread() is not threading.main_thread():
+            return self.loads.ask(config)
+        engine, seconds = self._get(config)
+        if user is not None:
+            self.users.setdefault(config, set()).add(user)
+        return engine, seconds
+
+    def _get(self, config: EngineConfig) -> tuple[Closable, float]:
         if config in self.held:
             held = self.held.pop(config)
             held.last_used = time.time()
             self.held[config] = held  # now the most recently used
             return held.engine, 0.0
-        for other in [c for c in self.held if c.model == config.model]:
+        for other in [c for c in self.held if c.model == config.model and not self.in_use(c)]:
             self.unload(other)  # the same model with other settings: one copy at a time
         need = self.measured.get(config.model) or first_load_bytes(config)
-        while self.held and not self._room_for(need):
-            self.unload(next(iter(self.held)))  # the least recently used
+        while not self._room_for(need):
+            idle = [c for c in self.held if not self.in_use(c)]  # least recently used first
+            if not idle:
+                break  # can_load let it in beside the engines in use
+            self.unload(idle[0])
         before = self._in_use()
         if self.baseline is None:
             self.baseline = before
@@ -213,14 +237,39 @@ class EnginePool:
         self._changed()
         return engine, engine.load_seconds
 
-    def _room_for(self, need: int) -> bool:
-        """Whether an engine that takes ``need`` bytes fits beside those held."""
+    def _room_for(self, need: int, kept: list[EngineConfig] | None = None) -> bool:
+        """Whether an engine that takes ``need`` bytes fits beside those held (or beside
+        ``kept`` alone, the others' memory counted as freed)."""
+        kept = list(self.held) if kept is None else kept
+        freed = sum(h.memory_bytes for c, h in self.held.items() if c not in kept)
         limit, budget = self._limit(), self.budget()
-        if limit is not None and len(self.held) >= limit:
+        if limit is not None and len(kept) >= limit:
             return False
-        if budget is not None and sum(h.memory_bytes for h in self.held.values()) + need > budget:
+        if budget is not None and sum(self.held[c].memory_bytes for c in kept) + need > budget:
             return False
-        return self._available() - RESERVE_BYTES >= need
+        return self._available() + freed - RESERVE_BYTES >= need
+
+    def in_use(self, config: EngineConfig) -> bool:
+        return bool(self.users.get(config))
+
+    def release(self, user: Hashable) -> None:
+        """A job has ended: the engines it used may be unloaded again."""
+        for users in self.users.values():
+            users.discard(user)
+
+    def can_load(self, config: EngineConfig) -> bool:
+        """Whether :meth:`get` can give this engine now without unloading one a running job
+        uses: it is loaded, or nothing is in use (as for a job alone: the least recently
+        used make room), or it fits beside the engines in use."""
+        if config in self.held:
+            return True
+        busy = [c for c in self.held if self.in_use(c)]
+        if not busy:
+            return True
+        if any(c.model == config.model for c in busy):
+            return False  # the same model with other settings: one copy at a time
+        need = self.measured.get(config.model) or first_load_bytes(config)
+        return self._room_for(need, kept=busy)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -255,6 +304,79 @@ class EnginePool:
     def close(self) -> None:
         for config in list(self.held):
             self.unload(config)
+
+
+class _Ask:
+    """One job thread's ask for an engine, answered by the main thread."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config, self.user = config, threading.get_ident()
+        self.done = threading.Event()
+        self.result: tuple[Closable, float] | None = None
+        self.error: BaseException | None = None
+
+    def answer(self, result: tuple[Closable, float] | None, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self.done.set()
+
+
+class Loads:
+    """The engines jobs' threads ask for, loaded by the worker's main thread when it calls
+    :meth:`serve` (see the module doc); a job's thread is its ``user`` of the engine until
+    the pool's :meth:`EnginePool.release` of it. An ask that does not fit beside the engines
+    in use waits for them."""
+
+    def __init__(self, pool: EnginePool) -> None:
+        self.pool = pool
+        self._asked: list[_Ask] = []
+        self._lock = threading.Lock()
+
+    def ask(self, config: EngineConfig) -> tuple[Closable, float]:
+        """From a job's thread: waits for the main thread to give the engine. A job runs
+        its models in turn: the engine of its last one is free for others from now on (two
+        jobs of two models each would otherwise wait for each other's)."""
+        self.pool.release(threading.get_ident())
+        ask = _Ask(config)
+        with self._lock:
+            self._asked.append(ask)
+        ask.done.wait()
+        if ask.error is not None:
+            raise ask.error
+        assert ask.result is not None
+        return ask.result
+
+    def waiting(self) -> dict[int, EngineConfig]:
+        """The engines asked for and not yet given, by the thread that waits."""
+        with self._lock:
+            return {a.user: a.config for a in self._asked}
+
+    def serve(self) -> None:
+        """In the main thread: loads (or hands over) each engine asked for that can be had
+        now, in the order asked."""
+        with self._lock:
+            asked = list(self._asked)
+        for ask in asked:
+            if not self.pool.can_load(ask.config):
+                continue
+            with self._lock:
+                self._asked.remove(ask)
+            try:
+                got = self.pool.get(ask.config, user=ask.user)
+            except Exception as exc:  # the job fails with it (a model that cannot load)
+                ask.answer(None, exc)
+            except BaseException as exc:  # the worker is stopping: so is the job
+                ask.answer(None, exc)
+                raise
+            else:
+                ask.answer(got, None)
+
+    def withdraw(self, user: int, error: BaseException) -> None:
+        """Ends a thread's wait with ``error`` (its job was cancelled, the worker stops)."""
+        with self._lock:
+            mine = [a for a in self._asked if a.user == user]
+            self._asked = [a for a in self._asked if a.user != user]
+        for ask in mine:
+            ask.answer(None, error)
 
 
 def _load_engine(config: EngineConfig) -> Closable:

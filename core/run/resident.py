@@ -56,13 +56,13 @@ class Resident:
         self.home = jobs_dir.parent
         self._written = 0.0
         self.idle_since: float | None = None
-        self.job_id: str | None = None  # the job running now
-        POOL.on_change = lambda: self.publish(self.job_id)
+        self.job_ids: list[str] = []  # the jobs running now
+        POOL.on_change = lambda: self.publish(self.job_ids)
 
-    def publish(self, job_id: str | None = None) -> None:
-        """Replaces ``state.json`` with what this worker holds now (running ``job_id``)."""
-        self.job_id = job_id
-        idle = job_id is None
+    def publish(self, job_ids: list[str] | None = None) -> None:
+        """Replaces ``state.json`` with what this worker holds now (running ``job_ids``)."""
+        self.job_ids = list(job_ids or [])
+        idle = not self.job_ids
         if idle and self.idle_since is None:
             self.idle_since = time.time()
         elif not idle:
@@ -84,7 +84,8 @@ class Resident:
             EngineState(
                 pid=os.getpid(),
                 state="idle" if idle else "running",
-                job_id=job_id,
+                job_id=self.job_ids[0] if self.job_ids else None,
+                job_ids=self.job_ids,
                 models=models,
                 idle_seconds=idle_seconds(self.home),
                 idle_since=self.idle_since,

@@ -119,6 +119,7 @@ class StatusKeeper:
             previous = self.job.read_status()
             if previous.state not in WAITING_STATES:
                 return False
+            self.job.cancel_file.unlink(missing_ok=True)  # a cancel of an earlier run
             self.status = JobStatus(
                 history=previous.history,
                 first_result_seconds=previous.first_result_seconds,

@@ -10,7 +10,9 @@ twice. A job started with ``retry`` (see ``core.jobs.folder.start_worker``) also
 requests, except invalid input.
 
 One worker holds the machine's engine at a time (``core.jobs.queue``): a worker that finds
-the engine busy leaves its job queued and exits; the busy one runs it next, keeping the
+the engine busy leaves its job queued and exits; the busy one runs it, beside the jobs
+it runs already when its models are loaded or fit beside theirs (``core.run.running``, up
+to the running-jobs cap of Settings; a cap of 1 runs them one after another), keeping the
 model loaded when the next job uses the same one. After its last job the worker stays for
 an idle time with its models loaded (``core.run.resident``), so the next job starts at
 once. A job whose requests name several models (``body.model`` mapped to local folders)
@@ -44,7 +46,7 @@ from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.devices import gpu_count, runs_on_gpu
 from core.jobs.delivery import deliver
-from core.jobs.engine_files import idle_seconds
+from core.jobs.engine_files import idle_seconds, running_jobs_cap
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
 from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
@@ -64,12 +66,15 @@ from core.run.pool import (
     MULTIPROCESSING_ENV,
     PARENT_ENV,
     POOL,
+    Loads,
     budget_bytes,
     die_with_parent,
+    multiprocessing_on,
 )
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
 from core.run.resident import Resident
+from core.run.running import Running, own_logs, say_waiting
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
 from core.run.stopping import Cancelled, StopRequest
 from core.schemas import JobSpec, JobStatus, now_iso
@@ -77,6 +82,7 @@ from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
+ADMIT_SECONDS = 0.1  # how often the main thread looks at the queue while jobs run
 
 if __name__ == "__mp_main__":  # a process vLLM spawned from this worker: an engine's core or
     die_with_parent()  # its model runner, which must not outlive a worker killed with -9
@@ -263,7 +269,9 @@ class JobRun:
             message=f"loading the model{part}",
             measured_load_seconds=plan.records[folder].load_seconds,
         )
-        engine = fit_to_requests(group.engine, requests, runs_on_gpu(spec.ray), loaded=POOL.held)
+        engine = fit_to_requests(
+            group.engine, requests, runs_on_gpu(spec.ray), loaded=list(POOL.held)
+        )
         executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
         executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
         keeper.update(
@@ -284,7 +292,7 @@ class JobRun:
         assert writers is not None  # opened by the plan step
         forecast = Forecast(plan.records[folder], executor.window)
         keeper.watch(executor, forecast)
-        self.stop.executor = executor
+        self.stop.attach(executor)  # one asked to stop meanwhile stops at once
         measure = RunMeasure(requests)
         try:
             for computed in executor.run(requests):
@@ -297,7 +305,7 @@ class JobRun:
                     self.expire(plan.left)
                     return "expired"
         finally:
-            self.stop.executor = None
+            self.stop.attach(None)
             keeper.watch(None)
         if not self.stop.stopping:  # a stopped run's last requests were cut short
             name = Path(folder).name
@@ -598,6 +606,11 @@ def serve(
     keeps the models loaded for the idle time (:mod:`core.run.resident`) and runs the jobs
     queued meanwhile at once. With no ``job`` (``--resident``) it only does the latter.
 
+    Jobs run side by side on the loaded engines (:mod:`core.run.running`), up to the
+    running-jobs cap of Settings, where the engines' cores run in processes of their own
+    (a worker with an idle time); else, or with a cap of 1, one after another in this
+    thread, as before jobs shared the engine.
+
     A queued job outside its run windows is not started: its status says when it runs
     next, and the worker waits for that (its models unloaded after the idle time) rather
     than exit. ``clock`` tells the time the windows are judged at.
@@ -610,36 +623,19 @@ def serve(
     assert jobs_dir is not None
     stop = stop if stop is not None else StopRequest()  # main's, which its signals reach
     lock = EngineLock(jobs_dir)
-    first: JobStatus | None = None
+    first: list[JobStatus] = []  # job's final status, once it has one
     while _acquire(lock):
         requeue_interrupted(jobs_dir)  # jobs a killed worker left: resumed here, once
         resident = Resident(jobs_dir, clock)
+        # Side by side only where each engine's core is a process of its own: in-process,
+        # the model would run in whichever job's thread steps it, not in the main thread
+        # that vLLM bound its CPU threads from.
+        side_by_side = running_jobs_cap(jobs_dir.parent) > 1 and multiprocessing_on()
         try:
-            while True:
-                queue, held = runnable_jobs(jobs_dir, clock.now())
-                held.say_when()
-                if (
-                    job is not None
-                    and first is None
-                    and _waiting(job)
-                    and job.job_id not in held.ids
-                ):  # started for it
-                    queue = [job] + [j for j in queue if j.job_id != job.job_id]
-                if not queue:
-                    runnable = lambda: bool(runnable_jobs(jobs_dir, clock.now())[0])  # noqa: E731
-                    if resident.wait_for_work(runnable, held.next_opening()):
-                        continue
-                    break
-                if not resident.between_jobs():
-                    continue  # told to stop: models unloaded, the queue goes on afresh
-                resident.publish(queue[0].job_id)
-                with resident.output_to(queue[0].log_file):
-                    status = _run_queued(queue[0], stop)
-                stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
-                if job is not None and queue[0].job_id == job.job_id:
-                    first = status
-                if stop.leaving:
-                    break
+            if side_by_side:
+                _serve_side_by_side(job, jobs_dir, stop, clock, resident, first)
+            else:
+                _serve_in_turn(job, jobs_dir, stop, clock, resident, first)
         except Cancelled:  # a signal while idle: exit
             log.info("stopped by a signal while idle")
         finally:
@@ -649,9 +645,162 @@ def serve(
         # that already gave up the lock.
         if stop.leaving or not queued_jobs(jobs_dir):
             break
-    if job is not None and first is None:
+    if job is not None and not first:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
-    return first
+    return first[0] if first else None
+
+
+def _queue(
+    job: JobFolder | None, jobs_dir: Path, clock: Clock, first: list[JobStatus], skip: set[str]
+) -> list[JobFolder]:
+    """The queued jobs that may start now, in the order they start: ``job`` (the one the
+    worker was started for) first while it waits; those held for their run windows say
+    when they run."""
+    queue, held = runnable_jobs(jobs_dir, clock.now())
+    held.say_when()
+    queue = [j for j in queue if j.job_id not in skip]
+    if (
+        job is not None
+        and not first
+        and job.job_id not in skip
+        and _waiting(job)
+        and job.job_id not in held.ids
+    ):  # started for it
+        queue = [job] + [j for j in queue if j.job_id != job.job_id]
+    return queue
+
+
+def _wait_for_work(jobs_dir: Path, clock: Clock, resident: Resident) -> bool:
+    """Idles with the models loaded until a job may run (True) or the idle time ends."""
+    held = runnable_jobs(jobs_dir, clock.now())[1]
+    runnable = lambda: bool(runnable_jobs(jobs_dir, clock.now())[0])  # noqa: E731
+    return resident.wait_for_work(runnable, held.next_opening())
+
+
+def _serve_in_turn(
+    job: JobFolder | None,
+    jobs_dir: Path,
+    stop: StopRequest,
+    clock: Clock,
+    resident: Resident,
+    first: list[JobStatus],
+) -> None:
+    """One job after another, each in this thread (a running-jobs cap of 1)."""
+    while True:
+        queue = _queue(job, jobs_dir, clock, first, set())
+        if not queue:
+            if _wait_for_work(jobs_dir, clock, resident):
+                continue
+            return
+        if not resident.between_jobs():
+            continue  # told to stop: models unloaded, the queue goes on afresh
+        if _run_here(queue[0], job, stop, resident, first):
+            return
+
+
+def _run_here(
+    queued: JobFolder,
+    job: JobFolder | None,
+    stop: StopRequest,
+    resident: Resident,
+    first: list[JobStatus],
+) -> bool:
+    """Runs a queued job in this thread, its output (the engine's too) in its log; True
+    when the worker is to leave afterwards (SIGTERM)."""
+    resident.publish([queued.job_id])
+    with resident.output_to(queued.log_file):
+        status = _run_queued(queued, stop)
+    stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
+    if job is not None and queued.job_id == job.job_id:
+        first.append(status)
+    return stop.leaving
+
+
+def _serve_side_by_side(
+    job: JobFolder | None,
+    jobs_dir: Path,
+    stop: StopRequest,
+    clock: Clock,
+    resident: Resident,
+    first: list[JobStatus],
+) -> None:
+    """Admits queued jobs beside the running ones, each in a thread of its own, while this
+    thread keeps the signals, the queue and every model load (:mod:`core.run.running`)."""
+    running = Running(_run_queued)
+    loads = POOL.loads = Loads(POOL)
+    published: list[str] | None = None
+    with own_logs():  # each job's records to its own log
+        try:
+            while True:
+                for ended, status in running.reap():
+                    if job is not None and ended.job_id == job.job_id and status is not None:
+                        first.append(status)
+                stop.sink = running.on_signal  # a signal names no job: the files do
+                if running.take_signals():
+                    stop.leaving = True
+                if stop.leaving and not running:
+                    return
+                if not stop.leaving:
+                    _admit(job, jobs_dir, stop, clock, resident, running, first)
+                if not running:
+                    if stop.leaving:
+                        return
+                    if _queue(job, jobs_dir, clock, first, set()):
+                        continue  # one that waited may start now
+                    stop.sink = None  # idle: a signal stops the worker at once, as before
+                    published = None
+                    if _wait_for_work(jobs_dir, clock, resident):
+                        continue
+                    return
+                loads.serve()
+                if running.ids != published:
+                    published = running.ids
+                    resident.publish(published)
+                time.sleep(ADMIT_SECONDS)
+        finally:
+            stop.sink = None
+            running.stop_all(leaving=True)  # only on the way out of an error: jobs have ended
+            for user in loads.waiting():
+                loads.withdraw(user, Cancelled("the worker stopped"))
+            running.join(timeout=60)
+            running.reap()
+            POOL.loads = None
+
+
+def _admit(
+    job: JobFolder | None,
+    jobs_dir: Path,
+    stop: StopRequest,
+    clock: Clock,
+    resident: Resident,
+    running: Running,
+    first: list[JobStatus],
+) -> None:
+    """Starts each queued job that may run beside the running ones now, in queue order;
+    one that waits says why. A job on a Ray cluster runs alone, in this thread."""
+    cap = running_jobs_cap(jobs_dir.parent)
+    for queued in _queue(job, jobs_dir, clock, first, set(running.ids)):
+        spec = _spec_of(queued)
+        why = running.waits_for(queued, spec, cap)
+        if why is not None:
+            say_waiting(queued, why)
+            if len(running) >= cap:
+                return
+            continue
+        if not running and not resident.between_jobs():
+            return  # told to stop: models unloaded, the queue goes on afresh
+        if spec is not None and spec.ray:
+            stop.sink = None  # alone, in this thread: signals act as on a job run in turn
+            _run_here(queued, job, stop, resident, first)
+            return
+        running.start(queued, spec)
+
+
+def _spec_of(job: JobFolder) -> JobSpec | None:
+    try:
+        return job.read_spec()
+    except JobUnreadable:
+        return None  # taken anyway: it fails alone, with the reason
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The queue on the real engine: one worker, jobs in turn, a model loaded once."""
+"""The queue on the real engine: one worker runs the jobs, a model loaded once."""
 
 import json
 import time
@@ -42,7 +42,7 @@ def wait_final(job, timeout=400):
     raise AssertionError(f"{job.job_id} did not finish: {job.read_status()}")
 
 
-def test_jobs_wait_their_turn_and_two_models_run_in_one_job(
+def test_one_worker_runs_the_jobs_and_two_models_run_in_one_job(
     warm_home, tmp_path, default_model, hermes_model
 ):
     # A second model folder, so a second engine: the session's SmolLM2 with a tools
@@ -63,12 +63,12 @@ def test_jobs_wait_their_turn_and_two_models_run_in_one_job(
     )
     start_worker(ab)
     # Once a worker has taken the A/B job (it loads the twin for it), the engine is busy:
-    # no second worker, queued.
+    # no second worker; the one holding it runs the later job, beside the first
+    # (core.run.running).
     wait_until(ab, lambda s: s.state not in ("created", "queued"), timeout=120)
     second = start_worker(later)
     if second is not None:  # started before the first took the lock: it leaves the job
         assert second.wait(timeout=60) == 0
-    assert later.read_status().state == "queued"
 
     ab_status, later_status = wait_final(ab), wait_final(later)
 
@@ -79,5 +79,6 @@ def test_jobs_wait_their_turn_and_two_models_run_in_one_job(
     ]
     assert sorted(set(answers)) == sorted([default_model.name, twin.name])
     assert later_status.state == "completed"
-    assert later_status.pid == ab_status.pid  # the same worker ran both jobs in turn
-    assert later_status.model_load_seconds == 0  # the twin stayed loaded from the A/B job
+    assert later_status.pid == ab_status.pid  # the same worker ran both jobs
+    # One engine of the twin for both jobs: whichever asked second found it loaded.
+    assert 0 in (ab_status.model_load_seconds, later_status.model_load_seconds)

@@ -9,9 +9,11 @@ import time
 from core.jobs.engine_files import (
     BUDGET_ENV,
     IDLE_ENV,
+    RUNNING_ENV,
     LoadedModel,
     idle_seconds,
     memory_budget_mib,
+    running_jobs_cap,
     take_commands,
 )
 from tests.support.engine_pages import resident_state
@@ -99,6 +101,19 @@ def test_settings_sets_the_memory_the_loaded_models_may_hold_keeping_the_idle_ti
     assert field.disabled and field.value == 1024 and BUDGET_ENV in page_text(at)
 
 
+def test_settings_sets_how_many_jobs_run_side_by_side(studio_home, monkeypatch):
+    monkeypatch.delenv(RUNNING_ENV, raising=False)
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Jobs running side by side"))
+    assert field.value == 4 and running_jobs_cap(studio_home) == 4
+    field.set_value(1).run()
+    assert running_jobs_cap(studio_home) == 1  # one after another, as before
+    monkeypatch.setenv(RUNNING_ENV, "2")
+    at = open_page("settings.py")
+    field = next(n for n in at.number_input if n.label.startswith("Jobs running side by side"))
+    assert field.disabled and field.value == 2 and RUNNING_ENV in page_text(at)
+
+
 def test_settings_says_when_serve_sets_the_idle_time(studio_home, monkeypatch):
     monkeypatch.setenv(IDLE_ENV, "30")
     at = open_page("settings.py")
@@ -145,5 +160,10 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     assert (metric(at, "Requests running"), metric(at, "Requests waiting")) == ("12", "3")
     assert metric(at, "Prefix-cache hits") == "50%"
     assert "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded" in page_text(at)
+    assert "running beside" not in page_text(at)  # alone on the engine
+    resident_state(studio_home, state="running", job_id=job.job_id, job_ids=[job.job_id, "job_b"])
+    at = open_page("monitor.py", job_id=job.job_id)
+    said = "Engine: SmolLM2-135M-Instruct (1,650 MiB) loaded; running beside this job: job_b"
+    assert said in page_text(at)
     assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
     assert metric(at, "Model load") == "warm"  # the engine held the model

@@ -124,6 +124,13 @@ def test_a_queued_job_shows_its_requests_and_the_job_it_waits_for(studio_home) -
     at = open_page("monitor.py", job_id=waiting.job_id)
     assert "queued: 0 / 5 requests" in at.get("progress")[0].proto.text
     assert f"Waits for {running.job_id}: it runs once that job ends." in texts(at)
+    # A worker running jobs side by side says why this one cannot join them yet.
+    status = waiting.read_status()
+    status.message = f"queued: waits for a free place beside {running.job_id} (at most 1 at once)"
+    waiting.write_status(status)
+    at = open_page("monitor.py", job_id=waiting.job_id)
+    said = f"Waits for a free place beside {running.job_id} (at most 1 at once)"
+    assert said in texts(at)
 
 
 def test_the_monitor_charts_each_gpus_memory_and_load(studio_home) -> None:

@@ -112,6 +112,48 @@ def test_the_least_recently_used_model_is_unloaded_when_memory_is_short(tmp_path
     assert [cfg.model_name for cfg in engines.held] == ["a", "c"]
 
 
+def test_an_engine_a_running_job_uses_is_never_unloaded_for_another_job(tmp_path):
+    """Issue 41 item 1: jobs side by side. With a and b in use, c does not fit (6 GiB hold
+    two): its job waits instead of evicting; once b's job ends, b makes room as before."""
+    engines, log = pool(available_gib=6)
+    a, b, c = (model(tmp_path, n) for n in "abc")
+    engines.get(a, user="job 1")
+    engines.get(b, user="job 2")
+    assert engines.can_load(a) and not engines.can_load(c)
+    engines.release("job 2")
+    assert engines.can_load(c)
+    engines.get(c, user="job 3")
+    assert log == ["load a", "load b", "unload b", "load c"]  # a, in use, stayed
+
+
+def test_a_main_thread_loads_what_jobs_threads_ask_for_one_engine_for_two(tmp_path):
+    """A job thread never loads (an engine's processes die with the thread that forked
+    them): it asks, the main thread loads; two asks for one model get one engine."""
+    from core.run.pool import Loads
+
+    engines, log = pool(available_gib=16)
+    engines.loads = Loads(engines)
+    a = model(tmp_path, "a")
+    got: list[tuple[object, str]] = []
+
+    def job() -> None:
+        engine, _ = engines.get(a)
+        got.append((engine, threading.current_thread().name))
+
+    threads = [threading.Thread(target=job, name=f"job {n}") for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while len(engines.loads.waiting()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert got == [] and log == []  # asked, not loaded in their threads
+    engines.loads.serve()  # the main thread
+    for thread in threads:
+        thread.join(10)
+    assert log == ["load a"] and len(got) == 2 and got[0][0] is got[1][0]
+    assert engines.users[a] == {t.ident for t in threads}  # each its user till it ends
+
+
 def test_a_memory_budget_unloads_the_least_recently_used_first(tmp_path, monkeypatch):
     monkeypatch.setenv(BUDGET_ENV, "5120")  # MiB: two models of 2 GiB, not three
     assert budget_bytes() == 5 * GIB

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from core.jobs.engine_files import RUNNING_ENV
 from core.jobs.folder import CANCEL_SIGNAL, create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
@@ -355,6 +356,7 @@ def test_a_sigterm_stops_the_job_as_a_cancel_does_and_the_worker_then_leaves(
     stop = StopRequest()
     stopping = Windowed(stop, 1, signum=signal.SIGTERM)
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: stopping)
+    monkeypatch.setenv(RUNNING_ENV, "1")  # one job at a time: the other has not started
     monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
     worker.serve(job, stop=stop)
     status = job.read_status()

@@ -1,0 +1,106 @@
+"""Jobs side by side on the real engine (issue 41 item 1): the session's warm worker runs
+a small job beside a long one on the same loaded model, a cancel stops one job alone, and
+a kill -9 of the worker with three jobs running loses nothing of any."""
+
+import json
+import os
+import signal
+import uuid
+
+import pytest
+
+from core.jobs.folder import cancel, create_job, start_worker
+from core.jobs.ledger import reconcile
+from core.schemas import EngineConfig
+from tests.support.warm_engine import wait_until
+
+pytestmark = pytest.mark.engine
+
+
+def batch(path, count, max_tokens):
+    """Chats of this file alone (a fresh word in each prompt: nothing is reused)."""
+    nonce = uuid.uuid4().hex[:8]
+    lines = []
+    for i in range(count):
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": f"Tell a story about {nonce} {i}."}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
+        lines.append({"custom_id": f"{path.stem}-{i}", "method": "POST",
+                      "url": "/v1/chat/completions", "body": body})  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def started(tmp_path, home, model, name, count, max_tokens=48):
+    job = create_job(
+        batch(tmp_path / f"{name}.jsonl", count, max_tokens),
+        home / "jobs",
+        EngineConfig(model=str(model)),
+    )
+    start_worker(job)
+    return job
+
+
+def test_a_small_job_finishes_while_a_long_one_runs_and_both_are_whole(
+    warm_home, tmp_path, default_model
+):
+    long = started(tmp_path, warm_home, default_model, "long", 240)
+    # a cold worker's load took 4.5 min beside other engine tests on the 2-core machine
+    wait_until(long, lambda s: s.state == "running" and s.done > 0, timeout=900)
+    small = started(tmp_path, warm_home, default_model, "small", 3, max_tokens=8)
+
+    small_status = wait_until(small, lambda s: s.is_final, timeout=120)
+
+    assert (small_status.state, small_status.succeeded) == ("completed", 3)
+    assert not long.read_status().is_final  # before the long job ends, not after it
+    long_status = wait_until(long, lambda s: s.is_final, timeout=600)
+    assert (long_status.state, long_status.succeeded) == ("completed", 240)
+    assert reconcile(long).complete and reconcile(small).complete  # one line per custom_id
+    assert small_status.pid == long_status.pid  # one worker, one engine, side by side
+
+
+def test_a_cancel_of_one_of_two_running_jobs_leaves_the_other_completing(
+    warm_home, tmp_path, default_model
+):
+    doomed = started(tmp_path, warm_home, default_model, "doomed", 400)
+    other = started(tmp_path, warm_home, default_model, "other", 40, max_tokens=16)
+    wait_until(doomed, lambda s: s.state == "running" and s.done > 0, timeout=900)
+    wait_until(other, lambda s: s.state == "running")
+
+    assert "cancelling" in cancel(doomed)
+    stopped = wait_until(doomed, lambda s: s.is_final, timeout=120)
+    kept = wait_until(other, lambda s: s.is_final, timeout=300)
+
+    assert stopped.state == "cancelled" and stopped.done < 400
+    assert "asked to stop" not in stopped.message  # a cancel of this job, not the worker's end
+    assert (kept.state, kept.succeeded) == ("completed", 40) and reconcile(other).complete
+    made = reconcile(doomed)  # what it made stays, once each; a resume runs the rest
+    assert not made.duplicates and len(made.missing) == 400 - stopped.done
+
+
+def test_kill_9_with_three_jobs_running_resumes_each_with_one_result_per_request(
+    warm_home, tmp_path, default_model
+):
+    """Issue 41 item 2: each job stays whole. The worker killed with three jobs on its
+    engine; the next worker (a person's Resume of one starts it) resumes all three."""
+    jobs = [started(tmp_path, warm_home, default_model, f"kill{n}", 90, 24) for n in range(3)]
+    for job in jobs:
+        wait_until(job, lambda s: s.state == "running" and s.done > 0, timeout=900)
+    worker = jobs[0].read_status().pid
+    assert {job.read_status().pid for job in jobs} == {worker}  # side by side in one worker
+    os.kill(worker, signal.SIGKILL)
+    for job in jobs:
+        wait_until(job, lambda s: s.interrupted, timeout=60)
+    made = [len(reconcile(job).missing) for job in jobs]
+    assert all(0 < missing < 90 for missing in made), made  # killed midway, all three
+
+    start_worker(jobs[0])  # Resume: its worker queues the other two again by itself
+
+    for job in jobs:
+        status = wait_until(job, lambda s: s.is_final, timeout=600)
+        report = reconcile(job)
+        assert (status.state, status.succeeded) == ("completed", 90), status.message
+        assert report.complete and not report.duplicates  # nothing lost, nothing twice
