@@ -587,13 +587,14 @@ def _run_queued(job: JobFolder, stop: StopRequest | None = None) -> JobStatus:
 
 def _acquire(lock: EngineLock, tries: int = 5) -> bool:
     """Takes the engine lock; tries a few times, 20 ms apart, because a look at who holds
-    it (``EngineLock.holder``, from the UI) takes it for an instant."""
+    it (``EngineLock.holder``, from the UI) takes it for an instant; and waits for a killed
+    worker's lock to go (a Resume right after a kill -9 starts this worker)."""
     for attempt in range(tries):
         if lock.acquire():
             return True
         if attempt < tries - 1:
             time.sleep(0.02)
-    return False
+    return lock.acquire_from_the_dead()
 
 
 def serve(

@@ -1,9 +1,13 @@
 """The queue and the engine lock (no engine)."""
 
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+
+import psutil
 
 from core.jobs.queue import EngineLock, position, queued_jobs, set_priority
 from core.schemas import JobStatus
@@ -44,6 +48,31 @@ def test_one_worker_holds_the_engine_at_a_time(tmp_path):
     assert lock.acquire()  # the kernel dropped the dead worker's lock
     lock.release()
     assert EngineLock(tmp_path).holder() is None
+
+
+def test_a_killed_workers_forked_child_does_not_keep_the_engine_from_the_next_worker(tmp_path):
+    """An engine's helper process forked from the worker shares its lock file; killed with
+    -9, the worker must not leave the engine taken by that child (a Resume then waited
+    forever), and the next worker takes the lock while the child still runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import os, sys, time; from pathlib import Path; from core.jobs.queue import EngineLock; "
+         "lock = EngineLock(Path(sys.argv[1])); assert lock.acquire(); child = os.fork()\n"
+         "if child == 0: time.sleep(60); os._exit(0)\n"
+         "print(child, flush=True); time.sleep(60)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    child = int(holder.stdout.readline())
+    try:
+        holder.kill()
+        holder.wait()
+        assert psutil.pid_exists(child)  # the forked child outlives its worker
+        lock = EngineLock(tmp_path)
+        assert lock.holder() is None  # nobody alive holds it: a Resume starts a worker
+        assert lock.acquire_from_the_dead(seconds=10)
+        lock.release()
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 def test_core_run_follows_a_job_the_engines_worker_runs_and_takes_it_up_if_that_one_ends(
