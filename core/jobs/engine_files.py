@@ -32,6 +32,7 @@ from pydantic import Field, ValidationError
 
 from core.config import REPO_ROOT
 from core.files import write_atomic
+from core.jobs.folder import JobFolder, JobUnreadable
 from core.schemas import FrozenModel, worker_alive
 
 log = logging.getLogger(__name__)
@@ -260,6 +261,24 @@ def start_resident(home: Path) -> subprocess.Popen:
         )
 
 
+def running_jobs(home: Path) -> list[str]:
+    """The jobs the resident worker runs now. One whose status is final is not among them,
+    though ``state.json`` lists it a moment longer (its thread then indexes its answers)."""
+    state = read_state(home)
+    if state is None:
+        return []
+    listed = state.job_ids or ([state.job_id] if state.job_id else [])  # job_id: one job
+    running = []
+    for job_id in listed:
+        try:
+            final = JobFolder(home / "jobs" / job_id).read_status().is_final
+        except JobUnreadable:
+            final = False  # the worker's to judge: it says when that job ends
+        if not final:
+            running.append(job_id)
+    return running
+
+
 class EngineBusy(RuntimeError):
     """No answer in time: the worker is running a job, or could not load the model."""
 
@@ -272,9 +291,9 @@ def embed_on_engine(home: Path, model: Path, texts: list[str], timeout: float) -
         EngineBusy: the worker is running a job (texts are served between jobs), or no
             answer came within ``timeout`` seconds.
     """
-    busy = read_state(home)
-    if busy is not None and busy.job_id is not None:
-        raise EngineBusy(f"the engine is running job {busy.job_id}; try again when it ends")
+    busy = running_jobs(home)
+    if busy:
+        raise EngineBusy(f"the engine is running job {busy[0]}; try again when it ends")
     folder = embed_dir(home)
     name = f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
     request, answer = folder / f"{name}.request.json", folder / f"{name}.answer.json"

@@ -373,6 +373,28 @@ def test_a_typed_text_is_refused_without_waiting_while_the_engine_runs_a_job(tmp
     assert not list((tmp_path / "engine").glob("embed/*"))  # nothing left behind
 
 
+def test_a_job_whose_status_is_final_no_longer_keeps_a_typed_text_waiting(tmp_path):
+    """A job's thread indexes its answers after its final status: ``state.json`` lists it
+    a moment longer, and a text typed then is not refused for it."""
+    from core.jobs.engine_files import EngineState, running_jobs, write_state
+    from core.jobs.folder import JobFolder
+    from core.schemas import JobStatus
+
+    (tmp_path / "jobs" / "job_done").mkdir(parents=True)
+    done = JobStatus()
+    done.enter("completed", "3 succeeded")
+    JobFolder(tmp_path / "jobs" / "job_done").write_status(done)
+    listed = ["job_done", "job_x"]
+    state = EngineState(
+        pid=os.getpid(), state="running", job_id=listed[0], job_ids=listed,
+        idle_seconds=600, updated_at=time.time(),
+    )  # fmt: skip
+    write_state(tmp_path, state)
+    assert running_jobs(tmp_path) == ["job_x"]  # job_x has no final status: it runs
+    write_state(tmp_path, state.model_copy(update={"job_ids": ["job_done"]}))
+    assert running_jobs(tmp_path) == []
+
+
 def test_each_job_a_resident_worker_runs_keeps_its_own_log(resident, tmp_path):
     first, second = tmp_path / "a.log", tmp_path / "b.log"
     for log_file, job in ((first, "job a"), (second, "job b")):
