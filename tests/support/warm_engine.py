@@ -176,7 +176,13 @@ def wait_until(
         if predicate(status):
             return status
         time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for job {job.job_id}: {job.read_status()}")
+    # The worker's last records (vLLM's warnings left out) say why, on a CI run too.
+    records = [r for r in job.log_tail(400).splitlines() if " WARN" not in r][-40:]
+    raise AssertionError(
+        f"timed out waiting for job {job.job_id}: {job.read_status()}\n"
+        + "its worker.log ends:\n"
+        + "\n".join(records)
+    )
 
 
 def run_in_background(home: Path, *args: str) -> tuple[subprocess.Popen[str], JobFolder]:
