@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,7 +194,8 @@ class Engine:
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
         self._held = 0  # requests finished in the engine, not yet yielded
         self.first_token_at: float | None = None  # this run()'s first token, epoch seconds
-        self._inside: dict[str, tuple[int, int]] = {}  # request id -> (step admitted, limit)
+        # engine request id -> (step admitted, limit, id() of the EngineRequest it runs)
+        self._inside: dict[str, tuple[int, int, int]] = {}
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.max_num_seqs = self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs
         self.cpu_threads = None
@@ -244,9 +245,10 @@ class Engine:
         metric = next(m for m in self.llm.get_metrics() if m.name == "vllm:generation_tokens")
         return int(metric.value)
 
-    def activity(self) -> EngineActivity:
+    def activity(self, of: Container[int] | None = None) -> EngineActivity:
         """What the engine is doing now, from its own counters (safe from another thread):
-        tokens generated since it loaded, finished requests' and running ones' alike."""
+        tokens generated since it loaded, finished requests' and running ones' alike. With
+        ``of`` (the ``id()`` of one job's requests inside), ``progress`` is theirs alone."""
         values = {m.name: m.value for m in self.llm.get_metrics() if m.name in ACTIVITY_METRICS}
         steps = self.steps
         return EngineActivity(
@@ -260,7 +262,11 @@ class Engine:
             prefix_cache_hits=int(values.get("vllm:prefix_cache_hits", 0)),
             # list() of a dict's values is one step for the interpreter: safe while the
             # engine loop adds and removes entries.
-            progress=tuple((steps - at, limit) for at, limit in list(self._inside.values())),
+            progress=tuple(
+                (steps - at, limit)
+                for at, limit, request in list(self._inside.values())
+                if of is None or request in of
+            ),
             held=self._held,
             recent_steps=tuple(self.step_log),
             first_token_at=self.first_token_at,
@@ -377,7 +383,7 @@ class Engine:
                             added.append(request_id)
                             inside[request_id] = (request, key, index)
                             limit = getattr(params, "max_tokens", 0) or 0
-                            self._inside[request_id] = (self.steps, limit)
+                            self._inside[request_id] = (self.steps, limit, id(request))
                     except (VLLMClientError, ValueError, TypeError) as exc:
                         if added:  # an embeddings request refused at a later input
                             engine.abort_request(added)

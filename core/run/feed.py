@@ -49,6 +49,7 @@ class Feed:
         self._driver: Hashable | None = None  # the job whose thread steps the engine now
         self._cancelling: set[Hashable] = set()
         self._windows: dict[Hashable, int] = {}  # job -> requests inside at once it asks
+        self.joins = 0  # jobs that have joined since the engine loaded
         engine.cancelled = self._take_cancels  # type: ignore[attr-defined]
 
     def run(
@@ -66,6 +67,7 @@ class Feed:
         window it started with)."""
         lines: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lines[key], self._windows[key] = lines, window
+        self.joins += 1
         self.mix.join(key, requests, owner, priority)
         left = len(requests)
         try:
@@ -100,6 +102,15 @@ class Feed:
         finally:
             with self._lock:
                 self._driver = None
+
+    def inside(self, key: Hashable) -> set[int]:
+        """The ``id()`` of job ``key``'s requests inside the engine now."""
+        return self.mix.inside(key)
+
+    @property
+    def jobs(self) -> int:
+        """The jobs on the engine now."""
+        return len(self._lines)
 
     def cancel(self, key: Hashable) -> None:
         """Takes job ``key`` out at the engine's next step. Only marks it: it runs in a

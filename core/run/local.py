@@ -17,6 +17,7 @@ from typing import Protocol
 from core.check.engine_requests import EngineRequest
 from core.run.engine import Engine, EngineActivity
 from core.run.feed import feed_of
+from core.run.outputs import token_usage
 from core.schemas import EngineConfig, JobSpec
 
 
@@ -51,7 +52,7 @@ def make_executor(spec: JobSpec, job_dir: Path) -> Executor:
         from core.run.ray_cluster import RayExecutor
 
         return RayExecutor(spec, job_dir)
-    return LocalExecutor(spec)
+    return LocalExecutor.for_job(spec)
 
 
 def loaded_engine(config: EngineConfig) -> tuple[Engine, float]:
@@ -68,24 +69,42 @@ class LocalExecutor:
     joins the engine's feed (:mod:`core.run.feed`) with its owner's share: jobs running on
     the same loaded engine share it by weight."""
 
-    def __init__(self, spec: JobSpec) -> None:
-        self.engine, self.load_seconds = loaded_engine(spec.engine)
+    def __init__(self, engine: Engine, model: str, window: int, owner: str | None = None) -> None:
+        """A job on ``engine`` (loaded: :meth:`for_job` loads it), running up to ``window``
+        requests inside it at once; ``model`` is the name in its output lines."""
+        self.engine, self.model, self.window, self.owner = engine, model, window, owner
+        self.load_seconds = 0.0
         self.engine.stopped = False
-        self.owner = spec.owner
         self._base = self.engine.activity()  # a warm engine's counters include earlier jobs
         self._first_token_at: float | None = None  # of this job's first run() on the engine
-        self.model = spec.engine.model_name
-        # As many as the engine runs at once: a finished request is replaced at the next step,
-        # so the batch stays full, and a kill loses at most one batch of work.
-        self.window = spec.chunk_size or self.engine.max_num_seqs
         self.description = f"on {self.model}, up to {self.window} at a time"
         self.notify: Callable[[str], None] | None = None  # one engine here: no events
         self.feed = feed_of(self.engine, self.model)
         self._key = object()  # this run's place in the feed: a cancel names it alone
+        # Beside other jobs the engine's token counter is theirs too: this job's figures
+        # then come from its own results and its own requests inside.
+        self._shared = False  # another job has run on the engine beside this one
+        self._joins = 0  # the feed's join count once this job has joined
+        self._tokens = 0  # completion tokens of this job's results, from its lines
+
+    @classmethod
+    def for_job(cls, spec: JobSpec) -> LocalExecutor:
+        """The job's executor on its model's engine, loaded first if the pool lacks it. As
+        many requests inside as the engine runs at once: a finished request is replaced at
+        the next step, so the batch stays full, and a kill loses at most one batch."""
+        engine, seconds = loaded_engine(spec.engine)
+        window = spec.chunk_size or engine.max_num_seqs
+        executor = cls(engine, spec.engine.model_name, window, spec.owner)
+        executor.load_seconds = seconds
+        return executor
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+        self._shared |= self.feed.jobs > 0
+        self._joins = self.feed.joins + 1  # this job's own join is the next
         try:
-            yield from self.feed.run(self._key, requests, self.window, owner=self.owner)
+            for lines in self.feed.run(self._key, requests, self.window, owner=self.owner):
+                self._tokens += sum((token_usage(line) or (0, 0))[1] for line in lines)
+                yield lines
         except Exception:
             from core.run.pool import POOL
 
@@ -96,13 +115,23 @@ class LocalExecutor:
         self.feed.cancel(self._key)  # this job's requests only: the others run on
 
     def activity(self) -> EngineActivity:
-        now, base = self.engine.activity(), self._base
+        """The engine's counters since this executor started, its progress this job's
+        requests alone; beside other jobs, its tokens too (those of its results, and one
+        per step for each of its requests inside: an estimate, as the engine counts none
+        per request)."""
+        self._shared |= self.feed.joins > self._joins  # another job joined after this one
+        now, base = self.engine.activity(of=self.feed.inside(self._key)), self._base
         if self._first_token_at is None:
             self._first_token_at = now.first_token_at
+        generated = now.generated_tokens - base.generated_tokens
+        if self._shared:
+            inside = sum(min(written, limit or written) for written, limit in now.progress)
+            generated = self._tokens + inside
+            now = replace(now, running=len(now.progress), waiting=0)
         return replace(
             now,
             first_token_at=self._first_token_at,
-            generated_tokens=now.generated_tokens - base.generated_tokens,
+            generated_tokens=generated,
             prefix_cache_queries=now.prefix_cache_queries - base.prefix_cache_queries,
             prefix_cache_hits=now.prefix_cache_hits - base.prefix_cache_hits,
         )

@@ -127,6 +127,11 @@ class Mix:
         with self._lock:
             return self._taken.pop(id(request), (None, None))[0]
 
+    def inside(self, key: Hashable) -> set[int]:
+        """The ``id()`` of source ``key``'s requests handed out and not finished yet."""
+        with self._lock:
+            return {i for i, (k, _) in self._taken.items() if k == key}
+
     def cancel(self, key: Hashable) -> list[EngineRequest]:
         """Removes a source: none of its requests is handed out again, the others' shares
         grow. Returns its requests inside the engine, for the caller to abort."""

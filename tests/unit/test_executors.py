@@ -5,8 +5,7 @@ import pytest
 from core.check.engine_requests import ChatRequest
 from core.run import local as executors
 from core.run import retry
-from core.run.engine import EngineRequestError
-from core.run.feed import feed_of
+from core.run.engine import EngineActivity, EngineRequestError
 from core.run.outputs import Choice, Completion
 
 
@@ -85,6 +84,9 @@ class StreamingEngine:
         self.oom_window_above = oom_window_above
         self.windows = []
 
+    def activity(self, of=None):
+        return EngineActivity()
+
     def stream(self, requests, window):
         requests = list(requests)  # takes every request at once
         self.windows.append(window)
@@ -100,10 +102,7 @@ class StreamingEngine:
 
 
 def local_executor(engine, window=8):
-    executor = object.__new__(executors.LocalExecutor)
-    executor.engine, executor.model, executor.window = engine, "m", window
-    executor.feed, executor.owner, executor._key = feed_of(engine, "m"), None, object()
-    return executor
+    return executors.LocalExecutor(engine, "m", window)
 
 
 def test_a_stream_that_fails_midway_resumes_without_running_anything_twice():

@@ -12,7 +12,9 @@ import pytest
 
 from core.check.engine_requests import ChatRequest
 from core.run import retry
+from core.run.engine import EngineActivity
 from core.run.feed import Feed, feed_of
+from core.run.local import LocalExecutor
 from core.run.outputs import Choice, Completion
 from core.run.sharing import Mix
 
@@ -173,25 +175,25 @@ class SteppingEngine:
 
     def __init__(self):
         self.cancelled = None  # the feed sets it
-        self.aborted, self.streams = [], 0
+        self.aborted, self.streams, self.inside = [], 0, []
 
     def stream(self, requests, window):
         self.streams += 1
-        queue, inside = iter(requests), []
+        queue, self.inside = iter(requests), []
         try:
             while True:
                 if self.cancelled is not None and (gone := self.cancelled()):
                     ids = {id(r) for r in gone}
-                    self.aborted += [who(r) for r in inside if id(r) in ids]
-                    inside = [r for r in inside if id(r) not in ids]
-                while len(inside) < window and (request := next(queue, None)) is not None:
-                    inside.append(request)
-                if not inside:
+                    self.aborted += [who(r) for r in self.inside if id(r) in ids]
+                    self.inside = [r for r in self.inside if id(r) not in ids]
+                while len(self.inside) < window and (request := next(queue, None)) is not None:
+                    self.inside.append(request)
+                if not self.inside:
                     return
-                request = inside.pop(0)
+                request = self.inside.pop(0)
                 yield [(request, Completion(3, [Choice(who(request), "stop", 1)]))]
         finally:  # closed: what is inside is aborted
-            self.aborted += [who(r) for r in inside]
+            self.aborted += [who(r) for r in self.inside]
 
 
 def texts(batches):
@@ -265,3 +267,45 @@ def test_an_engine_the_pool_lets_go_of_is_freed_with_its_feed():
     del engine, feed
     gc.collect()
     assert gone() is None  # its memory (a model's weights) goes back
+
+
+class CountingEngine(SteppingEngine):
+    """Counts tokens as ``Engine.activity`` does: one per answer handed back, and
+    ``WRITTEN`` so far for each request inside (of a job's requests alone, with ``of``)."""
+
+    WRITTEN = 5
+    stopped = False
+
+    def __init__(self):
+        super().__init__()
+        self.answered = 0
+
+    def stream(self, requests, window):
+        for batch in super().stream(requests, window):
+            self.answered += len(batch)
+            yield batch
+
+    def activity(self, of=None):
+        mine = [r for r in self.inside if of is None or id(r) in of]
+        return EngineActivity(
+            generated_tokens=self.answered + self.WRITTEN * len(self.inside),
+            progress=tuple((self.WRITTEN, 8) for _ in mine),
+        )
+
+
+def test_a_jobs_live_tokens_beside_another_job_are_its_own():
+    """Monitor's live tokens of a job: the engine's counter while it runs alone; beside
+    another job, its own answers and its own requests inside (the counter is both's)."""
+    engine = CountingEngine()
+    first = LocalExecutor(engine, "m", window=4)
+    second = LocalExecutor(engine, "m", window=4)
+    first_lines = first.run(job("a", 10))
+    next(first_lines)  # a0 answered; a1-a3 inside
+    assert first.activity().generated_tokens == 1 + 3 * CountingEngine.WRITTEN
+
+    got = next(second.run(job("b", 10)))  # b joins and drives until it has an answer
+    assert texts([got]) and all(text.startswith("b") for text in texts([got]))
+    inside = [who(r)[0] for r in engine.inside]
+    own = CountingEngine.WRITTEN
+    assert first.activity().generated_tokens == 1 + own * inside.count("a")  # a0: none of b's
+    assert second.activity().generated_tokens == len(got) + own * inside.count("b")
