@@ -11,7 +11,7 @@ import pytest
 
 from core.jobs.folder import cancel, create_job, start_worker
 from core.jobs.ledger import reconcile
-from core.schemas import EngineConfig
+from core.schemas import EngineConfig, JobStatus
 from tests.support.warm_engine import wait_until
 
 pytestmark = pytest.mark.engine
@@ -52,11 +52,20 @@ def test_a_small_job_finishes_while_a_long_one_runs_and_both_are_whole(
     long = started(tmp_path, warm_home, default_model, "long", 240, max_tokens=(8, 64))
     # a cold worker's load took 4.5 min beside other engine tests on the 2-core machine
     wait_until(long, lambda s: s.state == "running" and s.done > 0, timeout=900)
-    small = started(tmp_path, warm_home, default_model, "small", 3, max_tokens=(8,))
+    small = started(tmp_path, warm_home, default_model, "small", 12, max_tokens=(8,))
 
-    small_status = wait_until(small, lambda s: s.is_final, timeout=120)
+    live: list[int] = []  # the small job's tokens as Monitor shows them while it runs
 
-    assert (small_status.state, small_status.succeeded) == ("completed", 3)
+    def ended(status: JobStatus) -> bool:
+        if status.state == "running":
+            live.append(status.generated_tokens)
+        return status.is_final
+
+    small_status = wait_until(small, ended, timeout=120)
+
+    assert (small_status.state, small_status.succeeded) == ("completed", 12)
+    # Its own tokens, never the long job's it shares the engine with: at most 12 x 8.
+    assert live and max(live) <= 12 * 8, live
     assert not long.read_status().is_final  # before the long job ends, not after it
     long_status = wait_until(long, lambda s: s.is_final, timeout=600)
     assert (long_status.state, long_status.succeeded) == ("completed", 240)
