@@ -20,9 +20,9 @@ Each limit is that row's error; the rows after it render as usual. After
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.context
-import multiprocessing.process
+import os
+import subprocess
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,6 +31,8 @@ import jinja2
 from jinja2 import meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from pydantic import BaseModel
+
+from core.config import REPO_ROOT
 
 MAX_RENDER_SECONDS = 2.0
 MAX_RENDER_CHARS = 1_000_000  # a prompt of a million characters is far beyond any context
@@ -174,34 +176,27 @@ def _compile(start: _Start) -> tuple[dict[str, jinja2.Template], _Ready]:
     return templates, ready
 
 
-def _serve(connection: Connection) -> None:
+def _serve() -> None:
     """The rendering process: compiles the templates it is sent first, then renders each
-    call, under the memory limit, until the caller closes its end."""
+    call, under the memory limit, until its input ends."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (MAX_RENDER_MEMORY, MAX_RENDER_MEMORY))
+    incoming = Connection(os.dup(0), writable=False)
+    outgoing = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)  # a stray print must not corrupt the replies
     try:
-        templates, ready = _compile(_Start.model_validate_json(connection.recv_bytes()))
-        connection.send_bytes(ready.model_dump_json().encode("utf-8"))
+        templates, ready = _compile(_Start.model_validate_json(incoming.recv_bytes()))
+        outgoing.send_bytes(ready.model_dump_json().encode("utf-8"))
         while True:
-            call = _Call.model_validate_json(connection.recv_bytes())
+            call = _Call.model_validate_json(incoming.recv_bytes())
             try:
                 reply = _Reply(text=_render_one(templates[call.name], call.context))
             except (Exception, MemoryError) as exc:  # a user's template may fail in any way
                 reply = _failure(exc)
-            connection.send_bytes(reply.model_dump_json().encode("utf-8"))
+            outgoing.send_bytes(reply.model_dump_json().encode("utf-8"))
     except EOFError:
         return
-
-
-def _processes() -> multiprocessing.context.ForkServerContext:
-    """Where rendering processes come from: forked from a server process that has Jinja
-    and pydantic imported already (started once per calling process), not a fresh Python
-    each time: a fresh one took about 0.6 s of CPU, at every build and after every row
-    killed for time. Forked from that server, never from the caller: the UI's threads."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
-    return context
 
 
 class TemplateProblem(RenderError):
@@ -225,19 +220,25 @@ class Renderer:
     def __init__(self, templates: dict[str, str], seconds: float = MAX_RENDER_SECONDS) -> None:
         self.seconds = seconds
         self._start = _Start(templates=templates).model_dump_json().encode("utf-8")
-        self._process: multiprocessing.process.BaseProcess | None = None
-        self._connection: Connection | None = None
+        self._process: subprocess.Popen | None = None
+        self._send: Connection | None = None
+        self._receive: Connection | None = None
         self.names: dict[str, set[str]] = {}
         self._spawn()
 
     def _spawn(self) -> None:
-        processes = _processes()
-        mine, theirs = processes.Pipe()
-        process = processes.Process(target=_serve, args=(theirs,), daemon=True)
-        process.start()
-        theirs.close()  # the process's end: its death then reads as EOF here
-        self._process, self._connection = process, mine
-        self._connection.send_bytes(self._start)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "core.plan.bounded_render"],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        self._send = Connection(os.dup(process.stdin.fileno()), readable=False)
+        self._receive = Connection(os.dup(process.stdout.fileno()), writable=False)
+        process.stdin.close()
+        process.stdout.close()
+        self._process = process
+        self._send.send_bytes(self._start)
         ready = _Ready.model_validate_json(self._answer("compiling", START_SECONDS))
         if ready.error is not None:
             self._stop()
@@ -248,12 +249,12 @@ class Renderer:
         """The process's next message, within the deadline (else it is stopped)."""
         seconds = seconds or self.seconds
         try:
-            if not self._connection.poll(seconds):
+            if not self._receive.poll(seconds):
                 self._stop()
                 raise RenderTimeout(
                     f"the template ran for more than {seconds:g} s {doing} (a loop too large?)"
                 )
-            return self._connection.recv_bytes()
+            return self._receive.recv_bytes()
         except (EOFError, OSError):  # the process died (killed by the OS?)
             self._stop()
             raise RenderLimit(f"the rendering process ended {doing} (out of memory?)") from None
@@ -271,7 +272,7 @@ class Renderer:
             self._spawn()
         call = _Call(name=name, context=context).model_dump_json().encode("utf-8")
         try:
-            self._connection.send_bytes(call)
+            self._send.send_bytes(call)
         except OSError:  # the process died (killed by the OS?)
             self._stop()
             raise RenderLimit("the rendering process ended on this row (out of memory?)") from None
@@ -283,10 +284,11 @@ class Renderer:
     def _stop(self) -> None:
         if self._process is None:
             return
-        self._connection.close()
+        for connection in (self._send, self._receive):
+            connection.close()
         self._process.kill()
-        self._process.join()
-        self._process = self._connection = None
+        self._process.wait()
+        self._process = self._send = self._receive = None
 
     def close(self) -> None:
         self._stop()
@@ -296,3 +298,7 @@ class Renderer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+if __name__ == "__main__":
+    _serve()
