@@ -16,13 +16,22 @@ step could stop it. So templates render in a child process (:class:`Renderer`) t
 
 Each limit is that row's error; the rows after it render as usual. After
 :data:`MAX_SLOW_ROWS` rows stopped for time the caller stops (the template is at fault).
+
+Rendering processes are forked, not started: one small Python per calling process (the
+forker, :class:`_Forker`), with Jinja and pydantic loaded, forks each in milliseconds where
+a fresh interpreter took 0.6 s of CPU. The caller itself is never forked: it runs threads
+(Streamlit's sessions), and a fork of it could inherit a lock another thread held.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -176,27 +185,130 @@ def _compile(start: _Start) -> tuple[dict[str, jinja2.Template], _Ready]:
     return templates, ready
 
 
-def _serve() -> None:
-    """The rendering process: compiles the templates it is sent first, then renders each
+def _serve(channel: Connection) -> None:
+    """A rendering process: compiles the templates it is sent first, then renders each
     call, under the memory limit, until its input ends."""
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (MAX_RENDER_MEMORY, MAX_RENDER_MEMORY))
-    incoming = Connection(os.dup(0), writable=False)
-    outgoing = Connection(os.dup(1), readable=False)
-    os.dup2(2, 1)  # a stray print must not corrupt the replies
     try:
-        templates, ready = _compile(_Start.model_validate_json(incoming.recv_bytes()))
-        outgoing.send_bytes(ready.model_dump_json().encode("utf-8"))
+        templates, ready = _compile(_Start.model_validate_json(channel.recv_bytes()))
+        channel.send_bytes(ready.model_dump_json().encode("utf-8"))
         while True:
-            call = _Call.model_validate_json(incoming.recv_bytes())
+            call = _Call.model_validate_json(channel.recv_bytes())
             try:
                 reply = _Reply(text=_render_one(templates[call.name], call.context))
             except (Exception, MemoryError) as exc:  # a user's template may fail in any way
                 reply = _failure(exc)
-            outgoing.send_bytes(reply.model_dump_json().encode("utf-8"))
-    except EOFError:
+            channel.send_bytes(reply.model_dump_json().encode("utf-8"))
+    except (EOFError, OSError):  # the caller closed its end, or went
         return
+
+
+# -- the forker ---------------------------------------------------------------------------
+
+
+def _fork_renderers(control: socket.socket) -> None:
+    """The forker's loop: each ``fork`` message brings one end of a socket pair, and a
+    rendering process forked here serves it; ``kill PID`` ends one of them (the forker is
+    their parent, so a pid it has not reaped is never another process's). It ends when
+    its caller goes (its socket's end is closed)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the caller's to handle
+    children: set[int] = set()
+    while True:
+        for pid in list(children):  # reap the ones whose caller closed them
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                children.discard(pid)
+        message, fds, _, _ = socket.recv_fds(control, 64, 1)
+        if not message:
+            return
+        if message == b"fork":
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    control.close()
+                    _serve(Connection(fds[0]))
+                finally:
+                    os._exit(0)
+            os.close(fds[0])
+            children.add(pid)
+            control.send(str(pid).encode())
+        elif message.startswith(b"kill "):
+            pid = int(message.split()[1])
+            if pid in children:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                children.discard(pid)
+            control.send(b"ok")
+
+
+class _Forker:
+    """The calling process's end of its forker (started on first use)."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "core.plan.bounded_render", str(theirs.fileno())],
+            cwd=REPO_ROOT,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # a stray print must not go to the caller's output
+        )
+        theirs.close()
+        ours.settimeout(START_SECONDS)  # a forker that stopped answering is an OSError
+        self._control = ours
+        self._lock = threading.Lock()  # one request and its reply at a time
+        self.broken = False  # a request failed: its reply may still come, out of turn
+
+    def fork(self) -> tuple[int, Connection]:
+        """A new rendering process's pid and the caller's channel to it."""
+        mine, its = socket.socketpair()
+        with its:
+            pid = int(self._ask(b"fork", its.fileno()))
+        return pid, Connection(mine.detach())
+
+    def kill(self, pid: int) -> None:
+        self._ask(f"kill {pid}".encode())
+
+    def _ask(self, message: bytes, *fds: int) -> bytes:
+        with self._lock:
+            try:
+                if self.broken:
+                    raise OSError("the forker of rendering processes failed earlier")
+                socket.send_fds(self._control, [message], list(fds))
+                reply = self._control.recv(64)
+                if not reply:
+                    raise OSError("the forker of rendering processes ended")
+                return reply
+            except OSError:
+                self.broken = True
+                raise
+
+
+_forker: _Forker | None = None
+_forker_lock = threading.Lock()
+
+
+def _the_forker() -> _Forker:
+    """This process's forker: a new one if the last one failed."""
+    global _forker
+    with _forker_lock:
+        if _forker is None or _forker.broken:
+            _forker = _Forker()
+        return _forker
+
+
+def _forget_in_child() -> None:
+    """A forked copy of the caller starts its own forker if it renders: the socket it
+    inherited is its parent's (closed here, so that forker still ends with the parent),
+    and the lock may have been held at the fork."""
+    global _forker, _forker_lock
+    if _forker is not None:
+        _forker._control.close()
+    _forker, _forker_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class TemplateProblem(RenderError):
@@ -208,7 +320,8 @@ class TemplateProblem(RenderError):
 
 
 class Renderer:
-    """Renders named templates in a child process with bounds of time and memory.
+    """Renders named templates in a process of its own (forked by this process's forker)
+    with bounds of time and memory.
 
     Use as a context manager (or call :meth:`close`); one thread at a time. The process
     compiles the templates as it starts, so one that does not compile raises
@@ -220,25 +333,20 @@ class Renderer:
     def __init__(self, templates: dict[str, str], seconds: float = MAX_RENDER_SECONDS) -> None:
         self.seconds = seconds
         self._start = _Start(templates=templates).model_dump_json().encode("utf-8")
-        self._process: subprocess.Popen | None = None
-        self._send: Connection | None = None
-        self._receive: Connection | None = None
+        self._forker: _Forker | None = None
+        self._pid: int | None = None  # the rendering process, a child of self._forker
+        self._channel: Connection | None = None
         self.names: dict[str, set[str]] = {}
         self._spawn()
 
     def _spawn(self) -> None:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "core.plan.bounded_render"],
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        self._send = Connection(os.dup(process.stdin.fileno()), readable=False)
-        self._receive = Connection(os.dup(process.stdout.fileno()), writable=False)
-        process.stdin.close()
-        process.stdout.close()
-        self._process = process
-        self._send.send_bytes(self._start)
+        try:
+            self._forker = _the_forker()
+            self._pid, self._channel = self._forker.fork()
+        except OSError:  # the forker ended (killed by the OS?): start another
+            self._forker = _the_forker()
+            self._pid, self._channel = self._forker.fork()
+        self._channel.send_bytes(self._start)
         ready = _Ready.model_validate_json(self._answer("compiling", START_SECONDS))
         if ready.error is not None:
             self._stop()
@@ -249,12 +357,12 @@ class Renderer:
         """The process's next message, within the deadline (else it is stopped)."""
         seconds = seconds or self.seconds
         try:
-            if not self._receive.poll(seconds):
+            if not self._channel.poll(seconds):
                 self._stop()
                 raise RenderTimeout(
                     f"the template ran for more than {seconds:g} s {doing} (a loop too large?)"
                 )
-            return self._receive.recv_bytes()
+            return self._channel.recv_bytes()
         except (EOFError, OSError):  # the process died (killed by the OS?)
             self._stop()
             raise RenderLimit(f"the rendering process ended {doing} (out of memory?)") from None
@@ -268,11 +376,11 @@ class Renderer:
             RenderLimit: past the memory, size, repetition or range bounds.
             RenderError: any other failure of the template on this context.
         """
-        if self._process is None:
+        if self._pid is None:
             self._spawn()
         call = _Call(name=name, context=context).model_dump_json().encode("utf-8")
         try:
-            self._send.send_bytes(call)
+            self._channel.send_bytes(call)
         except OSError:  # the process died (killed by the OS?)
             self._stop()
             raise RenderLimit("the rendering process ended on this row (out of memory?)") from None
@@ -282,13 +390,15 @@ class Renderer:
         return reply.text or ""
 
     def _stop(self) -> None:
-        if self._process is None:
+        if self._pid is None:
             return
-        for connection in (self._send, self._receive):
-            connection.close()
-        self._process.kill()
-        self._process.wait()
-        self._process = self._send = self._receive = None
+        self._channel.close()
+        try:
+            self._forker.kill(self._pid)
+        except OSError:  # its forker failed: the process is an orphan now, still ours to end
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
+        self._pid = self._channel = None
 
     def close(self) -> None:
         self._stop()
@@ -301,4 +411,4 @@ class Renderer:
 
 
 if __name__ == "__main__":
-    _serve()
+    _fork_renderers(socket.socket(fileno=int(sys.argv[1])))
