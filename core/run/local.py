@@ -10,6 +10,7 @@ lines in the batch output format.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -101,10 +102,13 @@ class LocalExecutor:
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         self._shared |= self.feed.jobs > 0
         self._joins = self.feed.joins + 1  # this job's own join is the next
+        # Closed here, not when collected: a job that stops reading leaves the feed at once.
+        feed = closing(self.feed.run(self._key, requests, self.window, owner=self.owner))
         try:
-            for lines in self.feed.run(self._key, requests, self.window, owner=self.owner):
-                self._tokens += sum((token_usage(line) or (0, 0))[1] for line in lines)
-                yield lines
+            with feed as results:
+                for lines in results:
+                    self._tokens += sum((token_usage(line) or (0, 0))[1] for line in lines)
+                    yield lines
         except Exception:
             from core.run.pool import POOL
 
