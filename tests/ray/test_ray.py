@@ -370,35 +370,6 @@ def test_an_object_job_spreads_over_two_nodes_matches_a_local_run_and_survives_a
     assert not _keys(s3, "out/ray.jsonl.parts/")
 
 
-def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
-    cluster, studio_home, tmp_path, default_model, s3
-):
-    from tests.support.s3 import _drop_bucket
-
-    batch = _batch(tmp_path / "batch.jsonl", 32)
-    where = {"output_path": "s3://batches/out.jsonl"}
-    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
-        _replica_pid_once_results_flow(job, worker, replicas=1)
-        _drop_bucket(s3)
-        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
-    status = job.read_status()
-    assert status.state == "failed", status
-    # A replica's part, or the driver's read of one, names the object and why.
-    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
-    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
-    assert "Traceback" not in status.error
-    kept = reconcile(job)
-    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
-    s3.create_bucket(Bucket="batches")
-    resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, _how_it_ended(resumed, job)
-    lines = _object_lines(s3, "out.jsonl")
-    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
-    report = reconcile(job)
-    assert report.complete and report.succeeded == 32, report.to_dict()
-    assert verify(job).ok
-
-
 def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
     cluster, studio_home, tmp_path, default_model, s3, monkeypatch
 ):
@@ -436,30 +407,50 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
 # -- the driver lost ------------------------------------------------------------------------
 
 
-def test_the_head_client_killed_and_resumed_loses_nothing(
-    cluster, studio_home, tmp_path, default_model
+def test_a_killed_driver_resumes_then_an_output_bucket_gone_fails_in_words_and_loses_nothing(
+    cluster, studio_home, tmp_path, default_model, s3
 ):
-    """The worker (Ray's driver, on the head node) killed mid-job: Ray ends its replica;
-    the job's resume, what Resume on Jobs does, runs the rest, each request once. (A
-    replica, not its driver, killed: the object job above; a node lost:
-    tests/ray/test_ray_nodes.py.)"""
+    """A job to an output object on one replica. Its worker (Ray's driver, on the head node)
+    killed mid-job: Ray ends its replica; the job's resume, what Resume on Jobs does, goes
+    on. The output's bucket dropped while that resume writes parts: the job fails, saying
+    which object and why, and keeps every result it had. The bucket back, a resume runs
+    the rest: each request once, three runs counted. (A replica, not its driver, killed:
+    the object job above; a node lost: tests/ray/test_ray_nodes.py.)"""
+    from tests.support.s3 import _drop_bucket
+
     batch = _batch(tmp_path / "batch.jsonl", 32)
-    with _running_job(cluster, batch, default_model, replicas=1) as (job, worker):
-        _replica_pid_once_results_flow(job, worker, replicas=1)
+    ids = [f"r{i}" for i in range(32)]
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
+        first = _replica_pid_once_results_flow(job, worker, replicas=1, before=12)
         os.killpg(worker.pid, signal.SIGKILL)  # the driver dies; Ray ends its replica
         worker.wait(timeout=30)
     written = job.read_status().done
     assert 0 < written < 32
     resumed = start_worker(job)
     try:
-        assert resumed.wait(timeout=600) == 0, JobFolder(job.path).log_tail(60)
+        _replica_pid_once_results_flow(job, resumed, replicas=1, but={first})
+        _drop_bucket(s3)
+        assert resumed.wait(timeout=420) == 1, JobFolder(job.path).log_tail(60)
     finally:
         if resumed.poll() is None:
             resumed.kill()
-    ids = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
-    assert sorted(ids) == sorted(f"r{i}" for i in range(32))  # none twice, none missing
+    status = job.read_status()
+    assert status.state == "failed", status
+    # A replica's part, or the driver's read of one, names the object and why.
+    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
+    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
+    assert "Traceback" not in status.error
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
+    assert [line["custom_id"] for line in _object_lines(s3, "out.jsonl")] == ids
+    done = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
+    assert sorted(done) == sorted(ids)  # none twice, none missing
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
     status = job.read_status()
-    assert status.state == "completed" and status.runs == 2
+    assert status.state == "completed" and status.runs == 3
