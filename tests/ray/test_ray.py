@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -30,6 +32,7 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from core.config import REPO_ROOT  # noqa: E402
 from core.jobs.folder import JobFolder, list_jobs, start_worker  # noqa: E402
 from core.jobs.ledger import reconcile, verify  # noqa: E402
 from core.run import ray_stats  # noqa: E402
@@ -129,10 +132,10 @@ def run_here(warm_engine_home, warm_engine_env):
 
 @pytest.fixture(scope="module")
 def chats_run_here(tmp_path_factory, run_here, default_model):
-    """Eight chats (:func:`_batch`) and their output lines run on this machine's engine,
+    """32 chats (:func:`_batch`) and their output lines run on this machine's engine,
     once for the tests that compare a run on the cluster with it."""
     folder = tmp_path_factory.mktemp("chats-here")
-    batch = _batch(folder / "batch.jsonl", 8)
+    batch = _batch(folder / "batch.jsonl", 32)
     return batch, run_here(batch, folder / "local.jsonl")
 
 
@@ -198,16 +201,22 @@ def _running_job(cluster, batch, default_model, replicas=2, **where):
             worker.kill()
 
 
-def _replica_pid_once_results_flow(job, worker, replicas=2, timeout=300.0):
-    """A replica's process id, once the job's ``replicas`` are up and results are being
-    written (at most 24 of its 32 requests: the rest are still to run)."""
+def _replica_pid_once_results_flow(job, process, replicas=2, before=24, but=(), timeout=300.0):
+    """A replica's process id, once each of the job's ``replicas`` (those of this run: a
+    pid in ``but`` is an earlier run's) has written results and fewer than ``before`` of
+    its 32 requests are done (the rest are still to run). ``process`` is the job's worker,
+    or the command following it: it must still run."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert worker.poll() is None, job.log_tail(40)
+        assert process.poll() is None, job.log_tail(40)
         stats = read_ray_stats(job.path) or {}
-        pids = [r["pid"] for r in stats.get("replicas", []) if r.get("pid")]
-        if len(pids) == replicas and 0 < job.read_status().done < 24:
-            return pids[-1]
+        wrote = [
+            r["pid"]
+            for r in stats.get("replicas", [])
+            if r.get("pid") and r.get("done") and r["pid"] not in but
+        ]
+        if len(wrote) == replicas and 0 < job.read_status().done < before:
+            return wrote[-1]
         time.sleep(0.2)
     raise AssertionError(f"no results within {timeout} s: {job.log_tail(40)}")
 
@@ -236,55 +245,11 @@ def _how_it_ended(result, job) -> str:
     )
 
 
-# -- input in object storage ------------------------------------------------------------------
+# -- input and output in object storage -------------------------------------------------------
 
 
 def _input_reads(requests, key):
     return [r for r in requests if r["method"] == "GET" and r["path"] == f"/batches/{key}"]
-
-
-def test_a_job_on_an_input_object_spreads_over_two_nodes_and_matches_a_local_run(
-    cluster, studio_home, tmp_path, chats_run_here, s3, s3_requests
-):
-    batch, local_lines = chats_run_here
-    s3.put_object(Bucket="batches", Key="in/batch.jsonl", Body=batch.read_bytes())
-    args = ("s3://batches/in/batch.jsonl", "-o", "s3://batches/out/ray.jsonl")
-    on_ray = run_cli("run", *args, "--chunk-size", "2", *_ray_args(cluster))
-    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
-    body = s3.get_object(Bucket="batches", Key="out/ray.jsonl")["Body"].read().decode()
-    ray_lines = [json.loads(line) for line in body.splitlines()]
-    # One line per custom_id, the local run's answers, from both nodes.
-    assert [line["custom_id"] for line in ray_lines] == [f"r{i}" for i in range(8)]
-    for line in ray_lines:
-        ours, theirs = line["response"]["body"], local_lines[line["custom_id"]]["response"]["body"]
-        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
-        assert ours["usage"] == theirs["usage"]
-        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
-    node_ids = {node.node_id for node in cluster.list_all_nodes()}
-    assert {line["node_id"] for line in ray_lines} == node_ids  # both nodes worked
-    # The store's log: the submission's check read the object once, streamed, before the
-    # job existed; from then on only the replicas read it, a byte range per shard.
-    job = next(j for j in list_jobs(studio_home / "jobs") if j.read_spec().ray)
-    made = job.spec_file.stat().st_mtime
-    reads = _input_reads(s3_requests, "in/batch.jsonl")
-    before, after = [r for r in reads if r["at"] < made], [r for r in reads if r["at"] >= made]
-    assert len(before) == 1 and before[0]["range"] is None
-    assert len(after) >= 4, after  # 8 requests in shards of 2
-    assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
-    assert verify(job).ok and reconcile(job).complete
-    stats = read_ray_stats(job.path)
-    assert {n["node_id"] for n in stats["nodes"] if n.get("done")} == node_ids
-    assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 8
-    # The results: the replicas wrote them to parts; the driver uploaded only the output
-    # object and its error file, assembled at the end, then removed the parts.
-    parts = [r for r in s3_requests if r["method"] == "PUT" and ".parts/" in r["path"]]
-    assert len(parts) >= 4 and all(REPLICA_AGENT in r["agent"] for r in parts), parts
-    assert all(r["path"].startswith(f"/batches/out/ray.jsonl.parts/{job.job_id}/") for r in parts)
-    assert _driver_uploads([r for r in s3_requests if r["at"] >= made]) == {
-        "/batches/out/ray.jsonl",
-        "/batches/out/ray.errors.jsonl",
-    }
-    assert not _keys(s3, "out/ray.jsonl.parts/")
 
 
 def _driver_uploads(requests):
@@ -310,62 +275,99 @@ def _object_lines(client, key):
     return [json.loads(line) for line in body.splitlines()]
 
 
-def test_a_killed_replica_writing_parts_leaves_one_line_per_request_in_the_output_object(
-    cluster, studio_home, tmp_path, default_model, s3
+@contextmanager
+def _core_run(jobs, tmp_path, *args):
+    """``python -m core run ARGS`` as a user runs it, in its own process, with this test's
+    environment, and the Ray job it made once it is there; the command and the job's
+    worker are killed if the test leaves before they end."""
+    out, err = tmp_path / "run.out", tmp_path / "run.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        command = subprocess.Popen(
+            [sys.executable, "-m", "core", "run", *args],
+            cwd=REPO_ROOT,
+            env=os.environ.copy(),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+    job = None
+    try:
+        deadline = time.monotonic() + 120
+        while job is None:
+            assert command.poll() is None, err.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no job after 120 s: {err.read_text()[-3000:]}"
+            job = next((j for j in list_jobs(jobs) if j.read_spec().ray), None)
+            time.sleep(0.2)
+        yield job, command, err
+    finally:
+        if command.poll() is None:
+            command.kill()
+        pid = job.read_status().pid if job is not None else None
+        if pid is not None and job.read_status().state == "running":
+            with suppress(ProcessLookupError):  # the worker, left by its follower's end
+                os.killpg(pid, signal.SIGKILL)
+
+
+def test_an_object_job_spreads_over_two_nodes_matches_a_local_run_and_survives_a_killed_replica(
+    cluster, studio_home, tmp_path, chats_run_here, s3, s3_requests
 ):
+    """One job from an input object to an output object on two replicas, one per node: it
+    gives the local run's answers, and one of its replicas, killed while it writes parts
+    (once both have written results), loses nothing and repeats nothing; its shard runs
+    again (Ray restarts it). The store's log shows who read and wrote what. (A replica lost
+    with its node, results written here: tests/ray/test_ray_nodes.py.)"""
     from core.run.ray_output import AckLedger
 
-    batch = _batch(tmp_path / "batch.jsonl", 32)
-    where = {"output_path": "s3://batches/out.jsonl"}
-    with _running_job(cluster, batch, default_model, **where) as (job, worker):
-        victim = _replica_pid_once_results_flow(job, worker)
+    batch, local_lines = chats_run_here
+    ids = [f"r{i}" for i in range(32)]
+    s3.put_object(Bucket="batches", Key="in/batch.jsonl", Body=batch.read_bytes())
+    args = ("s3://batches/in/batch.jsonl", "-o", "s3://batches/out/ray.jsonl")
+    args += ("--chunk-size", "2", *_ray_args(cluster))
+    with _core_run(studio_home / "jobs", tmp_path, *args) as (job, on_ray, err):
+        victim = _replica_pid_once_results_flow(job, on_ray)  # both nodes have written
         os.kill(victim, signal.SIGKILL)
-        assert worker.wait(timeout=420) == 0, JobFolder(job.path).log_tail(40)
-    # A killed replica loses nothing and repeats nothing; its shard runs again elsewhere.
-    # (A replica lost with its node, results written here: tests/ray/test_ray_nodes.py.)
-    assert job.read_status().state == "completed"
-    assert job.read_status().delivered_to == "s3://batches/out.jsonl"
-    lines = _object_lines(s3, "out.jsonl")
-    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
-    assert all(line["error"] is None for line in lines)
-    assert {
-        cid
-        for ack in AckLedger(job.acks).first({f"r{i}" for i in range(32)})
-        for cid, _, _ in ack.lines
-    } == {f"r{i}" for i in range(32)}
-    assert not _keys(s3, "out.jsonl.parts/")  # those of the killed replica's shard too
-    report = reconcile(job)
-    assert report.complete and report.succeeded == 32, report.to_dict()
-    assert verify(job).ok
-
-
-def test_an_output_bucket_gone_mid_job_fails_in_words_and_resume_completes(
-    cluster, studio_home, tmp_path, default_model, s3
-):
-    from tests.support.s3 import _drop_bucket
-
-    batch = _batch(tmp_path / "batch.jsonl", 32)
-    where = {"output_path": "s3://batches/out.jsonl"}
-    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
-        _replica_pid_once_results_flow(job, worker, replicas=1)
-        _drop_bucket(s3)
-        assert worker.wait(timeout=420) == 1, JobFolder(job.path).log_tail(40)
+        assert on_ray.wait(timeout=600) == 0, err.read_text()[-3000:]
     status = job.read_status()
-    assert status.state == "failed", status
-    # A replica's part, or the driver's read of one, names the object and why.
-    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
-    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
-    assert "Traceback" not in status.error
-    kept = reconcile(job)
-    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
-    s3.create_bucket(Bucket="batches")
-    resumed = run_cli("resume", job.job_id, timeout=600)
-    assert resumed.returncode == 0, _how_it_ended(resumed, job)
-    lines = _object_lines(s3, "out.jsonl")
-    assert [line["custom_id"] for line in lines] == [f"r{i}" for i in range(32)]
+    assert status.state == "completed" and status.delivered_to == "s3://batches/out/ray.jsonl"
+    ray_lines = _object_lines(s3, "out/ray.jsonl")
+    # One line per custom_id, the local run's answers, from both nodes.
+    assert [line["custom_id"] for line in ray_lines] == ids
+    for line in ray_lines:
+        ours, theirs = line["response"]["body"], local_lines[line["custom_id"]]["response"]["body"]
+        assert line["error"] is None
+        assert ours["choices"][0]["message"] == theirs["choices"][0]["message"]
+        assert ours["usage"] == theirs["usage"]
+        assert line["latency_ms"] > 0  # replicas time their requests as the local engine does
+    node_ids = {node.node_id for node in cluster.list_all_nodes()}
+    assert {line["node_id"] for line in ray_lines} == node_ids  # both nodes worked
+    # The store's log: the submission's check read the object once, streamed, before the
+    # job existed; from then on only the replicas read it, a byte range per shard.
+    made = job.spec_file.stat().st_mtime
+    reads = _input_reads(s3_requests, "in/batch.jsonl")
+    before, after = [r for r in reads if r["at"] < made], [r for r in reads if r["at"] >= made]
+    assert len(before) == 1 and before[0]["range"] is None
+    assert len(after) >= 16, after  # 32 requests in shards of 2
+    assert all(r["range"] and REPLICA_AGENT in r["agent"] for r in after), after
+    acked = {cid for ack in AckLedger(job.acks).first(set(ids)) for cid, _, _ in ack.lines}
+    assert acked == set(ids)  # every request's part acknowledged
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
+    stats = read_ray_stats(job.path)
+    assert {n["node_id"] for n in stats["nodes"] if n.get("done")} == node_ids
+    assert sum(r["done"] for r in stats["replicas"] if "done" in r) == 32
+    # The results: the replicas wrote them to parts; the driver uploaded only the output
+    # object and its error file, assembled at the end, then removed the parts (those of
+    # the killed replica's shard too).
+    parts = [r for r in s3_requests if r["method"] == "PUT" and ".parts/" in r["path"]]
+    assert len(parts) >= 16 and all(REPLICA_AGENT in r["agent"] for r in parts), parts
+    assert all(r["path"].startswith(f"/batches/out/ray.jsonl.parts/{job.job_id}/") for r in parts)
+    assert _driver_uploads([r for r in s3_requests if r["at"] >= made]) == {
+        "/batches/out/ray.jsonl",
+        "/batches/out/ray.errors.jsonl",
+    }
+    assert not _keys(s3, "out/ray.jsonl.parts/")
 
 
 def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
@@ -405,30 +407,50 @@ def test_an_input_bucket_gone_mid_job_fails_in_words_and_resume_completes(
 # -- the driver lost ------------------------------------------------------------------------
 
 
-def test_the_head_client_killed_and_resumed_loses_nothing(
-    cluster, studio_home, tmp_path, default_model
+def test_a_killed_driver_resumes_then_an_output_bucket_gone_fails_in_words_and_loses_nothing(
+    cluster, studio_home, tmp_path, default_model, s3
 ):
-    """The worker (Ray's driver, on the head node) killed mid-job: Ray ends its replica;
-    the job's resume, what Resume on Jobs does, runs the rest, each request once. (A
-    replica, not its driver, killed: the parts test above; a node lost:
-    tests/ray/test_ray_nodes.py.)"""
+    """A job to an output object on one replica. Its worker (Ray's driver, on the head node)
+    killed mid-job: Ray ends its replica; the job's resume, what Resume on Jobs does, goes
+    on. The output's bucket dropped while that resume writes parts: the job fails, saying
+    which object and why, and keeps every result it had. The bucket back, a resume runs
+    the rest: each request once, three runs counted. (A replica, not its driver, killed:
+    the object job above; a node lost: tests/ray/test_ray_nodes.py.)"""
+    from tests.support.s3 import _drop_bucket
+
     batch = _batch(tmp_path / "batch.jsonl", 32)
-    with _running_job(cluster, batch, default_model, replicas=1) as (job, worker):
-        _replica_pid_once_results_flow(job, worker, replicas=1)
+    ids = [f"r{i}" for i in range(32)]
+    where = {"output_path": "s3://batches/out.jsonl"}
+    with _running_job(cluster, batch, default_model, replicas=1, **where) as (job, worker):
+        first = _replica_pid_once_results_flow(job, worker, replicas=1, before=12)
         os.killpg(worker.pid, signal.SIGKILL)  # the driver dies; Ray ends its replica
         worker.wait(timeout=30)
     written = job.read_status().done
     assert 0 < written < 32
     resumed = start_worker(job)
     try:
-        assert resumed.wait(timeout=600) == 0, JobFolder(job.path).log_tail(60)
+        _replica_pid_once_results_flow(job, resumed, replicas=1, but={first})
+        _drop_bucket(s3)
+        assert resumed.wait(timeout=420) == 1, JobFolder(job.path).log_tail(60)
     finally:
         if resumed.poll() is None:
             resumed.kill()
-    ids = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
-    assert sorted(ids) == sorted(f"r{i}" for i in range(32))  # none twice, none missing
+    status = job.read_status()
+    assert status.state == "failed", status
+    # A replica's part, or the driver's read of one, names the object and why.
+    assert f"s3://batches/out.jsonl.parts/{job.job_id}/" in (status.error or ""), status.error
+    assert "the bucket 'batches' does not exist" in status.error or "no object" in status.error
+    assert "Traceback" not in status.error
+    kept = reconcile(job)
+    assert 0 < kept.succeeded < 32 and not kept.failed, kept.to_dict()  # nothing lost
+    s3.create_bucket(Bucket="batches")
+    resumed = run_cli("resume", job.job_id, timeout=600)
+    assert resumed.returncode == 0, _how_it_ended(resumed, job)
+    assert [line["custom_id"] for line in _object_lines(s3, "out.jsonl")] == ids
+    done = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
+    assert sorted(done) == sorted(ids)  # none twice, none missing
     report = reconcile(job)
     assert report.complete and report.succeeded == 32, report.to_dict()
     assert verify(job).ok
     status = job.read_status()
-    assert status.state == "completed" and status.runs == 2
+    assert status.state == "completed" and status.runs == 3
