@@ -1,12 +1,14 @@
 """Faults a job must survive, on the real engine: kill -9, cancel, resume.
 
 One job of all three kinds (chat, embeddings, and rerank on a cross-encoder) starts on the
-session's warm worker (tests/support/warm_engine.py) and kills it: the rerun's worker,
-started cold, is the warm one from then on. One kill for the three kinds, not one each: a
-kill costs a cold start (issue 56). The worker runs a job's models one after another
-(chat first here), so the kill and the cancel land among the chat answers and the resume
-runs the rest of the chat, then every embeddings and rerank line, on the same ledger. The
-kill is the resident worker's: none of its engine's child processes outlives it."""
+session's warm worker (tests/support/warm_engine.py), beside two small chat jobs on the
+same engine, and the worker is killed: the rerun's worker, started cold, is the warm one
+from then on. One kill for the three kinds and for jobs side by side, not one each: a kill
+costs a cold start (issue 56). The worker runs a job's models one after another (chat
+first here), so the kill and the cancel land among the chat answers and the resume runs
+the rest of the chat, then every embeddings and rerank line, on the same ledger; the
+rerun's worker queues the two small jobs again by itself (issue 41 item 2). The kill is
+the resident worker's: none of its engine's child processes outlives it."""
 
 import json
 import os
@@ -18,8 +20,9 @@ import pytest
 from vllm.entrypoints.pooling.scoring.protocol import RerankResponse
 
 from core.endpoints import RERANK_URL
-from core.jobs.folder import JobFolder
+from core.jobs.folder import JobFolder, create_job, start_worker
 from core.jobs.ledger import reconcile, verify
+from core.schemas import EngineConfig
 from tests.support.cli import run_cli
 from tests.support.cross_encoder_batches import DOCS, LONG, QUERY, _line
 from tests.support.embedding_lines import decoded, embed_line
@@ -27,10 +30,13 @@ from tests.support.warm_engine import run_in_background, wait_until
 
 pytestmark = pytest.mark.engine
 CHUNK = 8
-# Enough work that a resumed run is still running when the test looks and cancels: every
-# answer is OUTPUT_TOKENS long (min_tokens), 8 at a time.
+# Enough work that a resumed run is still running when the test looks and cancels. Every
+# answer is as long as its max_tokens (min_tokens), and those take four lengths in turn:
+# requests in one engine step end together, so answers of one length, all inside the
+# engine at once beside the small jobs, came in one step and the chat ended between two
+# looks of the test.
 COUNT = 120
-OUTPUT_TOKENS = 24
+OUTPUT_TOKENS = (8, 16, 24, 32)
 EMBEDDINGS = 300  # d000..: after the chat, as the worker runs a job's models in turn
 RERANKS = 200  # r000..: after the embeddings, on the cross-encoder
 CHAT_IDS = [f"q{i:03d}" for i in range(COUNT)]
@@ -47,8 +53,8 @@ def chat_line(i: int) -> dict:
         "body": {
             "model": "m",
             "messages": [{"role": "user", "content": f"Count to {i % 7 + 2} (line {i})."}],
-            "max_tokens": OUTPUT_TOKENS,
-            "min_tokens": OUTPUT_TOKENS,
+            "max_tokens": OUTPUT_TOKENS[i % 4],
+            "min_tokens": OUTPUT_TOKENS[i % 4],
             "temperature": 0,
             # Seeded, as most chat jobs of the run are: the resume's worker, the warm one for
             # the tests after this, then loads SmolLM2 with the settings those jobs run on
@@ -56,6 +62,35 @@ def chat_line(i: int) -> dict:
             "seed": i,
         },
     }
+
+
+BESIDE = 60  # lines of each small job beside the big one
+
+
+def small_job(tmp_path: Path, home: Path, model: Path, name: str) -> JobFolder:
+    """A chat job started beside the big one. Its answers are 4 or 32 tokens long: requests
+    in one engine step end together, so two lengths give it first results long before
+    its last. Seeded, as the big job's chats: one engine serves both (chunked prefill off)."""
+    lines = [
+        {
+            "custom_id": f"{name}-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"Tell a story about {name} {i}."}],
+                "max_tokens": (4, 32)[i % 2],
+                "temperature": 0,
+                "seed": i,
+            },
+        }
+        for i in range(BESIDE)
+    ]
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    job = create_job(path, home / "jobs", EngineConfig(model=str(model)))
+    start_worker(job)
+    return job
 
 
 def batch(tmp_path: Path) -> tuple[Path, list[dict]]:
@@ -84,10 +119,15 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
 ):
     (path, lines), out = batch(tmp_path), tmp_path / "out.jsonl"
 
-    # 1. kill -9 the worker once results have been written.
+    # 1. kill -9 the worker once results of this job and of two small jobs beside it on
+    # the same engine have been written.
     cli, job = start_run(warm_home, path, out, cross_encoder_model)
+    beside = [small_job(tmp_path, warm_home, default_model, f"beside{n}") for n in range(2)]
     wait_until(job, lambda s: s.done >= CHUNK + 1 and s.state == "running")
+    for small in beside:
+        wait_until(small, lambda s: s.state == "running" and s.done > 0)
     worker = job.read_status().pid
+    assert {small.read_status().pid for small in beside} == {worker}  # one worker, side by side
     engine_processes = psutil.Process(worker).children(recursive=True)
     assert engine_processes  # the resident worker's engine cores run in child processes
     os.kill(worker, signal.SIGKILL)
@@ -99,6 +139,10 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
     assert not alive, [p.pid for p in alive]
     written_before = len(success_ids(job))
     assert 0 < len(reconcile(job).missing) < len(lines)  # killed midway
+    for small in beside:
+        wait_until(small, lambda s: s.interrupted, timeout=60)
+    made = [len(reconcile(small).missing) for small in beside]
+    assert all(0 < missing < BESIDE for missing in made), made  # killed midway, each
 
     # 2. The same command again continues the same job: nothing lost, nothing twice.
     cli, job2 = start_run(warm_home, path, out, cross_encoder_model)
@@ -141,3 +185,10 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
         rerank = RerankResponse.model_validate(final[custom_id]["response"]["body"])
         scores = [r.relevance_score for r in rerank.results]
         assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+
+    # 5. The rerun's worker queued the small jobs again by itself: each whole, once.
+    for small in beside:
+        status = wait_until(small, lambda s: s.is_final, timeout=600)
+        report = reconcile(small)
+        assert (status.state, status.succeeded) == ("completed", BESIDE), status.message
+        assert report.complete and not report.duplicates  # nothing lost, nothing twice
