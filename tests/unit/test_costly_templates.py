@@ -6,7 +6,6 @@ each such row is its own error, and both stop after a few slow rows."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pandas as pd
 import pytest
@@ -33,48 +32,62 @@ GIANT_CALLS = [
     "{{ (text ~ '') | center(2000000000) | length }}",
 ]
 
+# Every giant call of this module, made in one process of its own (a process for each cost
+# a few seconds of imports): the builder's on a row of a table, the judge's on three
+# answers, and a giant constant, which Jinja would compute while compiling.
+GIANT_CALLS_SCRIPT = """
+import json
+import pandas as pd
+from core.plan.builder import BuildSpec, preview
+from core.qa.judge import JudgeError, render_all
 
-@pytest.mark.parametrize("template", GIANT_CALLS)
-def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(template):
-    script = f"""
-        import json
-        import pandas as pd
-        from core.plan.builder import BuildSpec, preview
-        table = pd.DataFrame({{"text": ["hello", "world"], "n": [1, 0]}})
-        spec = BuildSpec(user_template="{{% if n %}}" + {template!r} + "{{% endif %}}ok")
-        result = preview(table, spec, rows=2)
-        print(json.dumps({{
-            "problems": [[p.row, p.message] for p in result.problems],
-            "lines": [line["body"]["messages"][-1]["content"] for line in result.lines],
-            "peak_mb": peak_mb(),
-        }}))
-    """
-    done = run_bounded(PEAK_MB + textwrap.dedent(script), 60)
+report = {"builder": {}}
+table = pd.DataFrame({"text": ["hello", "world"], "n": [1, 0]})
+for template in GIANT_CALLS:
+    spec = BuildSpec(user_template="{% if n %}" + template + "{% endif %}ok")
+    result = preview(table, spec, rows=2)
+    report["builder"][template] = {
+        "problems": [[p.row, p.message] for p in result.problems],
+        "lines": [line["body"]["messages"][-1]["content"] for line in result.lines],
+    }
+contexts = [(f"r{i}", {"answer": "yes"}) for i in range(3)]
+try:
+    list(render_all("{{ answer.center(1500000000) | length }}", contexts))
+except JudgeError as exc:
+    report["judge"] = exc.problems
+spec = BuildSpec(user_template="one\\n{{ 'x' | center(2000000000) | length }}")
+result = preview(pd.DataFrame({"a": [1]}), spec, rows=1)
+report["constant"] = [p.message for p in result.problems]
+report["peak_mb"] = peak_mb()
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def giant_calls():
+    """What the process that made every giant call reported, and its own peak memory."""
+    done = run_bounded(f"{PEAK_MB}\nGIANT_CALLS = {GIANT_CALLS!r}\n{GIANT_CALLS_SCRIPT}", 180)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
+    assert report["peak_mb"] < 600, report  # the gigabytes were never in that process
+    return report
+
+
+@pytest.mark.parametrize("template", GIANT_CALLS)
+def test_a_giant_c_level_call_is_that_rows_error_and_the_builder_stays_small(template, giant_calls):
+    report = giant_calls["builder"][template]
     ((row, message),) = report["problems"]
     assert row == 1 and "template error" in message
     assert "more than 1,024 MB of memory" in message
     assert report["lines"] == ["ok"]  # the next row renders as usual
-    assert report["peak_mb"] < 600, report  # the gigabytes were never in this process
 
 
-def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_stays_small():
-    script = """
-        import json
-        from core.qa.judge import JudgeError, render_all
-        contexts = [(f"r{i}", {"answer": "yes"}) for i in range(3)]
-        try:
-            list(render_all("{{ answer.center(1500000000) | length }}", contexts))
-        except JudgeError as exc:
-            print(json.dumps({"problems": exc.problems, "peak_mb": peak_mb()}))
-    """
-    done = run_bounded(PEAK_MB + textwrap.dedent(script), 60)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    assert report["problems"][0] == "the template fails on 3 result(s)"
-    assert report["problems"][1].startswith("result 'r0': template line 1: ")
-    assert report["peak_mb"] < 600, report
+def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_stays_small(
+    giant_calls,
+):
+    problems = giant_calls["judge"]
+    assert problems[0] == "the template fails on 3 result(s)"
+    assert problems[1].startswith("result 'r0': template line 1: ")
 
 
 def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
@@ -103,18 +116,8 @@ def test_a_template_error_in_the_child_still_names_its_line():
     assert refused.value.problems == ["template line 2: No filter named 'nosuchthing'."]
 
 
-def test_a_giant_constant_is_never_computed_in_the_calling_process():
+def test_a_giant_constant_is_never_computed_in_the_calling_process(giant_calls):
     """Jinja computes constant expressions while compiling: that too is in the child."""
-    script = """
-        import json
-        import pandas as pd
-        from core.plan.builder import BuildSpec, preview
-        spec = BuildSpec(user_template="one\\n{{ 'x' | center(2000000000) | length }}")
-        result = preview(pd.DataFrame({"a": [1]}), spec, rows=1)
-        print(json.dumps({"errors": [p.message for p in result.problems], "peak_mb": peak_mb()}))
-    """
-    done = run_bounded(PEAK_MB + textwrap.dedent(script), 60)
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.splitlines()[-1])
-    assert report["errors"] == ["template error: the template needs more than 1,024 MB of memory"]
-    assert report["peak_mb"] < 600, report
+    assert giant_calls["constant"] == [
+        "template error: the template needs more than 1,024 MB of memory"
+    ]
