@@ -101,8 +101,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Fails on a test whose marker is not its folder's; then ``--phase parallel`` leaves
-    out the tests marked serial and puts the slow ones first; ``--phase serial`` keeps only
-    the tests marked serial."""
+    out the tests marked serial and puts the slow ones first (as every run on xdist workers
+    does, `make check`'s); ``--phase serial`` keeps only the tests marked serial."""
     misplaced = config.stash.get(MISPLACED, [])
     if misplaced:
         raise pytest.UsageError(
@@ -111,6 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     phase = config.getoption("phase")
     if phase == "all":
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # `make check`: the slow units first
+            order_slow_first(items)
         return
     kept, left = [], []
     for item in items:

@@ -1,20 +1,23 @@
 """How `make test`'s first phase shares the tests among pytest-xdist workers (docs/tests.md).
 
-As with xdist's ``--dist load``, a worker that runs short takes the next test, with three
+As with xdist's ``--dist load``, a worker that runs short takes the next test, with four
 exceptions: the tests that start a Ray cluster (``tests/ray/``: no test elsewhere starts Ray)
 are one unit, run in order by a single worker, so that two clusters (about 6 GB and two
 engines each) never run at once; the engine tests (``tests/engine/``) are one unit, so that
 one worker starts the run's warm engine (tests/support/warm_engine.py: one per pytest
-process) and loads its models once, not once per worker; and each browser module is one
-unit, so that its tests share one server. xdist's own ``--dist loadgroup`` would do this
-but, in pytest-xdist 3.8 under pytest 9, groups nothing: it renames ``item._nodeid``,
-which pytest 9 no longer reads.
+process) and loads its models once, not once per worker; each browser module is one unit,
+so that its tests share one server; and the unit and page modules that import vLLM or
+torch are one unit, so that one worker imports them (about 20 s), not each. xdist's own
+``--dist loadgroup`` would do this but, in pytest-xdist 3.8 under pytest 9, groups
+nothing: it renames ``item._nodeid``, which pytest 9 no longer reads.
 
-``order_slow_first`` puts that unit first, the other tests that load a model next and the
-browser tests after them: while one worker runs the cluster (many processes), the other
-runs engine tests, so chromium's pages, whose clicks time out on an overloaded machine,
-mostly run beside something lighter; the many quick tests fill the workers' last minutes
-instead of one slow test running alone at the end.
+``order_slow_first`` (in ``make test``'s first phase, and in any run on xdist workers, as
+``make check``'s) puts the Ray unit first, the other tests that load a model next, the
+browser tests after them, then the unit of vLLM's and torch's importers: while one worker
+runs the cluster (many processes), the other runs engine tests, so chromium's pages, whose
+clicks time out on an overloaded machine, mostly run beside something lighter; the many
+quick tests fill the workers' last minutes instead of one slow test running alone at the
+end.
 """
 
 from __future__ import annotations
@@ -28,6 +31,23 @@ CLUSTER = "ray-cluster"  # the unit's name
 ENGINE_FILES = "tests/engine/"
 ENGINE = "engine"  # the unit's name
 BROWSER_FILES = "tests/browser/"
+# The unit and page modules whose tests import vLLM or torch (about 20 s of imports in a
+# process, the tests' own run aside): one unit, so that one worker pays for the import, not
+# every worker that draws one of their tests. A module that starts importing them belongs
+# here (`python -X importtime`, or sys.modules after its tests, tells).
+HEAVY_IMPORTS = "vllm-and-torch"  # the unit's name
+HEAVY_IMPORT_FILES = (
+    "tests/unit/test_conformance.py",
+    "tests/unit/test_endpoints.py",
+    "tests/unit/test_tools.py",
+    "tests/unit/test_tool_auto.py",
+    "tests/unit/test_scoring.py",
+    "tests/unit/test_embeddings.py",
+    "tests/unit/test_tokens.py",
+    "tests/unit/test_cpu_threads.py",
+    "tests/unit/test_cross_encoder.py",
+    "tests/pages/test_cross_encoder_pages.py",
+)
 
 
 def starts_a_cluster(nodeid: str) -> bool:
@@ -47,6 +67,8 @@ class SharingTestsTogether(LoadScopeScheduling):
             return ENGINE
         if nodeid.startswith(BROWSER_FILES):
             return nodeid.split("::", 1)[0]
+        if nodeid.startswith(HEAVY_IMPORT_FILES):
+            return HEAVY_IMPORTS
         return nodeid
 
 
@@ -86,8 +108,9 @@ def engine_rank(nodeid: str) -> int:
 
 def order_slow_first(items: list[pytest.Item]) -> None:
     """Reorders ``items`` in place: the cluster tests, the other tests marked ``engine`` (in
-    :func:`engine_rank`'s order), those marked ``browser``, then the rest; each group keeps
-    its order (so a module's tests stay together)."""
+    :func:`engine_rank`'s order), those marked ``browser``, the unit of vLLM's and torch's
+    importers (:data:`HEAVY_IMPORT_FILES`), then the rest; each group keeps its order (so a
+    module's tests stay together)."""
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         if starts_a_cluster(item.nodeid):
@@ -96,6 +119,8 @@ def order_slow_first(items: list[pytest.Item]) -> None:
             return 2, 0
         if item.get_closest_marker("engine"):
             return 1, engine_rank(item.nodeid)
-        return 3, 0
+        if item.nodeid.startswith(HEAVY_IMPORT_FILES):
+            return 3, 0
+        return 4, 0
 
     items.sort(key=rank)

@@ -20,7 +20,7 @@ from core.run.outputs import Choice, Completion
 from core.run.retry import result_line
 from core.run.worker import _by_engine
 from core.schemas import EngineConfig, JobSpec
-from tests.support.cli import run_cli
+from tests.support.cli import cli
 from tests.support.lora import LAYER, make_adapter
 
 
@@ -79,12 +79,12 @@ def test_add_adapter_names_it_for_lines(
 ) -> None:
     monkeypatch.setenv("BATCH_STUDIO_HOME", str(tmp_path / "home"))
     folder = make_adapter(tmp_path / "a", "elsewhere/SmolLM2-base")  # a base named nowhere
-    result = run_cli("models", "add-adapter", "ft:gpt-4o-mini:org::x", str(folder), "--base",
-                     default_model.name)  # fmt: skip
+    result = cli("models", "add-adapter", "ft:gpt-4o-mini:org::x", str(folder), "--base",
+                 default_model.name)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "rank 8" in result.stdout
     assert studio_model_map()["ft:gpt-4o-mini:org::x"] == str(folder)
-    bad = run_cli("models", "add-adapter", "x", str(tmp_path), "--base", str(default_model))
+    bad = cli("models", "add-adapter", "x", str(tmp_path), "--base", str(default_model))
     assert bad.returncode == 2
     assert "is not an adapter" in bad.stderr and "Traceback" not in bad.stderr
 

@@ -7,26 +7,44 @@ second app on the same data folder says why it cannot run.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from core.config import data_paths
+from core.config import REPO_ROOT, data_paths
 from core.qa import grading
 from core.qa.rules import load_rules
 from core.store.db import Store
 from core.store.review import Label, save_label
-from tests.support.cli import cli, run_cli
+from tests.support.cli import cli
 from tests.support.pages import job_in_home
 
 RULES = "rules: [{name: short, type: length, unit: chars, max: 20}]"
 
 
-def _exports(out: Path, job_id: str, run: Callable = run_cli) -> dict[str, pd.DataFrame]:
-    """Runs the reading commands, each in its own process by default (DuckDB locks the file
-    against other processes only); returns what each wrote (failing with their stderr)."""
+# The app, in a process of its own: it holds the database until its stdin closes, and on a
+# line "label" saves one more label while it holds it.
+APP = """\
+import sys
+from core.config import data_paths
+from core.store.db import Store
+from core.store.review import Label, save_label
+app = Store(data_paths().database)
+print("holding", flush=True)
+for line in sys.stdin:
+    save_label(app, sys.argv[1], "c", "ana", Label("unsure"))
+    print("saved", flush=True)
+app.close()
+"""
+
+
+def _exports(out: Path, job_id: str) -> dict[str, pd.DataFrame]:
+    """Runs the reading commands (in this process); returns what each wrote (failing with
+    their stderr) and what they said on stderr."""
     found = {}
     for what, args in {
         "results": [job_id],
@@ -34,34 +52,59 @@ def _exports(out: Path, job_id: str, run: Callable = run_cli) -> dict[str, pd.Da
         "tally": ["--what", "tally"],
     }.items():
         path = out / f"{what}.csv"
-        done = run("export", *args, "-o", str(path))
+        done = cli("export", *args, "-o", str(path))
         assert done.returncode == 0, done.stderr
         found[what] = pd.read_csv(path)
+        found[f"{what} said"] = done.stderr
     return found
+
+
+def _said(app: subprocess.Popen, words: str) -> None:
+    line = app.stdout.readline()
+    if line.strip() != words:
+        app.kill()
+        pytest.fail(f"the app said {line!r}, not {words!r}: {app.communicate()[1]}")
 
 
 def test_export_while_the_app_holds_the_database_gives_the_same_rows(studio_home, tmp_path):
     job_id = job_in_home(studio_home)
-    app = Store(data_paths().database)  # the app's process (this one) holds the file
-    app.ingest_all(data_paths().jobs)
-    save_label(app, job_id, "a", "ana", Label("fail", 2, ("tone",), "rude"))
-    save_label(app, job_id, "b", "bob", Label("pass"))
-    grading.grade_jobs(app, [job_id], load_rules(RULES), RULES)
+    store = Store(data_paths().database)
+    store.ingest_all(data_paths().jobs)
+    save_label(store, job_id, "a", "ana", Label("fail", 2, ("tone",), "rude"))
+    save_label(store, job_id, "b", "bob", Label("pass"))
+    grading.grade_jobs(store, [job_id], load_rules(RULES), RULES)
+    store.close()
     (tmp_path / "held").mkdir()
     (tmp_path / "free").mkdir()
 
-    held = _exports(tmp_path / "held", job_id)
-    app.close()
-    free = _exports(tmp_path / "free", job_id, cli)  # nobody holds the file: in this process
-    app = Store(data_paths().database)
-    save_label(app, job_id, "c", "ana", Label("unsure"))  # saved while the app runs
-    later = run_cli("export", "--what", "labels", "-o", str(tmp_path / "later.csv"))
-    rules = grading.rules_file(studio_home / "jobs" / job_id)
-    graded = run_cli("grade", job_id, "--rules", str(rules))
-    app.close()
+    free = _exports(tmp_path / "free", job_id)  # nobody holds the file
+    # DuckDB locks the file against other processes only: the app holds it in its own
+    app = subprocess.Popen(
+        [sys.executable, "-c", APP, job_id], cwd=REPO_ROOT, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _said(app, "holding")
+        held = _exports(tmp_path / "held", job_id)
+        app.stdin.write("label\n")  # saved while the app runs
+        app.stdin.flush()
+        _said(app, "saved")
+        later = cli("export", "--what", "labels", "-o", str(tmp_path / "later.csv"))
+        rules = grading.rules_file(studio_home / "jobs" / job_id)
+        graded = cli("grade", job_id, "--rules", str(rules))
+        app.stdin.close()
+        assert app.wait(timeout=60) == 0, app.stderr.read()
+    finally:
+        if app.poll() is None:
+            app.kill()
+        app.wait()
+        app.stdout.close()
+        app.stderr.close()
 
-    for what in held:
+    for what in ("results", "labels", "tally"):
         pd.testing.assert_frame_equal(held[what], free[what])
+        assert "reading a private copy" in held[f"{what} said"]
+        assert "private copy" not in free[f"{what} said"]
     assert len(held["results"]) == 4 and "check_short" in " ".join(held["results"].columns)
     assert held["labels"]["verdict"].tolist() == ["fail", "pass"]
     assert "reading a private copy" in later.stderr

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.xdist_schedule import (
+    HEAVY_IMPORT_FILES,
     KILLS_THE_WARM_WORKER,
     LOAD_ANOTHER_MODEL,
     order_slow_first,
@@ -68,6 +69,7 @@ def test_the_kill_comes_first_the_tests_on_its_models_next_and_the_resident_work
         "tests/engine/test_tokens_engine.py::test_the_engine",
     ]
     items = [Item("tests/unit/test_api.py::test_a"), Item("tests/browser/test_b.py::t", "browser")]
+    items.append(Item("tests/unit/test_tools.py::test_t"))  # imports vLLM
     items += [Item(nodeid, "engine") for nodeid in engine]
     items.append(Item("tests/ray/test_ray.py::test_r"))
 
@@ -86,5 +88,11 @@ def test_the_kill_comes_first_the_tests_on_its_models_next_and_the_resident_work
         "tests/engine/test_tokens_engine.py::test_the_engine",
         RESIDENT_COLD,
         "tests/browser/test_b.py::t",
+        "tests/unit/test_tools.py::test_t",
         "tests/unit/test_api.py::test_a",
     ]
+
+
+def test_each_module_the_vllm_and_torch_unit_names_exists():
+    for path in HEAVY_IMPORT_FILES:
+        assert (TESTS.parent / path).is_file(), path
