@@ -22,9 +22,29 @@ def app_rss_mb(server: StreamlitServer) -> float:
     return psutil.Process(server.process.pid).memory_info().rss / 2**20
 
 
-def settle(server: StreamlitServer, seconds: float = 4.0) -> float:
-    time.sleep(seconds)
-    return app_rss_mb(server)
+def settled_rss_mb(server: StreamlitServer, at_most: float = 4.0) -> float:
+    """The app's memory once it stops growing (two readings half a second apart within
+    1 MB), read for at most ``at_most`` s: a baseline read early is lower, never higher."""
+    deadline = time.monotonic() + at_most
+    last = app_rss_mb(server)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = app_rss_mb(server)
+        if abs(now - last) < 1:
+            return now
+        last = now
+    return last
+
+
+def rss_back_mb(server: StreamlitServer, before: float, within: float = 4.0) -> float:
+    """The app's memory as soon as it is within 100 MB of ``before``, or as it is after
+    ``within`` s (what the test asserts on)."""
+    deadline = time.monotonic() + within
+    while True:
+        now = app_rss_mb(server)
+        if now - before < 100 or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.2)
 
 
 def big_blank_file(path: Path) -> Path:
@@ -45,13 +65,13 @@ def test_a_big_upload_goes_to_disk_and_the_apps_memory_comes_back(
     page.goto(studio_server.url)
     expect_title(page, "Upload & check")
     wait_idle(page)
-    before = settle(studio_server)
+    before = settled_rss_mb(studio_server)
     batch = big_blank_file(tmp_path / "big.jsonl")
     page.locator("input[type=file]").set_input_files(batch)
     # checked: its one problem, "no request lines", is listed
     expect(page.get_by_role("heading", name="Problems")).to_be_visible(timeout=120_000)
     wait_idle(page)
-    after = settle(studio_server)
+    after = rss_back_mb(studio_server, before)
     saved = list((studio_server.home / "uploads").glob("*_big.jsonl"))
     assert len(saved) == 1 and saved[0].stat().st_size == batch.stat().st_size
     print(
@@ -71,11 +91,11 @@ def test_an_upload_over_the_cap_is_refused_in_the_browser_and_the_page_says_wher
     expect(page.get_by_text("Uploads up to 200 MB", exact=False)).to_be_visible()
     expect(page.get_by_text("POST /v1/files", exact=False)).to_be_visible()
     wait_idle(page)
-    before = settle(studio_server, 2.0)
+    before = settled_rss_mb(studio_server, 2.0)
     huge = tmp_path / "huge.jsonl"
     with huge.open("wb") as out:  # 300 MB, sparse: the browser refuses it by its size
         out.truncate(300 * 2**20)
     page.locator("input[type=file]").set_input_files(huge)
     expect(page.get_by_text("200", exact=False).filter(has_text="MB or smaller")).to_be_visible()
     assert not list((studio_server.home / "uploads").glob("*huge*"))
-    assert settle(studio_server, 2.0) - before < 100
+    assert rss_back_mb(studio_server, before, 2.0) - before < 100

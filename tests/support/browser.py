@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from core.config import REPO_ROOT
@@ -428,19 +429,42 @@ def screenshot(page: Page, name: str) -> Path:
     return path
 
 
+# Whether the app's script runs, by the state Streamlit keeps on its root element (from the
+# server's messages: a run shows as soon as the page hears of it, where the status widget
+# only appears half a second into a run), or the status widget shows.
+SCRIPT_BUSY = """() => {
+  const app = document.querySelector('[data-testid=stApp]');
+  const script = app?.dataset.testScriptState ?? 'notRunning';
+  if (script !== 'notRunning' && script !== 'compilationError') return true;
+  const status = document.querySelector('[data-testid=stStatusWidget]');
+  return !!status && status.getClientRects().length > 0;
+}"""
+IDLE_QUIET_SECONDS = 0.6  # quiet this long and no run seen: the action started none
+RAN_QUIET_SECONDS = 0.25  # quiet this long after a run seen to end: no run follows it
+
+
 def wait_idle(page: Page, timeout: float = 30) -> None:
-    """Waits until the app's script is not running (no "Running..." status) for a moment."""
-    status = page.get_by_test_id("stStatusWidget")
+    """Waits until the app's script is not running (no "Running..." status) for a moment.
+
+    Quiet for ``IDLE_QUIET_SECONDS`` when no run was seen (an action's run can start that
+    late); a run seen to end needs ``RAN_QUIET_SECONDS`` more of quiet (a rerun it asked
+    for, or a widget's value sent back on drawing, starts within it)."""
     deadline = time.monotonic() + timeout
-    quiet_since = None
+    quiet_since, ran = None, False
     while time.monotonic() < deadline:
-        if status.count() and status.is_visible():
+        try:
+            busy = page.evaluate(SCRIPT_BUSY)
+        except PlaywrightError:  # the page navigates: its new document is yet to run
+            busy = None
+        if busy is None:
             quiet_since = None
+        elif busy:
+            quiet_since, ran = None, True
         elif quiet_since is None:
             quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since > 0.6:
+        elif time.monotonic() - quiet_since > (RAN_QUIET_SECONDS if ran else IDLE_QUIET_SECONDS):
             return
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def expect_no_exception(page: Page) -> None:
