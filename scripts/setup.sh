@@ -32,7 +32,8 @@ if [ ! -f "$stamp" ] && [ ! -f "$VENV/.installed-$digest-$build,test,ray" ]; the
   "$VENV/bin/python" -m pip install -q --upgrade pip
   # shellcheck disable=SC2086
   # --no-compile: pip would byte-compile all ~31,000 files of the environment (about a
-  # minute on two cores); Python compiles the few thousand a run imports when it first does.
+  # minute on two cores); Python compiles the few thousand a run imports when it first does
+  # (the Makefile lets it write them where the environment says not to).
   "$VENV/bin/python" -m pip install -q --no-compile -e ".[$extras]" \
     ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"}
   if [ "$build" = cpu ]; then

@@ -14,6 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-${VENV:-.venv}/bin/python}
+unset PYTHONDONTWRITEBYTECODE  # each module compiled once, not in every process (Makefile)
 
 tier=all
 if [ "${1:-}" = "--fast" ]; then tier=fast; shift; fi
