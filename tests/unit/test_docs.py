@@ -144,6 +144,23 @@ def test_the_readmes_two_commands_are_the_ones_ci_and_the_makefile_run() -> None
         assert re.search(rf"^{target}:", makefile, re.M), f"the Makefile has no `{target}` target"
 
 
+def test_the_makefiles_commands_let_python_keep_bytecode_where_the_environment_forbids_it() -> None:
+    # Without bytecode every process compiles vLLM and torch from source: `make test` on
+    # our CI's machines (PYTHONDONTWRITEBYTECODE=1) spent twice the CPU on each import.
+    probe = subprocess.run(
+        ["make", "-s", "--no-print-directory", "--eval",
+         'probe: ; @echo "[$${PYTHONDONTWRITEBYTECODE-unset}]"', "probe"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )  # fmt: skip
+    assert probe.stdout.strip() == "[unset]"
+    script = (REPO_ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert re.search(r"^unset PYTHONDONTWRITEBYTECODE\b", script, re.M)
+
+
 def test_the_benchmark_pictures_are_drawn_from_the_benchmarks_saved_output() -> None:
     from bench import plots
 
