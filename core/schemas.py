@@ -310,6 +310,11 @@ class JobSpec(Model):
     # ``run_windows_zone`` ("": any time); checked when it was submitted.
     run_windows: str = ""
     run_windows_zone: str = "UTC"
+    # The studio's policy for sensitive data was ``redact`` when it was submitted: the worker
+    # replaces them by placeholders in what the engine reads (core/check/redaction.py), and
+    # keeps what it replaced (``redactions.json``) only with ``keep_redactions``.
+    redact: bool = False
+    keep_redactions: bool = False
 
     @field_validator("name")
     @classmethod

@@ -9,6 +9,7 @@ import streamlit as st
 from pydantic import ValidationError
 
 from core.check import CheckReport, checked
+from core.check.sensitive import policy_now
 from core.config import reuse_default
 from core.devices import gpu_count
 from core.jobs.submit import (
@@ -95,6 +96,7 @@ class RunChoices(NamedTuple):
     output_uri: str
     reuse: bool
     run_windows: str
+    keep_redactions: bool
     invalid: InvalidLines
 
 
@@ -308,6 +310,21 @@ def reuse_answers() -> bool:
     )
 
 
+def keep_redactions() -> bool:
+    """Under the studio's redact policy, whether the job keeps what was replaced."""
+    if policy_now(paths().home)[0] != "redact":
+        return False
+    return st.checkbox(
+        "Keep what redaction replaces",
+        value=False,
+        help="The studio redacts sensitive data: the engine reads placeholders such as "
+        "[EMAIL_1]. Ticked, the job's folder keeps each placeholder with the value it stands "
+        "for (redactions.json), so that answers can be mapped back; unticked, they are kept "
+        "nowhere.",
+        key="run_keep_redactions",
+    )
+
+
 def run_windows_field() -> str:
     """The weekly hours the job may run in ("": its owner's or the studio's default)."""
     return st.text_input(
@@ -390,6 +407,7 @@ def submission(batch: CheckedBatch, choices: RunChoices) -> Submission:
         output_path=choices.output_uri or None,
         reuse=choices.reuse,
         run_windows=choices.run_windows or None,
+        keep_redactions=choices.keep_redactions,
     )
 
 
@@ -436,6 +454,7 @@ choices = RunChoices(
     output_uri=results_destination(),
     reuse=reuse_answers(),
     run_windows=run_windows_field(),
+    keep_redactions=keep_redactions(),
     invalid=invalid_lines(report),
 )
 estimate_section(batch, report, choices)

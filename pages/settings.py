@@ -534,8 +534,9 @@ SENSITIVE_HELP = (
     "The check looks in every prompt for e-mail addresses, phone numbers, payment card "
     "numbers, IBANs, IP addresses and credentials. allow: no scan; warn: the check lists "
     "them (masked) and the file runs; refuse: Upload & check, core check, Run and the "
-    "Batch API refuse the file, naming the lines. Redaction before the run is not "
-    "available yet."
+    "Batch API refuse the file, naming the lines; redact: the check lists them and the "
+    "engine reads each as a placeholder such as [EMAIL_1] (the file on disk stays as "
+    "given; each output line with one says how many it had, by kind)."
 )
 
 

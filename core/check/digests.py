@@ -18,8 +18,9 @@ from core.check.engine_requests import ChatRequest, EngineRequest, GeneratedRequ
 DIGEST_BYTES = 16  # BLAKE2b-128: a collision among a billion answers has odds of 1e-21
 
 # Fields of a request that say nothing about its answer: its id, the name its body asked
-# for (the folder it resolves to is in the engine's identity), and the check's notes.
-_NOT_IN_KEY = frozenset({"custom_id", "model", "warnings", "defaulted"})
+# for (the folder it resolves to is in the engine's identity), the check's notes, and the
+# count of what redaction replaced (its texts, placeholders in, are in the key).
+_NOT_IN_KEY = frozenset({"custom_id", "model", "warnings", "defaulted", "redacted"})
 _encode = msgspec.json.Encoder(order="sorted").encode
 encode_sorted = _encode  # the encoding a digest hashes (keys sorted at every depth)
 

@@ -42,6 +42,9 @@ class RequestBase:
         warnings: problems worth telling the user that do not stop the request.
         defaulted: the sampling fields whose value came from the job defaults (none for
             a pooled request, which has no sampling).
+        redacted: how many sensitive items of each kind the worker replaced by
+            placeholders before the engine read it (:mod:`core.check.redaction`); None:
+            none were.
     """
 
     custom_id: str
@@ -49,6 +52,7 @@ class RequestBase:
     model: str | None = None
     warnings: list[str] = field(default_factory=list)
     defaulted: tuple[str, ...] = ()
+    redacted: dict[str, int] | None = None
 
 
 @dataclass(slots=True, kw_only=True)

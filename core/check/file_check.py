@@ -47,7 +47,7 @@ class Options:
     model_map: dict[str, str]
     embedding_folder: str | None = None
     count_tokens: bool = True  # False: the model judges only tool_choice "auto" lines
-    sensitive: str = "warn"  # the policy for sensitive data: allow (no scan), warn, refuse
+    sensitive: str = "warn"  # the policy for sensitive data (core.check.sensitive.POLICIES)
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[Summary, Scanner]:
         report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
@@ -314,8 +314,9 @@ def check_file(
         cancel: set it to stop early; the report then says ``cancelled``.
         processes: how many processes check the file (default: one per core, up to 4,
             for files of 64 MiB or more; one for smaller files).
-        sensitive: the policy for sensitive data in prompts (allow: no scan; warn: listed
-            in the report; refuse: the report has an error naming the lines); default the
+        sensitive: the policy for sensitive data in prompts (allow: no scan; warn and
+            redact: listed in the report; refuse: the report has an error naming the
+            lines); default the
             studio's (Settings), so that every entry point keeps it.
     """
     started = time.monotonic()

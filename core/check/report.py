@@ -204,6 +204,8 @@ def summary_lines(report: CheckReport) -> list[str]:
     if report.sensitive is not None:
         found = report.sensitive.summary()
         lines += [f"sensitive data: {text}" for text in found] or ["sensitive data: none found"]
+        if found and report.sensitive.policy == "redact":
+            lines.append("sensitive data: redacted before the run (the engine reads placeholders)")
     processes = f" ({report.processes} processes)" if report.processes > 1 else ""
     lines.append(f"checked in {report.seconds:.2f} s{processes}")
     return lines

@@ -17,7 +17,9 @@ first line that passes it.
 
 The studio's policy (``sensitive.json`` in the data folder, set on Settings): ``allow``
 (no scan), ``warn`` (the default: the report lists the findings, the file runs), ``refuse``
-(the file is refused, the lines named). Redacting before the run is not built yet.
+(the file is refused, the lines named), ``redact`` (the report lists them, the file runs,
+and the engine sees each one as a placeholder: :func:`redact`, applied to each request by
+:mod:`core.check.redaction`; the job's input file stays as given).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from pydantic import ValidationError
 from core.files import write_atomic
 from core.schemas import Model
 
-Policy = Literal["allow", "warn", "refuse"]
-POLICIES: tuple[str, ...] = ("allow", "warn", "refuse")
+Policy = Literal["allow", "warn", "refuse", "redact"]
+POLICIES: tuple[str, ...] = ("allow", "warn", "refuse", "redact")
 POLICY_FILE = "sensitive.json"  # in the data folder
 SENSITIVE_DATA = "sensitive_data"  # the code of the refusal's Problem
 KINDS = {
@@ -198,7 +200,7 @@ def policy_now(home: Path | None = None) -> tuple[str, str | None]:
 
 
 def save_policy(home: Path, policy: str) -> SensitivePolicy:
-    """Keeps the studio's policy; a name other than allow, warn or refuse keeps nothing.
+    """Keeps the studio's policy; a name other than those of POLICIES keeps nothing.
 
     Raises:
         PolicyProblem: ``policy`` is not one of them.
@@ -339,6 +341,33 @@ def _find(text: str) -> tuple[tuple[str, str], ...]:
 
 
 _find_kept = lru_cache(maxsize=4096)(_find)
+
+
+def placeholder(kind: str, number: int) -> str:
+    """What the engine reads in place of a request's ``number``-th item of ``kind``."""
+    return f"[{kind.upper()}_{number}]"
+
+
+def redact(texts: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """``texts`` (one request's) with each sensitive item replaced by a placeholder, and
+    ``(placeholder, kind, value)`` for each item replaced. An item gets one placeholder
+    wherever it occurs in the texts; items of a kind are numbered in order of first
+    appearance (``[EMAIL_1]``, ``[EMAIL_2]``, ``[PHONE_1]``)."""
+    items: dict[str, tuple[str, str]] = {}  # value -> (placeholder, kind)
+    counts: dict[str, int] = {}
+    for text in texts:
+        for kind, value in find(text):
+            if value not in items:
+                counts[kind] = counts.get(kind, 0) + 1
+                items[value] = (placeholder(kind, counts[kind]), kind)
+    if not items:
+        return texts, []
+    # Longest first: an item inside a longer one (a phone number within a card's digits)
+    # is replaced with the longer one.
+    longest = sorted(items, key=len, reverse=True)
+    pattern = re.compile("|".join(re.escape(value) for value in longest))
+    out = [pattern.sub(lambda m: items[m.group(0)][0], text) for text in texts]
+    return out, [(held, kind, value) for value, (held, kind) in items.items()]
 
 
 def _digits(text: str) -> str:

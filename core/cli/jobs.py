@@ -148,6 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 source=args.file if is_s3(args.file) else None,
                 reuse=args.reuse,
                 run_windows=args.windows,
+                keep_redactions=args.keep_redactions,
             )
             started = submit(file, submission)
             for note in started.notes:  # when it runs; a completion window it cannot meet
@@ -448,6 +449,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         help="--no-reuse computes every request, even one whose answer an earlier job "
         "already made (deterministic requests: temperature 0, a seed, vectors and scores); "
         "neither: BATCH_STUDIO_REUSE decides, on unless 0",
+    )
+    run.add_argument(
+        "--keep-redactions",
+        action="store_true",
+        help="where the studio's policy redacts sensitive data (Settings), keep each "
+        "placeholder and the value it stands for in the job's folder (redactions.json)",
     )
     run.add_argument(
         "--chunk-size",

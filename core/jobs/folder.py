@@ -103,6 +103,8 @@ class JobFolder:
     # Lines the check refused with the job's models (a prompt beyond the context, a token id
     # the model lacks...), which a structural scan cannot see: line number -> the problem.
     refusals_file = property(lambda self: self.path / "refused.json")
+    # What redaction replaced, by custom_id: kept only where the owner asked (JobSpec).
+    redactions_file = property(lambda self: self.path / "redactions.json")
 
     def check_own(self) -> None:
         """Raises :class:`JobUnreadable` unless the folder and everything in it are what
@@ -120,6 +122,21 @@ class JobFolder:
     def write_refusals(self, refusals: dict[int, dict[str, str | None]]) -> None:
         """Keeps the lines the submission's check refused (see :attr:`refusals_file`)."""
         write_atomic(self.refusals_file, json.dumps({str(k): v for k, v in refusals.items()}))
+
+    def keep_redactions(self, replaced: dict[str, list[tuple[str, str, str]]]) -> None:
+        """Adds what redaction replaced in these requests (by custom_id: each placeholder,
+        its kind and the value it stands for) to :attr:`redactions_file`."""
+        kept = {}
+        if self.redactions_file.is_file():
+            try:
+                kept = json.loads(self.redactions_file.read_text(encoding="utf-8"))
+            except ValueError:  # a damaged file: this run's replacements start it again
+                kept = {}
+        for custom_id, items in replaced.items():
+            kept[custom_id] = [
+                {"placeholder": held, "kind": kind, "value": value} for held, kind, value in items
+            ]
+        write_atomic(self.redactions_file, json.dumps(kept, ensure_ascii=False, indent=1))
 
     def read_refusals(self) -> dict[int, dict[str, str | None]]:
         """The lines the submission's check refused; none for a job made without them."""
@@ -322,6 +339,8 @@ def create_job(
     endpoints: list[str] | None = None,
     reuse: bool | None = None,
     run_windows: RunWindows | None = None,
+    redact: bool = False,
+    keep_redactions: bool = False,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
@@ -367,6 +386,8 @@ def create_job(
             reuse=reuse_default() if reuse is None else reuse,
             run_windows=run_windows.text if run_windows else "",
             run_windows_zone=run_windows.zone if run_windows else "UTC",
+            redact=redact,
+            keep_redactions=redact and keep_redactions,
         )
         write_atomic(job.spec_file, to_json(spec))
         # Its requests are known now: a waiting job showed "0 / 0 requests".

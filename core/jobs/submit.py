@@ -156,6 +156,9 @@ class Submission:
     # The weekly hours it may run in (core/jobs/windows.py's text form); None or "": its
     # owner's default, else the studio's; "any": any time, whatever the defaults.
     run_windows: str | None = None
+    # Under the studio's ``redact`` policy, keep what was replaced in the job's folder
+    # (``redactions.json``: the owner can map each placeholder back); off, it is nowhere.
+    keep_redactions: bool = False
 
 
 def _folder(path: str) -> str:
@@ -350,6 +353,12 @@ def submit(
     problems = settings_problems(submission, gpus)
     report = checked(file, defaults=submission.defaults, **_model_options(submission, problems))
     problems += file_problems(report, submission.skip_invalid)
+    redact = report.sensitive is not None and report.sensitive.policy == "redact"
+    if redact and submission.ray is not None:
+        problems.append(
+            "the studio's policy redacts sensitive data, which happens on this machine's "
+            "engine, not on a Ray cluster (Settings, Sensitive data)"
+        )
     jobs_dir = jobs_dir or data_paths().jobs
     windows = _windows(submission, jobs_dir.parent, problems)
     if problems:
@@ -391,6 +400,8 @@ def submit(
         endpoints=[url for url, lines in report.urls.items() if lines],
         reuse=planned.reuse,
         run_windows=windows,
+        redact=redact,
+        keep_redactions=s.keep_redactions,
     )
     try:
         job.write_refusals(_refusals(report))

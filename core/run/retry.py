@@ -36,6 +36,13 @@ class StreamingEngine(Protocol):
 def result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
     """A request's output line: its success, or the engine's refusal of it. ``model`` is
     the engine's; a request run with an adapter carries the adapter's name."""
+    line = _result_line(request, model, result)
+    if request.redacted:  # the answer is to the redacted prompt: the line says so
+        line["redacted"] = dict(request.redacted)
+    return line
+
+
+def _result_line(request: EngineRequest, model: str, result: Completion | Exception) -> dict:
     if isinstance(request, GeneratedRequest) and request.adapter is not None:
         model = request.adapter.name
     if isinstance(result, EngineRequestError):

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
+from core.check.redaction import redact_request
 from core.devices import gpu_count, runs_on_gpu
 from core.jobs.delivery import deliver
 from core.jobs.engine_files import idle_seconds, running_jobs_cap
@@ -402,6 +403,7 @@ def _to_run(
     seen: set[str] = set()
     refused = job.read_refusals()  # what the submission's check found against the models
     keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
+    replaced: dict[str, list[tuple[str, str, str]]] = {}  # what redaction replaced
     for checked in scan(job.input, spec.defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
         if custom_id in seen or custom_id not in rerun:
@@ -409,6 +411,9 @@ def _to_run(
         seen.add(custom_id)
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
+            # Before its key: the engine answers the redacted request, and reuse with it.
+            if spec.redact and (items := redact_request(checked.request)):
+                replaced[custom_id] = items
             if (key := reuse_keys.of(checked.request)) is not None:
                 keys[custom_id] = key
             pending.append(keep(checked.request) if keep else checked.request)
@@ -430,6 +435,8 @@ def _to_run(
             invalid.append(
                 error_line(custom_id, "invalid_request", message, line=checked.line_no, param=param)
             )
+    if spec.keep_redactions and replaced:
+        job.keep_redactions(replaced)
     return pending, invalid, keys
 
 
