@@ -434,13 +434,19 @@ def export_section(db: Store, flt: res.ResultFilter, job_id: str) -> None:
         "The filtered results with their review labels. JSONL is the OpenAI batch output "
         f"format. Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows."
     )
+    redact = c[1].checkbox(
+        "Redact sensitive data",
+        key="export_redact",
+        help="E-mail addresses, phone and card numbers, IBANs, IP addresses and credentials "
+        "in every text of the file become placeholders such as [EMAIL_1].",
+    )
     too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # for Excel only
 
     def write_export() -> bytes:
         """Runs when the button is clicked, on the filter shown then (never a stale file)."""
         with ex.export_folder(paths().home) as folder:  # this click's own file
             target = folder / f"{job_id}_results.{fmt}"
-            ex.export_results(db, flt, target, fmt)
+            ex.export_results(db, flt, target, fmt, redact)
             return target.read_bytes()
 
     st.download_button(

@@ -35,7 +35,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 finish_reasons=args.finish_reason or [],
                 search=args.search or "",
             )
-            rows = export.export_results(store, flt, args.output, fmt)
+            rows = export.export_results(store, flt, args.output, fmt, args.redact)
         elif args.what == "errors":
             rows = export.export_errors(store, args.jobs, args.output)
         elif args.what == "sample":
@@ -103,6 +103,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     )
     exp.add_argument(
         "--format", choices=["csv", "parquet", "jsonl", "xlsx"], help="default: from -o suffix"
+    )
+    exp.add_argument(
+        "--redact",
+        action="store_true",
+        help="results: every text with its e-mail addresses, phone and card numbers, IBANs, "
+        "IP addresses and credentials replaced by placeholders such as [EMAIL_1]",
     )
     exp.add_argument("--status", action="append", help="only this status (repeatable)")
     exp.add_argument("--finish-reason", action="append", help="only this finish reason")

@@ -11,6 +11,11 @@ spreadsheet would run (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a car
 return) gets a leading ``'``, as OWASP advises against CSV injection. JSONL and Parquet
 keep the data unchanged (no spreadsheet reads them as formulas).
 
+A results export may be redacted (``redact``): every text cell, in every format, has its
+sensitive items (:mod:`core.check.sensitive`: e-mail addresses, phone numbers, card
+numbers, IBANs, IP addresses, credentials) replaced by placeholders, numbered per cell
+(``[EMAIL_1]``), by a function DuckDB calls as it writes the file.
+
 The pages' downloads are written in a folder of each export's own under ``exports/``
 (:func:`export_folder`), read into the download and removed: two sessions exporting the same
 job never share a file, nobody is served another's filter or a half-written file, and
@@ -19,17 +24,20 @@ nothing stays behind. What a crash leaves there is removed by the next export a 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pandas as pd
 
+from core.check.sensitive import redact, worth_a_look
 from core.store.checks import ExportChecks, export_checks
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
@@ -94,6 +102,24 @@ def inert(value: Any) -> Any:
     return value
 
 
+def redact_text(value: str | None) -> str | None:
+    """``value`` with each sensitive item replaced by a placeholder (:func:`redact`)."""
+    if value is None or not worth_a_look(value.encode("utf-8", "surrogatepass")):
+        return value
+    return redact([value])[0][0]
+
+
+REDACT_SQL = "redact_text"  # the name DuckDB calls :func:`redact_text` by
+
+
+def _with_redaction(cur: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """The cursor, able to call :data:`REDACT_SQL` (registered at the first export that
+    redacts: DuckDB keeps it for the database's connections from then on)."""
+    with contextlib.suppress(duckdb.CatalogException):  # registered already
+        cur.create_function(REDACT_SQL, redact_text, ["VARCHAR"], "VARCHAR", side_effects=False)
+    return cur
+
+
 def _inert_sql(column: str) -> str:
     """:func:`inert` as a DuckDB expression over a text column."""
     starts = ", ".join(f"chr({ord(c)})" for c in FORMULA_STARTS)
@@ -139,11 +165,16 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
-def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> int:
-    """Writes a query's rows to ``path``; returns the row count."""
+def _copy(
+    store: Store, sql: str, params: list[Any], path: Path, fmt: str, redact: bool = False
+) -> int:
+    """Writes a query's rows to ``path`` (``redact``: its texts redacted); returns the row
+    count."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if redact:
+        sql = _text_columns(store, sql, params, lambda column: f"{REDACT_SQL}({column})")
     if fmt == "xlsx":
-        return _excel(store, sql, params, path)
+        return _excel(store, sql, params, path, redact)
     options = {
         "csv": "FORMAT csv, HEADER true",
         "parquet": "FORMAT parquet, COMPRESSION zstd",
@@ -151,21 +182,28 @@ def _copy(store: Store, sql: str, params: list[Any], path: Path, fmt: str) -> in
     }[fmt]
     # COPY takes its file name as a literal, not a parameter: quote it (quotes doubled).
     target = "'" + str(path).replace("'", "''") + "'"
-    copied = _inert_select(store, sql, params) if fmt == "csv" else sql
+    copied = _text_columns(store, sql, params, _inert_sql, redact) if fmt == "csv" else sql
     with store.cursor() as cur:  # a read: no write waits for it
+        if redact:
+            _with_redaction(cur)
         # COPY answers the rows it wrote: counting them again would run the query twice
         return int(cur.execute(f"COPY ({copied}) TO {target} ({options})", params).fetchone()[0])
 
 
-def _inert_select(store: Store, sql: str, params: list[Any]) -> str:
-    """``sql`` with every text column passed through :func:`inert` (for CSV)."""
+def _text_columns(
+    store: Store, sql: str, params: list[Any], wrap: Callable[[str], str], redact: bool = False
+) -> str:
+    """``sql`` with every text column passed through ``wrap`` (an expression of it):
+    :func:`inert` for CSV, the redaction for a redacted export."""
     with store.cursor() as cur:
+        if redact:  # ``sql`` calls it already
+            _with_redaction(cur)
         cur.execute(f"SELECT * FROM ({sql}) LIMIT 0", params)
         columns = [(name, str(kind)) for name, kind, *_ in cur.description]
     exprs = []
     for name, kind in columns:
         quoted = '"' + name.replace('"', '""') + '"'
-        exprs.append(f"{_inert_sql(quoted)} AS {quoted}" if kind == "VARCHAR" else quoted)
+        exprs.append(f"{wrap(quoted)} AS {quoted}" if kind == "VARCHAR" else quoted)
     return f"SELECT {', '.join(exprs)} FROM ({sql})"
 
 
@@ -183,23 +221,31 @@ def _write_excel(frame: pd.DataFrame, path: Path) -> None:
     frame.to_excel(path, index=False, engine="openpyxl")
 
 
-def _count(store: Store, sql: str, params: list[Any]) -> int:
-    return int(store.query(f"SELECT count(*) AS n FROM ({sql})", params)["n"].iloc[0])
-
-
-def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: list[str]) -> int:
+def _raw_lines(
+    store: Store,
+    sql: str,
+    params: list[Any],
+    path: Path,
+    job_ids: list[str],
+    redact: bool = False,
+) -> int:
     """Writes one stored JSON line per row (columns ``job_id``, ``custom_id``, ``raw``, of
     ``job_ids``) as JSONL: byte for byte, except that an embeddings line gets back the
-    vectors its stored copy leaves out (``vector_ingest.restore_vectors``)."""
+    vectors its stored copy leaves out (``vector_ingest.restore_vectors``), and that a
+    redacted export has each line's sensitive items replaced (a placeholder is plain text,
+    so each line stays the JSON it was)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with_vectors = "SELECT 1 FROM vector_jobs WHERE list_contains(?, job_id) LIMIT 1"
     if store.query(with_vectors, [list(job_ids)]).empty:
         target = "'" + str(path).replace("'", "''") + "'"
+        raw = f"{REDACT_SQL}(raw)" if redact else "raw"
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
         with store.cursor() as cur:  # a read: no write waits for it
+            if redact:
+                _with_redaction(cur)
             copied = cur.execute(
-                f"COPY (SELECT raw FROM ({sql})) TO {target} "
+                f"COPY (SELECT {raw} FROM ({sql})) TO {target} "
                 "(FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x1f')",
                 params,
             )
@@ -209,27 +255,35 @@ def _raw_lines(store: Store, sql: str, params: list[Any], path: Path, job_ids: l
         batches = cur.execute(sql, params).to_arrow_reader(_RESTORE_BATCH)  # in its order
         for batch in batches:
             columns = [batch.column(name).to_pylist() for name in ("job_id", "custom_id", "raw")]
-            out.writelines(line + "\n" for line in restore_vectors(vectors, *columns))
+            lines = restore_vectors(vectors, *columns)
+            out.writelines((redact_text(line) if redact else line) + "\n" for line in lines)
             rows += batch.num_rows
     return rows
 
 
-def _excel(store: Store, sql: str, params: list[Any], path: Path) -> int:
-    rows = _count(store, sql, params)
-    if rows > EXCEL_MAX_ROWS:
-        raise ExportError(
-            f"{rows:,} rows is more than the Excel export takes ({EXCEL_MAX_ROWS:,}); "
-            "narrow the filter, or export CSV or Parquet (no limit)"
-        )
-    _write_excel(store.query(sql, params), path)
+def _excel(store: Store, sql: str, params: list[Any], path: Path, redact: bool = False) -> int:
+    with store.cursor() as cur:
+        if redact:
+            _with_redaction(cur)
+        rows = int(cur.execute(f"SELECT count(*) FROM ({sql})", params).fetchone()[0])
+        if rows > EXCEL_MAX_ROWS:
+            raise ExportError(
+                f"{rows:,} rows is more than the Excel export takes ({EXCEL_MAX_ROWS:,}); "
+                "narrow the filter, or export CSV or Parquet (no limit)"
+            )
+        frame = cur.execute(sql, params).df()
+    _write_excel(frame, path)
     return rows
 
 
-def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "csv") -> int:
+def export_results(
+    store: Store, f: ResultFilter, path: str | Path, fmt: str = "csv", redact: bool = False
+) -> int:
     """Filtered results (with their labels, and a ``check_<rule>`` column per rule the jobs
     were graded with) to a file. JSONL is the OpenAI output format: each stored line, with
     the checks' outcomes added as one more top-level field, ``checks`` (a line's fields
     are kept as they were, byte for byte, so readers of OpenAI's format read it).
+    ``redact``: every text with its sensitive items as placeholders (see the module doc).
 
     Returns:
         The number of rows written.
@@ -241,10 +295,10 @@ def export_results(store: Store, f: ResultFilter, path: str | Path, fmt: str = "
     if fmt == "jsonl":
         raw = _with_checks("r.raw", checks)
         sql = f"SELECT r.job_id, r.custom_id, {raw} AS raw {FROM} {checks.join} {clause} {order}"
-        return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids)
+        return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids, redact)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"SELECT {columns} {FROM} {_JOB_NAME} {_LABELS} {checks.join} {clause} {order}"
-    return _copy(store, sql, [*checks.params, *params], path, fmt)
+    return _copy(store, sql, [*checks.params, *params], path, fmt, redact)
 
 
 def export_errors(store: Store, job_ids: list[str], path: str | Path) -> int:

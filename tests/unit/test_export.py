@@ -223,3 +223,41 @@ def test_an_export_folder_is_its_own_and_removed_and_a_day_old_leftover_is_swept
         (two / "x.csv").write_text("two")
         assert (one / "x.csv").read_text() == "one"
     assert sorted(p.name for p in exports.iterdir()) == ["f"]  # the fresh one stays
+
+
+@pytest.fixture
+def personal(tmp_path: Path):
+    """A job whose prompts and answers hold an e-mail address and a card number."""
+    rows = [
+        {"custom_id": "p1", "answer": "I wrote to jane.doe@example.com about it.",
+         "prompt": "Reply to jane.doe@example.com, card 4242 4242 4242 4242."},
+        {"custom_id": "p2", "answer": "=1+1 nothing personal", "prompt": "Say hi."},
+    ]  # fmt: skip
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    return store, job
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "xlsx", "jsonl"])
+def test_a_redacted_export_holds_placeholders_in_every_text(personal, tmp_path, fmt):
+    store, job = personal
+    f = ResultFilter(job_ids=[job.job_id])
+    path = tmp_path / f"out.{fmt}"
+    assert E.export_results(store, f, path, fmt, redact=True) == 2
+    if fmt == "jsonl":
+        lines = [json.loads(line) for line in path.read_text().splitlines()]  # still JSON
+        answer = lines[0]["response"]["body"]["choices"][0]["message"]["content"]
+        assert answer == "I wrote to [EMAIL_1] about it."
+    else:
+        read = {"csv": pd.read_csv, "parquet": pd.read_parquet, "xlsx": pd.read_excel}[fmt]
+        rows = read(path).set_index("custom_id")
+        assert rows.loc["p1", "prompt"] == "Reply to [EMAIL_1], card [CARD_1]."
+        assert rows.loc["p1", "answer"] == "I wrote to [EMAIL_1] about it."
+        if fmt in ("csv", "xlsx"):  # still inert, as any export
+            assert rows.loc["p2", "answer"] == "'=1+1 nothing personal"
+    text = path.read_bytes()
+    assert b"jane.doe@example.com" not in text and b"4242 4242" not in text
+    E.export_results(store, f, tmp_path / f"plain.{fmt}", fmt)  # not asked: unchanged
+    if fmt in ("csv", "jsonl"):
+        assert b"jane.doe@example.com" in (tmp_path / f"plain.{fmt}").read_bytes()
