@@ -11,7 +11,14 @@ import streamlit as st
 
 from core.api.keys import ApiAccess, read_access, write_access
 from core.api.keys import read_keys as api_keys
-from core.check.sensitive import POLICIES, PolicyProblem, read_policy, save_policy
+from core.check.sensitive import (
+    POLICIES,
+    PolicyProblem,
+    owner_policies_text,
+    read_policy,
+    save_owner_policies,
+    save_policy,
+)
 from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
 from core.jobs.approval import ApprovalProblem, check_settings
@@ -556,6 +563,31 @@ def sensitive_section(home: Path) -> None:
         st.toast(f"Sensitive data: {policy}.")
         st.rerun()
     st.caption(SENSITIVE_HELP)
+    owners_section(home)
+
+
+def owners_section(home: Path) -> None:
+    """The owners' (API keys', users') own policies, where they differ from the studio's."""
+    try:
+        shown = owner_policies_text(read_policy(home))
+    except PolicyProblem:
+        return  # said above; saving the studio's policy mends the file
+    text = st.text_area(
+        "Owners' own policies (one NAME = POLICY a line)",
+        value=shown,
+        help="An API key's or a user's name and the policy its batches are checked and run "
+        "under, e.g. `alice = redact`; an owner not listed has the studio's. Also "
+        "`python -m core keys sensitive NAME POLICY`.",
+        key="sensitive_owners",
+    )
+    if text != shown and st.button("Save owners' policies", key="save_sensitive_owners"):
+        try:
+            save_owner_policies(home, text)
+        except PolicyProblem as exc:
+            st.error(f"Not saved: {escape(str(exc))}.", icon=":material/block:")
+        else:
+            st.toast("Owners' policies saved.")
+            st.rerun()
 
 
 def job_rules(home: Path) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from core.files import write_atomic
 from core.schemas import Model
@@ -164,9 +164,15 @@ _decode = msgspec.json.Decoder().decode
 
 
 class SensitivePolicy(Model):
-    """The studio's policy for sensitive data in prompts."""
+    """The studio's policy for sensitive data in prompts, and the owners' (an API key's or
+    a user's name) that differ from it."""
 
     policy: Policy = "warn"
+    owners: dict[str, Policy] = Field(default_factory=dict)
+
+    def of(self, owner: str | None) -> str:
+        """The policy a job of ``owner`` is checked and run under."""
+        return self.owners.get(owner or "", self.policy)
 
 
 class PolicyProblem(ValueError):
@@ -188,31 +194,78 @@ def read_policy(home: Path) -> SensitivePolicy:
         raise PolicyProblem(f"{path}: {exc}") from None
 
 
-def policy_now(home: Path | None = None) -> tuple[str, str | None]:
-    """The policy a check keeps (the studio's), and a note when its file is unreadable:
-    then the check scans and warns, and refuses nothing."""
+def policy_now(home: Path | None = None, owner: str | None = None) -> tuple[str, str | None]:
+    """The policy a check keeps (``owner``'s where it has one, else the studio's), and a
+    note when its file is unreadable: then the check scans and warns, and refuses nothing."""
     from core.config import data_home
 
     try:
-        return read_policy(home or data_home()).policy, None
+        return read_policy(home or data_home()).of(owner), None
     except PolicyProblem as exc:
         return "warn", f"the policy for sensitive data is unreadable ({exc}); warn is kept"
 
 
-def save_policy(home: Path, policy: str) -> SensitivePolicy:
-    """Keeps the studio's policy; a name other than those of POLICIES keeps nothing.
+def save_policy(home: Path, policy: str, owner: str | None = None) -> SensitivePolicy:
+    """Keeps the studio's policy, or with ``owner`` that owner's ("" clears it: the studio's
+    applies); a name other than those of POLICIES keeps nothing.
 
     Raises:
-        PolicyProblem: ``policy`` is not one of them.
+        PolicyProblem: ``policy`` is not one of them, or the kept file cannot be read.
     """
     try:
-        kept = SensitivePolicy(policy=policy)
+        kept = read_policy(home)
+    except PolicyProblem:
+        if owner is not None:  # the owners' policies in it would be lost
+            raise
+        kept = SensitivePolicy()  # a studio policy saved anew mends an unreadable file
+    owners = {name: p for name, p in kept.owners.items() if name != owner}
+    try:
+        if owner is None:
+            kept = SensitivePolicy(policy=policy, owners=owners)
+        else:
+            kept = SensitivePolicy(
+                policy=kept.policy, owners={**owners, **({owner: policy} if policy else {})}
+            )
     except ValidationError:
         raise PolicyProblem(
             f"{policy!r} is not a policy for sensitive data; use one of {', '.join(POLICIES)}"
         ) from None
     write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
     return kept
+
+
+def owner_policies_text(kept: SensitivePolicy) -> str:
+    """The owners' own policies as Settings shows them: ``NAME = POLICY`` a line."""
+    return "\n".join(f"{name} = {policy}" for name, policy in sorted(kept.owners.items()))
+
+
+def save_owner_policies(home: Path, text: str) -> SensitivePolicy:
+    """Keeps the owners' own policies from ``NAME = POLICY`` lines (blank lines skipped),
+    the studio's kept; nothing is kept where a line is wrong.
+
+    Raises:
+        PolicyProblem: which lines are wrong and why, or the kept file cannot be read.
+    """
+    kept = read_policy(home)
+    owners: dict[str, str] = {}
+    wrong = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        name, sep, policy = (part.strip() for part in line.partition("="))
+        if not sep or not name or policy not in POLICIES:
+            wrong.append(
+                f"line {number}: {line.strip()!r} is not NAME = one of {', '.join(POLICIES)}"
+            )
+        elif name in owners:
+            wrong.append(f"line {number}: {name!r} is given twice")
+        else:
+            owners[name] = policy
+    if wrong:
+        raise PolicyProblem("; ".join(wrong))
+    saved = SensitivePolicy.model_validate({"policy": kept.policy, "owners": owners})
+    write_atomic(home / POLICY_FILE, saved.model_dump_json().encode())
+    return saved
 
 
 # -- masking ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """``keys``: the Batch API's keys (core/api/keys.py): create one (printed once), list, revoke;
 and whether a call from this machine needs one too (``keys loopback``); the quotas of keys
-and users (core/jobs/quotas.py)."""
+and users (core/jobs/quotas.py); a key's own run windows and policy for sensitive data."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from core.api.keys import (
     revoked_with_name,
     write_access,
 )
+from core.check.sensitive import POLICIES, PolicyProblem, read_policy, save_policy
 from core.cli.common import EXIT_USAGE
 from core.config import data_paths
 from core.jobs.quotas import LIMITS, Quota, QuotaProblem, quota_of, read_quotas, set_quota
@@ -130,6 +131,26 @@ def cmd_windows(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sensitive(args: argparse.Namespace) -> int:
+    home = data_paths().home
+    if not any(r.name == args.name for r in read_keys(home)):
+        print(f"error: no key named {args.name!r} (core keys list)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        kept = read_policy(home)
+        if args.policy is not None:
+            kept = save_policy(home, "" if args.policy == "studio" else args.policy, args.name)
+    except PolicyProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    own = kept.owners.get(args.name)
+    if own:
+        print(f"key {args.name}: its batches' sensitive data: {own}")
+    else:
+        print(f"key {args.name}: the studio's policy for sensitive data applies: {kept.policy}")
+    return 0
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     try:
         revoke_key(data_paths().home, args.name)
@@ -191,6 +212,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     windows.add_argument("name", help="the key's name")
     windows.add_argument("windows", nargs="?", help="the windows, in the studio's time zone")
     windows.set_defaults(handler=cmd_windows)
+    sensitive = actions.add_parser(
+        "sensitive",
+        help="show or set a key's policy for sensitive data in its batches' prompts",
+        description="Shows the policy a key's batches are checked and run under, or sets one "
+        "of its own (studio: none of its own, the studio's applies; Settings, Sensitive "
+        "data). Example: core keys sensitive alice redact.",
+    )
+    sensitive.add_argument("name", help="the key's name")
+    sensitive.add_argument("policy", nargs="?", choices=[*POLICIES, "studio"])
+    sensitive.set_defaults(handler=cmd_sensitive)
     quota = actions.add_parser(
         "quota",
         help="show or set the quota of a key or a user: a batch beyond it is refused",

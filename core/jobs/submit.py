@@ -39,7 +39,7 @@ from core.access import AccessConfig, access_config
 from core.adapters import is_adapter_folder
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
-from core.check.sensitive import SENSITIVE_DATA
+from core.check.sensitive import SENSITIVE_DATA, PolicyProblem, read_policy
 from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
@@ -200,6 +200,17 @@ def planned_spec(submission: Submission) -> JobSpec:
     )
 
 
+def owner_policy(submission: Submission, home: Path) -> str | None:
+    """The policy for sensitive data of the submission's owner (an API key's or a user's
+    name), where Settings or ``core keys sensitive`` gave it one of its own; None: the
+    studio's applies (the check reads it, and says so where its file is unreadable)."""
+    owner = submission.owner or local_owner(None).removeprefix("user:")
+    try:
+        return read_policy(home).owners.get(owner)
+    except PolicyProblem:
+        return None
+
+
 def submission_owner(submission: Submission) -> tuple[str, str]:
     """Whose quota a submission counts against (as :func:`core.jobs.folder.job_owner` will
     name the job's owner) and how people know that owner."""
@@ -351,7 +362,13 @@ def submit(
     """
     file = Path(file)
     problems = settings_problems(submission, gpus)
-    report = checked(file, defaults=submission.defaults, **_model_options(submission, problems))
+    home = (jobs_dir or data_paths().jobs).parent
+    report = checked(
+        file,
+        defaults=submission.defaults,
+        sensitive=owner_policy(submission, home),
+        **_model_options(submission, problems),
+    )
     problems += file_problems(report, submission.skip_invalid)
     redact = report.sensitive is not None and report.sensitive.policy == "redact"
     if redact and submission.ray is not None:

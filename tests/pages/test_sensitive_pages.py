@@ -39,3 +39,19 @@ def test_settings_keeps_the_policy_that_the_check_then_keeps(studio_home: Path) 
     ).run()
     refusals = [e.value for e in at.error]
     assert any("remove it from lines 1, 2, 3, 4, 5, 6, 8" in text for text in refusals)
+
+
+def test_settings_keeps_owners_own_policies_and_names_a_wrong_line(studio_home: Path) -> None:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/settings.py").run()
+    at.text_area(key="sensitive_owners").set_value("alice = redact\nbob = maybe").run()
+    at.button(key="save_sensitive_owners").click().run()
+    # Shown escaped (text, never markdown): the line and what is wrong with it.
+    assert any("line 2" in e.value and "maybe" in e.value for e in at.error)
+    assert read_policy(studio_home).owners == {}  # nothing half-set
+    at.text_area(key="sensitive_owners").set_value("alice = redact\nbob = refuse").run()
+    at.button(key="save_sensitive_owners").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    kept = read_policy(studio_home)
+    assert kept.owners == {"alice": "redact", "bob": "refuse"} and kept.policy == "warn"
+    assert (kept.of("alice"), kept.of("carol")) == ("redact", "warn")

@@ -139,3 +139,32 @@ def test_submit_records_the_policy_and_a_ray_job_is_refused_under_it(
     assert any("redacts sensitive data" in p for p in refused.value.problems)
     save_policy(studio_home, "warn")
     assert not submit(HELD / "planted.jsonl", settings).job.read_spec().redact
+
+
+def test_a_keys_own_policy_decides_for_its_batches_and_the_cli_sets_it(
+    studio_home: Path, monkeypatch
+):
+    from core.api.keys import create_key
+    from core.check.sensitive import read_policy
+    from tests.support.cli import cli
+
+    studio_home.mkdir(parents=True)
+    create_key(studio_home, "alice")
+    assert cli("keys", "sensitive", "alice").stdout.strip().endswith("applies: warn")
+    set_to = cli("keys", "sensitive", "alice", "redact")
+    assert set_to.returncode == 0 and "its batches' sensitive data: redact" in set_to.stdout
+    assert cli("keys", "sensitive", "nobody", "redact").returncode != 0  # no such key
+    assert read_policy(studio_home).owners == {"alice": "redact"}
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: None)
+    monkeypatch.setattr("core.jobs.submit.settings_problems", lambda submission, gpus=None: [])
+    model = EngineConfig(model=str(studio_home / "no-such-model"))
+    alices = submit(HELD / "planted.jsonl", Submission(engine=model, owner="alice"))
+    assert alices.job.read_spec().redact  # her policy, though the studio's is warn
+    bobs = submit(HELD / "planted.jsonl", Submission(engine=model, owner="bob"))
+    assert not bobs.job.read_spec().redact
+    save_policy(studio_home, "refuse")  # the studio's: alice keeps her own
+    assert submit(HELD / "planted.jsonl", Submission(engine=model, owner="alice")).job
+    with pytest.raises(Refused):
+        submit(HELD / "planted.jsonl", Submission(engine=model, owner="bob"))
+    cli("keys", "sensitive", "alice", "studio")
+    assert read_policy(studio_home).owners == {}
