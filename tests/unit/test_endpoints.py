@@ -82,7 +82,7 @@ def test_a_kind_has_no_field_of_another_and_is_built_by_keywords_only():
     with pytest.raises(TypeError):
         CompletionRequest("a", "/v1/completions", sampling={}, prompt="x")  # positional
     fields = {kind: {f.name for f in dataclasses.fields(kind)} for kind in set(KINDS.values())}
-    common = {"custom_id", "url", "model", "warnings", "defaulted"}
+    common = {"custom_id", "url", "model", "warnings", "defaulted", "redacted"}
     assert fields[ChatRequest] & fields[EmbeddingRequest] == common
     assert fields[CompletionRequest] & fields[ScoreRequest] == common
     assert "prompt" not in fields[ChatRequest] and "messages" not in fields[CompletionRequest]
