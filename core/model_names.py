@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from core.adapters import (
+    ADAPTER_WEIGHTS,
     Adapter,
     AdapterError,
     adapter_folders,
@@ -30,7 +32,13 @@ from core.adapters import (
 )
 from core.config import data_paths
 from core.files import write_atomic
-from core.model_folders import is_embedding_model, is_model_folder, model_folders
+from core.model_folders import (
+    ModelError,
+    check_model_folder,
+    is_embedding_model,
+    is_model_folder,
+    model_folders,
+)
 
 NAMES_FILE = "models.json"
 NAME_MAX = 200
@@ -156,37 +164,117 @@ def add_adapter(
 
 
 def adapters_of(model_map: dict[str, str], home: Path | None = None) -> dict[str, Adapter]:
-    """The adapters among a job's mapped folders, by folder, each checked against its
-    base (the one kept for it, else its config's) and named by the first name mapped to
-    it: what ``job.json`` records (``JobSpec.adapters``).
+    """The usable adapters among a job's mapped folders, by folder, each checked against
+    its base (the one kept for it, else its config's) and named by the first name mapped
+    to it: what ``job.json`` records (``JobSpec.adapters``). An unusable one is left out:
+    the check refuses the lines that name it (:func:`line_models`)."""
+    return line_models(model_map, home=home).adapters
 
-    Raises:
-        AdapterError: an adapter folder is unusable or does not fit its base.
+
+# What to do about a name whose lines cannot run: said after why, in every refusal.
+RENAME = (
+    "fix the folder, or map {name!r} to another model or adapter "
+    "(core models add-adapter NAME FOLDER --base BASE, --map NAME=FOLDER, or Settings)"
+)
+
+
+@dataclass(frozen=True)
+class LineModels:
+    """What a job's mapped names run on, as the batch check reads them (the one rule that
+    the check, and so ``core check``, Upload & check, the Batch API and submit, apply).
+
+    Attributes:
+        model_map: each name whose lines can run -> the folder that counts their tokens: a
+            model folder, or an adapter's base (vLLM tokenizes an adapter's requests with its
+            base's tokenizer: a tokenizer shipped in the adapter folder is not read).
+        refused: each name whose lines cannot run -> why, with what to do: its folder is
+            gone or no model or adapter, or the adapter cannot run on its base.
+        other_base: each adapter on a base that is not the job's model -> what that means.
+        own_tokenizer: each adapter whose folder ships a tokenizer other than its base's ->
+            a note that its lines are counted (and run) with the base's.
+        adapters: the usable adapters, by folder (what ``job.json`` records).
+    """
+
+    model_map: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    other_base: dict[str, str] = field(default_factory=dict)
+    own_tokenizer: dict[str, str] = field(default_factory=dict)
+    adapters: dict[str, Adapter] = field(default_factory=dict)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+
+
+def _ships_other_tokenizer(adapter: Path, base: Path) -> bool:
+    """Whether the adapter folder holds a tokenizer file that is not its base's own."""
+    for name in TOKENIZER_FILES:
+        own, base_file = adapter / name, base / name
+        if own.is_file() and (
+            not base_file.is_file()
+            or own.stat().st_size != base_file.stat().st_size
+            or own.read_bytes() != base_file.read_bytes()
+        ):
+            return True
+    return False
+
+
+def line_models(
+    model_map: Mapping[str, str], job_model: str | Path | None = None, home: Path | None = None
+) -> LineModels:
+    """Each mapped name checked as the lines that name it will run: a model folder (it
+    exists and has a config), or an adapter that :func:`core.adapters.read_adapter` passes
+    on the base kept for it (else its config's): a LoRA adapter of rank 1 to 512 with its
+    weights, every matrix fitting a module of the base. Names no line uses cost nothing
+    but this read of config files and safetensors headers.
+
+    Args:
+        model_map: body ``model`` name -> model or adapter folder, as given.
+        job_model: the model the job runs (its lines that name no mapped model run there);
+            an adapter on another base is named in ``other_base``.
     """
     bases = read_kept(home).bases
-    found: dict[str, Adapter] = {}
+    job = Path(job_model).expanduser().resolve() if job_model else None
+    found = LineModels()
     for name, raw in model_map.items():
-        folder = str(Path(raw).expanduser().resolve())
-        if folder not in found and is_adapter_folder(Path(folder)):
-            found[folder] = read_adapter(folder, bases.get(folder), name)
-    return found
-
-
-def check_map(model_map: dict[str, str], home: Path | None = None) -> dict[str, str]:
-    """``model_map`` as the batch check reads it: an adapter's name on its base's folder
-    (its lines are counted with the base's tokenizer and context), where the adapter can
-    be read; the other names as they are."""
-    bases = read_kept(home).bases
-    mapped = {}
-    for name, folder in model_map.items():
-        resolved = str(Path(folder).expanduser().resolve())
+        folder = Path(raw).expanduser().resolve()
+        what_to_do = RENAME.format(name=name)
+        # A folder kept as an adapter, or holding an adapter's weights, is judged as one
+        # (gone, or its config lost), so its refusal says so.
+        was_adapter = str(folder) in bases or (folder / ADAPTER_WEIGHTS).is_file()
+        if not is_adapter_folder(folder) and not was_adapter:
+            try:
+                check_model_folder(folder)
+            except ModelError as exc:
+                found.refused[name] = (
+                    f"body.model {name!r} runs on {folder}, but {exc}: {what_to_do}"
+                )
+            else:
+                found.model_map[name] = raw
+            continue
+        adapter = found.adapters.get(str(folder))
         try:
-            is_adapter = is_adapter_folder(Path(resolved))
-            base = read_adapter(resolved, bases.get(resolved)).base if is_adapter else None
-        except AdapterError:
-            base = None  # the settings' problems name it
-        mapped[name] = base or folder
-    return mapped
+            adapter = adapter or read_adapter(folder, bases.get(str(folder)), name)
+        except AdapterError as exc:
+            found.refused[name] = (
+                f"body.model {name!r} is a LoRA adapter that cannot run: {exc}; {what_to_do}"
+            )
+            continue
+        found.adapters[str(folder)] = adapter
+        found.model_map[name] = adapter.base
+        base = Path(adapter.base)
+        if _ships_other_tokenizer(folder, base):
+            found.own_tokenizer[name] = (
+                f"body.model {name!r} ships its own tokenizer ({folder}), but vLLM tokenizes "
+                f"an adapter's requests with its base's ({base.name}): its prompt tokens are "
+                "counted with the base's; to run it with its own, make that the base's"
+            )
+        if job is not None and base != job:
+            found.other_base[name] = (
+                f"body.model {name!r} is a LoRA adapter on {base.name} ({base}), not on the "
+                f"job's model {job.name}: its lines load {base.name} as well; run the job on "
+                f"{base} to run them on one model"
+            )
+    return found
 
 
 def folder_choices(home: Path | None = None) -> dict[str, str]:
@@ -203,13 +291,12 @@ def folder_choices(home: Path | None = None) -> dict[str, str]:
 def studio_model_map(home: Path | None = None) -> dict[str, str]:
     """What a line's ``body.model`` runs on: each chat model folder by its own name (an
     embeddings line without a mapping runs on the embedding model anyway), each adapter
-    folder under the models folder by its own, then the mapped names, whose folders still
-    exist."""
+    folder under the models folder by its own, then the mapped names. A mapped folder
+    that is gone (or no longer a model or an adapter) stays: the check refuses the lines
+    that name it, rather than run them on the job's model (:func:`line_models`)."""
     mapping = {
         f.name: str(f) for f in model_folders() if is_model_folder(f) and not is_embedding_model(f)
     }
     mapping.update({f.name: str(f) for f in adapter_folders() if f.name not in mapping})
-    for name, folder in read_names(home).items():
-        if is_model_folder(Path(folder)) or is_adapter_folder(Path(folder)):
-            mapping[name] = folder
+    mapping.update(read_names(home))
     return mapping

@@ -336,7 +336,7 @@ def create_batch(home: Path, body: Any, caller: Caller | None) -> dict:
     path = content_path(home, record.id)
     errors = _url_mismatches(path, request["endpoint"])
     if errors:
-        errors += _line_errors(check_file(path))
+        errors += _line_errors(check_file(path, model_map=studio_model_map(home)))
         errors.sort(key=lambda e: e["line"] or 0)
         return _refuse(home, request, errors, caller)
     submission = Submission(

@@ -14,19 +14,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgspec
 
-from core.check.model_fit import AutoRule, TokenCheck
+from core.check.model_fit import AutoRule, NameRule, TokenCheck
 from core.check.report import CheckReport, Problem
 from core.check.scanner import Scanner
 from core.check.sensitive import SensitiveFindings, policy_now
 from core.check.summary import Part, Summary
 from core.config import REPO_ROOT
 from core.files import lines_before
+from core.model_names import line_models
 from core.schemas import JobDefaults
 
 Progress = Callable[[int, int, int], None]
@@ -48,6 +49,8 @@ class Options:
     embedding_folder: str | None = None
     count_tokens: bool = True  # False: the model judges only tool_choice "auto" lines
     sensitive: str = "warn"  # the policy for sensitive data (core.check.sensitive.POLICIES)
+    # Mapped names whose lines are refused, or warned of (core.model_names.line_models).
+    names: NameRule = field(default_factory=lambda: NameRule({}, {}))
 
     def summary(self, valid_out: BinaryIO | None) -> tuple[Summary, Scanner]:
         report = CheckReport(path=str(self.path), defaults=self.defaults.model_dump())
@@ -55,11 +58,14 @@ class Options:
         if self.model_folder and self.count_tokens:
             tokens = TokenCheck(self.model_folder, dict(self.model_map), self.embedding_folder)
         found = SensitiveFindings(self.sensitive) if self.sensitive != "allow" else None
+        names = self.names if self.names.refused or self.names.other_base else None
         summary, scanner = (
-            Summary(report, self.defaults, tokens, valid_out, auto, found),
+            Summary(report, self.defaults, tokens, valid_out, auto, found, names),
             Scanner(self.defaults),
         )
         if tokens is None:  # nothing is counted per line: the scanner folds lines in itself
+            if names is not None:  # but those whose model is in question
+                scanner.unfolded = frozenset([*names.refused, *names.other_base])
             scanner.shapes = summary.shapes
             scanner.digests = summary.digests
             summary.default_lines = scanner.default_lines
@@ -301,8 +307,11 @@ def check_file(
         defaults: the job defaults for fields a body leaves out.
         model_folder: the chosen local model; when given, prompt tokens are counted with
             its tokenizer and chat template and checked against its context length.
-        model_map: body ``model`` name -> local model folder; unmapped names use
-            ``model_folder`` (``embedding_folder`` for embeddings lines).
+        model_map: body ``model`` name -> local model folder or LoRA adapter folder;
+            unmapped names use ``model_folder`` (``embedding_folder`` for embeddings
+            lines). An adapter's lines are counted with its base; a line whose name maps
+            to a folder that is gone, no model or adapter, or an adapter that cannot run is
+            refused, naming it (:func:`core.model_names.line_models`).
         embedding_folder: the embedding model embeddings lines run on (default: the
             built-in one).
         count_tokens: False for a check of the structure only: no tokenizer is loaded,
@@ -323,14 +332,16 @@ def check_file(
     note = None
     if sensitive is None:
         sensitive, note = policy_now()
+    names = line_models(model_map or {}, model_folder)
     options = Options(
         Path(path),
         defaults or JobDefaults(),
         str(model_folder) if model_folder is not None else None,
-        dict(model_map or {}),
+        names.model_map,
         str(embedding_folder) if embedding_folder is not None else None,
         count_tokens,
         sensitive,
+        NameRule(names.refused, names.other_base),
     )
     total = options.path.stat().st_size
     points = _split_points(options.path, total, _processes(total, processes))
@@ -384,6 +395,9 @@ def check_file(
         summary.finish(scanner.bom, scanner.crlf)
     if note is not None:
         report.problems.insert(0, Problem(0, "note", note))
+    for name, said in names.own_tokenizer.items():
+        if report.models.get(name):  # only the adapters the file names
+            report.problems.insert(0, Problem(0, "note", said))
     report.seconds = round(time.monotonic() - started, 3)
     if progress is not None:
         progress(report.bytes_read, total, report.lines)

@@ -212,6 +212,44 @@ class AutoRule:
         return found
 
 
+# The codes of a line whose body.model names a mapped model that cannot run, and of an
+# adapter's line on a base other than the job's model.
+MODEL_UNUSABLE = "model_unusable"
+OTHER_BASE = "adapter_on_another_base"
+
+
+@dataclass
+class NameRule:
+    """The mapped names (:func:`core.model_names.line_models`) as line problems: a line
+    whose ``body.model`` runs on a folder that is gone, no model or adapter, or an adapter
+    that cannot run on its base is refused with why and what to do; one of an adapter on
+    a base other than the job's model gets a warning (it runs, on that base's engine)."""
+
+    refused: dict[str, str]
+    other_base: dict[str, str]
+
+    def problems(self, batch: Batch) -> dict[int, Problem]:
+        """Each such line's problem, by batch position."""
+        found: dict[int, Problem] = {}
+        if not self.refused and not self.other_base:
+            return found
+        for index, item in enumerate(batch.items):
+            if item is None:
+                continue
+            if type(item) is CheckedLine:
+                if item.request is None:
+                    continue
+                model = item.request.model
+            else:
+                model = item.body.model
+            line, cid = batch.line_nos[index], item.custom_id
+            if (message := self.refused.get(model or "")) is not None:
+                found[index] = Problem(line, "error", message, cid, MODEL_UNUSABLE, "body.model")
+            elif (message := self.other_base.get(model or "")) is not None:
+                found[index] = Problem(line, "warning", message, cid, OTHER_BASE, "body.model")
+        return found
+
+
 NO_VECTORS = (
     "body.model runs on {name}, a cross-encoder: it scores pairs of texts and makes no "
     "vectors; map body.model to an embedding model"

@@ -76,6 +76,9 @@ class Scanner:
         self.shapes: dict[tuple, int] | None = None
         self.default_lines: list[int] = []
         self.digests: RequestDigests | None = None  # with shapes: the deterministic lines'
+        # With shapes: the body.model names whose lines the summary judges (a mapped model
+        # that cannot run, an adapter on another base): those lines are kept, not folded.
+        self.unfolded: frozenset[str] = frozenset()
         # Set in a helper process that checks a later part of the file: its ids and their
         # first lines there, so the parent can find ids repeated across parts.
         self.ids: list[str] | None = None
@@ -115,6 +118,7 @@ class Scanner:
         end = sys.maxsize if end is None else end
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
+        unfolded = self.unfolded
         digests, chat_digests = self.digests, {}  # the latter: body.model -> its group
         tails: dict[tuple, bytes] = {}  # by shape: what follows a line's messages
         copy_before, encode = HASHED_BEFORE.copy, encode_sorted
@@ -165,7 +169,7 @@ class Scanner:
                         if ids is not None:
                             ids.append(cid)
                             id_lines.append(line_no)
-                        if shapes is None:
+                        if shapes is None or (unfolded and fast.body.model in unfolded):
                             items.append(fast)
                             roles_of.append(roles)
                             continue

@@ -14,7 +14,7 @@ from core.check.digests import RequestDigests, deterministic, fast_chat_digest, 
 from core.check.engine_requests import ChatRequest, GeneratedRequest, PooledRequest
 from core.check.fast_path import fast_chat_settings
 from core.check.line import readable_fields
-from core.check.model_fit import AutoRule, TokenCheck, fit_batch
+from core.check.model_fit import AutoRule, NameRule, TokenCheck, fit_batch
 from core.check.report import (
     CONTEXT_EXCEEDED,
     DUPLICATE_ID,
@@ -44,8 +44,10 @@ class Summary:
         valid_out: BinaryIO | None,
         auto: AutoRule | None = None,
         sensitive: SensitiveFindings | None = None,
+        names: NameRule | None = None,
     ) -> None:
         self.report = report
+        self.names = names  # lines whose body.model names a mapped model that cannot run
         self.defaults = defaults
         self.tokens = tokens
         self.auto = auto  # judges "auto" tool lines where no tokens are counted
@@ -102,6 +104,7 @@ class Summary:
             counts = fit_batch(self.tokens, batch)
         else:
             counts = self.auto.problems(batch) if self.auto is not None else None
+        named = self.names.problems(batch) if self.names is not None else None
         shapes = self.shapes
         defaults = self.defaults
         if self.sensitive is not None:  # every line, valid or not: its prompt is in the file
@@ -113,14 +116,21 @@ class Summary:
                 continue
             line_no, raw, roles = batch.line_nos[index], batch.raws[index], batch.roles[index]
             counted = counts.get(index) if counts else None
-            refused = None
+            refused = warned = None
             if type(counted) is Problem:
                 refused, counted = counted, None
+            if named and (found := named.get(index)) is not None:
+                if found.severity == "error":  # its model cannot run: nothing else matters
+                    refused, counted = found, None
+                else:
+                    warned = found
             if roles is not None:  # the common chat line: no problems so far
                 body = item.body
                 max_tokens, temperature, top_p, defaulted = fast_chat_settings(body, defaults)
                 n = body.n or 1
                 valid = True
+                if warned is not None:
+                    self._problem(warned)
                 if refused is not None:
                     report.over_context += refused.code == CONTEXT_EXCEEDED
                     self._problem(refused)
@@ -149,6 +159,8 @@ class Summary:
                     temperature, top_p = sampling.get("temperature"), sampling.get("top_p")
                 else:  # vectors or scores (or no request): no answer, no sampling
                     max_tokens, n, temperature, top_p = 0, 1, None, None
+                if warned is not None:
+                    item.problems.append(warned)
                 if refused is not None:
                     report.over_context += refused.code == CONTEXT_EXCEEDED
                     item.problems.append(refused)

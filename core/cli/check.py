@@ -27,7 +27,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     from core.check import summary_lines
     from core.jobs.queue import models_loaded
     from core.jobs.submit import Submission, planned_spec
-    from core.model_names import check_map
     from core.plan.estimate import estimate, estimate_lines
     from core.plan.pricing import load_prices
     from core.reuse.forecast import digests_for, forecast_reuse
@@ -52,7 +51,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         file,
         defaults,
         model_folder=model,
-        model_map=check_map(model_map),
+        model_map=model_map,
         count_tokens=not args.no_tokens,
         valid_out=args.valid_out,
     )

@@ -345,11 +345,11 @@ def create_job(
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
     it, recorded as None when none did) go into its provenance; ``reuse`` None: the
-    studio's default (:func:`core.config.reuse_default`).
+    studio's default (:func:`core.config.reuse_default`). An unusable mapped adapter is
+    left out of its ``adapters`` (the check refuses the lines that name it).
 
     Raises:
         OSError: the folder could not be made whole (a full disk); nothing of it is kept.
-        AdapterError: a mapped adapter is unusable (its folder is kept out too).
     """
     input_file = Path(input_file)
     job = JobFolder(jobs_dir / new_job_id())

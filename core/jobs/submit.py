@@ -73,7 +73,7 @@ from core.jobs.windows import (
     windows_for,
 )
 from core.model_folders import ModelError, check_model_folder
-from core.model_names import adapters_of, check_map
+from core.model_names import line_models
 from core.schemas import (
     BatchOrigin,
     EngineConfig,
@@ -179,11 +179,9 @@ def planned_spec(submission: Submission) -> JobSpec:
     it: submit makes the job from it, and a forecast (``core check``, Upload & check, Run)
     keys the file's lines by it (:class:`core.reuse.keys.RequestKeys`)."""
     s = submission
-    model_map = {name: _folder(f) for name, f in s.model_map.items()}
-    try:
-        adapters = adapters_of(model_map)
-    except ModelError:  # the settings' problems say it
-        adapters = {}
+    # The names whose lines can run (the check refuses the others' lines, naming them).
+    names = line_models({name: _folder(f) for name, f in s.model_map.items()})
+    model_map = {name: _folder(f) for name, f in s.model_map.items() if name not in names.refused}
     return JobSpec(
         job_id="",
         created_at="",
@@ -193,7 +191,7 @@ def planned_spec(submission: Submission) -> JobSpec:
         chunk_size=s.chunk_size,
         shard_size=max(1, s.shard_size),
         model_map=model_map,
-        adapters=adapters,
+        adapters=names.adapters,
         embedding_model=None if s.embedding_model is None else _folder(s.embedding_model),
         ray=s.ray,
         reuse=reuse_default() if s.reuse is None else s.reuse,
@@ -223,15 +221,17 @@ def submission_owner(submission: Submission) -> tuple[str, str]:
 def _model_options(submission: Submission, problems: list[str]) -> dict[str, Any]:
     """What lets the check judge each line against the models it runs on (prompts within
     the context, token ids in the vocabulary, embedding inputs within their limit), so
-    the engine never refuses a line the check let through. Nothing when a model folder is
-    at fault (the settings' problems say so) or has no tokenizer: the check is then
-    structural, and such lines fail at run time, as the engine refuses them."""
+    the engine never refuses a line the check let through. The mapped names always: a
+    line whose name maps to a folder that is gone or an adapter that cannot run is
+    refused by the check, naming its line. The job's model only where it has a tokenizer
+    and the settings are sound: else the rest of the check is structural, and such lines
+    fail at run time, as the engine refuses them."""
     model = Path(submission.engine.model).expanduser()
     if problems or not (model / "tokenizer.json").is_file():
-        return {}
+        return {"model_map": submission.model_map}
     return {
         "model_folder": str(model),
-        "model_map": check_map(submission.model_map),
+        "model_map": submission.model_map,
         "embedding_folder": submission.embedding_model,
     }
 
@@ -289,20 +289,13 @@ def file_problems(report: CheckReport, skip_invalid: bool) -> list[str]:
 def settings_problems(submission: Submission, gpus: int | None = None) -> list[str]:
     """The rules on the settings: model folders, engine, Ray and job defaults."""
     problems = []
-    for folder in [submission.engine.model, *submission.model_map.values()]:
-        if is_adapter_folder(Path(folder).expanduser()):
-            continue  # checked against its base below
-        try:
-            check_model_folder(folder)
-        except ModelError as exc:
-            problems.append(str(exc))
     try:
-        adapters = adapters_of(submission.model_map)
+        check_model_folder(submission.engine.model)
     except ModelError as exc:
         problems.append(str(exc))
-    else:
-        if adapters and submission.ray is not None:
-            problems.append("LoRA adapters run on this machine's engine, not on a Ray cluster")
+    # The mapped names are the check's: it refuses the lines of one that cannot run.
+    if submission.ray is not None and line_models(submission.model_map).adapters:
+        problems.append("LoRA adapters run on this machine's engine, not on a Ray cluster")
     problems += gpu_problems(submission.engine, gpus)
     if submission.shard_size < 1:
         problems.append("requests per shard must be at least 1")

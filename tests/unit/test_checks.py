@@ -196,13 +196,16 @@ def test_prompt_tokens_are_counted_per_mapped_model(tmp_path, default_model):
     other = write(
         tmp_path, line(custom_id="a"), line(custom_id="b", body={**VALID["body"], "model": "x"})
     )
-    report = check_file(
-        other, model_folder=default_model_dir(), model_map={"x": str(tmp_path / "missing")}
-    )
-    assert report.model_map == {"m": str(default_model_dir()), "x": str(tmp_path / "missing")}
+    # A model folder without a tokenizer (a folder that is gone refuses its lines instead:
+    # tests/unit/test_adapters.py).
+    untokenized = tmp_path / "untokenized"
+    untokenized.mkdir()
+    (untokenized / "config.json").write_text("{}")
+    report = check_file(other, model_folder=default_model_dir(), model_map={"x": str(untokenized)})
+    assert report.model_map == {"m": str(default_model_dir()), "x": str(untokenized)}
     assert report.prompt_tokens > 0 and sum(report.token_histogram) == 1
     assert "prompt tokens not counted for" in report.token_notes[0]
-    assert set(report.by_local_model) == {str(default_model_dir()), str(tmp_path / "missing")}
+    assert set(report.by_local_model) == {str(default_model_dir()), str(untokenized)}
 
 
 def test_a_background_check_reports_progress_and_can_be_stopped(tmp_path):

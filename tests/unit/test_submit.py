@@ -51,7 +51,6 @@ def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, 
     batch = write(tmp_path / "b.jsonl", ["", "  "])
     submission = Submission(
         engine=EngineConfig(model=str(tmp_path / "nowhere"), tensor_parallel_size=2),
-        model_map={"gpt-4o": str(tmp_path / "also-nowhere")},
         shard_size=0,
     )
     with pytest.raises(Refused) as refused:
@@ -59,13 +58,29 @@ def test_an_empty_file_and_bad_settings_are_refused_with_every_reason(tmp_path, 
     text = "\n".join(refused.value.problems)
     for expected in (
         "nowhere does not exist",
-        "also-nowhere does not exist",
         "tensor parallelism needs GPUs; this machine has none",
         "requests per shard must be at least 1",
         "the file has no request lines",
     ):
         assert expected in text
     assert not no_worker
+
+
+def test_a_line_whose_mapped_folder_is_gone_is_refused_by_its_line(tmp_path, model, no_worker):
+    """A mapped name matters for the lines that name it: each is refused with its line
+    (skipped, it gets its error result and the name is not recorded); a name no line uses
+    refuses nothing."""
+    batch = write(tmp_path / "b.jsonl", [request_line("a", "x"), request_line("b", "x", model="m")])
+    submission = Submission(
+        engine=EngineConfig(model=str(model)),
+        model_map={"m": str(tmp_path / "gone"), "unused": str(tmp_path / "gone too")},
+    )
+    with pytest.raises(Refused, match=r"1 of 2 lines are invalid.*line 2: body.model 'm' runs on"):
+        submit(batch, submission, tmp_path / "jobs")
+    submission.skip_invalid = True
+    job = submit(batch, submission, tmp_path / "jobs").job
+    assert no_worker == [job] and job.read_spec().model_map == {}
+    assert "does not exist" in job.read_refusals()[2]["message"]
 
 
 def test_file_problems_name_each_repeat_by_its_line(tmp_path):
