@@ -178,7 +178,7 @@ def add_adapter_form() -> None:
     st.markdown("**Add a LoRA adapter**: a fine-tune that answers to a name of its own")
     if ADDED in st.session_state:
         st.success(escape(st.session_state.pop(ADDED)), icon=":material/check:")
-    bases = [f for f in model_folders() if is_model_folder(f)]
+    bases = [f for f in model_folders() if is_model_folder(f) and model_kind(f) == "chat"]
     with st.form("add_adapter", clear_on_submit=False, border=False):
         c = st.columns([2, 3, 2])
         name = c[0].text_input(
