@@ -151,6 +151,10 @@ def add_adapter(
     Raises:
         ValueError: as :func:`write_names`, with what is wrong with the adapter.
     """
+    if not str(folder).strip():
+        raise ValueError("give the adapter's folder")
+    if not str(base).strip():
+        raise ValueError("give the base model folder the adapter runs on")
     by_name = {f.name: f for f in model_folders()}
     base_folder = by_name.get(str(base)) or Path(base).expanduser().resolve()
     folder = Path(folder).expanduser().resolve()

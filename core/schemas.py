@@ -380,6 +380,20 @@ class JobSpec(Model):
         adapter = self.adapters.get(folder)
         return adapter.name if adapter else Path(folder).name
 
+    def answer_names(self) -> dict[str, str]:
+        """Each mapped ``body.model`` -> the model name its answers carry (an adapter's own
+        name): what a line that failed, and so carries no model, is counted under."""
+        return {name: self.answer_name(folder) for name, folder in self.model_map.items()}
+
+    @property
+    def unmapped_name(self) -> str | None:
+        """The model a line whose ``body.model`` is mapped nowhere runs on: the engine's,
+        or the embedding model's in a job of vectors only; None in a job of both kinds
+        (which one depends on the line's endpoint)."""
+        if self.embeds_only:
+            return Path(self.embedding_folder).name
+        return None if self.embeds else self.engine.model_name
+
     def engine_folder(self, folder: str) -> str:
         """The model folder whose engine runs what ``folder`` answers: an adapter's base."""
         adapter = self.adapters.get(folder)

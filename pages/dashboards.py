@@ -71,7 +71,7 @@ def pick_scope(jobs: pd.DataFrame) -> Chosen:
     return Chosen(job_ids, start, end, by)
 
 
-def price_table(jobs: pd.DataFrame) -> PriceTable:
+def price_table() -> PriceTable:
     """The price table, edited in place and saved when it changes; the saved one while an
     edit cannot be read."""
     saved = load_prices()
@@ -79,7 +79,7 @@ def price_table(jobs: pd.DataFrame) -> PriceTable:
     # escaped, or "*" reads as emphasis or a bullet.
     price_label = f"Price table ({saved.currency}; the model named * prices the models not listed)"
     with st.expander(escape(price_label)):
-        models = ["*", *sorted(set(jobs["model"].dropna()))]
+        models = ["*", *dash.result_models(store())]
         edited = st.data_editor(
             pd.DataFrame(price_rows(saved, models)), hide_index=True, key="price_editor"
         )
@@ -181,7 +181,7 @@ through_app()
 st.title("Dashboards")
 jobs = jobs_or_stop("No jobs yet. Charts appear once a job has results.")
 chosen = pick_scope(jobs)
-prices = price_table(jobs)
+prices = price_table()
 fresh_checks(chosen.job_ids or list(jobs["job_id"]), job_labels())  # in the background
 made = charts_or_stop(chosen, prices)
 st.dataframe(dash.summary_table(made.summary, prices.currency), hide_index=True, width="stretch")

@@ -13,7 +13,7 @@ from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import WAITS, ahead_of
 from core.jobs.windows import held_note, sentence
-from core.run.metrics import studio_figures
+from core.run.metrics import job_model_figures, studio_figures
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
 from core.run.progress import (
@@ -215,6 +215,19 @@ def count_metrics(status: JobStatus) -> None:
     c[3].metric("First result after", duration(status.first_result_seconds))
 
 
+def by_model(job: JobFolder) -> None:
+    """A job whose answers come from several models (a base and its LoRA adapters, or
+    mapped names): each model's answers and tokens so far."""
+    rows = job_model_figures(job)
+    if len(rows) < 2:
+        return  # one model: the figures above are its own
+    table = pd.DataFrame(
+        [(r.model, r.answers, r.prompt_tokens, r.output_tokens) for r in rows],
+        columns=["model", "answers", "prompt tokens", "output tokens"],
+    )
+    st.dataframe(table, hide_index=True, width="stretch", key="monitor_by_model")
+
+
 def run_notes(status: JobStatus, final: bool) -> None:
     """This run's figures, the worker's message and errors, where the results went."""
     if status.runs > 1:  # a resume or retry: which figures are the whole job's
@@ -285,6 +298,7 @@ def show(job: JobFolder) -> None:
     final = status.is_final or status.interrupted
     speed_metrics(status, speed, final)
     count_metrics(status)
+    by_model(job)
     run_notes(status, final)
     numbers = samples[-1].get("engine") if samples else None
     if numbers and not final:

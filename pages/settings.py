@@ -47,6 +47,7 @@ from core.jobs.windows import read_settings as read_windows
 from core.jobs.windows import save_settings as save_windows
 from core.model_folders import is_model_folder, model_folders, model_kind
 from core.model_names import (
+    add_adapter,
     folder_choices,
     names_from_rows,
     names_problem,
@@ -165,6 +166,48 @@ def model_names_section() -> None:
             st.success(f"{len(rows_now)} model name(s) kept.")
         except ValueError as exc:
             st.error(f"Not saved: {escape(exc)}.")
+    add_adapter_form()
+
+
+ADAPTER_HELP = (
+    "A fine-tune saved by peft (`adapter_config.json` + `adapter_model.safetensors`). It is "
+    "checked against the base (the modules it changes and their shapes) and kept under the "
+    "name: a line whose `body.model` is that name runs on the base's engine with the "
+    "adapter, and its answer carries the name. Same as `python -m core models add-adapter "
+    "NAME FOLDER --base BASE`."
+)
+ADDED = "settings_adapter_added"  # said once, after the page is drawn again with the name
+
+
+def add_adapter_form() -> None:
+    """A name for a LoRA adapter folder on a base model folder, checked and kept by the
+    same function as ``core models add-adapter``; its refusal shown as plain text."""
+    st.markdown("**Add a LoRA adapter**: a fine-tune that answers to a name of its own")
+    if ADDED in st.session_state:
+        st.success(escape(st.session_state.pop(ADDED)), icon=":material/check:")
+    bases = [f for f in model_folders() if is_model_folder(f) and model_kind(f) == "chat"]
+    with st.form("add_adapter", clear_on_submit=False, border=False):
+        c = st.columns([2, 3, 2])
+        name = c[0].text_input(
+            "Name", placeholder="ft:gpt-4o-mini:acme::support", key="adapter_name"
+        )
+        folder = c[1].text_input(
+            "Adapter folder", placeholder="/path/to/adapter", key="adapter_folder"
+        )
+        base = c[2].selectbox("Base model", [str(f) for f in bases],
+                              format_func=lambda f: Path(f).name, key="adapter_base")  # fmt: skip
+        added = st.form_submit_button("Add adapter", help=ADAPTER_HELP)
+    if added:
+        try:
+            adapter = add_adapter(name, folder, base or "")
+        except ValueError as exc:
+            st.error(f"Not added: {escape(exc)}.", icon=":material/block:")
+        else:
+            st.session_state[ADDED] = (
+                f"{adapter.name}: LoRA adapter {adapter.folder} (rank {adapter.rank}) on "
+                f"{Path(adapter.base).name}."
+            )
+            st.rerun()  # the names table above shows it
 
 
 STOPPING = "settings_engine_stopping"  # the pid of the worker asked to stop from this page

@@ -104,6 +104,28 @@ class _Line(msgspec.Struct):
     reused_from: msgspec.Raw | None = None
 
 
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    input_tokens: int | None = None  # a Responses body's names
+    output_tokens: int | None = None
+
+
+class _Body(msgspec.Struct):
+    model: str | None = None
+    usage: _Usage | None = None
+
+
+class _Response(msgspec.Struct):
+    body: _Body | None = None
+
+
+class _Answer(msgspec.Struct):
+    """What a success line says of the model that made it (an adapter by its own name)."""
+
+    response: _Response | None = None
+
+
 class _Error(msgspec.Struct):
     code: str | None = None
 
@@ -113,6 +135,7 @@ class _ErrorLine(msgspec.Struct):
 
 
 _decode_line = msgspec.json.Decoder(_Line).decode
+_decode_answer = msgspec.json.Decoder(_Answer).decode
 _decode_error = msgspec.json.Decoder(_ErrorLine).decode
 
 
@@ -124,6 +147,10 @@ class _FileRead:
     offset: int = 0
     latency: Histogram = field(default_factory=lambda: Histogram(LATENCY_BUCKETS))
     errors: Counter[str] = field(default_factory=Counter)
+    # By the model each answer names: answers, prompt and output tokens.
+    answers: Counter[str] = field(default_factory=Counter)
+    prompt_tokens: Counter[str] = field(default_factory=Counter)
+    output_tokens: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -177,6 +204,18 @@ def _success(raw: bytes, kept: _FileRead) -> None:
         return
     if line.latency_ms is not None and line.reused_from is None:  # a reused answer's was
         kept.latency.observe(line.latency_ms / 1000)  # timed in the job that made it
+    try:
+        body = _decode_answer(raw).response
+    except msgspec.DecodeError:  # a body of other shapes: its latency still counts
+        return
+    body = body.body if body else None
+    if body is None or body.model is None:
+        return
+    kept.answers[body.model] += 1
+    if body.usage is not None:
+        usage = body.usage
+        kept.prompt_tokens[body.model] += usage.prompt_tokens or usage.input_tokens or 0
+        kept.output_tokens[body.model] += usage.completion_tokens or usage.output_tokens or 0
 
 
 def _failure(raw: bytes, kept: _FileRead) -> None:
@@ -208,6 +247,31 @@ def _job(folder: JobFolder) -> _Job | None:
     entry.output = _read_on(folder.output, entry.output, _success)
     entry.errors = _read_on(folder.errors, entry.errors, _failure)
     return entry
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    """One model's share of a job: the answers it made and their tokens."""
+
+    model: str
+    answers: int
+    prompt_tokens: int
+    output_tokens: int
+
+
+def job_model_figures(folder: JobFolder) -> list[ModelFigures]:
+    """A job's answers so far by the model each names (a LoRA adapter by its own name,
+    beside its base), from its result file as read for :func:`studio_figures` (only what
+    was appended since the last read); [] when the job cannot be read."""
+    with _lock:
+        entry = _job(folder)
+    if entry is None:
+        return []
+    read = entry.output
+    return [
+        ModelFigures(model, n, read.prompt_tokens[model], read.output_tokens[model])
+        for model, n in sorted(read.answers.items())
+    ]
 
 
 def _model(spec: JobSpec) -> str:

@@ -331,9 +331,19 @@ def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFr
             )["v"]
             return "; ".join(values) or "(none)"
 
+        def answered_by() -> str:
+            """The models its answers carry (an adapter by its own name), from the index;
+            the models it may run on while it has no results."""
+            models = store.query(
+                "SELECT DISTINCT model FROM results WHERE job_id = ? AND model IS NOT NULL "
+                "ORDER BY 1",
+                [spec.job_id],
+            )["model"]
+            return ", ".join(models) or ", ".join(spec.model_names())
+
         engine = spec.engine.model_dump(exclude={"model"})
         return {
-            "model": ", ".join(spec.model_names()),
+            "model": answered_by(),
             "prompt version": distinct("prompt_version"),
             **request_parameters(spec.job_id),
             "input file": spec.source,

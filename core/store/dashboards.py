@@ -60,6 +60,13 @@ def _where(scope: Scope) -> tuple[str, list[Any]]:
 _FROM = "FROM results r LEFT JOIN jobs j ON j.job_id = r.job_id"
 
 
+def result_models(store: Store) -> list[str]:
+    """The models results were made by, sorted: what the price table prices, each under the
+    name its answers carry (an adapter's own, not the job's list of models)."""
+    found = store.query("SELECT DISTINCT model FROM results WHERE model IS NOT NULL ORDER BY 1")
+    return list(found["model"])
+
+
 def summary(store: Store, scope: Scope, by: str = "job") -> pd.DataFrame:
     """Per group: requests, successes, failures, rates and tokens."""
     if by not in GROUPS:

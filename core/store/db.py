@@ -40,6 +40,10 @@ from core.store.schema import (
 from core.store.vector_ingest import forget_vectors, job_dims, store_vectors, take_vectors
 
 BATCH_LINES = 50_000
+# The model a failed line (which names none) counts under: each mapped body.model -> the
+# name its answers carry (a LoRA adapter's own), then the model of the names mapped
+# nowhere (None: the job's models, a job of text and vectors).
+FailureNames = tuple[dict[str, str], str | None]
 JOB_COLUMNS = (
     "job_id", "created_at", "source", "model", "folder", "state", "total", "succeeded",
     "failed", "prompt_tokens", "completion_tokens", "error", "name", "engine_seconds",
@@ -330,8 +334,13 @@ class Store:
                 self._load_requests(cur, job)
             # Failures first: a success read in the same pass must win over them.
             try:
-                failed_rows, errors_offset = self._load_results(cur, job, job.errors, errors_offset)
-                new_rows, output_offset = self._load_results(cur, job, job.output, output_offset)
+                names = (spec.answer_names(), spec.unmapped_name)
+                failed_rows, errors_offset = self._load_results(
+                    cur, job, job.errors, errors_offset, names
+                )
+                new_rows, output_offset = self._load_results(
+                    cur, job, job.output, output_offset, names
+                )
             except CorruptLine as exc:  # the job's problem, named with its file and line
                 raise JobUnreadable(job_id, str(exc)) from None
             cur.execute(
@@ -382,10 +391,16 @@ class Store:
             )
 
     def _load_results(
-        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, path: Path, offset: int
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        job: JobFolder,
+        path: Path,
+        offset: int,
+        names: FailureNames,
     ) -> tuple[int, int]:
         """Upserts the complete lines of a result file past ``offset``; a success is never
-        replaced by a failure (a retried request's old error stays in errors.jsonl)."""
+        replaced by a failure (a retried request's old error stays in errors.jsonl).
+        ``names``: the model a failure counts under (:data:`FailureNames`)."""
         if not path.exists():
             return 0, 0
         offset = offset or 0
@@ -396,12 +411,18 @@ class Store:
             found, after = complete_lines(path, offset)
             if after == offset:
                 return total, offset
-            total += self._upsert_results(cur, job, [r.decode("utf-8", "replace") for r in found])
+            raws = [r.decode("utf-8", "replace") for r in found]
+            total += self._upsert_results(cur, job, raws, names)
             offset = after
 
     def _upsert_results(
-        self, cur: duckdb.DuckDBPyConnection, job: JobFolder, raws: list[str]
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        job: JobFolder,
+        raws: list[str],
+        names: FailureNames,
     ) -> int:
+        mapped, unmapped = names
         # Embedding lines: their vectors go to the vector tables, their results row keeps
         # the line without them (nothing changes for other endpoints' lines).
         raws, vectors = take_vectors(raws, job_dims(cur, job.job_id))
@@ -419,7 +440,8 @@ class Store:
                 "reused_from",
             ]  # fmt: skip
             updates = ", ".join(f"{c} = excluded.{c}" for c in columns)
-            # Request fields ride along (failures get the job's model) so reads need no join;
+            # Request fields ride along (a failure gets the model its body.model maps to, an
+            # adapter's own name included, else the job's model) so reads need no join;
             # within one batch the last line of an id wins, as it would line by line.
             cur.execute(
                 f"""
@@ -434,7 +456,8 @@ class Store:
                     QUALIFY row_number() OVER (PARTITION BY custom_id ORDER BY position DESC) = 1
                 )
                 SELECT ? AS job_id, f.* EXCLUDE (position, model),
-                       coalesce(f.model, j.model) AS model,
+                       coalesce(f.model, MAP(?::VARCHAR[], ?::VARCHAR[])[q.model], ?, j.model)
+                           AS model,
                        q.line_no, q.prompt, q.prompt_version, q.metadata,
                        {SEARCH_TEXT_SQL.format(prompt_lower="q.prompt_lower", answer="f.answer")}
                            AS search_text
@@ -444,7 +467,16 @@ class Store:
                 ON CONFLICT (job_id, custom_id) DO UPDATE SET {updates}
                 WHERE results.status <> 'succeeded' OR excluded.status = 'succeeded'
                 """,
-                [RESULT_SHAPE, job.job_id, job.job_id, job.job_id, job.job_id],
+                [
+                    RESULT_SHAPE,
+                    job.job_id,
+                    job.job_id,
+                    list(mapped),
+                    list(mapped.values()),
+                    unmapped,
+                    job.job_id,
+                    job.job_id,
+                ],
             )
         return len(raws)
 

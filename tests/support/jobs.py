@@ -83,9 +83,10 @@ def finished_job(
     rows: dict[str, str | None] | list[dict[str, Any]],
     latencies: dict[str, int] | None = None,
     *,
-    model: str = "tiny",
+    model: str | Path = "tiny",
     name: str = "batch.jsonl",
     output_path: str | None = None,
+    model_map: dict[str, str] | None = None,
 ) -> JobFolder:
     """A job run to its end by the real worker, in ``folder/jobs``.
 
@@ -96,9 +97,13 @@ def finished_job(
             or ``request``: the whole request line (any endpoint).
         latencies: ``latency_ms`` for some ids (the others look like lines written before
             the engine timed requests).
-        model: the model folder's name (what output lines and the store call the model).
+        model: the model folder's name (what output lines and the store call the model),
+            or the folder itself (a real one: LoRA adapters check their base against it).
         name: the batch file's name.
         output_path: where the results are delivered (an ``s3://`` one by the worker).
+        model_map: the job's ``body.model`` names -> model or adapter folders; a row's
+            ``model`` is its line's ``body.model`` (an adapter's line then carries the
+            adapter's name, as the worker writes it).
     """
     if isinstance(rows, dict):
         rows = [{"custom_id": cid, "answer": answer} for cid, answer in rows.items()]
@@ -113,15 +118,17 @@ def finished_job(
         extra: dict[str, Any] = {"max_tokens": 8, "temperature": 0.2}
         if row.get("metadata"):
             extra["metadata"] = row["metadata"]
+        if row.get("model"):
+            extra["model"] = row["model"]
         prompt = row.get("prompt", f"prompt {row['custom_id']}")
         if "request" in row:
             lines.append(json.dumps(row["request"]))
         else:
             lines.append(request_line(row["custom_id"], prompt, row.get("system"), **extra))
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    engine = EngineConfig(model=f"/models/{model}")
-    job = create_job(batch, folder / "jobs", engine, output_path=output_path)
-    executor = ScriptedExecutor(by_id, model)
+    engine = EngineConfig(model=str(model) if isinstance(model, Path) else f"/models/{model}")
+    job = create_job(batch, folder / "jobs", engine, output_path=output_path, model_map=model_map)
+    executor = ScriptedExecutor(by_id, Path(engine.model).name)
     with mock.patch.object(worker, "make_executor", lambda spec, job_dir: executor):
         worker.run_job(job)
     return job

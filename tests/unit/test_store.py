@@ -168,3 +168,27 @@ def test_sessions_saving_the_same_label_at_once_all_succeed(tmp_path):
         thread.join()
     assert failures == []
     assert len(store.query("SELECT * FROM reviews")) == 1
+
+
+def test_a_failed_line_counts_under_the_model_its_body_names(tmp_path, default_model):
+    """A failed line carries no model: it counts under the name its body.model maps to (a
+    LoRA adapter's own), else under the job's model, never the job's list of models
+    (issue 59 item 2)."""
+    from tests.support.lora import make_adapter
+
+    adapter = make_adapter(tmp_path / "tuned", default_model)
+    model_map = {default_model.name: str(default_model), "ft-a": str(adapter)}
+    rows = [
+        {"custom_id": "base-ok", "model": default_model.name, "answer": "yes"},
+        {"custom_id": "ft-a-failed", "model": "ft-a", "answer": None},
+        {"custom_id": "unmapped-failed", "model": "gpt-x", "answer": None},
+    ]
+    job = finished_job(tmp_path, rows, model=default_model, model_map=model_map)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    models = store.query("SELECT custom_id, model FROM results ORDER BY 1")
+    assert dict(zip(models["custom_id"], models["model"], strict=True)) == {
+        "base-ok": default_model.name,
+        "ft-a-failed": "ft-a",
+        "unmapped-failed": default_model.name,  # mapped nowhere: the job's model
+    }
