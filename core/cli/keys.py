@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from pathlib import Path
 
 from core.api.keys import (
     ApiAccess,
@@ -110,10 +111,17 @@ def cmd_quota(args: argparse.Namespace) -> int:
 _UNSET = object()  # a limit not given: kept as it is
 
 
+def _is_key(home: Path, name: str) -> bool:
+    """Whether a key has this name (saying so on stderr where none has)."""
+    if any(r.name == name for r in read_keys(home)):
+        return True
+    print(f"error: no key named {name!r} (core keys list)", file=sys.stderr)
+    return False
+
+
 def cmd_windows(args: argparse.Namespace) -> int:
     home = data_paths().home
-    if not any(r.name == args.name for r in read_keys(home)):
-        print(f"error: no key named {args.name!r} (core keys list)", file=sys.stderr)
+    if not _is_key(home, args.name):
         return EXIT_USAGE
     try:
         settings = read_windows(home)
@@ -133,8 +141,7 @@ def cmd_windows(args: argparse.Namespace) -> int:
 
 def cmd_sensitive(args: argparse.Namespace) -> int:
     home = data_paths().home
-    if not any(r.name == args.name for r in read_keys(home)):
-        print(f"error: no key named {args.name!r} (core keys list)", file=sys.stderr)
+    if not _is_key(home, args.name):
         return EXIT_USAGE
     try:
         kept = read_policy(home)
