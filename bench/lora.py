@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.scratch import scratch_folder  # noqa: E402
+from bench.share import chat_batch  # noqa: E402
 
 ADAPTERS = ("ft-a", "ft-b")
 MODES = {  # in the order a round runs them
@@ -70,28 +71,6 @@ def cpu_name() -> str:
     return f"{name} ({units}), {os.cpu_count()} logical cores"
 
 
-def chat_batch(path: Path, n: int, tag: str, max_tokens: int, models: list[str]) -> Path:
-    """``n`` chats, line ``i`` naming ``models[i]`` (the last one past the list's end); the
-    prompts depend on ``tag`` and ``i`` only, so two files of one tag ask the same
-    questions."""
-    rows = (
-        {
-            "custom_id": f"{tag}-{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {
-                "model": models[min(i, len(models) - 1)],
-                "messages": [{"role": "user", "content": f"Summarise ticket {tag} number {i}."}],
-                "max_tokens": max_tokens,
-                "temperature": 0,
-            },
-        }
-        for i in range(n)
-    )
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
 class Runner:
     """Submits jobs to the scratch home's resident worker and waits for them."""
 
@@ -119,7 +98,7 @@ class Runner:
         self.count += 1
         models = self.models(n, mode)
         name = f"{mode}{self.count}.jsonl"
-        batch = chat_batch(self.home / name, n, tag, self.max_tokens, models)
+        batch = chat_batch(self.home / name, n, tag, self.max_tokens, tuple(models))
         model_map = {self.base.name: str(self.base)}
         model_map |= {name: str(folder) for name, folder in self.adapters.items()}
         settings = Submission(engine=EngineConfig(model=str(self.base)), model_map=model_map,

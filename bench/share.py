@@ -53,14 +53,19 @@ with loopback() as client:
 """
 
 
-def chat_batch(path: Path, n: int, tag: str, max_tokens: int) -> Path:
+def chat_batch(
+    path: Path, n: int, tag: str, max_tokens: int, models: tuple[str, ...] = ("m",)
+) -> Path:
+    """``n`` chats, line ``i`` naming ``models[i]`` (the last one past the list's end); the
+    prompts depend on ``tag`` and ``i`` only, so two files of one tag ask the same
+    questions."""
     rows = (
         {
             "custom_id": f"{tag}-{i}",
             "method": "POST",
             "url": "/v1/chat/completions",
             "body": {
-                "model": "m",
+                "model": models[min(i, len(models) - 1)],
                 "messages": [{"role": "user", "content": f"Summarise ticket {tag} number {i}."}],
                 "max_tokens": max_tokens,
                 "temperature": 0,
