@@ -73,14 +73,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In a pytest-xdist worker (``gw0``, ``gw1``, ...), binds the OpenMP threads of the
-    engines its tests start to a core of its own, and torch's in this process to one: each
-    worker's model runs on one core instead of every engine's threads spinning on all."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw"):
-        cores = sorted(os.sched_getaffinity(0))
-        core = cores[int(worker[2:]) % len(cores)]
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(core))  # read by core/run/engine.py
+    """In a pytest-xdist worker (``gw0``, ``gw1``, ...), gives the engines its tests start
+    one OpenMP thread, and torch in this process one: there is a worker per core, so each
+    worker's model takes a core's worth instead of every engine's threads fighting for all."""
+    if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 

@@ -17,11 +17,9 @@ initialized", measured 2026-12-02). A worker with an idle time turns it on
 in-process cold start); where it is off (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as
 the CPU default of :func:`core.run.engine.configure_cpu_environment` elsewhere) one engine
 is kept at a time. Its cost, measured with ``bench/engines.py`` on the 2-core CPU under
-heavy load (load average 17-33, docs/benchmarks.md): no loss of tokens/s (the child-process
-core made 1.14-1.58x the in-process tokens/s over four A/B pairs, same answers; the step
-loop and the model overlap), a slower load (96-208 s against 32-56 s there: three
-processes import torch), and about 1 GiB more memory (the engine core, 0.6 GiB, and its
-model runner are processes of their own).
+a quiet machine (docs/benchmarks.md): no loss of tokens/s (1.01x the in-process tokens/s,
+the same answers), a slower load (22 s against 13 s: the core's process imports torch and
+vLLM again), and about 1 GiB more memory (``PROCESS_BYTES``).
 
 Jobs running side by side (:mod:`core.run.running`) share the pool: an engine a running
 job uses (its ``users``) is never unloaded to make room, so a job whose model does not fit
@@ -59,9 +57,9 @@ log = logging.getLogger(__name__)
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 PARENT_ENV = "BATCH_STUDIO_PARENT_PID"  # the process a child must die with
 RESERVE_BYTES = 1 << 30  # left to the rest of the machine when judging a new load
-# A CPU engine core and its model runner each import torch and vLLM: about 0.6 and 0.9 GiB
-# beyond the weights and KV cache (measured with SmolLM2-135M, 2026-12-02).
-PROCESS_BYTES = 3 << 29
+# A CPU engine core, which runs its model in its own process (core.run.engine), imports
+# torch and vLLM: about 1 GiB beyond the weights and KV cache (SmolLM2-135M, 2026-12-07).
+PROCESS_BYTES = 1 << 30
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent dies
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 
@@ -113,8 +111,8 @@ def max_engines() -> int | None:
 
 
 def tree_rss(process: psutil.Process | None = None) -> int:
-    """The RSS of a process and all its descendants (an engine core and its model runner
-    are child processes): what it holds in RAM."""
+    """The RSS of a process and all its descendants (an engine core is a child process):
+    what it holds in RAM."""
     process = process or psutil.Process()
     total = process.memory_info().rss
     for child in process.children(recursive=True):

@@ -85,8 +85,8 @@ log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
 ADMIT_SECONDS = 0.1  # how often the main thread looks at the queue while jobs run
 
-if __name__ == "__mp_main__":  # a process vLLM spawned from this worker: an engine's core or
-    die_with_parent()  # its model runner, which must not outlive a worker killed with -9
+if __name__ == "__mp_main__":  # a process vLLM spawned from this worker: an engine's core,
+    die_with_parent()  # which runs its model and must not outlive a worker killed with -9
 
 
 def _expired(spec: JobSpec) -> bool:
@@ -826,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     # A worker that keeps its models loaded (an idle time) runs each engine's core in a
     # child process, so several engines live beside each other (core.run.pool); one that
     # exits after its queue keeps the engine in-process: one model at a time, and a cold
-    # start about a third shorter (two fewer processes importing torch). Spawned children
+    # start about 40 % shorter (one process fewer imports torch). Spawned children
     # run die_with_parent above, forked ones here.
     jobs_dir = Path(argv[1]) if resident else Path(argv[0]).parent
     if gpu_count() == 0:
