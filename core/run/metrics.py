@@ -341,9 +341,16 @@ def _add(
         usage = _kv_cache_usage(folder.metrics)
         if usage is not None:  # jobs on one model share its engine: its largest reading
             figures.kv_cache_usage[model] = max(usage, figures.kv_cache_usage.get(model, 0.0))
-    figures.prompt_tokens[model, owner] += status.prompt_tokens
-    figures.output_tokens[model, owner] += status.completion_tokens
-    figures.succeeded[model, owner] += status.succeeded
+    answers = entry.output
+    if answers.answers:  # by the model each answer names: one job may run several (adapters)
+        for name, count in answers.answers.items():
+            figures.prompt_tokens[name, owner] += answers.prompt_tokens[name]
+            figures.output_tokens[name, owner] += answers.output_tokens[name]
+            figures.succeeded[name, owner] += count
+    else:  # no answer file here (its output went to object storage): the status's totals
+        figures.prompt_tokens[model, owner] += status.prompt_tokens
+        figures.output_tokens[model, owner] += status.completion_tokens
+        figures.succeeded[model, owner] += status.succeeded
     figures.reused[owner] += status.reused
     for code, n in entry.errors.errors.items():
         figures.errors[model, code] += n

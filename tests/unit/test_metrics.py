@@ -14,6 +14,7 @@ from core.config import REPO_ROOT, data_paths
 from core.nvml import GpuReader
 from core.run.metrics import studio_figures
 from tests.support.api import own
+from tests.support.jobs import finished_job
 from tests.support.metrics import (
     FIRST_TOKEN_AFTER,
     KV_CACHE_USAGE,
@@ -141,3 +142,30 @@ def test_the_gpu_readings_bench_needs_only_torch_and_nvidia_ml_py():
     if GpuReader().count == 0:  # this machine: no GPU, nothing allocated
         assert run.stdout.startswith("No GPU found"), run.stdout
     assert run.stdout.splitlines()[-1] == "[]"  # no psutil, pydantic, vllm, streamlit...
+
+
+def test_a_job_of_a_base_model_and_an_adapter_counts_each_ones_answers_and_tokens(
+    studio_home, default_model
+):
+    """A job whose lines name a base model and a LoRA adapter: each answer's tokens count
+    under the model it names, as Dashboards count them, not all under the job's first model
+    (issue 41 item 4)."""
+    from tests.support.lora import make_adapter
+
+    adapter = make_adapter(studio_home / "tuned", default_model)
+    rows = [
+        {"custom_id": "base-1", "model": default_model.name, "answer": "yes"},
+        {"custom_id": "base-2", "model": default_model.name, "answer": "no"},
+        {"custom_id": "tuned-1", "model": "ft-a", "answer": "maybe"},
+    ]
+    model_map = {default_model.name: str(default_model), "ft-a": str(adapter)}
+    job = finished_job(studio_home, rows, model=default_model, model_map=model_map)
+    me = job.read_spec().owner
+    with loopback() as client:
+        got = scrape(client)
+    succeeded = "batch_studio_requests_succeeded_total"
+    assert value(got, succeeded, model=default_model.name, owner=me) == 2
+    assert value(got, succeeded, model="ft-a", owner=me) == 1
+    output = "batch_studio_generation_tokens_total"
+    assert value(got, output, model="ft-a", owner=me) > 0
+    assert total(got, output) == job.read_status().completion_tokens
