@@ -9,6 +9,7 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
+from core.human import queues as qu
 from core.store import agreement as ag
 from core.store import export as ex
 from core.store import review as rv
@@ -171,7 +172,7 @@ def tabs(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | None) -
             labelling(db, sample_id, items, reviewer)
     if tab_stats.open:
         with tab_stats:
-            statistics(db, sample_id, reviewer)
+            statistics(db, sample_id, items, reviewer)
     if tab_export.open:
         with tab_export:
             export(db, sample_id)
@@ -182,13 +183,59 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
     if not reviewer:
         st.info("Enter your name above to start labelling.")
         return
+    queue = queue_editor(db, sample_id, reviewer)
+    if queue is not None:
+        if reviewer not in queue.reviewers:
+            st.info(
+                f"This sample's items are shared out among {escape(', '.join(queue.reviewers))}"
+                " (Queue, above); add your name there to get a share."
+            )
+            return
+        keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+        order = qu.queue_order(queue, keys, reviewer, qu.skipped(db.human_dir, sample_id, reviewer))
+        items = items.set_index(["job_id", "custom_id"], drop=False).loc[order]
+        items = items.reset_index(drop=True)
+        st.caption(
+            f"Your queue: {len(order)} of the sample's {len(keys)} items, each reviewed by "
+            f"{queue.overlap} of {len(queue.reviewers)} reviewers; skipped items come last."
+        )
     own = own_labels_editor(db, reviewer)
     load_labels(db, sample_id, reviewer)
-    label_panel(db, sample_id, items, reviewer, own)
+    label_panel(db, sample_id, items, reviewer, own, queued=queue is not None)
 
 
-def statistics(db: Store, sample_id: str, reviewer: str | None) -> None:
-    """The pass rate of all reviewers, each reviewer's progress, and their agreement."""
+def queue_editor(db: Store, sample_id: str, reviewer: str) -> qu.Queue | None:
+    """The sample's queue: who reviews it and how many of them review each item; set or
+    changed here. Returns it (None: everyone reviews every item)."""
+    queue = qu.queue_of(db.human_dir, sample_id)
+    title = (
+        f"Queue: {len(queue.reviewers)} reviewers, {queue.overlap} per item"
+        if queue
+        else "Queue (share the items out among reviewers)"
+    )
+    with st.expander(escape(title)), st.form("queue"):
+        names = st.text_area(
+            "Reviewers, comma-separated or one a line",
+            ", ".join(queue.reviewers) if queue else "",
+            max_chars=qu.MAX_REVIEWERS * (qu.REVIEWER_CHARS + 2),
+        )
+        overlap = st.number_input(
+            "Reviews per item (overlap)", 1, qu.MAX_REVIEWERS, queue.overlap if queue else 2
+        )
+        if st.form_submit_button("Save the queue"):
+            try:
+                queue = qu.set_queue(db.human_dir, sample_id, names, int(overlap), reviewer)
+            except qu.QueueError as exc:
+                st.error(escape(exc))
+            else:
+                st.session_state["review_pos"] = 0
+                st.rerun()
+    return queue
+
+
+def statistics(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | None) -> None:
+    """The pass rate of all reviewers, each reviewer's progress (in the queue, where the
+    sample has one), and their agreement."""
     everyone = rv.pass_rate(db, sample_id)
     st.metric(
         "Pass rate, all reviewers", f"{everyone.rate:.0%}" if everyone.rate is not None else "–"
@@ -197,6 +244,11 @@ def statistics(db: Store, sample_id: str, reviewer: str | None) -> None:
     people = rv.reviewers(db, sample_id)
     if people:
         st.dataframe(rv.reviewer_rows(db, sample_id, people), hide_index=True)
+    queue = qu.queue_of(db.human_dir, sample_id)
+    if queue is not None:
+        st.subheader("Queue")
+        keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+        st.dataframe(rv.queue_rows(db, queue, keys), hide_index=True)
     agreement(db, sample_id, people, reviewer)
 
 

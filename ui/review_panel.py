@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 
 from core.human import label_sets as ls
+from core.human import queues as qu
 from core.store import review as rv
 from core.store.db import Store
 from ui.links import write_link
@@ -60,17 +61,26 @@ def load_labels(db: Store, sample_id: str, reviewer: str) -> None:
 
 @st.fragment
 def label_panel(
-    db: Store, sample_id: str, items: pd.DataFrame, reviewer: str, own: tuple[str, ...]
+    db: Store,
+    sample_id: str,
+    items: pd.DataFrame,
+    reviewer: str,
+    own: tuple[str, ...],
+    queued: bool = False,
 ) -> None:
     """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
-    labels' save and move on, 1-5 set the score, Left/Right/N move."""
+    labels' save and move on, 1-5 set the score, Left/Right/N move. ``queued``: ``items`` are
+    the reviewer's queue, and S puts the item off to its end."""
     labels = st.session_state[LABELS][(sample_id, reviewer)]
     n = len(items)
     pos = min(st.session_state.get("review_pos", 0), n - 1)
     keys = list(zip(items["job_id"], items["custom_id"], strict=True))
     done = sum(k in labels for k in keys)
     st.progress(done / n if n else 0.0, text=f"{done} of {n} labelled")
-    nav = st.columns([1, 1, 1, 3])
+    nav = st.columns([1, 1, 1, 1, 3] if queued else [1, 1, 1, 3])
+    if queued and nav[3].button("Skip", key="skip", shortcut="S", disabled=n < 2):
+        qu.skip(db.human_dir, sample_id, reviewer, keys[pos])
+        st.rerun(scope="app")  # the page orders the queue again: the item goes last
     nav[0].button(
         "Previous", disabled=pos == 0, key="prev", shortcut="Left", on_click=_go, args=(pos - 1,)
     )
@@ -82,7 +92,7 @@ def label_panel(
     nav[2].button("Next unlabelled", key="next_open", shortcut="N", on_click=_go, args=(after,))
     item = items.iloc[pos]
     job_id, custom_id = keys[pos]
-    nav[3].markdown(f"**Item {pos + 1} of {n}** · {escape(custom_id)}")
+    nav[-1].markdown(f"**Item {pos + 1} of {n}** · {escape(custom_id)}")
     link_review(sample_id, n)
     left, right = st.columns(2)
     left.subheader("Conversation")

@@ -27,6 +27,7 @@ SAMPLES = "samples.jsonl"
 ADJUDICATIONS = "adjudications.jsonl"
 FILES = (LABELS, PREFERENCES, SAMPLES, ADJUDICATIONS)  # indexed in DuckDB (core.store.human_index)
 LABEL_SETS = "label_sets.jsonl"  # a few lines, read from the file (core.human.label_sets)
+QUEUES = "queues.jsonl"  # the queues over samples and their skips (core.human.queues)
 
 VERDICTS = ("pass", "fail", "unsure")
 LABEL_NAME_CHARS = 40
@@ -114,6 +115,29 @@ class LabelSetRecord(Model):
     at: datetime
 
 
+class QueueRecord(Model):
+    """A sample's queue as an owner set it at ``at`` (the latest line of a sample wins): who
+    reviews it, and how many of them review each item."""
+
+    kind: Literal["queue"] = "queue"
+    sample_id: str
+    reviewers: list[str] = Field(min_length=1)
+    overlap: int = Field(ge=1)
+    by: str = Field(min_length=1)
+    at: datetime
+
+
+class SkipRecord(Model):
+    """A reviewer put an item of their queue off until the rest is done."""
+
+    kind: Literal["skip"] = "skip"
+    sample_id: str
+    reviewer: str = Field(min_length=1)
+    job_id: str
+    custom_id: str
+    at: datetime
+
+
 class SampleItem(Model):
     job_id: str
     custom_id: str
@@ -144,7 +168,9 @@ Record = Annotated[
     | SampleRecord
     | SampleDeleted
     | LabelSetRecord
-    | AdjudicationRecord,
+    | AdjudicationRecord
+    | QueueRecord
+    | SkipRecord,
     Field(discriminator="kind"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
@@ -155,6 +181,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     SAMPLES: ("sample", "sample_deleted"),
     LABEL_SETS: ("label_set",),
     ADJUDICATIONS: ("adjudication",),
+    QUEUES: ("queue", "skip"),
 }
 
 
@@ -165,7 +192,9 @@ def append(
     | SampleRecord
     | SampleDeleted
     | LabelSetRecord
-    | AdjudicationRecord,
+    | AdjudicationRecord
+    | QueueRecord
+    | SkipRecord,
     *,
     durable: bool = True,
 ) -> None:

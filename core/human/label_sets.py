@@ -21,9 +21,9 @@ from core.human.files import (
 )
 
 MAX_LABELS = 9
-# Keys a label cannot take: the verdicts' (P, F, U), Review's next unlabelled (N), and
-# Streamlit's own rerun (R) and clear-cache (C).
-TAKEN_KEYS = frozenset("PFUNRC")
+# Keys a label cannot take: the verdicts' (P, F, U), Review's next unlabelled (N) and skip
+# (S, in a queue), and Streamlit's own rerun (R) and clear-cache (C).
+TAKEN_KEYS = frozenset("PFUNSRC")
 
 
 class LabelSetError(ValueError):

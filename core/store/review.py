@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from core.human import queues as qu
 from core.human.files import VERDICTS, LabelRecord, append, now_utc
 from core.human.label_sets import own_labels
 from core.store.db import Store
@@ -278,6 +279,19 @@ def reviewer_rows(store: Store, sample_id: str, people: list[str]) -> list[dict[
             {"reviewer": person, "labelled": done, "of": total, "pass rate": rate.describe()}
         )
     return rows
+
+
+def queue_rows(store: Store, queue: qu.Queue, keys: list[qu.Key]) -> list[dict[str, Any]]:
+    """Each reviewer's share of a sample's queue (``keys``: its items in order), one row a
+    reviewer: items assigned, labelled, left, and put off (skipped, not labelled yet)."""
+    folder, sample_id = store.human_dir, queue.sample_id
+    labelled = {p: set(sample_labels(store, sample_id, p)) for p in queue.reviewers}
+    put_off = {p: qu.skipped(folder, sample_id, p) for p in queue.reviewers}
+    return [
+        {"reviewer": p.reviewer, "assigned": p.assigned, "labelled": p.labelled,
+         "left": p.left, "skipped": p.skipped}
+        for p in qu.progress(queue, keys, labelled, put_off)
+    ]  # fmt: skip
 
 
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:

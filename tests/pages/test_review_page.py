@@ -128,3 +128,46 @@ def test_the_export_tab_downloads_a_fine_tuning_file_of_the_passing_items(studio
     assert line["messages"][-1] == {"role": "assistant", "content": "Corrected <b>answer</b>"}
     assert [m["role"] for m in line["messages"]] == ["user", "assistant"]
     assert not list(studio_home.glob("exports/*/*"))  # nothing stays behind
+
+
+def _set_queue(at, names, overlap):
+    box = next(t for t in at.text_area if t.label.startswith("Reviewers, comma"))
+    box.set_value(names)
+    next(n for n in at.number_input if n.label.startswith("Reviews per item")).set_value(overlap)
+    _button(at, "Save the queue").click().run()
+
+
+def test_a_queue_gives_each_reviewer_their_share_and_a_skip_puts_an_item_last(studio_home):
+    """Issue 44 item 2: the 4 items shared out between ana and bo, one review each: ana
+    sees her 2, skips the first (it comes back last), and Progress shows both shares."""
+    at = _labelling(studio_home)
+    _set_queue(at, "ana, bo", 1)
+    assert not at.exception
+    assert any("Your queue: 2 of the sample's 4 items" in c.value for c in at.caption)
+    first = next(m.value for m in at.markdown if "Item 1 of 2" in m.value)
+    _button(at, "Skip").click().run()
+    assert not at.exception
+    now = next(m.value for m in at.markdown if "Item 1 of 2" in m.value)
+    assert now != first  # the other item is first now
+    keys = {b.proto.shortcut: b for b in at.button if b.proto.shortcut}
+    keys["p"].click().run()  # pass: saved, and on to the skipped one
+    assert any("Item 2 of 2" in m.value for m in at.markdown)
+    assert first.split("·")[-1] in next(m.value for m in at.markdown if "Item 2 of 2" in m.value)
+    queues = (studio_home / "human" / "queues.jsonl").read_text().splitlines()
+    sample_id = json.loads(queues[0])["sample_id"]
+    shown = open_link("review.py", sample=sample_id, tab="Progress & agreement")
+    queue = next(d.value for d in shown.dataframe if "assigned" in d.value.columns)
+    assert queue.values.tolist() == [["ana", 2, 1, 1, 1], ["bo", 2, 0, 2, 0]]  # 1 put off
+
+
+def test_a_queue_with_more_reviews_per_item_than_reviewers_is_refused_and_a_stranger_waits(
+    studio_home,
+):
+    at = _labelling(studio_home)
+    _set_queue(at, "bo, cy", 3)
+    shown = [e.value.replace("\\", "") for e in at.error]
+    assert any("an overlap of 3 needs at least 3 reviewers; 2 named" in e for e in shown), shown
+    assert not (studio_home / "human" / "queues.jsonl").exists()
+    _set_queue(at, "bo, cy", 2)
+    assert any("shared out among bo, cy" in i.value for i in at.info)  # ana is not in it
+    assert not [b for b in at.button if b.proto.shortcut == "p"]  # nothing to label
