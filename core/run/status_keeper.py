@@ -289,7 +289,7 @@ class StatusKeeper:
         closed): ``queued`` with ``message`` (when it resumes) and no worker, keeping its
         counts and whether this run was a retry (and of which shard), so that the next run
         goes on with it. Not a final status: no end event. Under the job's status lock, as
-        a cancel is: False, touching nothing, when a cancel of this run came first."""
+        a cancel is: False, the status left as it was, when a cancel of this run came first."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=2 * HEARTBEAT_SECONDS)
