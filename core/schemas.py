@@ -474,6 +474,9 @@ class JobStatus(Model):
     measured_load_seconds: float | None = None  # the loading model's last load time
     eta_seconds: float | None = None  # the worker's forecast (core/run/eta.py)...
     eta_at: float | None = None  # ...made at this time (seconds since the epoch)
+    # When its run window's close paused it (the job is queued again; core/jobs/windows.py
+    # says when it resumes); a worker taking it starts a status without it.
+    paused_at: str | None = None
     # An output that is an object (s3://...): where the worker wrote the results, or why not.
     delivered_to: str | None = None
     delivery_error: str | None = None

@@ -12,7 +12,7 @@ from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
 from core.jobs.latest import recent_lines, standing_failures
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import WAITS, ahead_of
-from core.jobs.windows import held_note, sentence
+from core.jobs.windows import held_note, readable_windows, sentence
 from core.run.metrics import job_model_figures, studio_figures
 from core.run.monitoring import Rates, axis_range, gpu_series, rates, read_samples, thinned
 from core.run.outputs import answer_text, error_text
@@ -292,7 +292,7 @@ def show(job: JobFolder) -> None:
     """The live part of the page, redrawn every few seconds while the job runs."""
     status = job.read_status()
     samples = read_samples(job.metrics)
-    speed = rates(samples, status)
+    speed = rates(samples, status, windows=readable_windows(job.read_spec()))
     progress_bar(status, speed)
     waits_for(job, status)
     final = status.is_final or status.interrupted

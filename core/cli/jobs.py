@@ -420,7 +420,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         metavar="WINDOWS",
         help='the weekly hours it may run in, e.g. "weekdays 20:00-07:00, weekends all day" '
         "(in the studio's time zone, Settings); outside them it waits, then starts by "
-        "itself. Default: its owner's, else the studio's default windows; \"any\": any time",
+        "itself, and at a window's close it pauses (the requests in the engine finish) and "
+        "resumes when one opens. Default: its owner's, else the studio's default windows; "
+        '"any": any time',
     )
     run.add_argument(
         "--map",

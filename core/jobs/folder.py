@@ -255,9 +255,15 @@ def cancel(job: JobFolder, now: bool = False) -> str:
                 "stopping now" if now else "cancelling: the engine stops within seconds"
             ) + "; every result written is kept, and a resume runs the requests without one"
         waited = status.state in WAITING_STATES or status.state in HELD_STATES
-        status.enter("cancelled", "cancelled before it ran" if waited else "cancelled")
+        paused = waited and status.paused_at is not None  # its run window closed mid-job
+        said = "cancelled before it ran" if waited else "cancelled"
+        if paused:
+            said = f"cancelled while paused outside its run windows, {status.done:,} done"
+        status.enter("cancelled", said)
         status.finished_at = now_iso()
         job.write_status(status)
+    if paused:
+        return "job cancelled while paused: its results stay, and no worker will run it"
     if waited:
         return "job cancelled: it had not started, and no worker will run it"
     return "job marked cancelled (its worker was not running)"

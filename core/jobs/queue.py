@@ -16,7 +16,7 @@ from pathlib import Path
 from core.jobs.engine_files import read_state
 from core.jobs.engine_lock import EngineLock  # noqa: F401 (the queue's lock, imported from here)
 from core.jobs.folder import JobFolder, JobUnreadable, list_jobs
-from core.jobs.windows import RunWindows, WindowProblem, held_message, of_spec
+from core.jobs.windows import RunWindows, WindowProblem, of_spec, waiting_message
 from core.schemas import JobSpec
 
 # How a queued job's status begins while the worker says why it cannot join the running
@@ -65,9 +65,9 @@ class Held:
     def say_when(self) -> None:
         """Each held job's status says when it runs next (written only when it changes)."""
         for job, windows in self.jobs:
-            message = held_message(windows, self.at)
             with job.status_lock():
                 status = job.read_status()
+                message = waiting_message(windows, status, self.at)
                 if status.state == "queued" and status.message != message:
                     status.message = message
                     job.write_status(status)

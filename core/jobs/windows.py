@@ -251,7 +251,8 @@ class RunWindows(FrozenModel):
 
     def finish_after(self, start: datetime, seconds: float) -> datetime:
         """When ``seconds`` of work that may run only in the windows ends, begun at
-        ``start``."""
+        ``start``: the moment that much open time has passed. Every ETA of a job with
+        windows is this (:func:`open_eta`)."""
         moment, left = _aware(start), max(seconds, 0.0)
         while True:
             moment = self.next_open(moment)
@@ -269,6 +270,15 @@ def of_spec(spec: JobSpec) -> RunWindows | None:
     return parse(spec.run_windows, spec.run_windows_zone)
 
 
+def readable_windows(spec: JobSpec) -> RunWindows | None:
+    """:func:`of_spec`, with windows that no longer parse (a spec edited by hand) read as
+    none: what a page or the worker's gate judges by, never an error."""
+    try:
+        return of_spec(spec)
+    except WindowProblem:
+        return None
+
+
 class Clock:
     """The wall time windows are judged at, and the worker's wait; a test passes one that
     moves time on at each wait instead of waiting for hours."""
@@ -278,6 +288,39 @@ class Clock:
 
     def sleep(self, seconds: float) -> None:
         time_module.sleep(seconds)
+
+
+class Gate:
+    """Whether a running job may let another request into the engine: until the close
+    of the window it runs in (closed at once where none is open). Asked before each
+    request enters (:mod:`core.run.feed`); once closed it stays closed for this run, and
+    the job pauses when the requests inside have finished."""
+
+    def __init__(self, windows: RunWindows, clock: Clock) -> None:
+        self.windows, self.clock = windows, clock
+        now = clock.now()
+        # judged once: a run ends at its window's close, and the next run starts a gate anew
+        self.closes_at = windows.next_close(now) if windows.is_open(now) else now
+        self.closed_at: datetime | None = None
+
+    def __call__(self) -> bool:
+        if self.closed_at is None and self.closes_at is not None:
+            now = self.clock.now()
+            if now >= self.closes_at:
+                self.closed_at = now
+        return self.closed_at is None
+
+    @property
+    def closed(self) -> bool:
+        return not self()
+
+
+def open_eta(windows: RunWindows | None, now: datetime, seconds: float) -> float:
+    """Seconds from ``now`` until ``seconds`` of work that runs only in ``windows`` is
+    done: the closed hours on the way count as waiting (no windows: ``seconds``)."""
+    if windows is None:
+        return seconds
+    return (windows.finish_after(now, seconds) - _aware(now)).total_seconds()
 
 
 def when(moment: datetime, zone: str) -> str:
@@ -313,16 +356,22 @@ def completion_problem(
 
 def held_note(spec: JobSpec, status: JobStatus, at: datetime | None = None) -> str | None:
     """When a job waiting to start runs next, if it is outside its run windows now (None:
-    it is not waiting, or may start); what Monitor, Jobs and the Batch API say."""
+    it is not waiting, or may start); what Monitor, Jobs and the Batch API say. A job
+    that a window's close paused says so, with the results it has."""
     if status.state not in WAITING_STATES:
         return None
-    try:
-        windows = of_spec(spec)
-    except WindowProblem:
-        return None
+    windows = readable_windows(spec)
     at = at or Clock().now()
     if windows is None or windows.is_open(at):
         return None
+    return waiting_message(windows, status, at)
+
+
+def waiting_message(windows: RunWindows, status: JobStatus, at: datetime) -> str:
+    """What a queued job outside its windows at ``at`` says: when it starts, or, paused by
+    its window's close, when it resumes (its status message, and :func:`held_note`)."""
+    if status.paused_at:
+        return paused_message(windows, at, status.done, status.total)
     return held_message(windows, at)
 
 
@@ -345,6 +394,14 @@ def held_message(windows: RunWindows, at: datetime) -> str:
     return (
         f"outside its run windows ({windows.describe()}): runs next at "
         f"{when(windows.next_open(at), windows.zone)}"
+    )
+
+
+def paused_message(windows: RunWindows, at: datetime, done: int, total: int) -> str:
+    """What a job that its window's close paused says: what it has, and when it goes on."""
+    return (
+        f"paused at the close of its run windows ({windows.describe()}) with {done:,} of "
+        f"{total:,} requests done: resumes by itself at {when(windows.next_open(at), windows.zone)}"
     )
 
 

@@ -17,13 +17,18 @@ it); at its next step the engine asks the feed (``Engine.cancelled``) and aborts
 job's requests alone, and the job's reader ends with the lines it had. Results that had
 finished within the last flush (about a second) and not yet been handed back go with
 them: they were never written, so a resume runs them.
+
+A job's run window closing is no cancel: its gate (``admit``, :class:`core.jobs.windows.Gate`)
+is asked before each of its requests enters the engine, and once it says no the job gives
+no more; its requests inside finish, their lines come back, and its reader ends. The
+requests never given stay for the job's next run; the other jobs on the engine run on.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from core.check.engine_requests import EngineRequest
@@ -32,8 +37,34 @@ from core.run.sharing import Mix
 
 WAIT_SECONDS = 0.1  # how often a job waiting for lines looks whether the engine needs a driver
 CANCELLED = object()  # put on a job's lines when its cancel has taken it out of the mix
+HELD = object()  # ...when its gate has closed: it gives no more, those inside still come
 
 Lines = list[dict[str, Any]]
+
+
+class Admitted:
+    """A job's requests as the mix reads them, while its gate admits them: the first
+    refusal puts ``HELD`` on the job's lines, and it gives none after (see the module doc)."""
+
+    def __init__(
+        self, requests: Iterable[EngineRequest], admit: Callable[[], bool], lines: queue.SimpleQueue
+    ) -> None:
+        self._requests, self._admit, self._lines = iter(requests), admit, lines
+        self.given = 0  # requests handed to the mix
+        self.held = False
+
+    def __iter__(self) -> Iterator[EngineRequest]:
+        return self
+
+    def __next__(self) -> EngineRequest:
+        if not self.held and self._admit():
+            request = next(self._requests)
+            self.given += 1
+            return request
+        if not self.held:
+            self.held = True
+            self._lines.put(HELD)  # the mix asks from the driver's thread: wake the reader
+        raise StopIteration
 
 
 class Feed:
@@ -59,22 +90,29 @@ class Feed:
         window: int,
         owner: Hashable | None = None,
         priority: float = 1.0,
+        admit: Callable[[], bool] | None = None,
     ) -> Iterator[Lines]:
         """Joins ``requests`` to the mix as job ``key`` (a key of this run alone) and
         yields its output lines as they finish, until each request has one or the job is
         cancelled (:meth:`cancel`; then the lines it had). ``window``: requests inside the
         engine at once, from when this job starts the engine's stream (a stream keeps the
-        window it started with)."""
+        window it started with). ``admit``: the job's run-window gate; once it refuses,
+        the lines of the requests inside still come, then the reader ends."""
         lines: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lines[key], self._windows[key] = lines, window
         self.joins += 1
-        self.mix.join(key, requests, owner, priority)
+        source = Admitted(requests, admit, lines) if admit is not None else None
+        self.mix.join(key, source if source is not None else requests, owner, priority)
         left = len(requests)
         try:
             while left:
                 got = self._next(key, lines)
                 if got is CANCELLED:
                     return
+                if got is HELD:
+                    assert source is not None
+                    left -= len(requests) - source.given  # never given: no line comes
+                    continue
                 left -= len(got)
                 yield got
         finally:

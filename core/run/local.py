@@ -31,6 +31,10 @@ class Executor(Protocol):
     # Where the executor tells of events the job's history keeps (a Ray node lost); the
     # worker sets it before :meth:`run`. A local engine has none to tell.
     notify: Callable[[str], None] | None
+    # Whether another request may enter the engine now (the job's run windows, set by the
+    # worker before :meth:`run`; None: always). Once it says no, :meth:`run` yields the
+    # lines of the requests inside and ends; the worker pauses the job.
+    admit: Callable[[], bool] | None
 
     def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one, or, after
@@ -80,6 +84,7 @@ class LocalExecutor:
         self._first_token_at: float | None = None  # of this job's first run() on the engine
         self.description = f"on {self.model}, up to {self.window} at a time"
         self.notify: Callable[[str], None] | None = None  # one engine here: no events
+        self.admit: Callable[[], bool] | None = None  # the job's run windows (the worker's)
         self.feed = feed_of(self.engine, self.model)
         self._key = object()  # this run's place in the feed: a cancel names it alone
         # Beside other jobs the engine's token counter is theirs too: this job's figures
@@ -103,7 +108,9 @@ class LocalExecutor:
         self._shared |= self.feed.jobs > 0
         self._joins = self.feed.joins + 1  # this job's own join is the next
         # Closed here, not when collected: a job that stops reading leaves the feed at once.
-        feed = closing(self.feed.run(self._key, requests, self.window, owner=self.owner))
+        feed = closing(
+            self.feed.run(self._key, requests, self.window, owner=self.owner, admit=self.admit)
+        )
         try:
             with feed as results:
                 for lines in results:

@@ -13,13 +13,14 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import psutil
 
 from core.jobs.output_file import complete_lines
+from core.jobs.windows import RunWindows, open_eta, when
 from core.nvml import GpuReader
 from core.recent import Recent
 from core.schemas import JobState, JobStatus
@@ -108,6 +109,9 @@ class Rates:
     eta_counts: Literal["output", "requests"] = "output"
     work_done: float | None = None  # generated / expected output tokens
     loading: bool = False  # a model is loading: no ETA until it runs
+    # A job with run windows: the ETA counts only their open hours, and ends then.
+    eta_windows: str | None = None  # the windows, described
+    eta_ends: str | None = None  # when the work ends, in the windows' zone
     load_left_seconds: float | None = None  # the load's expected time left, when measured
 
 
@@ -116,7 +120,13 @@ def _tokens(sample: dict[str, Any]) -> int:
     return sample.get("output_tokens", sample.get("completion_tokens", 0))
 
 
-def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0) -> Rates:
+def rates(
+    samples: list[dict[str, Any]],
+    status: JobStatus,
+    window: float = 20.0,
+    windows: RunWindows | None = None,
+    now: datetime | None = None,
+) -> Rates:
     """Rates from progress samples ``{"t", "done", "output_tokens"}`` and the status.
 
     Tokens are those the engine generated, running requests' included, so the speed moves
@@ -125,7 +135,10 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
     (:mod:`core.run.eta`); where it has none (a Ray cluster), the expected output still to
     come (:attr:`JobStatus.expected_output_tokens`) at the recent speed, else the average;
     none while this run has no speed of its own. ``work_done`` is this run's share of the
-    output it generates (earlier runs' and reused answers' tokens apart).
+    output it generates (earlier runs' and reused answers' tokens apart). With the job's
+    run ``windows``, the ETA is the time from ``now`` until that much work has run in
+    their open hours (:func:`core.jobs.windows.open_eta`): a job paused by its window's
+    close, or one whose window closes before it ends, waits through the closed hours.
     """
     result = Rates()
     moved = None
@@ -221,6 +234,12 @@ def rates(samples: list[dict[str, Any]], status: JobStatus, window: float = 20.0
         speed = result.requests_per_s or result.average_requests_per_s
         if speed > 0:
             result.eta_seconds = status.left / speed
+    if windows is not None and result.eta_seconds is not None:
+        now = now or datetime.now(UTC)
+        result.eta_seconds = open_eta(windows, now, result.eta_seconds)
+        result.eta_windows = windows.describe()
+        ends = now.timestamp() + result.eta_seconds
+        result.eta_ends = when(datetime.fromtimestamp(ends, UTC), windows.zone)
     return result
 
 

@@ -51,18 +51,24 @@ def eta(status: JobStatus, speed: Rates) -> tuple[str, str]:
         if speed.eta_counts == "requests":
             return "estimating", "Known once the first results are written."
         return "estimating", "Known once the engine has generated its first tokens."
+    windows = ""
+    if speed.eta_windows:  # the closed hours on the way are waited through
+        windows = (
+            f" It counts only the open hours of its run windows, {speed.eta_windows}: "
+            f"it ends about {speed.eta_ends}."
+        )
     if speed.eta_counts == "requests":
         help = "The requests still without a result, at the rate they are finishing now."
-        return duration(speed.eta_seconds), help
+        return duration(speed.eta_seconds), help + windows
     if speed.eta_is_bound:
         help = (
             "At most: no answer of this model was measured yet, so every answer is taken "
             "to reach its max_tokens. Later runs use the measured lengths."
         )
-        return f"≤ {duration(speed.eta_seconds)}", help
+        return f"≤ {duration(speed.eta_seconds)}", help + windows
     help = "The output still expected (measured answer lengths under each line's limit) at "
     help += "the current speed."
-    return duration(speed.eta_seconds), help
+    return duration(speed.eta_seconds), help + windows
 
 
 def earlier_tokens(status: JobStatus) -> int:

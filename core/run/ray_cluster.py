@@ -249,6 +249,9 @@ class RayExecutor:
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
         self._stopped = False
         self.notify: Callable[[str], None] | None = None  # the job's history (the worker's)
+        # The job's run windows: Ray Data hands the shards out itself, so a closed window
+        # starts no new pass (the shards of a running one finish).
+        self.admit: Callable[[], bool] | None = None
         self.window = 0  # each replica has its own engine
         s = self.settings
         self.description = (
@@ -333,8 +336,10 @@ class RayExecutor:
                 self._find_lines(set(left))
             if self.parts and self.job_dir is not None:
                 yield from self._recover(left)
+            held = False  # the run window closed: the rest waits for the job's next run
             for attempt in range(1, MAX_PASSES + 1):
-                if not left or self._stopped:
+                held = self.admit is not None and not self.admit()
+                if not left or self._stopped or held:
                     break
                 if attempt > 1:
                     log.warning("Ray pass %d: %d requests without a result", attempt, len(left))
@@ -354,7 +359,7 @@ class RayExecutor:
                     self.stats.error = repr(exc)[:500]
                     if len(left) == before:  # nothing ran: the replicas cannot start or load
                         raise EngineLoadError(f"the Ray replicas did not run: {exc}") from exc
-            if left and not self._stopped:
+            if left and not self._stopped and not held:
                 message = f"no result after {MAX_PASSES} passes on the Ray cluster"
                 yield [error_line(cid, "engine_error", message, 500) for cid in left]
         finally:

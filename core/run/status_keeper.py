@@ -284,6 +284,28 @@ class StatusKeeper:
         if self._thread.ident is not None:  # a run that sampled: its end is its last sample
             self._append_last_sample()
 
+    def pause(self, message: str, paused_at: str, retry: bool, shard: int | None) -> bool:
+        """Stops the heartbeat and puts the job back in the queue, paused (its run window
+        closed): ``queued`` with ``message`` (when it resumes) and no worker, keeping its
+        counts and whether this run was a retry (and of which shard), so that the next run
+        goes on with it. Not a final status: no end event. Under the job's status lock, as
+        a cancel is: False, the status left as it was, when a cancel of this run came first."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2 * HEARTBEAT_SECONDS)
+        with self.job.status_lock(), self._lock:
+            if self.stop.stopping or self.job.cancel_file.exists():
+                return False
+            self.status.enter("queued", message)
+            s = self.status
+            s.pid, s.paused_at, s.retry, s.retry_shard = None, paused_at, retry, shard
+            s.in_flight, s.eta_seconds, s.eta_at = 0, None, None
+            self._refresh()
+            self._write_final()
+        if self._thread.ident is not None:
+            self._append_last_sample()
+        return True
+
     def _append_last_sample(self) -> None:
         """The run's final counts as its last sample: the last heartbeat can come before
         the last results (a warm engine hands a small job's results back at its end), and

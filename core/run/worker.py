@@ -6,8 +6,11 @@ to ``errors.jsonl``) before ``status.json`` counts them; a heartbeat thread keep
 ``status.json`` fresh while a chunk runs, so the UI can tell a busy worker from a dead one.
 
 Started again on the same folder it resumes: a request with a final result never runs
-twice. A job started with ``retry`` (see ``core.jobs.folder.start_worker``) also reruns failed
-requests, except invalid input.
+twice. A job with run windows (:mod:`core.jobs.windows`) lets no request into the engine
+after its window closes: the requests inside finish, their results are written, and the
+job goes back to the queue, paused until its window opens, when it resumes on the same
+results (:meth:`JobRun.pause`). A job started with ``retry`` (see
+``core.jobs.folder.start_worker``) also reruns failed requests, except invalid input.
 
 One worker holds the machine's engine at a time (``core.jobs.queue``): a worker that finds
 the engine busy leaves its job queued and exits; the busy one runs it, beside the jobs
@@ -53,7 +56,7 @@ from core.jobs.ledger import Ledger, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock, queued_jobs, runnable_jobs
 from core.jobs.recovery import requeue_interrupted
-from core.jobs.windows import Clock
+from core.jobs.windows import Clock, Gate, paused_message, readable_windows
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.reuse.index import reuse_owner, update_index
 from core.reuse.keys import RequestKeys, model_folder
@@ -78,7 +81,7 @@ from core.run.resident import Resident
 from core.run.running import Running, own_logs, say_waiting
 from core.run.status_keeper import NO_SPACE, ResultWriters, StatusKeeper
 from core.run.stopping import Cancelled, StopRequest
-from core.schemas import JobSpec, JobStatus, now_iso
+from core.schemas import WAITING_STATES, JobSpec, JobStatus, now_iso
 from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
@@ -101,8 +104,10 @@ def run_job(
     retry: bool = False,
     shard: int | None = None,
     stop: StopRequest | None = None,
+    clock: Clock | None = None,
 ) -> JobStatus:
-    """Runs every request of the job without a final result; returns the final status.
+    """Runs every request of the job without a final result; returns the final status
+    (``queued`` again when its run window closed first: paused, see :meth:`JobRun.pause`).
 
     The job is taken only while it still waits (:meth:`StatusKeeper.claim`): one cancelled
     before this worker got to it is left cancelled, and its status returned as it is.
@@ -113,10 +118,11 @@ def run_job(
         shard: with ``retry``, rerun only this shard's requests.
         stop: what the worker's signal handlers ask (:func:`main` owns it); without one the
             run makes its own, which no signal reaches.
+        clock: the time its run windows are judged at (the worker's).
     """
     stop = stop if stop is not None else StopRequest()
     stop.reset()  # before the claim: from then on a cancel signals this run
-    return JobRun(job, StatusKeeper(job, stop), stop).perform(retry, shard)
+    return JobRun(job, StatusKeeper(job, stop), stop, clock).perform(retry, shard)
 
 
 @dataclass(frozen=True)
@@ -158,10 +164,14 @@ class JobRun:
     takes them in turn; an error on the way ends the job ``failed`` with its reason, and
     the results written always stay."""
 
-    def __init__(self, job: JobFolder, keeper: StatusKeeper, stop: StopRequest) -> None:
+    def __init__(
+        self, job: JobFolder, keeper: StatusKeeper, stop: StopRequest, clock: Clock | None = None
+    ) -> None:
         self.job, self.keeper, self.stop = job, keeper, stop
+        self.clock = clock or Clock()
         self.home = job.path.parent.parent
         self.writers: ResultWriters | None = None  # open from the plan step on
+        self.gate: Gate | None = None  # the run window's, from the plan step on (None: any time)
 
     def perform(self, retry: bool, shard: int | None) -> JobStatus:
         """Takes the steps in turn; returns the job's final status (as it is, when the job
@@ -171,8 +181,10 @@ class JobRun:
             if not self.claim():
                 return self.job.read_status()
             ended = self.run_models(self.plan(retry, shard))
-            if ended != "completed":
-                self.end(self.finish(ended))
+            if ended == "paused" and self.pause(retry, shard):
+                return keeper.status
+            if ended != "completed":  # a cancel that came as it paused ends it cancelled
+                self.end(self.finish("cancelled" if ended == "paused" else ended))
                 return keeper.status
         except Cancelled:
             if keeper.claimed:
@@ -227,6 +239,9 @@ class JobRun:
         writers.write(invalid)
         keeper.update(message="loading the model")
         plan = Plan(spec, left={r.custom_id for r in pending})
+        windows = readable_windows(spec)  # checked when submitted
+        if windows is not None:
+            self.gate = Gate(windows, self.clock)
         if not pending:
             return plan
         plan.reuse = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
@@ -243,17 +258,21 @@ class JobRun:
     def run_models(self, plan: Plan) -> str:
         """Steps 3 and 4 for each model in turn: :meth:`load`, then :meth:`run`. Returns
         how it ended: ``completed``, ``expired`` (the completion window ended: checked
-        before each model loads, as a load can take minutes, and after each result) or
-        ``cancelled`` (a cancel stopped the engine)."""
+        before each model loads, as a load can take minutes, and after each result),
+        ``cancelled`` (a cancel stopped the engine) or ``paused`` (its run window closed:
+        checked before each model loads, and by the engine before each request enters)."""
         for number, folder in enumerate(plan.groups, start=1):
             if self.stop.stopping:
                 return "cancelled"
             if _expired(plan.spec):
                 self.expire(plan.left)
                 return "expired"
+            if self.gate is not None and self.gate.closed:
+                return "paused"
             executor = self.load(plan, folder, number)
-            if self.run(plan, folder, executor) == "expired":
-                return "expired"
+            ended = self.run(plan, folder, executor)
+            if ended is not None:
+                return ended
         return "cancelled" if self.stop.stopping else "completed"
 
     def load(self, plan: Plan, folder: str, number: int) -> Executor:
@@ -288,11 +307,14 @@ class JobRun:
         and the ETA meanwhile; a cancel stops the executor (:mod:`core.run.stopping`).
         Leaves the results written and counted, and the run's speed and answer lengths
         recorded for estimates unless it was stopped. Returns ``expired`` when the
-        completion window ended meanwhile (the requests left then have their result)."""
+        completion window ended meanwhile (the requests left then have their result), and
+        ``paused`` when the run window closed first (the executor let no request in after
+        it, and the lines of those inside are written)."""
         keeper, writers, requests = self.keeper, self.writers, plan.groups[folder]
         assert writers is not None  # opened by the plan step
         forecast = Forecast(plan.records[folder], executor.window)
         keeper.watch(executor, forecast)
+        executor.admit = self.gate  # asked before each request enters the engine
         self.stop.attach(executor)  # one asked to stop meanwhile stops at once
         measure = RunMeasure(requests)
         try:
@@ -308,10 +330,25 @@ class JobRun:
         finally:
             self.stop.attach(None)
             keeper.watch(None)
-        if not self.stop.stopping:  # a stopped run's last requests were cut short
+        paused = bool(plan.left) and self.gate is not None and self.gate.closed
+        if not self.stop.stopping and not paused:  # a stopped run's last requests were cut short
             name = Path(folder).name
             measure.record(name, executor.load_seconds, forecast.step_time(), self.home)
-        return None
+        return "paused" if paused and not self.stop.stopping else None
+
+    def pause(self, retry: bool, shard: int | None) -> bool:
+        """Its run window closed: the job goes back to the queue, saying when it resumes
+        (:func:`core.jobs.windows.paused_message`), with every result written kept; the
+        worker that holds the engine takes it again when the window opens, and that run
+        computes only the requests without a result (a retry stays one). No final status,
+        no delivery, no end event. False, touching nothing, when a cancel came first."""
+        assert self.gate is not None and self.writers is not None
+        self.writers.close()
+        gate, s = self.gate, self.keeper.status
+        message = paused_message(gate.windows, gate.clock.now(), s.done, s.total)
+        log.info("job %s: %s", self.job.job_id, message)
+        closed = (gate.closed_at or gate.clock.now()).isoformat()
+        return self.keeper.pause(message, closed, retry, shard)
 
     def expire(self, left: set[str]) -> None:
         """Ends the requests that did not run in time, as OpenAI's batch does (code expired)."""
@@ -578,12 +615,14 @@ def _waiting(job: JobFolder) -> bool:
         return True  # taken, so that it fails with its reason instead of waiting forever
 
 
-def _run_queued(job: JobFolder, stop: StopRequest | None = None) -> JobStatus:
+def _run_queued(
+    job: JobFolder, stop: StopRequest | None = None, clock: Clock | None = None
+) -> JobStatus:
     """Runs a job the queue hands over; one whose folder cannot be read fails alone, with
     the reason, and the queue goes on."""
     try:
         wanted = job.read_status()
-        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard, stop=stop)
+        return run_job(job, retry=wanted.retry, shard=wanted.retry_shard, stop=stop, clock=clock)
     except JobUnreadable as exc:
         log.error("%s", exc)
         status = JobStatus(error=str(exc), finished_at=now_iso())
@@ -717,10 +756,10 @@ def _run_here(
     when the worker is to leave afterwards (SIGTERM)."""
     resident.publish([queued.job_id])
     with resident.output_to(queued.log_file):
-        status = _run_queued(queued, stop)
+        status = _run_queued(queued, stop, resident.clock)
     stop.reset()  # a cancel of that job is not this worker's end; SIGTERM is
-    if job is not None and queued.job_id == job.job_id:
-        first.append(status)
+    if job is not None and queued.job_id == job.job_id and status.state not in WAITING_STATES:
+        first.append(status)  # a job its window paused is not at its end
     return stop.leaving
 
 
@@ -734,14 +773,16 @@ def _serve_side_by_side(
 ) -> None:
     """Admits queued jobs beside the running ones, each in a thread of its own, while this
     thread keeps the signals, the queue and every model load (:mod:`core.run.running`)."""
-    running = Running(_run_queued)
+    running = Running(lambda queued, stop: _run_queued(queued, stop, clock))
     loads = POOL.loads = Loads(POOL)
     published: list[str] | None = None
     with own_logs():  # each job's records to its own log
         try:
             while True:
                 for ended, status in running.reap():
-                    if job is not None and ended.job_id == job.job_id and status is not None:
+                    ours = job is not None and ended.job_id == job.job_id
+                    # a job its window paused is not at its end
+                    if ours and status is not None and status.state not in WAITING_STATES:
                         first.append(status)
                 stop.sink = running.on_signal  # a signal names no job: the files do
                 if running.take_signals():

@@ -1,7 +1,8 @@
 """The pages tests of run windows (issue 42 items 3 and 4; the rules: tests/unit/test_windows.py):
 Settings keeps the time zone and default windows and refuses bad ones whole; Run says when
 a job would run and a completion window its windows cannot meet, before Start, and Start
-keeps the windows in the job."""
+keeps the windows in the job; Monitor and Jobs say when a job its window's close paused
+resumes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from core.config import data_paths
 from core.jobs.folder import list_jobs
 from core.jobs.windows import DAY_NAMES, WindowSettings, check_settings, read_settings
 from core.jobs.windows import save_settings as save_windows
-from tests.support.jobs import request_line
+from core.schemas import JobStatus, now_iso
+from tests.support.jobs import monitored_job, request_line, rewrite_spec
 from tests.support.pages import open_page, shown, texts
 from tests.support.submit import write
 from ui.handover import CheckedBatch
@@ -64,3 +66,23 @@ def test_run_says_when_the_job_runs_and_that_it_cannot_meet_its_window(
     (job,) = list_jobs(data_paths().jobs)
     assert job.read_spec().run_windows == closed
     assert [j.job_id for j in no_worker] == [job.job_id]
+
+
+def test_monitor_and_jobs_say_a_paused_job_resumes_when_its_window_opens(studio_home):
+    """A job its window's close paused: queued again, with what it has and when it goes on
+    (before this change a window's close left a running job running: no such words)."""
+    job = monitored_job(studio_home)
+    closed = DAY_NAMES[(datetime.now(UTC).weekday() + 3) % 7] + " all day"
+    rewrite_spec(job, run_windows=closed, run_windows_zone="UTC")
+    status = JobStatus(state="queued", total=1, done=0, runs=1, paused_at=now_iso())
+    job.write_status(status)
+    says = (
+        f"Paused at the close of its run windows ({closed} (UTC)) with 0 of 1 requests done: "
+        "resumes by itself at "
+    )
+    monitor = open_page("monitor.py", job_id=job.job_id)
+    assert not monitor.exception, [e.message for e in monitor.exception]
+    assert says in texts(monitor)
+    jobs = open_page("jobs.py")
+    assert not jobs.exception, [e.message for e in jobs.exception]
+    assert says in texts(jobs)

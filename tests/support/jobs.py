@@ -37,9 +37,11 @@ def request_line(custom_id: str, prompt: str, system: str | None = None, **body:
 
 class StandIn:
     """What every stand-in executor shares: nothing to load, no engine counters to read,
-    and a stop flag (a cancel) that its ``run`` may honour."""
+    a stop flag (a cancel) that its ``run`` may honour, and the run window's gate
+    (``admit``, set by the worker) that it may ask before each request, as the engine does."""
 
     load_seconds, description, stopped, window = 0.0, "on a stand-in", False, 1
+    admit = None
 
     def stop(self) -> None:
         self.stopped = True
@@ -245,13 +247,16 @@ def monitored_job(studio_home) -> JobFolder:
 
 
 class Answers(StandIn):
-    """Answers every request; counts the requests it was given."""
+    """Answers every request the run window's gate lets in, one at a time; counts the
+    requests it was given."""
 
     def __init__(self, text: str = "ok") -> None:
         self.text, self.ran = text, []
 
     def run(self, requests):
         for request in requests:
+            if self.admit is not None and not self.admit():
+                return  # the window closed: nothing inside, so nothing more comes
             self.ran.append(request.custom_id)
             completion = Completion(2, [Choice(self.text, "stop", 1)])
             yield [success_line(request.custom_id, "m", completion)]

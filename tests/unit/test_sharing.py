@@ -309,3 +309,51 @@ def test_a_jobs_live_tokens_beside_another_job_are_its_own():
     own = CountingEngine.WRITTEN
     assert first.activity().generated_tokens == 1 + own * inside.count("a")  # a0: none of b's
     assert second.activity().generated_tokens == len(got) + own * inside.count("b")
+
+
+class Gate:
+    """A run window's gate that lets ``open_for`` requests in, then stays closed."""
+
+    def __init__(self, open_for: int) -> None:
+        self.left = open_for
+
+    def __call__(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+def test_a_job_whose_window_closes_lets_in_no_more_and_gets_the_answers_inside():
+    """Alone: the engine's stream ends once the requests inside have finished; none is
+    aborted, and the reader ends with exactly the answers of those let in."""
+    engine = SteppingEngine()
+    feed = Feed(engine, model="m")
+    lines = list(feed.run("a", job("a", 20), 4, admit=Gate(6)))
+    assert texts(lines) == [f"a{i}" for i in range(6)]
+    assert engine.aborted == [] and feed.mix.keys == [] and feed.jobs == 0
+    # the engine is free: the job's next run (the rest) starts a stream afresh
+    rest = job("a", 20)[6:]
+    assert texts(list(feed.run("a2", rest, 4))) == [f"a{i}" for i in range(6, 20)]
+
+
+def test_a_job_paused_beside_another_leaves_it_whole():
+    engine = SteppingEngine()
+    feed = Feed(engine, model="m")
+    paused_done, other = threading.Event(), []
+
+    def long_job():
+        for lines in feed.run("a", job("a", 40), 4):
+            other.append(lines)
+            if len(other) == 3:
+                paused_done.wait(30)  # the paused job drives the engine meanwhile
+
+    thread = threading.Thread(target=long_job)
+    thread.start()
+    while len(other) < 3:
+        time.sleep(0.01)
+    paused = [line for b in feed.run("b", job("b", 40), 4, admit=Gate(5)) for line in b]
+    paused_done.set()
+    thread.join(30)
+    assert sorted(texts([paused])) == [f"b{i}" for i in range(5)]  # let in, and finished
+    assert sorted(texts(other)) == sorted(f"a{i}" for i in range(40))
+    assert engine.aborted == []  # nothing inside was cut short, of either job
+    assert engine.streams == 1  # the other job's stream ran on through the pause

@@ -3,18 +3,25 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.api.batch_view import openai_status
 from core.config import data_paths
-from core.jobs.folder import list_jobs, queue_job
+from core.jobs.folder import cancel, list_jobs, queue_job
+from core.jobs.ledger import read_ledger
 from core.jobs.submit import Submission, submit
 from core.jobs.windows import (
     DAY_NAMES,
     Clock,
     WindowProblem,
     check_settings,
+    held_note,
+    open_eta,
     parse,
     read_settings,
     save_settings,
@@ -22,7 +29,10 @@ from core.jobs.windows import (
     windows_for,
 )
 from core.run import worker
-from core.schemas import EngineConfig
+from core.run.monitoring import rates
+from core.run.pool import MULTIPROCESSING_ENV
+from core.run.progress import eta
+from core.schemas import EngineConfig, JobStatus
 from tests.support.api import chats, sdk
 from tests.support.cli import cli
 from tests.support.jobs import Answers, make_job, request_line, rewrite_spec
@@ -261,3 +271,178 @@ def test_core_keys_windows_sets_a_key_s_default_and_refuses_bad_ones(studio_home
     assert cli("keys", "windows", "carol", NIGHTS).returncode == 2  # no such key
     cleared = cli("keys", "windows", "alice", "")
     assert "no windows of its own; the studio's default: any time" in cleared.stdout
+
+
+# -- a running job at its window's close (issue 42 item 3) -----------------------------------
+
+
+class Ticking(Answers):
+    """Answers each request the gate lets in, each taking ``each`` of the clock's time (the
+    clock moves on as the request finishes); notes when each of its runs started."""
+
+    def __init__(self, clock: MovingClock, each: timedelta = timedelta(minutes=30)):
+        super().__init__()
+        self.clock, self.each, self.started = clock, each, []
+
+    def run(self, requests):
+        self.started.append(self.clock.now())
+        for lines in super().run(requests):
+            self.clock.moment += self.each
+            yield lines
+
+
+class PausedStatus(MovingClock):
+    """Keeps the job's whole status at the worker's first wait."""
+
+    def sleep(self, seconds: float) -> None:
+        if not self.said_while_waiting:
+            self.paused = self.job.read_status()
+        super().sleep(seconds)
+
+
+def one_line_each(job) -> list[str]:
+    """The custom_ids of the job's result lines, once each, or the test fails."""
+    lines = [json.loads(raw) for raw in job.output.read_text().splitlines()]
+    ids = [line["custom_id"] for line in lines]
+    assert len(ids) == len(set(ids)) and not job.errors.read_text().strip()
+    ledger = read_ledger(job)
+    assert not ledger.missing and not ledger.coverage_problems()
+    return sorted(ids)
+
+
+def test_a_window_closing_mid_job_pauses_it_and_it_resumes_by_itself_when_it_opens(
+    tmp_path, monkeypatch
+):
+    """Before this change the job ran on past 22:00: all six requests on Monday night."""
+    job = make_job(tmp_path, 6)
+    rewrite_spec(
+        job, run_windows="daily 20:00-22:00", run_windows_zone="UTC", completion_window_hours=None
+    )
+    queue_job(job)
+    clock = PausedStatus(at("2026-12-07T20:00+00:00"), job)  # Monday, as the window opens
+    executor = Ticking(clock)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: executor)
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+
+    status = worker.serve(job, clock=clock)
+
+    # four requests of 30 min fill 20:00-22:00; the fifth was not let in at 22:00
+    paused = clock.paused
+    assert paused.state == "queued" and (paused.done, paused.succeeded) == (4, 4)
+    assert paused.pid is None and paused.paused_at == "2026-12-07T22:00:00+00:00"
+    says = (
+        "paused at the close of its run windows (daily 20:00-22:00 (UTC)) with 4 of 6 "
+        "requests done: resumes by itself at Tue 8 Dec 20:00 UTC"
+    )
+    assert paused.message == says
+    # what Monitor, Jobs and the Batch API show of it meanwhile
+    assert held_note(job.read_spec(), paused, at("2026-12-08T09:00+00:00")) == says
+    assert openai_status(paused) == "in_progress"
+    # it went on by itself when the window opened, not before, with the two left
+    assert executor.started == [at("2026-12-07T20:00+00:00"), at("2026-12-08T20:00+00:00")]
+    assert executor.ran == [f"r{i}" for i in range(6)]  # each once
+    assert status.state == "completed" and status.succeeded == 6 and status.runs == 2
+    assert one_line_each(job) == [f"r{i}" for i in range(6)]
+    states = [h["state"] for h in status.history if "note" not in h]
+    assert states[-6:] == ["loading", "running", "queued", "loading", "running", "completed"]
+
+
+def test_a_paused_job_cancelled_keeps_its_results_and_says_it_was_paused(tmp_path, monkeypatch):
+    job = make_job(tmp_path, 6)
+    rewrite_spec(
+        job, run_windows="daily 20:00-22:00", run_windows_zone="UTC", completion_window_hours=None
+    )
+    queue_job(job)
+    clock = MovingClock(at("2026-12-07T21:00+00:00"), job)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Ticking(clock))
+    paused = worker.run_job(job, clock=clock)  # one run: it stops at 22:00 with two
+    assert (paused.state, paused.done) == ("queued", 2)
+    assert cancel(job) == "job cancelled while paused: its results stay, and no worker will run it"
+    status = job.read_status()
+    assert status.state == "cancelled"
+    assert status.message == "cancelled while paused outside its run windows, 2 done"
+    assert len(job.output.read_text().splitlines()) == 2
+
+
+class Beside(Ticking):
+    """Ticking, with its first run waiting until the other job's executor has started (both
+    run at once), and a real pause between requests so that they interleave."""
+
+    def __init__(self, clock, together: threading.Barrier, each=timedelta(0)):
+        super().__init__(clock, each)
+        self.together = together
+
+    def run(self, requests):
+        if len(self.started) == 0:
+            self.together.wait()
+        for lines in super().run(requests):
+            time.sleep(0.01)
+            yield lines
+
+
+def test_a_job_beside_a_paused_one_runs_on_untouched(tmp_path, monkeypatch):
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "1")  # side by side, as a resident worker runs
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    windowed = make_job(tmp_path / "a", 6, tmp_path / "jobs")
+    other = make_job(tmp_path / "b", 20, tmp_path / "jobs")
+    rewrite_spec(
+        windowed, run_windows="daily 20:00-22:00", run_windows_zone="UTC",
+        completion_window_hours=None,
+    )  # fmt: skip
+    for job in (windowed, other):
+        queue_job(job)
+    clock = MovingClock(at("2026-12-07T21:00+00:00"), windowed)
+    together = threading.Barrier(2, timeout=10)
+    executors = {
+        windowed.job_id: Beside(clock, together, timedelta(minutes=30)),
+        other.job_id: Beside(clock, together),
+    }
+    monkeypatch.setattr(worker, "make_executor", lambda spec, d: executors[spec.job_id])
+
+    assert worker.serve(windowed, clock=clock).state == "completed"
+
+    # the windowed job took two requests in before 22:00, the rest the next night
+    assert executors[windowed.job_id].started[1] == at("2026-12-08T20:00+00:00")
+    assert one_line_each(windowed) == sorted(f"r{i}" for i in range(6))
+    # the other job, which has no windows, ran to its end in one run, beside it
+    status = other.read_status()
+    assert status.state == "completed" and status.runs == 1 and status.paused_at is None
+    assert [h["state"] for h in status.history][-3:] == ["loading", "running", "completed"]
+    assert one_line_each(other) == sorted(f"r{i}" for i in range(20))
+    assert executors[other.job_id].ran == [f"r{i}" for i in range(20)]
+
+
+# -- the ETA over open hours --------------------------------------------------------------------
+
+
+def test_the_eta_counts_only_open_hours():
+    nights = parse("daily 20:00-07:00", "UTC")
+    # 2 h of work at 19:00: nothing runs until 20:00, so it ends at 22:00, 3 h away
+    evening = at("2026-12-07T19:00+00:00")
+    assert nights.finish_after(evening, 2 * 3600) == at("2026-12-07T22:00+00:00")
+    assert open_eta(nights, evening, 2 * 3600) == 3 * 3600
+    # 2 h of work at 06:00: 1 h until the 07:00 close, the other from 20:00: 15 h away
+    dawn = at("2026-12-08T06:00+00:00")
+    assert open_eta(nights, dawn, 2 * 3600) == 15 * 3600
+    assert open_eta(None, dawn, 2 * 3600) == 2 * 3600  # no windows: the work itself
+
+
+def test_monitor_s_eta_of_a_windowed_job_waits_through_the_closed_hours(tmp_path):
+    """The speed and the work left give 2 h; Monitor says 15 h, and when it ends."""
+    nights = parse("daily 20:00-07:00", "UTC")
+    now = at("2026-12-08T06:00+00:00")
+    t = time.time()  # the samples are the heartbeat's; the windows are judged at ``now``
+    started = datetime.fromtimestamp(t - 20, UTC).isoformat()
+    status = JobStatus(state="running", total=100, done=50, started_at=started, heartbeat_at=t)
+    status.eta_seconds = 2 * 3600  # the worker's forecast (made just now: no eta_at)
+    samples = [{"t": t - 10 + i, "done": 40 + i, "output_tokens": 400 + 10 * i} for i in range(11)]
+    plain = rates(samples, status)
+    assert round(plain.eta_seconds / 3600, 2) == 2.0
+    speed = rates(samples, status, windows=nights, now=now)
+    assert round(speed.eta_seconds / 3600, 2) == 15.0
+    value, help = eta(status, speed)
+    assert value == "15:00:00"
+    assert "only the open hours of its run windows, daily 20:00-07:00 (UTC)" in help
+    assert "it ends about Tue 8 Dec 21:00 UTC" in help
