@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import getpass
+import json
+from urllib.parse import quote, unquote
 
 import streamlit as st
 
@@ -55,19 +57,44 @@ def signed_in_user() -> str | None:
     return st.session_state.get("signed_in_user")
 
 
+REVIEWER_COOKIE = "batch_studio_reviewer"
+YEAR = 365 * 24 * 3600
+
+
 def reviewer_name(label: str) -> str:
     """Who labels: the signed-in user where sign-in is on (not editable), else a name typed
-    once and kept for the session."""
+    once and remembered by this browser (a cookie: a queue's reviewer finds their share
+    again tomorrow, in a new tab)."""
     user = signed_in_user()
     if user is not None:
         st.text_input(label, value=user, disabled=True, key="reviewer_signed_in")
         return user
-    # A widget's state is dropped when its page is left: the name is kept apart, restored.
-    if "reviewer" not in st.session_state and st.session_state.get("reviewer_name"):
-        st.session_state["reviewer"] = st.session_state["reviewer_name"]
+    # A widget's state is dropped when its page is left: the name is kept apart, restored;
+    # a new session starts from the browser's cookie.
+    remembered = st.session_state.get("reviewer_name") or _remembered()
+    if "reviewer" not in st.session_state and remembered:
+        st.session_state["reviewer"] = remembered
     name = st.text_input(label, key="reviewer").strip()
     st.session_state["reviewer_name"] = name
+    if name and st.session_state.get("reviewer_cookie") != name:
+        _remember(name)
+        st.session_state["reviewer_cookie"] = name
     return name
+
+
+def _remembered() -> str:
+    """The name this browser's cookie holds ("" without one; AppTest has no browser)."""
+    value = st.context.cookies.get(REVIEWER_COOKIE)
+    return unquote(value) if isinstance(value, str) else ""
+
+
+def _remember(name: str) -> None:
+    """Sets the reviewer cookie in the browser. The name goes in percent-encoded, so the
+    script holds only letters, digits and ``%_.-~``: nothing a name could break out with."""
+    cookie = f"{REVIEWER_COOKIE}={quote(name, safe='')}; path=/; max-age={YEAR}; SameSite=Lax"
+    st.html(
+        f"<script>document.cookie = {json.dumps(cookie)};</script>", unsafe_allow_javascript=True
+    )
 
 
 def access_now() -> AccessConfig:

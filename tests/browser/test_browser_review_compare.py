@@ -51,6 +51,18 @@ def test_review_follows_its_job_link_and_compares_word_diff_reads_as_words(
     expect(page.get_by_text(f"jobs {job_label(older, 'tickets v1')}")).to_be_visible()
     screenshot(page, "review_from_a_job_link")
 
+    # The reviewer's name, typed once, is this browser's in a new session (issue 44 item 2):
+    # as typed, markup and all, and never run as markup.
+    name = page.get_by_label("Your name (labels are kept per reviewer)")
+    name.fill('Zoë </script><b>"x"')
+    name.press("Enter")
+    wait_idle(page)
+    page.goto(f"{studio_server.url}/review")
+    expect_title(page, "Review", timeout=90_000)
+    expect(page.get_by_label("Your name (labels are kept per reviewer)")).to_have_value(
+        'Zoë </script><b>"x"', timeout=60_000
+    )
+
     # Compare v1 with v2: the word diff as the page's text reads, word by word.
     page.goto(f"{studio_server.url}/compare?a={older}&b={newer}")
     expect_title(page, "Compare", timeout=90_000)
