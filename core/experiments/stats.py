@@ -1,7 +1,8 @@
 """The statistics of an experiment's comparison, in one place.
 
-- **Wilson score interval** (95 %) for a pass rate: it stays inside [0, 1] and is honest
-  at 0 or n passes and for small n, where the normal ("Wald") interval is not.
+- **Wilson score interval** (95 %) for a pass rate: the studio's one, of Review and
+  Checks (:func:`core.store.review.wilson`); it stays inside [0, 1] and is honest at 0 or
+  n passes and for small n, where the normal ("Wald") interval is not.
 - **McNemar's exact test** for two variants' pass/fail on the same items: only the items
   where they disagree count (b: the baseline passes and the other fails; c: the reverse);
   under no difference each is b or c with probability 1/2, so the two-sided p-value is
@@ -22,22 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Z95 = 1.959963984540054  # the normal quantile of a two-sided 95 % interval
+from core.store.review import wilson
+
+__all__ = ["mcnemar_exact", "p_text", "paired_bootstrap", "percentile", "wilson"]
+
 ALPHA = 0.05  # a difference is called significant below this p-value
 RESAMPLES = 2000
 SEED = 43
 _CHUNK = 250  # resamples drawn at a time (6,000 items x 250 stays a few MB)
-
-
-def wilson(passed: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of ``passed`` of ``n``; (nan, nan) when n is 0."""
-    if n <= 0:
-        return math.nan, math.nan
-    p = passed / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def mcnemar_exact(b: int, c: int) -> float:

@@ -22,8 +22,8 @@ def test_wilson_bounds(passed, n, low, high):
     assert stats.wilson(passed, n) == pytest.approx((low, high), abs=1e-4)
 
 
-def test_wilson_of_nothing_is_unknown():
-    assert all(np.isnan(stats.wilson(0, 0)))
+def test_wilson_of_nothing_is_anything():
+    assert stats.wilson(0, 0) == (0.0, 1.0)
 
 
 @pytest.mark.parametrize(
