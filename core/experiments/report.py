@@ -43,6 +43,7 @@ class Experiment:
     checks: list[str] = field(default_factory=list)  # every check, in order
     variables: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # each variant's model (for prices)
+    cells: pd.DataFrame | None = None  # :func:`cell_table`, made at its first call
 
 
 def variant_labels(prompts: list[str], providers: list[str]) -> list[str]:
@@ -104,24 +105,32 @@ def _outcome(row: pd.Series, check: str) -> bool | None:
 def cell_table(exp: Experiment) -> pd.DataFrame:
     """Per cell (item x variant): ``pass`` (every graded check held), ``score`` (the share
     of its graded checks that held) and each check's outcome; None where not graded (a
-    failed request, a model-graded assertion, or a check the item does not have)."""
-    rows = []
-    for _, row in exp.frame.iterrows():
-        item, answered = int(row["_item"]), row["output"] is not None
-        own = exp.item_checks[item]
-        outcomes = {c: (_outcome(row, c) if answered and c in own else None) for c in exp.checks}
-        graded = [o for o in outcomes.values() if o is not None]
-        rows.append(
-            {
-                "item": item,
-                "variant": int(row["_variant"]),
-                "answered": answered,
-                "pass": (all(graded) if graded else None) if answered else None,
-                "score": (sum(graded) / len(graded)) if graded else math.nan,
-                **{f"check {c}": o for c, o in outcomes.items()},
-            }
-        )
-    return pd.DataFrame(rows)
+    failed request, a model-graded assertion, or a check the item does not have). Made
+    once per :class:`Experiment`, column by column (a row loop takes seconds at 6,000)."""
+    if exp.cells is not None:
+        return exp.cells
+    frame = exp.frame
+    items = frame["_item"].to_numpy(int) if len(frame) else np.zeros(0, int)
+    answered = frame["output"].notna().to_numpy() if len(frame) else np.zeros(0, bool)
+    graded_n, passed_n = np.zeros(len(frame), int), np.zeros(len(frame), int)
+    table: dict[str, Any] = {
+        "item": items,
+        "variant": frame["_variant"].to_numpy(int) if len(frame) else items,
+        "answered": answered,
+    }
+    checks = {}
+    for c in exp.checks:
+        own = np.array([c in names for names in exp.item_checks], bool)[items]
+        values = frame[c].to_numpy(object) if c in frame else np.full(len(frame), None)
+        known = np.array([_known(v) for v in values], bool) & own & answered
+        passed = known & np.array([bool(v) if _known(v) else False for v in values], bool)
+        graded_n += known
+        passed_n += passed
+        checks[f"check {c}"] = np.where(known, passed, None)
+    table["pass"] = np.where(answered & (graded_n > 0), graded_n == passed_n, None)
+    table["score"] = np.where(graded_n > 0, passed_n / np.maximum(graded_n, 1), np.nan)
+    exp.cells = pd.DataFrame({**table, **checks})
+    return exp.cells
 
 
 # -- the summary rows ----------------------------------------------------------------------
@@ -291,18 +300,17 @@ def view_items(exp: Experiment, view: str) -> list[int]:
     return sorted({int(i) for i in shown})
 
 
-def cell_text(exp: Experiment, row: pd.Series) -> str:
-    """One cell as plain text: the answer, each of the item's checks marked, tokens and
-    latency."""
-    if row["output"] is None:
+def cell_text(exp: Experiment, row: dict[str, Any]) -> str:
+    """One cell (a row of the matrix) as plain text: the answer, each of the item's checks
+    marked, tokens and latency."""
+    answered = _known(row["output"])
+    if answered:
+        answer = str(row["output"])
+    else:
         error = row["_error"]
         answer = f"(request failed: {error})" if _known(error) else "(no answer yet)"
-    else:
-        answer = str(row["output"])
     own = exp.item_checks[int(row["_item"])]
-    marks = "  ".join(
-        f"{MARKS[_outcome(row, c) if row['output'] is not None else None]} {c}" for c in own
-    )
+    marks = "  ".join(f"{MARKS[_outcome(row, c) if answered else None]} {c}" for c in own)
     figures = []
     if _known(row["_completion_tokens"]):
         figures.append(f"{int(row['_completion_tokens'])} tokens")
@@ -314,26 +322,26 @@ def cell_text(exp: Experiment, row: pd.Series) -> str:
 def wide(exp: Experiment, items: list[int]) -> pd.DataFrame:
     """The matrix: a row per item (its label and variables), a column per variant, each
     cell :func:`cell_text`."""
-    taken = {"item", *exp.variables}
+    variables = {v: f"var {v}" if v == "item" else v for v in exp.variables}
+    taken = {"item", *variables.values()}
     columns = []
     for label in exp.variants:
         name = label if label not in taken else f"{label} (variant)"
         taken.add(name)
         columns.append(name)
-    frame = exp.frame
-    rows = []
+    rows: dict[int, dict[str, Any]] = {}
     for item in items:
-        mine = frame[frame["_item"] == item]
-        first = mine.iloc[0] if len(mine) else None
-        row: dict[str, Any] = {"item": exp.items[item]}
-        for v in exp.variables:
-            key = f"var {v}" if v in ("test", "prompt", "provider", "output", "pass") else v
-            value = first[key] if first is not None else None
-            row[v] = None if not _known(value) else str(value)
-        for _, cell in mine.iterrows():
-            row[columns[int(cell["_variant"])]] = cell_text(exp, cell)
-        rows.append(row)
-    return pd.DataFrame(rows, columns=["item", *exp.variables, *columns])
+        rows[item] = {"item": exp.items[item]}
+    for cell in exp.frame.to_dict("records"):
+        row = rows.get(int(cell["_item"]))
+        if row is None:
+            continue  # not in this view
+        if len(row) == 1:  # the item's variables, from its first cell
+            for v, name in variables.items():
+                key = f"var {v}" if v in ("test", "prompt", "provider", "output", "pass") else v
+                row[name] = str(cell[key]) if _known(cell.get(key)) else None
+        row[columns[int(cell["_variant"])]] = cell_text(exp, cell)
+    return pd.DataFrame(list(rows.values()), columns=["item", *variables.values(), *columns])
 
 
 # -- against a baseline --------------------------------------------------------------------

@@ -261,8 +261,13 @@ def grade(state: ExperimentState, home: Path | None = None) -> Grades:
 
 
 def read_grades(experiment_id: str, home: Path | None = None) -> Grades | None:
+    """The kept grades; None when never graded or the file cannot be read (grades are
+    made again from the answers, so nothing a person did is lost)."""
     path = folder_of(experiment_id, home) / "grades.json"
-    return Grades.model_validate_json(path.read_bytes()) if path.is_file() else None
+    try:
+        return Grades.model_validate_json(path.read_bytes()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
 
 
 def grades_stale(state: ExperimentState, finished_at: str | None, home: Path | None = None) -> bool:

@@ -11,7 +11,7 @@ import pytest
 
 from core.config import data_paths
 from core.experiments import report
-from core.experiments.runs import export, read_state
+from core.experiments.runs import export, grade, grades_stale, read_state
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable
 from tests.support.experiments import experiment_in_home, promptfoo_config
@@ -163,3 +163,14 @@ def test_the_matrix_exports_with_formula_safe_cells(model, tmp_path, fmt):
     spreadsheet = fmt != "parquet"  # Parquet keeps the data as it is: no spreadsheet runs it
     assert read.loc[0, "output"] == ("'=HYPERLINK(1)" if spreadsheet else "=HYPERLINK(1)")
     assert list(read.columns)[:5] == ["test", "prompt", "provider", "country", "output"]
+
+
+def test_a_damaged_grades_file_is_graded_again_not_a_traceback(experiment):
+    state = read_state(experiment)
+    grades = data_paths().home / "experiments" / experiment / "grades.json"
+    grades.write_text("{not json", encoding="utf-8")
+    assert grades_stale(state, None)
+    assert report.load(experiment).frame["pass"].isna().all()  # shown as not graded yet
+    grade(state)
+    assert not grades_stale(state, None)
+    assert report.summary(report.load(experiment), PriceTable())[0].every_check.graded == N
