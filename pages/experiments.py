@@ -86,6 +86,16 @@ def summary_section(exp: report.Experiment) -> None:
     )
 
 
+def trend_section(experiment_id: str) -> None:
+    """The pass rates of every run of the same file, when it ran more than once."""
+    runs = report.trend(experiment_id, paths().home)
+    if runs.empty:
+        return
+    st.subheader("Trend across runs of this file")
+    st.caption("Pass rate on every check (%) per variant, in each graded run, the oldest first.")
+    st.dataframe(runs, hide_index=True, width="stretch", key="exp_trend")
+
+
 def baseline_section(exp: report.Experiment) -> None:
     """The baseline picked, then every other variant against it, in words and numbers."""
     if len(exp.variants) < 2:
@@ -146,6 +156,7 @@ def show(state: ExperimentState) -> None:
         st.info("This experiment has no items.")
         return
     summary_section(exp)
+    trend_section(state.experiment_id)
     baseline_section(exp)
     matrix_section(exp)
     export_section(state.experiment_id)

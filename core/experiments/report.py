@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from core.config import data_paths
 from core.experiments import stats
-from core.experiments.runs import check_names, matrix, read_state
+from core.experiments.runs import check_names, list_experiments, matrix, read_grades, read_state
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
 
 EVERY_CHECK = "every check"
@@ -438,3 +438,32 @@ def verdict_table(verdicts: list[Verdict]) -> pd.DataFrame:
             for v in verdicts
         ]
     )
+
+
+# -- across reruns -------------------------------------------------------------------------
+
+
+def trend(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
+    """Each graded run of the same file (the same source path and name), the oldest
+    first: a row per run, a column per variant label, the pass rate on every check (%).
+    Empty when the file ran once."""
+    home = home or data_paths().home
+    state = read_state(experiment_id, home)
+    runs = [
+        s
+        for s in reversed(list_experiments(home))
+        if s.source == state.source and s.plan.name == state.plan.name
+    ]
+    if len(runs) < 2:
+        return pd.DataFrame()
+    rows = []
+    for run in runs:
+        if read_grades(run.experiment_id, home) is None:
+            continue  # not graded yet: nothing to say of it
+        exp = load(run.experiment_id, home)
+        row: dict[str, Any] = {"run": run.experiment_id, "created": run.created_at}
+        for summary_row in summary(exp, PriceTable()):
+            rate = summary_row.every_check.rate
+            row[summary_row.variant] = None if rate is None else round(rate * 100, 1)
+        rows.append(row)
+    return pd.DataFrame(rows) if len(rows) > 1 else pd.DataFrame()

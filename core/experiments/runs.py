@@ -85,7 +85,16 @@ def list_experiments(home: Path | None = None) -> list[ExperimentState]:
             found.append(ExperimentState.model_validate_json(path.read_bytes()))
         except (OSError, ValueError):
             continue
-    return sorted(found, key=lambda s: (s.created_at, s.experiment_id), reverse=True)
+    return sorted(found, key=_made, reverse=True)
+
+
+def _made(state: ExperimentState) -> datetime:
+    """When an experiment was made (a date that cannot be read: the oldest)."""
+    try:
+        made = datetime.fromisoformat(state.created_at)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return made if made.tzinfo else made.replace(tzinfo=UTC)
 
 
 def custom_id(test: int, prompt: int, provider: int) -> str:
@@ -176,7 +185,7 @@ def start(
         started = submit(file, submission, home / "jobs")
     state = ExperimentState(
         experiment_id=experiment_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         source=str(Path(source).resolve()),
         plan=plan,
         job_id=started.job.job_id,

@@ -75,3 +75,15 @@ def test_a_running_experiment_shows_its_progress_and_no_matrix(model):
 def test_without_an_experiment_the_page_says_how_to_run_one():
     at = open_page("experiments.py")
     assert "python -m core experiment run FILE" in texts(at)
+
+
+def test_the_same_file_run_twice_shows_its_trend(model):
+    first = experiment_in_home(model, config(), answers)
+    at = open_page("experiments.py")
+    assert not [d for d in at.dataframe if "run" in d.value.columns]  # one run: no trend
+    later = experiment_in_home(model, config(), lambda cid: {"answer": "Paris"})
+    at = open_page("experiments.py")
+    assert at.selectbox(key="exp_pick").value == later  # the newest first
+    runs = table(at, "run")
+    assert runs["run"].tolist() == [first, later]
+    assert runs["plain"].tolist() == [20.0, 100.0] and runs["terse"].tolist() == [96.7, 100.0]

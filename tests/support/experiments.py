@@ -68,7 +68,7 @@ def experiment_in_home(
         job = create_job(file, data_paths().jobs, EngineConfig(model=str(model)))
     state = ExperimentState(
         experiment_id=f"exp_{secrets.token_hex(6)}",
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         source=str(source),
         plan=plan,
         job_id=job.job_id,

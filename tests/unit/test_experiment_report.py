@@ -174,3 +174,14 @@ def test_a_damaged_grades_file_is_graded_again_not_a_traceback(experiment):
     grade(state)
     assert not grades_stale(state, None)
     assert report.summary(report.load(experiment), PriceTable())[0].every_check.graded == N
+
+
+def test_the_same_file_run_again_shows_a_trend_per_variant(experiment, model):
+    tests = [{"description": f"item {t}", "country": "France"} for t in range(N)]
+    config = promptfoo_config(tests, ["plain", "terse"], CHECKS)
+    assert report.trend(experiment).empty  # one run: no trend
+    later = experiment_in_home(model, config, lambda cid: {"answer": "Paris"})
+    runs = report.trend(later)
+    assert runs["run"].tolist() == [experiment, later]  # the oldest first
+    assert runs["plain"].tolist() == [20.0, 100.0]  # 8 of 40 passed both checks, then all
+    assert runs["terse"].tolist() == [round(35 / 39 * 100, 1), 100.0]
