@@ -9,13 +9,16 @@ import streamlit as st
 from core.experiments import report
 from core.experiments.config import ExperimentError
 from core.experiments.runs import ExperimentState, export, grade, grades_stale, list_experiments
+from core.human.files import VERDICTS
 from core.jobs.folder import JobFolder
 from core.plan.pricing import cost_text, load_prices
 from core.run.progress import nothing_to_watch
 from core.store import export as ex
+from core.store import review as rv
 from ui.job_controls import job_controls
 from ui.jobs import job_label, open_job
-from ui.store import paths, through_app
+from ui.sign_in import reviewer_name
+from ui.store import paths, store, through_app
 from ui.text import escape
 
 REFRESH_SECONDS = 2.0
@@ -122,6 +125,34 @@ def matrix_section(exp: report.Experiment) -> None:
     items = report.view_items(exp, view)
     st.caption(f"{len(items):,} of {len(exp.items):,} items · ✓ passed, ✗ failed, – not graded")
     st.dataframe(report.wide(exp, items), hide_index=True, width="stretch", key="exp_matrix")
+    label_section(exp, items)
+
+
+def label_section(exp: report.Experiment, items: list[int]) -> None:
+    """A cell of the view labelled as Review labels a result (the same file and index)."""
+    with st.expander("Label a cell (Review's labels)"):
+        if not items:
+            st.caption("No item in this view.")
+            return
+        c = st.columns(3)
+        item = c[0].selectbox("Item", items, format_func=exp.items.__getitem__, key="exp_l_item")
+        variant = c[1].selectbox(
+            "Variant", range(len(exp.variants)), format_func=exp.variants.__getitem__,
+            key="exp_l_variant",
+        )  # fmt: skip
+        verdict = c[2].radio("Verdict", VERDICTS, horizontal=True, key="exp_l_verdict")
+        comment = st.text_input("Comment (optional)", key="exp_l_comment")
+        reviewer = reviewer_name("Your name (as a reviewer)")
+        if st.button("Save label", key="exp_l_save"):
+            job_id, cid = report.result_of(exp, item, variant)
+            try:
+                rv.save_label(store(), job_id, cid, reviewer, rv.Label(verdict, comment=comment))
+            except rv.ReviewError as exc:
+                st.error(escape(exc))
+            else:
+                st.success(
+                    escape(f"Labelled {verdict}: {exp.variants[variant]} on {exp.items[item]}.")
+                )
 
 
 def export_section(experiment_id: str) -> None:

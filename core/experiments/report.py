@@ -21,7 +21,14 @@ from pydantic import BaseModel
 
 from core.config import data_paths
 from core.experiments import stats
-from core.experiments.runs import check_names, list_experiments, matrix, read_grades, read_state
+from core.experiments.runs import (
+    check_names,
+    custom_id,
+    list_experiments,
+    matrix,
+    read_grades,
+    read_state,
+)
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
 
 EVERY_CHECK = "every check"
@@ -44,6 +51,8 @@ class Experiment:
     variables: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # each variant's model (for prices)
     cells: pd.DataFrame | None = None  # :func:`cell_table`, made at its first call
+    job_id: str | None = None  # the job the answers are results of (Review labels them)
+    plan_cells: list[tuple[int, int]] = field(default_factory=list)  # (prompt, provider)
 
 
 def variant_labels(prompts: list[str], providers: list[str]) -> list[str]:
@@ -87,10 +96,18 @@ def load(experiment_id: str, home: Path | None = None) -> Experiment:
         checks=list(dict.fromkeys(c for names in item_checks for c in names)),
         variables=plan.variables(),
         models=models,
+        job_id=state.job_id,
+        plan_cells=list(plan.cells),
     )
 
 
 # -- per cell ------------------------------------------------------------------------------
+
+
+def result_of(exp: Experiment, item: int, variant: int) -> tuple[str, str]:
+    """The (job id, custom_id) of one cell: the result Review's labels are kept for."""
+    prompt, provider = exp.plan_cells[variant]
+    return str(exp.job_id), custom_id(item, prompt, provider)
 
 
 def _known(value: Any) -> bool:

@@ -4,9 +4,12 @@ in its views; a running experiment shows its progress and no matrix yet."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from core.experiments.runs import read_grades
+from core.config import data_paths
+from core.experiments.runs import read_grades, read_state
 from tests.support.experiments import experiment_in_home, promptfoo_config
 from tests.support.pages import open_page, texts
 
@@ -87,3 +90,28 @@ def test_the_same_file_run_twice_shows_its_trend(model):
     runs = table(at, "run")
     assert runs["run"].tolist() == [first, later]
     assert runs["plain"].tolist() == [20.0, 100.0] and runs["terse"].tolist() == [96.7, 100.0]
+
+
+def test_a_cell_is_labelled_as_review_labels_a_result(model):
+    experiment_id = experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_l_item").set_value(2).run()
+    at.selectbox(key="exp_l_variant").set_value(1).run()
+    at.radio(key="exp_l_verdict").set_value("fail").run()
+    at.button(key="exp_l_save").click().run()
+    assert "enter your reviewer name first" in texts(at)  # nothing saved without a name
+    at.text_input(key="reviewer").input("ana").run()
+    at.button(key="exp_l_save").click().run()
+    assert "Labelled fail: terse on item 2." in texts(at)
+    job_id = read_state(experiment_id).job_id
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    labels = [
+        (x["job_id"], x["custom_id"], x["reviewer"], x["verdict"])
+        for x in saved
+        if x.get("kind") == "label"
+    ]
+    assert labels == [(job_id, "t2.p1.m0", "ana", "fail")]  # the cell's own result
