@@ -155,10 +155,11 @@ def label_section(exp: report.Experiment, items: list[int]) -> None:
                 )
 
 
-def export_section(experiment_id: str) -> None:
+def export_section(experiment_id: str, rows: int) -> None:
     """The matrix as a file: a row per item x variant, text inert for spreadsheets."""
     c = st.columns([1, 3])
     fmt = c[0].radio("Format", FORMATS, horizontal=True, key="exp_format")
+    too_many = fmt == "xlsx" and rows > ex.EXCEL_MAX_ROWS
 
     def write() -> bytes:
         """Written when clicked (opening the page does no export work)."""
@@ -173,7 +174,10 @@ def export_section(experiment_id: str) -> None:
         file_name=f"{experiment_id}_matrix.{fmt}",
         key="exp_export",
         on_click="ignore",
+        disabled=too_many,
     )
+    if too_many:
+        st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: use CSV or Parquet.")
 
 
 def show(state: ExperimentState) -> None:
@@ -190,7 +194,7 @@ def show(state: ExperimentState) -> None:
     trend_section(state.experiment_id)
     baseline_section(exp)
     matrix_section(exp)
-    export_section(state.experiment_id)
+    export_section(state.experiment_id, len(exp.frame))
 
 
 through_app()
