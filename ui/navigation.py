@@ -43,6 +43,7 @@ def app_pages() -> list[st.Page]:
         st.Page("pages/checks.py", title="Checks", icon=":material/fact_check:"),
         st.Page("pages/dashboards.py", title="Dashboards", icon=":material/monitoring:"),
         st.Page("pages/compare.py", title="Compare", icon=":material/compare:"),
+        st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
         st.Page("pages/jobs.py", title="Jobs", icon=":material/list_alt:"),
         st.Page("pages/settings.py", title="Settings", icon=":material/settings:"),
     ]

@@ -72,14 +72,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from core.experiments.config import ExperimentError
     from core.experiments.runs import export
+    from core.store.export import ExportError
 
-    if Path(args.output).suffix.lower() != ".csv":
-        print("error: -o names a .csv file", file=sys.stderr)
+    fmt = Path(args.output).suffix.lower().lstrip(".")
+    if fmt not in ("csv", "parquet", "xlsx"):
+        print("error: -o names a .csv, .parquet or .xlsx file", file=sys.stderr)
         return EXIT_USAGE
     try:
-        rows = export(args.experiment, Path(args.output))
+        rows = export(args.experiment, Path(args.output), fmt=fmt)
     except ExperimentError as exc:
         _problems(exc.problems)
+        return EXIT_USAGE
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"{rows} rows written to {args.output}")
     return 0
@@ -109,8 +114,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     grade.add_argument("experiment", help="the experiment's id (exp_...)")
     grade.set_defaults(handler=cmd_grade)
     export = sub.add_parser(
-        "export", help="the matrix as CSV: one row per test x prompt x provider"
+        "export", help="the matrix as CSV, Parquet or XLSX: one row per test x prompt x provider"
     )
     export.add_argument("experiment", help="the experiment's id (exp_...)")
-    export.add_argument("-o", "--output", required=True, help="the .csv file to write")
+    export.add_argument(
+        "-o", "--output", required=True, help="the .csv, .parquet or .xlsx file to write"
+    )
     export.set_defaults(handler=cmd_export)

@@ -32,7 +32,7 @@ from core.jobs.submit import Started, Submission, submit
 from core.plan.bounded_render import Renderer, RenderError
 from core.qa.evaluate import Item, python_outcome
 from core.schemas import EngineConfig, read_name
-from core.store.export import inert
+from core.store.export import write_frame
 
 ID_PATTERN = re.compile(r"^exp_[0-9a-f]{12}$")
 CUSTOM_ID = re.compile(r"^t(\d+)\.p(\d+)\.m(\d+)$")
@@ -73,6 +73,28 @@ def folder_of(experiment_id: str, home: Path | None = None) -> Path:
 def read_state(experiment_id: str, home: Path | None = None) -> ExperimentState:
     path = folder_of(experiment_id, home) / "state.json"
     return ExperimentState.model_validate_json(path.read_bytes())
+
+
+def list_experiments(home: Path | None = None) -> list[ExperimentState]:
+    """Every experiment in the data folder, the newest first; a folder whose state cannot
+    be read is left out (the CLI names it when asked for that id)."""
+    found = []
+    folder = experiments_dir(home)
+    for path in folder.glob("exp_*/state.json") if folder.is_dir() else []:
+        try:
+            found.append(ExperimentState.model_validate_json(path.read_bytes()))
+        except (OSError, ValueError):
+            continue
+    return sorted(found, key=_made, reverse=True)
+
+
+def _made(state: ExperimentState) -> datetime:
+    """When an experiment was made (a date that cannot be read: the oldest)."""
+    try:
+        made = datetime.fromisoformat(state.created_at)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+    return made if made.tzinfo else made.replace(tzinfo=UTC)
 
 
 def custom_id(test: int, prompt: int, provider: int) -> str:
@@ -163,7 +185,7 @@ def start(
         started = submit(file, submission, home / "jobs")
     state = ExperimentState(
         experiment_id=experiment_id,
-        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
         source=str(Path(source).resolve()),
         plan=plan,
         job_id=started.job.job_id,
@@ -180,7 +202,8 @@ def start(
 
 def outputs(job: JobFolder) -> dict[str, dict[str, Any]]:
     """Each line's answer from the job's result files: ``output`` (None where the
-    request failed), ``error``, tokens and latency."""
+    request failed), ``error``, tokens, latency, the model that answered and whether the
+    answer was reused (given again from an earlier job, not computed)."""
     found: dict[str, dict[str, Any]] = {}
     for path, failed in ((job.errors, True), (job.output, False)):  # a success wins
         if not path.is_file():
@@ -200,6 +223,9 @@ def outputs(job: JobFolder) -> dict[str, dict[str, Any]]:
                 "error": error.get("message") if isinstance(error, dict) else str(error),
                 "prompt_tokens": usage.get("prompt_tokens"),
                 "completion_tokens": usage.get("completion_tokens"),
+                "latency_ms": line.get("latency_ms"),
+                "model": body.get("model"),
+                "reused": bool(line.get("reused_from")),
             }
     return found
 
@@ -244,17 +270,41 @@ def grade(state: ExperimentState, home: Path | None = None) -> Grades:
 
 
 def read_grades(experiment_id: str, home: Path | None = None) -> Grades | None:
+    """The kept grades; None when never graded or the file cannot be read (grades are
+    made again from the answers, so nothing a person did is lost)."""
     path = folder_of(experiment_id, home) / "grades.json"
-    return Grades.model_validate_json(path.read_bytes()) if path.is_file() else None
+    try:
+        return Grades.model_validate_json(path.read_bytes()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def grades_stale(state: ExperimentState, finished_at: str | None, home: Path | None = None) -> bool:
+    """Whether the answers need grading: never graded, or graded before the job's last
+    run ended (a resume or a retry wrote answers since)."""
+    grades = read_grades(state.experiment_id, home)
+    if grades is None or grades.job_id != state.job_id:
+        return True
+    if not finished_at or not grades.graded_at:
+        return False
+    ended = datetime.fromisoformat(finished_at).replace(microsecond=0)  # graded_at's precision
+    return datetime.fromisoformat(grades.graded_at) < ended
 
 
 # -- the matrix ----------------------------------------------------------------------------
 
 
-def matrix(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
+# The page's columns, each with a leading _ (a check may be named "error" or "model").
+DETAILS = ("_item", "_variant", "_error", "_model", "_reused", "_prompt_tokens",
+           "_completion_tokens", "_latency_ms")  # fmt: skip
+
+
+def matrix(experiment_id: str, home: Path | None = None, details: bool = False) -> pd.DataFrame:
     """One row per test x prompt x provider: ``test``, ``prompt``, ``provider``, each
     variable, ``output``, ``pass`` (every graded check held; None before grading or for a
-    failed request), and one column per check (True / False / None)."""
+    failed request), and one column per check (True / False / None). ``details`` adds
+    :data:`DETAILS` (``_item``: the test's index, ``_variant``: the cell's index in the
+    plan's cells) for the page's summary and views."""
     home = home or data_paths().home
     state = read_state(experiment_id, home)
     grades = read_grades(experiment_id, home) or Grades(graded_at="", job_id="")
@@ -264,7 +314,7 @@ def matrix(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
     rows = []
     for t, test in enumerate(plan.tests):
         names = check_names(plan, test)
-        for p, m in plan.cells:
+        for v, (p, m) in enumerate(plan.cells):
             cid = custom_id(t, p, m)
             answer = answers.get(cid, {})
             outcomes = grades.outcomes.get(cid)
@@ -280,45 +330,40 @@ def matrix(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
             }  # fmt: skip
             for k, name in enumerate(names):
                 row[name] = outcomes[k] if outcomes else None
+            if details:
+                row.update({"_item": t, "_variant": v})
+                row.update({key: answer.get(key[1:]) for key in DETAILS[2:]})
             rows.append(row)
     return pd.DataFrame(rows)
 
 
-def summary(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
-    """Per variant (prompt x provider): items, answered, passed and the pass rate."""
-    frame = matrix(experiment_id, home)
-    if frame.empty:
-        return frame
-    grouped = frame.groupby(["prompt", "provider"], sort=False)
-    out = grouped.agg(
-        items=("test", "size"),
-        answered=("output", lambda s: int(s.notna().sum())),
-        passed=("pass", lambda s: int((s == True).sum())),  # noqa: E712 (None is not passed)
-    ).reset_index()
-    out["pass_rate"] = out["passed"] / out["items"]
-    return out
-
-
-def _cell(value: Any) -> Any:
-    """A matrix cell as the CSV holds it: true / false, "" for none, text inert."""
+def _csv_cell(value: Any) -> Any:
+    """A matrix cell as the CSV holds it: true / false, "" for none (text is made inert
+    by the export's rule)."""
     if isinstance(value, bool | np.bool_):
         return "true" if value else "false"
     if value is None or (isinstance(value, float) and value != value):  # None, NaN
         return ""
-    return inert(value)
+    return value
 
 
-def export(experiment_id: str, path: Path, home: Path | None = None) -> int:
-    """Writes the matrix as CSV, every text cell made inert for spreadsheets (the rule of
-    core/store/export.py); returns the rows written."""
+def _typed(column: pd.Series) -> pd.Series:
+    """A column of one kind for Parquet: a variable that is a number in one test and a
+    text in another is written as text."""
+    kinds = {type(v) for v in column if v is not None and v == v}
+    if len(kinds) > 1 or kinds & {dict, list}:
+        return column.map(lambda v: None if v is None or v != v else str(v))
+    return column
+
+
+def export(experiment_id: str, path: Path, home: Path | None = None, fmt: str = "csv") -> int:
+    """Writes the matrix as CSV, Parquet or XLSX by the rules of every export (text made
+    inert for spreadsheets: :func:`core.store.export.write_frame`); returns the rows.
+
+    Raises:
+        core.store.export.ExportError: an unknown format, or too many rows for Excel.
+    """
     frame = matrix(experiment_id, home)
     for column in frame.columns:
-        frame[column] = frame[column].map(
-            lambda v: (
-                inert(v)
-                if isinstance(v, str)
-                else ("" if v is None else str(v).lower() if isinstance(v, bool) else v)
-            )
-        )
-    write_atomic(Path(path), frame.to_csv(index=False))
-    return len(frame)
+        frame[column] = frame[column].map(_csv_cell) if fmt == "csv" else _typed(frame[column])
+    return write_frame(frame, path, fmt)

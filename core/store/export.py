@@ -368,23 +368,35 @@ def export_tally(store: Store, path: str | Path, fmt: str = "csv", by: str = "jo
     """Review tallies (verdict counts, pass rate and its 95% interval) per ``by``."""
     from core.store.review import tally  # the tally is small: computed in pandas, then written
 
-    fmt, path = _check_format(fmt), Path(path)
     frame = tally(store, by)
     if by == "job_id":
         frame.insert(1, "job_name", frame["job_id"].map(store.job_names()).fillna(""))
-    with store.cursor() as cur:
-        cur.register("tally_frame", frame)
+    return write_frame(frame, path, fmt)
+
+
+def write_frame(frame: pd.DataFrame, path: str | Path, fmt: str = "csv") -> int:
+    """A small table computed in pandas (a tally, an experiment's matrix) written as
+    ``fmt`` by the rules of every export: text inert in CSV and Excel, Excel capped at
+    :data:`EXCEL_MAX_ROWS`; Parquet and JSONL through DuckDB. Returns the rows written.
+
+    Raises:
+        ExportError: an unknown format, or too many rows for Excel.
+    """
+    fmt, path = _check_format(fmt), Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "xlsx":
+        if len(frame) > EXCEL_MAX_ROWS:
+            raise ExportError(f"Excel takes at most {EXCEL_MAX_ROWS:,} rows; use CSV or Parquet")
+        _write_excel(frame, path)
+    elif fmt == "csv":
+        frame.map(inert).to_csv(path, index=False)
+    else:
+        target = "'" + str(path).replace("'", "''") + "'"
+        options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
+        con = duckdb.connect()  # in memory: the frame is the only table
         try:
-            sql = "SELECT * FROM tally_frame"
-            if fmt == "xlsx":
-                _write_excel(frame, path)
-            elif fmt == "csv":
-                path.parent.mkdir(parents=True, exist_ok=True)
-                frame.map(inert).to_csv(path, index=False)
-            else:
-                target = "'" + str(path).replace("'", "''") + "'"
-                options = "FORMAT json" if fmt == "jsonl" else "FORMAT parquet"
-                cur.execute(f"COPY ({sql}) TO {target} ({options})")
+            con.register("frame", frame)
+            con.execute(f"COPY (SELECT * FROM frame) TO {target} ({options})")
         finally:
-            cur.unregister("tally_frame")
+            con.close()
     return len(frame)

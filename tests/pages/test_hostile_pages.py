@@ -17,7 +17,7 @@ from core.store.results import ResultFilter
 from core.store.samples import SampleDefinition, create_sample
 from tests.support.hostile_pages import IMAGE, LINK, ROWS
 from tests.support.jobs import finished_job
-from tests.support.pages import open_page, shown
+from tests.support.pages import open_page, shown, texts
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -82,3 +82,27 @@ def test_review_shows_the_hostile_item_as_text(hostile_jobs):
     at.button(key="next").click().run()
     assert live_markdown(at) == []
     assert IMAGE in seen + plain_texts(at)  # the answer of the hostile item, as text
+
+
+def test_experiments_show_hostile_text_only_as_text(model):
+    """Prompt labels (the variants' names), test descriptions, answers and an error
+    message from a hostile experiment: text in the matrix and the verdicts, never a link."""
+    from tests.support.experiments import experiment_in_home, promptfoo_config
+
+    tests = [{"description": f"{LINK} {t}", "country": IMAGE} for t in range(12)]
+    config = promptfoo_config(tests, [LINK, IMAGE], "    - {type: contains, value: '**'}\n")
+
+    def answer(cid: str) -> dict:
+        if cid == "t0.p1.m0":
+            return {"answer": None, "error": ("engine_rejected", f"{LINK} {IMAGE}")}
+        return {"answer": f"{IMAGE} **bold**" if cid.endswith("p0.m0") else IMAGE}
+
+    experiment_in_home(model, config, answer)
+    at = open_page("experiments.py")
+    assert live_markdown(at) == []
+    assert f"{IMAGE} passes every check" in shown(texts(at))  # a verdict, escaped
+    matrix = next(d.value for d in at.dataframe if IMAGE in d.value.columns)
+    assert matrix.loc[0, LINK].startswith(f"{IMAGE} **bold**")  # the answer as written
+    assert matrix.loc[0, IMAGE].startswith(f"(request failed: {LINK} {IMAGE})")
+    at.selectbox(key="exp_baseline").set_value(1).run()
+    assert live_markdown(at) == []

@@ -60,6 +60,7 @@ PAGES = {
     "Dashboards": "Dashboards",
     "Jobs": "Jobs",
     "Settings": "Settings",
+    "Experiments": "Experiments",  # last: the walk's screenshots of the others keep their numbers
 }
 
 

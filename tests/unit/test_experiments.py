@@ -8,6 +8,7 @@ import csv
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from core.experiments import assertions as A
@@ -246,6 +247,12 @@ def test_experiment_run_makes_one_job_of_every_cell_and_export_writes_the_matrix
     assert rows[2]["pass"] == "false" and rows[2]["not-icontains: sorry"] == "false"
     assert rows[2]["contains-any: Tokyo, tokyo"] == "true"
     assert rows[3]["output"] == "" and rows[3]["pass"] == ""  # the request failed
+    done = cli("experiment", "export", experiment_id, "-o", str(tmp_path / "matrix.parquet"))
+    assert done.returncode == 0, done.stderr
+    parquet = pd.read_parquet(tmp_path / "matrix.parquet")
+    assert parquet["pass"].tolist()[:3] == [True, False, False]  # typed, not text
+    done = cli("experiment", "export", experiment_id, "-o", str(tmp_path / "matrix.txt"))
+    assert done.returncode != 0 and ".csv, .parquet or .xlsx" in done.stderr
 
 
 def test_a_refused_experiment_starts_nothing(folder, model, tmp_path, monkeypatch, no_worker):

@@ -1,0 +1,117 @@
+"""The Experiments page (issue 43): an experiment's answers graded when its job has
+stopped, the summary row per variant, the verdicts against a chosen baseline, the matrix
+in its views; a running experiment shows its progress and no matrix yet."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.config import data_paths
+from core.experiments.runs import read_grades, read_state
+from tests.support.experiments import experiment_in_home, promptfoo_config
+from tests.support.pages import open_page, texts
+
+pytestmark = pytest.mark.usefixtures("studio_home")
+
+CHECKS = "    - {type: icontains, value: paris}\n"
+N = 30
+
+
+def answers(cid: str) -> dict:
+    """ "plain" answers Paris on items 0-5, "terse" on every item but 29."""
+    t, p = int(cid.split(".")[0][1:]), int(cid.split(".")[1][1:])
+    paris = t < 6 if p == 0 else t != 29
+    return {"answer": "Paris" if paris else "Lyon", "tokens": 4, "latency_ms": 50 + t}
+
+
+def config(n: int = N) -> str:
+    tests = [{"description": f"item {t}", "country": "France"} for t in range(n)]
+    return promptfoo_config(tests, ["plain", "terse"], CHECKS)
+
+
+def table(at, column: str):
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+def test_a_finished_experiment_is_graded_and_shows_its_verdict_and_matrix(model):
+    experiment_id = experiment_in_home(model, config(), answers, graded=False)
+    at = open_page("experiments.py")
+    assert read_grades(experiment_id) is not None  # the page graded the answers
+    summary = table(at, "pass (every check, 95 % interval)")
+    assert summary["variant"].tolist() == ["plain", "terse"]
+    assert summary["pass (every check, 95 % interval)"].tolist() == [
+        "20.0 % (9.5–37.3) of 30",
+        "96.7 % (83.3–99.4) of 30",
+    ]
+    shown = texts(at)
+    assert "terse passes every check 76.7 points more often than plain (p < 0.001)" in shown
+    matrix = table(at, "terse")
+    assert len(matrix) == N and matrix.loc[0, "plain"].startswith("Paris\n✓ icontains: paris")
+    at.selectbox(key="exp_view").set_value("Different").run()
+    assert table(at, "terse")["item"].tolist() == [f"item {t}" for t in range(6, 29)]
+    at.selectbox(key="exp_baseline").set_value(1).run()
+    assert "plain passes every check 76.7 points less often than terse" in texts(at)
+    assert [b.label for b in at.download_button] == ["Export matrix CSV"]
+
+
+def test_identical_variants_are_said_to_differ_by_nothing(model):
+    def same(cid: str) -> dict:
+        return {"answer": "Paris" if int(cid[1:].split(".")[0]) % 2 else "Lyon"}
+
+    experiment_in_home(model, config(), same)
+    at = open_page("experiments.py")
+    assert "terse against plain on every check: no significant difference on 30 items" in texts(at)
+    at.selectbox(key="exp_view").set_value("Different").run()
+    assert table(at, "terse").empty
+
+
+def test_a_running_experiment_shows_its_progress_and_no_matrix(model):
+    experiment_in_home(model, config(3), answers, run=False)
+    at = open_page("experiments.py")
+    assert "0 of 6 answers" in at.get("progress")[0].proto.text
+    assert "its answers are graded when it stops" in texts(at)
+    assert not [d for d in at.dataframe if "terse" in d.value.columns]
+
+
+def test_without_an_experiment_the_page_says_how_to_run_one():
+    at = open_page("experiments.py")
+    assert "python -m core experiment run FILE" in texts(at)
+
+
+def test_the_same_file_run_twice_shows_its_trend(model):
+    first = experiment_in_home(model, config(), answers)
+    at = open_page("experiments.py")
+    assert not [d for d in at.dataframe if "run" in d.value.columns]  # one run: no trend
+    later = experiment_in_home(model, config(), lambda cid: {"answer": "Paris"})
+    at = open_page("experiments.py")
+    assert at.selectbox(key="exp_pick").value == later  # the newest first
+    runs = table(at, "run")
+    assert runs["run"].tolist() == [first, later]
+    assert runs["plain"].tolist() == [20.0, 100.0] and runs["terse"].tolist() == [96.7, 100.0]
+
+
+def test_a_cell_is_labelled_as_review_labels_a_result(model):
+    experiment_id = experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_l_item").set_value(2).run()
+    at.selectbox(key="exp_l_variant").set_value(1).run()
+    at.radio(key="exp_l_verdict").set_value("fail").run()
+    at.button(key="exp_l_save").click().run()
+    assert "enter your reviewer name first" in texts(at)  # nothing saved without a name
+    at.text_input(key="reviewer").input("ana").run()
+    at.button(key="exp_l_save").click().run()
+    assert "Labelled fail: terse on item 2." in texts(at)
+    job_id = read_state(experiment_id).job_id
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    labels = [
+        (x["job_id"], x["custom_id"], x["reviewer"], x["verdict"])
+        for x in saved
+        if x.get("kind") == "label"
+    ]
+    assert labels == [(job_id, "t2.p1.m0", "ana", "fail")]  # the cell's own result
