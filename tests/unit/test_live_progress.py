@@ -79,6 +79,9 @@ def test_the_speed_counts_from_when_every_prompt_is_in_the_engine() -> None:
     assert rates(samples, status).tokens_per_s == pytest.approx(1_050 / 4.1)
     # While prompts still wait, the speed counts from the first sample with tokens.
     assert rates(samples[:4], status).tokens_per_s == pytest.approx(450 / 4.0)
+    # Once they are in, over one heartbeat only (2.1 s), it counts from the engine's first
+    # token: one heartbeat's counts, a step more or less, read 30 % high in a run.
+    assert rates(samples[:5], status).tokens_per_s == pytest.approx(1_007 / 7.5)
 
 
 def test_a_job_finished_within_one_sample_shows_its_runs_averages_not_zero() -> None:
