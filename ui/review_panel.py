@@ -310,7 +310,7 @@ def _save(
     label = rv.Label(
         verdict,
         score,
-        () if schema.questions else rv.parse_tags(state.get(FIELDS[0], "")),
+        rv.parse_tags(state.get(FIELDS[0], "")),  # under a schema: as filled, kept
         state.get(FIELDS[1], ""),
         state.get(FIELDS[2], ""),
         {k: v for k, v in answers.items() if v not in (None, [])},
