@@ -26,7 +26,14 @@ from ui.links import (
     open_linked_job,
     open_linked_position,
 )
-from ui.review_panel import TABS, label_panel, link_review, load_labels, own_labels_editor
+from ui.review_panel import (
+    TABS,
+    label_panel,
+    link_review,
+    load_labels,
+    own_labels_editor,
+    schema_editor,
+)
 from ui.sign_in import reviewer_name
 from ui.store import paths, store, through_app
 from ui.text import escape
@@ -184,6 +191,7 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
         st.info("Enter your name above to start labelling.")
         return
     queue = queue_editor(db, sample_id, reviewer)
+    schema = schema_editor(db, sample_id, reviewer)
     if queue is not None:
         if reviewer not in queue.reviewers:
             st.info(
@@ -201,7 +209,7 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
         )
     own = own_labels_editor(db, reviewer)
     load_labels(db, sample_id, reviewer)
-    label_panel(db, sample_id, items, reviewer, own, queued=queue is not None)
+    label_panel(db, sample_id, items, reviewer, own, queued=queue is not None, schema=schema)
 
 
 def queue_editor(db: Store, sample_id: str, reviewer: str) -> qu.Queue | None:

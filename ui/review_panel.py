@@ -16,7 +16,9 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from core.human import label_schemas as lsc
 from core.human import label_sets as ls
+from core.human import questions as qs
 from core.human import queues as qu
 from core.store import review as rv
 from core.store.db import Store
@@ -29,6 +31,7 @@ INDEXING = "review_indexing"  # (job_id, custom_id) -> the ticket of its save's 
 SCORES = (1, 2, 3, 4, 5)
 FIELDS = ("review_tags", "review_comment", "review_corrected")  # the form's text fields
 FILLED = "review_filled"  # the item (sample, reviewer, job, custom_id) FIELDS were filled for
+ANSWERED = ("single", "multiple", "rating")  # the questions whose answers are a label's answers
 
 
 def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
@@ -53,6 +56,41 @@ def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
     return own
 
 
+def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
+    """The sample's label schema and guidelines: shown, changed, saved to the data folder
+    by the sample's owner (whoever edits its queue); returns it."""
+    schema = lsc.schema_of(db.human_dir, sample_id)
+    title = (
+        "Label schema and guidelines (now: pass, fail, unsure and a score)"
+        if schema.empty
+        else f"Label schema: {len(schema.questions)} questions"
+        + (" and guidelines" if schema.guidelines else "")
+    )
+    with st.expander(escape(title)), st.form("label_schema"):
+        questions = st.text_area(
+            "Questions, one a line (type: title | options); none for pass, fail, unsure",
+            qs.questions_text(schema.questions),
+            height=140,
+            placeholder=qs.EXAMPLE,
+            help="single or multiple: a choice among the options, comma-separated; rating: a "
+            "scale low..high, then optionally the words at its ends; corrected: an answer that "
+            "replaces the model's; comment: a note.",
+        )
+        guidelines = st.text_area(
+            "Guidelines (plain text, shown beside every item)",
+            schema.guidelines,
+            max_chars=qs.GUIDELINES_CHARS,
+        )
+        if st.form_submit_button("Save the schema"):
+            try:
+                schema = lsc.set_schema(db.human_dir, sample_id, questions, guidelines, reviewer)
+            except qs.SchemaError as exc:
+                st.error(escape(exc))
+            else:
+                st.rerun()  # the panel asks the new questions
+    return schema
+
+
 def load_labels(db: Store, sample_id: str, reviewer: str) -> None:
     """Reads the reviewer's labels of the sample afresh (each page run: another process's
     labels show too); the panel's own saves update them in between."""
@@ -67,10 +105,13 @@ def label_panel(
     reviewer: str,
     own: tuple[str, ...],
     queued: bool = False,
+    schema: qs.LabelSchema = lsc.DEFAULT,
 ) -> None:
     """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
     labels' save and move on, 1-5 set the score, Left/Right/N move. ``queued``: ``items`` are
-    the reviewer's queue, and S puts the item off to its end."""
+    the reviewer's queue, and S puts the item off to its end. A ``schema`` with questions
+    asks them in place of the score, tags, comment and correction; its guidelines show
+    beside every item."""
     labels = st.session_state[LABELS][(sample_id, reviewer)]
     n = len(items)
     pos = min(st.session_state.get("review_pos", 0), n - 1)
@@ -111,26 +152,33 @@ def label_panel(
             right.caption("Tool calls: the function and its arguments, one call a line")
         right.text(item["answer"] or "")
 
+    if schema.guidelines:
+        with st.expander("Guidelines", expanded=True):
+            st.text(schema.guidelines)  # the owner's text, never markdown
+
     old = labels.get((job_id, custom_id))
     form = f"{sample_id}_{pos}"
     score = st.session_state.get(f"score_{form}", old.score if old else None)
-    _fill_fields((sample_id, reviewer, job_id, custom_id), old)
+    _fill_fields((sample_id, reviewer, job_id, custom_id), old, schema)
     # One form for every item: its widgets keep their ids, so the browser updates them in
     # place for the next item instead of building a new form (long redraws after each key).
     with st.form("label_item"):
-        st.caption("Score (optional): keys 1–5; the same key again clears it.")
-        for column, value in zip(st.columns(len(SCORES)), SCORES, strict=True):
-            column.form_submit_button(
-                str(value),
-                type="primary" if score == value else "secondary",
-                shortcut=str(value),
-                width="stretch",
-                on_click=_set_score,
-                args=(form, value, score),
-            )
-        st.text_input("Tags (comma-separated)", key=FIELDS[0])
-        st.text_area("Comment", height=68, key=FIELDS[1])
-        st.text_area("Corrected answer (optional)", height=68, key=FIELDS[2])
+        if schema.questions:
+            _questions(schema)
+        else:
+            st.caption("Score (optional): keys 1–5; the same key again clears it.")
+            for column, value in zip(st.columns(len(SCORES)), SCORES, strict=True):
+                column.form_submit_button(
+                    str(value),
+                    type="primary" if score == value else "secondary",
+                    shortcut=str(value),
+                    width="stretch",
+                    on_click=_set_score,
+                    args=(form, value, score),
+                )
+            st.text_input("Tags (comma-separated)", key=FIELDS[0])
+            st.text_area("Comment", height=68, key=FIELDS[1])
+            st.text_area("Corrected answer (optional)", height=68, key=FIELDS[2])
         shortcuts = {v: v[0].upper() for v in rv.VERDICTS} | ls.shortcut_keys(own)
         st.caption(
             "A label saves the item and moves on: keys "
@@ -145,7 +193,18 @@ def label_panel(
                 shortcut=key,
                 width="stretch",
                 on_click=_save,
-                args=(db, sample_id, (job_id, custom_id), reviewer, verdict, form, score, pos, n),
+                args=(
+                    db,
+                    sample_id,
+                    (job_id, custom_id),
+                    reviewer,
+                    verdict,
+                    form,
+                    score,
+                    pos,
+                    n,
+                    schema,
+                ),
             )
     error = st.session_state.pop("review_error", None)
     if error:
@@ -168,15 +227,59 @@ def link_review(sample_id: str, n: int) -> None:
     write_link({"sample": sample_id, "item": pos, "tab": tab if tab != TABS[0] else None})
 
 
-def _fill_fields(item: tuple[str, str, str, str], old: rv.Label | None) -> None:
-    """Fills the form's text fields with the item's saved label (empty without one) when the
-    panel shows another item; on the same item they keep what the reviewer typed."""
-    if st.session_state.get(FILLED) == item and all(f in st.session_state for f in FIELDS):
+def _questions(schema: qs.LabelSchema) -> None:
+    """The schema's questions, in order, each with its widget (titles and options are the
+    owner's text: escaped where a widget reads markdown)."""
+    for q in schema.questions:
+        title = escape(q.title)
+        if q.type == "single":
+            st.radio(
+                title, q.options, index=None, format_func=escape, horizontal=True,
+                key=_answer_key(q),
+            )  # fmt: skip
+        elif q.type == "multiple":
+            st.multiselect(title, q.options, key=_answer_key(q))  # options show as text
+        elif q.type == "rating":
+            st.radio(
+                title, q.scale, index=None, horizontal=True, key=_answer_key(q),
+                format_func=lambda v, q=q: escape(_scale_value(q, v)),
+            )  # fmt: skip
+        else:  # the label's own corrected answer and comment, under the owner's title
+            st.text_area(title, height=68, key=FIELDS[2] if q.type == "corrected" else FIELDS[1])
+
+
+def _scale_value(q: qs.Question, value: int) -> str:
+    words = {q.low: q.low_label, q.high: q.high_label}.get(value)
+    return f"{value} ({words})" if words else str(value)
+
+
+def _answer_key(q: qs.Question) -> str:
+    return f"review_answer_{q.title}"
+
+
+def _fill_fields(
+    item: tuple[str, str, str, str], old: rv.Label | None, schema: qs.LabelSchema
+) -> None:
+    """Fills the form's fields with the item's saved label (empty without one) when the
+    panel shows another item, or the sample's schema changed; on the same item they keep
+    what the reviewer typed."""
+    marker = (*item, hash(schema.model_dump_json()))
+    shown = [_answer_key(q) for q in schema.questions if q.type in ANSWERED] or FIELDS
+    if st.session_state.get(FILLED) == marker and all(f in st.session_state for f in shown):
         return
-    st.session_state[FILLED] = item
+    st.session_state[FILLED] = marker
     values = (", ".join(old.tags), old.comment, old.corrected_answer) if old else ("", "", "")
     for field, value in zip(FIELDS, values, strict=True):
         st.session_state[field] = value
+    answers = old.answers if old else {}
+    for q in schema.questions:
+        if q.type == "multiple":
+            given = answers.get(q.title)
+            picked = given if isinstance(given, list) else []
+            st.session_state[_answer_key(q)] = [o for o in picked if o in q.options]
+        elif q.type in ANSWERED:
+            value = answers.get(q.title)
+            st.session_state[_answer_key(q)] = value if value in (q.options or q.scale) else None
 
 
 def _go(pos: int) -> None:
@@ -197,17 +300,20 @@ def _save(
     score: int | None,
     pos: int,
     n: int,
+    schema: qs.LabelSchema,
 ) -> None:
     """Saves the label in its file and moves to the next item, before the panel reruns (the
     panel indexes it after drawing that item); a refused label stays on the item with the
     reason."""
     state = st.session_state
+    answers = {q.title: state.get(_answer_key(q)) for q in schema.questions if q.type in ANSWERED}
     label = rv.Label(
         verdict,
         score,
-        rv.parse_tags(state.get(FIELDS[0], "")),
+        rv.parse_tags(state.get(FIELDS[0], "")),  # under a schema: as filled, kept
         state.get(FIELDS[1], ""),
         state.get(FIELDS[2], ""),
+        {k: v for k, v in answers.items() if v not in (None, [])},
     )
     try:
         rv.record_label(db, *item, reviewer, label, sample_id, durable=False)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
+from core.human.questions import Answer, LabelSchema, label_name_problem
 from core.schemas import Model, problems_of
 
 LABELS = "labels.jsonl"
@@ -28,22 +28,9 @@ ADJUDICATIONS = "adjudications.jsonl"
 FILES = (LABELS, PREFERENCES, SAMPLES, ADJUDICATIONS)  # indexed in DuckDB (core.store.human_index)
 LABEL_SETS = "label_sets.jsonl"  # a few lines, read from the file (core.human.label_sets)
 QUEUES = "queues.jsonl"  # the queues over samples and their skips (core.human.queues)
+LABEL_SCHEMAS = "label_schemas.jsonl"  # samples' questions (core.human.label_schemas)
 
 VERDICTS = ("pass", "fail", "unsure")
-LABEL_NAME_CHARS = 40
-
-
-def label_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a label (a verdict or a reviewer's own label), or None."""
-    if not name or name != name.strip():
-        return "a label name must be non-empty, without spaces around it"
-    if len(name) > LABEL_NAME_CHARS:
-        return f"a label name has at most {LABEL_NAME_CHARS} characters ({name[:20]!r}…)"
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in name):
-        return f"a label name cannot hold control characters ({name!r})"
-    if "," in name:
-        return f"a label name cannot hold a comma ({name!r})"
-    return None
 
 
 def _label_name(name: str) -> str:
@@ -73,6 +60,8 @@ class LabelRecord(Model):
     comment: str | None = None
     corrected_answer: str | None = None
     sample_id: str | None = None
+    # the sample's schema's choice and rating answers, by question title (none before them)
+    answers: dict[str, Answer] = Field(default_factory=dict)
     at: datetime
 
 
@@ -138,6 +127,17 @@ class SkipRecord(Model):
     at: datetime
 
 
+class LabelSchemaRecord(Model):
+    """A sample's label schema (questions and guidelines) as its owner set it at ``at``
+    (the latest line of a sample wins; an empty schema is the default label again)."""
+
+    kind: Literal["label_schema"] = "label_schema"
+    sample_id: str
+    label_schema: LabelSchema
+    by: str = Field(min_length=1)
+    at: datetime
+
+
 class SampleItem(Model):
     job_id: str
     custom_id: str
@@ -170,7 +170,8 @@ Record = Annotated[
     | LabelSetRecord
     | AdjudicationRecord
     | QueueRecord
-    | SkipRecord,
+    | SkipRecord
+    | LabelSchemaRecord,
     Field(discriminator="kind"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
@@ -182,6 +183,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     LABEL_SETS: ("label_set",),
     ADJUDICATIONS: ("adjudication",),
     QUEUES: ("queue", "skip"),
+    LABEL_SCHEMAS: ("label_schema",),
 }
 
 
@@ -194,7 +196,8 @@ def append(
     | LabelSetRecord
     | AdjudicationRecord
     | QueueRecord
-    | SkipRecord,
+    | SkipRecord
+    | LabelSchemaRecord,
     *,
     durable: bool = True,
 ) -> None:

@@ -15,11 +15,13 @@ distinct label patterns (items of one pattern are interchangeable), one multinom
 each, and their alphas are one array expression (the tests hold both against each other).
 
 A question is a column of the labels table with its level and, for a rating, its ordered
-values: a label schema's questions plug in as more :class:`Question` rows.
+values: a sample's label schema (``core.human.questions``) adds its single choices (nominal,
+over the owner's options) and its ratings (ordinal, over the scale) as more of them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Literal
@@ -29,6 +31,8 @@ import numpy as np
 import pandas as pd
 
 from core.human.files import VERDICTS, AdjudicationRecord, append, now_utc
+from core.human.label_schemas import schema_of
+from core.human.questions import LabelSchema
 from core.store import review as rv
 from core.store.db import Store
 
@@ -218,20 +222,57 @@ class SampleAgreement:
         return None
 
 
+def schema_questions(schema: LabelSchema) -> tuple[Question, ...]:
+    """A label schema's questions alpha reads: a single choice as nominal data over its
+    options, a rating as ordinal data over its scale (a multiple choice, a corrected answer
+    and a comment are not measured here)."""
+    return tuple(
+        Question(f"answer:{q.title}", q.title, "nominal", tuple(q.options))
+        if q.type == "single"
+        else Question(f"answer:{q.title}", q.title, "ordinal", tuple(q.scale))
+        for q in schema.questions
+        if q.type in ("single", "rating")
+    )
+
+
+def with_answers(labels: pd.DataFrame, questions: tuple[Question, ...]) -> pd.DataFrame:
+    """The labels with a column per schema question (``answer:<title>``), read from each
+    label's answers (JSON text; NULL without any); None where a label did not answer, or
+    answered with a value the schema no longer has (an option since taken out)."""
+    texts = labels["answers"] if "answers" in labels else [None] * len(labels)
+    parsed = [json.loads(a) if isinstance(a, str) else {} for a in texts]
+    labels = labels.copy()
+    for q in questions:
+        title = q.column.removeprefix("answer:")
+        labels[q.column] = pd.Series(
+            [_kept(a.get(title), q.values) for a in parsed], index=labels.index, dtype=object
+        )
+    return labels
+
+
+def _kept(value: Any, values: tuple[Any, ...]) -> Any:
+    return value if isinstance(value, str | int) and value in values else None
+
+
 def sample_agreement(store: Store, sample_id: str) -> SampleAgreement:
-    """Alpha per question over every reviewer, each pair's alpha over the items both
-    labelled, and the items whose reviewers' verdicts differ."""
-    found = agreement_of(rv.labels(store, sample_id))
+    """Alpha per question (the verdict, the score, then the sample's schema's choices and
+    ratings) over every reviewer, each pair's alpha over the items both labelled, and the
+    items whose reviewers' verdicts differ."""
+    extra = schema_questions(schema_of(store.human_dir, sample_id))
+    labels = with_answers(rv.labels(store, sample_id), extra)
+    found = agreement_of(labels, (*QUESTIONS, *extra))
     found.disagreements = disagreements(store, sample_id)
     return found
 
 
-def agreement_of(labels: pd.DataFrame) -> SampleAgreement:
+def agreement_of(
+    labels: pd.DataFrame, questions: tuple[Question, ...] = QUESTIONS
+) -> SampleAgreement:
     """Alpha per question and per pair of reviewers over labels (one row per item and
     reviewer: job_id, custom_id, reviewer and a column per question)."""
     people = sorted(set(labels["reviewer"]))
     units = item_codes(labels)
-    domains = [_domain(labels, q) for q in QUESTIONS]  # one value order for every pair
+    domains = [_domain(labels, q) for q in questions]  # one value order for every pair
     who = labels["reviewer"].to_numpy()
     rows = []
     for a, b in combinations(people, 2):
@@ -244,11 +285,11 @@ def agreement_of(labels: pd.DataFrame) -> SampleAgreement:
             "both labelled": int(both.sum() // 2),
         }
         pair = labels[mine][both]
-        for got in question_alphas(pair, QUESTIONS, units[mine][both], domains):
+        for got in question_alphas(pair, questions, units[mine][both], domains):
             row[f"{got.question} α"] = got.alpha
             row[f"{got.question}"] = got.describe()
         rows.append(row)
-    found = question_alphas(labels, QUESTIONS, units, domains)
+    found = question_alphas(labels, questions, units, domains)
     return SampleAgreement(people, found, pd.DataFrame(rows))
 
 

@@ -358,7 +358,7 @@ def export_labels(store: Store, path: str | Path, fmt: str = "csv") -> int:
     sql = f"""SELECT r.job_id, coalesce(j.name, '') AS job_name, r.custom_id, r.reviewer,
                     r.verdict, r.score,
                     array_to_string(r.tags, ', ') AS tags, r.comment, r.corrected_answer,
-                    r.sample_id, r.updated_at{extra}
+                    CAST(r.answers AS VARCHAR) AS answers, r.sample_id, r.updated_at{extra}
              FROM reviews r {_JOB_NAME} {checks.join}
              ORDER BY r.job_id, r.custom_id, r.reviewer"""
     return _copy(store, sql, list(checks.params), path, fmt)

@@ -154,12 +154,12 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
         "job_id", "custom_id", "reviewer", "verdict", "score", "comment", "corrected_answer",
         "sample_id",
     )  # fmt: skip
-    columns = ", ".join((*fields, "tags"))
+    columns = ", ".join((*fields, "answers", "tags"))
     if len(found) <= FEW:  # saves: plain statements cost a fraction of a scan of a table
         # One statement of each kind for the lines that came together (saves of several
         # sessions, indexed by whichever took the writer first), not one per line.
         latest = {(r.job_id, r.custom_id, r.reviewer): r for _, r in found}  # last line wins
-        row = "(" + ", ".join("?" * (len(fields) + 2)) + ")"  # the fields, tags, time
+        row = "(" + ", ".join("?" * (len(fields) + 3)) + ")"  # the fields, answers, tags, time
         cur.execute(
             f"INSERT INTO review_history ({columns}, saved_at, line_no) VALUES "
             + ", ".join([row[:-1] + ", ?)"] * len(found)),
@@ -179,6 +179,7 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
         {
             **{f: [getattr(r, f) for _, r in found] for f in fields},
             "score": pa.array([r.score for _, r in found], pa.int32()),
+            "answers": pa.array([_answers(r) for _, r in found], pa.string()),
             "tags": pa.array([r.tags for _, r in found], pa.list_(pa.string())),
             "saved_at": pa.array([r.at for _, r in found], pa.timestamp("us", tz="UTC")),
             "line_no": [n for n, _ in found],
@@ -202,8 +203,13 @@ def _apply_labels(cur: duckdb.DuckDBPyConnection, found: list[tuple[int, LabelRe
 
 
 def _values(r: LabelRecord, fields: tuple[str, ...]) -> list:
-    """A label's column values in the order of ``fields``, then tags and time saved."""
-    return [*(getattr(r, f) for f in fields), r.tags, r.at]
+    """A label's column values in the order of ``fields``, then answers, tags and time."""
+    return [*(getattr(r, f) for f in fields), _answers(r), r.tags, r.at]
+
+
+def _answers(r: LabelRecord) -> str | None:
+    """A label's schema answers as JSON text (NULL without any)."""
+    return json.dumps(r.answers, ensure_ascii=False) if r.answers else None
 
 
 def _apply_adjudications(

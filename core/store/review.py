@@ -10,6 +10,7 @@ reviewers is Krippendorff's alpha (``core.store.agreement``).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,9 @@ import pandas as pd
 
 from core.human import queues as qu
 from core.human.files import VERDICTS, LabelRecord, append, now_utc
+from core.human.label_schemas import schema_of
 from core.human.label_sets import own_labels
+from core.human.questions import Answer, SchemaError, text_problem
 from core.store.db import Store
 
 __all__ = ["VERDICTS"]  # the verdicts every reviewer has (each may add labels of their own)
@@ -37,6 +40,7 @@ class Label:
     tags: tuple[str, ...] = ()
     comment: str = ""
     corrected_answer: str = ""
+    answers: dict[str, Answer] = field(default_factory=dict)  # the sample's schema's, by title
 
 
 def parse_tags(text: str) -> tuple[str, ...]:
@@ -80,8 +84,9 @@ def record_label(
     reviewer never waits on a flush queued behind a job's or an export's writes.
 
     Raises:
-        ReviewError: no reviewer, a verdict that is not one of the reviewer's, or a score
-            out of 1-5.
+        ReviewError: no reviewer, a verdict that is not one of the reviewer's, a score
+            out of 1-5, a corrected answer or comment over 1 MB, or answers that are not
+            the sample's schema's (naming the question); nothing is written then.
     """
     reviewer = reviewer.strip()
     if not reviewer:
@@ -92,6 +97,19 @@ def record_label(
             raise ReviewError(f"verdict must be one of {', '.join(allowed)}")
     if label.score is not None and not 1 <= int(label.score) <= 5:
         raise ReviewError("score must be between 1 and 5")
+    for what, text in (
+        ("the corrected answer", label.corrected_answer),
+        ("the comment", label.comment),
+    ):
+        problem = text_problem(what, text)
+        if problem:
+            raise ReviewError(problem)
+    answers: dict[str, Answer] = {}
+    if any(v not in (None, "", []) for v in label.answers.values()):  # read the schema only then
+        try:
+            answers = schema_of(store.human_dir, sample_id).check_answers(label.answers)
+        except SchemaError as exc:
+            raise ReviewError(str(exc)) from None
     record = LabelRecord(
         job_id=job_id,
         custom_id=custom_id,
@@ -102,6 +120,7 @@ def record_label(
         comment=label.comment.strip() or None,
         corrected_answer=label.corrected_answer.strip() or None,
         sample_id=sample_id,
+        answers=answers,
         at=now_utc(),
     )
     append(store.human_dir, record, durable=durable)  # the file first: the index is rebuilt from it
@@ -174,6 +193,7 @@ def _label_of(row: pd.Series) -> Label:
         tags=tuple(row["tags"]) if row["tags"] is not None else (),
         comment=row["comment"] or "",
         corrected_answer=row["corrected_answer"] or "",
+        answers=json.loads(row["answers"]) if isinstance(row.get("answers"), str) else {},
     )
 
 
@@ -366,7 +386,7 @@ def labels(store: Store, sample_id: str | None = None) -> pd.DataFrame:
         f"""
         SELECT v.job_id, v.custom_id, v.reviewer, v.verdict, v.score,
                array_to_string(v.tags, ', ') AS tags, v.comment, v.corrected_answer,
-               v.updated_at
+               CAST(v.answers AS VARCHAR) AS answers, v.updated_at
         FROM reviews v {clause}
         ORDER BY v.job_id, v.custom_id, v.reviewer
         """,

@@ -316,6 +316,12 @@ MIGRATIONS: list[str] = [
         line_no BIGINT
     );
     """,
+    # A label's answers to its sample's schema questions (core.human.questions), by
+    # question title; NULL for a label without them (every label before schemas).
+    """
+    ALTER TABLE reviews ADD COLUMN answers JSON;
+    ALTER TABLE review_history ADD COLUMN answers JSON;
+    """,
 ]
 
 

@@ -285,7 +285,8 @@ _DATASET_SQL = f"""
            avg(v.score) AS mean_score,
            list({{'reviewer': v.reviewer, 'verdict': v.verdict, 'score': v.score,
                   'tags': v.tags, 'comment': v.comment,
-                  'corrected_answer': v.corrected_answer, 'labelled_at': v.updated_at}}
+                  'corrected_answer': v.corrected_answer,
+                  'answers': CAST(v.answers AS VARCHAR), 'labelled_at': v.updated_at}}
                 ORDER BY v.reviewer) FILTER (WHERE v.reviewer IS NOT NULL) AS labels,
            any_value(r.created_at) AS answered_at
     FROM sample_items i

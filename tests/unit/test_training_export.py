@@ -23,6 +23,7 @@ from openai.types.chat import ChatCompletionAssistantMessageParam, ChatCompletio
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.config import data_paths
+from core.human.questions import TEXT_BYTES as MAX_TEXT_BYTES
 from core.store import training as T
 from core.store.compare import Side, comparison_id, save_preference
 from core.store.db import Store
@@ -235,11 +236,13 @@ def test_an_unknown_sample_is_named(labelled, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_ten_megabyte_correction_is_left_out_of_sft_and_kept_whole_in_the_dataset(
+def test_an_example_over_the_cap_is_left_out_of_sft_and_its_correction_kept_whole_in_the_dataset(
     labelled, tmp_path
 ):
+    """A correction just under what a label keeps (1 MB: a larger one is refused at save,
+    tests/unit/test_label_schemas.py) makes an example over the SFT cap with its messages."""
     store, job, sample_id = labelled
-    huge = "ü" * (10 * 1024 * 1024)
+    huge = "u" * (MAX_TEXT_BYTES - 10)
     save_label(store, job.job_id, "c", "ana", Label("pass", None, (), "", huge), sample_id)
     out = T.export_sft(store, sample_id, tmp_path / "sft.jsonl")
     assert out.written == 2 and out.left_out[T.TOO_LONG] == 1
