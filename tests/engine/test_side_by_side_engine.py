@@ -48,7 +48,9 @@ def started(tmp_path, home, model, name, count, max_tokens=(48,)):
 def test_a_small_job_finishes_while_a_long_one_runs_and_both_are_whole(
     warm_home, tmp_path, default_model
 ):
-    long = started(tmp_path, warm_home, default_model, "long", 240, max_tokens=(8, 64))
+    # 80 answers of 64 tokens: the small job's dozen 8-token answers end some 50 engine
+    # steps before the long job's last.
+    long = started(tmp_path, warm_home, default_model, "long", 160, max_tokens=(8, 64))
     # a cold worker's load took 4.5 min beside other engine tests on the 2-core machine
     wait_until(long, lambda s: s.state == "running" and s.done > 0, timeout=900)
     small = started(tmp_path, warm_home, default_model, "small", 12, max_tokens=(8,))
@@ -67,7 +69,7 @@ def test_a_small_job_finishes_while_a_long_one_runs_and_both_are_whole(
     assert live and max(live) <= 12 * 8, live
     assert not long.read_status().is_final  # before the long job ends, not after it
     long_status = wait_until(long, lambda s: s.is_final, timeout=600)
-    assert (long_status.state, long_status.succeeded) == ("completed", 240)
+    assert (long_status.state, long_status.succeeded) == ("completed", 160)
     assert reconcile(long).complete and reconcile(small).complete  # one line per custom_id
     assert small_status.pid == long_status.pid  # one worker, one engine, side by side
 
