@@ -4,11 +4,23 @@ said in words, and the matrix's export."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import streamlit as st
 
 from core.experiments import report
 from core.experiments.config import ExperimentError
-from core.experiments.runs import ExperimentState, export, grade, grades_stale, list_experiments
+from core.experiments.runs import (
+    ExperimentState,
+    experiments_version,
+    export,
+    files_version,
+    grade,
+    grades_stale,
+    list_experiments,
+    same_file,
+)
 from core.human.files import VERDICTS
 from core.jobs.folder import JobFolder
 from core.plan.pricing import cost_text, load_prices
@@ -17,6 +29,7 @@ from core.store import export as ex
 from core.store import review as rv
 from ui.job_controls import job_controls
 from ui.jobs import job_label, open_job
+from ui.page_cache import fresh_or_recent
 from ui.sign_in import reviewer_name
 from ui.store import paths, store, through_app
 from ui.text import escape
@@ -30,9 +43,23 @@ VERDICTS_HELP = (
 )
 
 
-def pick() -> ExperimentState:
-    """The experiment to show, the newest first; the page stops when there is none."""
-    found = list_experiments(paths().home)
+def kept(key: tuple, version: tuple, make: Callable[[], Any], what: str) -> Any:
+    """``make()``, kept in this process for every session while the files it reads stay as
+    ``version`` says (:func:`core.experiments.runs.files_version`): a rerun reads nothing
+    again, and answers graded or written show on the next one (a new version is a new key,
+    never a value from before). Each value takes a fraction of a second: the page waits
+    for it, as it did before they were kept."""
+    home = str(paths().home)
+    return fresh_or_recent("experiments", (home, *key), (version, 0), make, what, patient=True)
+
+
+def pick() -> tuple[ExperimentState, list[ExperimentState]]:
+    """The experiment to show, the newest first, and every experiment; the page stops when
+    there is none."""
+    home = paths().home
+    found = kept(
+        ("list",), experiments_version(home), lambda: list_experiments(home), "the experiments"
+    )
     if not found:
         st.info(
             "No experiment yet: run one with `python -m core experiment run FILE` "
@@ -46,7 +73,7 @@ def pick() -> ExperimentState:
         format_func=lambda i: f"{by_id[i].plan.name} · {i} · {by_id[i].created_at}",
         key="exp_pick",
     )
-    return by_id[chosen]
+    return by_id[chosen], found
 
 
 def progress(job: JobFolder, was_running: bool) -> None:
@@ -77,11 +104,18 @@ def graded(state: ExperimentState, job: JobFolder) -> bool:
     return True
 
 
-def summary_section(exp: report.Experiment) -> None:
+def summary_section(exp: report.Experiment, version: tuple) -> None:
     prices = load_prices()
-    rows = report.summary(exp, prices)
+    priced = prices.model_dump_json()  # another price table is another summary
+    table = kept(
+        ("summary", exp.experiment_id, priced),
+        version,
+        lambda: report.summary_table(
+            report.summary(exp, prices), lambda amount: cost_text(amount, prices.currency)
+        ),
+        "the summary",
+    )
     st.subheader("Summary per variant")
-    table = report.summary_table(rows, lambda amount: cost_text(amount, prices.currency))
     st.dataframe(table, hide_index=True, width="stretch", key="exp_summary")
     st.caption(
         "Pass rates are of the answers graded, with their 95 % Wilson interval; a failed "
@@ -89,17 +123,27 @@ def summary_section(exp: report.Experiment) -> None:
     )
 
 
-def trend_section(experiment_id: str) -> None:
+def trend_section(state: ExperimentState, found: list[ExperimentState]) -> None:
     """The pass rates of every run of the same file, when it ran more than once."""
-    runs = report.trend(experiment_id, paths().home)
-    if runs.empty:
+    home = paths().home
+    runs = same_file(state, found)
+    if len(runs) < 2:
+        return
+    version = tuple(files_version(run, home) for run in runs)
+    frame = kept(
+        ("trend", state.experiment_id),
+        version,
+        lambda: report.trend(state.experiment_id, home),
+        "the trend",
+    )
+    if frame.empty:
         return
     st.subheader("Trend across runs of this file")
     st.caption("Pass rate on every check (%) per variant, in each graded run, the oldest first.")
-    st.dataframe(runs, hide_index=True, width="stretch", key="exp_trend")
+    st.dataframe(frame, hide_index=True, width="stretch", key="exp_trend")
 
 
-def baseline_section(exp: report.Experiment) -> None:
+def baseline_section(exp: report.Experiment, version: tuple) -> None:
     """The baseline picked, then every other variant against it, in words and numbers."""
     if len(exp.variants) < 2:
         return
@@ -111,21 +155,32 @@ def baseline_section(exp: report.Experiment) -> None:
         key="exp_baseline",
         help=VERDICTS_HELP,
     )
-    verdicts = report.against(exp, base)
+
+    def against() -> tuple[list[report.Verdict], Any]:
+        verdicts = report.against(exp, base)
+        return verdicts, report.verdict_table(verdicts)
+
+    verdicts, table = kept(("against", exp.experiment_id, base), version, against, "the verdicts")
     said = [v for v in verdicts if v.significant or v.measure == report.EVERY_CHECK]
     st.markdown("\n".join(f"- {escape(v.text)}" for v in said))
     with st.expander("Every delta and its p-value"):
-        st.dataframe(report.verdict_table(verdicts), hide_index=True, width="stretch")
+        st.dataframe(table, hide_index=True, width="stretch")
 
 
-def matrix_section(exp: report.Experiment) -> None:
-    """The matrix in the chosen view: answers as plain text, never markdown."""
+def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
+    """The matrix in the chosen view: answers as plain text, never markdown. Returns the
+    items the view shows."""
     st.subheader("Matrix")
     view = st.selectbox("View", report.views(exp), key="exp_view")
-    items = report.view_items(exp, view)
+
+    def shown() -> tuple[list[int], Any]:
+        items = report.view_items(exp, view)
+        return items, report.wide(exp, items)
+
+    items, frame = kept(("view", exp.experiment_id, view), version, shown, "the matrix")
     st.caption(f"{len(items):,} of {len(exp.items):,} items · ✓ passed, ✗ failed, – not graded")
-    st.dataframe(report.wide(exp, items), hide_index=True, width="stretch", key="exp_matrix")
-    label_section(exp, items)
+    st.dataframe(frame, hide_index=True, width="stretch", key="exp_matrix")
+    return items
 
 
 def label_section(exp: report.Experiment, items: list[int]) -> None:
@@ -180,28 +235,36 @@ def export_section(experiment_id: str, rows: int) -> None:
         st.caption(f"Excel takes at most {ex.EXCEL_MAX_ROWS:,} rows: use CSV or Parquet.")
 
 
-def show(state: ExperimentState) -> None:
+def show(state: ExperimentState, found: list[ExperimentState]) -> None:
     """The graded experiment, or why there is nothing to show."""
+    home = paths().home
+    version = files_version(state, home)
     try:
-        exp = report.load(state.experiment_id, paths().home)
+        exp = kept(
+            ("experiment", state.experiment_id),
+            version,
+            lambda: report.prepared(state.experiment_id, home),
+            "the matrix",
+        )
     except ExperimentError as exc:
         st.error(escape("; ".join(exc.problems)))
         return
     if exp.frame.empty:
         st.info("This experiment has no items.")
         return
-    summary_section(exp)
-    trend_section(state.experiment_id)
-    baseline_section(exp)
-    matrix_section(exp)
+    summary_section(exp, version)
+    trend_section(state, found)
+    baseline_section(exp, version)
+    items = matrix_section(exp, version)
+    label_section(exp, items)
     export_section(state.experiment_id, len(exp.frame))
 
 
 through_app()
 st.title("Experiments")
-state = pick()
+state, found = pick()
 job = open_job(str(state.job_id))
 running = not nothing_to_watch(job.read_status())
 st.fragment(run_every=REFRESH_SECONDS if running else None)(progress)(job, running)
 if graded(state, job):
-    show(state)
+    show(state, found)

@@ -28,6 +28,7 @@ from core.experiments.runs import (
     matrix,
     read_grades,
     read_state,
+    same_file,
 )
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
 
@@ -99,6 +100,14 @@ def load(experiment_id: str, home: Path | None = None) -> Experiment:
         job_id=state.job_id,
         plan_cells=list(plan.cells),
     )
+
+
+def prepared(experiment_id: str, home: Path | None = None) -> Experiment:
+    """:func:`load` with its cells made (:func:`cell_table`): an experiment a page keeps
+    and every session reads, never changes after."""
+    exp = load(experiment_id, home)
+    cell_table(exp)
+    return exp
 
 
 # -- per cell ------------------------------------------------------------------------------
@@ -466,11 +475,7 @@ def trend(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
     Empty when the file ran once."""
     home = home or data_paths().home
     state = read_state(experiment_id, home)
-    runs = [
-        s
-        for s in reversed(list_experiments(home))
-        if s.source == state.source and s.plan.name == state.plan.name
-    ]
+    runs = same_file(state, list(reversed(list_experiments(home))))
     if len(runs) < 2:
         return pd.DataFrame()
     rows = []

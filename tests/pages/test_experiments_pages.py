@@ -10,6 +10,7 @@ import pytest
 
 from core.config import data_paths
 from core.experiments.runs import read_grades, read_state
+from core.jobs.folder import JobFolder
 from tests.support.experiments import experiment_in_home, promptfoo_config
 from tests.support.pages import open_page, texts
 
@@ -115,3 +116,22 @@ def test_a_cell_is_labelled_as_review_labels_a_result(model):
         if x.get("kind") == "label"
     ]
     assert labels == [(job_id, "t2.p1.m0", "ana", "fail")]  # the cell's own result
+
+
+def test_answers_graded_again_show_on_the_next_rerun(model):
+    """The page keeps its matrix and summary between reruns; an answer rewritten and
+    graded again must still show on the very next one (the way such a cache goes wrong)."""
+    experiment_id = experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    assert table(at, "terse").loc[0, "plain"].startswith("Paris\n✓ icontains: paris")
+    assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("100.0 %")
+    job = JobFolder(data_paths().jobs / read_state(experiment_id).job_id)
+    lines = job.output.read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"t0.p0.m0"' in x)
+    lines[first] = lines[first].replace('"Paris"', '"Lyon!"')  # the same size: its time moves
+    job.output.write_text("".join(lines))
+    at.run()
+    assert table(at, "terse").loc[0, "plain"].startswith("Lyon!\n")  # the answer, not yet graded
+    at.button(key="exp_grade").click().run()  # only the grades file changes now
+    assert table(at, "terse").loc[0, "plain"].startswith("Lyon!\n✗ icontains: paris")
+    assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("66.7 %")

@@ -11,7 +11,16 @@ import pytest
 
 from core.config import data_paths
 from core.experiments import report
-from core.experiments.runs import export, grade, grades_stale, read_state
+from core.experiments.runs import (
+    experiments_version,
+    export,
+    files_version,
+    grade,
+    grades_stale,
+    read_grades,
+    read_state,
+)
+from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable
 from tests.support.experiments import experiment_in_home, promptfoo_config
@@ -185,3 +194,25 @@ def test_the_same_file_run_again_shows_a_trend_per_variant(experiment, model):
     assert runs["run"].tolist() == [experiment, later]  # the oldest first
     assert runs["plain"].tolist() == [20.0, 100.0]  # 8 of 40 passed both checks, then all
     assert runs["terse"].tolist() == [round(35 / 39 * 100, 1), 100.0]
+
+
+def test_the_files_version_moves_on_with_answers_written_and_grades_saved(experiment, model):
+    """The page keeps what it drew while this key stays: every change it must show moves
+    it (a grade saved, an answer appended), and a rerun that changed nothing keeps it."""
+    state = read_state(experiment)
+    before = files_version(state)
+    assert files_version(state) == before  # nothing changed: the kept matrix stands
+    grades = read_grades(experiment)
+    grades.outcomes["t0.p0.m0"] = [False, False]
+    folder = data_paths().home / "experiments" / experiment
+    write_atomic(folder / "grades.json", grades.model_dump_json())  # as grade() saves them
+    graded = files_version(state)
+    assert graded != before
+    job = JobFolder(data_paths().jobs / state.job_id)
+    with job.output.open("a", encoding="utf-8") as out:  # a resumed job's answer
+        out.write(job.output.read_text().splitlines()[0] + "\n")
+    assert files_version(state) != graded
+    listed = experiments_version()
+    tests = [{"description": "one", "country": "France"}]
+    experiment_in_home(model, promptfoo_config(tests, ["a"], CHECKS), answers)
+    assert experiments_version() != listed  # a new experiment is listed
