@@ -25,6 +25,7 @@ from core.human.files import VERDICTS
 from core.jobs.folder import JobFolder
 from core.plan.pricing import cost_text, load_prices
 from core.run.progress import nothing_to_watch
+from core.store import compare as cmp
 from core.store import export as ex
 from core.store import review as rv
 from ui.job_controls import job_controls
@@ -41,6 +42,7 @@ VERDICTS_HELP = (
     "mean scores (the share of an answer's checks that held) with a paired bootstrap. "
     "A difference is said when p < 0.05."
 )
+PREFER = {"A": "A is better", "B": "B is better", "tie": "Tie"}  # Compare's buttons
 
 
 def kept(key: tuple, version: tuple, make: Callable[[], Any], what: str) -> Any:
@@ -183,21 +185,28 @@ def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
     return items
 
 
-def label_section(exp: report.Experiment, items: list[int]) -> None:
-    """A cell of the view labelled as Review labels a result (the same file and index)."""
+def item_section(exp: report.Experiment, items: list[int]) -> None:
+    """One item of the view opened: a cell labelled, or one of two cells preferred."""
+    st.subheader("An item")
+    if not items:
+        st.caption("No item in this view.")
+        return
+    item = st.selectbox("Open item", items, format_func=exp.items.__getitem__, key="exp_item")
+    reviewer = reviewer_name("Your name (as a reviewer)")
+    label_section(exp, item, reviewer)
+    prefer_section(exp, item, reviewer)
+
+
+def label_section(exp: report.Experiment, item: int, reviewer: str) -> None:
+    """A cell of the item labelled as Review labels a result (the same file and index)."""
     with st.expander("Label a cell (Review's labels)"):
-        if not items:
-            st.caption("No item in this view.")
-            return
-        c = st.columns(3)
-        item = c[0].selectbox("Item", items, format_func=exp.items.__getitem__, key="exp_l_item")
-        variant = c[1].selectbox(
+        c = st.columns(2)
+        variant = c[0].selectbox(
             "Variant", range(len(exp.variants)), format_func=exp.variants.__getitem__,
             key="exp_l_variant",
         )  # fmt: skip
-        verdict = c[2].radio("Verdict", VERDICTS, horizontal=True, key="exp_l_verdict")
+        verdict = c[1].radio("Verdict", VERDICTS, horizontal=True, key="exp_l_verdict")
         comment = st.text_input("Comment (optional)", key="exp_l_comment")
-        reviewer = reviewer_name("Your name (as a reviewer)")
         if st.button("Save label", key="exp_l_save"):
             job_id, cid = report.result_of(exp, item, variant)
             try:
@@ -208,6 +217,43 @@ def label_section(exp: report.Experiment, items: list[int]) -> None:
                 st.success(
                     escape(f"Labelled {verdict}: {exp.variants[variant]} on {exp.items[item]}.")
                 )
+
+
+def prefer_section(exp: report.Experiment, item: int, reviewer: str) -> None:
+    """One of two variants' answers to the item preferred, kept as Compare keeps a
+    preference: Compare's tally and its DPO export count it."""
+    if len(exp.variants) < 2:
+        return
+    with st.expander("Prefer one of two cells (Compare's preferences)"):
+        c = st.columns(2)
+        names = range(len(exp.variants))
+        a = c[0].selectbox("A", names, format_func=exp.variants.__getitem__, key="exp_p_a")
+        b = c[1].selectbox("B", names, index=1, format_func=exp.variants.__getitem__, key="exp_p_b")
+        if a == b:
+            st.caption("Choose two different variants.")
+            return
+        db = store()
+        old, tally = report.preferred(db, exp, item, a, b, reviewer)
+        for col, choice in zip(st.columns(3), cmp.CHOICES, strict=True):
+            kind = "primary" if old == choice else "secondary"
+            if col.button(PREFER[choice], type=kind, key=f"exp_p_{choice}"):
+                try:
+                    report.prefer(db, exp, item, a, b, reviewer, choice)
+                except cmp.CompareError as exc:
+                    st.error(escape(exc))
+                else:  # drawn again: the choice shows as hers, the tally with it
+                    said = f"Preferred {PREFER[choice]} on {exp.items[item]}."
+                    st.session_state["exp_p_said"] = said
+                    st.rerun()
+        if said := st.session_state.pop("exp_p_said", None):
+            st.success(escape(said))
+        comparison = report.comparison_of(exp, a, b)[0]
+        st.caption(
+            f"Over every item of these two variants: A {tally['A']:,}, B {tally['B']:,}, "
+            f"tie {tally['tie']:,} (Compare's tally). Kept under comparison {comparison}: "
+            f"`python -m core export --what dpo --comparison {comparison}` writes its pairs "
+            "for preference fine-tuning."
+        )
 
 
 def export_section(experiment_id: str, rows: int) -> None:
@@ -256,7 +302,7 @@ def show(state: ExperimentState, found: list[ExperimentState]) -> None:
     trend_section(state, found)
     baseline_section(exp, version)
     items = matrix_section(exp, version)
-    label_section(exp, items)
+    item_section(exp, items)
     export_section(state.experiment_id, len(exp.frame))
 
 

@@ -31,6 +31,8 @@ from core.experiments.runs import (
     same_file,
 )
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
+from core.store import compare as cmp
+from core.store.db import Store
 
 EVERY_CHECK = "every check"
 ALL, FAILURES, DIFFERENT = "All", "Failures", "Different"
@@ -117,6 +119,47 @@ def result_of(exp: Experiment, item: int, variant: int) -> tuple[str, str]:
     """The (job id, custom_id) of one cell: the result Review's labels are kept for."""
     prompt, provider = exp.plan_cells[variant]
     return str(exp.job_id), custom_id(item, prompt, provider)
+
+
+def comparison_of(exp: Experiment, a: int, b: int) -> tuple[str, cmp.Side, cmp.Side]:
+    """Compare's comparison of two variants of an experiment: its id (under which Compare
+    tallies their preferences and exports them for DPO) and its sides, slices of the
+    experiment's one job by variant."""
+    side_a, side_b = (cmp.Side(str(exp.job_id), "variant", exp.variants[v]) for v in (a, b))
+    return cmp.comparison_id(side_a, side_b, "item"), side_a, side_b
+
+
+def prefer(
+    store: Store, exp: Experiment, item: int, a: int, b: int, reviewer: str, choice: str
+) -> str:
+    """A reviewer's preference between two variants' answers to one item, kept as Compare
+    keeps one (:func:`core.store.compare.save_preference`, the latest choice wins); returns
+    the comparison's id.
+
+    Raises:
+        core.store.compare.CompareError: no reviewer name, an unknown choice, or the same
+            variant twice.
+    """
+    if a == b:
+        raise cmp.CompareError("choose two different variants")
+    comparison, side_a, side_b = comparison_of(exp, a, b)
+    pair = {"custom_id_a": result_of(exp, item, a)[1], "custom_id_b": result_of(exp, item, b)[1]}
+    cmp.save_preference(store, comparison, _pair_key(item), reviewer, choice, pair, side_a, side_b)
+    return comparison
+
+
+def preferred(
+    store: Store, exp: Experiment, item: int, a: int, b: int, reviewer: str
+) -> tuple[str | None, dict[str, int]]:
+    """The reviewer's choice between two variants on one item (None: none yet) and the
+    tally of A / B / tie over every item and reviewer of those two variants."""
+    comparison = comparison_of(exp, a, b)[0]
+    mine = cmp.preference_of(store, comparison, _pair_key(item), reviewer) if reviewer else None
+    return mine, cmp.preference_tally(store, comparison)
+
+
+def _pair_key(item: int) -> str:
+    return f"t{item}"  # the item's test, as its custom_ids begin
 
 
 def _known(value: Any) -> bool:

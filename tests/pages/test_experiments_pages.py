@@ -96,7 +96,7 @@ def test_the_same_file_run_twice_shows_its_trend(model):
 def test_a_cell_is_labelled_as_review_labels_a_result(model):
     experiment_id = experiment_in_home(model, config(3), answers)
     at = open_page("experiments.py")
-    at.selectbox(key="exp_l_item").set_value(2).run()
+    at.selectbox(key="exp_item").set_value(2).run()
     at.selectbox(key="exp_l_variant").set_value(1).run()
     at.radio(key="exp_l_verdict").set_value("fail").run()
     at.button(key="exp_l_save").click().run()
@@ -135,3 +135,24 @@ def test_answers_graded_again_show_on_the_next_rerun(model):
     at.button(key="exp_grade").click().run()  # only the grades file changes now
     assert table(at, "terse").loc[0, "plain"].startswith("Lyon!\n✗ icontains: paris")
     assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("66.7 %")
+
+
+def test_one_of_two_cells_is_preferred_as_compare_keeps_a_preference(model):
+    experiment_id = experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_item").set_value(1).run()
+    at.button(key="exp_p_B").click().run()
+    assert "enter your reviewer name first" in texts(at)  # nothing saved without a name
+    at.text_input(key="reviewer").input("ana").run()
+    at.button(key="exp_p_B").click().run()
+    assert "Preferred B is better on item 1." in texts(at)
+    assert "A 0, B 1, tie 0 (Compare's tally). Kept under comparison cmp_" in texts(at)
+    assert at.button(key="exp_p_B").proto.type == "primary"  # her choice, as Compare shows it
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    job_id = read_state(experiment_id).job_id
+    assert [(x["kind"], x["job_b"], x["custom_id_a"], x["custom_id_b"], x["choice"])
+            for x in saved] == [("preference", job_id, "t1.p0.m0", "t1.p1.m0", "B")]  # fmt: skip

@@ -23,6 +23,9 @@ from core.experiments.runs import (
 from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable
+from core.store import compare as cmp
+from core.store import training
+from core.store.db import Store
 from tests.support.experiments import experiment_in_home, promptfoo_config
 
 pytestmark = pytest.mark.usefixtures("studio_home")
@@ -216,3 +219,33 @@ def test_the_files_version_moves_on_with_answers_written_and_grades_saved(experi
     tests = [{"description": "one", "country": "France"}]
     experiment_in_home(model, promptfoo_config(tests, ["a"], CHECKS), answers)
     assert experiments_version() != listed  # a new experiment is listed
+
+
+def test_a_preference_between_two_cells_is_compares_and_feeds_its_dpo_export(experiment, tmp_path):
+    """Preferring terse's answer to plain's on item 12 writes Compare's preference record
+    (the one writer, core/store/compare.py), counts in Compare's tally and exports as a
+    DPO pair, both variants having sent the same conversation."""
+    exp = report.load(experiment)
+    db = Store(data_paths().home / "studio.duckdb")
+    db.ingest(JobFolder(data_paths().jobs / exp.job_id))
+    with pytest.raises(cmp.CompareError, match="enter your reviewer name first"):
+        report.prefer(db, exp, 12, 0, 1, " ", "B")
+    with pytest.raises(cmp.CompareError, match="two different variants"):
+        report.prefer(db, exp, 12, 1, 1, "ana", "B")
+    comparison = report.prefer(db, exp, 12, 0, 1, "ana", "B")
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    kept = [(x["kind"], x["job_a"], x["custom_id_a"], x["custom_id_b"], x["choice"]) for x in saved]
+    assert kept == [("preference", exp.job_id, "t12.p0.m0", "t12.p1.m0", "B")]
+    assert report.preferred(db, exp, 12, 0, 1, "ana") == ("B", {"A": 0, "B": 1, "tie": 0})
+    assert cmp.preference_tally(db, comparison) == {"A": 0, "B": 1, "tie": 0}
+    outcome = training.export_dpo(db, tmp_path / "dpo.jsonl", comparison)
+    line = json.loads((tmp_path / "dpo.jsonl").read_text())
+    assert outcome.written == 1
+    assert line["preferred_output"][0]["content"] == "Paris"  # terse on item 12
+    assert line["non_preferred_output"][0]["content"] == "Lyon"
+    assert line["input"]["messages"] == [{"role": "user", "content": "Capital of France?"}]
+    db.close()
