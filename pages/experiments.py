@@ -186,12 +186,24 @@ def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
 
 
 def item_section(exp: report.Experiment, items: list[int]) -> None:
-    """One item of the view opened: a cell labelled, or one of two cells preferred."""
+    """One item of the view opened: its request (the conversation, each turn as plain text
+    under its role) beside every variant's answer; then a cell labelled, or one of two
+    cells preferred."""
     st.subheader("An item")
     if not items:
         st.caption("No item in this view.")
         return
     item = st.selectbox("Open item", items, format_func=exp.items.__getitem__, key="exp_item")
+    for turns in report.item_turns(exp, item, paths().home):
+        c = st.columns(2)
+        c[0].markdown("**Request**")
+        for role, text in turns.conversation or [("", "(the request cannot be read)")]:
+            c[0].caption(escape(role))
+            c[0].text(text)
+        c[1].markdown("**Answers**")
+        for variant, text in turns.answers:
+            c[1].caption(escape(variant))
+            c[1].text(text)
     reviewer = reviewer_name("Your name (as a reviewer)")
     label_section(exp, item, reviewer)
     prefer_section(exp, item, reviewer)

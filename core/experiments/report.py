@@ -28,11 +28,14 @@ from core.experiments.runs import (
     matrix,
     read_grades,
     read_state,
+    requests_of,
     same_file,
 )
+from core.jobs.folder import JobFolder
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
 from core.store import compare as cmp
 from core.store.db import Store
+from core.store.results import conversation
 
 EVERY_CHECK = "every check"
 ALL, FAILURES, DIFFERENT = "All", "Failures", "Different"
@@ -160,6 +163,32 @@ def preferred(
 
 def _pair_key(item: int) -> str:
     return f"t{item}"  # the item's test, as its custom_ids begin
+
+
+class Turns(BaseModel):
+    """One conversation an item was sent as, and the answers of the variants that sent it
+    (variants differing only in provider send the same one)."""
+
+    conversation: list[tuple[str, str]]  # (role, text)
+    answers: list[tuple[str, str]]  # (variant, :func:`cell_text`)
+
+
+def item_turns(exp: Experiment, item: int, home: Path | None = None) -> list[Turns]:
+    """An item's requests, as its job's input file holds them, beside every variant's
+    answer: one entry per distinct conversation, in the variants' order."""
+    home = home or data_paths().home
+    cids = [result_of(exp, item, v)[1] for v in range(len(exp.variants))]
+    sent = requests_of(JobFolder(home / "jobs" / str(exp.job_id)), cids)
+    rows = exp.frame[exp.frame["_item"] == item].to_dict("records") if len(exp.frame) else []
+    shown: dict[str, Turns] = {}
+    for row in rows:
+        v = int(row["_variant"])
+        turns = conversation(sent.get(cids[v]))
+        key = repr(turns)
+        if key not in shown:
+            shown[key] = Turns(conversation=turns, answers=[])
+        shown[key].answers.append((exp.variants[v], cell_text(exp, row)))
+    return list(shown.values())
 
 
 def _known(value: Any) -> bool:

@@ -235,6 +235,27 @@ def start(
     return state, started
 
 
+def requests_of(job: JobFolder, custom_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The messages each of ``custom_ids`` sent, from the job's input file (what ran);
+    a line that cannot be read, or has no messages, is left out."""
+    wanted = {f'"{cid}"' for cid in custom_ids}  # only a line that names one is parsed
+    found: dict[str, list[dict[str, Any]]] = {}
+    if not job.input.is_file():
+        return found
+    with job.input.open(encoding="utf-8", errors="replace") as lines_in:
+        for raw in lines_in:
+            if not any(quoted in raw for quoted in wanted):
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            messages = (line.get("body") or {}).get("messages") if isinstance(line, dict) else None
+            if line.get("custom_id") in custom_ids and isinstance(messages, list):
+                found[line["custom_id"]] = messages
+    return found
+
+
 # -- grading -------------------------------------------------------------------------------
 
 

@@ -137,10 +137,20 @@ def test_answers_graded_again_show_on_the_next_rerun(model):
     assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("66.7 %")
 
 
-def test_one_of_two_cells_is_preferred_as_compare_keeps_a_preference(model):
-    experiment_id = experiment_in_home(model, config(3), answers)
+def test_an_item_opens_beside_its_conversation_and_one_of_two_cells_is_preferred(model):
+    def marked(cid: str) -> dict:  # markdown and HTML from a model: shown as written
+        return {"answer": "**Paris** <b>x</b>"} if cid == "t1.p1.m0" else answers(cid)
+
+    experiment_id = experiment_in_home(model, config(3), marked)
     at = open_page("experiments.py")
     at.selectbox(key="exp_item").set_value(1).run()
+    assert [t.value for t in at.text][:3] == [
+        "Capital of France?",  # the one conversation both prompts sent, its role named
+        "Paris\n✓ icontains: paris\n4 tokens · 51 ms",
+        "**Paris** <b>x</b>\n✓ icontains: paris\n3 tokens",
+    ]
+    assert "user" in [c.value for c in at.caption]
+    assert "<b>" not in "".join(m.value for m in at.markdown)
     at.button(key="exp_p_B").click().run()
     assert "enter your reviewer name first" in texts(at)  # nothing saved without a name
     at.text_input(key="reviewer").input("ana").run()

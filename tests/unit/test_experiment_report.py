@@ -249,3 +249,13 @@ def test_a_preference_between_two_cells_is_compares_and_feeds_its_dpo_export(exp
     assert line["non_preferred_output"][0]["content"] == "Lyon"
     assert line["input"]["messages"] == [{"role": "user", "content": "Capital of France?"}]
     db.close()
+
+
+def test_an_item_shows_its_conversation_beside_every_variants_answer(experiment):
+    turns = report.item_turns(report.load(experiment), 5)
+    assert len(turns) == 1  # both prompts sent the same conversation
+    assert turns[0].conversation == [("user", "Capital of France?")]
+    assert turns[0].answers == [
+        ("plain", "Paris\n✓ icontains: paris  ✓ not-icontains: sorry\n4 tokens · 150 ms"),
+        ("terse", "(request failed: prompt too long)\n– icontains: paris  – not-icontains: sorry"),
+    ]
