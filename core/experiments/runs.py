@@ -250,8 +250,9 @@ def requests_of(job: JobFolder, custom_ids: list[str]) -> dict[str, list[dict[st
                 line = json.loads(raw)
             except ValueError:
                 continue
-            messages = (line.get("body") or {}).get("messages") if isinstance(line, dict) else None
-            if line.get("custom_id") in custom_ids and isinstance(messages, list):
+            body = line.get("body") if isinstance(line, dict) else None
+            messages = body.get("messages") if isinstance(body, dict) else None
+            if isinstance(messages, list) and line.get("custom_id") in custom_ids:
                 found[line["custom_id"]] = messages
     return found
 

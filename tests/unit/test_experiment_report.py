@@ -252,7 +252,11 @@ def test_a_preference_between_two_cells_is_compares_and_feeds_its_dpo_export(exp
 
 
 def test_an_item_shows_its_conversation_beside_every_variants_answer(experiment):
-    turns = report.item_turns(report.load(experiment), 5)
+    exp = report.load(experiment)
+    job = JobFolder(data_paths().jobs / exp.job_id)
+    damaged = '{"t5.p0.m0": 1\n["t5.p0.m0"]\n{"custom_id": "t5.p0.m0", "body": "t5.p0.m0"}\n'
+    job.input.write_text(damaged + job.input.read_text())  # lines naming it, unreadable
+    turns = report.item_turns(exp, 5)
     assert len(turns) == 1  # both prompts sent the same conversation
     assert turns[0].conversation == [("user", "Capital of France?")]
     assert turns[0].answers == [
