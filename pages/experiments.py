@@ -194,16 +194,18 @@ def item_section(exp: report.Experiment, items: list[int]) -> None:
         st.caption("No item in this view.")
         return
     item = st.selectbox("Open item", items, format_func=exp.items.__getitem__, key="exp_item")
-    for turns in report.item_turns(exp, item, paths().home):
+    for turns in report.item_turns(exp, item, paths().home, store()):
         c = st.columns(2)
         c[0].markdown("**Request**")
         for role, text in turns.conversation or [("", "(the request cannot be read)")]:
             c[0].caption(escape(role))
             c[0].text(text)
         c[1].markdown("**Answers**")
-        for variant, text in turns.answers:
+        for (variant, text), labels in zip(turns.answers, turns.labels, strict=True):
             c[1].caption(escape(variant))
             c[1].text(text)
+            if labels:
+                c[1].caption(escape("Labelled " + ", ".join(labels)))
     reviewer = reviewer_name("Your name (as a reviewer)")
     label_section(exp, item, reviewer)
     prefer_section(exp, item, reviewer)
@@ -225,10 +227,12 @@ def label_section(exp: report.Experiment, item: int, reviewer: str) -> None:
                 rv.save_label(store(), job_id, cid, reviewer, rv.Label(verdict, comment=comment))
             except rv.ReviewError as exc:
                 st.error(escape(exc))
-            else:
-                st.success(
-                    escape(f"Labelled {verdict}: {exp.variants[variant]} on {exp.items[item]}.")
-                )
+            else:  # drawn again: the label shows under its answer above
+                said = f"Labelled {verdict}: {exp.variants[variant]} on {exp.items[item]}."
+                st.session_state["exp_l_said"] = said
+                st.rerun()
+        if said := st.session_state.pop("exp_l_said", None):
+            st.success(escape(said))
 
 
 def prefer_section(exp: report.Experiment, item: int, reviewer: str) -> None:

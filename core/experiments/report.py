@@ -36,6 +36,7 @@ from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
 from core.store import compare as cmp
 from core.store.db import Store
 from core.store.results import conversation
+from core.store.review import verdicts_of
 
 EVERY_CHECK = "every check"
 ALL, FAILURES, DIFFERENT = "All", "Failures", "Different"
@@ -171,14 +172,19 @@ class Turns(BaseModel):
 
     conversation: list[tuple[str, str]]  # (role, text)
     answers: list[tuple[str, str]]  # (variant, :func:`cell_text`)
+    labels: list[list[str]] = []  # each answer's Review labels, "reviewer: verdict"
 
 
-def item_turns(exp: Experiment, item: int, home: Path | None = None) -> list[Turns]:
+def item_turns(
+    exp: Experiment, item: int, home: Path | None = None, store: Store | None = None
+) -> list[Turns]:
     """An item's requests, as its job's input file holds them, beside every variant's
-    answer: one entry per distinct conversation, in the variants' order."""
+    answer (with its Review labels from ``store``'s index): one entry per distinct
+    conversation, in the variants' order."""
     home = home or data_paths().home
     cids = [result_of(exp, item, v)[1] for v in range(len(exp.variants))]
     sent = requests_of(JobFolder(home / "jobs" / str(exp.job_id)), cids)
+    labels = verdicts_of(store, str(exp.job_id), cids) if store is not None else {}
     rows = exp.frame[exp.frame["_item"] == item].to_dict("records") if len(exp.frame) else []
     shown: dict[str, Turns] = {}
     for row in rows:
@@ -188,6 +194,7 @@ def item_turns(exp: Experiment, item: int, home: Path | None = None) -> list[Tur
         if key not in shown:
             shown[key] = Turns(conversation=turns, answers=[])
         shown[key].answers.append((exp.variants[v], cell_text(exp, row)))
+        shown[key].labels.append(labels.get(cids[v], []))
     return list(shown.values())
 
 

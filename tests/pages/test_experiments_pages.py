@@ -104,6 +104,7 @@ def test_a_cell_is_labelled_as_review_labels_a_result(model):
     at.text_input(key="reviewer").input("ana").run()
     at.button(key="exp_l_save").click().run()
     assert "Labelled fail: terse on item 2." in texts(at)
+    assert "Labelled ana: fail" in texts(at)  # under terse's answer, on this very rerun
     job_id = read_state(experiment_id).job_id
     saved = [
         json.loads(x)

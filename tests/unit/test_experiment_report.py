@@ -24,6 +24,7 @@ from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable
 from core.store import compare as cmp
+from core.store import review as rv
 from core.store import training
 from core.store.db import Store
 from tests.support.experiments import experiment_in_home, promptfoo_config
@@ -256,7 +257,13 @@ def test_an_item_shows_its_conversation_beside_every_variants_answer(experiment)
     job = JobFolder(data_paths().jobs / exp.job_id)
     damaged = '{"t5.p0.m0": 1\n["t5.p0.m0"]\n{"custom_id": "t5.p0.m0", "body": "t5.p0.m0"}\n'
     job.input.write_text(damaged + job.input.read_text())  # lines naming it, unreadable
-    turns = report.item_turns(exp, 5)
+    db = Store(data_paths().home / "studio.duckdb")
+    rv.save_label(db, exp.job_id, "t5.p0.m0", "bob", rv.Label("unsure"))
+    rv.save_label(db, exp.job_id, "t5.p0.m0", "ana", rv.Label("pass"))
+    rv.save_label(db, exp.job_id, "t6.p1.m0", "ana", rv.Label("fail"))  # another item's
+    turns = report.item_turns(exp, 5, store=db)
+    db.close()
+    assert turns[0].labels == [["ana: pass", "bob: unsure"], []]
     assert len(turns) == 1  # both prompts sent the same conversation
     assert turns[0].conversation == [("user", "Capital of France?")]
     assert turns[0].answers == [
