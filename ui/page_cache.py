@@ -20,17 +20,25 @@ def page_values(page: str) -> Latest:
 
 
 def fresh_or_recent(
-    page: str, key: tuple, version: tuple, make: Callable[[], Any], what: str = "these figures"
+    page: str,
+    key: tuple,
+    version: tuple,
+    make: Callable[[], Any],
+    what: str = "these figures",
+    patient: bool = False,
 ) -> Any:
     """``make()`` for ``key`` at the index's ``version`` (:meth:`Store.data_version`), kept
     per page and shared by every session. When only results streaming in moved the version
     on (its last item), the last value is shown at once and the next one made in the
     background, and a caption says so. A value not made yet is made in the background too:
     the page waits for it a moment (:func:`core.config.page_wait_seconds`), then gets None,
-    says that ``what`` is being computed, and reruns by itself when it is done."""
+    says that ``what`` is being computed, and reruns by itself when it is done.
+    ``patient``: a first value is waited for as long as it takes (a page whose values take
+    well under a second, where the redraw's poll would cost more than the wait)."""
     index = str(store().path)  # another data folder is another index
     values, kept = page_values(page), (index, key, version[:-1])
-    value, current = values.get(kept, version[-1], make, page_wait_seconds())
+    wait = None if patient else page_wait_seconds()
+    value, current = values.get(kept, version[-1], make, wait)
     if value is PENDING:
 
         @st.fragment(run_every=1.0)

@@ -28,8 +28,15 @@ from core.experiments.runs import (
     matrix,
     read_grades,
     read_state,
+    requests_of,
+    same_file,
 )
+from core.jobs.folder import JobFolder
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
+from core.store import compare as cmp
+from core.store.db import Store
+from core.store.results import conversation
+from core.store.review import verdicts_of
 
 EVERY_CHECK = "every check"
 ALL, FAILURES, DIFFERENT = "All", "Failures", "Different"
@@ -101,6 +108,14 @@ def load(experiment_id: str, home: Path | None = None) -> Experiment:
     )
 
 
+def prepared(experiment_id: str, home: Path | None = None) -> Experiment:
+    """:func:`load` with its cells made (:func:`cell_table`): an experiment a page keeps
+    and every session reads, never changes after."""
+    exp = load(experiment_id, home)
+    cell_table(exp)
+    return exp
+
+
 # -- per cell ------------------------------------------------------------------------------
 
 
@@ -108,6 +123,79 @@ def result_of(exp: Experiment, item: int, variant: int) -> tuple[str, str]:
     """The (job id, custom_id) of one cell: the result Review's labels are kept for."""
     prompt, provider = exp.plan_cells[variant]
     return str(exp.job_id), custom_id(item, prompt, provider)
+
+
+def comparison_of(exp: Experiment, a: int, b: int) -> tuple[str, cmp.Side, cmp.Side]:
+    """Compare's comparison of two variants of an experiment: its id (under which Compare
+    tallies their preferences and exports them for DPO) and its sides, slices of the
+    experiment's one job by variant."""
+    side_a, side_b = (cmp.Side(str(exp.job_id), "variant", exp.variants[v]) for v in (a, b))
+    return cmp.comparison_id(side_a, side_b, "item"), side_a, side_b
+
+
+def prefer(
+    store: Store, exp: Experiment, item: int, a: int, b: int, reviewer: str, choice: str
+) -> str:
+    """A reviewer's preference between two variants' answers to one item, kept as Compare
+    keeps one (:func:`core.store.compare.save_preference`, the latest choice wins); returns
+    the comparison's id.
+
+    Raises:
+        core.store.compare.CompareError: no reviewer name, an unknown choice, or the same
+            variant twice.
+    """
+    if a == b:
+        raise cmp.CompareError("choose two different variants")
+    comparison, side_a, side_b = comparison_of(exp, a, b)
+    pair = {"custom_id_a": result_of(exp, item, a)[1], "custom_id_b": result_of(exp, item, b)[1]}
+    cmp.save_preference(store, comparison, _pair_key(item), reviewer, choice, pair, side_a, side_b)
+    return comparison
+
+
+def preferred(
+    store: Store, exp: Experiment, item: int, a: int, b: int, reviewer: str
+) -> tuple[str | None, dict[str, int]]:
+    """The reviewer's choice between two variants on one item (None: none yet) and the
+    tally of A / B / tie over every item and reviewer of those two variants."""
+    comparison = comparison_of(exp, a, b)[0]
+    mine = cmp.preference_of(store, comparison, _pair_key(item), reviewer) if reviewer else None
+    return mine, cmp.preference_tally(store, comparison)
+
+
+def _pair_key(item: int) -> str:
+    return f"t{item}"  # the item's test, as its custom_ids begin
+
+
+class Turns(BaseModel):
+    """One conversation an item was sent as, and the answers of the variants that sent it
+    (variants differing only in provider send the same one)."""
+
+    conversation: list[tuple[str, str]]  # (role, text)
+    answers: list[tuple[str, str]]  # (variant, :func:`cell_text`)
+    labels: list[list[str]] = []  # each answer's Review labels, "reviewer: verdict"
+
+
+def item_turns(
+    exp: Experiment, item: int, home: Path | None = None, store: Store | None = None
+) -> list[Turns]:
+    """An item's requests, as its job's input file holds them, beside every variant's
+    answer (with its Review labels from ``store``'s index): one entry per distinct
+    conversation, in the variants' order."""
+    home = home or data_paths().home
+    cids = [result_of(exp, item, v)[1] for v in range(len(exp.variants))]
+    sent = requests_of(JobFolder(home / "jobs" / str(exp.job_id)), cids)
+    labels = verdicts_of(store, str(exp.job_id), cids) if store is not None else {}
+    rows = exp.frame[exp.frame["_item"] == item].to_dict("records") if len(exp.frame) else []
+    shown: dict[str, Turns] = {}
+    for row in rows:
+        v = int(row["_variant"])
+        turns = conversation(sent.get(cids[v]))
+        key = repr(turns)
+        if key not in shown:
+            shown[key] = Turns(conversation=turns, answers=[])
+        shown[key].answers.append((exp.variants[v], cell_text(exp, row)))
+        shown[key].labels.append(labels.get(cids[v], []))
+    return list(shown.values())
 
 
 def _known(value: Any) -> bool:
@@ -466,11 +554,7 @@ def trend(experiment_id: str, home: Path | None = None) -> pd.DataFrame:
     Empty when the file ran once."""
     home = home or data_paths().home
     state = read_state(experiment_id, home)
-    runs = [
-        s
-        for s in reversed(list_experiments(home))
-        if s.source == state.source and s.plan.name == state.plan.name
-    ]
+    runs = same_file(state, list(reversed(list_experiments(home))))
     if len(runs) < 2:
         return pd.DataFrame()
     rows = []

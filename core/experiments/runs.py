@@ -88,6 +88,44 @@ def list_experiments(home: Path | None = None) -> list[ExperimentState]:
     return sorted(found, key=_made, reverse=True)
 
 
+def same_file(state: ExperimentState, found: list[ExperimentState]) -> list[ExperimentState]:
+    """The runs of ``state``'s file among ``found`` (the same source path and name), in
+    ``found``'s order: the runs a trend is drawn from."""
+    return [s for s in found if s.source == state.source and s.plan.name == state.plan.name]
+
+
+# A file's state as a page's cache key holds it: replaced (write_atomic: a new inode),
+# appended to (its size) or touched (its time) is another state; None: absent.
+FileState = tuple[int, int, int] | None
+
+
+def file_state(path: Path) -> FileState:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ino
+
+
+def files_version(state: ExperimentState, home: Path | None = None) -> tuple[FileState, ...]:
+    """The state of every file an experiment's matrix, summary and verdicts are read from
+    (``state.json``, ``grades.json``, its job's output and error files): a key that moves
+    on whenever what the page shows of it would change (answers written, graded again)."""
+    home = home or data_paths().home
+    folder = experiments_dir(home) / state.experiment_id
+    job = JobFolder(home / "jobs" / str(state.job_id))
+    paths = (folder / "state.json", folder / "grades.json", job.output, job.errors)
+    return tuple(file_state(path) for path in paths)
+
+
+def experiments_version(home: Path | None = None) -> tuple[tuple[str, FileState], ...]:
+    """Which experiments there are and the state of each ``state.json``: what
+    :func:`list_experiments` reads."""
+    folder = experiments_dir(home)
+    found = sorted(folder.glob("exp_*/state.json")) if folder.is_dir() else []
+    return tuple((path.parent.name, file_state(path)) for path in found)
+
+
 def _made(state: ExperimentState) -> datetime:
     """When an experiment was made (a date that cannot be read: the oldest)."""
     try:
@@ -195,6 +233,28 @@ def start(
     write_atomic(folder / "experiment.yaml", Path(source).read_bytes())
     write_atomic(folder / "state.json", state.model_dump_json(indent=1))
     return state, started
+
+
+def requests_of(job: JobFolder, custom_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The messages each of ``custom_ids`` sent, from the job's input file (what ran);
+    a line that cannot be read, or has no messages, is left out."""
+    wanted = {f'"{cid}"' for cid in custom_ids}  # only a line that names one is parsed
+    found: dict[str, list[dict[str, Any]]] = {}
+    if not job.input.is_file():
+        return found
+    with job.input.open(encoding="utf-8", errors="replace") as lines_in:
+        for raw in lines_in:
+            if not any(quoted in raw for quoted in wanted):
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue
+            body = line.get("body") if isinstance(line, dict) else None
+            messages = body.get("messages") if isinstance(body, dict) else None
+            if isinstance(messages, list) and line.get("custom_id") in custom_ids:
+                found[line["custom_id"]] = messages
+    return found
 
 
 # -- grading -------------------------------------------------------------------------------

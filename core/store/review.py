@@ -170,6 +170,19 @@ def get_label(store: Store, job_id: str, custom_id: str, reviewer: str) -> Label
     return None if frame.empty else _label_of(frame.iloc[0])
 
 
+def verdicts_of(store: Store, job_id: str, custom_ids: list[str]) -> dict[str, list[str]]:
+    """Each result's labels as ``reviewer: verdict`` (every reviewer, by name), in one read."""
+    frame = store.query(
+        "SELECT custom_id, reviewer, verdict FROM reviews WHERE job_id = ? "
+        "AND list_contains(?, custom_id) ORDER BY reviewer",
+        [job_id, list(custom_ids)],
+    )
+    out: dict[str, list[str]] = {}
+    for cid, reviewer, verdict in frame.itertuples(index=False):
+        out.setdefault(str(cid), []).append(f"{reviewer}: {verdict}")
+    return out
+
+
 def sample_labels(store: Store, sample_id: str, reviewer: str) -> dict[tuple[str, str], Label]:
     """The reviewer's labels of a sample's items, by (job_id, custom_id), in one read: Review
     keeps them while it labels, so the next item needs no query."""

@@ -10,6 +10,7 @@ import pytest
 
 from core.config import data_paths
 from core.experiments.runs import read_grades, read_state
+from core.jobs.folder import JobFolder
 from tests.support.experiments import experiment_in_home, promptfoo_config
 from tests.support.pages import open_page, texts
 
@@ -95,7 +96,7 @@ def test_the_same_file_run_twice_shows_its_trend(model):
 def test_a_cell_is_labelled_as_review_labels_a_result(model):
     experiment_id = experiment_in_home(model, config(3), answers)
     at = open_page("experiments.py")
-    at.selectbox(key="exp_l_item").set_value(2).run()
+    at.selectbox(key="exp_item").set_value(2).run()
     at.selectbox(key="exp_l_variant").set_value(1).run()
     at.radio(key="exp_l_verdict").set_value("fail").run()
     at.button(key="exp_l_save").click().run()
@@ -103,6 +104,7 @@ def test_a_cell_is_labelled_as_review_labels_a_result(model):
     at.text_input(key="reviewer").input("ana").run()
     at.button(key="exp_l_save").click().run()
     assert "Labelled fail: terse on item 2." in texts(at)
+    assert "Labelled ana: fail" in texts(at)  # under terse's answer, on this very rerun
     job_id = read_state(experiment_id).job_id
     saved = [
         json.loads(x)
@@ -115,3 +117,53 @@ def test_a_cell_is_labelled_as_review_labels_a_result(model):
         if x.get("kind") == "label"
     ]
     assert labels == [(job_id, "t2.p1.m0", "ana", "fail")]  # the cell's own result
+
+
+def test_answers_graded_again_show_on_the_next_rerun(model):
+    """The page keeps its matrix and summary between reruns; an answer rewritten and
+    graded again must still show on the very next one (the way such a cache goes wrong)."""
+    experiment_id = experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    assert table(at, "terse").loc[0, "plain"].startswith("Paris\n✓ icontains: paris")
+    assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("100.0 %")
+    job = JobFolder(data_paths().jobs / read_state(experiment_id).job_id)
+    lines = job.output.read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"t0.p0.m0"' in x)
+    lines[first] = lines[first].replace('"Paris"', '"Lyon!"')  # the same size: its time moves
+    job.output.write_text("".join(lines))
+    at.run()
+    assert table(at, "terse").loc[0, "plain"].startswith("Lyon!\n")  # the answer, not yet graded
+    at.button(key="exp_grade").click().run()  # only the grades file changes now
+    assert table(at, "terse").loc[0, "plain"].startswith("Lyon!\n✗ icontains: paris")
+    assert table(at, "variant")["pass (every check, 95 % interval)"][0].startswith("66.7 %")
+
+
+def test_an_item_opens_beside_its_conversation_and_one_of_two_cells_is_preferred(model):
+    def marked(cid: str) -> dict:  # markdown and HTML from a model: shown as written
+        return {"answer": "**Paris** <b>x</b>"} if cid == "t1.p1.m0" else answers(cid)
+
+    experiment_id = experiment_in_home(model, config(3), marked)
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_item").set_value(1).run()
+    assert [t.value for t in at.text][:3] == [
+        "Capital of France?",  # the one conversation both prompts sent, its role named
+        "Paris\n✓ icontains: paris\n4 tokens · 51 ms",
+        "**Paris** <b>x</b>\n✓ icontains: paris\n3 tokens",
+    ]
+    assert "user" in [c.value for c in at.caption]
+    assert "<b>" not in "".join(m.value for m in at.markdown)
+    at.button(key="exp_p_B").click().run()
+    assert "enter your reviewer name first" in texts(at)  # nothing saved without a name
+    at.text_input(key="reviewer").input("ana").run()
+    at.button(key="exp_p_B").click().run()
+    assert "Preferred B is better on item 1." in texts(at)
+    assert "A 0, B 1, tie 0 (Compare's tally). Kept under comparison cmp_" in texts(at)
+    assert at.button(key="exp_p_B").proto.type == "primary"  # her choice, as Compare shows it
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    job_id = read_state(experiment_id).job_id
+    assert [(x["kind"], x["job_b"], x["custom_id_a"], x["custom_id_b"], x["choice"])
+            for x in saved] == [("preference", job_id, "t1.p0.m0", "t1.p1.m0", "B")]  # fmt: skip

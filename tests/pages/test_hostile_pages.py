@@ -104,5 +104,6 @@ def test_experiments_show_hostile_text_only_as_text(model):
     matrix = next(d.value for d in at.dataframe if IMAGE in d.value.columns)
     assert matrix.loc[0, LINK].startswith(f"{IMAGE} **bold**")  # the answer as written
     assert matrix.loc[0, IMAGE].startswith(f"(request failed: {LINK} {IMAGE})")
+    assert f"Capital of {IMAGE}?" in [t.value for t in at.text]  # the opened item's request
     at.selectbox(key="exp_baseline").set_value(1).run()
     assert live_markdown(at) == []

@@ -11,9 +11,22 @@ import pytest
 
 from core.config import data_paths
 from core.experiments import report
-from core.experiments.runs import export, grade, grades_stale, read_state
+from core.experiments.runs import (
+    experiments_version,
+    export,
+    files_version,
+    grade,
+    grades_stale,
+    read_grades,
+    read_state,
+)
+from core.files import write_atomic
 from core.jobs.folder import JobFolder
 from core.plan.pricing import ModelPrice, PriceTable
+from core.store import compare as cmp
+from core.store import review as rv
+from core.store import training
+from core.store.db import Store
 from tests.support.experiments import experiment_in_home, promptfoo_config
 
 pytestmark = pytest.mark.usefixtures("studio_home")
@@ -185,3 +198,75 @@ def test_the_same_file_run_again_shows_a_trend_per_variant(experiment, model):
     assert runs["run"].tolist() == [experiment, later]  # the oldest first
     assert runs["plain"].tolist() == [20.0, 100.0]  # 8 of 40 passed both checks, then all
     assert runs["terse"].tolist() == [round(35 / 39 * 100, 1), 100.0]
+
+
+def test_the_files_version_moves_on_with_answers_written_and_grades_saved(experiment, model):
+    """The page keeps what it drew while this key stays: every change it must show moves
+    it (a grade saved, an answer appended), and a rerun that changed nothing keeps it."""
+    state = read_state(experiment)
+    before = files_version(state)
+    assert files_version(state) == before  # nothing changed: the kept matrix stands
+    grades = read_grades(experiment)
+    grades.outcomes["t0.p0.m0"] = [False, False]
+    folder = data_paths().home / "experiments" / experiment
+    write_atomic(folder / "grades.json", grades.model_dump_json())  # as grade() saves them
+    graded = files_version(state)
+    assert graded != before
+    job = JobFolder(data_paths().jobs / state.job_id)
+    with job.output.open("a", encoding="utf-8") as out:  # a resumed job's answer
+        out.write(job.output.read_text().splitlines()[0] + "\n")
+    assert files_version(state) != graded
+    listed = experiments_version()
+    tests = [{"description": "one", "country": "France"}]
+    experiment_in_home(model, promptfoo_config(tests, ["a"], CHECKS), answers)
+    assert experiments_version() != listed  # a new experiment is listed
+
+
+def test_a_preference_between_two_cells_is_compares_and_feeds_its_dpo_export(experiment, tmp_path):
+    """Preferring terse's answer to plain's on item 12 writes Compare's preference record
+    (the one writer, core/store/compare.py), counts in Compare's tally and exports as a
+    DPO pair, both variants having sent the same conversation."""
+    exp = report.load(experiment)
+    db = Store(data_paths().home / "studio.duckdb")
+    db.ingest(JobFolder(data_paths().jobs / exp.job_id))
+    with pytest.raises(cmp.CompareError, match="enter your reviewer name first"):
+        report.prefer(db, exp, 12, 0, 1, " ", "B")
+    with pytest.raises(cmp.CompareError, match="two different variants"):
+        report.prefer(db, exp, 12, 1, 1, "ana", "B")
+    comparison = report.prefer(db, exp, 12, 0, 1, "ana", "B")
+    saved = [
+        json.loads(x)
+        for f in data_paths().human.rglob("*.jsonl")
+        for x in f.read_text().splitlines()
+    ]
+    kept = [(x["kind"], x["job_a"], x["custom_id_a"], x["custom_id_b"], x["choice"]) for x in saved]
+    assert kept == [("preference", exp.job_id, "t12.p0.m0", "t12.p1.m0", "B")]
+    assert report.preferred(db, exp, 12, 0, 1, "ana") == ("B", {"A": 0, "B": 1, "tie": 0})
+    assert cmp.preference_tally(db, comparison) == {"A": 0, "B": 1, "tie": 0}
+    outcome = training.export_dpo(db, tmp_path / "dpo.jsonl", comparison)
+    line = json.loads((tmp_path / "dpo.jsonl").read_text())
+    assert outcome.written == 1
+    assert line["preferred_output"][0]["content"] == "Paris"  # terse on item 12
+    assert line["non_preferred_output"][0]["content"] == "Lyon"
+    assert line["input"]["messages"] == [{"role": "user", "content": "Capital of France?"}]
+    db.close()
+
+
+def test_an_item_shows_its_conversation_beside_every_variants_answer(experiment):
+    exp = report.load(experiment)
+    job = JobFolder(data_paths().jobs / exp.job_id)
+    damaged = '{"t5.p0.m0": 1\n["t5.p0.m0"]\n{"custom_id": "t5.p0.m0", "body": "t5.p0.m0"}\n'
+    job.input.write_text(damaged + job.input.read_text())  # lines naming it, unreadable
+    db = Store(data_paths().home / "studio.duckdb")
+    rv.save_label(db, exp.job_id, "t5.p0.m0", "bob", rv.Label("unsure"))
+    rv.save_label(db, exp.job_id, "t5.p0.m0", "ana", rv.Label("pass"))
+    rv.save_label(db, exp.job_id, "t6.p1.m0", "ana", rv.Label("fail"))  # another item's
+    turns = report.item_turns(exp, 5, store=db)
+    db.close()
+    assert turns[0].labels == [["ana: pass", "bob: unsure"], []]
+    assert len(turns) == 1  # both prompts sent the same conversation
+    assert turns[0].conversation == [("user", "Capital of France?")]
+    assert turns[0].answers == [
+        ("plain", "Paris\n✓ icontains: paris  ✓ not-icontains: sorry\n4 tokens · 150 ms"),
+        ("terse", "(request failed: prompt too long)\n– icontains: paris  – not-icontains: sorry"),
+    ]
