@@ -276,6 +276,8 @@ class StatusKeeper:
         with self._lock:
             self.status.enter(state, message)
             self.status.error, self.status.finished_at = error, now_iso()
+            # nothing is inside the engine for it any more, and nothing is left to forecast
+            self.status.in_flight, self.status.eta_seconds, self.status.eta_at = 0, None, None
             for name, value in (delivered or {}).items():
                 setattr(self.status, name, value)
             self._refresh()

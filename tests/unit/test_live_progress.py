@@ -241,7 +241,7 @@ def ok(custom_id: str, tokens: int = 4) -> dict:
     return success_line(custom_id, "m", Completion(2, [Choice("ok", "stop", tokens)]))
 
 
-def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_total(
+def test_the_worker_counts_running_tokens_refines_the_expected_total_ends_with_none_in_flight(
     tmp_path,
 ) -> None:
     batch = tmp_path / "b.jsonl"
@@ -264,6 +264,11 @@ def test_the_worker_counts_running_requests_tokens_and_refines_the_expected_tota
     keeper.count([ok("a")])
     s = job.read_status()
     assert (s.completion_tokens, s.generated_tokens, s.expected_output_tokens) == (4, 7, 14)
+    # Ended, it shows nothing in the engine and no time left (it kept its last 2 before).
+    keeper.count([ok("b")])
+    keeper.finish("completed")
+    s = job.read_status()
+    assert (s.state, s.in_flight, s.eta_seconds) == ("completed", 0, None)
 
 
 class Windowed(StandIn):
