@@ -232,12 +232,16 @@ def _wait_final(job: JobFolder) -> None:
 
 def follow(job: JobFolder, worker: Popen | None) -> JobStatus:
     """Shows the job's progress until it ends (it may first wait for another job)."""
+    said = None  # the pause last said: once each, not at every look
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:
             status = job.read_status()
             bar.total = status.total
-            bar.set_postfix_str(status.state)
+            bar.set_postfix_str("paused" if status.paused_at else status.state)
             bar.update(status.done - bar.n)
+            if status.paused_at and status.paused_at != said:  # its run window closed
+                tqdm.write(status.message, file=sys.stderr)
+                said = status.paused_at
             if status.is_final or status.interrupted:
                 return status
             gone = worker is None or worker.poll() is not None

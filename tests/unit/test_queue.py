@@ -98,3 +98,24 @@ def test_core_run_follows_a_job_the_engines_worker_runs_and_takes_it_up_if_that_
     status = cli.follow(job, None)
 
     assert taken == [job.job_id] and status.state == "completed"
+
+
+def test_core_run_says_once_that_its_run_window_paused_its_job(tmp_path, monkeypatch, capsys):
+    """A job its run window paused goes back to the queue (core.run.worker): the command
+    following it said only "queued" until it resumed, hours later."""
+    from core.cli import jobs as cli
+
+    job = finished_job(tmp_path, {"a": "x"})
+    says = "paused at the close of its run windows (daily 20:00-22:00 (UTC)): resumes at 20:00"
+    job.write_status(JobStatus(state="queued", paused_at="2026-12-07T22:00:00+00:00", message=says))
+    monkeypatch.setattr(cli, "FOLLOW_SECONDS", 0.01)
+
+    class Running:  # the worker that will resume it, alive
+        def poll(self):
+            return None
+
+    threading.Timer(0.3, lambda: job.write_status(JobStatus(state="completed"))).start()
+    status = cli.follow(job, Running())
+
+    assert status.state == "completed"
+    assert capsys.readouterr().err.count(says) == 1  # said once, not at every look
