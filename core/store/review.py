@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,10 +196,11 @@ def sample_labels(store: Store, sample_id: str, reviewer: str) -> dict[tuple[str
         """,
         [sample_id, reviewer.strip()],
     )
-    return {(row["job_id"], row["custom_id"]): _label_of(row) for _, row in frame.iterrows()}
+    # records, not iterrows: a Series per row took 0.8 s of a page run on 3,800 labels
+    return {(r["job_id"], r["custom_id"]): _label_of(r) for r in frame.to_dict("records")}
 
 
-def _label_of(row: pd.Series) -> Label:
+def _label_of(row: Mapping[str, Any]) -> Label:
     score = row["score"]
     return Label(
         verdict=row["verdict"],

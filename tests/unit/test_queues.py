@@ -27,6 +27,20 @@ def test_each_item_goes_to_overlap_different_reviewers_and_each_gets_an_equal_sh
     assert everyone == set(KEYS)
 
 
+@pytest.mark.parametrize("n", range(1, 9))
+def test_a_reviewers_share_is_the_items_whose_reviewers_name_them_in_every_block(n):
+    """``assigned`` reads the assignment's period once (it repeats every len(strides)
+    blocks); item by item it names the same items as ``reviewers_of``, past many periods."""
+    names = tuple(f"r{i}" for i in range(n))
+    keys = [("job_1", f"c{i}") for i in range(n * n * 3 + 1)]
+    for overlap in range(1, n + 1):
+        queue = qu.Queue("s1", names, overlap, "owner")
+        for who in names:
+            expected = [k for i, k in enumerate(keys) if who in queue.reviewers_of(i)]
+            assert queue.assigned(keys, who) == expected
+            assert queue.assigned(keys[:2], who) == [k for k in expected if k in keys[:2]]
+
+
 def test_the_latest_queue_of_a_sample_wins_and_other_samples_keep_theirs(tmp_path):
     qu.set_queue(tmp_path, "s1", "ana, bo", 1, "owner")
     qu.set_queue(tmp_path, "s2", "cy", 1, "owner")
