@@ -271,8 +271,10 @@ def agreement(db: Store, sample_id: str, people: list[str], reviewer: str | None
         return
     st.caption(
         "Krippendorff's alpha over every reviewer: 1 is full agreement, 0 agreement at chance; "
-        "about 0.8 or more is often read as reliable. Verdicts are nominal, scores ordinal; "
-        "the interval is a 95% bootstrap over items (seed 0)."
+        "about 0.8 or more is often read as reliable. Verdicts and single choices are "
+        "nominal, scores and ratings ordinal, multiple choices sets compared by the MASI "
+        "distance (sets that share options partly agree); the interval is a 95% bootstrap "
+        "over items (seed 0)."
     )
     for column, got in zip(st.columns(len(found.questions)), found.questions, strict=True):
         column.metric(f"{got.question} α", "–" if got.alpha is None else f"{got.alpha:.2f}")
