@@ -199,12 +199,10 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
                 " (Queue, above); add your name there to get a share."
             )
             return
-        keys = list(zip(items["job_id"], items["custom_id"], strict=True))
-        order = qu.queue_order(queue, keys, reviewer, qu.skipped(db.human_dir, sample_id, reviewer))
-        items = items.set_index(["job_id", "custom_id"], drop=False).loc[order]
-        items = items.reset_index(drop=True)
+        everything = len(items)
+        items = rv.queue_items(db, queue, items, reviewer)
         st.caption(
-            f"Your queue: {len(order)} of the sample's {len(keys)} items, each reviewed by "
+            f"Your queue: {len(items)} of the sample's {everything} items, each reviewed by "
             f"{queue.overlap} of {len(queue.reviewers)} reviewers; skipped items come last."
         )
     own = own_labels_editor(db, reviewer)

@@ -91,3 +91,26 @@ def test_progress_counts_each_reviewers_labelled_and_still_skipped_items(tmp_pat
     assert (rows["ana"].assigned, rows["ana"].labelled, rows["ana"].left) == (10, 2, 8)
     assert rows["ana"].skipped == 1
     assert (rows["bo"].labelled, rows["bo"].left, rows["bo"].skipped) == (0, 10, 0)
+
+
+def test_review_shows_a_reviewers_share_in_queue_order_each_item_with_its_own_answer(
+    finished_store,
+):
+    """The items Review shows in a queue (``review.queue_items``): the reviewer's share, a
+    skipped one last, each row still its own result (its answer, its labels)."""
+    from core.store import review as rv
+    from core.store.results import ResultFilter
+    from core.store.samples import SampleDefinition, create_sample, sample_items
+
+    store, job_id = finished_store
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=6)
+    sample_id = create_sample(store, "s", definition).sample_id
+    items = sample_items(store, sample_id)
+    keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+    queue = qu.set_queue(store.human_dir, sample_id, "ana, bo", 1, "owner")
+    mine = queue.assigned(keys, "ana")
+    qu.skip(store.human_dir, sample_id, "ana", mine[0])
+    shown = rv.queue_items(store, queue, items, "ana")
+    assert list(zip(shown["job_id"], shown["custom_id"], strict=True)) == [*mine[1:], mine[0]]
+    assert list(shown.index) == list(range(len(mine)))  # positions, as the panel reads them
+    assert [a[1:] for a in shown["answer"]] == [c[1:] for c in shown["custom_id"]]  # r3: a3
