@@ -199,12 +199,10 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
                 " (Queue, above); add your name there to get a share."
             )
             return
-        keys = list(zip(items["job_id"], items["custom_id"], strict=True))
-        order = qu.queue_order(queue, keys, reviewer, qu.skipped(db.human_dir, sample_id, reviewer))
-        items = items.set_index(["job_id", "custom_id"], drop=False).loc[order]
-        items = items.reset_index(drop=True)
+        everything = len(items)
+        items = rv.queue_items(db, queue, items, reviewer)
         st.caption(
-            f"Your queue: {len(order)} of the sample's {len(keys)} items, each reviewed by "
+            f"Your queue: {len(items)} of the sample's {everything} items, each reviewed by "
             f"{queue.overlap} of {len(queue.reviewers)} reviewers; skipped items come last."
         )
     own = own_labels_editor(db, reviewer)
@@ -271,8 +269,10 @@ def agreement(db: Store, sample_id: str, people: list[str], reviewer: str | None
         return
     st.caption(
         "Krippendorff's alpha over every reviewer: 1 is full agreement, 0 agreement at chance; "
-        "about 0.8 or more is often read as reliable. Verdicts are nominal, scores ordinal; "
-        "the interval is a 95% bootstrap over items (seed 0)."
+        "about 0.8 or more is often read as reliable. Verdicts and single choices are "
+        "nominal, scores and ratings ordinal, multiple choices sets compared by the MASI "
+        "distance (sets that share options partly agree); the interval is a 95% bootstrap "
+        "over items (seed 0)."
     )
     for column, got in zip(st.columns(len(found.questions)), found.questions, strict=True):
         column.metric(f"{got.question} α", "–" if got.alpha is None else f"{got.alpha:.2f}")

@@ -48,7 +48,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         print(problem)
         return 0
     for got in found.questions:
-        print(f"{got.question} ({got.level}) alpha: {got.describe()}")
+        print(f"{got.question} ({ag.LEVELS[got.level]}) alpha: {got.describe()}")
     for row in found.pairs.to_dict("records"):
         figures = "; ".join(f"{a.question} {row[a.question]}" for a in found.questions)
         pair = f"{row['reviewer A']} / {row['reviewer B']}"
@@ -86,8 +86,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     sub = group.add_subparsers(dest="review_command", required=True)
     agree = sub.add_parser(
         "agreement",
-        help="Krippendorff's alpha per question (verdict nominal, score ordinal) with a 95%% "
-        "bootstrap interval, per pair of reviewers, and the items whose verdicts differ",
+        help="Krippendorff's alpha per question (verdict nominal, score ordinal, a schema's "
+        "multiple choices by the MASI distance) with a 95%% bootstrap interval, per pair of "
+        "reviewers, and the items whose verdicts differ",
     )
     agree.add_argument("--sample", required=True, metavar="SAMPLE_ID", help="the sample's id")
     agree.add_argument("--json", action="store_true", help="print JSON")

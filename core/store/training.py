@@ -29,7 +29,7 @@ from typing import Any
 
 from core.files import file_atomic, folder_atomic
 from core.human.files import VERDICTS
-from core.store.agreement import SampleAgreement, sample_agreement
+from core.store.agreement import LEVELS, SampleAgreement, sample_agreement
 from core.store.db import Store
 from core.store.export import ExportError
 from core.store.schema import SHOWN_ANSWER_SQL
@@ -426,12 +426,16 @@ def _agreement_lines(found: SampleAgreement) -> list[str]:
     if problem:
         return [f"{problem}."]
     lines = [
-        "Krippendorff's alpha over every reviewer (nominal for the verdict, ordinal for the "
-        "score), with a 95% bootstrap interval over items (seed 0):",
+        "Krippendorff's alpha over every reviewer (nominal for the verdict and single "
+        "choices, ordinal for the score and ratings, the MASI distance for multiple "
+        "choices), with a 95% bootstrap interval over items (seed 0):",
         "",
-        "| question | alpha |",
-        "|---|---|",
-        *(f"| {_md(a.question)} | {_md(a.describe())} |" for a in found.questions),
+        "| question | level | alpha |",
+        "|---|---|---|",
+        *(
+            f"| {_md(a.question)} | {LEVELS[a.level]} | {_md(a.describe())} |"
+            for a in found.questions
+        ),
     ]
     pairs = found.pairs[found.pairs["both labelled"] > 0]
     if len(pairs):

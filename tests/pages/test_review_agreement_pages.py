@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from core.config import data_paths
+from core.human.label_schemas import set_schema
 from core.store.db import Store
 from core.store.results import ResultFilter
 from core.store.review import Label, save_label
@@ -16,9 +17,14 @@ from tests.support.pages import job_in_home
 TAB = "Progress & agreement"
 
 
-def _labelled(studio_home, verdicts: dict[str, list[tuple[str, int | None]]]) -> str:
+def _labelled(
+    studio_home,
+    verdicts: dict[str, list[tuple[str, int | None]]],
+    problems: dict[str, list[list[str]]] | None = None,
+) -> str:
     """A sample of the job's four items, labelled by each reviewer in the sample's order
-    (``verdicts[name][i]`` for item i + 1); its id."""
+    (``verdicts[name][i]`` for item i + 1; ``problems``: their answers to a schema's
+    multiple choice, Problems); its id."""
     job_id = job_in_home(studio_home)
     db = Store(data_paths().database)
     db.ingest_all(data_paths().jobs)
@@ -26,9 +32,12 @@ def _labelled(studio_home, verdicts: dict[str, list[tuple[str, int | None]]]) ->
     sample_id = create_sample(db, "four", definition).sample_id
     items = sample_items(db, sample_id)
     keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+    if problems:
+        set_schema(db.human_dir, sample_id, "multiple: Problems | made up, too long", "", "o")
     for who, given in verdicts.items():
-        for (job, cid), (verdict, score) in zip(keys, given, strict=False):
-            save_label(db, job, cid, who, Label(verdict, score), sample_id)
+        for n, ((job, cid), (verdict, score)) in enumerate(zip(keys, given, strict=False)):
+            answers = {"Problems": problems[who][n]} if problems else {}
+            save_label(db, job, cid, who, Label(verdict, score, answers=answers), sample_id)
     db.close()
     return sample_id
 
@@ -49,11 +58,19 @@ def test_agreement_shows_alpha_per_question_the_pairs_and_an_adjudication(studio
             "ana": [("pass", 5), ("pass", 4), ("fail", 1), ("fail", 2)],
             "bob": [("pass", 4), ("fail", 2), ("fail", 1), ("fail", 2)],
         },
+        {  # m: made up, t: too long
+            "ana": [["made up"], ["too long"], ["made up", "too long"], []],
+            "bob": [["made up"], ["made up"], ["made up"], ["too long"]],
+        },
     )
     at = open_link("review.py", sample=sample_id, tab=TAB)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Verdict α"] == "0.53"  # 1 - 7 * 2 / (2 * 3 * 5), computed by hand
     assert "Score (1–5) α" in metrics
+    # Problems by MASI on items 1-3 ({m} {m}; {t} {m}: 1; {m, t} {m}: 2/3); {m} x4, {t},
+    # {m, t}: 1 - 5 * (2 + 4/3) / (2 * (4 + 4 * 2/3 + 2/3)) = 1 - 50/44
+    assert metrics["Problems α"] == "-0.14"
+    assert "multiple choices sets compared by the MASI distance" in _captions(at)
     assert "0.53 (95% CI" in _captions(at) and "over 4 items" in _captions(at)
     pairs = next(d.value for d in at.dataframe if "reviewer A" in d.value.columns)
     assert pairs[["reviewer A", "reviewer B", "both labelled"]].values.tolist() == [

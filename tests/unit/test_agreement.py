@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from core.human import label_schemas as lsc
 from core.store import agreement as ag
 from core.store import training as T
 from core.store.review import Label, ReviewError, get_label, label_history, save_label
@@ -190,7 +191,7 @@ def test_the_dataset_card_shows_alpha_per_question_and_pair(three, tmp_path):
     T.export_dataset(store, sample_id, tmp_path / "ds")
     card = (tmp_path / "ds" / "README.md").read_text(encoding="utf-8")
     # figures are Markdown-escaped as every cell of the card (they can quote a label)
-    assert "| Verdict | 0\\.53 \\(95% CI " in card and "over 4 items |" in card
+    assert "| Verdict | nominal | 0\\.53 \\(95% CI " in card and "over 4 items |" in card
     assert "| ana | bob | 4 | 0\\.53 \\(95% CI" in card and "| bob | cy | 2 |" in card
 
 
@@ -207,19 +208,26 @@ def test_the_cli_prints_agreement_and_adjudicates(studio_home):
     definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
     sample_id = create_sample(store, "s", definition).sample_id
     save_label(store, job_id, "a", "ana", Label("pass", 4), sample_id)
+    lsc.set_schema(store.human_dir, sample_id, "multiple: Problems | made up, too long", "", "o")
     store.close()
     done = cli("review", "agreement", "--sample", sample_id)
     assert done.returncode == 0, done.stderr
     assert "1 reviewer(s) labelled this sample: agreement needs two" in done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     store = Store(data_paths().database)
-    for cid, verdict in (("a", "fail"), ("b", "pass")):
-        save_label(store, job_id, cid, "bob", Label(verdict, 2), sample_id)
-    save_label(store, job_id, "b", "ana", Label("pass", 2), sample_id)
+    for cid, verdict, problems in (("a", "fail", ["made up"]), ("b", "pass", ["too long"])):
+        label = Label(verdict, 2, answers={"Problems": problems})
+        save_label(store, job_id, cid, "bob", label, sample_id)
+    label = Label("pass", 2, answers={"Problems": ["too long"]})
+    save_label(store, job_id, "b", "ana", label, sample_id)
     store.close()
     done = cli("review", "agreement", "--sample", sample_id)
     assert done.returncode == 0, done.stderr
     assert "Verdict (nominal) alpha:" in done.stdout and "ana / bob: 2 items" in done.stdout
+    # one item has two sets, both {too long}: no variation to measure, said in words
+    assert "Problems (sets, MASI) alpha: every label is {too long}: alpha is undefined" in (
+        done.stdout
+    )
     assert f"{job_id} a: ana: pass (4); bob: fail (2)" in done.stdout  # the item differs
     done = cli("review", "adjudicate", job_id, "a", "pass", "--by", "olga")
     assert done.returncode == 0, done.stderr
@@ -229,9 +237,117 @@ def test_the_cli_prints_agreement_and_adjudicates(studio_home):
     done = cli("review", "agreement", "--sample", sample_id, "--json")
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
-    assert [q["question"] for q in shown["questions"]] == ["Verdict", "Score (1–5)"]
+    assert [q["question"] for q in shown["questions"]] == ["Verdict", "Score (1–5)", "Problems"]
     assert shown["pairs"][0]["both labelled"] == 2 and shown["problem"] is None
     (item,) = shown["disagreements"]
     assert (item["custom_id"], item["adjudicated"], item["adjudicated_by"]) == ("a", "pass", "olga")
     done = cli("review", "agreement", "--sample", "nope")
     assert done.returncode == 2 and "no sample 'nope'" in done.stderr
+
+
+def _sets(rows: list[tuple[str, str, list[str]]]) -> pd.DataFrame:
+    """Labels answering one multiple choice "P" (options a, b, c): (item, reviewer, set)."""
+    frame = pd.DataFrame(
+        [
+            {"job_id": "j", "custom_id": unit, "reviewer": who, "answers": json.dumps({"P": s})}
+            for unit, who, s in rows
+        ]
+    )
+    return ag.with_answers(frame, (MULTIPLE,))
+
+
+MULTIPLE = ag.Question("answer:P", "P", "masi", ("a", "b", "c"))
+
+
+def test_masi_distances_by_hand():
+    sets = [frozenset("a"), frozenset("ab"), frozenset("bc"), frozenset("c")]
+    d = ag.masi_distances(sets, ("a", "b", "c"))
+    assert d[0, 0] == d[1, 1] == 0  # equal sets
+    assert d[0, 1] == pytest.approx(1 - 1 / 2 * 2 / 3)  # {a} in {a, b}: J 1/2, M 2/3
+    assert d[1, 2] == pytest.approx(1 - 1 / 3 * 1 / 3)  # {a, b} and {b, c} overlap: J 1/3
+    assert d[0, 3] == 1 and (d == d.T).all()  # disjoint
+
+
+def test_alpha_of_a_multiple_choice_by_masi_computed_by_hand():
+    """Two reviewers, three items: ({a}, {a}), ({a, b}, {a}), ({b}, {c}). Values {a} x3,
+    {a, b}, {b}, {c}; n 6. Observed: {a, b}-{a} 2/3 both ways, {b}-{c} 1 both ways: 10/3.
+    Expected: 2 * (3*1*1 + 3*1*1 + 3*1*2/3 + 1*1*1 + 1*1*2/3 + 1*1*1) = 64/3 ({a}-{b},
+    {a}-{c}, {a}-{a, b}, {b}-{c}, {b}-{a, b}, {c}-{a, b}). alpha = 1 - 5 * 10/3 / (64/3)."""
+    labels = _sets(
+        [("u1", "r0", ["a"]), ("u1", "r1", ["a"]), ("u2", "r0", ["b", "a"]),
+         ("u2", "r1", ["a"]), ("u3", "r0", ["b"]), ("u3", "r1", ["c"])]
+    )  # fmt: skip
+    assert labels["answer:P"][2] == frozenset("ab")
+    (got,) = ag.question_alphas(labels, (MULTIPLE,))
+    assert got.alpha == pytest.approx(7 / 32)
+    assert (got.level, got.items, got.values) == ("masi", 3, 6)
+    assert got.low is not None and got.low <= got.alpha <= got.high
+    # sets that share options agree more than the same labels read as unrelated categories
+    apart = ag.Question("answer:P", "P", "nominal")
+    flat = labels.assign(**{"answer:P": labels["answer:P"].map(lambda s: ",".join(sorted(s)))})
+    assert got.alpha > ag.question_alphas(flat, (apart,))[0].alpha
+
+
+def test_masi_alpha_and_its_interval_are_the_packages_with_a_masi_metric_of_its_own():
+    """A reference written apart: the reliability matrix (reviewers x items) of sets,
+    their MASI distance computed pair by pair from Python sets, fed to the ``krippendorff``
+    package; and each bootstrap resample's alpha the package's over whole items."""
+
+    def masi(x: frozenset, y: frozenset) -> float:
+        m = 1 if x == y else 2 / 3 if x <= y or y <= x else 1 / 3 if x & y else 0
+        return 1 - len(x & y) / len(x | y) * m
+
+    rng = np.random.default_rng(5)
+    options = ("a", "b", "c")
+    rows = []
+    for unit in range(40):
+        base = {o for o in options if rng.random() < 0.5} or {"a"}
+        for who in range(int(rng.integers(2, 5))):
+            mine = {o for o in options if (o in base) != (rng.random() < 0.2)} or {"c"}
+            rows.append((f"u{unit}", f"r{who}", sorted(mine)))
+    labels = _sets(rows)
+    (got,) = ag.question_alphas(labels, (MULTIPLE,))
+    sets = ag._domain(labels, MULTIPLE)
+    table = np.full((4, 40), np.nan)
+    for unit, who, s in rows:
+        table[int(who[1:]), int(unit[1:])] = sets.index(frozenset(s))
+    distance = np.array([[masi(x, y) for y in sets] for x in sets])
+
+    def metric(v1, v2, **_):
+        return distance[v1.astype(int), v2.astype(int)]
+
+    reference = krippendorff.alpha(reliability_data=table, level_of_measurement=metric)
+    assert got.alpha == pytest.approx(reference)
+    counts = ag.value_counts(labels["answer:P"], ag.item_codes(labels), sets)
+    low, high = ag.interval(counts, "masi", resamples=100, seed=2, distance=distance)
+    patterns, per = np.unique(counts, axis=0, return_counts=True)
+    drawn = np.random.default_rng(2).multinomial(40, per / 40, size=100)
+    slow = [
+        krippendorff.alpha(
+            value_counts=np.repeat(patterns, k, axis=0),
+            value_domain=np.arange(len(sets)),
+            level_of_measurement=metric,
+        )
+        for k in drawn
+    ]
+    assert (low, high) == pytest.approx(tuple(np.nanpercentile(slow, [2.5, 97.5])))
+
+
+def test_one_set_everywhere_says_why_and_an_unanswered_choice_is_missing():
+    same = _sets([("u1", "r0", ["b", "a"]), ("u1", "r1", ["a", "b"]), ("u2", "r0", [])])
+    (got,) = ag.question_alphas(same, (MULTIPLE,))
+    assert got.alpha is None and "every label is {a, b}" in got.problem
+    assert same["answer:P"].isna().tolist() == [False, False, True]
+    # an option since taken out of the schema is dropped from the set; none left: missing
+    gone = _sets([("u1", "r0", ["a", "x"]), ("u1", "r1", ["x"])])
+    assert gone["answer:P"].tolist()[0] == frozenset("a") and gone["answer:P"][1] is None
+
+
+@pytest.mark.parametrize(("values", "top"), [(2, 1), (3, 4), (6, 50), (40, 3)])
+def test_unique_rows_are_numpys_unique_rows_in_its_order(values, top):
+    """The bootstrap's patterns in np.unique's order (so a seed draws the same resamples);
+    40 values of 0..3 do not fit one number and take np.unique's own path."""
+    counts = np.random.default_rng(values).integers(0, top + 1, size=(3000, values))
+    patterns, per = ag.unique_rows(counts)
+    expected, times = np.unique(counts, axis=0, return_counts=True)
+    assert (patterns == expected).all() and (per == times).all()

@@ -174,15 +174,27 @@ def test_the_schemas_choices_and_ratings_feed_agreement_per_question(db):
         "ana": [("rude", 1), ("friendly", 5), ("neutral", 3), ("rude", 2)],
         "bo": [("rude", 1), ("friendly", 4), ("neutral", 3), ("friendly", 2)],
     }
+    problems = {
+        "ana": [["made up"], ["off-topic", "too long"], ["too long"], []],
+        "bo": [["made up"], ["off-topic"], ["made up"], ["too long"]],
+    }
     for reviewer, answers in given.items():
-        for custom_id, (tone, stars) in zip(items, answers, strict=True):
-            label = Label("pass", answers={"Tone": tone, "Helpfulness": stars})
+        for n, (custom_id, (tone, stars)) in enumerate(zip(items, answers, strict=True)):
+            chosen = {"Tone": tone, "Helpfulness": stars, "Problems": problems[reviewer][n]}
+            label = Label("pass", answers=chosen)
             record_label(store, job_id, custom_id, reviewer, label, sample_id)
     store.sync_human()
     found = ag.sample_agreement(store, sample_id)
     by_title = {a.question: a for a in found.questions}
-    assert set(by_title) == {"Verdict", "Score (1–5)", "Tone", "Helpfulness"}  # no multiple
+    assert set(by_title) == {"Verdict", "Score (1–5)", "Tone", "Problems", "Helpfulness"}
     assert (by_title["Tone"].level, by_title["Helpfulness"].level) == ("nominal", "ordinal")
+    # Problems by MASI over the three items both answered: ({made up} twice), ({off-topic,
+    # too long}, {off-topic}): 2/3, ({too long}, {made up}): 1; n 6 ({made up} x3, the
+    # others once). Observed 2 * 2/3 + 2 = 10/3; expected 2 * (3 + 3 + 3 + 1 + 2/3 + 2/3)
+    # = 68/3 ({made up} is disjoint from all three others): alpha = 1 - 5 * 10/68 = 9/34.
+    assert by_title["Problems"].level == "masi" and by_title["Problems"].items == 3
+    assert by_title["Problems"].alpha == pytest.approx(9 / 34)
+    assert "Problems α" in found.pairs.columns
     assert by_title["Tone"].items == 4 and by_title["Helpfulness"].items == 4
     frame = ag.with_answers(
         labels(store, sample_id), ag.schema_questions(lsc.schema_of(store.human_dir, sample_id))

@@ -27,6 +27,20 @@ def test_each_item_goes_to_overlap_different_reviewers_and_each_gets_an_equal_sh
     assert everyone == set(KEYS)
 
 
+@pytest.mark.parametrize("n", range(1, 9))
+def test_a_reviewers_share_is_the_items_whose_reviewers_name_them_in_every_block(n):
+    """``assigned`` reads the assignment's period once (it repeats every len(strides)
+    blocks); item by item it names the same items as ``reviewers_of``, past many periods."""
+    names = tuple(f"r{i}" for i in range(n))
+    keys = [("job_1", f"c{i}") for i in range(n * n * 3 + 1)]
+    for overlap in range(1, n + 1):
+        queue = qu.Queue("s1", names, overlap, "owner")
+        for who in names:
+            expected = [k for i, k in enumerate(keys) if who in queue.reviewers_of(i)]
+            assert queue.assigned(keys, who) == expected
+            assert queue.assigned(keys[:2], who) == [k for k in expected if k in keys[:2]]
+
+
 def test_the_latest_queue_of_a_sample_wins_and_other_samples_keep_theirs(tmp_path):
     qu.set_queue(tmp_path, "s1", "ana, bo", 1, "owner")
     qu.set_queue(tmp_path, "s2", "cy", 1, "owner")
@@ -77,3 +91,26 @@ def test_progress_counts_each_reviewers_labelled_and_still_skipped_items(tmp_pat
     assert (rows["ana"].assigned, rows["ana"].labelled, rows["ana"].left) == (10, 2, 8)
     assert rows["ana"].skipped == 1
     assert (rows["bo"].labelled, rows["bo"].left, rows["bo"].skipped) == (0, 10, 0)
+
+
+def test_review_shows_a_reviewers_share_in_queue_order_each_item_with_its_own_answer(
+    finished_store,
+):
+    """The items Review shows in a queue (``review.queue_items``): the reviewer's share, a
+    skipped one last, each row still its own result (its answer, its labels)."""
+    from core.store import review as rv
+    from core.store.results import ResultFilter
+    from core.store.samples import SampleDefinition, create_sample, sample_items
+
+    store, job_id = finished_store
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=6)
+    sample_id = create_sample(store, "s", definition).sample_id
+    items = sample_items(store, sample_id)
+    keys = list(zip(items["job_id"], items["custom_id"], strict=True))
+    queue = qu.set_queue(store.human_dir, sample_id, "ana, bo", 1, "owner")
+    mine = queue.assigned(keys, "ana")
+    qu.skip(store.human_dir, sample_id, "ana", mine[0])
+    shown = rv.queue_items(store, queue, items, "ana")
+    assert list(zip(shown["job_id"], shown["custom_id"], strict=True)) == [*mine[1:], mine[0]]
+    assert list(shown.index) == list(range(len(mine)))  # positions, as the panel reads them
+    assert [a[1:] for a in shown["answer"]] == [c[1:] for c in shown["custom_id"]]  # r3: a3

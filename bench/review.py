@@ -1,0 +1,249 @@
+"""Review in a queue at scale: the next item after a key, and agreement over 20,000 labels.
+
+    .venv/bin/python bench/review.py [--items 10000] [--reviewers 5] [--overlap 2]
+                                     [--presses 200] [--runs 5]
+
+Builds a studio data folder in a scratch folder: a finished job of ``--items`` results (the
+real worker with a scripted executor, ``tests/support/jobs.py``), ingested into the real
+DuckDB store, a sample of every result, a label schema (a single choice, a multiple choice
+and a rating), a queue of ``--reviewers`` reviewers with ``--overlap`` reviews per item, and
+every assigned item labelled by its reviewers (items x overlap labels, the verdict, a score
+and the schema's answers, most of them agreeing) less ``--presses`` of one reviewer's,
+which the timed presses then give.
+
+Times, through the functions Review calls:
+
+- a key press in the queue (the issue's goal: the next item within 200 ms): the label
+  saved as the panel's callback saves it (``record_label`` not yet fsynced, then
+  ``index_in_background``), then what the panel's fragment does to show the next item
+  (the queue's labelled count and next open item from the session's labels, the item's
+  row and conversation, its label history from the index); the store's indexing thread
+  runs its passes meanwhile, as in the app. Median and p95 over ``--presses``.
+- what a page run does for the queue (Skip's key reruns the page, as do a new tab and a
+  switch of sample: the sample's items, the queue, the reviewer's share in queue order
+  with the skips last, the schema, the reviewer's labels), median of ``--runs``. On a
+  checkout before ``review.queue_items``, the page's code of then.
+- agreement over the labels (``sample_agreement``, what the Statistics tab and ``core
+  review agreement`` show: alpha per question with its bootstrap interval, per pair, the
+  disagreements): cold (a store just opened) and the median of ``--runs`` warm (goal: under
+  1 s).
+
+Prints each figure against its goal, the load average and the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.scratch import scratch_folder
+from core.human import label_schemas as lsc
+from core.human import queues as qu
+from core.store import agreement as ag
+from core.store import review as rv
+from core.store import samples as sm
+from core.store.db import Store
+from core.store.results import ResultFilter
+from tests.support.jobs import finished_job
+
+SCHEMA = """single: Tone | friendly, neutral, rude
+multiple: Problems | made up, off-topic, too long
+rating: Helpfulness | 1..5 | useless..perfect"""
+TONES = ("friendly", "neutral", "rude")
+PROBLEMS = ("made up", "off-topic", "too long")
+VERDICTS = ("pass", "fail", "unsure")
+
+
+def answer(rng: random.Random, truth: dict, agree: float = 0.8) -> rv.Label:
+    """A reviewer's label of an item whose 'true' label is ``truth``: each answer that
+    truth's with probability ``agree``, else any value."""
+
+    def pick(value, values):
+        return value if rng.random() < agree else rng.choice(values)
+
+    problems = [p for p in PROBLEMS if (p in truth["problems"]) == (rng.random() < agree)]
+    answers = {
+        "Tone": pick(truth["tone"], TONES),
+        "Helpfulness": pick(truth["help"], (1, 2, 3, 4, 5)),
+        "Problems": problems,
+    }
+    return rv.Label(
+        pick(truth["verdict"], VERDICTS),
+        pick(truth["help"], (1, 2, 3, 4, 5)),
+        answers={k: v for k, v in answers.items() if v != []},
+    )
+
+
+def build(folder: Path, items: int, reviewers: int, overlap: int, held: int):
+    """The data folder; returns the store, the sample, the queue, and the first reviewer's
+    labels held back for the presses (key, label)."""
+    start = time.perf_counter()
+    rows = [
+        {"custom_id": f"item-{n:05d}", "prompt": f"Question {n}: what is {n} + {n}?",
+         "answer": f"The answer is {2 * n}." + " It is even." * (n % 7)}
+        for n in range(items)
+    ]  # fmt: skip
+    job = finished_job(folder, rows)
+    store = Store(folder / "studio.duckdb")
+    store.ingest(job)
+    print(f"job of {items:,} results written by the worker and ingested: "
+          f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+    definition = sm.SampleDefinition(filter=ResultFilter(job_ids=[job.job_id]), size=items)
+    sample_id = sm.create_sample(store, "queue bench", definition).sample_id
+    lsc.set_schema(store.human_dir, sample_id, SCHEMA, "Label the tone first.", "owner")
+    names = ", ".join(f"reviewer {i + 1}" for i in range(reviewers))
+    queue = qu.set_queue(store.human_dir, sample_id, names, overlap, "owner")
+    keys = list(zip(*_columns(sm.sample_items(store, sample_id)), strict=True))
+    rng = random.Random(0)
+    first = queue.reviewers[0]
+    mine = queue.assigned(keys, first)
+    held_keys = mine[len(mine) - held :]
+    held_labels: list[rv.Label] = []
+    start = time.perf_counter()
+    saved = 0
+    for position, key in enumerate(keys):
+        truth = {
+            "verdict": rng.choice(VERDICTS), "tone": rng.choice(TONES),
+            "help": rng.randint(1, 5), "problems": set(rng.sample(PROBLEMS, rng.randint(0, 2))),
+        }  # fmt: skip
+        for who in queue.reviewers_of(position):
+            label = answer(rng, truth)
+            if who == first and key in held_keys:
+                held_labels.append(label)
+                continue
+            rv.record_label(store, *key, who, label, sample_id, durable=False)
+            saved += 1
+    store.sync_human()
+    print(f"{saved:,} labels saved and indexed: {time.perf_counter() - start:.1f} s")
+    return store, sample_id, queue, list(zip(held_keys, held_labels, strict=True))
+
+
+def _columns(items):
+    return items["job_id"], items["custom_id"]
+
+
+def page_run(store: Store, sample_id: str, reviewer: str):
+    """What Review's page run does for a reviewer in a queue (``pages/review.py``'s
+    ``labelling`` and ``load_labels``): returns the reviewer's items in queue order and
+    their labels."""
+    items = sm.sample_items(store, sample_id)
+    queue = qu.queue_of(store.human_dir, sample_id)
+    assert queue is not None
+    if hasattr(rv, "queue_items"):
+        items = rv.queue_items(store, queue, items, reviewer)
+    else:  # a checkout before it: the page's code of then
+        keys = list(zip(*_columns(items), strict=True))
+        put_off = qu.skipped(store.human_dir, sample_id, reviewer)
+        order = qu.queue_order(queue, keys, reviewer, put_off)
+        items = items.set_index(["job_id", "custom_id"], drop=False).loc[order]
+        items = items.reset_index(drop=True)
+    lsc.schema_of(store.human_dir, sample_id)
+    return items, rv.sample_labels(store, sample_id, reviewer)
+
+
+def press(store, sample_id, reviewer, items, labels, pos, label) -> int:
+    """One verdict key on Review's panel: the label saved as ``ui/review_panel.py``'s
+    ``_save`` saves it, then the fragment's work for the next item; returns its position."""
+    item = tuple(items.iloc[pos][["job_id", "custom_id"]])  # the callback's argument
+    rv.record_label(store, *item, reviewer, label, sample_id, durable=False)
+    labels[item] = label
+    rv.index_in_background(store)
+    pos = min(pos + 1, len(items) - 1)
+    # the fragment's rerun: progress, the next open item, the item shown, its history
+    keys = list(zip(*_columns(items), strict=True))
+    sum(k in labels for k in keys)
+    open_items = [i for i, k in enumerate(keys) if k not in labels]
+    next(iter(i for i in open_items if i > pos), open_items[0] if open_items else pos)
+    shown = items.iloc[pos]
+    json.loads(shown["messages"] or "null")
+    rv.label_history(store, *keys[pos])
+    return pos
+
+
+def ms(seconds: list[float]) -> tuple[float, float]:
+    """Median and p95 in milliseconds."""
+    values = sorted(seconds)
+    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+    return statistics.median(values) * 1000, p95 * 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--reviewers", type=int, default=5)
+    parser.add_argument("--overlap", type=int, default=2)
+    parser.add_argument("--presses", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    folder = scratch_folder("bench_review_")
+    store, sample_id, queue, held = build(
+        folder, args.items, args.reviewers, args.overlap, args.presses
+    )
+    reviewer = queue.reviewers[0]
+
+    runs = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        items, labels = page_run(store, sample_id, reviewer)
+        runs.append(time.perf_counter() - start)
+    pos = len(items) - len(held)
+    assert not any(k in labels for k, _ in held)
+    times = []
+    for (key, label), _ in zip(held, range(args.presses), strict=False):
+        assert tuple(items.iloc[pos][["job_id", "custom_id"]]) == key
+        start = time.perf_counter()
+        pos = press(store, sample_id, reviewer, items, labels, pos, label)
+        times.append(time.perf_counter() - start)
+    rv.wait_indexed(store)
+    total = int(store.query("SELECT count(*) AS n FROM reviews")["n"].iloc[0])
+
+    p50, p95 = ms(times)
+    print(f"\n{args.items:,} items, {len(queue.reviewers)} reviewers, overlap {queue.overlap}: "
+          f"{reviewer!r} has {len(items):,} items; {total:,} labels in the index")  # fmt: skip
+    print(f"key press (save + next item), {len(times)} presses: median {p50:.1f} ms, "
+          f"p95 {p95:.1f} ms, max {max(times) * 1000:.1f} ms (goal: under 200 ms)")  # fmt: skip
+    print(f"a page run's queue part (after Skip's S key, a new tab): median "
+          f"{statistics.median(runs) * 1000:.0f} ms of {len(runs)}")  # fmt: skip
+
+    store.close()
+    cold_store = Store(folder / "studio.duckdb")
+    start = time.perf_counter()
+    found = ag.sample_agreement(cold_store, sample_id)
+    cold = time.perf_counter() - start
+    warm = []
+    for _ in range(args.runs):
+        start = time.perf_counter()
+        ag.sample_agreement(cold_store, sample_id)
+        warm.append(time.perf_counter() - start)
+    print(f"agreement over {total:,} labels ({len(found.pairs)} pairs, "
+          f"{len(found.disagreements):,} disagreements): cold {cold * 1000:.0f} ms, "
+          f"warm median {statistics.median(warm) * 1000:.0f} ms of {args.runs} "
+          "(goal: under 1,000 ms)")  # fmt: skip
+    for got in found.questions:
+        level = getattr(ag, "LEVELS", {}).get(got.level, got.level)
+        print(f"  {got.question} ({level}): {got.describe()}")
+    cold_store.close()
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {_cpu()}")
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{os.cpu_count()} x {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
