@@ -340,8 +340,9 @@ def check_file(
     note = None
     if sensitive is None or phone_region is None:
         kept = policy_now()
-        sensitive, phone_region = sensitive or kept.policy, phone_region or kept.phone_region
-        note = kept.note
+        if sensitive is None:  # the note says which policy is kept: only where it is this one
+            sensitive, note = kept.policy, kept.note
+        phone_region = phone_region or kept.phone_region
     names = line_models(model_map or {}, model_folder)
     options = Options(
         Path(path),
