@@ -234,6 +234,9 @@ def job_label(job_id: str, name: str = "") -> str:
     return f"{name} · {job_id.rsplit('_', 1)[-1]}" if name else job_id
 
 
+# A phone number written without a +country code is read as this region's where the
+# studio sets none (core/check/sensitive.py; what every studio did before it could).
+DEFAULT_PHONE_REGION = "US"
 JUDGE_CHECK = r"judge_[0-9a-f]{6}"  # a judge's name among the checks (no rule takes one)
 
 
@@ -315,6 +318,9 @@ class JobSpec(Model):
     # keeps what it replaced (``redactions.json``) only with ``keep_redactions``.
     redact: bool = False
     keep_redactions: bool = False
+    # The region phone numbers without a +country code were read as by the submission's
+    # check: the worker's redaction reads them alike (a job made before it: the default's).
+    phone_region: str = DEFAULT_PHONE_REGION
 
     @field_validator("name")
     @classmethod

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 import streamlit as st
 
+from core.check.sensitive import phone_region_now
 from core.plan.pricing import load_prices
 from core.store import checks as ck
 from core.store import costs as co
@@ -438,7 +439,8 @@ def export_section(db: Store, flt: res.ResultFilter, job_id: str) -> None:
         "Redact sensitive data",
         key="export_redact",
         help="E-mail addresses, phone and card numbers, IBANs, IP addresses and credentials "
-        "in every text of the file become placeholders such as [EMAIL_1].",
+        "in every text of the file become placeholders such as [EMAIL_1]; phone numbers "
+        "without a country code are read as the studio's region (Settings, Sensitive data).",
     )
     too_many = fmt == "xlsx" and res.count(db, flt) > ex.EXCEL_MAX_ROWS  # for Excel only
 
@@ -446,7 +448,7 @@ def export_section(db: Store, flt: res.ResultFilter, job_id: str) -> None:
         """Runs when the button is clicked, on the filter shown then (never a stale file)."""
         with ex.export_folder(paths().home) as folder:  # this click's own file
             target = folder / f"{job_id}_results.{fmt}"
-            ex.export_results(db, flt, target, fmt, redact)
+            ex.export_results(db, flt, target, fmt, redact, phone_region_now(paths().home))
             return target.read_bytes()
 
     st.download_button(

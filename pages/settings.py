@@ -15,8 +15,11 @@ from core.check.sensitive import (
     POLICIES,
     PolicyProblem,
     owner_policies_text,
+    phone_regions,
     read_policy,
+    region_label,
     save_owner_policies,
+    save_phone_region,
     save_policy,
 )
 from core.config import DataPaths, default_model_dir, models_dir
@@ -606,7 +609,35 @@ def sensitive_section(home: Path) -> None:
         st.toast(f"Sensitive data: {policy}.")
         st.rerun()
     st.caption(SENSITIVE_HELP)
+    region_section(home)
     owners_section(home)
+
+
+def region_section(home: Path) -> None:
+    """The region phone numbers written without a +country code are read as."""
+    try:
+        kept = read_policy(home).phone_region
+    except PolicyProblem:
+        return  # said above; saving the studio's policy mends the file
+    regions = list(phone_regions())
+    region = st.selectbox(
+        "Phone numbers without a country code are read as region",
+        regions,
+        index=regions.index(kept),
+        format_func=region_label,
+        help="A number written without +country code (030 12345678, 01 23 45 67 89) is "
+        "found, and redacted, by this region's numbering rules; one with a + code is read "
+        "by its own. The check's report says which region it assumed.",
+        key="phone_region",
+    )
+    if region != kept and st.button("Save region", key="save_phone_region"):
+        try:
+            save_phone_region(home, region)
+        except PolicyProblem as exc:
+            st.error(f"Not saved: {escape(str(exc))}.", icon=":material/block:")
+        else:
+            st.toast(f"Phone numbers without a country code: {region_label(region)}.")
+            st.rerun()
 
 
 def owners_section(home: Path) -> None:

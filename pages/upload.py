@@ -352,9 +352,11 @@ def sensitive_data(report: CheckReport) -> None:
     st.subheader("Sensitive data")
     if not found.found:
         st.caption("No e-mail address, phone, card, IBAN, IP address or credential found.")
+        st.text(found.region_line())
         return
     for text in found.summary():
         st.text(text)  # masked values, shown as plain text
+    st.text(found.region_line())
     st.caption(
         f"Policy: {found.policy} (Settings, Sensitive data). Values are shown masked; "
         "redaction before the run is not available yet."

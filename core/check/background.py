@@ -72,8 +72,13 @@ def check_key(path: str | Path, **options: Any) -> str:
     """A key that changes when the file or any check option changes (for caching a report)."""
     import hashlib
 
-    if options.get("sensitive") is None:  # the studio's policy: a new one checks again
-        options = {**options, "sensitive": policy_now()[0]}
+    if options.get("sensitive") is None or options.get("phone_region") is None:
+        kept = policy_now()  # the studio's policy and region: a new one checks again
+        options = {
+            **options,
+            "sensitive": options.get("sensitive") or kept.policy,
+            "phone_region": options.get("phone_region") or kept.phone_region,
+        }
     stat = Path(path).stat()
     data = json.dumps(
         [str(path), stat.st_size, stat.st_mtime_ns, options], sort_keys=True, default=str

@@ -23,7 +23,7 @@ import msgspec
 from core.check.model_fit import AutoRule, NameRule, TokenCheck
 from core.check.report import CheckReport, Problem
 from core.check.scanner import Scanner
-from core.check.sensitive import SensitiveFindings, policy_now
+from core.check.sensitive import DEFAULT_PHONE_REGION, SensitiveFindings, policy_now
 from core.check.summary import Part, Summary
 from core.config import REPO_ROOT
 from core.files import lines_before
@@ -49,6 +49,7 @@ class Options:
     embedding_folder: str | None = None
     count_tokens: bool = True  # False: the model judges only tool_choice "auto" lines
     sensitive: str = "warn"  # the policy for sensitive data (core.check.sensitive.POLICIES)
+    phone_region: str = DEFAULT_PHONE_REGION  # numbers without a country code: the studio's
     # Mapped names whose lines are refused, or warned of (core.model_names.line_models).
     names: NameRule = field(default_factory=lambda: NameRule({}, {}))
 
@@ -57,7 +58,11 @@ class Options:
         tokens, auto = None, AutoRule(self.model_folder, dict(self.model_map))
         if self.model_folder and self.count_tokens:
             tokens = TokenCheck(self.model_folder, dict(self.model_map), self.embedding_folder)
-        found = SensitiveFindings(self.sensitive) if self.sensitive != "allow" else None
+        found = (
+            SensitiveFindings(self.sensitive, self.phone_region)
+            if self.sensitive != "allow"
+            else None
+        )
         names = self.names if self.names.refused or self.names.other_base else None
         summary, scanner = (
             Summary(report, self.defaults, tokens, valid_out, auto, found, names),
@@ -294,6 +299,7 @@ def check_file(
     cancel: threading.Event | None = None,
     processes: int | None = None,
     sensitive: str | None = None,
+    phone_region: str | None = None,
 ) -> CheckReport:
     """Checks a whole batch file and summarises it, streaming (memory stays flat).
 
@@ -327,11 +333,16 @@ def check_file(
             redact: listed in the report; refuse: the report has an error naming the
             lines); default the
             studio's (Settings), so that every entry point keeps it.
+        phone_region: the region a phone number without a +country code is read as;
+            default the studio's (Settings). Read here once: the helpers get it as given.
     """
     started = time.monotonic()
     note = None
-    if sensitive is None:
-        sensitive, note = policy_now()
+    if sensitive is None or phone_region is None:
+        kept = policy_now()
+        if sensitive is None:  # the note says which policy is kept: only where it is this one
+            sensitive, note = kept.policy, kept.note
+        phone_region = phone_region or kept.phone_region
     names = line_models(model_map or {}, model_folder)
     options = Options(
         Path(path),
@@ -341,6 +352,7 @@ def check_file(
         str(embedding_folder) if embedding_folder is not None else None,
         count_tokens,
         sensitive,
+        phone_region,
         NameRule(names.refused, names.other_base),
     )
     total = options.path.stat().st_size

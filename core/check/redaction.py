@@ -25,12 +25,13 @@ from core.check.sensitive import redact
 Item = tuple[str, str, str]  # (placeholder, kind, value)
 
 
-def redact_request(request: EngineRequest) -> list[Item]:
-    """Replaces the sensitive items in ``request``'s texts by placeholders, in place, and
-    records their count by kind on ``request.redacted``; returns the items replaced (none:
-    the request is left as it was)."""
+def redact_request(request: EngineRequest, region: str) -> list[Item]:
+    """Replaces the sensitive items in ``request``'s texts by placeholders, in place (phone
+    numbers without a country code read as ``region``'s), and records their count by kind
+    on ``request.redacted``; returns the items replaced (none: the request is left as it
+    was)."""
     texts = _texts(request)
-    replaced, items = redact(texts)
+    replaced, items = redact(texts, region)
     if not items:
         return []
     _put(request, replaced)

@@ -204,6 +204,7 @@ def summary_lines(report: CheckReport) -> list[str]:
     if report.sensitive is not None:
         found = report.sensitive.summary()
         lines += [f"sensitive data: {text}" for text in found] or ["sensitive data: none found"]
+        lines.append(f"sensitive data: {report.sensitive.region_line()}")
         if found and report.sensitive.policy == "redact":
             lines.append("sensitive data: redacted before the run (the engine reads placeholders)")
     processes = f" ({report.processes} processes)" if report.processes > 1 else ""

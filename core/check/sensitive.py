@@ -19,7 +19,10 @@ The studio's policy (``sensitive.json`` in the data folder, set on Settings): ``
 (no scan), ``warn`` (the default: the report lists the findings, the file runs), ``refuse``
 (the file is refused, the lines named), ``redact`` (the report lists them, the file runs,
 and the engine sees each one as a placeholder: :func:`redact`, applied to each request by
-:mod:`core.check.redaction`; the job's input file stays as given).
+:mod:`core.check.redaction`; the job's input file stays as given). Beside it, the region a
+phone number written without a ``+country`` code is read as (``phone_region``, one of
+libphonenumber's regions, default ``US``): every scan takes it as a parameter, resolved
+once per check, export or job (:func:`finder`), never per line.
 """
 
 from __future__ import annotations
@@ -31,18 +34,25 @@ import ipaddress
 import itertools
 import pkgutil
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from core.files import write_atomic
-from core.schemas import Model
+from core.schemas import DEFAULT_PHONE_REGION, Model
 
 Policy = Literal["allow", "warn", "refuse", "redact"]
+
+
+class PolicyProblem(ValueError):
+    """A policy that cannot be kept: the message says why."""
+
+
 POLICIES: tuple[str, ...] = ("allow", "warn", "refuse", "redact")
 POLICY_FILE = "sensitive.json"  # in the data folder
 SENSITIVE_DATA = "sensitive_data"  # the code of the refusal's Problem
@@ -55,7 +65,6 @@ KINDS = {
     "credential": "credential",
 }
 LISTED_FINDINGS = 50  # findings kept (line and masked value) per kind; all are counted
-PHONE_REGION = "US"  # numbers written without a +country code are read as this region's
 
 # A line worth decoding: anything one of the detectors below could match. Separate
 # patterns, each led by a literal or one character class: one alternation of them all
@@ -163,20 +172,65 @@ _SECRET_HINT = re.compile(
 _decode = msgspec.json.Decoder().decode
 
 
+@cache
+def phone_regions() -> dict[str, str]:
+    """libphonenumber's regions (ISO 3166 alpha-2 codes, and a few it adds such as ``AC``)
+    by code, each with its English name where pycountry knows one, sorted by code."""
+    import phonenumbers
+    import pycountry
+
+    names = {}
+    for code in sorted(phonenumbers.SUPPORTED_REGIONS):
+        country = pycountry.countries.get(alpha_2=code)
+        names[code] = country.name if country is not None else ""
+    return names
+
+
+def region_label(code: str) -> str:
+    """A region as people read it: ``DE (Germany)``, or the code alone where it has no name."""
+    if code == DEFAULT_PHONE_REGION:  # named without importing the region tables
+        return "US (United States)"
+    name = phone_regions().get(code, "")
+    return f"{code} ({name})" if name else code
+
+
+def check_region(value: str) -> str:
+    """``value`` as a region phone numbers without a country code are read as (upper case,
+    spaces around it dropped).
+
+    Raises:
+        PolicyProblem: it is not one of libphonenumber's regions; the message names it.
+    """
+    code = value.strip().upper()
+    if code == DEFAULT_PHONE_REGION:  # no import for the default (a check may never need one)
+        return code
+    import phonenumbers
+
+    if code not in phonenumbers.SUPPORTED_REGIONS:
+        raise PolicyProblem(
+            f"{value!r} is not a region libphonenumber knows; give an ISO 3166 alpha-2 "
+            "code such as US, DE, FR or GB"
+        )
+    return code
+
+
 class SensitivePolicy(Model):
-    """The studio's policy for sensitive data in prompts, and the owners' (an API key's or
-    a user's name) that differ from it."""
+    """The studio's policy for sensitive data in prompts, the owners' (an API key's or a
+    user's name) that differ from it, and the region phone numbers without a country code
+    are read as (the studio's, whoever owns the job)."""
 
     policy: Policy = "warn"
     owners: dict[str, Policy] = Field(default_factory=dict)
+    phone_region: str = DEFAULT_PHONE_REGION
+
+    @field_validator("phone_region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        return check_region(value)
 
     def of(self, owner: str | None) -> str:
         """The policy a job of ``owner`` is checked and run under."""
         return self.owners.get(owner or "", self.policy)
-
-
-class PolicyProblem(ValueError):
-    """A policy that cannot be kept: the message says why."""
 
 
 def read_policy(home: Path) -> SensitivePolicy:
@@ -194,15 +248,33 @@ def read_policy(home: Path) -> SensitivePolicy:
         raise PolicyProblem(f"{path}: {exc}") from None
 
 
-def policy_now(home: Path | None = None, owner: str | None = None) -> tuple[str, str | None]:
-    """The policy a check keeps (``owner``'s where it has one, else the studio's), and a
-    note when its file is unreadable: then the check scans and warns, and refuses nothing."""
+class PolicyNow(NamedTuple):
+    """What a check keeps: the policy, the phone region, and a note when the file is
+    unreadable (then the check scans and warns, refuses nothing, and reads numbers without
+    a country code as the default region's)."""
+
+    policy: str
+    phone_region: str
+    note: str | None
+
+
+def policy_now(home: Path | None = None, owner: str | None = None) -> PolicyNow:
+    """The policy a check keeps (``owner``'s where it has one, else the studio's) and the
+    studio's phone region (see :class:`PolicyNow`)."""
     from core.config import data_home
 
     try:
-        return read_policy(home or data_home()).of(owner), None
+        kept = read_policy(home or data_home())
     except PolicyProblem as exc:
-        return "warn", f"the policy for sensitive data is unreadable ({exc}); warn is kept"
+        note = f"the policy for sensitive data is unreadable ({exc}); warn is kept"
+        return PolicyNow("warn", DEFAULT_PHONE_REGION, note)
+    return PolicyNow(kept.of(owner), kept.phone_region, None)
+
+
+def phone_region_now(home: Path | None = None) -> str:
+    """The studio's phone region (the default where its file is unreadable: the check says
+    why, see :func:`policy_now`)."""
+    return policy_now(home).phone_region
 
 
 def save_policy(home: Path, policy: str, owner: str | None = None) -> SensitivePolicy:
@@ -221,15 +293,29 @@ def save_policy(home: Path, policy: str, owner: str | None = None) -> SensitiveP
     owners = {name: p for name, p in kept.owners.items() if name != owner}
     try:
         if owner is None:
-            kept = SensitivePolicy(policy=policy, owners=owners)
+            kept = SensitivePolicy(policy=policy, owners=owners, phone_region=kept.phone_region)
         else:
             kept = SensitivePolicy(
-                policy=kept.policy, owners={**owners, **({owner: policy} if policy else {})}
+                policy=kept.policy,
+                owners={**owners, **({owner: policy} if policy else {})},
+                phone_region=kept.phone_region,
             )
     except ValidationError:
         raise PolicyProblem(
             f"{policy!r} is not a policy for sensitive data; use one of {', '.join(POLICIES)}"
         ) from None
+    write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
+    return kept
+
+
+def save_phone_region(home: Path, region: str) -> SensitivePolicy:
+    """Keeps the studio's phone region, the policies kept as they are.
+
+    Raises:
+        PolicyProblem: ``region`` is not one of libphonenumber's (nothing is kept), or the
+            kept file cannot be read.
+    """
+    kept = read_policy(home).model_copy(update={"phone_region": check_region(region)})
     write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
     return kept
 
@@ -263,7 +349,7 @@ def save_owner_policies(home: Path, text: str) -> SensitivePolicy:
             owners[name] = policy
     if wrong:
         raise PolicyProblem("; ".join(wrong))
-    saved = SensitivePolicy.model_validate({"policy": kept.policy, "owners": owners})
+    saved = SensitivePolicy.model_validate({**kept.model_dump(), "owners": owners})
     write_atomic(home / POLICY_FILE, saved.model_dump_json().encode())
     return saved
 
@@ -336,15 +422,29 @@ def _credentials(text: str) -> list[str]:
 
 
 CACHED_TEXT = 4096  # characters: texts up to this long keep their findings (4,096 of them)
+Findings = tuple[tuple[str, str], ...]
 
 
-def find(text: str) -> tuple[tuple[str, str], ...]:
-    """``(kind, value)`` of each sensitive item in ``text``, in the order of KINDS."""
-    # A batch repeats its system prompts on every line; long texts are not kept (memory).
-    return _find_kept(text) if len(text) <= CACHED_TEXT else _find(text)
+def find(text: str, region: str) -> Findings:
+    """``(kind, value)`` of each sensitive item in ``text``, in the order of KINDS; a phone
+    number without a +country code is read as ``region``'s."""
+    return finder(region)(text)
 
 
-def _find(text: str) -> tuple[tuple[str, str], ...]:
+@cache
+def finder(region: str) -> Callable[[str], Findings]:
+    """:func:`find` for one region, taken once by a check (its lines then cost what they
+    did before there was a region: one call, the text the cache's key)."""
+    kept = lru_cache(maxsize=4096)(lambda text: _find(text, region))
+
+    def find_in(text: str) -> Findings:
+        # A batch repeats its system prompts on every line; long texts are not kept (memory).
+        return kept(text) if len(text) <= CACHED_TEXT else _find(text, region)
+
+    return find_in
+
+
+def _find(text: str, region: str) -> Findings:
     # Imported here: a check whose lines hold nothing the prefilter picks never loads them
     # (about 0.1 s of CPU in each of its processes).
     import phonenumbers
@@ -369,7 +469,7 @@ def _find(text: str) -> tuple[tuple[str, str], ...]:
             # The matcher on the run and a character around it (a "(" before an area code),
             # not on the whole text: it tries every number-like piece, at 100s of us each.
             start, end = max(0, start - 1), end + 1
-            for m in phonenumbers.PhoneNumberMatcher(text[start:end], PHONE_REGION):
+            for m in phonenumbers.PhoneNumberMatcher(text[start:end], region):
                 before = text[start + m.start - 1] if start + m.start > 0 else " "
                 # A number glued to a word or code (INV-2024-000123) is a reference.
                 if before.isalnum() or before in "-/_" or _digits(m.raw_string) in card_digits:
@@ -393,23 +493,22 @@ def _find(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
-_find_kept = lru_cache(maxsize=4096)(_find)
-
-
 def placeholder(kind: str, number: int) -> str:
     """What the engine reads in place of a request's ``number``-th item of ``kind``."""
     return f"[{kind.upper()}_{number}]"
 
 
-def redact(texts: list[str]) -> tuple[list[str], list[tuple[str, str, str]]]:
+def redact(texts: list[str], region: str) -> tuple[list[str], list[tuple[str, str, str]]]:
     """``texts`` (one request's) with each sensitive item replaced by a placeholder, and
-    ``(placeholder, kind, value)`` for each item replaced. An item gets one placeholder
-    wherever it occurs in the texts; items of a kind are numbered in order of first
-    appearance (``[EMAIL_1]``, ``[EMAIL_2]``, ``[PHONE_1]``)."""
+    ``(placeholder, kind, value)`` for each item replaced (phone numbers without a country
+    code read as ``region``'s). An item gets one placeholder wherever it occurs in the
+    texts; items of a kind are numbered in order of first appearance (``[EMAIL_1]``,
+    ``[EMAIL_2]``, ``[PHONE_1]``)."""
     items: dict[str, tuple[str, str]] = {}  # value -> (placeholder, kind)
     counts: dict[str, int] = {}
+    find_in = finder(region)
     for text in texts:
-        for kind, value in find(text):
+        for kind, value in find_in(text):
             if value not in items:
                 counts[kind] = counts.get(kind, 0) + 1
                 items[value] = (placeholder(kind, counts[kind]), kind)
@@ -464,9 +563,11 @@ def prompt_texts(raw: bytes) -> list[str]:
 @dataclass
 class SensitiveFindings:
     """What the scan found in a file (or a part of it): per kind, the items and lines
-    counted, and the first LISTED_FINDINGS ``(line, masked value)`` in file order."""
+    counted, and the first LISTED_FINDINGS ``(line, masked value)`` in file order; phone
+    numbers without a country code read as ``region``'s."""
 
     policy: str = "warn"
+    region: str = DEFAULT_PHONE_REGION
     found: dict[str, int] = field(default_factory=dict)  # items, by kind
     lines: dict[str, int] = field(default_factory=dict)  # lines with one, by kind
     listed: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
@@ -485,8 +586,9 @@ class SensitiveFindings:
 
     def _search(self, line_no: int, raw: bytes) -> None:
         kinds_here: set[str] = set()
+        find_in = finder(self.region)  # a dict lookup a flagged line (not picklable: no field)
         for text in prompt_texts(raw):
-            for kind, value in find(text):
+            for kind, value in find_in(text):
                 self.found[kind] = self.found.get(kind, 0) + 1
                 listed = self.listed.setdefault(kind, [])
                 if len(listed) < LISTED_FINDINGS:
@@ -524,6 +626,13 @@ class SensitiveFindings:
                 f"{label}: {self.found[kind]:,} on {self.lines[kind]:,} lines ({shown}{more})"
             )
         return out
+
+    def region_line(self) -> str:
+        """The region the scan assumed, said where the phone findings are."""
+        return (
+            "phone numbers without a +country code are read as in "
+            f"{region_label(self.region)} (Settings, Sensitive data)"
+        )
 
     def refusal(self) -> str:
         """The refusal's message: what was found and on which lines."""

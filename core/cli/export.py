@@ -108,7 +108,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "--redact",
         action="store_true",
         help="results: every text with its e-mail addresses, phone and card numbers, IBANs, "
-        "IP addresses and credentials replaced by placeholders such as [EMAIL_1]",
+        "IP addresses and credentials replaced by placeholders such as [EMAIL_1] (phone "
+        "numbers without a +country code read as the studio's region, Settings)",
     )
     exp.add_argument("--status", action="append", help="only this status (repeatable)")
     exp.add_argument("--finish-reason", action="append", help="only this finish reason")

@@ -40,6 +40,7 @@ from core.jobs.engine_lock import EngineLock
 from core.jobs.windows import RunWindows
 from core.model_names import adapters_of
 from core.schemas import (
+    DEFAULT_PHONE_REGION,
     HELD_STATES,
     WAITING_STATES,
     BatchOrigin,
@@ -347,6 +348,7 @@ def create_job(
     run_windows: RunWindows | None = None,
     redact: bool = False,
     keep_redactions: bool = False,
+    phone_region: str = DEFAULT_PHONE_REGION,
 ) -> JobFolder:
     """Makes a job folder with a copy of the input and its ``job.json``; ``owner`` (the
     signed-in user, else this machine's user) and ``owner_key`` (the API key that made
@@ -394,6 +396,7 @@ def create_job(
             run_windows_zone=run_windows.zone if run_windows else "UTC",
             redact=redact,
             keep_redactions=redact and keep_redactions,
+            phone_region=phone_region,
         )
         write_atomic(job.spec_file, to_json(spec))
         # Its requests are known now: a waiting job showed "0 / 0 requests".

@@ -39,7 +39,12 @@ from core.access import AccessConfig, access_config
 from core.adapters import is_adapter_folder
 from core.check import DUPLICATE_ID, EMPTY_FILE, CheckReport, check_file
 from core.check.background import checked
-from core.check.sensitive import SENSITIVE_DATA, PolicyProblem, read_policy
+from core.check.sensitive import (
+    DEFAULT_PHONE_REGION,
+    SENSITIVE_DATA,
+    PolicyProblem,
+    read_policy,
+)
 from core.config import data_paths, default_embedding_model_dir, reuse_default
 from core.devices import gpu_problems, ray_installed
 from core.endpoints import POOLING_URLS
@@ -412,6 +417,8 @@ def submit(
         run_windows=windows,
         redact=redact,
         keep_redactions=s.keep_redactions,
+        # The region the check read phone numbers as: the worker redacts with it.
+        phone_region=report.sensitive.region if report.sensitive else DEFAULT_PHONE_REGION,
     )
     try:
         job.write_refusals(_refusals(report))

@@ -449,7 +449,7 @@ def _to_run(
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
             # Before its key: the engine answers the redacted request, and reuse with it.
-            if spec.redact and (items := redact_request(checked.request)):
+            if spec.redact and (items := redact_request(checked.request, spec.phone_region)):
                 replaced[custom_id] = items
             if (key := reuse_keys.of(checked.request)) is not None:
                 keys[custom_id] = key

@@ -14,7 +14,9 @@ keep the data unchanged (no spreadsheet reads them as formulas).
 A results export may be redacted (``redact``): every text cell, in every format, has its
 sensitive items (:mod:`core.check.sensitive`: e-mail addresses, phone numbers, card
 numbers, IBANs, IP addresses, credentials) replaced by placeholders, numbered per cell
-(``[EMAIL_1]``), by a function DuckDB calls as it writes the file.
+(``[EMAIL_1]``), by a function DuckDB calls as it writes the file; phone numbers without a
++country code are read as the studio's region (Settings, Sensitive data), read once per
+export.
 
 The pages' downloads are written in a folder of each export's own under ``exports/``
 (:func:`export_folder`), read into the download and removed: two sessions exporting the same
@@ -37,7 +39,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from core.check.sensitive import redact, worth_a_look
+from core.check.sensitive import check_region, phone_region_now, redact, worth_a_look
 from core.store.checks import ExportChecks, export_checks
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, where
@@ -102,21 +104,30 @@ def inert(value: Any) -> Any:
     return value
 
 
-def redact_text(value: str | None) -> str | None:
-    """``value`` with each sensitive item replaced by a placeholder (:func:`redact`)."""
+def redact_text(value: str | None, region: str) -> str | None:
+    """``value`` with each sensitive item replaced by a placeholder (:func:`redact`; phone
+    numbers without a country code read as ``region``'s)."""
     if value is None or not worth_a_look(value.encode("utf-8", "surrogatepass")):
         return value
-    return redact([value])[0][0]
+    return redact([value], region)[0][0]
 
 
 REDACT_SQL = "redact_text"  # the name DuckDB calls :func:`redact_text` by
+
+
+def _redact_sql(column: str, region: str) -> str:
+    """:func:`redact_text` as a DuckDB expression over a text column (the region is one of
+    libphonenumber's codes, checked: two letters, safe as a literal)."""
+    return f"{REDACT_SQL}({column}, '{check_region(region)}')"
 
 
 def _with_redaction(cur: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """The cursor, able to call :data:`REDACT_SQL` (registered at the first export that
     redacts: DuckDB keeps it for the database's connections from then on)."""
     with contextlib.suppress(duckdb.CatalogException):  # registered already
-        cur.create_function(REDACT_SQL, redact_text, ["VARCHAR"], "VARCHAR", side_effects=False)
+        cur.create_function(
+            REDACT_SQL, redact_text, ["VARCHAR", "VARCHAR"], "VARCHAR", side_effects=False
+        )
     return cur
 
 
@@ -166,13 +177,15 @@ def _check_format(fmt: str) -> str:
 
 
 def _copy(
-    store: Store, sql: str, params: list[Any], path: Path, fmt: str, redact: bool = False
+    store: Store, sql: str, params: list[Any], path: Path, fmt: str, region: str | None = None
 ) -> int:
-    """Writes a query's rows to ``path`` (``redact``: its texts redacted); returns the row
+    """Writes a query's rows to ``path`` (``region``: its texts redacted, phone numbers
+    without a country code read as that region's; None: not redacted); returns the row
     count."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if redact:
-        sql = _text_columns(store, sql, params, lambda column: f"{REDACT_SQL}({column})")
+    redact = region is not None
+    if region is not None:
+        sql = _text_columns(store, sql, params, lambda column: _redact_sql(column, region))
     if fmt == "xlsx":
         return _excel(store, sql, params, path, redact)
     options = {
@@ -227,18 +240,19 @@ def _raw_lines(
     params: list[Any],
     path: Path,
     job_ids: list[str],
-    redact: bool = False,
+    region: str | None = None,
 ) -> int:
     """Writes one stored JSON line per row (columns ``job_id``, ``custom_id``, ``raw``, of
     ``job_ids``) as JSONL: byte for byte, except that an embeddings line gets back the
     vectors its stored copy leaves out (``vector_ingest.restore_vectors``), and that a
-    redacted export has each line's sensitive items replaced (a placeholder is plain text,
-    so each line stays the JSON it was)."""
+    redacted export (``region``, as :func:`_copy`'s) has each line's sensitive items
+    replaced (a placeholder is plain text, so each line stays the JSON it was)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    redact = region is not None
     with_vectors = "SELECT 1 FROM vector_jobs WHERE list_contains(?, job_id) LIMIT 1"
     if store.query(with_vectors, [list(job_ids)]).empty:
         target = "'" + str(path).replace("'", "''") + "'"
-        raw = f"{REDACT_SQL}(raw)" if redact else "raw"
+        raw = _redact_sql("raw", region) if region is not None else "raw"
         # A CSV with no quoting and a delimiter JSON never holds raw (control characters
         # are always escaped in JSON) writes each stored line unchanged.
         with store.cursor() as cur:  # a read: no write waits for it
@@ -256,7 +270,9 @@ def _raw_lines(
         for batch in batches:
             columns = [batch.column(name).to_pylist() for name in ("job_id", "custom_id", "raw")]
             lines = restore_vectors(vectors, *columns)
-            out.writelines((redact_text(line) if redact else line) + "\n" for line in lines)
+            out.writelines(
+                (redact_text(line, region) if region is not None else line) + "\n" for line in lines
+            )
             rows += batch.num_rows
     return rows
 
@@ -277,28 +293,36 @@ def _excel(store: Store, sql: str, params: list[Any], path: Path, redact: bool =
 
 
 def export_results(
-    store: Store, f: ResultFilter, path: str | Path, fmt: str = "csv", redact: bool = False
+    store: Store,
+    f: ResultFilter,
+    path: str | Path,
+    fmt: str = "csv",
+    redact: bool = False,
+    phone_region: str | None = None,
 ) -> int:
     """Filtered results (with their labels, and a ``check_<rule>`` column per rule the jobs
     were graded with) to a file. JSONL is the OpenAI output format: each stored line, with
     the checks' outcomes added as one more top-level field, ``checks`` (a line's fields
     are kept as they were, byte for byte, so readers of OpenAI's format read it).
-    ``redact``: every text with its sensitive items as placeholders (see the module doc).
+    ``redact``: every text with its sensitive items as placeholders (see the module doc),
+    phone numbers without a country code read as ``phone_region``'s (default the studio's,
+    Settings).
 
     Returns:
         The number of rows written.
     """
     fmt, path = _check_format(fmt), Path(path)
+    region = (phone_region or phone_region_now()) if redact else None
     clause, params = where(f)
     order = "ORDER BY r.job_id, r.line_no, r.custom_id"
     checks = export_checks(store, f.job_ids)
     if fmt == "jsonl":
         raw = _with_checks("r.raw", checks)
         sql = f"SELECT r.job_id, r.custom_id, {raw} AS raw {FROM} {checks.join} {clause} {order}"
-        return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids, redact)
+        return _raw_lines(store, sql, [*checks.params, *params], path, f.job_ids, region)
     columns = f"{_RESULT_COLUMNS}, {checks.columns}" if checks.columns else _RESULT_COLUMNS
     sql = f"SELECT {columns} {FROM} {_JOB_NAME} {_LABELS} {checks.join} {clause} {order}"
-    return _copy(store, sql, [*checks.params, *params], path, fmt, redact)
+    return _copy(store, sql, [*checks.params, *params], path, fmt, region)
 
 
 def export_errors(store: Store, job_ids: list[str], path: str | Path) -> int:

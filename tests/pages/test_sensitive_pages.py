@@ -55,3 +55,16 @@ def test_settings_keeps_owners_own_policies_and_names_a_wrong_line(studio_home: 
     kept = read_policy(studio_home)
     assert kept.owners == {"alice": "redact", "bob": "refuse"} and kept.policy == "warn"
     assert (kept.of("alice"), kept.of("carol")) == ("redact", "warn")
+
+
+def test_settings_keeps_the_phone_region_beside_the_policy(studio_home: Path) -> None:
+    at = AppTest.from_file(str(REPO_ROOT / "app.py"), default_timeout=60).run()
+    at.switch_page("pages/settings.py").run()
+    region = at.selectbox(key="phone_region")
+    assert region.value == "US" and "DE (Germany)" in region.options and "XK" in region.options
+    region.set_value("DE").run()
+    at.button(key="save_phone_region").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    kept = read_policy(studio_home)
+    assert (kept.phone_region, kept.policy) == ("DE", "warn")
+    assert at.selectbox(key="phone_region").value == "DE"

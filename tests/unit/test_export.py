@@ -261,3 +261,24 @@ def test_a_redacted_export_holds_placeholders_in_every_text(personal, tmp_path, 
     E.export_results(store, f, tmp_path / f"plain.{fmt}", fmt)  # not asked: unchanged
     if fmt in ("csv", "jsonl"):
         assert b"jane.doe@example.com" in (tmp_path / f"plain.{fmt}").read_bytes()
+
+
+def test_a_redacted_export_reads_local_numbers_as_the_studios_region(tmp_path, studio_home):
+    from core.check.sensitive import save_phone_region
+
+    rows = [{"custom_id": "d1", "answer": "Ruf 030 12345678 an.", "prompt": "Nummer?"}]
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    f = ResultFilter(job_ids=[job.job_id])
+    for fmt in ("csv", "jsonl"):
+        us = tmp_path / f"us.{fmt}"
+        E.export_results(store, f, us, fmt, redact=True)  # a studio that never set one: US
+        assert b"030 12345678" in us.read_bytes()
+        E.export_results(store, f, tmp_path / f"de.{fmt}", fmt, redact=True, phone_region="DE")
+        text = (tmp_path / f"de.{fmt}").read_text()
+        assert "030 12345678" not in text and "Ruf [PHONE_1] an." in text
+    studio_home.mkdir(parents=True, exist_ok=True)
+    save_phone_region(studio_home, "DE")  # not given: the studio's
+    E.export_results(store, f, tmp_path / "studio.csv", "csv", redact=True)
+    assert "Ruf [PHONE_1] an." in (tmp_path / "studio.csv").read_text()

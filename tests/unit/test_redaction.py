@@ -31,7 +31,7 @@ def test_each_item_becomes_a_numbered_placeholder_one_per_value():
         "Write to jane.doe@example.com or bob@example.org, or call (415) 555-0132.",
         "Again: jane.doe@example.com. Card 4242 4242 4242 4242.",
     ]
-    out, items = redact(texts)
+    out, items = redact(texts, "US")
     assert out == [
         "Write to [EMAIL_1] or [EMAIL_2], or call [PHONE_1].",
         "Again: [EMAIL_1]. Card [CARD_1].",
@@ -43,7 +43,7 @@ def test_each_item_becomes_a_numbered_placeholder_one_per_value():
         ("[CARD_1]", "card", "4242 4242 4242 4242"),
     ]
     plain = ["Order 123456789 shipped on 2024-05-12, 3 items for 19.99."]
-    assert redact(plain) == (plain, [])  # nothing found: untouched
+    assert redact(plain, "US") == (plain, [])  # nothing found: untouched
 
 
 class Echo(StandIn):
@@ -168,3 +168,38 @@ def test_a_keys_own_policy_decides_for_its_batches_and_the_cli_sets_it(
         submit(HELD / "planted.jsonl", Submission(engine=model, owner="bob"))
     cli("keys", "sensitive", "alice", "studio")
     assert read_policy(studio_home).owners == {}
+
+
+def test_a_job_redacts_local_numbers_as_the_region_its_check_read_them(
+    studio_home: Path, tmp_path: Path, monkeypatch
+):
+    """Submitted under the redact policy with the studio's region DE, the job keeps DE and
+    its worker replaces a German number written without +49; a job made before there was
+    a region (none in its job.json) reads them as US's."""
+    from core.check.sensitive import save_phone_region
+
+    studio_home.mkdir(parents=True)
+    save_policy(studio_home, "redact")
+    save_phone_region(studio_home, "DE")
+    batch = tmp_path / "de.jsonl"
+    body = {"model": "m", "messages": [{"role": "user", "content": "Ruf 030 12345678 an."}]}
+    line = {"custom_id": "r0", "method": "POST", "url": "/v1/chat/completions", "body": body}
+    batch.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    monkeypatch.setattr("core.jobs.submit.start_worker", lambda job, **kw: None)
+    monkeypatch.setattr("core.jobs.submit.settings_problems", lambda submission, gpus=None: [])
+    model = EngineConfig(model=str(studio_home / "no-such-model"))
+    job = submit(batch, Submission(engine=model)).job
+    assert job.read_spec().phone_region == "DE"
+    save_phone_region(studio_home, "US")  # changed after: the job keeps what its check read
+    engine = Echo()
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: engine)
+    assert worker.run_job(job).state == "completed"
+    assert engine.seen[0].messages[0]["content"] == "Ruf [PHONE_1] an."
+    assert _answers(job)["r0"]["redacted"] == {"phone": 1}
+    # As a job written before the region was kept: read as US's, the number stays.
+    old = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/tiny"), redact=True)
+    spec = json.loads(old.spec_file.read_text(encoding="utf-8"))
+    del spec["phone_region"]
+    old.spec_file.write_text(json.dumps(spec), encoding="utf-8")
+    assert worker.run_job(old).state == "completed"
+    assert engine.seen[-1].messages[0]["content"] == "Ruf 030 12345678 an."
