@@ -358,8 +358,8 @@ def sensitive_data(report: CheckReport) -> None:
         st.text(text)  # masked values, shown as plain text
     st.text(found.region_line())
     st.caption(
-        f"Policy: {found.policy} (Settings, Sensitive data). Values are shown masked; "
-        "redaction before the run is not available yet."
+        f"Policy: {found.policy} (Settings, Sensitive data). Values are shown masked; under "
+        "the redact policy the engine sees placeholders and the file on disk stays as given."
     )
 
 
