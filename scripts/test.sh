@@ -25,13 +25,15 @@ if [ -z "${TEST_WORKERS:-}" ] && [ "$workers" -gt 4 ]; then workers=4; fi
 if [ -z "${TEST_WORKERS:-}" ] && [ "$workers" -lt 2 ]; then workers=0; fi  # one core: none
 
 reports=$(mktemp -d)
-# The tests' homes (pytest's basetemp) on a RAM disk where the machine has one with room:
-# the product syncs each job file and result chunk to disk, and DuckDB its log at each
-# commit, which cost 2.5-7 ms each on this disk and made the unit and page tests wait 1.75x
-# as long (docs/tests.md). TEST_BASETEMP=DIR puts them elsewhere. Passed tests' folders go
-# as they pass (tmp_path_retention_policy), so the RAM they hold stays small.
+# The fast tier keeps the tests' homes (pytest's basetemp) on a RAM disk where the machine
+# has one with room: the product syncs each job file and result chunk to disk, and DuckDB
+# its log at each commit, which cost 2.5-7 ms each on this disk and made the unit and page
+# tests wait 1.75x as long (docs/tests.md). Not every test: beside the engines, Ray's
+# cluster and the browsers, memory is what runs short, and a RAM disk's files hold memory
+# (all of make test on it was not faster: docs/tests.md). TEST_BASETEMP=DIR
+# puts them elsewhere. Passed tests' folders go as they pass (tmp_path_retention_policy).
 basetemp=${TEST_BASETEMP:-}
-if [ -z "$basetemp" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
+if [ -z "$basetemp" ] && [ "$tier" = fast ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
   [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt $((4 << 20)) ]; then
   basetemp=$(mktemp -d /dev/shm/batch-studio-tests.XXXXXX)
   owned_basetemp=$basetemp
