@@ -157,6 +157,18 @@ def finished_store(tmp_path: Path) -> Iterator[tuple[Store, str]]:
 
 
 @pytest.fixture
+def sampled_store(finished_store, tmp_path: Path) -> tuple[Store, str, str, Path]:
+    """``finished_store`` with a sample ``s`` of four of its answers: the store, the job's
+    id, the sample's id and the test's folder."""
+    from core.store.results import ResultFilter
+    from core.store.samples import SampleDefinition, create_sample
+
+    store, job_id = finished_store
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
+    return store, job_id, create_sample(store, "s", definition).sample_id, tmp_path
+
+
+@pytest.fixture
 def model(tmp_path: Path) -> Path:
     """A folder that passes the model-folder check (no engine runs in these tests)."""
     folder = tmp_path / "tiny-model"

@@ -6,7 +6,6 @@ through the labels file, a rebuilt index, the SFT export and agreement."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,9 +15,8 @@ from core.human import questions as qs
 from core.human.files import LABEL_SCHEMAS, LABELS, read_from
 from core.store import agreement as ag
 from core.store.db import Store
-from core.store.results import ResultFilter
 from core.store.review import Label, ReviewError, get_label, labels, record_label, save_label
-from core.store.samples import SampleDefinition, create_sample, sample_items
+from core.store.samples import sample_items
 from core.store.training import export_dataset
 
 SCHEMA = """single: Tone | friendly, neutral, rude
@@ -29,12 +27,8 @@ comment: Anything else"""
 
 
 @pytest.fixture
-def db(finished_store, tmp_path: Path):
-    store, job_id = finished_store
-    sample = create_sample(
-        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
-    )
-    return store, job_id, sample.sample_id, tmp_path
+def db(sampled_store):
+    return sampled_store  # (tests/conftest.py)
 
 
 def test_a_schema_is_read_from_text_kept_and_the_latest_of_a_sample_wins(tmp_path):

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 from core.human.label_sets import LabelSetError, own_labels, save_own_labels, shortcut_keys
 from core.store.db import Store
-from core.store.results import ResultFilter
 from core.store.review import (
     Label,
     ReviewError,
@@ -26,16 +24,12 @@ from core.store.review import (
     tally,
     wilson,
 )
-from core.store.samples import SampleDefinition, create_sample, sample_items
+from core.store.samples import sample_items
 
 
 @pytest.fixture
-def db(finished_store, tmp_path: Path):
-    store, job_id = finished_store
-    sample = create_sample(
-        store, "s", SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
-    )
-    return store, job_id, sample.sample_id, tmp_path
+def db(sampled_store):
+    return sampled_store  # (tests/conftest.py)
 
 
 def test_a_label_is_saved_replaced_and_survives_a_restart(db):
