@@ -63,6 +63,11 @@ class StepTimer:
         self.sum_bt += running * seconds
         self.low, self.high = min(self.low, running), max(self.high, running)
 
+    @property
+    def varied(self) -> bool:
+        """Whether the batch size varied by a tenth: before that the slope is noise."""
+        return self.n > 0 and self.high - self.low >= 0.1 * self.high
+
     def fit(self, shape: StepTime | None = None) -> StepTime | None:
         """The line, or None before any step was timed.
 
@@ -74,7 +79,7 @@ class StepTimer:
             return None
         mean_b, mean_t = self.sum_b / self.n, self.sum_t / self.n
         slope = None
-        if self.high - self.low >= 0.1 * self.high:
+        if self.varied:
             spread = self.n * self.sum_bb - self.sum_b**2
             slope = (self.n * self.sum_bt - self.sum_b * self.sum_t) / spread
         if slope is not None and slope >= 0 and mean_t - slope * mean_b >= 0:
@@ -225,6 +230,12 @@ class Forecast:
             return step
         loop = max(self.wall / self.stepped, 1.0)
         return StepTime(step.base * loop, step.per_request * loop)
+
+    def measured_step_time(self) -> StepTime | None:
+        """The step time this run measured, to keep for the model's later runs: only where
+        its batch size varied. A line timed at one batch size says nothing of another: kept
+        from a 12-request job, it made the next 100-request job's first ETA half the truth."""
+        return self.step_time() if self.timer.varied else None
 
     def _read(self, now: float, activity: EngineActivity) -> float:
         """Takes a reading; returns the token rate over the last ``rate_seconds``."""

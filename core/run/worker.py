@@ -333,7 +333,7 @@ class JobRun:
         paused = bool(plan.left) and self.gate is not None and self.gate.closed
         if not self.stop.stopping and not paused:  # a stopped run's last requests were cut short
             name = Path(folder).name
-            measure.record(name, executor.load_seconds, forecast.step_time(), self.home)
+            measure.record(name, executor.load_seconds, forecast.measured_step_time(), self.home)
         return "paused" if paused and not self.stop.stopping else None
 
     def pause(self, retry: bool, shard: int | None) -> bool:

@@ -50,6 +50,7 @@ LINES = 100
 FIRST_LINES = 12
 MAX_TOKENS = 80
 STALE_SECONDS = 2.0  # the heartbeat writes status and samples every 2 s
+ETA_HEARTBEATS = 2  # heartbeats with tokens after which an ETA must show
 # How much slower the engine runs the judged part's second half than its first on a steady
 # host, as every answer grows (24 % in a quiet run on the Xeon, 2026-12-03).
 STEADY_CHANGE = 0.3
@@ -143,9 +144,17 @@ def test_progress_speed_and_eta_are_within_a_quarter_of_the_truth_at_a_steady_pa
     change = pace_change([(t, generated) for t, generated, _ in judged])
     rel = 0.25 + max(0.0, change - STEADY_CHANGE)
     print(f"the engine's own pace changed by {change:.0%} over the judged part: bound {rel:.0%}")
+    # The worker forecasts from the engine's own decode steps, which the first heartbeats
+    # after the prompts may not hold yet: until then the Monitor may show no ETA (never a
+    # guess: a step time kept from an earlier run of another batch size read half the
+    # truth), and every ETA it shows is judged.
+    early = sorted({generated for _, generated, _ in judged})[:ETA_HEARTBEATS]
     for t, generated, shown in judged:
         assert shown.work_done == pytest.approx(generated / total_tokens, rel=0.25)
         assert shown.tokens_per_s == pytest.approx(speed, rel=rel)
+        if shown.eta_seconds is None:
+            assert generated in early, "no ETA shown past the first heartbeats"
+            continue
         # The Monitor reads a status written up to a heartbeat ago.
         assert shown.eta_seconds == pytest.approx(end - t, rel=rel, abs=STALE_SECONDS)
 

@@ -91,3 +91,34 @@ def test_before_the_first_token_the_forecast_says_nothing_yet_without_failing() 
     # (this raised IndexError, so the status lost the engine's numbers until tokens came).
     assert forecast.seconds(10.0, prompts, waiting) is None
     assert forecast.seconds(12.0, prompts, waiting) is None
+
+
+def test_a_run_keeps_its_step_time_for_later_runs_only_where_its_batch_size_varied() -> None:
+    from core.run.engine import EngineActivity
+    from core.run.eta import Forecast
+
+    def decode(forecast: Forecast, sizes: list[int]) -> None:
+        """Readings two seconds apart, each after decode steps of ``sizes`` requests."""
+        steps, tokens = 0, 0
+        for at, running in enumerate(sizes):
+            steps, tokens = steps + 1, tokens + running
+            activity = EngineActivity(
+                generated_tokens=tokens,
+                prompt_tokens=40,
+                steps=steps,
+                running=running,
+                progress=((steps, 80),) * running,
+                recent_steps=((steps, running, 0.01 + 0.001 * running),),
+            )
+            forecast.seconds(2.0 * at, activity, Waiting())
+
+    # Twelve requests all to the same length: one batch size, whose step time says nothing
+    # of a hundred requests' (kept, it made the next job's first ETA half the truth).
+    steady = Forecast(ModelRecord(), window=256)
+    decode(steady, [12] * 8)
+    assert steady.step_time() is not None and steady.measured_step_time() is None
+    # Answers of their own lengths: the batch thins out, and the line is measured.
+    thinning = Forecast(ModelRecord(), window=256)
+    decode(thinning, [12, 12, 10, 8, 6, 4, 2, 1])
+    line = thinning.measured_step_time()  # the steps' line, scaled by the loop's wall time
+    assert line is not None and line.base / line.per_request == pytest.approx(10, rel=0.05)
