@@ -468,6 +468,9 @@ class JobStatus(Model):
     history: list[dict[str, str]] = Field(default_factory=list)
     retry: bool = False  # also rerun failed requests when the worker takes the job
     retry_shard: int | None = None  # ...and only those of this shard
+    # Where a retry began: the errors file's size then. Kept while a run window pauses the
+    # retry, so that its next run does not retry again what failed in this retry already.
+    retry_errors_from: int | None = None
     in_flight: int = 0  # requests inside the engine at the last update
     # Live output: tokens generated so far, running requests' included (the engine's own
     # counter), and the expected total: finished answers' tokens plus, for each request

@@ -432,7 +432,7 @@ def queue_job(job: JobFolder, *, retry: bool = False, shard: int | None = None) 
         status = job.read_status()
         status.enter("queued", "waiting for the engine")
         status.error, status.pid, status.finished_at, status.retry = None, None, None, retry
-        status.retry_shard = shard
+        status.retry_shard, status.retry_errors_from = shard, None  # a retry asked anew
         status.delivered_to = status.delivery_error = None  # this run delivers anew
         status.interruptions = 0  # a person asked for this run: it may be interrupted anew
         job.write_status(status)

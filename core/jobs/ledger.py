@@ -200,6 +200,17 @@ def _input_ledger(job: JobFolder) -> Ledger:
     return Ledger(ids=list(ids), repeated_lines=repeated)
 
 
+def failed_since(job: JobFolder, offset: int) -> set[str]:
+    """The requests whose failure lines the job's errors file holds past byte ``offset``."""
+    failed: set[str] = set()
+    while True:  # a bounded piece at a time, as the ledger reads
+        raws, after = complete_lines(job.errors, offset)
+        if after == offset:
+            return failed
+        offset = after
+        failed.update(_decode_line(raw).custom_id for raw in raws)
+
+
 def read_ledger(job: JobFolder) -> Ledger:
     """The job's ledger, read from its files now (a torn last line is skipped)."""
     return LedgerReader(job).read()

@@ -125,6 +125,8 @@ class StatusKeeper:
                 first_result_seconds=previous.first_result_seconds,
                 runs=previous.runs + 1,
                 interruptions=previous.interruptions,
+                # a retry paused by its run window goes on where it was
+                retry_errors_from=previous.retry_errors_from if previous.paused_at else None,
             )
             # A status from before job_seconds: its run's elapsed time.
             earlier = previous.job_seconds

@@ -52,7 +52,7 @@ from core.devices import gpu_count, runs_on_gpu
 from core.jobs.delivery import deliver
 from core.jobs.engine_files import idle_seconds, running_jobs_cap
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
-from core.jobs.ledger import Ledger, read_ledger, shard_ids
+from core.jobs.ledger import Ledger, failed_since, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
 from core.jobs.queue import EngineLock, queued_jobs, runnable_jobs
 from core.jobs.recovery import requeue_interrupted
@@ -235,7 +235,14 @@ class JobRun:
         keeper.update(total=len(ledger.ids))
         self.writers = writers = ResultWriters(job, keeper)
         keeper.seed(ledger.succeeded, set(ledger.failed))
-        pending, invalid, keys = _to_run(job, spec, ledger, retry, shard)
+        retried: set[str] = set()
+        if retry:
+            begun = keeper.status.retry_errors_from
+            if begun is None:  # this retry's first run
+                keeper.update(retry_errors_from=_size(job.errors))
+            else:  # a retry its run window paused: what failed in it stays failed
+                retried = failed_since(job, begun)
+        pending, invalid, keys = _to_run(job, spec, ledger, retry, shard, retried)
         writers.write(invalid)
         keeper.update(message="loading the model")
         plan = Plan(spec, left={r.custom_id for r in pending})
@@ -425,12 +432,18 @@ def _index_answers(job: JobFolder) -> None:
 
 
 def _to_run(
-    job: JobFolder, spec: JobSpec, ledger: Ledger, retry: bool, shard: int | None
+    job: JobFolder,
+    spec: JobSpec,
+    ledger: Ledger,
+    retry: bool,
+    shard: int | None,
+    retried: set[str],
 ) -> tuple[list[EngineRequest], list[dict], dict[str, bytes]]:
     """The requests this run has to answer, the result lines of the invalid ones (never
     run: their error is their result), and the reuse key of each deterministic request
-    (:mod:`core.reuse`), taken before a request sent to Ray replicas loses its body."""
-    rerun = set(ledger.retryable()) if retry else set(ledger.missing)
+    (:mod:`core.reuse`), taken before a request sent to Ray replicas loses its body.
+    ``retried``: requests this retry ran already (before its run window paused it)."""
+    rerun = set(ledger.retryable()) - retried if retry else set(ledger.missing)
     if retry and shard is not None:
         rerun &= set(shard_ids(ledger, spec.shard_size, shard))
     pending: list[EngineRequest] = []
@@ -475,6 +488,13 @@ def _to_run(
     if spec.keep_redactions and replaced:
         job.keep_redactions(replaced)
     return pending, invalid, keys
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[EngineRequest]]:

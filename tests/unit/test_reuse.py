@@ -610,7 +610,7 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     submission = submitting.Submission(engine=engine, reuse=True)
     job = submitting.submit(batch, submission, tmp_path / "jobs").job
     spec = job.read_spec()
-    pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None)
+    pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
     forecast_keys = RequestKeys(submitting.planned_spec(submission))
     assert run_keys == {r.custom_id: forecast_keys.of(r) for r in pending}
     assert len(set(run_keys.values())) == 3
@@ -870,7 +870,7 @@ def test_the_checks_keys_are_the_workers_keys_for_the_same_lines_and_settings(tm
     engine = EngineConfig(model=str(model), max_model_len=2048)
     job = create_job(batch, tmp_path / "jobs", engine, defaults, skip_invalid=True, reuse=True)
     spec = job.read_spec()
-    _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None)
+    _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
     assert len(invalid) == 1  # the broken line; the repeated id is not run: neither has a key
     # greedy, seeded, default, stops, twin, biased, completion, vectors and the padding
     assert len(run_keys) == 8 + 30 and "sampled" not in run_keys

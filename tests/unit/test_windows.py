@@ -30,6 +30,7 @@ from core.jobs.windows import (
 )
 from core.run import worker
 from core.run.monitoring import rates
+from core.run.outputs import error_line
 from core.run.pool import MULTIPROCESSING_ENV
 from core.run.progress import eta
 from core.schemas import EngineConfig, JobStatus
@@ -362,6 +363,48 @@ def test_a_paused_job_cancelled_keeps_its_results_and_says_it_was_paused(tmp_pat
     assert status.state == "cancelled"
     assert status.message == "cancelled while paused outside its run windows, 2 done"
     assert len(job.output.read_text().splitlines()) == 2
+
+
+class Failing(Ticking):
+    """Ticking, but every request it runs fails (a server error, which a retry may fix)."""
+
+    def run(self, requests):
+        for lines in super().run(requests):
+            yield [error_line(line["custom_id"], "server_error", "the engine failed", 500)
+                   for line in lines]  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_a_retry_paused_by_its_window_retries_each_failure_once(tmp_path, monkeypatch):
+    """Before this change each night's run retried the failures of the nights before: a
+    retry whose requests kept failing never ended."""
+    job = make_job(tmp_path, 6)
+    queue_job(job)
+    clock = MovingClock(at("2026-12-07T08:00+00:00"), job)
+    first = Failing(clock, timedelta(0))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: first)
+    assert worker.run_job(job, clock=clock).state == "failed"  # all six failed, any time
+    rewrite_spec(
+        job, run_windows="daily 20:00-22:00", run_windows_zone="UTC", completion_window_hours=None
+    )
+    queue_job(job, retry=True)
+    clock.moment = at("2026-12-07T21:00+00:00")
+    retry = Failing(clock)
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: retry)
+
+    status = worker.serve(job, clock=clock)
+
+    # two retried before 22:00 (failing again), the other four the next night: each once
+    assert retry.started == [at("2026-12-07T21:00+00:00"), at("2026-12-08T20:00+00:00")]
+    assert retry.ran == [f"r{i}" for i in range(6)]
+    assert status.state == "failed" and status.failed == 6 and status.runs == 3
+    # a retry asked for anew retries every failure again
+    queue_job(job, retry=True)
+    clock.moment = at("2026-12-09T20:00+00:00")
+    again = Failing(clock, timedelta(0))
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: again)
+    worker.serve(job, clock=clock)
+    assert sorted(again.ran) == [f"r{i}" for i in range(6)]
 
 
 class Beside(Ticking):
