@@ -33,6 +33,8 @@ from core.jobs.engine_files import (
     RUNNING_ENV,
     EngineCommand,
     EngineState,
+    answer_lines,
+    ask_engine,
     describe,
     idle_override,
     idle_seconds,
@@ -40,7 +42,6 @@ from core.jobs.engine_files import (
     read_settings,
     read_state,
     running_override,
-    send_command,
     write_settings,
 )
 from core.jobs.folder import local_owner
@@ -215,6 +216,8 @@ def add_adapter_form() -> None:
 
 STOPPING = "settings_engine_stopping"  # the pid of the worker asked to stop from this page
 STOPPED = "settings_engine_stopped"  # said once, when it has
+STOP_SAID = "settings_engine_stop_said"  # the worker's answer to the stop, while it stops
+ANSWER_SECONDS = 1.5  # how long a button waits for the worker's answer (it polls every 0.1 s)
 
 
 def engine_section(home: Path) -> None:
@@ -233,15 +236,16 @@ def engine_now(home: Path) -> None:
     engine_state = read_state(home)
     stopping = st.session_state.get(STOPPING)
     if stopping is not None and engine_state is not None and engine_state.pid == stopping:
-        st.info(
-            f"Stopping the engine: worker pid {stopping} unloads every model and exits (after "
-            "the job it runs now, if any)…",
-            icon=":material/hourglass_top:",
+        said = st.session_state.get(STOP_SAID) or (
+            f"worker pid {stopping} unloads every model and exits (after the job it runs now, "
+            "if any)"
         )
+        st.info(f"Stopping the engine: {escape(said)}…", icon=":material/hourglass_top:")
         st.write(describe(engine_state)[0])
         return
     if stopping is not None:  # gone: the whole page again, without the timer
         del st.session_state[STOPPING]
+        st.session_state.pop(STOP_SAID, None)
         st.session_state[STOPPED] = f"The engine stopped: worker pid {stopping} has exited."
         st.rerun()
     if STOPPED in st.session_state:
@@ -314,17 +318,30 @@ def running_jobs(home: Path) -> None:
 
 
 def loaded_models(home: Path, engine_state: EngineState) -> None:
-    """Each model the engine holds, with an Unload button; a button that stops it all."""
+    """Each model the engine holds (and the running jobs that use it), with an Unload button;
+    a button that stops it all. Each says what the worker did (core.run.resident's rule)."""
     for loaded in engine_state.models:
         c = st.columns([3, 2, 2, 1])
-        c[0].write(f"**{loaded.name}** ({loaded.kind})")
+        users = f" — in use by {escape(', '.join(loaded.job_ids))}" if loaded.job_ids else ""
+        c[0].write(f"**{escape(loaded.name)}** ({loaded.kind}){users}")
         c[1].write(f"{loaded.memory_mib:,.0f} MiB")
         c[2].write(f"loaded in {loaded.load_seconds:.1f} s")
         if c[3].button("Unload", key=f"unload-{loaded.model}"):
-            send_command(home, EngineCommand(action="unload", model=loaded.model))
-            st.toast(f"Unloading {escape(loaded.name)} (after the job running now, if any).")
-    if st.button("Stop the engine", help="Unload every model and end the resident worker."):
-        send_command(home, EngineCommand(action="stop"))
+            command = EngineCommand(action="unload", model=loaded.model)
+            answer = ask_engine(home, command, ANSWER_SECONDS)
+            st.toast(
+                escape("; ".join(answer_lines(answer)))
+                if answer is not None
+                else f"Unloading {escape(loaded.name)} when the job the worker runs now ends."
+            )
+    if st.button(
+        "Stop the engine",
+        help="The worker starts no new job, lets the running ones finish, then unloads every "
+        "model and exits; queued jobs wait for the next worker.",
+    ):
+        answer = ask_engine(home, EngineCommand(action="stop"), ANSWER_SECONDS)
+        if answer is not None and answer.running:
+            st.session_state[STOP_SAID] = "; ".join(answer_lines(answer))
         st.session_state[STOPPING] = engine_state.pid
         st.rerun()  # said at once, and no second Stop while it stops
 

@@ -3,8 +3,10 @@
 The worker (:mod:`core.run.resident`) keeps its models loaded for an idle time after its
 last job. It tells what it holds in ``state.json`` (replaced atomically every couple of
 seconds); others ask it things by dropping files it polls: ``commands/*.json`` (unload a
-model, stop) and ``embed/*.request.json`` (texts to embed on a loaded embedding model,
-answered beside them in ``*.answer.json``). Never DuckDB: only the UI writes that.
+model, stop), each answered in ``answers/<id>.json`` with what the worker did
+(:class:`EngineAnswer`, read by :func:`ask_engine`), and ``embed/*.request.json`` (texts
+to embed on a loaded embedding model, answered beside them in ``*.answer.json``). Never
+DuckDB: only the UI writes that.
 
 The idle time comes from, in order: ``BATCH_STUDIO_ENGINE_IDLE`` (seconds; what
 ``core serve --engine-idle`` sets for the workers the app starts), the Settings page's
@@ -45,6 +47,7 @@ DEFAULT_IDLE_SECONDS = 600.0
 STATE_SECONDS = 2.0  # how often a resident worker rewrites state.json
 POLL_SECONDS = 0.05  # how often it looks for work, commands and texts while idle
 MAX_STARTS = 3  # workers one text may start
+ANSWER_KEPT_SECONDS = 3600.0  # a command's answer nobody read is removed after this
 
 
 class EngineSettings(FrozenModel):
@@ -65,6 +68,7 @@ class LoadedModel(FrozenModel):
     load_seconds: float
     loaded_at: float
     last_used: float
+    job_ids: list[str] = Field(default_factory=list)  # the running jobs that use it now
 
 
 class EngineState(FrozenModel):
@@ -78,6 +82,7 @@ class EngineState(FrozenModel):
     idle_seconds: float
     idle_since: float | None = None  # time.time() the last job ended, while idle
     rss_mib: float = 0.0  # the worker's whole RSS, its engines' child processes included
+    stopping: bool = False  # told to stop: it starts no job and exits when the running end
     updated_at: float
 
     @property
@@ -89,7 +94,22 @@ class EngineCommand(FrozenModel):
     """A file in ``engine/commands/``."""
 
     action: Literal["unload", "stop"]
-    model: str | None = None  # unload: the model's folder or name
+    model: str | None = None  # unload: the model's folder or name; None: every model
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)  # names its answer
+
+
+class EngineAnswer(FrozenModel):
+    """What the worker did with a command (``engine/answers/<id>.json``): the rule itself is
+    :meth:`core.run.resident.Resident.carry_out`; :func:`answer_lines` says it in words."""
+
+    action: Literal["unload", "stop"]
+    model: str | None = None  # as asked
+    unloaded: list[str] = Field(default_factory=list)  # the models it unloaded now
+    # The models that stay loaded because running jobs use them: name -> those jobs.
+    kept: dict[str, list[str]] = Field(default_factory=dict)
+    running: list[str] = Field(default_factory=list)  # stop: the jobs it lets finish first
+    queued: int = 0  # stop: the jobs left queued for the next worker
+    pid: int = 0  # the worker that answered
 
 
 class EmbedRequest(FrozenModel):
@@ -114,6 +134,8 @@ def describe(state: EngineState | None) -> list[str]:
     ids = state.job_ids or ([state.job_id] if state.job_id else [])
     doing = ("running job " if len(ids) == 1 else "running jobs ") + ", ".join(ids)
     doing = doing if ids else "idle"
+    if state.stopping:
+        doing += "; stopping: it starts no new job and exits when these end"
     lines = [f"worker pid {state.pid}: {doing}, {state.rss_mib:,.0f} MiB resident"]
     if state.exits_at is not None:
         lines[0] += f"; exits at {_when(state.exits_at)} unless a job comes"
@@ -121,6 +143,7 @@ def describe(state: EngineState | None) -> list[str]:
         lines.append(
             f"  {m.name} ({m.kind}): {m.memory_mib:,.0f} MiB, loaded in {m.load_seconds:.1f} s "
             f"at {_when(m.loaded_at)}, last used {_when(m.last_used)}"
+            + (f"; in use by {', '.join(m.job_ids)}" if m.job_ids else "")
         )
     if not state.models:
         lines.append("  no model loaded")
@@ -137,6 +160,10 @@ def state_file(home: Path) -> Path:
 
 def commands_dir(home: Path) -> Path:
     return engine_dir(home) / "commands"
+
+
+def answers_dir(home: Path) -> Path:
+    return engine_dir(home) / "answers"
 
 
 def embed_dir(home: Path) -> Path:
@@ -242,6 +269,67 @@ def take_commands(home: Path) -> list[EngineCommand]:
             taken.append(EngineCommand.model_validate_json(path.read_text()))
         path.unlink(missing_ok=True)
     return taken
+
+
+def answer_command(home: Path, command: EngineCommand, answer: EngineAnswer) -> None:
+    """The worker's side: what it did with ``command``, for whoever asked."""
+    folder = answers_dir(home)
+    for old in folder.glob("*.json") if folder.is_dir() else ():
+        # An asker that gave up (a worker running a job alone answers after it) reads none.
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > ANSWER_KEPT_SECONDS:
+                old.unlink()
+    write_atomic(folder / f"{command.id}.json", answer.model_dump_json())
+
+
+def ask_engine(home: Path, command: EngineCommand, timeout: float) -> EngineAnswer | None:
+    """Sends ``command`` and waits up to ``timeout`` seconds for the worker's answer; None
+    when none came (a worker running jobs one at a time reads commands between them: the
+    command stays, and it is carried out then)."""
+    send_command(home, command)
+    path = answers_dir(home) / f"{command.id}.json"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = EngineAnswer.model_validate_json(path.read_text())
+        except (OSError, ValidationError):  # not yet
+            answer = None
+        if answer is not None:
+            path.unlink(missing_ok=True)
+            return answer
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _jobs(job_ids: list[str]) -> str:
+    return ("job " if len(job_ids) == 1 else "jobs ") + ", ".join(job_ids)
+
+
+def answer_lines(answer: EngineAnswer) -> list[str]:
+    """A command's answer as lines a person reads (the CLI prints them, Settings shows them)."""
+    lines = []
+    if answer.action == "stop" and answer.running:
+        n = len(answer.running)
+        lines.append(
+            f"worker {answer.pid} is stopping after {n} running job{'s' if n != 1 else ''}: "
+            f"{', '.join(answer.running)}; it starts no new job, then unloads every model and "
+            "exits"
+        )
+        if answer.queued:
+            one = answer.queued == 1
+            lines.append(
+                f"{answer.queued} queued job{' stays' if one else 's stay'} queued and "
+                f"start{'s' if one else ''} with the next worker"
+            )
+    if answer.unloaded:
+        lines.append("unloaded " + ", ".join(answer.unloaded))
+    for name, job_ids in answer.kept.items() if answer.action == "unload" else ():
+        verb = "uses" if len(job_ids) == 1 else "use"
+        lines.append(f"{name} stays loaded: running {_jobs(job_ids)} {verb} it")
+    if answer.action == "unload" and not answer.unloaded and not answer.kept:
+        lines.append(f"{answer.model} is not loaded" if answer.model else "no model is loaded")
+    return lines
 
 
 def start_resident(home: Path) -> subprocess.Popen:

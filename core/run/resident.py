@@ -2,8 +2,9 @@
 
 While it holds the engine lock and no job is queued, the worker polls (every
 :data:`~core.jobs.engine_files.POLL_SECONDS`) for a queued job, for commands (unload a
-model, stop) and for texts to embed, and rewrites ``engine/state.json`` every couple of
-seconds (see :mod:`core.jobs.engine_files`). The next job on a loaded model starts at once.
+model, stop: :meth:`Resident.carry_out`, read while jobs run side by side too) and for
+texts to embed, and rewrites ``engine/state.json`` every couple of seconds (see
+:mod:`core.jobs.engine_files`). The next job on a loaded model starts at once.
 After the idle time with nothing to do it unloads its models and exits, still holding the
 lock, so no other worker loads an engine while this one's memory is still taken; but while
 a queued job waits for its run window (:mod:`core.jobs.windows`) it unloads them and waits
@@ -16,7 +17,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -28,9 +29,13 @@ from core.jobs.engine_files import (
     STATE_SECONDS,
     EmbedAnswer,
     EmbedRequest,
+    EngineAnswer,
+    EngineCommand,
     EngineState,
     LoadedModel,
+    answer_command,
     answer_embed,
+    answer_lines,
     idle_seconds,
     pending_embeds,
     state_file,
@@ -38,6 +43,7 @@ from core.jobs.engine_files import (
     write_state,
 )
 from core.jobs.folder import queue_changed_at
+from core.jobs.queue import queued_jobs
 from core.jobs.windows import Clock
 from core.model_folders import model_kind
 from core.run.pool import POOL, tree_rss
@@ -57,6 +63,9 @@ class Resident:
         self._written = 0.0
         self.idle_since: float | None = None
         self.job_ids: list[str] = []  # the jobs running now
+        # The pool's users (a job's thread) and their jobs, set while jobs run side by side.
+        self.job_of: Callable[[], dict[Hashable, str]] = dict
+        self.stopping = False  # told to stop: no job starts; it exits once the running end
         POOL.on_change = lambda: self.publish(self.job_ids)
 
     def publish(self, job_ids: list[str] | None = None) -> None:
@@ -67,6 +76,7 @@ class Resident:
             self.idle_since = time.time()
         elif not idle:
             self.idle_since = None
+        in_use = self.in_use()
         models = [
             LoadedModel(
                 model=config.model,
@@ -76,6 +86,7 @@ class Resident:
                 load_seconds=round(held.engine.load_seconds, 2),
                 loaded_at=held.loaded_at,
                 last_used=held.last_used,
+                job_ids=in_use.get(config, []),
             )
             for config, held in POOL.held.items()
         ]
@@ -90,6 +101,7 @@ class Resident:
                 idle_seconds=idle_seconds(self.home),
                 idle_since=self.idle_since,
                 rss_mib=round(tree_rss() / 2**20, 1),
+                stopping=self.stopping,
                 updated_at=time.time(),
             ),
         )
@@ -115,17 +127,59 @@ class Resident:
                 os.dup2(old, fd)
                 os.close(old)
 
-    def between_jobs(self) -> bool:
-        """Carries out the commands waiting; False when one says stop."""
-        go_on = True
+    def in_use(self) -> dict[EngineConfig, list[str]]:
+        """The loaded engines that running jobs use now, with those jobs."""
+        job_of = self.job_of()
+        used = {}
+        for config in list(POOL.held):
+            # a copy: a job's thread releases its engines as it asks for its next model
+            users = list(POOL.users.get(config, ()))
+            if users:
+                used[config] = sorted({job_of.get(u, f"thread {u}") for u in users})
+        return used
+
+    def commands(self) -> bool:
+        """Carries out the commands waiting and answers each; False once one said stop."""
         for command in take_commands(self.home):
-            if command.action == "stop":
-                log.info("asked to stop: unloading every model")
-                POOL.close()
-                go_on = False
-            elif command.model and not POOL.unload_model(command.model):
-                log.info("asked to unload %s, which is not loaded", command.model)
-        return go_on
+            answer = self.carry_out(command)
+            for line in answer_lines(answer):
+                log.info("engine %s: %s", command.action, line)
+            answer_command(self.home, command, answer)
+        return not self.stopping
+
+    def carry_out(self, command: EngineCommand) -> EngineAnswer:
+        """The one rule for a command, whoever sent it (CLI, Settings), whenever it comes:
+        ``unload`` unloads the engines of its model (of every model when it names none) that
+        no running job uses, and those in use stay loaded (their jobs run on undisturbed);
+        ``stop`` does the same for every model, and the worker starts no job from then on:
+        it exits once the running jobs have finished (:meth:`close` unloads the rest), and
+        the queued jobs stay queued for the next worker."""
+        in_use = self.in_use()
+        wanted = [c for c in POOL.held if command.model in (None, c.model, c.model_name)]
+        if command.action == "stop":
+            wanted = list(POOL.held)
+        unloaded: list[str] = []
+        kept: dict[str, list[str]] = {}
+        for config in wanted:
+            if config in in_use:
+                kept[config.model_name] = in_use[config]
+            else:
+                POOL.unload(config)
+                unloaded.append(config.model_name)
+        answer = EngineAnswer(
+            action=command.action,
+            model=command.model,
+            unloaded=list(dict.fromkeys(unloaded)),
+            kept=kept,
+            pid=os.getpid(),
+        )
+        if command.action == "stop":
+            self.stopping = True
+            running = list(dict.fromkeys(self.job_of().values()))
+            queued = len(queued_jobs(self.jobs_dir)) if running else 0
+            answer = answer.model_copy(update={"running": running, "queued": queued})
+            self.publish(self.job_ids)
+        return answer
 
     def wait_for_work(self, queued: Callable[[], bool], opens_at: datetime | None = None) -> bool:
         """Idles with the models loaded until a job may run (True), or until the idle
@@ -145,7 +199,7 @@ class Resident:
                 mark, scanned = changed, time.monotonic()
                 if queued() or again:
                     return True
-            if not self.between_jobs():
+            if not self.commands():
                 return False
             if self.serve_embeds():
                 self.idle_since = time.time()  # a text embedded is use: the idle time restarts

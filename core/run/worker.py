@@ -16,10 +16,12 @@ One worker holds the machine's engine at a time (``core.jobs.queue``): a worker 
 the engine busy leaves its job queued and exits; the busy one runs it, beside the jobs
 it runs already when its models are loaded or fit beside theirs (``core.run.running``, up
 to the running-jobs cap of Settings; a cap of 1 runs them one after another), keeping the
-model loaded when the next job uses the same one. After its last job the worker stays for
-an idle time with its models loaded (``core.run.resident``), so the next job starts at
-once. A job whose requests name several models (``body.model`` mapped to local folders)
-runs each model's requests in turn.
+model loaded when the next job uses the same one. One told to stop (``engine stop``,
+:meth:`~core.run.resident.Resident.carry_out`) starts no job: it lets its running jobs
+finish and exits, and the queued ones wait for the next worker. After its last job the
+worker stays for an idle time with its models loaded (``core.run.resident``), so the next
+job starts at once. A job whose requests name several models (``body.model`` mapped to
+local folders) runs each model's requests in turn.
 
 One job's run is a :class:`JobRun` in named steps: claim (the job, if it still waits) ->
 plan (the requests to run, invalid ones and answers made before written first, the rest
@@ -54,7 +56,7 @@ from core.jobs.engine_files import idle_seconds, running_jobs_cap
 from core.jobs.folder import CANCEL_SIGNAL, JobFolder, JobUnreadable
 from core.jobs.ledger import Ledger, failed_since, read_ledger, shard_ids
 from core.jobs.output_file import CorruptLine
-from core.jobs.queue import EngineLock, queued_jobs, runnable_jobs
+from core.jobs.queue import WAITS, EngineLock, queued_jobs, runnable_jobs
 from core.jobs.recovery import requeue_interrupted
 from core.jobs.windows import Clock, Gate, paused_message, readable_windows
 from core.plan.measured import Answer, ModelRecord, model_record, record_run
@@ -709,8 +711,8 @@ def serve(
             resident.close()  # models unloaded before the lock goes
             lock.release()
         # Checked after release: a job queued meanwhile would otherwise wait for a worker
-        # that already gave up the lock.
-        if stop.leaving or not queued_jobs(jobs_dir):
+        # that already gave up the lock. Told to stop, it leaves the queue to the next one.
+        if stop.leaving or resident.stopping or not queued_jobs(jobs_dir):
             break
     if job is not None and not first:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)
@@ -759,8 +761,8 @@ def _serve_in_turn(
             if _wait_for_work(jobs_dir, clock, resident):
                 continue
             return
-        if not resident.between_jobs():
-            continue  # told to stop: models unloaded, the queue goes on afresh
+        if not resident.commands():
+            return  # told to stop: models unloaded, the queue left to the next worker
         if _run_here(queue[0], job, stop, resident, first):
             return
 
@@ -795,6 +797,7 @@ def _serve_side_by_side(
     thread keeps the signals, the queue and every model load (:mod:`core.run.running`)."""
     running = Running(lambda queued, stop: _run_queued(queued, stop, clock))
     loads = POOL.loads = Loads(POOL)
+    resident.job_of = lambda: {r.thread.ident: i for i, r in list(running.jobs.items())}
     published: list[str] | None = None
     with own_logs():  # each job's records to its own log
         try:
@@ -807,12 +810,15 @@ def _serve_side_by_side(
                 stop.sink = running.on_signal  # a signal names no job: the files do
                 if running.take_signals():
                     stop.leaving = True
-                if stop.leaving and not running:
+                if running and not resident.commands():  # engine unload or stop, at once
+                    _say_stopping(job, jobs_dir, clock, running, first)
+                leaving = stop.leaving or resident.stopping  # no job starts from now on
+                if leaving and not running:
                     return
-                if not stop.leaving:
+                if not leaving:
                     _admit(job, jobs_dir, stop, clock, resident, running, first)
                 if not running:
-                    if stop.leaving:
+                    if stop.leaving or resident.stopping:
                         return
                     if _queue(job, jobs_dir, clock, first, set()):
                         continue  # one that waited may start now
@@ -856,13 +862,22 @@ def _admit(
             if len(running) >= cap:
                 return
             continue
-        if not running and not resident.between_jobs():
-            return  # told to stop: models unloaded, the queue goes on afresh
+        if not running and not resident.commands():
+            return  # told to stop: models unloaded, the queue left to the next worker
         if spec is not None and spec.ray:
             stop.sink = None  # alone, in this thread: signals act as on a job run in turn
             _run_here(queued, job, stop, resident, first)
             return
         running.start(queued, spec)
+
+
+def _say_stopping(
+    job: JobFolder | None, jobs_dir: Path, clock: Clock, running: Running, first: list[JobStatus]
+) -> None:
+    """Each queued job's status says it waits for the next worker: this one was told to stop
+    and only lets its running jobs finish."""
+    for queued in _queue(job, jobs_dir, clock, first, set(running.ids)):
+        say_waiting(queued, f"{WAITS}for the next worker: the engine's worker was told to stop")
 
 
 def _spec_of(job: JobFolder) -> JobSpec | None:

@@ -16,7 +16,7 @@ from core.jobs.engine_files import (
     running_jobs_cap,
     take_commands,
 )
-from tests.support.engine_pages import resident_state
+from tests.support.engine_pages import answering_worker, resident_state
 from tests.support.pages import open_page, shown
 
 
@@ -167,3 +167,24 @@ def test_the_monitor_shows_the_engines_own_numbers_while_a_job_runs(studio_home)
     assert said in page_text(at)
     assert metric(at, "Output tokens/s") == "100"  # since the first token: 1,000 in 10 s
     assert metric(at, "Model load") == "warm"  # the engine held the model
+
+
+def test_settings_says_which_model_a_running_job_keeps_loaded_and_what_a_stop_waits_for(
+    studio_home,
+):
+    """Issue 41: the buttons show the worker's answer (core.run.resident's rule, tested
+    with the worker in tests/unit/test_side_by_side.py)."""
+    model = resident_state(studio_home).models[0].model_copy(update={"job_ids": ["job_a"]})
+    state = resident_state(studio_home, state="running", job_ids=["job_a"], models=[model])
+    with answering_worker(studio_home):
+        at = open_page("settings.py")
+        assert "**SmolLM2-135M-Instruct** (chat) — in use by job_a" in page_text(at)
+        next(b for b in at.button if b.label == "Unload").click().run()
+        assert [shown(t.value) for t in at.toast] == [
+            "SmolLM2-135M-Instruct stays loaded: running job job_a uses it"
+        ]
+        next(b for b in at.button if b.label == "Stop the engine").click().run()
+    assert [shown(i.value) for i in at.info] == [
+        f"Stopping the engine: worker {state.pid} is stopping after 1 running job: job_a; it "
+        "starts no new job, then unloads every model and exits…"
+    ]

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from core.jobs.engine_files import (
+    EngineAnswer,
     EngineState,
     LoadedModel,
+    answer_command,
+    read_state,
+    take_commands,
     write_state,
 )
 
@@ -36,3 +43,32 @@ def resident_state(home, **changes) -> EngineState:
     state = EngineState(**(fields | changes))
     write_state(home, state)
     return state
+
+
+@contextmanager
+def answering_worker(home) -> Iterator[None]:
+    """A worker whose one job (the first of ``state.json``'s) uses every model it holds: it
+    answers each command as the rule does then (core.run.resident), unloading nothing."""
+
+    done = threading.Event()
+
+    def answer() -> None:
+        while not done.is_set():
+            state = read_state(home)
+            for command in take_commands(home):
+                assert state is not None
+                kept = {m.name: state.job_ids[:1] for m in state.models}
+                running = state.job_ids if command.action == "stop" else []
+                reply = EngineAnswer(
+                    action=command.action, kept=kept, running=running, pid=state.pid
+                )
+                answer_command(home, command, reply)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

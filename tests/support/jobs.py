@@ -50,6 +50,39 @@ class StandIn:
         return None
 
 
+class StandInEngine:
+    """Stands in for a loaded engine in the worker's pool (:func:`stand_in_pool`)."""
+
+    load_seconds = 0.0
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config, self.closed = config, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def stand_in_pool(monkeypatch: Any) -> dict[str, StandInEngine]:
+    """The worker's pool (``core.run.pool.POOL``), emptied, loading stand-in engines with
+    room for all: which engines stay loaded is then the pool's and the worker's rule alone.
+    Returns the engines it loads, by model folder name."""
+    from core.run.pool import POOL
+
+    engines: dict[str, StandInEngine] = {}
+
+    def load(config: EngineConfig) -> StandInEngine:
+        engines[config.model_name] = StandInEngine(config)
+        return engines[config.model_name]
+
+    monkeypatch.setattr(POOL, "_load", load)
+    monkeypatch.setattr(POOL, "_in_use", lambda: 0)
+    monkeypatch.setattr(POOL, "_available", lambda: 1 << 40)
+    monkeypatch.setattr(POOL, "budget", lambda: None)
+    for name, empty in (("held", {}), ("users", {}), ("measured", {}), ("baseline", None)):
+        monkeypatch.setattr(POOL, name, empty)
+    return engines
+
+
 class ScriptedExecutor(StandIn):
     """Stands in for the engine: answers each request as its row says.
 

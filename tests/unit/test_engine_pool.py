@@ -460,3 +460,50 @@ def test_a_submission_starts_no_second_worker_while_a_worker_holds_the_engine(
     assert started.worker is None
     assert started.job.read_status().state == "queued"
     assert queue_changed_at(jobs) > 0  # an idle holder looks at the queue at once
+
+
+def test_engine_unload_and_stop_from_a_shell_say_what_stays_loaded_and_for_which_job(
+    studio_home, monkeypatch
+):
+    """Issue 41: the CLI prints the worker's answer; a model a running job uses stays, named
+    with the job, and a stop says which jobs it lets finish first."""
+    from core.run.pool import POOL
+    from tests.support.cli import cli
+    from tests.support.jobs import stand_in_pool
+
+    engines = stand_in_pool(monkeypatch)
+    POOL.get(EngineConfig(model=str(studio_home / "busy")), user="job thread")
+    POOL.get(EngineConfig(model=str(studio_home / "idle")))
+    (studio_home / "jobs").mkdir(parents=True)
+    resident = Resident(studio_home / "jobs")
+    resident.job_of = lambda: {"job thread": "job_a"}
+    resident.publish(["job_a"])
+    done = threading.Event()
+
+    def worker() -> None:  # the worker's main thread, beside its running job
+        while not done.is_set():
+            resident.commands()
+            time.sleep(0.02)
+
+    threading.Thread(target=worker, daemon=True).start()
+    try:
+        assert "busy (chat)" in (shown := cli("engine", "status").stdout)
+        assert "in use by job_a" in shown
+        assert cli("engine", "unload", "busy").stdout.splitlines() == [
+            "busy stays loaded: running job job_a uses it"
+        ]
+        assert cli("engine", "unload").stdout.splitlines() == [
+            "unloaded idle",
+            "busy stays loaded: running job job_a uses it",
+        ]
+        assert engines["idle"].closed and not engines["busy"].closed
+        stopped = cli("engine", "stop")
+        assert stopped.returncode == 0
+        assert stopped.stdout.splitlines()[0] == (
+            f"worker {os.getpid()} is stopping after 1 running job: job_a; it starts no new "
+            "job, then unloads every model and exits"
+        )
+        assert resident.stopping and not engines["busy"].closed  # the job runs on
+    finally:
+        done.set()
+        resident.close()

@@ -11,15 +11,23 @@ import time
 
 import pytest
 
-from core.jobs.engine_files import RUNNING_ENV
+from core.jobs.engine_files import (
+    RUNNING_ENV,
+    EngineCommand,
+    answer_lines,
+    ask_engine,
+    describe,
+    read_state,
+    send_command,
+)
 from core.jobs.folder import CANCEL_SIGNAL, cancel, create_job, queue_job
 from core.jobs.ledger import read_ledger
 from core.run import worker
 from core.run.outputs import Choice, Completion, success_line
-from core.run.pool import MULTIPROCESSING_ENV
+from core.run.pool import MULTIPROCESSING_ENV, POOL
 from core.run.stopping import StopRequest
 from core.schemas import EngineConfig
-from tests.support.jobs import StandIn, request_line
+from tests.support.jobs import StandIn, request_line, stand_in_pool
 
 
 class Paced(StandIn):
@@ -194,3 +202,127 @@ def test_a_sigterm_stops_every_running_job_and_the_worker_leaves_the_queue(
         assert "its worker was asked to stop" in status.message
     assert c.read_status().state == "queued"  # for the next worker
     assert signals.leaving
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    return stand_in_pool(monkeypatch)
+
+
+class OnItsEngine(Paced):
+    """A job's executor that takes its engine from the pool, as the local executor does (from
+    its own thread: the worker's main thread loads it and counts the job as its user), and
+    calls ``during`` once, after its third answer."""
+
+    def __init__(self, spec, pace=0.05, together=None, during=None) -> None:
+        super().__init__(pace, together)
+        self.engine = POOL.get(spec.engine)[0]
+        self.during = during
+
+    def run(self, requests):
+        for n, lines in enumerate(super().run(requests)):
+            if n == 3 and self.during is not None:
+                self.during()
+            yield lines
+
+
+def test_engine_unload_while_a_job_runs_keeps_its_engine_and_unloads_the_idle_one(
+    tmp_path, monkeypatch, pool
+):
+    """Issue 41: before, a command waited until no job ran; now it is carried out at once,
+    and what a running job uses stays loaded, named with that job."""
+    (job,) = jobs(tmp_path, 20)
+    POOL.get(EngineConfig(model=str(tmp_path / "idle-model")))  # left by an earlier job
+    said: list = []
+
+    def unload() -> None:
+        said.append(ask_engine(tmp_path, EngineCommand(action="unload"), timeout=10))
+        said.append(read_state(tmp_path))
+
+    executors: dict[str, OnItsEngine] = {}
+
+    def executor(spec, d):
+        executors[spec.job_id] = OnItsEngine(spec, during=unload)
+        return executors[spec.job_id]
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    status = worker.serve(job)
+
+    answer, state = said
+    assert answer is not None, "no answer while the job ran"
+    assert answer.unloaded == ["idle-model"] and pool["idle-model"].closed
+    assert answer.kept == {"none": [job.job_id]}
+    assert answer_lines(answer) == [
+        "unloaded idle-model",
+        f"none stays loaded: running job {job.job_id} uses it",
+    ]
+    assert [(m.name, m.job_ids) for m in state.models] == [("none", [job.job_id])]
+    # The job ran on undisturbed, on its engine, to every result.
+    assert status is not None and (status.state, status.succeeded) == ("completed", 20)
+    assert one_result_each(job) and not executors[job.job_id].stopped
+    assert executors[job.job_id].ran == [f"r{i}" for i in range(20)]
+
+
+def test_engine_stop_while_jobs_run_lets_them_finish_then_exits_leaving_the_queue(
+    tmp_path, monkeypatch, pool
+):
+    """Issue 41: a stop lets the running jobs finish (every result line), starts no new
+    one, then the worker unloads and exits; the job waiting for a place stays queued."""
+    monkeypatch.setenv(RUNNING_ENV, "2")
+    a, b, c = jobs(tmp_path, 20, 20, 2)
+    together = threading.Barrier(2, timeout=10)
+    said: list = []
+
+    def stop() -> None:
+        said.append(ask_engine(tmp_path, EngineCommand(action="stop"), timeout=10))
+        said.append(read_state(tmp_path))
+
+    made: list[str] = []
+
+    def executor(spec, d):
+        made.append(spec.job_id)
+        during = stop if spec.job_id == a.job_id else None
+        return OnItsEngine(spec, together=together if spec.job_id != c.job_id else None,
+                           during=during)  # fmt: skip
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    status = worker.serve(a)
+
+    answer, state = said
+    assert answer is not None and answer.running == [a.job_id, b.job_id] and answer.queued == 1
+    assert answer_lines(answer)[:2] == [
+        f"worker {os.getpid()} is stopping after 2 running jobs: {a.job_id}, {b.job_id}; it "
+        "starts no new job, then unloads every model and exits",
+        "1 queued job stays queued and starts with the next worker",
+    ]
+    assert state.stopping and "stopping" in describe(state)[0]
+    for job in (a, b):
+        assert (job.read_status().state, job.read_status().succeeded) == ("completed", 20)
+        assert one_result_each(job)
+    assert status is not None and status.state == "completed"
+    queued = c.read_status()
+    assert queued.state == "queued" and "the next worker" in queued.message
+    assert made == [a.job_id, b.job_id] or made == [b.job_id, a.job_id]
+    assert POOL.held == {} and pool["none"].closed  # unloaded before it exited
+    assert read_state(tmp_path) is None  # and gone
+
+
+def test_engine_stop_read_between_jobs_in_turn_leaves_the_next_queued(tmp_path, monkeypatch):
+    """A worker running jobs one at a time reads commands between them: a stop sent while
+    its job runs ends the worker after that job, the next left queued (before: it ran on)."""
+    monkeypatch.setenv(RUNNING_ENV, "1")
+    first, second = jobs(tmp_path, 5, 2)
+
+    class Stopping(Paced):
+        def run(self, requests):
+            for n, lines in enumerate(super().run(requests)):
+                if n == 1:
+                    send_command(tmp_path, EngineCommand(action="stop"))
+                yield lines
+
+    executors = {first.job_id: Stopping(), second.job_id: Paced()}
+    monkeypatch.setattr(worker, "make_executor", lambda spec, d: executors[spec.job_id])
+
+    assert worker.serve(first).state == "completed" and one_result_each(first)
+    assert second.read_status().state == "queued"
+    assert not executors[second.job_id].started.is_set()
