@@ -66,6 +66,7 @@ class Resident:
         # The pool's users (a job's thread) and their jobs, set while jobs run side by side.
         self.job_of: Callable[[], dict[Hashable, str]] = dict
         self.stopping = False  # told to stop: no job starts; it exits once the running end
+        self.stopped_at_mark = 0  # the queue's mark when the stop came
         POOL.on_change = lambda: self.publish(self.job_ids)
 
     def publish(self, job_ids: list[str] | None = None) -> None:
@@ -174,12 +175,18 @@ class Resident:
             pid=os.getpid(),
         )
         if command.action == "stop":
-            self.stopping = True
+            self.stopping, self.stopped_at_mark = True, queue_changed_at(self.jobs_dir)
             running = list(dict.fromkeys(self.job_of().values()))
             queued = len(queued_jobs(self.jobs_dir)) if running else 0
             answer = answer.model_copy(update={"running": running, "queued": queued})
             self.publish(self.job_ids)
         return answer
+
+    def queued_since_stop(self) -> bool:
+        """Whether a job was queued after the stop came: whoever queued it was told a worker
+        would run it, and this one still held the engine (a stop leaves only the jobs
+        queued before it to the next worker)."""
+        return self.stopping and queue_changed_at(self.jobs_dir) != self.stopped_at_mark
 
     def wait_for_work(self, queued: Callable[[], bool], opens_at: datetime | None = None) -> bool:
         """Idles with the models loaded until a job may run (True), or until the idle

@@ -711,8 +711,12 @@ def serve(
             resident.close()  # models unloaded before the lock goes
             lock.release()
         # Checked after release: a job queued meanwhile would otherwise wait for a worker
-        # that already gave up the lock. Told to stop, it leaves the queue to the next one.
-        if stop.leaving or resident.stopping or not queued_jobs(jobs_dir):
+        # that already gave up the lock. Told to stop, it leaves the queue to the next one,
+        # but for a job queued after the stop: its submission found this worker holding the
+        # engine and started none, so it runs here, on models loaded anew.
+        if stop.leaving or not queued_jobs(jobs_dir):
+            break
+        if resident.stopping and not resident.queued_since_stop():
             break
     if job is not None and not first:
         log.info("another worker holds the engine; job %s waits in the queue", job.job_id)

@@ -307,6 +307,36 @@ def test_engine_stop_while_jobs_run_lets_them_finish_then_exits_leaving_the_queu
     assert read_state(tmp_path) is None  # and gone
 
 
+def test_a_job_queued_after_a_stop_still_runs_on_models_loaded_anew(tmp_path, monkeypatch, pool):
+    """Its submission found the stopping worker holding the engine and started none: left
+    to a next worker, nobody would have run it."""
+    monkeypatch.setenv(RUNNING_ENV, "2")
+    (a,) = jobs(tmp_path, 20)
+    late: list = []
+
+    def stop_then_submit() -> None:
+        assert ask_engine(tmp_path, EngineCommand(action="stop"), timeout=10) is not None
+        batch = tmp_path / "later.jsonl"
+        batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(3)))
+        made = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
+        queue_job(made)  # as a submission does, finding the engine's lock held
+        late.append(made)
+
+    monkeypatch.setattr(
+        worker,
+        "make_executor",
+        lambda spec, d: OnItsEngine(
+            spec, during=stop_then_submit if spec.job_id == a.job_id else None
+        ),
+    )
+    worker.serve(a)
+
+    (d,) = late
+    assert (a.read_status().state, d.read_status().state) == ("completed", "completed")
+    assert one_result_each(d) and d.read_status().runs == 1
+    assert POOL.held == {} and read_state(tmp_path) is None  # then it stopped
+
+
 def test_engine_stop_read_between_jobs_in_turn_leaves_the_next_queued(tmp_path, monkeypatch):
     """A worker running jobs one at a time reads commands between them: a stop sent while
     its job runs ends the worker after that job, the next left queued (before: it ran on)."""
