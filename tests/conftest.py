@@ -14,6 +14,7 @@ from xdist.remote import Producer
 from core.store.db import Store
 from tests.support.api import api, keys  # noqa: F401  (Batch API tests)
 from tests.support.api_server import served, warm_served  # noqa: F401  (a running core serve)
+from tests.support.bounds import short_render_bound  # noqa: F401  (templates that never end)
 from tests.support.browser import (  # noqa: F401  (browser tests)
     chromium_page,
     module_server,

@@ -330,8 +330,8 @@ class Renderer:
     render starts another.
     """
 
-    def __init__(self, templates: dict[str, str], seconds: float = MAX_RENDER_SECONDS) -> None:
-        self.seconds = seconds
+    def __init__(self, templates: dict[str, str], seconds: float | None = None) -> None:
+        self.seconds = MAX_RENDER_SECONDS if seconds is None else seconds  # read at each start
         self._start = _Start(templates=templates).model_dump_json().encode("utf-8")
         self._forker: _Forker | None = None
         self._pid: int | None = None  # the rendering process, a child of self._forker

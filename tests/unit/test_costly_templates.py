@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from core.plan.bounded_render import MAX_RENDER_SECONDS, MAX_SLOW_ROWS
+from core.plan.bounded_render import MAX_SLOW_ROWS
 from core.plan.builder import BuildError, BuildSpec, preview
 from core.qa.judge import JudgeError, render_all
 from tests.support.bounds import run_bounded
@@ -90,19 +90,21 @@ def test_a_giant_call_in_a_judge_template_is_that_results_error_and_the_judge_st
     assert problems[1].startswith("result 'r0': template line 1: ")
 
 
-def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few():
+def test_a_judge_template_too_slow_on_every_answer_stops_after_a_few(short_render_bound):
     slow = "{% for i in range(10000) %}{% for j in range(10000) %}{% endfor %}{% endfor %}x"
     contexts = ((f"r{i}", {"answer": "a"}) for i in range(100_000))
     with pytest.raises(JudgeError) as refused:
         list(render_all(slow, contexts))
     assert refused.value.problems[0] == (
-        f"the template ran past {MAX_RENDER_SECONDS:g} s on {MAX_SLOW_ROWS} results; "
+        f"the template ran past {short_render_bound:g} s on {MAX_SLOW_ROWS} results; "
         "make its loops smaller before judging"
     )
     assert "result 'r2'" in refused.value.problems[-1]  # the third answer, not the 100,000th
 
 
-def test_a_builder_template_too_slow_on_every_row_still_stops_after_three_rows():
+def test_a_builder_template_too_slow_on_every_row_still_stops_after_three_rows(
+    short_render_bound,
+):
     table = pd.DataFrame({"n": [10000] * 50})
     slow = "{% for i in range(n) %}{% for j in range(n) %}{% endfor %}{% endfor %}x"
     with pytest.raises(BuildError, match=f"on {MAX_SLOW_ROWS} rows"):  # not on 50
