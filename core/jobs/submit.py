@@ -403,7 +403,9 @@ def submit(
         source=s.source,
         output_path=s.output_path,
         ray=s.ray,
-        model_map=planned.model_map,
+        # Only the names its lines use: the studio's map names every model it knows, and the
+        # job's models (the Jobs table, its index) are those it runs.
+        model_map={n: f for n, f in planned.model_map.items() if report.models.get(n)},
         shard_size=s.shard_size,
         owner=s.owner,
         owner_key=s.owner_key,

@@ -83,6 +83,16 @@ def test_a_line_whose_mapped_folder_is_gone_is_refused_by_its_line(tmp_path, mod
     assert "does not exist" in job.read_refusals()[2]["message"]
 
 
+def test_a_job_keeps_only_the_mapped_names_its_lines_use(tmp_path, model, no_worker):
+    """The studio's map names every model it knows; the job's models (the Jobs table's
+    model column, its index) listed them all."""
+    batch = write(tmp_path / "b.jsonl", [request_line("a", "x", model="m")])
+    mapped = {"m": str(model), "ft:other": str(model), "gpt-4o": str(model)}
+    job = submit(batch, Submission(engine=EngineConfig(model=str(model)), model_map=mapped),
+                 tmp_path / "jobs").job  # fmt: skip
+    assert list(job.read_spec().model_map) == ["m"]
+
+
 def test_file_problems_name_each_repeat_by_its_line(tmp_path):
     from core.check import check_file
 
