@@ -1,6 +1,7 @@
-"""``review``: reviewers' agreement on a sample (Krippendorff's alpha per question and per
-pair, the items they differ on) and an owner's adjudication of an item's final label, with
-the rules Review's page calls (core/store/agreement.py)."""
+"""``review``: a sample's label schema and guidelines, reviewers' agreement on it
+(Krippendorff's alpha per question and per pair, the items they differ on) and an owner's
+adjudication of an item's final label, with the rules Review's page calls
+(core/human/label_schemas.py, core/store/agreement.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,57 @@ import json
 import sys
 
 from core.cli.common import EXIT_USAGE, open_store
+
+
+def _text(path: str) -> str | None:
+    """A file's text (``-``: standard input), or None after saying why it cannot be read."""
+    try:
+        return sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: cannot read {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from core.human import label_schemas as lsc
+    from core.human.questions import SchemaError, questions_text
+    from core.store import samples as sm
+
+    store = open_store([])
+    if store is None:
+        return EXIT_USAGE
+    try:
+        if sm.list_samples(store).query("sample_id == @args.sample").empty:
+            print(f"error: no sample {args.sample!r}: Review lists the samples", file=sys.stderr)
+            return EXIT_USAGE
+        folder = store.human_dir
+    finally:
+        store.close()
+    schema = lsc.schema_of(folder, args.sample)
+    if args.clear or args.questions is not None or args.guidelines is not None:
+        questions = "" if args.clear else questions_text(schema.questions)
+        guidelines = "" if args.clear else schema.guidelines
+        if args.questions is not None and (questions := _text(args.questions)) is None:
+            return EXIT_USAGE
+        if args.guidelines is not None and (guidelines := _text(args.guidelines)) is None:
+            return EXIT_USAGE
+        try:  # one rule, the page's: nothing is written when it refuses
+            schema = lsc.set_schema(folder, args.sample, questions, guidelines, args.by)
+        except SchemaError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.json:
+        print(schema.model_dump_json(indent=2))
+        return 0
+    if not schema.questions:
+        print(f"sample {args.sample}: pass / fail / unsure with a score (no schema)")
+    else:
+        print(f"sample {args.sample}: {len(schema.questions)} questions")
+        print(questions_text(schema.questions))
+    if schema.guidelines:
+        print("guidelines:")
+        print(schema.guidelines)
+    return 0
 
 
 def cmd_agreement(args: argparse.Namespace) -> int:
@@ -82,8 +134,25 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Adds this group's commands to the parser."""
-    group = commands.add_parser("review", help="reviewers' agreement and adjudication")
+    group = commands.add_parser(
+        "review", help="a sample's label schema, reviewers' agreement and adjudication"
+    )
     sub = group.add_subparsers(dest="review_command", required=True)
+    schema = sub.add_parser(
+        "schema",
+        help="show a sample's label schema and guidelines, or set them as Review does: "
+        "questions a line (single: Title | a, b / multiple: Title | a, b / rating: Title | "
+        "1..5 / corrected: Title / comment: Title)",
+    )
+    schema.add_argument("sample", metavar="SAMPLE_ID", help="the sample's id")
+    schema.add_argument("--questions", metavar="FILE", help="the questions (- : standard input)")
+    schema.add_argument("--guidelines", metavar="FILE", help="the guidelines, plain text")
+    schema.add_argument(
+        "--clear", action="store_true", help="back to pass / fail / unsure with a score"
+    )
+    schema.add_argument("--by", default=getpass.getuser(), help="who sets it (default: this user)")
+    schema.add_argument("--json", action="store_true", help="print the schema as JSON")
+    schema.set_defaults(handler=cmd_schema)
     agree = sub.add_parser(
         "agreement",
         help="Krippendorff's alpha per question (verdict nominal, score ordinal, a schema's "

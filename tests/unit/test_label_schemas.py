@@ -201,3 +201,44 @@ def test_the_schemas_choices_and_ratings_feed_agreement_per_question(db):
     assert 0 < by_title["Tone"].alpha < 1  # three of four items agree
     assert by_title["Helpfulness"].alpha > by_title["Tone"].alpha  # 4 against 5 is close
     assert "Tone α" in found.pairs.columns
+
+
+def test_the_cli_shows_sets_refuses_by_line_and_clears_a_samples_schema(studio_home, tmp_path):
+    from core.config import data_paths
+    from core.store.results import ResultFilter
+    from core.store.samples import SampleDefinition, create_sample
+    from tests.support.cli import cli
+    from tests.support.pages import job_in_home
+
+    rows = [{"custom_id": c, "prompt": f"Q {c}?", "answer": f"A {c}"} for c in "abcd"]
+    job_id = job_in_home(studio_home, rows)
+    store = Store(data_paths().database)
+    store.ingest_all(data_paths().jobs)
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
+    sample_id = create_sample(store, "s", definition).sample_id
+    store.close()
+    shown = cli("review", "schema", sample_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "pass / fail / unsure with a score (no schema)" in shown.stdout
+
+    questions = tmp_path / "questions.txt"
+    questions.write_text("single: Tone | polite, rude\nrating: Accuracy | 1..5\n")
+    guidelines = tmp_path / "guidelines.txt"
+    guidelines.write_text("Judge the <b>answer</b>, not the prompt.")
+    done = cli("review", "schema", sample_id, "--questions", str(questions),
+               "--guidelines", str(guidelines), "--by", "olga")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "2 questions" in done.stdout and "single: Tone | polite, rude" in done.stdout
+    assert "Judge the <b>answer</b>, not the prompt." in done.stdout  # as text
+    kept = lsc.schema_of(data_paths().human, sample_id)
+    assert [q.title for q in kept.questions] == ["Tone", "Accuracy"]
+
+    questions.write_text("single: Tone | polite, rude\nrating: Accuracy | 5..5\n")
+    refused = cli("review", "schema", sample_id, "--questions", str(questions))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "error: line 2:" in refused.stderr
+    assert lsc.schema_of(data_paths().human, sample_id) == kept  # nothing written
+    assert cli("review", "schema", "nope").returncode == 2
+
+    cleared = cli("review", "schema", sample_id, "--clear", "--json")
+    assert cleared.returncode == 0 and json.loads(cleared.stdout)["questions"] == []
