@@ -139,6 +139,11 @@ class Question(Model):
         return list(range(self.low, self.high + 1)) if self.type == "rating" else []  # type: ignore[arg-type]
 
 
+# The label's own questions (its verdict and score) and the columns of agreement's table of
+# pairs: a question of one of these titles would be measured and shown as the other.
+RESERVED_TITLES = ("verdict", "score", "score (1–5)", "reviewer a", "reviewer b", "both labelled")
+
+
 class LabelSchema(Model):
     """A sample's questions, in order, and its guidelines."""
 
@@ -151,6 +156,12 @@ class LabelSchema(Model):
     def _valid(self) -> LabelSchema:
         titles: set[str] = set()
         for question in self.questions:
+            title = question.title.casefold()
+            if title in RESERVED_TITLES or title.endswith(" α"):
+                raise ValueError(
+                    f"question {question.title!r} has a title the label or its agreement "
+                    "table uses already: choose another"
+                )
             if question.title.casefold() in titles:
                 raise ValueError(f"question {question.title!r} is asked twice: titles name answers")
             titles.add(question.title.casefold())

@@ -74,6 +74,8 @@ def test_a_schema_is_read_from_text_kept_and_the_latest_of_a_sample_wins(tmp_pat
         ("poll: T | a, b", "", "line 1: start with a type and a colon"),
         ("comment: T\ncomment: U", "", "a schema has one comment question at most"),
         ("comment: Same\nrating: same | 1..3", "", "question 'same' is asked twice"),
+        ("rating: Score | 1..5", "", "question 'Score' has a title the label or its agreement"),
+        ("single: verdict | a, b", "", "question 'verdict' has a title the label or its"),
         ("comment: " + "t" * 201, "", "a title has at most 200 characters"),
         ("comment: T", "g" * (qs.GUIDELINES_CHARS + 1), "guidelines have at most 20,000"),
     ],
