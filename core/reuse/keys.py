@@ -17,9 +17,8 @@ from core.check.digests import (
     request_digest,
 )
 from core.check.engine_requests import EngineRequest, PooledRequest
-from core.devices import engine_environment, runs_on_gpu
+from core.devices import engine_environment, resolve_dtype, runs_on_gpu
 from core.model_folders import weight_manifest
-from core.run.engine import resolve_dtype
 from core.run.structured import STRUCTURED_OUTPUTS
 from core.schemas import EngineConfig, JobSpec
 
