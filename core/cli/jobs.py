@@ -42,7 +42,6 @@ from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.jobs.uploads import fetch_upload
 from core.model_folders import check_model_folder
-from core.run.progress import reused_text
 from core.schemas import (
     NAME_MAX,
     EngineConfig,
@@ -183,6 +182,8 @@ def _follow_to_end(job: JobFolder, output: str | None, worker: Popen | None) -> 
         f"{status.failed} failed" + (f"; output in {output}" if output else "")
     )
     if status.reused:  # docs/reuse.md
+        from core.run.progress import reused_text  # here: it imports psutil, core check does not
+
         print(reused_text(status))
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)

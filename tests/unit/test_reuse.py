@@ -1058,9 +1058,9 @@ def test_with_no_answer_made_the_forecast_counts_repeats_as_the_sort_does(tmp_pa
 
 def test_core_check_loads_no_numpy_where_no_job_holds_an_answer(tmp_path):
     """Issue 57 item 7: `core check` of deterministic lines in a home with no answer made
-    imports neither numpy (the forecast's sort and index) nor jsonschema and tqdm (the
-    engine's and `core run`'s): about 0.4 s of CPU before its first line, where
-    1cbd080's check imported them all."""
+    imports neither numpy (the forecast's sort and index) nor jsonschema, tqdm and psutil
+    (the engine's, `core run`'s and the worker's): about 0.4 s of CPU before its first
+    line, where 1cbd080's check imported them all."""
     import subprocess
     import sys
 
@@ -1074,7 +1074,7 @@ def test_core_check_loads_no_numpy_where_no_job_holds_an_answer(tmp_path):
         f"sys.argv = ['core', 'check', '--no-tokens', '--json', {str(batch)!r}]\n"
         "try:\n    runpy.run_module('core', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"
-        "print([m for m in ('numpy', 'jsonschema', 'tqdm') if m in sys.modules])\n"
+        "print([m for m in ('numpy', 'jsonschema', 'tqdm', 'psutil') if m in sys.modules])\n"
     )
     home = tmp_path / "home"
     env = {**os.environ, "BATCH_STUDIO_HOME": str(home), REUSE_ENV: "1"}
