@@ -10,7 +10,7 @@ from math import copysign
 from pathlib import Path
 from typing import BinaryIO
 
-from core.check.digests import HASHED_BEFORE, RequestDigests, chat_tail, encode_sorted
+from core.check.digests import HASHED_BEFORE, RequestDigests, chat_tail, encode_sorted_into
 from core.check.fast_path import (
     DEFAULTED,
     FAST_DECODE_ERRORS,
@@ -121,7 +121,8 @@ class Scanner:
         unfolded = self.unfolded
         digests, chat_digests = self.digests, {}  # the latter: body.model -> its group
         tails: dict[tuple, bytes] = {}  # by shape: what follows a line's messages
-        copy_before, encode = HASHED_BEFORE.copy, encode_sorted
+        copy_before, encode_into = HASHED_BEFORE.copy, encode_sorted_into
+        hashed = bytearray()  # a line's encoded messages and tail, hashed in one update
         default_max, default_t, default_p = (
             defaults.max_tokens,
             defaults.temperature,
@@ -215,9 +216,10 @@ class Scanner:
                             group = chat_digests.get(body.model)
                             if group is None:
                                 group = chat_digests[body.model] = digests.group(body.model, False)
+                            encode_into(body.messages, hashed)  # resized to fit
+                            hashed += tail
                             hasher = copy_before()
-                            hasher.update(encode(body.messages))
-                            hasher.update(tail)
+                            hasher.update(hashed)
                             group += hasher.digest()
                         items.append(None)
                         roles_of.append(None)

@@ -921,7 +921,8 @@ def test_the_fast_paths_digest_is_the_digest_of_the_request_it_builds():
 def test_the_checks_inline_digests_are_the_digests_of_the_requests_it_builds(tmp_path):
     """Issue 57 item 7: the check's hot loop hashes each deterministic line itself, taking
     what follows its messages by the line's shape; a line of the same shape but another
-    sign of zero, a seed or an n must still get its own request's digest, in either order."""
+    sign of zero, a seed or an n must still get its own request's digest, in either order,
+    and a shorter line after a longer one its own bytes only."""
     from core.check import check_file
     from core.check.digests import request_digest
     from core.check.fast_path import decode_fast_chat_line, fast_chat_request
@@ -939,8 +940,8 @@ def test_the_checks_inline_digests_are_the_digests_of_the_requests_it_builds(tmp
         {"seed": 5, "temperature": 0.7},
         {"temperature": 1},  # sampled: no digest
     )
-    lines = [
-        request_line(f"id-{i}", f"ticket {i % 3}", system="be brief", **body)
+    lines = [  # messages longer then shorter: the loop hashes each in one buffer it reuses
+        request_line(f"id-{i}", f"ticket {i % 3}" + " more" * (i % 4), system="be brief", **body)
         for i, body in enumerate(bodies * 2)
     ]
     path = tmp_path / "batch.jsonl"
