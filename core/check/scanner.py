@@ -158,7 +158,12 @@ class Scanner:
             except decode_errors:
                 fast = None
             if fast is not None:
-                key = tuple([m.role for m in fast.body.messages])
+                messages = fast.body.messages  # two (an instruction and a turn), most often:
+                # a pair is built without the list comprehension's call (0.1 of 0.17 µs)
+                if len(messages) == 2:
+                    key = (messages[0].role, messages[1].role)
+                else:
+                    key = tuple([m.role for m in messages])
                 roles = turns[key] if key in turns else plain_turns(key)
                 cid = fast.custom_id
                 if roles and cid and not cid[0].isspace() and (raw.isascii() or is_utf8(raw)):
