@@ -131,6 +131,17 @@ def cpu_has_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
+def resolve_dtype(dtype: str, on_gpu: bool) -> str:
+    """``auto`` on a CPU means bfloat16 where the CPU has native bf16, else float32; never
+    the model's own float16, which the CPU runs through slow kernels. Measured on an EPYC
+    with bf16, 1,000 texts through all-MiniLM-L6-v2 (float16 in its config): 67 s in
+    float16, 9 s in float32, 5 s in bfloat16; on an AVX2-only EPYC, SmolLM2 made 15
+    tokens/s in bf16 and 79 in float32."""
+    if dtype != "auto" or on_gpu:
+        return dtype
+    return "bfloat16" if cpu_has_bf16() else "float32"
+
+
 def cpu_kernel_family(flags: frozenset[str] | None = None) -> str:
     """The widest family of CPU kernels the engine can use here (``x86_64:amx``,
     ``x86_64:avx512``, ``aarch64:neon``, ...), with any setting that caps it below."""

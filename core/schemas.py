@@ -20,7 +20,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
 
-import psutil
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -567,6 +566,8 @@ class JobStatus(Model):
 
 def worker_alive(pid: int) -> bool:
     """True while a worker process with this PID runs (a zombie counts as gone)."""
+    import psutil  # here: every command (core check) imports this module, few ask this
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -21,8 +21,10 @@ DIGEST_BYTES = 16  # BLAKE2b-128: a collision among a billion answers has odds o
 # for (the folder it resolves to is in the engine's identity), the check's notes, and the
 # count of what redaction replaced (its texts, placeholders in, are in the key).
 _NOT_IN_KEY = frozenset({"custom_id", "model", "warnings", "defaulted", "redacted"})
-_encode = msgspec.json.Encoder(order="sorted").encode
+_ENCODER = msgspec.json.Encoder(order="sorted")
+_encode = _ENCODER.encode
 encode_sorted = _encode  # the encoding a digest hashes (keys sorted at every depth)
+encode_sorted_into = _ENCODER.encode_into  # the same, into a buffer kept (no bytes made)
 
 
 def deterministic(request: EngineRequest) -> bool:

@@ -10,7 +10,7 @@ from math import copysign
 from pathlib import Path
 from typing import BinaryIO
 
-from core.check.digests import HASHED_BEFORE, RequestDigests, chat_tail, encode_sorted
+from core.check.digests import HASHED_BEFORE, RequestDigests, chat_tail, encode_sorted_into
 from core.check.fast_path import (
     DEFAULTED,
     FAST_DECODE_ERRORS,
@@ -121,7 +121,8 @@ class Scanner:
         unfolded = self.unfolded
         digests, chat_digests = self.digests, {}  # the latter: body.model -> its group
         tails: dict[tuple, bytes] = {}  # by shape: what follows a line's messages
-        copy_before, encode = HASHED_BEFORE.copy, encode_sorted
+        copy_before, encode_into = HASHED_BEFORE.copy, encode_sorted_into
+        hashed = bytearray()  # a line's encoded messages and tail, hashed in one update
         default_max, default_t, default_p = (
             defaults.max_tokens,
             defaults.temperature,
@@ -157,7 +158,12 @@ class Scanner:
             except decode_errors:
                 fast = None
             if fast is not None:
-                key = tuple([m.role for m in fast.body.messages])
+                messages = fast.body.messages  # two (an instruction and a turn), most often:
+                # a pair is built without the list comprehension's call (0.1 of 0.17 µs)
+                if len(messages) == 2:
+                    key = (messages[0].role, messages[1].role)
+                else:
+                    key = tuple([m.role for m in messages])
                 roles = turns[key] if key in turns else plain_turns(key)
                 cid = fast.custom_id
                 if roles and cid and not cid[0].isspace() and (raw.isascii() or is_utf8(raw)):
@@ -215,9 +221,10 @@ class Scanner:
                             group = chat_digests.get(body.model)
                             if group is None:
                                 group = chat_digests[body.model] = digests.group(body.model, False)
+                            encode_into(body.messages, hashed)  # resized to fit
+                            hashed += tail
                             hasher = copy_before()
-                            hasher.update(encode(body.messages))
-                            hasher.update(tail)
+                            hasher.update(hashed)
                             group += hasher.digest()
                         items.append(None)
                         roles_of.append(None)

@@ -11,7 +11,6 @@ from pathlib import Path
 from subprocess import Popen
 
 from pydantic import ValidationError
-from tqdm import tqdm
 
 from core.cli.common import (
     EXIT_INVALID,
@@ -43,8 +42,6 @@ from core.jobs.queue import EngineLock
 from core.jobs.submit import Refused, Submission, resubmit, submit, take_up
 from core.jobs.uploads import fetch_upload
 from core.model_folders import check_model_folder
-from core.run.progress import reused_text
-from core.run.ray_cluster import ray_settings
 from core.schemas import (
     NAME_MAX,
     EngineConfig,
@@ -70,6 +67,9 @@ def print_refusal(refused: Refused) -> None:
 
 def _ray(args: argparse.Namespace) -> tuple[RaySettings | None, bool]:
     """The Ray settings given (None: this machine), and whether they are valid."""
+    # Here: the Ray module imports the engine's (numpy, jsonschema), which core check lacks.
+    from core.run.ray_cluster import ray_settings
+
     try:
         settings = ray_settings(
             args.ray, args.replicas, args.replica_gpus, args.replica_cpus, args.replica_resources
@@ -182,6 +182,8 @@ def _follow_to_end(job: JobFolder, output: str | None, worker: Popen | None) -> 
         f"{status.failed} failed" + (f"; output in {output}" if output else "")
     )
     if status.reused:  # docs/reuse.md
+        from core.run.progress import reused_text  # here: it imports psutil, core check does not
+
         print(reused_text(status))
     if status.state != "completed":
         print(f"error: {status.error or status.message}", file=sys.stderr)
@@ -232,6 +234,8 @@ def _wait_final(job: JobFolder) -> None:
 
 def follow(job: JobFolder, worker: Popen | None) -> JobStatus:
     """Shows the job's progress until it ends (it may first wait for another job)."""
+    from tqdm import tqdm  # here: every other command (core check) starts without it
+
     said = None  # the pause last said: once each, not at every look
     with tqdm(total=0, unit="req", disable=None) as bar:
         while True:

@@ -7,21 +7,22 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from core.check.background import checked
 from core.check.digests import RequestDigests
 from core.check.report import CheckReport
+from core.jobs.folder import local_owner
 from core.model_folders import weight_manifest
 from core.plan.estimate import format_duration
 from core.plan.measured import model_record
 from core.plan.pricing import PriceTable, Usage, format_money, usage_cost
-from core.reuse.index import EarlierLineError, EarlierLines, find_earlier, local_owner
+from core.reuse.key_files import jobs_on_disk
 from core.reuse.keys import RequestKeys
-from core.run.outputs import token_usage
 from core.schemas import JobSpec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -92,6 +93,19 @@ def forecast_reuse(
     read again."""
     keys = RequestKeys(spec)
     forecast = ReuseForecast(currency=prices.currency, settings=keys.settings())
+    owner = owner or local_owner()
+    if not jobs_dir.is_dir() or not jobs_on_disk(jobs_dir):
+        # No job holds an answer, so none is earlier: only the repeats are counted, without
+        # numpy and the index (their import is a tenth of a 300,000-line check's time).
+        forecast.keyed, distinct = keys.distinct(digests)
+        forecast.duplicates = forecast.keyed - distinct
+        _price(forecast, {}, prices, home)
+        return forecast
+    import numpy as np
+
+    from core.reuse.index import EarlierLineError, EarlierLines, find_earlier
+    from core.run.outputs import token_usage
+
     folders: list[str] = []
     by_folder = list(keys.of_digests(digests))
     for folder, folder_keys in by_folder:
@@ -102,7 +116,7 @@ def forecast_reuse(
     forecast.duplicates = forecast.keyed - len(first)
     folder_of_line = np.repeat(np.arange(len(by_folder)), [len(k) for _, k in by_folder])
     folder_of_key = folder_of_line[first]
-    earlier = find_earlier(jobs_dir, everything[first], skip="", owner=owner or local_owner())
+    earlier = find_earlier(jobs_dir, everything[first], skip="", owner=owner)
     by_model: dict[str, tuple[int, int, int]] = {}  # answers, prompt and output tokens
     with EarlierLines() as earlier_lines:
         for place, source in earlier.items():
@@ -123,6 +137,8 @@ def first_of_each(keys: np.ndarray) -> np.ndarray:
     """Where each key of ``keys`` (16-byte items) first stands, in order: one sort of their
     first halves as integers (a sort by both, or of 16-byte items, takes ten times as long),
     by both only where two keys share a first half."""
+    import numpy as np
+
     halves = keys.view(np.uint64).reshape(-1, 2)
     order = np.argsort(halves[:, 0])
     ordered = halves[order]

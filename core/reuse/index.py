@@ -21,7 +21,6 @@ import hashlib
 import json
 import mmap
 import os
-import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,13 +36,12 @@ from core.jobs.folder import JobFolder
 from core.jobs.folder import job_owner as reuse_owner
 from core.jobs.folder import local_owner as local_owner
 from core.jobs.output_file import split_chain
+
+# The key file's layout lives apart, without numpy (a forecast with no answer made needs it).
+from core.reuse.key_files import DIGEST_BYTES, KEY_FILE, jobs_on_disk
+from core.reuse.key_files import RECORD as _RECORD
 from core.reuse.keys import KEY_BYTES
 
-KEY_FILE = "reuse.v2.keys"  # "reuse.keys" (records without a digest) is never read
-DIGEST_BYTES = 16  # BLAKE2b-128 of the line: an edit that keeps it has odds of 2**-128
-# key, offset of the line, its length, its digest: fixed-size, so a reader may take the
-# file as columns (numpy) as well as record by record.
-_RECORD = struct.Struct(f"<{KEY_BYTES}sQI{DIGEST_BYTES}s")
 # The same record as numpy columns. The key (KEY_BYTES = 16) is read as two 8-byte
 # integers, never as bytes: "S16" would drop a key's trailing zero bytes, and sorts slower.
 _KEY = np.dtype([("high", "<u8"), ("low", "<u8")])
@@ -375,19 +373,6 @@ class _Index(NamedTuple):
 def index_folder(jobs_dir: Path) -> Path:
     """The index of the jobs in ``jobs_dir``, beside it in the data folder."""
     return jobs_dir.parent / INDEX_FOLDER / jobs_dir.name
-
-
-def jobs_on_disk(jobs_dir: Path) -> dict[str, tuple[int, int]]:
-    """Each job in ``jobs_dir`` that indexed an answer: its key file's inode and records."""
-    found = {}
-    for folder in jobs_dir.iterdir():
-        try:
-            stat = (folder / KEY_FILE).stat()
-        except OSError:
-            continue
-        if stat.st_size >= _RECORD.size:
-            found[folder.name] = (stat.st_ino, stat.st_size // _RECORD.size)
-    return found
 
 
 def _open_segment(path: Path, count: int) -> tuple[Any, Any, Any, Any]:

@@ -29,7 +29,7 @@ from core.check.engine_requests import (
 from core.check.sampling import copied_answers
 from core.check.tool_support import auto_support
 from core.check.tools import AUTO
-from core.devices import cpu_has_bf16, gpu_count
+from core.devices import gpu_count, resolve_dtype
 from core.model_folders import is_cross_encoder, is_pooling_model
 from core.run.cpu_threads import WORKER_EXTENSION, CpuThreads
 from core.run.outputs import Choice, Completion, Embeddings
@@ -143,17 +143,6 @@ def _with_lora(config: EngineConfig, requests: list[EngineRequest], on_gpu: bool
             "max_lora_rank": engine_rank(max(adapters.values())),
         }
     )
-
-
-def resolve_dtype(dtype: str, on_gpu: bool) -> str:
-    """``auto`` on a CPU means bfloat16 where the CPU has native bf16, else float32; never
-    the model's own float16, which the CPU runs through slow kernels. Measured on an EPYC
-    with bf16, 1,000 texts through all-MiniLM-L6-v2 (float16 in its config): 67 s in
-    float16, 9 s in float32, 5 s in bfloat16; on an AVX2-only EPYC, SmolLM2 made 15
-    tokens/s in bf16 and 79 in float32."""
-    if dtype != "auto" or on_gpu:
-        return dtype
-    return "bfloat16" if cpu_has_bf16() else "float32"
 
 
 def _engine_core_in_child_process() -> bool:

@@ -3,6 +3,7 @@ and the worker answering from earlier jobs and duplicates (a stand-in executor c
 what reaches the engine)."""
 
 import json
+import os
 from importlib.metadata import version
 
 import pytest
@@ -920,7 +921,8 @@ def test_the_fast_paths_digest_is_the_digest_of_the_request_it_builds():
 def test_the_checks_inline_digests_are_the_digests_of_the_requests_it_builds(tmp_path):
     """Issue 57 item 7: the check's hot loop hashes each deterministic line itself, taking
     what follows its messages by the line's shape; a line of the same shape but another
-    sign of zero, a seed or an n must still get its own request's digest, in either order."""
+    sign of zero, a seed or an n must still get its own request's digest, in either order,
+    and a shorter line after a longer one its own bytes only."""
     from core.check import check_file
     from core.check.digests import request_digest
     from core.check.fast_path import decode_fast_chat_line, fast_chat_request
@@ -938,8 +940,8 @@ def test_the_checks_inline_digests_are_the_digests_of_the_requests_it_builds(tmp
         {"seed": 5, "temperature": 0.7},
         {"temperature": 1},  # sampled: no digest
     )
-    lines = [
-        request_line(f"id-{i}", f"ticket {i % 3}", system="be brief", **body)
+    lines = [  # messages longer then shorter: the loop hashes each in one buffer it reuses
+        request_line(f"id-{i}", f"ticket {i % 3}" + " more" * (i % 4), system="be brief", **body)
         for i, body in enumerate(bodies * 2)
     ]
     path = tmp_path / "batch.jsonl"
@@ -1002,3 +1004,85 @@ def test_the_forecast_tells_keys_apart_that_share_their_first_half():
     keys = np.frombuffer(a + b + a + c + b, dtype="V16")
     assert first_of_each(keys).tolist() == [0, 1, 3]
     assert first_of_each(keys[:0]).tolist() == []
+
+
+def test_with_no_answer_made_the_forecast_counts_repeats_as_the_sort_does(tmp_path):
+    """Issue 57 item 7: where no job holds an answer, the forecast counts a file's repeats
+    without numpy (RequestKeys.distinct); it counts what first_of_each does: two model names
+    on one folder share keys, another folder's identity keys the same request apart, and
+    keys that share their first half are still two."""
+    import random
+
+    import numpy as np
+
+    from core.check.digests import RequestDigests
+    from core.jobs.submit import Submission, planned_spec
+    from core.plan.pricing import PriceTable
+    from core.reuse.forecast import first_of_each, forecast_reuse
+    from core.reuse.keys import RequestKeys
+
+    spec = planned_spec(
+        Submission(
+            engine=EngineConfig(model=str(tmp_path / "model")),
+            model_map={"b": str(tmp_path / "model"), "c": str(tmp_path / "other")},
+            reuse=True,
+        )
+    )
+    rng = random.Random(5)
+    pool = [os.urandom(16) for _ in range(40)]
+    pool += [pool[0][:8] + os.urandom(8) for _ in range(3)]  # first halves alike
+    digests = RequestDigests()
+    for model in ("a", "b", "c"):  # a: the engine's model; b on the same folder; c not
+        for _ in range(60):
+            digests.add(model, False, rng.choice(pool))
+    keys = RequestKeys(spec)
+    by_folder = list(keys.of_digests(digests))
+    expected = len(first_of_each(np.concatenate([k for _, k in by_folder])))
+    assert keys.distinct(digests) == (180, expected)
+    assert expected < 2 * 43  # b repeats a's requests: one folder, one key for both
+    unique = RequestDigests()
+    for digest_ in pool[:10]:
+        unique.add("a", False, digest_)
+    assert keys.distinct(unique) == (10, 10)  # every first half differs: no whole compare
+    assert keys.distinct(RequestDigests()) == (0, 0)
+
+    # The forecast says the same with a job holding answers (numpy, the index) as without.
+    prices = PriceTable()
+    empty = forecast_reuse(digests, spec, jobs_dir=tmp_path / "jobs", prices=prices)
+    other_job = tmp_path / "jobs" / "someone_else"
+    other_job.mkdir(parents=True)
+    (other_job / KEY_FILE).write_bytes(bytes(44))  # one record, of a job no one owns
+    indexed = forecast_reuse(digests, spec, jobs_dir=tmp_path / "jobs", prices=prices)
+    assert empty == indexed
+    assert (empty.keyed, empty.duplicates, empty.earlier) == (180, 180 - expected, 0)
+
+
+def test_core_check_loads_no_numpy_where_no_job_holds_an_answer(tmp_path):
+    """Issue 57 item 7: `core check` of deterministic lines in a home with no answer made
+    imports neither numpy (the forecast's sort and index) nor jsonschema, tqdm and psutil
+    (the engine's, `core run`'s and the worker's): about 0.4 s of CPU before its first
+    line, where 1cbd080's check imported them all."""
+    import subprocess
+    import sys
+
+    from core.config import REPO_ROOT
+
+    batch = tmp_path / "batch.jsonl"
+    lines = [request_line(f"r{i}", f"q{i % 3}", temperature=0) for i in range(6)]
+    batch.write_text("\n".join(lines) + "\n")
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = ['core', 'check', '--no-tokens', '--json', {str(batch)!r}]\n"
+        "try:\n    runpy.run_module('core', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print([m for m in ('numpy', 'jsonschema', 'tqdm', 'psutil') if m in sys.modules])\n"
+    )
+    home = tmp_path / "home"
+    env = {**os.environ, "BATCH_STUDIO_HOME": str(home), REUSE_ENV: "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    *report, loaded = done.stdout.strip().splitlines()
+    data = json.loads("\n".join(report))
+    assert (data["reuse"]["keyed"], data["reuse"]["duplicates"]) == (6, 3)
+    assert loaded == "[]", done.stderr
