@@ -170,8 +170,8 @@ def baseline_section(exp: report.Experiment, version: tuple) -> None:
 
 
 def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
-    """The matrix in the chosen view: answers as plain text, never markdown. Returns the
-    items the view shows."""
+    """The matrix in the chosen view: answers as plain text, never markdown. A row clicked
+    opens its item below. Returns the items the view shows."""
     st.subheader("Matrix")
     view = st.selectbox("View", report.views(exp), key="exp_view")
 
@@ -180,8 +180,23 @@ def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
         return items, report.wide(exp, items)
 
     items, frame = kept(("view", exp.experiment_id, view), version, shown, "the matrix")
-    st.caption(f"{len(items):,} of {len(exp.items):,} items · ✓ passed, ✗ failed, – not graded")
-    st.dataframe(frame, hide_index=True, width="stretch", key="exp_matrix")
+    st.caption(
+        f"{len(items):,} of {len(exp.items):,} items · ✓ passed, ✗ failed, – not graded · "
+        "click a row to open its item"
+    )
+    clicked = st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        key="exp_matrix",
+        on_select="rerun",
+        selection_mode="single-row",
+    ).selection.rows
+    # Only a new click moves the item: the list below may have chosen another since.
+    row = clicked[0] if clicked and clicked[0] < len(items) else None
+    if row is not None and st.session_state.get("exp_matrix_row") != (view, row):
+        st.session_state["exp_matrix_row"] = (view, row)
+        st.session_state["exp_item"] = items[row]
     return items
 
 

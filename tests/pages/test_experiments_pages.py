@@ -119,6 +119,19 @@ def test_a_cell_is_labelled_as_review_labels_a_result(model):
     assert labels == [(job_id, "t2.p1.m0", "ana", "fail")]  # the cell's own result
 
 
+def test_a_row_clicked_in_the_matrix_opens_its_item(model):
+    experiment_in_home(model, config(3), answers)
+    at = open_page("experiments.py")
+    assert at.selectbox(key="exp_item").value == 0
+    at.session_state["exp_matrix"] = {"selection": {"rows": [2], "columns": []}}
+    at.run()
+    assert at.selectbox(key="exp_item").value == 2  # the row's item, opened below
+    # The list still chooses: the same click, still selected, does not take it back.
+    at.selectbox(key="exp_item").set_value(1).run()
+    assert at.selectbox(key="exp_item").value == 1
+    assert not at.exception
+
+
 def test_answers_graded_again_show_on_the_next_rerun(model):
     """The page keeps its matrix and summary between reruns; an answer rewritten and
     graded again must still show on the very next one (the way such a cache goes wrong)."""
