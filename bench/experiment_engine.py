@@ -6,7 +6,8 @@
 
 In a scratch data folder, with reuse off (``BATCH_STUDIO_REUSE=0`` and ``--no-reuse``:
 neither job takes the other's answers) and one resident worker holding the built-in model
-(``core.config.default_model_dir()``, loaded by a warm-up job before anything is timed):
+(``core.config.default_model_dir()``, loaded by a warm-up job of 16 lines before anything
+is timed):
 
 - **experiment**: a promptfoo configuration of ``--items`` tests x ``--variants`` prompts
   (one provider, temperature 0, ``--max-tokens``) run by ``core experiment run``;
@@ -55,6 +56,12 @@ def config(items: int, variants: int, max_tokens: int) -> str:
     for t in range(items):
         out += f"  - description: ticket {t}\n    vars: {{n: {t}, order: {9000 + t}}}\n"
     return out
+
+
+def warm_line(i: int, max_tokens: int) -> dict[str, Any]:
+    body = {"model": "warm", "max_tokens": max_tokens, "temperature": 0,
+            "messages": [{"role": "user", "content": f"Say hello to guest {i}."}]}  # fmt: skip
+    return {"custom_id": f"w{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -125,12 +132,13 @@ def main() -> int:
     )
     print(f"load average {_load(start_load)} at the start", flush=True)
     try:
+        # 16 lines of the timed jobs' length: the model loads and the engine has run a
+        # batch before the first timed job (which is always an experiment's).
         warm = work / "warm.jsonl"
-        body = {"model": "warm", "max_tokens": 4,
-                "messages": [{"role": "user", "content": "Hello."}]}  # fmt: skip
-        line = {"custom_id": "w", "method": "POST", "url": "/v1/chat/completions", "body": body}
-        warm.write_text(json.dumps(line) + "\n")
-        worker = plain(home, warm, work / "warm.out")  # the model loads here, untimed
+        warm.write_text(
+            "".join(json.dumps(warm_line(i, args.max_tokens)) + "\n" for i in range(16))
+        )
+        worker = plain(home, warm, work / "warm.out")
         print(f"warm-up {worker['id']}: {worker['span']:.1f} s (model load "
               f"{worker['load']:.1f} s), worker pid {worker['pid']}", flush=True)  # fmt: skip
         batch = work / "plain.jsonl"
