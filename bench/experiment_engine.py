@@ -6,8 +6,8 @@
 
 In a scratch data folder, with reuse off (``BATCH_STUDIO_REUSE=0`` and ``--no-reuse``:
 neither job takes the other's answers) and one resident worker holding the built-in model
-(``core.config.default_model_dir()``, loaded by a warm-up job of 16 lines before anything
-is timed):
+(``core.config.default_model_dir()``, loaded by an untimed run of the experiment first, so
+the first timed job finds the engine as the later ones do):
 
 - **experiment**: a promptfoo configuration of ``--items`` tests x ``--variants`` prompts
   (one provider, temperature 0, ``--max-tokens``) run by ``core experiment run``;
@@ -16,7 +16,9 @@ is timed):
 
 Runs interleaved, ``A B B A ...`` over ``--runs`` rounds so a shared machine's drift falls
 on both. Each job's time is its own, from its status (``job_seconds``: the worker's
-running time; created to finished beside it), not the CLI process's. Prints each job, the
+running time; created to finished beside it), not the CLI process's, with the share of
+its prompt tokens the engine found in its prefix cache (equal shares: neither job gained
+from running after the other). Prints each job, the
 medians' ratio experiment / plain against the goal (<= 1.05), the CPU, the commit and the
 load average at start and end.
 """
@@ -26,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -58,12 +59,6 @@ def config(items: int, variants: int, max_tokens: int) -> str:
     return out
 
 
-def warm_line(i: int, max_tokens: int) -> dict[str, Any]:
-    body = {"model": "warm", "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": f"Say hello to guest {i}."}]}  # fmt: skip
-    return {"custom_id": f"w{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}
-
-
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run([sys.executable, "-m", "core", *args], cwd=REPO,
                             capture_output=True, text=True)  # fmt: skip
@@ -81,9 +76,16 @@ def job_times(home: Path, job_id: str) -> dict[str, Any]:
     if status["state"] != "completed" or status["reused"]:
         raise SystemExit(f"{job_id}: {status['state']}, {status['reused']} reused: {status}")
     span = _at(status["finished_at"]) - _at(job["created_at"])
+    prompt = hits = 0
+    for raw in (folder / "output.jsonl").read_text().splitlines():
+        usage = json.loads(raw)["response"]["body"].get("usage") or {}
+        prompt += usage.get("prompt_tokens", 0)
+        hits += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    cached = f"{hits / max(prompt, 1):.0%} of {prompt:,} prompt tokens cached"
     return {"id": job_id, "seconds": status["job_seconds"], "span": span, "pid": status["pid"],
             "load": status.get("model_load_seconds") or 0.0, "lines": status["run_done"],
-            "tokens": status["run_completion_tokens"], "reuse": job.get("reuse")}  # fmt: skip
+            "tokens": status["run_completion_tokens"], "reuse": job.get("reuse"),
+            "cached": cached}  # fmt: skip
 
 
 def _at(iso: str) -> float:
@@ -132,26 +134,21 @@ def main() -> int:
     )
     print(f"load average {_load(start_load)} at the start", flush=True)
     try:
-        # 16 lines of the timed jobs' length: the model loads and the engine has run a
-        # batch before the first timed job (which is always an experiment's).
-        warm = work / "warm.jsonl"
-        warm.write_text(
-            "".join(json.dumps(warm_line(i, args.max_tokens)) + "\n" for i in range(16))
-        )
-        worker = plain(home, warm, work / "warm.out")
-        print(f"warm-up {worker['id']}: {worker['span']:.1f} s (model load "
+        # Untimed, first: the model loads and the engine has run these very lines (its
+        # prefix cache too, where a prompt fills a block), so the first timed job is not
+        # the only one to meet them afresh; its input file is the plain job's file.
+        worker = experiment(home, source)
+        print(f"warm-up experiment {worker['id']}: {worker['span']:.1f} s (model load "
               f"{worker['load']:.1f} s), worker pid {worker['pid']}", flush=True)  # fmt: skip
         batch = work / "plain.jsonl"
+        first_input = (home / "jobs" / worker["id"] / "input.jsonl").read_bytes()
+        batch.write_bytes(first_input)
         times: dict[str, list[float]] = {"experiment": [], "plain": []}
         spans: dict[str, list[float]] = {"experiment": [], "plain": []}
-        first_input: bytes | None = None
         for r in range(args.runs):
             for kind in ("experiment", "plain") if r % 2 == 0 else ("plain", "experiment"):
                 if kind == "experiment":
                     job = experiment(home, source)
-                    if first_input is None:  # the plain job's file: what this job ran
-                        first_input = (home / "jobs" / job["id"] / "input.jsonl").read_bytes()
-                        shutil.copyfile(home / "jobs" / job["id"] / "input.jsonl", batch)
                 else:
                     job = plain(home, batch, work / f"plain{r}.out")
                 ran = (home / "jobs" / job["id"] / "input.jsonl").read_bytes()
@@ -159,8 +156,8 @@ def main() -> int:
                 warm_note = "" if job["pid"] == worker["pid"] else ", ANOTHER WORKER"
                 print(f"round {r + 1} {kind:10} {job['id']}: {job['seconds']:.2f} s "
                       f"(created to finished {job['span']:.2f} s), {job['lines']} lines on "
-                      f"the engine, {job['tokens']} tokens, model load {job['load']:.1f} s, "
-                      f"reuse {job['reuse']}, {same}{warm_note}; load "
+                      f"the engine, {job['tokens']} tokens, {job['cached']}, model load "
+                      f"{job['load']:.1f} s, reuse {job['reuse']}, {same}{warm_note}; load "
                       f"{os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
                 times[kind].append(job["seconds"])
                 spans[kind].append(job["span"])
