@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,12 +127,14 @@ class Running:
             config = spec.engine.model_copy(update={"model": folder})
             if any(c.model == folder for c in POOL.held) or POOL.can_load(config):
                 continue
-            users = _users_of(folder, self.jobs.values()) or names
             return (
-                f"{WAITS}for memory: {Path(folder).name} does not fit beside the models "
-                f"{users} use; it starts when one of them ends"
+                f"{WAITS}{POOL.memory_wait(config, self.job_of())}; it starts when one of them ends"
             )
         return None
+
+    def job_of(self) -> dict[Hashable, str]:
+        """Each running job's id by its thread (an engine's users)."""
+        return {r.thread.ident: i for i, r in list(self.jobs.items())}
 
     def start(self, job: JobFolder, spec: JobSpec | None) -> None:
         """Runs the job in a thread of its own, its log records to its ``worker.log``."""
@@ -202,12 +204,6 @@ class Running:
 
     def describe(self) -> str:
         return plural(len(self.jobs), "job") + " running: " + ", ".join(self.jobs)
-
-
-def _users_of(folder: str, jobs: Iterable[RunningJob]) -> str:
-    """The running jobs that hold engines (the ones a load of ``folder`` waits for)."""
-    busy = {u for c, users in POOL.users.items() if c.model != folder for u in list(users)}
-    return ", ".join(r.job.job_id for r in jobs if r.thread.ident in busy)
 
 
 def _cancel_asked(running: RunningJob) -> bool:

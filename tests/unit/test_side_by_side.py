@@ -356,3 +356,131 @@ def test_engine_stop_read_between_jobs_in_turn_leaves_the_next_queued(tmp_path, 
     assert worker.serve(first).state == "completed" and one_result_each(first)
     assert second.read_status().state == "queued"
     assert not executors[second.job_id].started.is_set()
+
+
+def jobs_on(tmp_path, *models: str, count: int = 3):
+    """One queued job of ``count`` requests on each model folder name (``/models/NAME``)."""
+    made = []
+    for n, model in enumerate(models):
+        batch = tmp_path / f"m{n}.jsonl"
+        batch.write_text("".join(request_line(f"r{i}", "hi") + "\n" for i in range(count)))
+        job = create_job(batch, tmp_path / "jobs", EngineConfig(model=f"/models/{model}"))
+        queue_job(job)
+        made.append(job)
+    return made
+
+
+class HeldLoads:
+    """The pool's loads, each held until ``release`` is set (at most ``hold`` seconds):
+    a model that takes long to load. ``began`` is set as each load begins."""
+
+    def __init__(self, monkeypatch, hold: float = 20.0) -> None:
+        self.engines = stand_in_pool(monkeypatch)
+        self.began, self.release, self.hold = threading.Event(), threading.Event(), hold
+        load = POOL._load
+
+        def held(config):
+            self.began.set()
+            self.release.wait(self.hold)
+            return load(config)
+
+        monkeypatch.setattr(POOL, "_load", held)
+
+
+def message_of(job, starts: str, timeout: float = 10.0) -> str:
+    """The job's status message once it starts with ``starts`` (else the last one seen)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        message = job.read_status().message
+        if message.startswith(starts) or time.monotonic() > deadline:
+            return message
+        time.sleep(0.02)
+
+
+def in_thread(target) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("models", [("alpha", "alpha"), ("alpha", "beta")])
+@pytest.mark.parametrize("asks", ["before the load", "during the load"])
+def test_a_job_waiting_for_another_jobs_load_says_so(tmp_path, monkeypatch, models, asks):
+    """Issue 41: before, both jobs said ``loading the model`` while the second waited for
+    the first's load (one load at a time, in the worker's main thread). The second asks
+    for its engine once the first's ask waits (both then wait when the load begins), or
+    once the load has begun."""
+    a, b = jobs_on(tmp_path, *models)
+    loads = HeldLoads(monkeypatch)
+    serve = worker.Loads.serve
+    if asks == "before the load":  # the main thread serves once both have asked
+        monkeypatch.setattr(
+            worker.Loads, "serve", lambda self: len(self.waiting()) > 1 and serve(self)
+        )
+
+    def executor(spec, d):
+        if spec.job_id == b.job_id:
+            while asks == "before the load" and not (POOL.loads and POOL.loads.waiting()):
+                time.sleep(0.01)
+            assert asks == "before the load" or loads.began.wait(10)
+        return OnItsEngine(spec, pace=0.01)
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    seen: list[str] = []
+
+    def watch() -> None:
+        if loads.began.wait(10):
+            seen.extend([message_of(a, "loading"), message_of(b, "waiting for")])
+        loads.release.set()
+
+    watcher = in_thread(watch)
+    worker.serve(a)
+    watcher.join(5)
+
+    first, second = models
+    waits = f"waiting for {first} to finish loading for job {a.job_id}"
+    if first != second:
+        waits += f", then loading {second} (models load one at a time)"
+    assert seen == [f"loading {first}", waits]
+    for job in (a, b):
+        assert job.read_status().state == "completed" and one_result_each(job)
+
+
+def test_a_job_whose_model_waits_for_memory_says_which_models_and_jobs_hold_it(
+    tmp_path, monkeypatch, pool
+):
+    """Admitted while both fitted, the second job's model no longer fits once the first's
+    is loaded: it says what it waits for until the first job ends, then loads."""
+    a, b = jobs_on(tmp_path, "alpha", "beta", count=20)
+    POOL.measured["/models/beta"] = 3 << 30
+    monkeypatch.setattr(POOL, "_available", lambda: (2 << 30) if POOL.held else 1 << 40)
+    alpha_loaded, seen = threading.Event(), []
+
+    def executor(spec, d):
+        if spec.job_id == a.job_id:
+            got = OnItsEngine(spec, pace=0.05, during=lambda: seen.append(message_of(b, "wait")))
+            alpha_loaded.set()
+            return got
+        assert alpha_loaded.wait(10)  # asks once the first job runs on its engine
+        return OnItsEngine(spec, pace=0.01)
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    worker.serve(a)
+
+    assert seen == [
+        f"waiting for memory: beta needs ~3.0 GiB beside the loaded alpha (used by running "
+        f"job {a.job_id}); it loads when one of them ends"
+    ]
+    for job in (a, b):
+        assert job.read_status().state == "completed" and one_result_each(job)
+    assert b.read_status().finished_at > a.read_status().finished_at
+
+
+def test_loading_says_the_models_last_load_time():
+    from core.run.pool import loading_said
+
+    assert loading_said("SmolLM2-135M-Instruct", 14.2) == (
+        "loading SmolLM2-135M-Instruct (last load took 14 s)"
+    )
+    assert loading_said("big", 125) == "loading big (last load took 2 min 5 s)"
+    assert loading_said("new", None) == "loading new"
