@@ -168,8 +168,13 @@ class Running:
         return ended
 
     def on_signal(self, signum: int) -> None:
-        """The signal handler's sink: only notes it (it runs between two bytecodes)."""
+        """The signal handler's sink: only notes it (it runs between two bytecodes), but for
+        a SIGTERM while the main thread loads a model (the worker exits: a load can take
+        minutes): that ends the load at once (the worker then stops every job, as
+        ``core.run.worker._serve_side_by_side`` does on its way out)."""
         self.signals.append(signum)
+        if signum == signal.SIGTERM and POOL.loads is not None and POOL.loads.loading:
+            raise Cancelled(signal.Signals(signum).name)
 
     def take_signals(self) -> bool:
         """Stops the jobs the signals noted since meant (each cancelled job alone; all on

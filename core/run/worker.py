@@ -712,8 +712,8 @@ def serve(
                 _serve_side_by_side(job, jobs_dir, stop, clock, resident, first)
             else:
                 _serve_in_turn(job, jobs_dir, stop, clock, resident, first)
-        except Cancelled:  # a signal while idle: exit
-            log.info("stopped by a signal while idle")
+        except Cancelled:  # a signal while idle, or a SIGTERM that ended a load: exit
+            log.info("stopped by a signal while idle or loading")
         finally:
             resident.close()  # models unloaded before the lock goes
             lock.release()

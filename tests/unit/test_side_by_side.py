@@ -372,16 +372,22 @@ def jobs_on(tmp_path, *models: str, count: int = 3):
 
 class HeldLoads:
     """The pool's loads, each held until ``release`` is set (at most ``hold`` seconds):
-    a model that takes long to load. ``began`` is set as each load begins."""
+    a model that takes long to load. ``began`` is set as each load begins; a signal to
+    the worker meanwhile interrupts the wait (and its handler may raise)."""
 
-    def __init__(self, monkeypatch, hold: float = 20.0) -> None:
+    def __init__(self, monkeypatch, hold: float = 20.0, only: str | None = None) -> None:
         self.engines = stand_in_pool(monkeypatch)
         self.began, self.release, self.hold = threading.Event(), threading.Event(), hold
         load = POOL._load
 
         def held(config):
-            self.began.set()
-            self.release.wait(self.hold)
+            if only in (None, config.model_name):  # ``only``: that model's load alone
+                self.began.set()
+                ends = time.monotonic() + self.hold
+                # In slices, as a load runs Python code: a signal that reached another thread
+                # is handled in this one at its next bytecode.
+                while not self.release.wait(0.05) and time.monotonic() < ends:
+                    pass
             return load(config)
 
         monkeypatch.setattr(POOL, "_load", held)
@@ -484,3 +490,80 @@ def test_loading_says_the_models_last_load_time():
     )
     assert loading_said("big", 125) == "loading big (last load took 2 min 5 s)"
     assert loading_said("new", None) == "loading new"
+
+
+def resumed(job) -> None:
+    """Runs the job again (Resume), answered at once: each request without a result runs."""
+    queue_job(job)  # as Resume does, before it starts a worker
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(worker, "make_executor", lambda spec, d: Paced(0.0))
+        assert worker.run_job(job).state == "completed"
+    assert one_result_each(job)
+
+
+def test_a_sigterm_during_a_load_ends_it_and_the_worker_at_once(tmp_path, monkeypatch, signals):
+    """Issue 41: before, the worker's main thread went on loading (the signal only noted)
+    and stopped the jobs once the model had loaded, minutes later for a big one. Now the
+    load ends at once, every job stops as on any SIGTERM (its status says why), nothing
+    stays loaded, and Resume runs exactly the requests without a result."""
+    loading, running = jobs_on(tmp_path, "alpha", "beta", count=40)
+    queued = jobs_on(tmp_path, "beta", count=2)[0]  # beyond the cap: for the next worker
+    monkeypatch.setenv(RUNNING_ENV, "2")
+    loads = HeldLoads(monkeypatch, only="alpha")
+
+    def executor(spec, d):
+        if spec.job_id == loading.job_id:  # asks once the other job runs on its engine
+            while not (running.read_status().done and loads.engines.get("beta")):
+                time.sleep(0.01)
+        return OnItsEngine(spec, pace=0.05)
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    in_thread(lambda: loads.began.wait(10) and os.kill(os.getpid(), signal.SIGTERM))
+    began = time.monotonic()
+    worker.serve(loading, stop=signals)
+    took = time.monotonic() - began
+
+    assert loads.began.is_set() and took < 10, f"the load went on: {took:.1f} s"
+    assert "alpha" not in loads.engines  # the load never finished
+    assert POOL.held == {} and loads.engines["beta"].closed
+    for job in (loading, running):
+        status = job.read_status()
+        assert status.state == "cancelled", status
+        assert "its worker was asked to stop" in status.message
+    assert loading.read_status().done == 0 and 0 < running.read_status().done < 40
+    assert queued.read_status().state == "queued"
+    for job in (loading, running, queued):
+        resumed(job)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, CANCEL_SIGNAL])
+def test_a_signal_during_an_in_process_load_stops_it_at_once(
+    tmp_path, monkeypatch, signals, signum
+):
+    """A worker running jobs in turn (in-process engines) loads in the job's own thread:
+    the handler raises there, ending the load. SIGTERM ends the worker, leaving the next
+    job queued; a Cancel ends that job alone, and the next runs."""
+    monkeypatch.setenv(MULTIPROCESSING_ENV, "0")
+    first, second = jobs_on(tmp_path, "alpha", "beta", count=3)
+    loads = HeldLoads(monkeypatch, only="alpha")
+    monkeypatch.setattr(worker, "make_executor", lambda spec, d: OnItsEngine(spec, pace=0.01))
+
+    def send() -> None:
+        if loads.began.wait(10):
+            if signum == CANCEL_SIGNAL:
+                assert "cancelling" in cancel(first)  # as the Jobs page's Cancel does
+            else:
+                os.kill(os.getpid(), signum)
+
+    in_thread(send)
+    began = time.monotonic()
+    worker.serve(first, stop=signals)
+
+    assert time.monotonic() - began < 10 and "alpha" not in loads.engines
+    status = first.read_status()
+    assert (status.state, status.done) == ("cancelled", 0)
+    leaving = signum == signal.SIGTERM
+    assert ("its worker was asked to stop" in status.message) == leaving
+    assert second.read_status().state == ("queued" if leaving else "completed")
+    assert POOL.held == {}
+    resumed(first)
