@@ -4,6 +4,7 @@ tests/engine/test_side_by_side_engine.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -567,3 +568,23 @@ def test_a_signal_during_an_in_process_load_stops_it_at_once(
     assert second.read_status().state == ("queued" if leaving else "completed")
     assert POOL.held == {}
     resumed(first)
+
+
+def test_core_jobs_list_says_what_a_loading_job_waits_for(studio_home, capsys):
+    import argparse
+
+    from core.cli.jobs import cmd_jobs_list
+    from tests.support.jobs import monitored_job
+    from tests.support.live_progress import running_status
+
+    job = monitored_job(studio_home)
+    status = running_status(total=1)
+    why = "waiting for alpha to finish loading for job job_1"
+    status.enter("loading", why)
+    job.write_status(status)
+    assert cmd_jobs_list(argparse.Namespace(json=False)) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"{job.job_id}  loading") and line.endswith(f"({why})")
+    cmd_jobs_list(argparse.Namespace(json=True))
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["state"], row["message"]) == ("loading", why)
