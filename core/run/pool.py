@@ -264,7 +264,8 @@ class EnginePool:
         busy = [c for c in self.held if self.in_use(c)]
         need = self.measured.get(config.model) or first_load_bytes(config)
         models = ", ".join(dict.fromkeys(c.model_name for c in busy)) or "none"
-        users = sorted({job_of.get(u, f"thread {u}") for c in busy for u in self.users[c]})
+        # A copy: a job's thread releases its engines as it asks for its next one.
+        users = sorted({job_of.get(u, f"thread {u}") for c in busy for u in list(self.users[c])})
         used = f" (used by running {'job' if len(users) == 1 else 'jobs'} {', '.join(users)})"
         return (
             f"for memory: {config.model_name} needs ~{need / 2**30:.1f} GiB beside the loaded "
