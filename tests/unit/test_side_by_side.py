@@ -588,3 +588,39 @@ def test_core_jobs_list_says_what_a_loading_job_waits_for(studio_home, capsys):
     cmd_jobs_list(argparse.Namespace(json=True))
     [row] = json.loads(capsys.readouterr().out)
     assert (row["state"], row["message"]) == ("loading", why)
+
+
+def test_a_cancel_during_a_side_by_side_load_ends_that_job_once_it_has_loaded(
+    tmp_path, monkeypatch, signals
+):
+    """The main thread finishes the load it is in (a Cancel's handler only notes the
+    signal: ending a load half done would leave an engine no pool holds), then stops the
+    cancelled job alone: the job that waits for the same model gets the engine and runs
+    on, and Resume runs the cancelled job's requests without a result."""
+    doomed, other = jobs_on(tmp_path, "alpha", "alpha", count=20)
+    loads = HeldLoads(monkeypatch)
+    serve = worker.Loads.serve
+    monkeypatch.setattr(worker.Loads, "serve", lambda self: len(self.waiting()) > 1 and serve(self))
+
+    def executor(spec, d):
+        while spec.job_id == other.job_id and not (POOL.loads and POOL.loads.waiting()):
+            time.sleep(0.01)  # asks after the doomed job: its load comes first
+        return OnItsEngine(spec, pace=0.02)
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+
+    def cancel_then_load() -> None:
+        if loads.began.wait(10):
+            assert "cancelling" in cancel(doomed)
+            time.sleep(0.3)
+        loads.release.set()
+
+    in_thread(cancel_then_load)
+    worker.serve(doomed, stop=signals)
+
+    status = doomed.read_status()
+    assert status.state == "cancelled" and "asked to stop" not in status.message
+    assert status.done < 20 and len(loads.engines) == 1  # alpha loaded once
+    kept = other.read_status()
+    assert (kept.state, kept.succeeded) == ("completed", 20) and one_result_each(other)
+    resumed(doomed)
