@@ -624,3 +624,31 @@ def test_a_cancel_during_a_side_by_side_load_ends_that_job_once_it_has_loaded(
     kept = other.read_status()
     assert (kept.state, kept.succeeded) == ("completed", 20) and one_result_each(other)
     resumed(doomed)
+
+
+def test_a_queued_job_whose_model_does_not_fit_says_how_much_beside_what(
+    tmp_path, monkeypatch, pool
+):
+    """The queue's memory wait is worded by the rule of a load's (EnginePool.memory_wait)."""
+    (running,) = jobs_on(tmp_path, "alpha", count=20)
+    POOL.measured["/models/beta"] = 3 << 30
+    monkeypatch.setattr(POOL, "_available", lambda: (2 << 30) if POOL.held else 1 << 40)
+    seen: list[str] = []
+
+    def submit_beside() -> None:  # queued while the first job runs on alpha
+        batch = tmp_path / "late.jsonl"
+        batch.write_text(request_line("r0", "hi") + "\n")
+        late = create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/beta"))
+        queue_job(late)
+        seen.append(message_of(late, "queued: waits for memory"))
+
+    def executor(spec, d):
+        return OnItsEngine(spec, during=submit_beside if spec.job_id == running.job_id else None)
+
+    monkeypatch.setattr(worker, "make_executor", executor)
+    worker.serve(running)
+
+    assert seen == [
+        f"queued: waits for memory: beta needs ~3.0 GiB beside the loaded alpha (used by "
+        f"running job {running.job_id}); it starts when one of them ends"
+    ]
