@@ -322,7 +322,7 @@ class EnginePool:
 
 
 _speaker = threading.local()  # a job's thread: how its status says why its engine waits
-UNSAID = "\0"  # an ask's status not yet told anything by the main thread
+_UNSAID = "\0"  # an ask's status not yet told anything by the main thread
 
 
 @contextlib.contextmanager
@@ -357,7 +357,7 @@ class _Ask:
         self.result: tuple[Closable, float] | None = None
         self.error: BaseException | None = None
         self.say: Callable[[str | None], None] | None = getattr(_speaker, "say", None)
-        self.said: str | None = UNSAID
+        self.said: str | None = _UNSAID
 
     def answer(self, result: tuple[Closable, float] | None, error: BaseException | None) -> None:
         self.result, self.error = result, error

@@ -12,8 +12,9 @@ A cancel names its job by a file in the job's folder (``core.jobs.folder.cancel`
 then signals the worker); the signal handler only notes the signal (``StopRequest.sink``),
 and the main thread stops the jobs whose file it finds (:meth:`Running.take_signals`), each
 through a StopRequest of its own: the others run on. SIGTERM stops them all and the worker
-exits; a SIGINT that names no job (Ctrl-C) stops them all at once, as it stops the one job
-of a worker running them in turn.
+exits (one during a model load ends the load at once: :meth:`Running.on_signal`); a SIGINT
+that names no job (Ctrl-C) stops them all at once, as it stops the one job of a worker
+running them in turn.
 """
 
 from __future__ import annotations
