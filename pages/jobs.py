@@ -117,6 +117,8 @@ def header(chosen: Chosen) -> None:
     """The job's name and state, its rename, its controls and links to its other pages."""
     job, job_id = chosen.job, chosen.job_id
     st.subheader(f"{escape(job_label(job_id))}: {chosen.status.display_state}")
+    if chosen.status.state == "loading" and not chosen.status.interrupted:
+        st.caption(escape(chosen.status.message))  # which model loads, or what it waits for
     with st.form("rename", border=False):
         c1, c2 = st.columns([4, 1], vertical_alignment="bottom")
         new_name = c1.text_input(

@@ -362,8 +362,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
-    """Every job, newest first: id, state, requests and name (scripts: ``--json``); and
-    the Batch API's batches that failed validation (no job: a ``batch_id`` and the reason)."""
+    """Every job, newest first: id, state, requests and name (scripts: ``--json``), and a
+    loading job's message (which model loads, or what it waits for); and the Batch API's
+    batches that failed validation (no job: a ``batch_id`` and the reason)."""
     from core.api.batches import refused_rows  # the API's layer: only for this listing
 
     rows = []
@@ -371,6 +372,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         try:
             spec, status = job.read_spec(), job.read_status()
             row = {"job_id": job.job_id, "name": job.name, "state": status.display_state}
+            if status.state == "loading" and not status.interrupted:  # its model, or its wait
+                row["message"] = status.message
             rows.append({**row, "requests": spec.input_lines, "created_at": spec.created_at})
         except JobUnreadable as exc:  # that job's problem: the others are listed
             rows.append({"job_id": job.job_id, "name": "", "state": "unreadable"})
@@ -385,7 +388,8 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     for row in rows:
         requests = row.get("requests", "")
         name = row["name"] or "-"
-        reason = f"  ({row['reason']})" if row.get("reason") else ""
+        said = row.get("reason") or row.get("message")
+        reason = f"  ({said})" if said else ""
         ident = row["job_id"] or row["batch_id"]
         print(f"{ident:<{width}}  {row['state']:<21}  {requests:>9}  {name}{reason}")
     return 0

@@ -27,7 +27,9 @@ beside them waits (:meth:`EnginePool.can_load`). Every load happens in the worke
 thread: an engine's child processes die with the *thread* that forked them (Linux ties
 ``PR_SET_PDEATHSIG`` to it; tried: an engine loaded from a job's thread died with it), so a
 job's thread asks the main thread for its engine (:class:`Loads`), and two jobs that ask for
-the same model get one engine.
+the same model get one engine. A job whose engine is not loading yet says why in its status
+(:func:`waits_said_by`): another job's model loads (one load at a time), or memory (which
+models, used by which jobs).
 
 An engine's child processes must not outlive a worker killed with -9 (vLLM leaves them
 running, holding the model: tried): :func:`die_with_parent` makes each die with its parent.
@@ -42,7 +44,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -255,6 +257,21 @@ class EnginePool:
         for users in self.users.values():
             users.discard(user)
 
+    def memory_wait(self, config: EngineConfig, job_of: dict[Hashable, str]) -> str:
+        """Why ``config`` cannot load beside the engines running jobs use (when
+        :meth:`can_load` says no): ``for memory: NAME needs ~N GiB beside the loaded A, B
+        (used by running jobs X, Y)``; ``job_of`` names each user."""
+        busy = [c for c in self.held if self.in_use(c)]
+        need = self.measured.get(config.model) or first_load_bytes(config)
+        models = ", ".join(dict.fromkeys(c.model_name for c in busy)) or "none"
+        # A copy: a job's thread releases its engines as it asks for its next one.
+        users = sorted({job_of.get(u, f"thread {u}") for c in busy for u in list(self.users[c])})
+        used = f" (used by running {'job' if len(users) == 1 else 'jobs'} {', '.join(users)})"
+        return (
+            f"for memory: {config.model_name} needs ~{need / 2**30:.1f} GiB beside the loaded "
+            f"{models}{used if users else ''}"
+        )
+
     def can_load(self, config: EngineConfig) -> bool:
         """Whether :meth:`get` can give this engine now without unloading one a running job
         uses: it is loaded, or nothing is in use (as for a job alone: the least recently
@@ -304,6 +321,33 @@ class EnginePool:
             self.unload(config)
 
 
+_speaker = threading.local()  # a job's thread: how its status says why its engine waits
+_UNSAID = "\0"  # an ask's status not yet told anything by the main thread
+
+
+@contextlib.contextmanager
+def waits_said_by(say: Callable[[str | None], None]) -> Iterator[None]:
+    """While a job's thread asks for engines (:meth:`EnginePool.get` while jobs run side
+    by side), ``say(why)`` tells its status why its engine is not loading yet, and
+    ``say(None)`` that it loads now (the job words that: :func:`loading_said`). Called
+    from the worker's main thread too."""
+    _speaker.say = say
+    try:
+        yield
+    finally:
+        _speaker.say = None
+
+
+def loading_said(name: str, last_seconds: float | None) -> str:
+    """What a job's status says while its model loads: ``loading NAME (last load took
+    14 s)``, the time of the model's last load on this machine when one was measured."""
+    if not last_seconds:
+        return f"loading {name}"
+    minutes, seconds = divmod(round(last_seconds), 60)
+    took = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+    return f"loading {name} (last load took {took})"
+
+
 class _Ask:
     """One job thread's ask for an engine, answered by the main thread."""
 
@@ -312,22 +356,38 @@ class _Ask:
         self.done = threading.Event()
         self.result: tuple[Closable, float] | None = None
         self.error: BaseException | None = None
+        self.say: Callable[[str | None], None] | None = getattr(_speaker, "say", None)
+        self.said: str | None = _UNSAID
 
     def answer(self, result: tuple[Closable, float] | None, error: BaseException | None) -> None:
         self.result, self.error = result, error
         self.done.set()
+
+    def tell(self, why: str | None) -> None:
+        """Says why it waits (None: its load begins), once for each change."""
+        if self.say is None or why == self.said:
+            return
+        self.said = why
+        try:
+            self.say(why)
+        except Exception:  # a status not written is no reason to fail a load
+            log.exception("telling a job why its engine waits")
 
 
 class Loads:
     """The engines jobs' threads ask for, loaded by the worker's main thread when it calls
     :meth:`serve` (see the module doc); a job's thread is its ``user`` of the engine until
     the pool's :meth:`EnginePool.release` of it. An ask that does not fit beside the engines
-    in use waits for them."""
+    in use waits for them. Each ask that waits is told why (:func:`waits_said_by`), as it
+    begins waiting and whenever the reason changes; ``job_of`` names the jobs by their
+    threads."""
 
     def __init__(self, pool: EnginePool) -> None:
         self.pool = pool
+        self.job_of: Callable[[], dict[Hashable, str]] = dict
         self._asked: list[_Ask] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # also orders what each ask is told
+        self.loading: tuple[str, str] | None = None  # the model loading now, for which job
 
     def ask(self, config: EngineConfig) -> tuple[Closable, float]:
         """From a job's thread: waits for the main thread to give the engine. A job runs
@@ -337,11 +397,23 @@ class Loads:
         ask = _Ask(config)
         with self._lock:
             self._asked.append(ask)
+            if self.loading is not None:  # the main thread is busy loading: it cannot say so
+                ask.tell(self._behind(ask, *self.loading))
         ask.done.wait()
         if ask.error is not None:
             raise ask.error
         assert ask.result is not None
         return ask.result
+
+    @staticmethod
+    def _behind(ask: _Ask, model: str, job: str) -> str:
+        """Why ``ask`` waits while ``model`` loads for ``job``."""
+        if model == ask.config.model_name:
+            return f"waiting for {model} to finish loading for job {job}"
+        return (
+            f"waiting for {model} to finish loading for job {job}, then loading "
+            f"{ask.config.model_name} (models load one at a time)"
+        )
 
     def waiting(self) -> dict[int, EngineConfig]:
         """The engines asked for and not yet given, by the thread that waits."""
@@ -350,23 +422,42 @@ class Loads:
 
     def serve(self) -> None:
         """In the main thread: loads (or hands over) each engine asked for that can be had
-        now, in the order asked."""
+        now, in the order asked; tells each of the others why it waits. An ask stays
+        among those waiting until answered: a SIGTERM that ends a load (while
+        :attr:`loading`, :meth:`core.run.running.Running.on_signal`) leaves it for the
+        worker to withdraw once it has asked every job to stop."""
         with self._lock:
             asked = list(self._asked)
+        job_of = self.job_of()
         for ask in asked:
             if not self.pool.can_load(ask.config):
+                why = "waiting " + self.pool.memory_wait(ask.config, job_of)
+                with self._lock:
+                    ask.tell(f"{why}; it loads when one of them ends")
                 continue
             with self._lock:
-                self._asked.remove(ask)
+                if ask.config not in self.pool.held:  # a load, not a hand-over: say who waits
+                    ask.tell(None)
+                    loading = (ask.config.model_name, job_of.get(ask.user, f"thread {ask.user}"))
+                    for other in self._asked:
+                        if other is not ask:
+                            other.tell(self._behind(other, *loading))
+                    self.loading = loading  # last: a SIGTERM from here on ends the load
             try:
                 got = self.pool.get(ask.config, user=ask.user)
             except Exception as exc:  # the job fails with it (a model that cannot load)
-                ask.answer(None, exc)
-            except BaseException as exc:  # the worker is stopping: so is the job
-                ask.answer(None, exc)
-                raise
+                self._answer(ask, None, exc)
             else:
-                ask.answer(got, None)
+                self._answer(ask, got, None)
+            finally:  # a signal that ended the load leaves the ask for the worker to withdraw
+                self.loading = None
+
+    def _answer(
+        self, ask: _Ask, result: tuple[Closable, float] | None, error: BaseException | None
+    ) -> None:
+        with self._lock:
+            self._asked.remove(ask)
+        ask.answer(result, error)
 
     def withdraw(self, user: int, error: BaseException) -> None:
         """Ends a thread's wait with ``error`` (its job was cancelled, the worker stops)."""

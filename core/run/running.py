@@ -12,8 +12,9 @@ A cancel names its job by a file in the job's folder (``core.jobs.folder.cancel`
 then signals the worker); the signal handler only notes the signal (``StopRequest.sink``),
 and the main thread stops the jobs whose file it finds (:meth:`Running.take_signals`), each
 through a StopRequest of its own: the others run on. SIGTERM stops them all and the worker
-exits; a SIGINT that names no job (Ctrl-C) stops them all at once, as it stops the one job
-of a worker running them in turn.
+exits (one during a model load ends the load at once: :meth:`Running.on_signal`); a SIGINT
+that names no job (Ctrl-C) stops them all at once, as it stops the one job of a worker
+running them in turn.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,12 +128,14 @@ class Running:
             config = spec.engine.model_copy(update={"model": folder})
             if any(c.model == folder for c in POOL.held) or POOL.can_load(config):
                 continue
-            users = _users_of(folder, self.jobs.values()) or names
             return (
-                f"{WAITS}for memory: {Path(folder).name} does not fit beside the models "
-                f"{users} use; it starts when one of them ends"
+                f"{WAITS}{POOL.memory_wait(config, self.job_of())}; it starts when one of them ends"
             )
         return None
+
+    def job_of(self) -> dict[Hashable, str]:
+        """Each running job's id by its thread (an engine's users)."""
+        return {r.thread.ident: i for i, r in list(self.jobs.items())}
 
     def start(self, job: JobFolder, spec: JobSpec | None) -> None:
         """Runs the job in a thread of its own, its log records to its ``worker.log``."""
@@ -166,8 +169,13 @@ class Running:
         return ended
 
     def on_signal(self, signum: int) -> None:
-        """The signal handler's sink: only notes it (it runs between two bytecodes)."""
+        """The signal handler's sink: only notes it (it runs between two bytecodes), but for
+        a SIGTERM while the main thread loads a model (the worker exits: a load can take
+        minutes): that ends the load at once (the worker then stops every job, as
+        ``core.run.worker._serve_side_by_side`` does on its way out)."""
         self.signals.append(signum)
+        if signum == signal.SIGTERM and POOL.loads is not None and POOL.loads.loading:
+            raise Cancelled(signal.Signals(signum).name)
 
     def take_signals(self) -> bool:
         """Stops the jobs the signals noted since meant (each cancelled job alone; all on
@@ -202,12 +210,6 @@ class Running:
 
     def describe(self) -> str:
         return plural(len(self.jobs), "job") + " running: " + ", ".join(self.jobs)
-
-
-def _users_of(folder: str, jobs: Iterable[RunningJob]) -> str:
-    """The running jobs that hold engines (the ones a load of ``folder`` waits for)."""
-    busy = {u for c, users in POOL.users.items() if c.model != folder for u in list(users)}
-    return ", ".join(r.job.job_id for r in jobs if r.thread.ident in busy)
 
 
 def _cancel_asked(running: RunningJob) -> bool:

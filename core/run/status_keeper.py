@@ -168,6 +168,21 @@ class StatusKeeper:
                 setattr(self.status, name, value)
             self._write()
 
+    def loading(self, message: str, measured_load_seconds: float | None) -> None:
+        """While the job is ``loading``: what it waits for, or that its model loads now
+        (with the last load's time, which the Monitor counts down; None while it waits).
+        From the worker's main thread too; a job that left ``loading`` meanwhile keeps its
+        state's message."""
+        with self._lock:
+            s = self.status
+            if s.state != JobState.LOADING:
+                return
+            if measured_load_seconds is not None and s.measured_load_seconds is None:
+                # It waited: its load begins now, and the countdown with it.
+                s.history.append({"state": s.state.value, "at": now_iso()})
+            s.message, s.measured_load_seconds = message, measured_load_seconds
+            self._write()
+
     def note(self, text: str) -> None:
         """Adds ``text`` to the job's history (an executor's event: a node lost)."""
         with self._lock:

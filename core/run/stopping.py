@@ -25,8 +25,9 @@ class StopRequest:
     loading, an idle worker).
 
     A worker running jobs side by side (:mod:`core.run.running`) gives its signals a
-    ``sink`` instead: the handler only notes the signal there, and the worker's main thread
-    works out which job it meant; each job's thread has a StopRequest of its own, which the
+    ``sink`` instead: the handler only notes the signal there (a SIGTERM during a model
+    load also ends the load: ``Running.on_signal``), and the worker's main thread works out
+    which job it meant; each job's thread has a StopRequest of its own, which the
     main thread :meth:`ask` s to stop."""
 
     def __init__(self) -> None:

@@ -75,7 +75,9 @@ from core.run.pool import (
     Loads,
     budget_bytes,
     die_with_parent,
+    loading_said,
     multiprocessing_on,
+    waits_said_by,
 )
 from core.run.progress import plural
 from core.run.ray_input import light, replicas_read_input
@@ -288,20 +290,25 @@ class JobRun:
         """Step 3: the executor for one model, its engine sized to the requests (a loaded
         one from the pool where it fits). While it loads the status says ``loading`` with
         the time this model's last load took, not an ETA that stands still for the load and
-        then jumps. Leaves the job ``running`` and the executor's events (a Ray node lost)
-        going to the job's history."""
+        then jumps; while it waits for its load (jobs side by side) it says why
+        (:class:`~core.run.pool.Loads`). Leaves the job ``running`` and the executor's
+        events (a Ray node lost) going to the job's history."""
         keeper, spec, part = self.keeper, plan.spec, plan.part(number)
         requests = plan.groups[folder]
         group = spec.on_model(folder)
-        keeper.update(
-            state="loading",
-            message=f"loading the model{part}",
-            measured_load_seconds=plan.records[folder].load_seconds,
-        )
-        engine = fit_to_requests(
-            group.engine, requests, runs_on_gpu(spec.ray), loaded=list(POOL.held)
-        )
-        executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
+        last = plan.records[folder].load_seconds
+        loading = loading_said(Path(folder).name, last) + part
+        keeper.update(state="loading", message=loading, measured_load_seconds=last)
+
+        def say(why: str | None) -> None:  # side by side, the main thread says why it waits
+            # no countdown from the last load's time while it waits for its turn
+            keeper.loading(why + part if why else loading, None if why else last)
+
+        with waits_said_by(say):
+            engine = fit_to_requests(
+                group.engine, requests, runs_on_gpu(spec.ray), loaded=list(POOL.held)
+            )
+            executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
         executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
         keeper.update(
             state="running",
@@ -705,8 +712,8 @@ def serve(
                 _serve_side_by_side(job, jobs_dir, stop, clock, resident, first)
             else:
                 _serve_in_turn(job, jobs_dir, stop, clock, resident, first)
-        except Cancelled:  # a signal while idle: exit
-            log.info("stopped by a signal while idle")
+        except Cancelled:  # a signal while idle, or a SIGTERM that ended a load: exit
+            log.info("stopped by a signal while idle or loading")
         finally:
             resident.close()  # models unloaded before the lock goes
             lock.release()
@@ -801,7 +808,7 @@ def _serve_side_by_side(
     thread keeps the signals, the queue and every model load (:mod:`core.run.running`)."""
     running = Running(lambda queued, stop: _run_queued(queued, stop, clock))
     loads = POOL.loads = Loads(POOL)
-    resident.job_of = lambda: {r.thread.ident: i for i, r in list(running.jobs.items())}
+    resident.job_of = loads.job_of = running.job_of
     published: list[str] | None = None
     with own_logs():  # each job's records to its own log
         try:
@@ -838,7 +845,9 @@ def _serve_side_by_side(
                 time.sleep(ADMIT_SECONDS)
         finally:
             stop.sink = None
-            running.stop_all(leaving=True)  # only on the way out of an error: jobs have ended
+            # Jobs have ended, but on the way out of an error or of a SIGTERM that ended a
+            # load (Running.on_signal): each job is asked to stop before its wait ends.
+            running.stop_all(leaving=True)
             for user in loads.waiting():
                 loads.withdraw(user, Cancelled("the worker stopped"))
             running.join(timeout=60)

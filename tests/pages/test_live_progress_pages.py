@@ -12,7 +12,7 @@ from core.run.outputs import success_line
 from core.schemas import JobStatus
 from tests.support.jobs import monitored_job
 from tests.support.live_progress import running_status
-from tests.support.pages import metric, open_page, texts
+from tests.support.pages import metric, open_page, shown, texts
 
 
 def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) -> None:
@@ -27,6 +27,25 @@ def test_the_monitor_says_the_model_is_loading_instead_of_an_eta(studio_home) ->
     assert "last load here took 1:17" in eta.help
     progress = at.get("progress")[0].proto
     assert "0% of about 2,700 expected output tokens generated" in progress.text
+
+
+def test_a_job_waiting_for_its_model_says_why_on_the_monitor_and_jobs_pages(studio_home) -> None:
+    """Issue 41: the worker's reason, as plain text (a model name's ``_`` or ``~`` is not
+    markdown); the ETA counts no load down while it waits."""
+    job = monitored_job(studio_home)
+    status = running_status(total=80)
+    why = (
+        "waiting for memory: my_model needs ~3.0 GiB beside the loaded alpha (used by "
+        "running job job_1); it loads when one of them ends"
+    )
+    status.enter("loading", why)
+    job.write_status(status)
+    for page in ("monitor.py", "jobs.py"):
+        at = open_page(page, job_id=job.job_id)
+        assert not at.exception, [e.message for e in at.exception]
+        assert why in [shown(c.value) for c in at.caption], page
+    eta = next(m for m in open_page("monitor.py", job_id=job.job_id).metric if m.label == "ETA")
+    assert eta.value == "loading"
 
 
 def test_the_monitor_shows_a_finished_jobs_average_not_its_last_samples(studio_home) -> None:
