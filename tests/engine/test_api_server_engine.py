@@ -51,7 +51,9 @@ def test_the_sdk_uploads_creates_polls_and_downloads_a_batch_run_by_the_engine(w
         completion_window="24h",
         metadata={"pipeline": "nightly"},
     )
-    assert batch.status == "validating"
+    # As OpenAI's: validating until a worker takes it; the warm engine may have already
+    # (a fresh-clone run saw in_progress in the create's own answer).
+    assert batch.status in ("validating", "in_progress")
     done, seen = wait_for(client, batch.id, {"completed", "failed", "cancelled", "expired"})
     assert done.status == "completed", (seen, done)
     order = ["validating", "in_progress", "finalizing", "completed"]
