@@ -38,6 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from bench.scratch import scratch_folder  # noqa: E402
 
 GOAL = 1.05
@@ -127,7 +128,7 @@ def main() -> int:
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     start_load = os.getloadavg()
-    print(f"CPU: {_cpu()}; commit {commit}; model {default_model_dir().name}")
+    print(f"CPU: {cpu_model()}; commit {commit}; model {default_model_dir().name}")
     print(
         f"{args.items} tests x {args.variants} prompts = {lines} lines, "
         f"{args.max_tokens} tokens, temperature 0, reuse off; {args.runs} round(s)"
@@ -177,13 +178,6 @@ def main() -> int:
 
 def _load(load: tuple[float, float, float]) -> str:
     return " ".join(f"{x:.2f}" for x in load)
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    return "unknown"
 
 
 if __name__ == "__main__":

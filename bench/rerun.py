@@ -42,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.machine import cpu_model  # noqa: E402
 from bench.scratch import scratch_folder  # noqa: E402
 from core.config import default_model_dir  # noqa: E402
 from core.devices import gpu_count  # noqa: E402
@@ -307,7 +308,7 @@ def main() -> None:
     if not gpu_count():
         configure_cpu_environment(1.0)  # run_batch's KV cache (vLLM's own sizing fails here)
     work = scratch_folder("bench-rerun-")
-    print(f"CPU: {_cpu()}", flush=True)
+    print(f"CPU: {cpu_model()}", flush=True)
     try:
         if set(parts) - {"lookup"}:
             studio(write(work / "warm.jsonl", [("w", ask("Hello."), 4)]), work / "warm.out")
@@ -327,13 +328,6 @@ def stop_engine() -> None:
     """Stops the worker that holds the engine (the next job starts a worker of its own)."""
     subprocess.run([sys.executable, "-m", "core", "engine", "stop"], cwd=REPO,
                    capture_output=True)  # fmt: skip
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    return "unknown"
 
 
 if __name__ == "__main__":

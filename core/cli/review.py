@@ -9,8 +9,12 @@ import argparse
 import getpass
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from core.cli.common import EXIT_USAGE, open_store
+
+if TYPE_CHECKING:
+    from core.store.db import Store
 
 
 def _text(path: str) -> str | None:
@@ -22,17 +26,25 @@ def _text(path: str) -> str | None:
         return None
 
 
+def _has_sample(store: Store, sample_id: str) -> bool:
+    """Whether the sample exists (else it says so, on standard error)."""
+    from core.store import samples as sm
+
+    if sm.list_samples(store).query("sample_id == @sample_id").empty:
+        print(f"error: no sample {sample_id!r}: Review lists the samples", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from core.human import label_schemas as lsc
     from core.human.questions import SchemaError, questions_text
-    from core.store import samples as sm
 
     store = open_store([])
     if store is None:
         return EXIT_USAGE
     try:
-        if sm.list_samples(store).query("sample_id == @args.sample").empty:
-            print(f"error: no sample {args.sample!r}: Review lists the samples", file=sys.stderr)
+        if not _has_sample(store, args.sample):
             return EXIT_USAGE
         folder = store.human_dir
     finally:
@@ -66,14 +78,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_agreement(args: argparse.Namespace) -> int:
     from core.store import agreement as ag
-    from core.store import samples as sm
 
     store = open_store([])
     if store is None:
         return EXIT_USAGE
     try:
-        if sm.list_samples(store).query("sample_id == @args.sample").empty:
-            print(f"error: no sample {args.sample!r}: Review lists the samples", file=sys.stderr)
+        if not _has_sample(store, args.sample):
             return EXIT_USAGE
         found = ag.sample_agreement(store, args.sample)
     finally:
