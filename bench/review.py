@@ -44,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.machine import cpu_model
 from bench.scratch import scratch_folder
 from core.human import label_schemas as lsc
 from core.human import queues as qu
@@ -231,18 +232,8 @@ def main() -> int:
         level = getattr(ag, "LEVELS", {}).get(got.level, got.level)
         print(f"  {got.question} ({level}): {got.describe()}")
     cold_store.close()
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {_cpu()}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {cpu_model()}")
     return 0
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{os.cpu_count()} x {line.split(':', 1)[1].strip()}"
-    except OSError:
-        pass
-    return f"{os.cpu_count()} CPUs"
 
 
 if __name__ == "__main__":
