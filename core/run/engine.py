@@ -196,9 +196,10 @@ class Engine:
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
         self.stopped = False  # set by a cancel: abort what is inside, keep what finished
-        # Asked at each step for requests to abort, those of one job cancelled among others
-        # (core.run.feed sets it); a request not inside any more is passed over.
-        self.cancelled: Callable[[], list[EngineRequest]] | None = None
+        # Asked at each step, with the window and the id() of the requests running, for
+        # requests to abort: those of one job cancelled among others, or making room for a
+        # job that joined (core.run.feed sets it); one not inside any more is passed over.
+        self.take_out: Callable[[int, set[int]], list[EngineRequest]] | None = None
         self.feed: Any = None  # the jobs that share it (core.run.feed.feed_of makes it)
         self.steps = 0  # engine steps taken
         self.step_log: deque[tuple[int, int, float]] = deque(maxlen=STEPS_LOGGED)
@@ -345,7 +346,7 @@ class Engine:
         one is added, so the engine never drains between batches. ``requests`` is asked
         again at each step once it ran dry (a mix of jobs gives again when a job joins), and
         the stream ends when it gives none and nothing is inside. The requests that
-        :attr:`cancelled` names are aborted at the next step. Once :attr:`stopped` is
+        :attr:`take_out` names are aborted at the next step. Once :attr:`stopped` is
         set (a cancel), the requests inside are aborted at the next step and those already
         finished are yielded. Finished requests are yielded as the first finish, then about
         every ``flush_seconds`` (and at the end). A request the engine refuses (e.g. its prompt
@@ -378,7 +379,9 @@ class Engine:
             self.cpu_threads.restart()  # idle since the last run: read the load afresh
         try:
             while not self.stopped:
-                if self.cancelled is not None and (gone := self.cancelled()):
+                if self.take_out is not None and (
+                    gone := self.take_out(window, {id(r) for r, _, _ in inside.values()})
+                ):
                     self._abort(gone, inside, added_at, gathering)
                 while len(inside) < window:
                     request = next(queue, None)
@@ -459,7 +462,8 @@ class Engine:
         added_at: dict[str, float],
         gathering: dict[str, Gathering],
     ) -> None:
-        """Takes ``requests`` out of the engine (a cancelled job's); the others run on."""
+        """Takes ``requests`` out of the engine (a cancelled job's, or those making room
+        for a job that joined); the others run on."""
         gone = {id(request) for request in requests}
         ids = [rid for rid, (request, _, _) in inside.items() if id(request) in gone]
         if ids:

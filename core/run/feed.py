@@ -12,8 +12,12 @@ thread, exactly as before jobs shared it. A job that joins while the engine runs
 at the next free slot (the engine asks the mix again at each step); when the mix has
 nothing left and nothing is inside, the stream ends and the next job starts a new one.
 
+A job that joins a full engine claims its share of the slots at the engine's next step
+(:meth:`~core.run.sharing.Mix.preempt`): the engine takes the others' youngest requests
+beyond their shares out, and they run again later.
+
 A cancel names its job: :meth:`Feed.cancel` only marks the job (a signal handler calls
-it); at its next step the engine asks the feed (``Engine.cancelled``) and aborts that
+it); at its next step the engine asks the feed (``Engine.take_out``) and aborts that
 job's requests alone, and the job's reader ends with the lines it had. Results that had
 finished within the last flush (about a second) and not yet been handed back go with
 them: they were never written, so a resume runs them.
@@ -26,14 +30,17 @@ requests never given stay for the job's next run; the other jobs on the engine r
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from typing import Any
 
 from core.check.engine_requests import EngineRequest
 from core.run.retry import StreamingEngine, run_shared
 from core.run.sharing import Mix
+
+log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 0.1  # how often a job waiting for lines looks whether the engine needs a driver
 CANCELLED = object()  # put on a job's lines when its cancel has taken it out of the mix
@@ -81,7 +88,7 @@ class Feed:
         self._cancelling: set[Hashable] = set()
         self._windows: dict[Hashable, int] = {}  # job -> requests inside at once it asks
         self.joins = 0  # jobs that have joined since the engine loaded
-        engine.cancelled = self._take_cancels  # type: ignore[attr-defined]
+        engine.take_out = self._take_out  # type: ignore[attr-defined]
 
     def run(
         self,
@@ -102,7 +109,9 @@ class Feed:
         self._lines[key], self._windows[key] = lines, window
         self.joins += 1
         source = Admitted(requests, admit, lines) if admit is not None else None
-        self.mix.join(key, source if source is not None else requests, owner, priority)
+        self.mix.join(
+            key, source if source is not None else requests, owner, priority, len(requests)
+        )
         left = len(requests)
         try:
             while left:
@@ -155,9 +164,19 @@ class Feed:
         signal handler, where no lock may be taken."""
         self._cancelling.add(key)
 
+    def _take_out(self, window: int, inside: Collection[int]) -> list[EngineRequest]:
+        """The engine asks at each step what to abort: the requests inside of the jobs
+        cancelled since (those jobs leave the mix and their readers end), and those that
+        make room for a job that joined (they run again later). ``inside``: the ``id()``
+        of the requests running in the engine."""
+        room = self.mix.preempt(window, inside)
+        if room:
+            log.info("%d requests taken out of the engine to run again: a job joined", len(room))
+        return self._take_cancels() + room
+
     def _take_cancels(self) -> list[EngineRequest]:
-        """The engine asks at each step: the requests inside of the jobs cancelled since,
-        which it aborts; those jobs leave the mix and their readers end."""
+        """The requests inside of the jobs cancelled since; those jobs leave the mix and
+        their readers end."""
         inside: list[EngineRequest] = []
         while self._cancelling:
             key = self._cancelling.pop()

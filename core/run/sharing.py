@@ -11,6 +11,14 @@ so it gets its share from the next free slot on, without a backlog of credit and
 without waiting behind the others' queues. A source leaves when its iterator is
 exhausted or when it is cancelled; neither touches the others' requests.
 
+Free slots come only as requests finish, and requests of one length finish together: a
+long job's batch full of 16-token answers frees every slot at once, a wave later. So a
+source that joins a full engine *claims* its share of the slots (:meth:`Mix.preempt`,
+asked at the engine's next step): as many as its weight's part of the window, or its
+requests if fewer. Where the free slots fall short, the others' youngest requests beyond
+their own shares leave the engine (the ones that lose the fewest tokens) and go back to
+the front of their sources, to run again; the freed slots go to the claimant first.
+
 A job's weight is its owner's share times its priority factor: each owner has an
 equal share, split among that owner's jobs in the mix (a job without an owner is an
 owner of its own), so one owner's ten jobs weigh no more than another owner's one.
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from core.check.engine_requests import EngineRequest
@@ -43,6 +51,7 @@ class Source:
     requests: Iterator[EngineRequest]
     joined: int  # order of joining: ties go to the earlier source
     passed: float = 0.0  # requests taken, each counted 1 / weight
+    claim: int = 0  # slots it claims at the engine's next step (it joined a running mix)
     last_taken: int = -1  # when it last gave a request (ties go to the longest waiting)
     again: deque[EngineRequest] = field(default_factory=deque)  # put back: these go first
 
@@ -68,9 +77,11 @@ class Mix:
         requests: Iterable[EngineRequest],
         owner: Hashable | None = None,
         priority: float = 1.0,
+        size: int | None = None,
     ) -> None:
         """Adds a job's requests, read lazily; ``priority`` multiplies its weight (2.0
-        gets twice the share of its owner's other jobs' equals, 0.5 half)."""
+        gets twice the share of its owner's other jobs' equals, 0.5 half). ``size``: how
+        many requests it has, where known: it claims no more slots than that."""
         if priority <= 0:
             raise ValueError("a priority factor is above 0")
         with self._lock:
@@ -79,7 +90,9 @@ class Mix:
             self._gone.pop(key, None)
             owner = key if owner is None else owner
             start = self._level()
-            self._sources[key] = Source(key, owner, priority, iter(requests), self._joined, start)
+            source = Source(key, owner, priority, iter(requests), self._joined, start)
+            source.claim = size if size is not None else 1 << 30
+            self._sources[key] = source
             self._joined += 1
 
     def _level(self) -> float:
@@ -142,6 +155,64 @@ class Mix:
             for i, _ in inside:
                 del self._taken[i]
             return [request for _, request in inside]
+
+    def preempt(self, window: int, inside: Collection[int] | None = None) -> list[EngineRequest]:
+        """Makes room for the sources that joined since the engine's last step (see the
+        module doc): returns the requests to take out of the engine, which go back to the
+        front of their sources. ``window``: the requests the engine holds at once;
+        ``inside``: the ``id()`` of those running in it now (a request finished and not
+        yet handed back is no room to make), all handed out if None."""
+        with self._lock:
+            if inside is None:
+                inside = self._taken.keys()
+            taken_out: list[EngineRequest] = []
+            for claimant in [s for s in self._sources.values() if s.claim]:
+                share = window * self.weight(claimant.key) / self._total_weight()
+                wanted, claimant.claim = min(claimant.claim, max(1, int(share))), 0
+                need = wanted - (window - len(inside))
+                if need <= 0:
+                    continue
+                freed = self._take_youngest(need, window, inside, but=claimant.key)
+                if freed:  # the freed slots are its own: it goes first for that many
+                    level = min(s.passed for s in self._sources.values())
+                    claimant.passed = level - len(freed) / self.weight(claimant.key)
+                taken_out += freed
+            return taken_out
+
+    def _total_weight(self) -> float:
+        return sum(self.weight(key) for key in self._sources)
+
+    def _take_youngest(
+        self, count: int, window: int, inside: Collection[int], but: Hashable
+    ) -> list[EngineRequest]:
+        """Up to ``count`` requests ``inside``, the last taken first, of the sources other
+        than ``but`` that hold more slots than their shares (a source with nothing left to
+        give has no share); each goes back to the front of its source, uncharged."""
+        holding: dict[Hashable, int] = {}
+        for i in inside:
+            if (taken := self._taken.get(i)) is not None:
+                holding[taken[0]] = holding.get(taken[0], 0) + 1
+        total = self._total_weight()
+        spare = {
+            key: held - (window * self.weight(key) / total if key in self._sources else 0)
+            for key, held in holding.items()
+            if key != but
+        }
+        freed: list[tuple[int, Hashable, EngineRequest]] = []
+        for i, (key, request) in reversed(self._taken.items()):
+            if len(freed) == count:
+                break
+            if i in inside and spare.get(key, 0) >= 1:
+                spare[key] -= 1
+                freed.append((i, key, request))
+        for i, key, request in freed:  # the youngest first: each goes in front of the older
+            del self._taken[i]
+            source = self._sources.get(key)
+            if source is None:  # it had given everything: back for this one
+                source = self._sources[key] = self._gone.pop(key)
+            source.again.appendleft(request)
+            source.passed -= 1 / self.weight(key)  # charged again when it is taken again
+        return [request for _, _, request in freed]
 
     def put_back(self) -> None:
         """Returns every request handed out and not finished to the front of its source,
