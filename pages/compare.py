@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, NoReturn
 import pandas as pd
 import streamlit as st
 
+from core.experiments.report import variants_of_job
 from core.store import compare as cmp
 from core.store import export as ex
 from core.store import training as tr
@@ -34,6 +35,7 @@ class Comparison(NamedTuple):
     b: cmp.Side
     key: str
     link: dict[str, Any]
+    names: dict[str, str]  # a slice's value -> its name (an experiment's variant)
 
     @property
     def id(self) -> str:
@@ -67,10 +69,8 @@ def choose(db: Store, ids: list[str], labelled: Callable[[str], str]) -> Compari
     mode = st.radio("Compare", list(MODES), format_func=MODES.get, horizontal=True, key="cmp_mode")
     link: dict[str, Any] = {"mode": mode if mode != "jobs" else None}
     if mode == "jobs":
-        side_a, side_b, key = two_jobs(db, ids, labelled, link)
-    else:
-        side_a, side_b, key = two_slices(db, ids, labelled, link)
-    return Comparison(mode, side_a, side_b, key, link)
+        return Comparison(mode, *two_jobs(db, ids, labelled, link), link, {})
+    return Comparison(mode, *two_slices(db, ids, labelled, link))
 
 
 def two_jobs(
@@ -94,9 +94,10 @@ def two_jobs(
 
 def two_slices(
     db: Store, ids: list[str], labelled: Callable[[str], str], link: dict[str, Any]
-) -> tuple[cmp.Side, cmp.Side, str]:
-    """A job, the field that splits it, values A and B, and the metadata field that pairs
-    items (all added to ``link``); the page stops where one is missing."""
+) -> tuple[cmp.Side, cmp.Side, str, dict[str, Any], dict[str, str]]:
+    """A job, the field that splits it, values A and B, and the field that pairs items
+    (all added to ``link``), then the names of the values (an experiment's variants by
+    their labels); the page stops where one is missing."""
     job = st.selectbox("Job", ids, format_func=labelled, key="cmp_job")
     meta = [f"metadata:{k}" for k in facets(db, [job])["metadata_keys"]]
     c = st.columns(4)
@@ -108,17 +109,24 @@ def two_slices(
         stop_here(
             link, f"{escape(field)} has fewer than two values in this job; choose another field."
         )
+    keys = [cmp.ITEM, *meta] if field == cmp.VARIANT else meta  # a variant's item: its test
+    names = variants_of_job(job, paths().home) if field == cmp.VARIANT else {}
     fill_from_link(
-        {"va": ("cmp_va", One(values)), "vb": ("cmp_vb", One(values)), "on": ("cmp_key", One(meta))}
+        {"va": ("cmp_va", One(values)), "vb": ("cmp_vb", One(values)), "on": ("cmp_key", One(keys))}
     )
-    value_a = c[1].selectbox("A", values, index=0, key="cmp_va")
-    value_b = c[2].selectbox("B", values, index=1, key="cmp_vb")
+    value_a = c[1].selectbox("A", values, index=0, format_func=named(names), key="cmp_va")
+    value_b = c[2].selectbox("B", values, index=1, format_func=named(names), key="cmp_vb")
     link |= {"va": value_a, "vb": value_b}
-    if not meta:
+    if not keys:
         stop_here(link, "Pairing items inside one job needs a metadata field naming the item.")
-    key = c[3].selectbox("Pair items on", meta, key="cmp_key")
+    key = c[3].selectbox("Pair items on", keys, key="cmp_key")
     link["on"] = key
-    return cmp.Side(job, field, value_a), cmp.Side(job, field, value_b), key
+    return cmp.Side(job, field, value_a), cmp.Side(job, field, value_b), key, link, names
+
+
+def named(names: dict[str, str]) -> Callable[[str], str]:
+    """A slice's value as a box shows it: its name (a variant's label) beside it."""
+    return lambda value: f"{names[value]} ({value})" if value in names else value
 
 
 # -- the pairs ----------------------------------------------------------------------------------
@@ -222,7 +230,8 @@ def side_by_side(chosen: Comparison, pair: dict[str, Any], labelled: Callable[[s
     """A's and B's prompts and answers in two columns, then the word diff of the answers."""
     left, right = st.columns(2)
     for column, side, name in ((left, chosen.a, "a"), (right, chosen.b, "b")):
-        column.subheader(f"{name.upper()} · {escape(side.label(labelled(side.job_id)))}")
+        shown = side.label(labelled(side.job_id), chosen.names.get(str(side.value)))
+        column.subheader(f"{name.upper()} · {escape(shown)}")
         show_conversation(column, pair[f"messages_{name}"], pair[f"prompt_{name}"])  # its own
         column.caption(
             escape(f"Answer · {pair[f'status_{name}']} · {pair[f'tokens_{name}']} tokens")

@@ -30,6 +30,7 @@ from core.store import export as ex
 from core.store import review as rv
 from ui.job_controls import job_controls
 from ui.jobs import job_label, open_job
+from ui.links import compare_slices
 from ui.page_cache import fresh_or_recent
 from ui.sign_in import reviewer_name
 from ui.store import paths, store, through_app
@@ -167,6 +168,28 @@ def baseline_section(exp: report.Experiment, version: tuple) -> None:
     st.markdown("\n".join(f"- {escape(v.text)}" for v in said))
     with st.expander("Every delta and its p-value"):
         st.dataframe(table, hide_index=True, width="stretch")
+    compare_link(exp, base)
+
+
+def compare_link(exp: report.Experiment, base: int) -> None:
+    """Compare opened on the baseline (A) and another variant (B), item beside item: its
+    word diff and preferences (the same comparison the cells' preferences below are kept
+    under)."""
+    c = st.columns([2, 1], vertical_alignment="bottom")
+    others = [v for v in range(len(exp.variants)) if v != base]
+    other = c[0].selectbox(
+        "Side by side with the baseline",
+        others,
+        format_func=exp.variants.__getitem__,
+        key="exp_cmp_other",
+    )
+    _, side_a, side_b = report.comparison_of(exp, base, other)
+    c[1].page_link(
+        "pages/compare.py",
+        label="Open in Compare",
+        icon=":material/compare:",
+        query_params=compare_slices(side_a, side_b, cmp.ITEM),
+    )
 
 
 def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import streamlit as st
 
+from core.store.compare import Side
 from ui.text import escape
 
 
@@ -163,3 +164,16 @@ def review_sample(sample_id: str) -> None:
     st.session_state["sample_id"] = sample_id
     st.session_state["review_pos"] = 0
     st.switch_page("pages/review.py")
+
+
+def compare_slices(a: Side, b: Side, key: str) -> dict[str, str]:
+    """The address that opens Compare on two slices of one job (``a`` and ``b``, split by
+    the same field), their items paired on ``key``: what pages/compare.py writes of them."""
+    return {
+        "mode": "slices",
+        "job": a.job_id,
+        "split": str(a.field),
+        "va": str(a.value),
+        "vb": str(b.value),
+        "on": key,
+    }

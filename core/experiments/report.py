@@ -21,15 +21,18 @@ from pydantic import BaseModel
 
 from core.config import data_paths
 from core.experiments import stats
+from core.experiments.config import Plan
 from core.experiments.runs import (
     check_names,
     custom_id,
+    item_id,
     list_experiments,
     matrix,
     read_grades,
     read_state,
     requests_of,
     same_file,
+    variant_id,
 )
 from core.jobs.folder import JobFolder
 from core.plan.pricing import PriceTable, Usage, load_prices, usage_cost
@@ -78,6 +81,27 @@ def variant_labels(prompts: list[str], providers: list[str]) -> list[str]:
     return labels
 
 
+def plan_variants(plan: Plan) -> list[str]:
+    """The labels of a plan's variants, by the variant's index in its cells."""
+    prompts = [plan.prompts[p].name for p, _ in plan.cells]
+    providers = [plan.providers[m].name for _, m in plan.cells]
+    return variant_labels(prompts, providers)
+
+
+def variants_of_job(job_id: str, home: Path | None = None) -> dict[str, str]:
+    """The variants of the experiment that ran as ``job_id``, each by its part of the
+    custom_ids (Compare's slice value, ``p0.m1``) with its label; empty for a job that no
+    experiment ran as."""
+    for state in list_experiments(home):
+        if state.job_id == job_id:
+            labels = plan_variants(state.plan)
+            return {
+                variant_id(p, m): label
+                for (p, m), label in zip(state.plan.cells, labels, strict=True)
+            }
+    return {}
+
+
 def load(experiment_id: str, home: Path | None = None) -> Experiment:
     """The experiment's cells as its files hold them now."""
     home = home or data_paths().home
@@ -85,8 +109,6 @@ def load(experiment_id: str, home: Path | None = None) -> Experiment:
     plan = state.plan
     frame = matrix(experiment_id, home, details=True)
     item_checks = [check_names(plan, test) for test in plan.tests]
-    prompts = [plan.prompts[p].name for p, _ in plan.cells]
-    providers = [plan.providers[m].name for _, m in plan.cells]
     models = []
     for v, (_, m) in enumerate(plan.cells):
         answered = frame.loc[frame["_variant"] == v, "_model"].dropna() if len(frame) else []
@@ -97,7 +119,7 @@ def load(experiment_id: str, home: Path | None = None) -> Experiment:
         experiment_id=experiment_id,
         name=plan.name,
         frame=frame,
-        variants=variant_labels(prompts, providers),
+        variants=plan_variants(plan),
         items=[t.description or str(i + 1) for i, t in enumerate(plan.tests)],
         item_checks=item_checks,
         checks=list(dict.fromkeys(c for names in item_checks for c in names)),
@@ -128,9 +150,11 @@ def result_of(exp: Experiment, item: int, variant: int) -> tuple[str, str]:
 def comparison_of(exp: Experiment, a: int, b: int) -> tuple[str, cmp.Side, cmp.Side]:
     """Compare's comparison of two variants of an experiment: its id (under which Compare
     tallies their preferences and exports them for DPO) and its sides, slices of the
-    experiment's one job by variant."""
-    side_a, side_b = (cmp.Side(str(exp.job_id), "variant", exp.variants[v]) for v in (a, b))
-    return cmp.comparison_id(side_a, side_b, "item"), side_a, side_b
+    experiment's one job by variant paired by item: what Compare opens on them."""
+    side_a, side_b = (
+        cmp.Side(str(exp.job_id), cmp.VARIANT, variant_id(*exp.plan_cells[v])) for v in (a, b)
+    )
+    return cmp.comparison_id(side_a, side_b, cmp.ITEM), side_a, side_b
 
 
 def prefer(
@@ -163,7 +187,7 @@ def preferred(
 
 
 def _pair_key(item: int) -> str:
-    return f"t{item}"  # the item's test, as its custom_ids begin
+    return item_id(item)  # the key Compare pairs the item's two answers on
 
 
 class Turns(BaseModel):

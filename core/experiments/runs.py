@@ -135,8 +135,19 @@ def _made(state: ExperimentState) -> datetime:
     return made if made.tzinfo else made.replace(tzinfo=UTC)
 
 
+def item_id(test: int) -> str:
+    """A test's part of its lines' custom_ids (Compare pairs two variants on it)."""
+    return f"t{test}"
+
+
+def variant_id(prompt: int, provider: int) -> str:
+    """A variant's part of its lines' custom_ids (Compare's slice of one variant)."""
+    return f"p{prompt}.m{provider}"
+
+
 def custom_id(test: int, prompt: int, provider: int) -> str:
-    return f"t{test}.p{prompt}.m{provider}"
+    """A line's id; core.store.compare.EXPERIMENT_LINE reads its item and variant back."""
+    return f"{item_id(test)}.{variant_id(prompt, provider)}"
 
 
 # -- the batch file ------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Comparing two sets of answers to the same prompts: two jobs, or two slices of one job.
 
 Each side is a job, optionally narrowed to one value of a field (the model, the prompt
-version or a metadata key). Items pair on ``custom_id`` or, within one job (where ids are
-unique), on a metadata key such as ``item_id``. A word-level diff, length and token deltas,
+version, a metadata key, or an experiment's variant). Items pair on ``custom_id`` or, within
+one job (where ids are unique), on a metadata key such as ``item_id`` or an experiment's
+item. A word-level diff, length and token deltas,
 and a preference label (A / B / tie) per pair with a tally.
 """
 
@@ -25,7 +26,12 @@ from core.store.results import metadata_path
 from core.store.schema import SHOWN_ANSWER_SQL
 
 CHOICES = ("A", "B", "tie")
-SPLIT_FIELDS = ("model", "prompt_version")  # or "metadata:<key>"
+# An experiment runs as one job whose lines' custom_ids are t<test>.p<prompt>.m<provider>
+# (core.experiments.runs.custom_id): its variant is the p<prompt>.m<provider> part, its item
+# the t<test> part, so two variants of one experiment are two slices paired by item.
+VARIANT, ITEM = "variant", "item"
+EXPERIMENT_LINE = r"^(t[0-9]+)\.(p[0-9]+\.m[0-9]+)$"  # groups: the item, the variant
+SPLIT_FIELDS = ("model", "prompt_version", VARIANT)  # or "metadata:<key>"
 
 
 class CompareError(ValueError):
@@ -40,12 +46,17 @@ class Side:
     field: str | None = None
     value: str | None = None
 
-    def label(self, job: str | None = None) -> str:
-        """The side as text: its job (``job``, e.g. the job's label, else its id) and slice."""
-        return (job or self.job_id) + (f" [{self.field}={self.value}]" if self.field else "")
+    def label(self, job: str | None = None, value: str | None = None) -> str:
+        """The side as text: its job (``job``, e.g. the job's label, else its id) and slice
+        (its value named ``value``, e.g. an experiment's variant by its label)."""
+        shown = value or self.value
+        return (job or self.job_id) + (f" [{self.field}={shown}]" if self.field else "")
 
 
 def _field_sql(field: str, params: list[Any]) -> str:
+    if field in (VARIANT, ITEM):  # a line of no experiment has neither (NULL)
+        group = 1 if field == ITEM else 2
+        return f"nullif(regexp_extract(r.custom_id, '{EXPERIMENT_LINE}', {group}), '')"
     if field.startswith("metadata:"):
         params.append(metadata_path(field.removeprefix("metadata:")))
         return "(r.metadata ->> ?)"

@@ -5,6 +5,7 @@ in its views; a running experiment shows its progress and no matrix yet."""
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -12,7 +13,8 @@ from core.config import data_paths
 from core.experiments.runs import read_grades, read_state
 from core.jobs.folder import JobFolder
 from tests.support.experiments import experiment_in_home, promptfoo_config
-from tests.support.pages import open_page, texts
+from tests.support.links import open_link
+from tests.support.pages import open_page, shown, texts
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -180,3 +182,45 @@ def test_an_item_opens_beside_its_conversation_and_one_of_two_cells_is_preferred
     job_id = read_state(experiment_id).job_id
     assert [(x["kind"], x["job_b"], x["custom_id_a"], x["custom_id_b"], x["choice"])
             for x in saved] == [("preference", job_id, "t1.p0.m0", "t1.p1.m0", "B")]  # fmt: skip
+
+
+def answers_shown(at) -> list[str]:
+    """Compare's two answers of the pair shown, A then B (as plain text)."""
+    return [t.value for t in at.text if "answer to item" in t.value]
+
+
+def test_two_variants_open_in_compare_paired_item_by_item(model):
+    """The Experiments page's link opens Compare on the experiment's job with side A the
+    baseline's answers and side B the other variant's, each row one test under both; a
+    preference made there is the one the Experiments page tallies."""
+
+    def said(cid: str) -> dict:
+        t, p = cid.split(".")[:2]
+        return {"answer": f"{['plain', 'terse'][int(p[1:])]} answer to item {t[1:]}"}
+
+    experiment_id = experiment_in_home(model, config(3), said)
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_baseline").set_value(1).run()  # terse the baseline: side A
+    link = at.get("page_link")[-1].proto
+    assert (link.page, link.label) == ("compare", "Open in Compare")  # its url path
+    params = {k: v[0] for k, v in parse_qs(link.query_string).items()}
+    at = open_link("compare.py", **params)
+    assert at.radio(key="cmp_mode").value == "slices"
+    assert at.selectbox(key="cmp_key").value == "item"
+    rows = next(d.value for d in at.dataframe if "answer_a" in d.value.columns)
+    assert rows[["key", "answer_a", "answer_b"]].values.tolist() == [
+        [f"t{i}", f"terse answer to item {i}", f"plain answer to item {i}"] for i in range(3)
+    ]
+    assert "Pair 1 of 3" in texts(at)
+    assert answers_shown(at) == ["terse answer to item 0", "plain answer to item 0"]
+    assert at.selectbox(key="cmp_va").options == ["plain (p0.m0)", "terse (p1.m0)"]
+    assert shown(at.subheader[0].value).endswith("[variant=terse]")  # A: the variant's label
+    at.text_input(key="reviewer").input("ana").run()
+    at.button(key="pref_A").click().run()
+    assert answers_shown(at) == ["terse answer to item 1", "plain answer to item 1"]  # next
+    at = open_page("experiments.py")
+    at.selectbox(key="exp_p_a").set_value(1).run()
+    at.selectbox(key="exp_p_b").set_value(0).run()
+    assert "A 1, B 0, tie 0 (Compare's tally)" in texts(at)  # one comparison, two pages
+    job_id = read_state(experiment_id).job_id
+    assert params["job"] == job_id

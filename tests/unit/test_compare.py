@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from core.experiments.runs import custom_id
 from core.store.compare import (
+    ITEM,
+    VARIANT,
     CompareError,
     Side,
     comparison_id,
@@ -173,3 +176,26 @@ def test_the_request_parameter_that_differs_is_a_row_of_its_own(tmp_path: Path) 
     assert "request max_tokens" not in differ.index  # the same in both
     assert "request model" not in differ.index  # the model has its own row
     assert not any(name.startswith("request parameters") for name in differ.index)
+
+
+def test_two_variants_of_an_experiment_pair_on_the_item_their_custom_ids_name(tmp_path):
+    """An experiment's one job: a variant is the p<prompt>.m<provider> part of its lines'
+    custom_ids, an item the t<test> part (core.experiments.runs.custom_id), so variant X
+    and variant Y pair up test by test; a line of no experiment is in neither slice."""
+    rows = [
+        {"custom_id": custom_id(t, p, m), "prompt": f"q{t}", "answer": f"p{p}.m{m} on t{t}"}
+        for t in range(3)
+        for p, m in ((0, 0), (1, 0), (0, 1))
+    ]
+    rows.append({"custom_id": "t9", "prompt": "q9", "answer": "no variant"})
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    assert split_values(store, job.job_id, VARIANT) == ["p0.m0", "p0.m1", "p1.m0"]
+    a, b = Side(job.job_id, VARIANT, "p0.m0"), Side(job.job_id, VARIANT, "p1.m0")
+    frame = pairs(store, a, b, key=ITEM)
+    assert list(frame["key"]) == ["t0", "t1", "t2"]
+    assert list(frame["custom_id_a"]) == ["t0.p0.m0", "t1.p0.m0", "t2.p0.m0"]
+    assert list(frame["answer_a"]) == ["p0.m0 on t0", "p0.m0 on t1", "p0.m0 on t2"]
+    assert list(frame["answer_b"]) == ["p1.m0 on t0", "p1.m0 on t1", "p1.m0 on t2"]
+    assert coverage(store, a, b, ITEM) == {"a": 3, "b": 3, "paired": 3}
