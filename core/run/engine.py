@@ -555,6 +555,7 @@ class EngineActivity:
     steps: int = 0  # engine steps since it loaded
     running: int = 0
     waiting: int = 0
+    beside: int = 0  # other jobs' requests running beside this job's (jobs side by side)
     progress: tuple[tuple[int, int], ...] = ()  # (tokens written, limit) per request inside
     held: int = 0  # finished, not yet handed back (they are written within a second)
     recent_steps: tuple[tuple[int, int, float], ...] = ()  # (step, requests in it, seconds)

@@ -119,15 +119,18 @@ def simulate(
     window: int,
     lengths: LengthDraws,
     step: StepTime,
+    beside: int = 0,
 ) -> float:
     """Seconds until the last request finishes, in one draw.
 
     Args:
         running: ``(tokens written, limit)`` of each request in the engine now.
         waiting: the limits of the requests not yet admitted, in admission order.
-        window: how many requests the engine runs at once.
+        window: how many of these requests the engine runs at once.
         lengths: where answer lengths come from.
         step: seconds per step for a number of running requests.
+        beside: other jobs' requests in the engine (jobs side by side): every step
+            runs them too. They are taken to stay while this job runs.
     """
     ends = [lengths.draw(limit, written) - written for written, limit in running]
     heapq.heapify(ends)
@@ -146,7 +149,7 @@ def simulate(
     seconds, running_now, previous = 0.0, len(finish_steps), 0
     for end in finish_steps:
         if end > previous:
-            seconds += (end - previous) * step(min(running_now, slots))
+            seconds += (end - previous) * step(min(running_now, slots) + beside)
             previous = end
         running_now -= 1
     return seconds
@@ -183,16 +186,20 @@ def remaining_seconds(
     lengths: LengthDraws,
     step: StepTime,
     tokens_per_s: float,
+    beside: int = 0,
 ) -> float:
     """The expected seconds left: the requests before the last :data:`TAIL` at the token
-    rate (from a sample of them), the rest simulated (an average of :data:`DRAWS` draws)."""
+    rate (from a sample of them), the rest simulated (an average of :data:`DRAWS` draws).
+    Beside other jobs (``beside`` of their requests inside), the job has the slots of the
+    window they leave, and every step is a step of both (:func:`simulate`)."""
     seconds, early = 0.0, waiting.count - len(waiting.last)
     if early > 0:
         sample = waiting.first[:early]
         tokens = sum(lengths.draw(limit) for limit in sample) * early / len(sample)
         seconds = tokens / tokens_per_s if tokens_per_s > 0 else 0.0
         running = []  # by the time the tail is reached, today's running requests are done
-    runs = [simulate(running, waiting.last, window, lengths, step) for _ in range(DRAWS)]
+    slots = max(window - beside, 1)
+    runs = [simulate(running, waiting.last, slots, lengths, step, beside) for _ in range(DRAWS)]
     return seconds + sum(runs) / len(runs)
 
 
@@ -273,7 +280,9 @@ class Forecast:
             if rate <= 0 or not activity.progress or len(self.readings) < MIN_READINGS:
                 return None
             step = StepTime(0.0, 1.0 / rate)  # every request as fast as the full batch
-        eta = remaining_seconds(activity.progress, waiting, self.window, self.lengths, step, rate)
+        eta = remaining_seconds(
+            activity.progress, waiting, self.window, self.lengths, step, rate, activity.beside
+        )
         if self.last is not None:
             then, previous = self.last
             eta = SMOOTHING * eta + (1 - SMOOTHING) * max(previous - (now - then), 0.0)

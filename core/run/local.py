@@ -138,7 +138,8 @@ class LocalExecutor:
         if self._shared:
             inside = sum(min(written, limit or written) for written, limit in now.progress)
             generated = self._tokens + inside
-            now = replace(now, running=len(now.progress), waiting=0)
+            beside = max(now.running - len(now.progress), 0)
+            now = replace(now, running=len(now.progress), waiting=0, beside=beside)
         return replace(
             now,
             first_token_at=self._first_token_at,

@@ -47,6 +47,18 @@ def test_waves_of_requests_through_the_window() -> None:
     assert simulate([], [100] * 4, 2, draws, StepTime(1.0, 0.0)) == pytest.approx(20.0)
 
 
+def test_beside_another_job_a_job_has_the_slots_left_and_every_step_runs_both() -> None:
+    # 8 requests of 10 tokens, a window of 8, a step of 0.1 s + 0.01 s a request. Alone:
+    # one wave of 10 steps of 8. Beside another job holding 4 slots: two waves of 4 of its
+    # own, each step a step of 8 requests.
+    draws = lengths(Answer(tokens=10, limit=100, truncated=False))
+    step, waiting = StepTime(0.1, 0.01), Waiting(8, (100,) * 8, (100,) * 8)
+    alone = remaining_seconds([], waiting, 8, draws, step, tokens_per_s=0.0)
+    shared = remaining_seconds([], waiting, 8, draws, step, tokens_per_s=0.0, beside=4)
+    assert alone == pytest.approx(10 * step(8))
+    assert shared == pytest.approx(20 * step(8))
+
+
 def test_a_running_request_needs_only_what_it_has_not_written() -> None:
     draws = lengths(Answer(tokens=50, limit=100, truncated=False))
     assert simulate([(5, 100)], [], 8, draws, StepTime(0.5, 0.0)) == pytest.approx(45 * 0.5)

@@ -378,6 +378,7 @@ class CountingEngine(SteppingEngine):
         mine = [r for r in self.inside if of is None or id(r) in of]
         return EngineActivity(
             generated_tokens=self.answered + self.WRITTEN * len(self.inside),
+            running=len(self.inside),
             progress=tuple((self.WRITTEN, 8) for _ in mine),
         )
 
@@ -398,6 +399,9 @@ def test_a_jobs_live_tokens_beside_another_job_are_its_own():
     own = CountingEngine.WRITTEN
     assert first.activity().generated_tokens == 1 + own * inside.count("a")  # a0: none of b's
     assert second.activity().generated_tokens == len(got) + own * inside.count("b")
+    # what its ETA counts on: the other job's requests inside run in every step of its own
+    assert first.activity().beside == inside.count("b") > 0
+    assert second.activity().beside == inside.count("a") > 0
 
 
 class Gate:
