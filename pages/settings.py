@@ -19,8 +19,7 @@ from core.check.sensitive import (
     read_policy,
     region_label,
     save_owner_policies,
-    save_phone_region,
-    save_policy,
+    save_studio,
 )
 from core.config import DataPaths, default_model_dir, models_dir
 from core.devices import gpu_count
@@ -606,7 +605,8 @@ SENSITIVE_HELP = (
     "them (masked) and the file runs; refuse: Upload & check, core check, Run and the "
     "Batch API refuse the file, naming the lines; redact: the check lists them and the "
     "engine reads each as a placeholder such as [EMAIL_1] (the file on disk stays as "
-    "given; each output line with one says how many it had, by kind)."
+    "given; each output line with one says how many it had, by kind). Also "
+    "`python -m core sensitive POLICY --region XX`."
 )
 
 
@@ -622,7 +622,7 @@ def sensitive_section(home: Path) -> None:
         "Policy", POLICIES, index=POLICIES.index(kept), horizontal=True, key="sensitive"
     )
     if policy != kept and st.button("Save policy", key="save_sensitive"):
-        save_policy(home, policy)
+        save_studio(home, policy=policy)
         st.toast(f"Sensitive data: {policy}.")
         st.rerun()
     st.caption(SENSITIVE_HELP)
@@ -649,7 +649,7 @@ def region_section(home: Path) -> None:
     )
     if region != kept and st.button("Save region", key="save_phone_region"):
         try:
-            save_phone_region(home, region)
+            save_studio(home, phone_region=region)
         except PolicyProblem as exc:
             st.error(f"Not saved: {escape(str(exc))}.", icon=":material/block:")
         else:

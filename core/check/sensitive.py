@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import msgspec
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from core.files import write_atomic
 from core.schemas import DEFAULT_PHONE_REGION, Model
@@ -277,47 +277,66 @@ def phone_region_now(home: Path | None = None) -> str:
     return policy_now(home).phone_region
 
 
+def save_studio(
+    home: Path, policy: str | None = None, phone_region: str | None = None
+) -> SensitivePolicy:
+    """Keeps the studio's policy, its phone region, or both (None: kept as it is), the
+    owners' policies kept: the one rule Settings and ``core sensitive`` save through. Both
+    are checked before anything is written, so a wrong one keeps nothing, the other neither.
+
+    Raises:
+        PolicyProblem: ``policy`` is not one of POLICIES, ``phone_region`` is not one of
+            libphonenumber's regions (the message names it), or the kept file cannot be
+            read and no policy is given (a studio policy saved anew mends the file).
+    """
+    if policy is not None and policy not in POLICIES:
+        raise PolicyProblem(
+            f"{policy!r} is not a policy for sensitive data; use one of {', '.join(POLICIES)}"
+        )
+    region = None if phone_region is None else check_region(phone_region)
+    try:
+        kept = read_policy(home)
+    except PolicyProblem:
+        if policy is None:  # nothing to mend it with
+            raise
+        kept = SensitivePolicy()  # a studio policy saved anew mends an unreadable file
+    kept = SensitivePolicy(
+        policy=kept.policy if policy is None else policy,
+        owners=kept.owners,
+        phone_region=kept.phone_region if region is None else region,
+    )
+    write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
+    return kept
+
+
 def save_policy(home: Path, policy: str, owner: str | None = None) -> SensitivePolicy:
-    """Keeps the studio's policy, or with ``owner`` that owner's ("" clears it: the studio's
-    applies); a name other than those of POLICIES keeps nothing.
+    """Keeps the studio's policy (:func:`save_studio`), or with ``owner`` that owner's ("" clears
+    it: the studio's applies); a name other than those of POLICIES keeps nothing.
 
     Raises:
         PolicyProblem: ``policy`` is not one of them, or the kept file cannot be read.
     """
-    try:
-        kept = read_policy(home)
-    except PolicyProblem:
-        if owner is not None:  # the owners' policies in it would be lost
-            raise
-        kept = SensitivePolicy()  # a studio policy saved anew mends an unreadable file
-    owners = {name: p for name, p in kept.owners.items() if name != owner}
-    try:
-        if owner is None:
-            kept = SensitivePolicy(policy=policy, owners=owners, phone_region=kept.phone_region)
-        else:
-            kept = SensitivePolicy(
-                policy=kept.policy,
-                owners={**owners, **({owner: policy} if policy else {})},
-                phone_region=kept.phone_region,
-            )
-    except ValidationError:
+    if owner is None:
+        return save_studio(home, policy=policy)
+    if policy and policy not in POLICIES:
         raise PolicyProblem(
             f"{policy!r} is not a policy for sensitive data; use one of {', '.join(POLICIES)}"
-        ) from None
+        )
+    kept = read_policy(home)  # unreadable: the owners' policies in it would be lost
+    owners = {name: p for name, p in kept.owners.items() if name != owner}
+    kept = kept.model_copy(update={"owners": {**owners, **({owner: policy} if policy else {})}})
     write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
     return kept
 
 
 def save_phone_region(home: Path, region: str) -> SensitivePolicy:
-    """Keeps the studio's phone region, the policies kept as they are.
+    """Keeps the studio's phone region, the policies kept as they are (:func:`save_studio`).
 
     Raises:
         PolicyProblem: ``region`` is not one of libphonenumber's (nothing is kept), or the
             kept file cannot be read.
     """
-    kept = read_policy(home).model_copy(update={"phone_region": check_region(region)})
-    write_atomic(home / POLICY_FILE, kept.model_dump_json().encode())
-    return kept
+    return save_studio(home, phone_region=region)
 
 
 def owner_policies_text(kept: SensitivePolicy) -> str:

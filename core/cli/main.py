@@ -18,10 +18,11 @@ python -m core embed --model DIR --text TEXT [--text ...] [--stdin]
 python -m core engine status [--json] | engine unload MODEL | engine stop
 python -m core serve [--host 127.0.0.1] [--port 8501] [--engine-idle SECONDS]
 python -m core keys create NAME | keys list | keys revoke NAME
+python -m core sensitive [POLICY] [--region XX]
 python -m core webhooks add URL [--events ...] | webhooks list | remove ID | rotate ID | deliver
 
 One module per command group (check, jobs, approval, experiment, export, review, grade, judge,
-models, embed, engine, serve, keys, webhooks); each adds its commands.
+models, embed, engine, serve, keys, sensitive, webhooks); each adds its commands.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from core.cli import (
     keys,
     models,
     review,
+    sensitive,
     serve,
     webhooks,
 )
@@ -50,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m core", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     groups = (check, jobs, approval, experiment, export, review, grade, judge, models, embed)
-    for group in (*groups, engine, serve, keys, webhooks):
+    for group in (*groups, engine, serve, keys, sensitive, webhooks):
         group.add_commands(commands)
     return parser
 

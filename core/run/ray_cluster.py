@@ -14,6 +14,15 @@ most) and its shards run again; if the dataset still fails, the requests without
 run again in a new dataset (three passes at most), and any still without one end as a
 retryable ``engine_error``. A line for a request that already has one is dropped.
 
+Run windows: a job with windows runs a :class:`Door`, an actor on the driver's node that a
+thread of the driver closes as soon as the job's gate refuses (:class:`WindowWatch`, asked
+every ``GATE_POLL_SECONDS``). Each replica asks the door before it starts a shard and hands
+back a shard it did not start as ``held``: when the window closes, each replica finishes
+the shard it runs (at most ``SHARD_REQUESTS`` requests, or the job's chunk size), the
+others run nothing, the pass ends, and the requests left wait for the job's next run, as
+on this machine, where the gate is asked before each request enters the engine. One
+dataset per pass still feeds every shard, so the replicas load their model once a run.
+
 ``spec.ray`` (see :class:`core.schemas.RaySettings`)::
 
     {"address": "local" | "auto" | "HOST:6379",
@@ -34,10 +43,12 @@ are (:mod:`core.run.ray_output`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -62,6 +73,13 @@ log = logging.getLogger(__name__)
 MAX_PASSES = 3  # datasets run for one job before requests still without a line fail
 REPLICA_RESTARTS = 2  # per replica, by Ray, before its dataset fails
 REPLICA_START_SECONDS = 900  # to schedule and load every replica (an 8B model: minutes)
+# A shard's most requests where the job gives no chunk size. A shard is Ray Data's unit of
+# work (a task, a row back): 128 requests keep a replica's engine batch full and make that
+# overhead negligible, while bounding what a replica still runs once its job's run window
+# closes (the shard it started) or runs again when it is lost.
+SHARD_REQUESTS = 128
+GATE_POLL_SECONDS = 0.25  # how often the driver asks a windowed job's gate: a shard's start
+DOOR_SECONDS = 30  # a replica's wait for the door's answer before it runs the shard anyway
 RAY_MISSING = (
     "Ray is not installed: pip install -r requirements-ray.txt "
     "(ray[data]; never ray[llm] beside the CPU build of vLLM)"
@@ -134,6 +152,7 @@ class Replica:
         model: str,
         defaults: dict[str, Any] | None = None,
         parts: str | None = None,
+        door: Any = None,
     ) -> None:
         import ray
 
@@ -144,6 +163,7 @@ class Replica:
         self.replica_id = context.get_actor_id() or f"pid-{os.getpid()}"
         self.model = model
         self.parts = parts  # where to write result parts (None: lines go back over Ray)
+        self.door = door  # the job's run window, a Door's handle (None: any time)
         self.defaults = JobDefaults.model_validate(defaults or {})
         self.engine = Engine(EngineConfig.model_validate(engine))
         self.load_seconds = self.engine.load_seconds
@@ -151,16 +171,19 @@ class Replica:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         from core.run.retry import run_chunk
 
-        keys = ("lines", "node_id", "replica_id", "pid", "seconds", "resources", "problem")
+        keys = ("lines", "node_id", "replica_id", "pid", "seconds", "resources", "problem", "held")
         out: dict[str, list[Any]] = {k: [] for k in keys}
         for raw in batch["requests"] if "requests" in batch else batch["object"]:
             started = time.monotonic()
-            try:
-                requests = self._requests(raw, "object" in batch)
-            except StorageError as exc:  # said to the driver, which stops the job with it
-                lines, problem = [], str(exc)
-            else:
-                lines, problem = run_chunk(self.engine, requests, self.model), ""
+            held = not self._admitted()  # the run window closed: not started, sent back
+            lines, problem = [], ""
+            if not held:
+                try:
+                    requests = self._requests(raw, "object" in batch)
+                except StorageError as exc:  # said to the driver, which stops the job with it
+                    problem = str(exc)
+                else:
+                    lines = run_chunk(self.engine, requests, self.model)
             for line in lines:
                 line["node_id"] = self.node_id
             sent: Any = lines
@@ -176,12 +199,71 @@ class Replica:
             out["seconds"].append(round(time.monotonic() - started, 3))
             out["resources"].append(json.dumps(_own_resources(self.load_seconds)))
             out["problem"].append(problem)
+            out["held"].append(held)
         return out
+
+    def _admitted(self) -> bool:
+        """Whether the job's run window lets this replica start a shard (its door open). A
+        door that does not answer admits it: the driver still holds the rest between
+        passes."""
+        if self.door is None:
+            return True
+        import ray
+
+        try:
+            return bool(ray.get(self.door.is_open.remote(), timeout=DOOR_SECONDS))
+        except ray.exceptions.RayError as exc:
+            log.warning("the run window's door did not answer (%s): the shard runs", exc)
+            return True
 
     def _requests(self, raw: str, in_object: bool) -> list[EngineRequest]:
         if in_object:
             return read_requests(ObjectShard.model_validate_json(raw), self.defaults)
         return [request_from_dict(d) for d in json.loads(raw)]
+
+
+class Door:
+    """A windowed job's run window as its replicas see it: open until the driver closes it
+    (a Ray actor on the driver's node; once closed it stays closed for the run, as the
+    job's gate does)."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.open = False
+
+    def is_open(self) -> bool:
+        return self.open
+
+
+class WindowWatch:
+    """A thread of the driver that asks the job's gate (``admit``) every ``seconds`` while
+    a pass runs and calls ``close`` once when it refuses: the replicas' door shuts within
+    that time, not when the pass's next row comes back."""
+
+    def __init__(
+        self, admit: Callable[[], bool], close: Callable[[], object], seconds: float
+    ) -> None:
+        self.admit, self.close, self.seconds = admit, close, seconds
+        self.closed = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="ray-run-window", daemon=True)
+
+    def __enter__(self) -> WindowWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.seconds):
+            if not self.admit():
+                self.close()
+                self.closed = True
+                return
 
 
 def _own_resources(load_seconds: float) -> dict[str, Any]:
@@ -249,8 +331,8 @@ class RayExecutor:
         self.load_seconds = time.monotonic() - started  # the replicas load as the job starts
         self._stopped = False
         self.notify: Callable[[str], None] | None = None  # the job's history (the worker's)
-        # The job's run windows: Ray Data hands the shards out itself, so a closed window
-        # starts no new pass (the shards of a running one finish).
+        # The job's run windows: asked before each pass, and relayed to the replicas during
+        # one (a Door), which start no shard once it is closed (the running ones finish).
         self.admit: Callable[[], bool] | None = None
         self.window = 0  # each replica has its own engine
         s = self.settings
@@ -380,6 +462,7 @@ class RayExecutor:
         s = self.settings
         size = shard_size(len(requests), s.replicas, self.chunk_size)
         shards = [self._shard(requests[i : i + size]) for i in range(0, len(requests), size)]
+        door = self._door()
         with warnings.catch_warnings():  # max_restarts has no named parameter in 2.60
             warnings.filterwarnings("ignore", message=".*ray_remote_args")
             dataset = ray.data.from_items(shards, override_num_blocks=len(shards)).map_batches(
@@ -389,6 +472,7 @@ class RayExecutor:
                     "model": self.model,
                     "defaults": self.spec.defaults.model_dump(),
                     "parts": self.parts if self.acks else None,
+                    "door": door,
                 },
                 batch_size=1,
                 compute=ray.data.ActorPoolStrategy(
@@ -406,19 +490,44 @@ class RayExecutor:
         # Data's executor, stopped after ray.shutdown(), ended the worker's process.
         rows = iter(dataset.iter_rows())
         try:
-            for row in rows:
-                if row["problem"]:
-                    raise StorageError(row["problem"])
-                lines = json.loads(row["lines"])
-                if isinstance(lines, dict):  # a part's acknowledgement: durable, then read
-                    ack = ray_output.PartAck.model_validate(lines)
-                    assert self.acks is not None
-                    self.acks.append(ack)
-                    lines = list(ray_output.read_part(ack))
-                self.stats.record(row, lines)
-                yield lines
+            with self._watch(door):
+                for row in rows:
+                    if row["problem"]:
+                        raise StorageError(row["problem"])
+                    if row["held"]:  # not started, its run window closed: left for the next run
+                        continue
+                    lines = json.loads(row["lines"])
+                    if isinstance(lines, dict):  # a part's acknowledgement: durable, then read
+                        ack = ray_output.PartAck.model_validate(lines)
+                        assert self.acks is not None
+                        self.acks.append(ack)
+                        lines = list(ray_output.read_part(ack))
+                    self.stats.record(row, lines)
+                    yield lines
         finally:
             rows.close()
+
+    def _door(self) -> Any:
+        """The door this pass's replicas ask before each shard, on the driver's node (None:
+        the job has no run windows, and the replicas ask nothing)."""
+        if self.admit is None:
+            return None
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        door = ray.remote(num_cpus=0)(Door)
+        # Ends with its last handle: the pass's, and its replicas'.
+        return door.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)
+        ).remote()
+
+    def _watch(self, door: Any) -> contextlib.AbstractContextManager[object]:
+        """While a pass runs: the job's gate asked in a thread, its door closed when it
+        refuses (nothing without windows)."""
+        if door is None or self.admit is None:
+            return contextlib.nullcontext()
+        return WindowWatch(self.admit, door.close.remote, GATE_POLL_SECONDS)
 
     def _recover(self, left: dict[str, EngineRequest]) -> Iterator[list[dict]]:
         """The lines of requests acknowledged in an earlier run whose lines the job
@@ -472,7 +581,7 @@ def _offset(line: tuple[str, int, int]) -> int:
 def shard_size(requests: int, replicas: int, chunk_size: int | None) -> int:
     """Requests per shard: at most the job's chunk size, and small enough that every
     replica gets at least two shards (a slow or lost shard then delays less)."""
-    cap = chunk_size or 128
+    cap = chunk_size or SHARD_REQUESTS
     return max(1, min(cap, math.ceil(requests / (2 * replicas))))
 
 

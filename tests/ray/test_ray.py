@@ -456,3 +456,77 @@ def test_a_killed_driver_resumes_then_an_output_bucket_gone_fails_in_words_and_l
     assert verify(job).ok
     status = job.read_status()
     assert status.state == "completed" and status.runs == 3
+
+
+# -- run windows --------------------------------------------------------------------------------
+
+
+def test_a_window_closing_mid_pass_pauses_the_job_and_it_resumes_when_it_opens(
+    cluster, studio_home, tmp_path, default_model, monkeypatch
+):
+    """A job on one replica, in shards of two, its window daily 20:00-22:00: the window
+    closes once results flow (the clock moved to 22:00, the worker run here to keep the
+    clock). The replica finishes the shard it runs and starts no other: the job goes back
+    to the queue paused with fewer than all results (before, the pass ran all 32), and when
+    the window opens the next day it completes by itself, each request once. (Without
+    Ray: tests/unit/test_ray_windows.py.)"""
+    import threading
+    from datetime import datetime, timedelta
+
+    from core.config import data_paths
+    from core.jobs.folder import create_job, queue_job
+    from core.jobs.windows import Clock
+    from core.run import worker
+    from core.run.ray_cluster import ray_settings
+    from core.schemas import EngineConfig
+    from tests.support.jobs import rewrite_spec
+
+    job = create_job(
+        _batch(tmp_path / "batch.jsonl", 32),
+        data_paths().jobs,
+        EngineConfig(model=str(default_model)),
+        chunk_size=2,
+        ray=ray_settings(cluster.address, 1, 0, 1, {"slot": 1}),
+    )
+    rewrite_spec(
+        job, run_windows="daily 20:00-22:00", run_windows_zone="UTC", completion_window_hours=None
+    )
+    queue_job(job)
+
+    class Closing(Clock):
+        """Monday 20:00 until the test moves it; each of the worker's waits, 15 min on."""
+
+        moment = datetime.fromisoformat("2026-12-07T20:00+00:00")
+        paused = None
+
+        def now(self):
+            return self.moment
+
+        def sleep(self, seconds):
+            if self.paused is None:  # the first wait: the window's close paused the job
+                self.paused = job.read_status()
+            self.moment += timedelta(minutes=15)
+
+    clock, seen = Closing(), []
+
+    def close_once_results_flow():
+        deadline = time.monotonic() + 400
+        while job.read_status().done < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append(job.read_status().done)
+        clock.moment = datetime.fromisoformat("2026-12-07T22:00+00:00")  # the window closes
+
+    monkeypatch.setattr(worker, "idle_seconds", lambda home: 0.0, raising=False)
+    closer = threading.Thread(target=close_once_results_flow, daemon=True)
+    closer.start()
+    status = worker.serve(job, clock=clock)
+    closer.join(timeout=5)
+    paused = clock.paused
+    assert paused is not None, job.log_tail(40)
+    assert paused.state == "queued" and paused.paused_at == "2026-12-07T22:00:00+00:00"
+    assert seen[0] <= paused.done < 32, (seen, paused.done)  # the rest waited: not run
+    assert status.state == "completed" and status.runs == 2, job.log_tail(40)
+    ids = [json.loads(line)["custom_id"] for line in job.output.read_text().splitlines()]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(32))  # each once, none missing
+    report = reconcile(job)
+    assert report.complete and report.succeeded == 32, report.to_dict()

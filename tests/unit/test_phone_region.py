@@ -143,3 +143,56 @@ def test_the_batch_api_validates_with_the_studios_region(
             errors[region] = [e.message for e in batch.errors.data] if batch.errors else []
     assert not any("sensitive data" in m for m in errors["US"]), errors  # no number read
     assert any("1 phone number" in m and "lines 2" in m for m in errors["DE"]), errors
+
+
+def test_core_sensitive_shows_and_sets_the_studios_policy_and_region(
+    studio_home: Path, tmp_path: Path
+):
+    """The command Settings has beside it: the same rule (``save_studio``), and the check
+    then reads local numbers by the region it set (issue 42)."""
+    shown = cli("sensitive")  # never set: the defaults, and nothing written
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "sensitive data: warn (the studio's policy)",
+        "phone numbers without a +country code are read as in US (United States)",
+    ]
+    assert not (studio_home / POLICY_FILE).exists()
+    batch = _batch(tmp_path / "b.jsonl", ["Hallo.", BERLIN])
+    assert checked(batch).sensitive.found == {}  # US: 030 12345678 is no number
+    save_policy(studio_home, "redact", owner="alice")
+    set_to = cli("sensitive", "refuse", "--region", "de")
+    assert set_to.returncode == 0, set_to.stderr
+    assert set_to.stdout.splitlines() == [
+        "sensitive data: refuse (the studio's policy; owners' own: alice = redact)",
+        "phone numbers without a +country code are read as in DE (Germany)",
+    ]
+    kept = read_policy(studio_home)
+    assert (kept.policy, kept.owners, kept.phone_region) == ("refuse", {"alice": "redact"}, "DE")
+    assert cli("sensitive").stdout == set_to.stdout  # shown as set
+    report = checked(batch)
+    assert report.sensitive.found == {"phone": 1} and report.sensitive.region == "DE"
+    assert not report.ok  # refused, by the policy it set
+    # Either alone keeps the other.
+    assert cli("sensitive", "--region", "US").returncode == 0
+    assert cli("sensitive", "warn").returncode == 0
+    kept = read_policy(studio_home)
+    assert (kept.policy, kept.phone_region) == ("warn", "US")
+    assert checked(batch).sensitive.found == {}
+
+
+def test_core_sensitive_refuses_a_bad_policy_or_region_and_keeps_nothing(studio_home: Path):
+    studio_home.mkdir(parents=True)
+    cli("sensitive", "refuse", "--region", "FR")
+    before = (studio_home / POLICY_FILE).read_bytes()
+    for args, named in (
+        (("sometimes",), "'sometimes' is not a policy for sensitive data"),
+        (("redact", "--region", "XX"), "'XX' is not a region"),  # the policy is not kept
+        (("sometimes", "--region", "DE"), "'sometimes' is not a policy"),  # nor the region
+        (("--region", "Germany"), "'Germany' is not a region"),
+    ):
+        result = cli("sensitive", *args)
+        assert result.returncode == 2, (args, result)
+        assert result.stdout == ""
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line
+        assert result.stderr.startswith(f"error: {named}") and "nothing was saved" in result.stderr
+        assert (studio_home / POLICY_FILE).read_bytes() == before
