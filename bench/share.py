@@ -12,8 +12,8 @@ Each round measures, in this order:
 - **alone**: one job of ``--lines`` lines, submit to completion;
 - **beside a small one**: the same size, owner ``alice``; once a tenth of it is done, a
   10-line job of owner ``bob``: the small job's time from its creation to its first
-  result and to its completion, and the big job's total against *alone* (goal: the small one within 10 s, the big one
-  at most 10 % longer);
+  result and to its completion, and the big job's total against *alone* (goal: the small
+  one within 10 s, the big one at most 10 % longer);
 - **two halves**: two jobs of ``--lines / 2`` lines, owners ``alice`` and ``bob``,
   submitted together: throughput of the two against *alone* (goal: at least 0.95x) and
   how far apart they finish (goal: within 10 % of each other's time);
