@@ -110,8 +110,8 @@ def label_panel(
     """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
     labels' save and move on, 1-5 set the score, Left/Right/N move. ``queued``: ``items`` are
     the reviewer's queue, and S puts the item off to its end. A ``schema`` with questions
-    asks them in place of the score, tags, comment and correction; its guidelines show
-    beside every item."""
+    asks them in place of the score, tags, comment and correction (the digits then answer its
+    keyed rating); its guidelines show beside every item."""
     labels = st.session_state[LABELS][(sample_id, reviewer)]
     n = len(items)
     pos = min(st.session_state.get("review_pos", 0), n - 1)
@@ -229,10 +229,15 @@ def link_review(sample_id: str, n: int) -> None:
 
 def _questions(schema: qs.LabelSchema) -> None:
     """The schema's questions, in order, each with its widget (titles and options are the
-    owner's text: escaped where a widget reads markdown)."""
+    owner's text: escaped where a widget reads markdown). The keyed rating is a row of
+    buttons, as the default label's score: a digit key presses one (highlighted; the same
+    key again clears it), and the key is written beside the question."""
+    keyed = schema.keyed_rating
     for q in schema.questions:
         title = escape(q.title)
-        if q.type == "single":
+        if q is keyed:
+            _keyed_rating(q)
+        elif q.type == "single":
             st.radio(
                 title, q.options, index=None, format_func=escape, horizontal=True,
                 key=_answer_key(q),
@@ -246,6 +251,29 @@ def _questions(schema: qs.LabelSchema) -> None:
             )  # fmt: skip
         else:  # the label's own corrected answer and comment, under the owner's title
             st.text_area(title, height=68, key=FIELDS[2] if q.type == "corrected" else FIELDS[1])
+
+
+def _keyed_rating(q: qs.Question) -> None:
+    """A rating as buttons with digit keys (``core.human.questions.rating_keys``); its value
+    is kept under the question's answer key, as a radio's would be."""
+    st.markdown(escape(q.title))
+    st.caption(escape(qs.rating_key_hint(q)))
+    keys = qs.rating_keys(q)
+    value = st.session_state.get(_answer_key(q))
+    for column, v in zip(st.columns(len(q.scale)), q.scale, strict=True):
+        column.form_submit_button(
+            escape(_scale_value(q, v)),
+            type="primary" if value == v else "secondary",
+            shortcut=keys.get(v),
+            width="stretch",
+            key=f"review_rating_{v}",
+            on_click=_set_rating,
+            args=(_answer_key(q), v),
+        )
+
+
+def _set_rating(key: str, value: int) -> None:
+    st.session_state[key] = None if st.session_state.get(key) == value else value
 
 
 def _scale_value(q: qs.Question, value: int) -> str:
