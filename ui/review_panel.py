@@ -56,9 +56,12 @@ def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
     return own
 
 
-def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
+def schema_editor(
+    db: Store, sample_id: str, reviewer: str, refused: str | None = None
+) -> qs.LabelSchema:
     """The sample's label schema and guidelines: shown, changed, saved to the data folder
-    by the sample's owner (whoever edits its queue); returns it."""
+    by the sample's owner or an admin; read-only, with ``refused`` (why), for anyone else
+    (``core.human.owners.change_refusal``); returns it."""
     schema = lsc.schema_of(db.human_dir, sample_id)
     title = (
         "Label schema and guidelines (now: pass, fail, unsure and a score)"
@@ -67,6 +70,8 @@ def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
         + (" and guidelines" if schema.guidelines else "")
     )
     with st.expander(escape(title)), st.form("label_schema"):
+        if refused:
+            st.caption(escape(refused))
         questions = st.text_area(
             "Questions, one a line (type: title | options); none for pass, fail, unsure",
             qs.questions_text(schema.questions),
@@ -75,13 +80,15 @@ def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
             help="single or multiple: a choice among the options, comma-separated; rating: a "
             "scale low..high, then optionally the words at its ends; corrected: an answer that "
             "replaces the model's; comment: a note.",
+            disabled=bool(refused),
         )
         guidelines = st.text_area(
             "Guidelines (plain text, shown beside every item)",
             schema.guidelines,
             max_chars=qs.GUIDELINES_CHARS,
+            disabled=bool(refused),
         )
-        if st.form_submit_button("Save the schema"):
+        if st.form_submit_button("Save the schema", disabled=bool(refused)) and not refused:
             try:
                 schema = lsc.set_schema(db.human_dir, sample_id, questions, guidelines, reviewer)
             except qs.SchemaError as exc:
