@@ -9,6 +9,7 @@ from typing import NamedTuple
 import pandas as pd
 import streamlit as st
 
+from core.human import owners as ow
 from core.human import queues as qu
 from core.store import agreement as ag
 from core.store import export as ex
@@ -34,7 +35,7 @@ from ui.review_panel import (
     own_labels_editor,
     schema_editor,
 )
-from ui.sign_in import reviewer_name
+from ui.sign_in import reviewer_name, sample_user
 from ui.store import paths, store, through_app
 from ui.text import escape
 
@@ -105,9 +106,11 @@ def sample_form(
 
 
 def draw_sample(db: Store, name: str, definition: sm.SampleDefinition) -> None:
-    """Draws and saves a sample, then opens it on its first item; or says why not."""
+    """Draws and saves a sample, then opens it on its first item; or says why not. Where
+    sign-in is on, the signed-in user is its owner (``core.human.owners``)."""
+    who, sign_in = sample_user()
     try:
-        made = sm.create_sample(db, name, definition)
+        made = sm.create_sample(db, name, definition, owner=who.user if sign_in else None)
     except sm.SampleError as exc:
         st.error(escape(exc))
     else:
@@ -190,8 +193,9 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
     if not reviewer:
         st.info("Enter your name above to start labelling.")
         return
-    queue = queue_editor(db, sample_id, reviewer)
-    schema = schema_editor(db, sample_id, reviewer)
+    refused = owner_line(db, sample_id)
+    queue = queue_editor(db, sample_id, reviewer, refused)
+    schema = schema_editor(db, sample_id, reviewer, refused)
     if queue is not None:
         if reviewer not in queue.reviewers:
             st.info(
@@ -210,9 +214,41 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
     label_panel(db, sample_id, items, reviewer, own, queued=queue is not None, schema=schema)
 
 
-def queue_editor(db: Store, sample_id: str, reviewer: str) -> qu.Queue | None:
+def owner_line(db: Store, sample_id: str) -> str | None:
+    """Where sign-in is on: the sample's owner, and for an admin a form to name another;
+    returns why this user may not change the sample's schema, guidelines and queue (None:
+    they may; ``core.human.owners``)."""
+    who, sign_in = sample_user()
+    if not sign_in:
+        return None
+    owner = ow.owner_of(db.human_dir, sample_id)
+    st.caption(
+        escape(
+            f"Owner: {owner}"
+            if owner
+            else "No owner recorded: anyone may change its schema, guidelines and queue "
+            "until an admin names one."
+        )
+    )
+    if who.admin:
+        with st.expander("Name the owner (admins)"), st.form("sample_owner"):
+            named = st.text_input("Owner's sign-in email", owner or "", max_chars=ow.OWNER_CHARS)
+            if st.form_submit_button("Set the owner"):
+                try:
+                    ow.record_owner(db.human_dir, sample_id, named, who.user)
+                except ow.OwnerError as exc:
+                    st.error(escape(exc))
+                else:
+                    st.rerun()
+    return ow.change_refusal(db.human_dir, sample_id, who, sign_in)
+
+
+def queue_editor(
+    db: Store, sample_id: str, reviewer: str, refused: str | None = None
+) -> qu.Queue | None:
     """The sample's queue: who reviews it and how many of them review each item; set or
-    changed here. Returns it (None: everyone reviews every item)."""
+    changed here by its owner or an admin, read-only with ``refused`` (why) for anyone
+    else. Returns it (None: everyone reviews every item)."""
     queue = qu.queue_of(db.human_dir, sample_id)
     title = (
         f"Queue: {len(queue.reviewers)} reviewers, {queue.overlap} per item"
@@ -220,15 +256,22 @@ def queue_editor(db: Store, sample_id: str, reviewer: str) -> qu.Queue | None:
         else "Queue (share the items out among reviewers)"
     )
     with st.expander(escape(title)), st.form("queue"):
+        if refused:
+            st.caption(escape(refused))
         names = st.text_area(
             "Reviewers, comma-separated or one a line",
             ", ".join(queue.reviewers) if queue else "",
             max_chars=qu.MAX_REVIEWERS * (qu.REVIEWER_CHARS + 2),
+            disabled=bool(refused),
         )
         overlap = st.number_input(
-            "Reviews per item (overlap)", 1, qu.MAX_REVIEWERS, queue.overlap if queue else 2
+            "Reviews per item (overlap)",
+            1,
+            qu.MAX_REVIEWERS,
+            queue.overlap if queue else 2,
+            disabled=bool(refused),
         )
-        if st.form_submit_button("Save the queue"):
+        if st.form_submit_button("Save the queue", disabled=bool(refused)) and not refused:
             try:
                 queue = qu.set_queue(db.human_dir, sample_id, names, int(overlap), reviewer)
             except qu.QueueError as exc:
@@ -317,8 +360,11 @@ def disagreements(db: Store, sample_id: str, differ: pd.DataFrame, reviewer: str
         format_func=lambda k: f"item {k[2]} · {k[1]}",
         key="adjudicate_item",
     )
+    refused = ow.change_refusal(db.human_dir, sample_id, *sample_user())
     if not reviewer:
         st.info("Enter your name above to set an item's final label.")
+    elif refused:
+        st.caption(escape(refused))
     else:
         with st.form("adjudicate"):
             verdict = st.radio(

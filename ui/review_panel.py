@@ -56,9 +56,12 @@ def own_labels_editor(db: Store, reviewer: str) -> tuple[str, ...]:
     return own
 
 
-def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
+def schema_editor(
+    db: Store, sample_id: str, reviewer: str, refused: str | None = None
+) -> qs.LabelSchema:
     """The sample's label schema and guidelines: shown, changed, saved to the data folder
-    by the sample's owner (whoever edits its queue); returns it."""
+    by the sample's owner or an admin; read-only, with ``refused`` (why), for anyone else
+    (``core.human.owners.change_refusal``); returns it."""
     schema = lsc.schema_of(db.human_dir, sample_id)
     title = (
         "Label schema and guidelines (now: pass, fail, unsure and a score)"
@@ -67,6 +70,8 @@ def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
         + (" and guidelines" if schema.guidelines else "")
     )
     with st.expander(escape(title)), st.form("label_schema"):
+        if refused:
+            st.caption(escape(refused))
         questions = st.text_area(
             "Questions, one a line (type: title | options); none for pass, fail, unsure",
             qs.questions_text(schema.questions),
@@ -75,13 +80,15 @@ def schema_editor(db: Store, sample_id: str, reviewer: str) -> qs.LabelSchema:
             help="single or multiple: a choice among the options, comma-separated; rating: a "
             "scale low..high, then optionally the words at its ends; corrected: an answer that "
             "replaces the model's; comment: a note.",
+            disabled=bool(refused),
         )
         guidelines = st.text_area(
             "Guidelines (plain text, shown beside every item)",
             schema.guidelines,
             max_chars=qs.GUIDELINES_CHARS,
+            disabled=bool(refused),
         )
-        if st.form_submit_button("Save the schema"):
+        if st.form_submit_button("Save the schema", disabled=bool(refused)) and not refused:
             try:
                 schema = lsc.set_schema(db.human_dir, sample_id, questions, guidelines, reviewer)
             except qs.SchemaError as exc:
@@ -110,8 +117,8 @@ def label_panel(
     """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
     labels' save and move on, 1-5 set the score, Left/Right/N move. ``queued``: ``items`` are
     the reviewer's queue, and S puts the item off to its end. A ``schema`` with questions
-    asks them in place of the score, tags, comment and correction; its guidelines show
-    beside every item."""
+    asks them in place of the score, tags, comment and correction (the digits then answer its
+    keyed rating); its guidelines show beside every item."""
     labels = st.session_state[LABELS][(sample_id, reviewer)]
     n = len(items)
     pos = min(st.session_state.get("review_pos", 0), n - 1)
@@ -229,10 +236,15 @@ def link_review(sample_id: str, n: int) -> None:
 
 def _questions(schema: qs.LabelSchema) -> None:
     """The schema's questions, in order, each with its widget (titles and options are the
-    owner's text: escaped where a widget reads markdown)."""
+    owner's text: escaped where a widget reads markdown). The keyed rating is a row of
+    buttons, as the default label's score: a digit key presses one (highlighted; the same
+    key again clears it), and the key is written beside the question."""
+    keyed = schema.keyed_rating
     for q in schema.questions:
         title = escape(q.title)
-        if q.type == "single":
+        if q is keyed:
+            _keyed_rating(q)
+        elif q.type == "single":
             st.radio(
                 title, q.options, index=None, format_func=escape, horizontal=True,
                 key=_answer_key(q),
@@ -246,6 +258,29 @@ def _questions(schema: qs.LabelSchema) -> None:
             )  # fmt: skip
         else:  # the label's own corrected answer and comment, under the owner's title
             st.text_area(title, height=68, key=FIELDS[2] if q.type == "corrected" else FIELDS[1])
+
+
+def _keyed_rating(q: qs.Question) -> None:
+    """A rating as buttons with digit keys (``core.human.questions.rating_keys``); its value
+    is kept under the question's answer key, as a radio's would be."""
+    st.markdown(escape(q.title))
+    st.caption(escape(qs.rating_key_hint(q)))
+    keys = qs.rating_keys(q)
+    value = st.session_state.get(_answer_key(q))
+    for column, v in zip(st.columns(len(q.scale)), q.scale, strict=True):
+        column.form_submit_button(
+            escape(_scale_value(q, v)),
+            type="primary" if value == v else "secondary",
+            shortcut=keys.get(v),
+            width="stretch",
+            key=f"review_rating_{v}",
+            on_click=_set_rating,
+            args=(_answer_key(q), v),
+        )
+
+
+def _set_rating(key: str, value: int) -> None:
+    st.session_state[key] = None if st.session_state.get(key) == value else value
 
 
 def _scale_value(q: qs.Question, value: int) -> str:

@@ -9,6 +9,7 @@ from urllib.parse import quote, unquote
 import streamlit as st
 
 from core.access import AccessConfig, access_of, allowed, exposure_problem, open_override
+from core.human.owners import Who, signed_in
 from ui.text import escape
 
 
@@ -100,6 +101,13 @@ def _remember(name: str) -> None:
 def access_now() -> AccessConfig:
     """Sign-in, the allow-list and the admins as Streamlit's secrets say."""
     return access_of(_secret("auth") is not None, _secret("access"))
+
+
+def sample_user() -> tuple[Who, bool]:
+    """Who changes a sample here (the signed-in email, an admin or not; this machine's user
+    without sign-in) and whether sign-in is on: what ``core.human.owners``' rules take."""
+    access = access_now()
+    return signed_in(st.session_state.get("signed_in_email"), access), access.sign_in
 
 
 def deciding_user() -> str:

@@ -37,7 +37,9 @@ def _has_sample(store: Store, sample_id: str) -> bool:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from core.access import access_config
     from core.human import label_schemas as lsc
+    from core.human import owners as ow
     from core.human.questions import SchemaError, questions_text
 
     store = open_store([])
@@ -51,6 +53,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
         store.close()
     schema = lsc.schema_of(folder, args.sample)
     if args.clear or args.questions is not None or args.guidelines is not None:
+        # the page's rule of who may change it; the command line is this machine's user
+        # with the data folder's own access, an admin (core/human/owners.py)
+        refused = ow.change_refusal(folder, args.sample, ow.command_line(), access_config().sign_in)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return EXIT_USAGE
         questions = "" if args.clear else questions_text(schema.questions)
         guidelines = "" if args.clear else schema.guidelines
         if args.questions is not None and (questions := _text(args.questions)) is None:

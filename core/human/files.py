@@ -29,6 +29,7 @@ FILES = (LABELS, PREFERENCES, SAMPLES, ADJUDICATIONS)  # indexed in DuckDB (core
 LABEL_SETS = "label_sets.jsonl"  # a few lines, read from the file (core.human.label_sets)
 QUEUES = "queues.jsonl"  # the queues over samples and their skips (core.human.queues)
 LABEL_SCHEMAS = "label_schemas.jsonl"  # samples' questions (core.human.label_schemas)
+OWNERS = "sample_owners.jsonl"  # who owns each sample (core.human.owners)
 
 VERDICTS = ("pass", "fail", "unsure")
 
@@ -138,6 +139,17 @@ class LabelSchemaRecord(Model):
     at: datetime
 
 
+class OwnerRecord(Model):
+    """A sample's owner as recorded at ``at`` (the latest line of a sample wins): who drew
+    it where sign-in is on, or whom an admin named (``by``)."""
+
+    kind: Literal["owner"] = "owner"
+    sample_id: str
+    owner: str = Field(min_length=1, max_length=320)
+    by: str = Field(min_length=1)
+    at: datetime
+
+
 class SampleItem(Model):
     job_id: str
     custom_id: str
@@ -171,7 +183,8 @@ Record = Annotated[
     | AdjudicationRecord
     | QueueRecord
     | SkipRecord
-    | LabelSchemaRecord,
+    | LabelSchemaRecord
+    | OwnerRecord,
     Field(discriminator="kind"),
 ]
 _RECORD: TypeAdapter[Record] = TypeAdapter(Record)
@@ -184,6 +197,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     ADJUDICATIONS: ("adjudication",),
     QUEUES: ("queue", "skip"),
     LABEL_SCHEMAS: ("label_schema",),
+    OWNERS: ("owner",),
 }
 
 
@@ -197,7 +211,8 @@ def append(
     | AdjudicationRecord
     | QueueRecord
     | SkipRecord
-    | LabelSchemaRecord,
+    | LabelSchemaRecord
+    | OwnerRecord,
     *,
     durable: bool = True,
 ) -> None:

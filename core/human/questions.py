@@ -139,6 +139,33 @@ class Question(Model):
         return list(range(self.low, self.high + 1)) if self.type == "rating" else []  # type: ignore[arg-type]
 
 
+def rating_keys(question: Question) -> dict[int, str]:
+    """The key that sets each value of a rating's scale on Review's keyboard, for the
+    values that have one: a value from 0 to 9 its own digit, and 10 the key 0 on a scale
+    without 0 (1..10). A value below 0, or 10 on a 0..10 scale, has none (a click sets it).
+    Digits are free under a schema: the verdicts and own labels take letters, and the
+    default label's score keys (1-5) are not shown beside a schema's questions."""
+    keys = {v: str(v) for v in question.scale if 0 <= v <= 9}
+    if 10 in question.scale and 0 not in keys:
+        keys[10] = "0"
+    return keys
+
+
+def rating_key_hint(question: Question) -> str:
+    """The words beside a keyed rating: which keys set it (``keys 1–5 set it; the same key
+    again clears it``), and which values only a click sets."""
+    keys = rating_keys(question)
+    unkeyed = ", ".join(str(v) for v in question.scale if v not in keys)
+    if not keys:
+        return f"No key on this scale: click a value ({unkeyed})."
+    digits = sorted(v for v in keys if v <= 9)
+    told = f"Keys {digits[0]}–{digits[-1]}" if len(digits) > 1 else f"Key {digits[0]}"
+    told += " and 0 for 10" if 10 in keys else ""
+    verb = "sets" if len(keys) == 1 else "set"
+    clicked = f"; {unkeyed} by a click" if unkeyed else ""
+    return f"{told} {verb} it; the same key again clears it{clicked}."
+
+
 # The label's own questions (its verdict and score) and the columns of agreement's table of
 # pairs: a question of one of these titles would be measured and shown as the other.
 RESERVED_TITLES = ("verdict", "score", "score (1–5)", "reviewer a", "reviewer b", "both labelled")
@@ -176,6 +203,12 @@ class LabelSchema(Model):
 
     def of_type(self, kind: str) -> Question | None:
         return next((q for q in self.questions if q.type == kind), None)
+
+    @property
+    def keyed_rating(self) -> Question | None:
+        """The rating Review's digit keys answer: the first with a key on its scale
+        (:func:`rating_keys`); one only, so a digit means one thing."""
+        return next((q for q in self.questions if q.type == "rating" and rating_keys(q)), None)
 
     def check_answers(self, answers: Mapping[str, Any]) -> dict[str, Answer]:
         """The choice and rating answers as kept (unanswered ones dropped), in the

@@ -17,6 +17,7 @@ import pandas as pd
 from pydantic import Field, ValidationError
 
 from core.human.files import SampleDeleted, SampleItem, SampleRecord, append, now_utc
+from core.human.owners import record_owner
 from core.schemas import Model, problems_of
 from core.store.db import Store
 from core.store.results import FROM, ResultFilter, metadata_path, where
@@ -157,22 +158,30 @@ def draw(store: Store, definition: SampleDefinition) -> pd.DataFrame:
     return store.query(sql, params_all)
 
 
-def create_sample(store: Store, name: str, definition: SampleDefinition) -> Sample:
-    """Draws a sample and saves it with its definition."""
+def create_sample(
+    store: Store, name: str, definition: SampleDefinition, owner: str | None = None
+) -> Sample:
+    """Draws a sample and saves it with its definition (and its ``owner``, the signed-in
+    user who drew it: ``core.human.owners``; None without sign-in)."""
     name = name.strip()
     if not name:
         raise SampleError("give the sample a name")
     items = draw(store, definition)
     if items.empty:
         raise SampleError("no results match the filter; nothing to sample")
-    return save_items(store, name, definition, items)
+    return save_items(store, name, definition, items, owner)
 
 
 def save_items(
-    store: Store, name: str, definition: SampleDefinition, items: pd.DataFrame
+    store: Store,
+    name: str,
+    definition: SampleDefinition,
+    items: pd.DataFrame,
+    owner: str | None = None,
 ) -> Sample:
     """Saves chosen items (``job_id``, ``custom_id``, ``stratum``; in review order) as a
-    sample, e.g. the results where a person and a check disagree."""
+    sample, e.g. the results where a person and a check disagree; ``owner`` is recorded as
+    its owner (``core.human.owners``; None: no owner, anyone may change its schema)."""
     name = name.strip()
     if not name:
         raise SampleError("give the sample a name")
@@ -191,6 +200,8 @@ def save_items(
         at=now_utc(),
     )
     append(store.human_dir, record)  # the file first, whole in one line: the index follows
+    if owner:
+        record_owner(store.human_dir, sample_id, owner, by=owner)
     store.sync_human()
     return get_sample(store, sample_id)
 

@@ -244,3 +244,46 @@ def test_the_cli_shows_sets_refuses_by_line_and_clears_a_samples_schema(studio_h
 
     cleared = cli("review", "schema", sample_id, "--clear", "--json")
     assert cleared.returncode == 0 and json.loads(cleared.stdout)["questions"] == []
+
+
+@pytest.mark.parametrize(
+    ("scale", "keys", "hint"),
+    [
+        (
+            (1, 5),
+            {v: str(v) for v in range(1, 6)},
+            "Keys 1–5 set it; the same key again clears it.",
+        ),
+        (
+            (1, 10),
+            {**{v: str(v) for v in range(1, 10)}, 10: "0"},
+            "Keys 1–9 and 0 for 10 set it; the same key again clears it.",
+        ),
+        (
+            (0, 10),
+            {v: str(v) for v in range(10)},
+            "Keys 0–9 set it; the same key again clears it; 10 by a click.",
+        ),
+        (
+            (-2, 2),
+            {0: "0", 1: "1", 2: "2"},
+            "Keys 0–2 set it; the same key again clears it; -2, -1 by a click.",
+        ),
+        ((-3, -1), {}, "No key on this scale: click a value (-3, -2, -1)."),
+    ],
+)
+def test_a_ratings_digit_keys_are_its_values_digits_and_0_for_10_without_a_0(scale, keys, hint):
+    rating = qs.Question(type="rating", title="Quality", low=scale[0], high=scale[1])
+    assert qs.rating_keys(rating) == keys
+    assert qs.rating_key_hint(rating) == hint
+    assert not set(keys.values()) & {k.lower() for k in "PFUNSRC"}  # never a verdict's key
+
+
+def test_the_digit_keys_answer_the_first_rating_that_has_one():
+    schema = qs.LabelSchema(
+        questions=qs.parse_questions(
+            "single: Tone | a, b\nrating: Below | -3..-1\nrating: First | 1..5\nrating: Next | 1..5"
+        )
+    )
+    assert schema.keyed_rating is not None and schema.keyed_rating.title == "First"
+    assert qs.LabelSchema(questions=qs.parse_questions("single: Tone | a, b")).keyed_rating is None

@@ -1,0 +1,94 @@
+"""Sample owners (issue 44): where sign-in is on, who drew a sample owns it, and only the
+owner or an admin may change its schema, guidelines and queue or set final labels; a sample
+with no recorded owner stays open to anyone until an admin names one; without sign-in, and
+on the command line, nothing is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.access import AccessConfig
+from core.cli.main import main
+from core.human import label_schemas as lsc
+from core.human import owners as ow
+from core.human.files import OWNERS, read_from
+from core.store.results import ResultFilter
+from core.store.samples import SampleDefinition, create_sample
+
+ON = AccessConfig(sign_in=True, allowed_users=("@example.com",), admins=("Boss@example.com",))
+
+
+def test_the_rule_owner_or_admin_where_sign_in_is_on_anyone_without_an_owner(tmp_path):
+    ana, bob = ow.Who("ana@example.com"), ow.Who("bob@example.com")
+    boss = ow.signed_in("boss@example.com", ON)
+    assert boss.admin and not ow.signed_in("ana@example.com", ON).admin
+
+    # no owner recorded (a sample drawn before owners, or without sign-in): anyone
+    assert ow.change_refusal(tmp_path, "smp_1", bob, sign_in=True) is None
+
+    ow.record_owner(tmp_path, "smp_1", "ana@example.com", by="ana@example.com")
+    assert ow.owner_of(tmp_path, "smp_1") == "ana@example.com"
+    assert ow.change_refusal(tmp_path, "smp_1", ana, sign_in=True) is None
+    assert ow.change_refusal(tmp_path, "smp_1", ow.Who("ANA@example.com"), True) is None
+    refused = ow.change_refusal(tmp_path, "smp_1", bob, sign_in=True)
+    assert refused == (
+        "Read-only: only this sample's owner (ana@example.com) or an admin may change its "
+        "schema, guidelines and queue, or set final labels."
+    )
+    assert ow.change_refusal(tmp_path, "smp_1", boss, sign_in=True) is None
+    assert ow.change_refusal(tmp_path, "smp_1", bob, sign_in=False) is None  # one user
+    assert ow.change_refusal(tmp_path, "smp_1", ow.command_line(), sign_in=True) is None
+    assert ow.owner_of(tmp_path, "smp_2") is None  # per sample
+
+    # an admin names another owner: the latest line wins
+    assert ow.set_owner_refusal(boss, sign_in=True) is None
+    assert ow.set_owner_refusal(ana, sign_in=True) == "only an admin may name a sample's owner"
+    ow.record_owner(tmp_path, "smp_1", "bob@example.com", by=boss.user)
+    assert ow.change_refusal(tmp_path, "smp_1", bob, sign_in=True) is None
+    assert ow.change_refusal(tmp_path, "smp_1", ana, sign_in=True) is not None
+
+
+def test_without_sign_in_the_local_user_is_an_admin_and_a_bad_owner_is_refused(tmp_path):
+    local = ow.signed_in(None, AccessConfig())
+    assert local.admin
+    assert not ow.signed_in(None, ON).admin  # signed in but no email: no admin rights
+    for bad in ("", "   ", "a\nb", "x" * 321):
+        with pytest.raises(ow.OwnerError):
+            ow.record_owner(tmp_path, "smp_1", bad, by="boss")
+    assert not (tmp_path / OWNERS).exists()  # nothing written
+
+
+def test_a_sample_drawn_by_a_signed_in_user_records_its_owner(finished_store):
+    store, job_id = finished_store
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=2)
+    mine = create_sample(store, "mine", definition, owner="ana@example.com")
+    anyone = create_sample(store, "anyone", definition)
+    assert ow.owner_of(store.human_dir, mine.sample_id) == "ana@example.com"
+    assert ow.owner_of(store.human_dir, anyone.sample_id) is None
+    records = read_from(store.human_dir / OWNERS, 0, 0).records
+    assert [(r.sample_id, r.owner, r.by) for _, r in records] == [
+        (mine.sample_id, "ana@example.com", "ana@example.com")
+    ]
+
+
+def test_the_cli_is_the_local_admin_it_sets_the_schema_of_an_owned_sample(
+    studio_home, tmp_path, monkeypatch
+):
+    from core.config import data_paths
+    from core.store.db import Store
+    from tests.support.pages import job_in_home
+
+    job_id = job_in_home(studio_home)
+    store = Store(data_paths().database)
+    store.ingest_all(data_paths().jobs)
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=2)
+    sample_id = create_sample(store, "owned", definition, owner="ana@example.com").sample_id
+    store.close()
+    # sign-in on, the sample another's: the command line still may (the data folder's own
+    # user, an admin), through the page's rule
+    monkeypatch.setattr("core.access.access_config", lambda files=None: ON)
+    questions = tmp_path / "q.txt"
+    questions.write_text("rating: Quality | 1..5\n", encoding="utf-8")
+    assert main(["review", "schema", sample_id, "--questions", str(questions)]) == 0
+    kept = lsc.schema_of(data_paths().human, sample_id)
+    assert [q.title for q in kept.questions] == ["Quality"]
