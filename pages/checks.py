@@ -20,6 +20,7 @@ from ui.grading import fresh_checks
 from ui.jobs import job_labels, jobs_or_stop
 from ui.judging import agreement_section, judge_section
 from ui.links import One, fill_from_link, review_sample, write_link
+from ui.sign_in import new_sample_owner
 from ui.store import store, through_app
 from ui.text import escape
 
@@ -213,7 +214,8 @@ def review_them(db: Store, failures: Failures, size: int) -> None:
     """Draws a random sample of them and opens it on Review."""
     definition = sm.SampleDefinition(filter=failures.filter, method="random", size=size)
     try:
-        made = sm.create_sample(db, f"{failures.rule}: {failures.outcome}", definition)
+        name = f"{failures.rule}: {failures.outcome}"
+        made = sm.create_sample(db, name, definition, owner=new_sample_owner())
     except sm.SampleError as exc:
         st.error(escape(exc))
     else:

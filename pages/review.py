@@ -35,7 +35,7 @@ from ui.review_panel import (
     own_labels_editor,
     schema_editor,
 )
-from ui.sign_in import reviewer_name, sample_user
+from ui.sign_in import new_sample_owner, reviewer_name, sample_user
 from ui.store import paths, store, through_app
 from ui.text import escape
 
@@ -108,9 +108,8 @@ def sample_form(
 def draw_sample(db: Store, name: str, definition: sm.SampleDefinition) -> None:
     """Draws and saves a sample, then opens it on its first item; or says why not. Where
     sign-in is on, the signed-in user is its owner (``core.human.owners``)."""
-    who, sign_in = sample_user()
     try:
-        made = sm.create_sample(db, name, definition, owner=who.user if sign_in else None)
+        made = sm.create_sample(db, name, definition, owner=new_sample_owner())
     except sm.SampleError as exc:
         st.error(escape(exc))
     else:

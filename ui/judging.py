@@ -20,7 +20,7 @@ from core.store.review import reviewers
 from ui.links import review_sample
 from ui.model_picker import model_picker
 from ui.remembered import remembered_input
-from ui.sign_in import signed_in_user
+from ui.sign_in import new_sample_owner, signed_in_user
 from ui.store import paths
 from ui.text import escape
 
@@ -197,7 +197,7 @@ def agreement_section(
         )
         if st.button("Review the disagreements", key="agree_review"):
             try:
-                made = trust.review_disagreements(db, job_ids, check, got)
+                made = trust.review_disagreements(db, job_ids, check, got, new_sample_owner())
             except sm.SampleError as exc:
                 st.error(escape(exc))
             else:

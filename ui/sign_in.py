@@ -110,6 +110,13 @@ def sample_user() -> tuple[Who, bool]:
     return signed_in(st.session_state.get("signed_in_email"), access), access.sign_in
 
 
+def new_sample_owner() -> str | None:
+    """Who owns a sample drawn here: the signed-in email where sign-in is on, else nobody
+    (``core.human.owners``: a sample without an owner stays open to everyone)."""
+    who, sign_in = sample_user()
+    return who.user if sign_in else None
+
+
 def deciding_user() -> str:
     """Who approves or rejects a job here: the signed-in email, else this machine's user."""
     return st.session_state.get("signed_in_email") or getpass.getuser()

@@ -104,13 +104,17 @@ def check_agreement(
 
 
 def review_disagreements(
-    store: Store, job_ids: list[str], check: str, agreement: CheckAgreement
+    store: Store,
+    job_ids: list[str],
+    check: str,
+    agreement: CheckAgreement,
+    owner: str | None = None,
 ) -> Sample:
     """A review sample of the results where people and ``check`` disagree (each result
-    once, in order; at most :data:`MAX_SIZE`)."""
+    once, in order; at most :data:`MAX_SIZE`), owned by ``owner`` (core.human.owners)."""
     items = agreement.disagreements.drop_duplicates(["job_id", "custom_id"]).head(MAX_SIZE)
     items = items.assign(stratum="person " + items["person"] + ", check " + items["check"])
     definition = SampleDefinition(
         filter=ResultFilter(job_ids=list(job_ids)), method="random", size=max(len(items), 1)
     )
-    return save_items(store, f"{check}: people disagree", definition, items)
+    return save_items(store, f"{check}: people disagree", definition, items, owner)

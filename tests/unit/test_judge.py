@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from core.config import data_paths
+from core.human import owners
 from core.jobs.folder import JobFolder
 from core.qa import judge as J
 from core.qa import pairwise as P
@@ -282,10 +283,12 @@ def test_agreement_of_people_and_a_judge_against_a_hand_computed_example(
     everyone = trust.check_agreement(db, [graded], name)
     assert everyone.items == 11 and everyone.agreed == 7  # ben's label on r0 disagrees
 
-    sample = trust.review_disagreements(db, [graded], name, everyone)
+    sample = trust.review_disagreements(db, [graded], name, everyone, owner="ana@example.com")
     items = sample_items(db, sample.sample_id)
     assert list(items["custom_id"]) == ["r0", "r4", "r5", "r6"]  # each result once
     assert sample.name == f"{name}: people disagree"
+    # who opened it for review owns it: only they (or an admin) change its schema
+    assert owners.owner_of(db.human_dir, sample.sample_id) == "ana@example.com"
 
 
 def test_agreement_with_a_rule_and_with_nothing_to_compare(studio_home):
