@@ -359,6 +359,7 @@ class Engine:
         inside the engine included, waiting in ``requests`` before that not).
         """
         from vllm.exceptions import VLLMClientError
+        from vllm.v1.engine.exceptions import EngineDeadError
 
         engine = self.llm.llm_engine
         queue = iter(requests)
@@ -446,6 +447,9 @@ class Engine:
                 if finished and time.monotonic() - last_flush >= flush_seconds:
                     yield finished
                     finished, last_flush, self._held = [], time.monotonic(), 0
+        except EngineDeadError as exc:
+            inside.clear()  # nothing to abort: the process that held them is gone
+            raise EngineDied(f"the engine's process ended ({exc!r})") from exc
         finally:
             if inside:
                 engine.abort_request(list(inside))
@@ -580,6 +584,11 @@ class EngineActivity:
 
 class EngineLoadError(RuntimeError):
     """The model could not be loaded; the message is vLLM's reason."""
+
+
+class EngineDied(RuntimeError):
+    """The engine's process ended (killed, out of memory, crashed): nothing it held is
+    left, and no retry on it can succeed; the job loads the model afresh."""
 
 
 class EngineRequestError(Exception):

@@ -6,6 +6,9 @@
   already have a result are never run again.
 - Running out of memory halves the number of requests inside the engine at once, as
   often as needed, before it counts as a fault.
+- An engine whose process ended (:class:`~core.run.engine.EngineDied`) is not retried:
+  the requests inside go back to their jobs and the error goes up, for the worker to load
+  the model afresh (``core.run.worker``).
 - Requests still without a result after the last retry fail as ``engine_error`` (500),
   which a later retry of the job may fix.
 """
@@ -19,7 +22,7 @@ from typing import Any, Protocol
 
 from core.check.engine_requests import ChatRequest, EngineRequest, GeneratedRequest, ScoreRequest
 from core.check.tools import NAMED, REQUIRED
-from core.run.engine import EngineRequestError
+from core.run.engine import EngineDied, EngineRequestError
 from core.run.outputs import Completion, ScoreLayout, ToolCall, error_line, success_line
 from core.run.sharing import Mix
 
@@ -100,6 +103,9 @@ def run_shared(
                         by_job.setdefault(job, []).append(result_line(request, model, result))
                 yield from by_job.items()
             return
+        except EngineDied:
+            mix.put_back()
+            raise
         except Exception as exc:
             mix.put_back()
             if _out_of_memory(exc) and window > 1:

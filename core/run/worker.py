@@ -63,7 +63,13 @@ from core.plan.measured import Answer, ModelRecord, model_record, record_run
 from core.reuse.index import reuse_owner, update_index
 from core.reuse.keys import RequestKeys, model_folder
 from core.reuse.plan import ReusePlan, plan_reuse
-from core.run.engine import EngineLoadError, configure_cpu_threads, copies, fit_to_requests
+from core.run.engine import (
+    EngineDied,
+    EngineLoadError,
+    configure_cpu_threads,
+    copies,
+    fit_to_requests,
+)
 from core.run.engine_order import engine_order
 from core.run.eta import Forecast, StepTime
 from core.run.local import Executor, make_executor
@@ -90,6 +96,10 @@ from core.storage.s3 import StorageError, is_s3
 
 log = logging.getLogger("core.run.worker")
 MIN_REQUESTS_MEASURED = 8
+# Loads of a model afresh in one run after its engine's process ended. An engine killed
+# for memory or by a fault mid-job resumes by itself; one that a request of the job kills
+# each time stops the job after these, rather than looping all night.
+ENGINE_RESTARTS = 2
 ADMIT_SECONDS = 0.1  # how often the main thread looks at the queue while jobs run
 
 if __name__ == "__mp_main__":  # a process vLLM spawned from this worker: an engine's core,
@@ -195,6 +205,12 @@ class JobRun:
                 self.end(self.finish("cancelled"))
         except EngineLoadError as exc:
             self.end(Ending("failed", "the model could not be loaded", str(exc)))
+        except EngineDied as exc:
+            message = (
+                f"the engine's process ended {ENGINE_RESTARTS + 1} times in this run; the "
+                "results written stay: Resume runs the requests left"
+            )
+            self.end(Ending("failed", message, str(exc)))
         except StorageError as exc:  # the replicas could not read the input object
             message = "the input object could not be read; Resume runs the requests left"
             self.end(Ending("failed", message, str(exc)))
@@ -280,11 +296,30 @@ class JobRun:
                 return "expired"
             if self.gate is not None and self.gate.closed:
                 return "paused"
-            executor = self.load(plan, folder, number)
-            ended = self.run(plan, folder, executor)
+            ended = self.run_model(plan, folder, number)
             if ended is not None:
                 return ended
         return "cancelled" if self.stop.stopping else "completed"
+
+    def run_model(self, plan: Plan, folder: str, number: int) -> str | None:
+        """Steps 3 and 4 for one model. Where the engine's process ends meanwhile, the
+        model loads afresh for the requests left (:data:`ENGINE_RESTARTS` times), every
+        result written kept; jobs beside it on that engine do the same, on one new engine."""
+        for restart in range(ENGINE_RESTARTS + 1):
+            executor = self.load(plan, folder, number)
+            try:
+                return self.run(plan, folder, executor)
+            except EngineDied as exc:
+                left = [r for r in plan.groups[folder] if r.custom_id in plan.left]
+                if not left or self.stop.stopping:  # its last result was in, or a cancel
+                    return "cancelled" if self.stop.stopping else None
+                if restart == ENGINE_RESTARTS:
+                    raise
+                plan.groups[folder] = left
+                said = f"{exc}; loading {Path(folder).name} again for the {len(left)} requests left"
+                log.warning("job %s: %s", self.job.job_id, said)
+                self.keeper.note(said)
+        return None  # not reached: the last restart returns or raises
 
     def load(self, plan: Plan, folder: str, number: int) -> Executor:
         """Step 3: the executor for one model, its engine sized to the requests (a loaded

@@ -8,7 +8,8 @@ costs a cold start (issue 56). The worker runs a job's models one after another 
 first here), so the kill and the cancel land among the chat answers and the resume runs
 the rest of the chat, then every embeddings and rerank line, on the same ledger; the
 rerun's worker queues the two small jobs again by itself (issue 41 item 2). The kill is
-the resident worker's: none of its engine's child processes outlives it."""
+the resident worker's: none of its engine's child processes outlives it. Then the resumed
+run's engine process alone is killed, and the job reloads its model and goes on."""
 
 import json
 import os
@@ -150,6 +151,21 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
     # A new answer written (succeeded, not done: the resume writes the skipped long line's
     # error first, and a cancel then kept nothing new: "assert 8 < 8" below, seen once).
     wait_until(job, lambda s: s.state == "running" and s.succeeded > written_before)
+
+    # 2b. The engine's own process killed (as the kernel's out-of-memory killer would): the
+    # job loads its model afresh by itself and goes on, its history saying so.
+    cores = [p for p in psutil.Process(job.read_status().pid).children(recursive=True)
+             if "EngineCore" in p.name()]  # fmt: skip
+    assert cores  # the rerun's worker holds the chat model's engine core
+    for core in cores:
+        core.kill()
+    done = job.read_status().done
+
+    def went_on(status):
+        noted = any("the engine's process ended" in h.get("note", "") for h in status.history)
+        return noted and status.state == "running" and status.done > done
+
+    wait_until(job, went_on, timeout=600)
 
     # 3. Cancel while it runs: the engine stops (the requests in it are aborted), what
     # finished is kept, and the job ends cancelled saying how many of its lines have a

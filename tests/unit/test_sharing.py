@@ -12,7 +12,7 @@ import pytest
 
 from core.check.engine_requests import ChatRequest
 from core.run import retry
-from core.run.engine import EngineActivity
+from core.run.engine import EngineActivity, EngineDied
 from core.run.feed import Feed, feed_of
 from core.run.local import LocalExecutor
 from core.run.outputs import Choice, Completion
@@ -240,6 +240,26 @@ def test_after_an_engine_fault_each_job_gets_each_answer_once():
     got = answers(SharingEngine(fail_after=3), mix)
     assert sorted(got["a"]) == [(f"r{i}", f"a{i}") for i in range(4)]
     assert sorted(got["b"]) == [(f"r{i}", f"b{i}") for i in range(4)]
+
+
+def test_an_engine_whose_process_ended_is_not_retried_and_its_requests_go_back():
+    class DeadEngine:
+        streams = 0
+
+        def stream(self, requests, window):
+            self.streams += 1
+            list(itertools.islice(requests, window))  # taken inside, then the process ends
+            raise EngineDied("the engine's process ended")
+            yield  # a generator, as Engine.stream
+
+    mix, engine = Mix(), DeadEngine()
+    mix.join("a", job("a", 3))
+    mix.join("b", job("b", 3))
+    with pytest.raises(EngineDied):
+        list(retry.run_shared(engine, mix, 4, "m"))
+    assert engine.streams == 1  # a retry on it could not succeed: none
+    # every request, those that were inside first, is there for the engine loaded afresh
+    assert take(mix, 10) == ["a0", "b0", "a1", "b1", "a2", "b2"]
 
 
 def test_a_job_cancelled_while_it_runs_gets_nothing_more_and_the_others_everything():

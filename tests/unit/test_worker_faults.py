@@ -5,6 +5,7 @@ import errno
 from core.jobs.ledger import verify_chain
 from core.jobs.output_file import OutputWriter
 from core.run import worker
+from core.run.engine import EngineDied
 from core.run.outputs import Choice, Completion, success_line
 from core.run.status_keeper import RESERVE_BYTES
 from tests.support.jobs import StandIn, request_line, rewrite_spec
@@ -180,3 +181,44 @@ def test_disk_space_is_held_while_the_job_runs(tmp_path, monkeypatch):
     assert worker.run_job(job).state == "completed"
     assert seen == [RESERVE_BYTES]
     assert not (job.path / ".space-reserve").exists()
+
+
+class DyingEngine(FakeExecutor):
+    """An engine whose process ends after ``answers`` results (an out-of-memory kill);
+    each load makes a new one, recorded with the requests it was given."""
+
+    def __init__(self, loads, answers):
+        self.answers = answers
+        loads.append(self)
+
+    def run(self, requests):
+        self.given = [r.custom_id for r in requests]
+        for i, lines in enumerate(super().run(requests)):
+            if i == self.answers:
+                raise EngineDied("the engine's process ended (EngineDeadError())")
+            yield lines
+
+
+def test_an_engine_whose_process_ends_loads_afresh_for_the_requests_left(tmp_path, monkeypatch):
+    loads = []
+    answers = iter([2, 10])  # the first engine dies after 2 results, the second lives
+    monkeypatch.setattr(
+        worker, "make_executor", lambda spec, job_dir: DyingEngine(loads, next(answers))
+    )
+    job = make_job(tmp_path, 5)
+    status = worker.run_job(job)
+    assert (status.state, status.succeeded) == ("completed", 5)
+    assert loads[1].given == ["r2", "r3", "r4"]  # only what had no result ran again
+    assert verify_chain(job.output) == (5, [])  # one line each, the chain whole
+    assert any("none again for the 3 requests left" in h.get("note", "") for h in status.history)
+
+
+def test_an_engine_that_keeps_dying_stops_the_job_with_its_results_kept(tmp_path, monkeypatch):
+    loads = []
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: DyingEngine(loads, 1))
+    job = make_job(tmp_path, 6)
+    status = worker.run_job(job)
+    assert len(loads) == worker.ENGINE_RESTARTS + 1  # no endless reloading
+    assert (status.state, status.succeeded) == ("failed", len(loads))
+    assert "Resume runs the requests left" in status.message
+    assert verify_chain(job.output) == (len(loads), [])
