@@ -1,7 +1,7 @@
-"""``review``: a sample's label schema and guidelines, reviewers' agreement on it
-(Krippendorff's alpha per question and per pair, the items they differ on) and an owner's
+"""``review``: a sample's label schema and guidelines, its owner, reviewers' agreement on
+it (Krippendorff's alpha per question and per pair, the items they differ on) and an owner's
 adjudication of an item's final label, with the rules Review's page calls
-(core/human/label_schemas.py, core/store/agreement.py)."""
+(core/human/label_schemas.py, core/human/owners.py, core/store/agreement.py)."""
 
 from __future__ import annotations
 
@@ -132,14 +132,63 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_owner(args: argparse.Namespace) -> int:
+    from core.access import access_config
+    from core.human import owners as ow
+
+    store = open_store([])
+    if store is None:
+        return EXIT_USAGE
+    try:
+        if not _has_sample(store, args.sample):
+            return EXIT_USAGE
+        folder = store.human_dir
+    finally:
+        store.close()
+    if args.set is not None:
+        # the page's rule of who may name an owner; the command line is this machine's user
+        # with the data folder's own access, an admin (core/human/owners.py)
+        refused = ow.set_owner_refusal(ow.command_line(), access_config().sign_in)
+        if refused:
+            print(f"error: {refused}", file=sys.stderr)
+            return EXIT_USAGE
+        try:  # the page's check of the email: nothing is written when it refuses
+            ow.record_owner(folder, args.sample, args.set, ow.command_line().user)
+        except ow.OwnerError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    owner = ow.owner_of(folder, args.sample)
+    if args.json:
+        print(json.dumps({"sample_id": args.sample, "owner": owner}, indent=2))
+    elif owner is None:
+        print(
+            f"sample {args.sample}: no owner recorded (anyone may change its schema, "
+            "guidelines and queue, or set final labels, until an admin names one)"
+        )
+    else:
+        print(f"sample {args.sample}: owner {owner}")
+    return 0
+
+
 def cmd_adjudicate(args: argparse.Namespace) -> int:
+    from core.access import access_config
+    from core.human import owners as ow
     from core.store import agreement as ag
+    from core.store import samples as sm
     from core.store.review import ReviewError
 
     store = open_store([args.job])
     if store is None:
         return EXIT_USAGE
     try:
+        # the page's rule, asked of every sample that holds the item; the command line is
+        # this machine's user with the data folder's own access, an admin (it may)
+        sign_in = access_config().sign_in
+        for sample_id in sm.samples_of_item(store, args.job, args.custom_id):
+            refused = ow.change_refusal(store.human_dir, sample_id, ow.command_line(), sign_in)
+            if refused:
+                print(f"error: sample {sample_id}: {refused}", file=sys.stderr)
+                return EXIT_USAGE
         ag.adjudicate(store, args.job, args.custom_id, args.verdict, args.by, args.note or "")
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -180,6 +229,18 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     agree.add_argument("--sample", required=True, metavar="SAMPLE_ID", help="the sample's id")
     agree.add_argument("--json", action="store_true", help="print JSON")
     agree.set_defaults(handler=cmd_agreement)
+    owner = sub.add_parser(
+        "owner",
+        help="show a sample's owner (where sign-in is on, only the owner or an admin may "
+        "change its schema, guidelines and queue, or set final labels), or name one as an "
+        "admin does on Review",
+    )
+    owner.add_argument("sample", metavar="SAMPLE_ID", help="the sample's id")
+    owner.add_argument(
+        "--set", metavar="EMAIL", help="name the owner: their sign-in email (needs sign-in on)"
+    )
+    owner.add_argument("--json", action="store_true", help="print JSON")
+    owner.set_defaults(handler=cmd_owner)
     adj = sub.add_parser(
         "adjudicate",
         help="set an item's final label over its reviewers' verdicts (theirs are kept)",

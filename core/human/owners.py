@@ -13,7 +13,9 @@ open to anyone, as it always was, until an admin names its owner. Without sign-i
 one user, this machine's, who owns everything: nothing is refused. The command line has
 the data folder's own access: it is this machine's user acting as an admin.
 
-:func:`change_refusal` is the one rule; Review's page and ``core review schema`` call it.
+:func:`change_refusal` is the one rule of who may change a sample; Review's page, ``core
+review schema`` and ``core review adjudicate`` call it. :func:`set_owner_refusal` is the
+rule of who may name an owner; the page's form and ``core review owner --set`` call it.
 """
 
 from __future__ import annotations

@@ -224,6 +224,16 @@ def samples_of_job(samples: pd.DataFrame, job_id: str | None) -> list[str]:
     ]
 
 
+def samples_of_item(store: Store, job_id: str, custom_id: str) -> list[str]:
+    """The ids of the samples that hold an item (a result), sorted."""
+    found = store.query(
+        "SELECT DISTINCT sample_id FROM sample_items WHERE job_id = ? AND custom_id = ? "
+        "ORDER BY sample_id",
+        [job_id, custom_id],
+    )
+    return list(found["sample_id"])
+
+
 def get_sample(store: Store, sample_id: str) -> Sample:
     frame = store.query("SELECT * FROM samples WHERE sample_id = ?", [sample_id])
     if frame.empty:

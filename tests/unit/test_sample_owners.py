@@ -5,6 +5,9 @@ on the command line, nothing is refused."""
 
 from __future__ import annotations
 
+import getpass
+import json
+
 import pytest
 
 from core.access import AccessConfig
@@ -92,3 +95,94 @@ def test_the_cli_is_the_local_admin_it_sets_the_schema_of_an_owned_sample(
     assert main(["review", "schema", sample_id, "--questions", str(questions)]) == 0
     kept = lsc.schema_of(data_paths().human, sample_id)
     assert [q.title for q in kept.questions] == ["Quality"]
+
+
+def _sample_in_home(studio_home, owner: str | None = None) -> tuple[str, str]:
+    """A finished job in the data folder and a sample of it (owned by ``owner``)."""
+    from core.config import data_paths
+    from core.store.db import Store
+    from tests.support.pages import job_in_home
+
+    job_id = job_in_home(studio_home)
+    store = Store(data_paths().database)
+    store.ingest_all(data_paths().jobs)
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=4)
+    sample_id = create_sample(store, "owned", definition, owner=owner).sample_id
+    store.close()
+    return job_id, sample_id
+
+
+def test_the_cli_shows_a_samples_owner_and_an_admin_names_one(studio_home, monkeypatch):
+    from core.config import data_paths
+    from tests.support.cli import cli
+
+    _, sample_id = _sample_in_home(studio_home)
+    owners = data_paths().human / OWNERS
+    monkeypatch.setattr("core.access.access_config", lambda files=None: AccessConfig())
+    done = cli("review", "owner", sample_id)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"sample {sample_id}: no owner recorded (anyone may change")
+    # without sign-in there is one user: the page's rule refuses to name an owner
+    done = cli("review", "owner", sample_id, "--set", "ana@example.com")
+    assert done.returncode == 2
+    assert done.stderr == "error: without sign-in there is one user, who owns every sample\n"
+    assert not owners.exists()
+
+    monkeypatch.setattr("core.access.access_config", lambda files=None: ON)
+    done = cli("review", "owner", sample_id, "--set", " ana@example.com ")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sample {sample_id}: owner ana@example.com\n"
+    assert cli("review", "owner", sample_id).stdout == done.stdout
+    done = cli("review", "owner", sample_id, "--json")
+    assert json.loads(done.stdout) == {"sample_id": sample_id, "owner": "ana@example.com"}
+    records = [r for _, r in read_from(owners, 0, 0).records]
+    assert [(r.sample_id, r.owner, r.by) for r in records] == [
+        (sample_id, "ana@example.com", getpass.getuser())  # the command line's user names it
+    ]
+
+    kept = owners.read_bytes()
+    for bad in ("", "   ", "a\nb", "x" * 321):
+        done = cli("review", "owner", sample_id, "--set", bad)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+        assert owners.read_bytes() == kept  # nothing written
+    done = cli("review", "owner", "nope", "--set", "bob@example.com")
+    assert done.returncode == 2 and "no sample 'nope'" in done.stderr
+    assert owners.read_bytes() == kept
+    assert ow.owner_of(data_paths().human, sample_id) == "ana@example.com"
+
+
+def test_the_cli_adjudicates_an_owned_sample_through_the_rule(studio_home, monkeypatch):
+    from core.config import data_paths
+    from core.store.db import Store
+    from core.store.review import Label, save_label
+    from tests.support.cli import cli
+
+    job_id, sample_id = _sample_in_home(studio_home, owner="ana@example.com")
+    store = Store(data_paths().database)
+    save_label(store, job_id, "a", "ana@example.com", Label("pass", 4), sample_id)
+    save_label(store, job_id, "a", "bob@example.com", Label("fail", 2), sample_id)
+    store.close()
+    monkeypatch.setattr("core.access.access_config", lambda files=None: ON)
+    asked = []
+    rule = ow.change_refusal
+
+    def spy(folder, sample, who, sign_in):
+        asked.append((sample, who, sign_in))
+        return rule(folder, sample, who, sign_in)
+
+    monkeypatch.setattr(ow, "change_refusal", spy)
+    # sign-in on, the sample ana's: the command line (an admin) still sets the final label
+    done = cli("review", "adjudicate", job_id, "a", "pass", "--by", "olga")
+    assert done.returncode == 0, done.stderr
+    assert "final label pass, adjudicated by olga" in done.stdout
+    assert asked == [(sample_id, ow.command_line(), True)]  # the one rule was asked
+    adjudications = data_paths().human / "adjudications.jsonl"
+    kept = adjudications.read_bytes()
+
+    # where the rule refuses, the command says why and writes nothing
+    monkeypatch.setattr(ow, "change_refusal", lambda *a: "Read-only: not yours")
+    done = cli("review", "adjudicate", job_id, "a", "fail", "--by", "olga")
+    assert done.returncode == 2
+    assert done.stderr == f"error: sample {sample_id}: Read-only: not yours\n"
+    assert adjudications.read_bytes() == kept
