@@ -229,7 +229,7 @@ def owner_line(db: Store, sample_id: str) -> str | None:
             "until an admin names one."
         )
     )
-    if who.admin:
+    if ow.set_owner_refusal(who, sign_in) is None:  # the one rule (core.human.owners)
         with st.expander("Name the owner (admins)"), st.form("sample_owner"):
             named = st.text_input("Owner's sign-in email", owner or "", max_chars=ow.OWNER_CHARS)
             if st.form_submit_button("Set the owner"):
