@@ -10,7 +10,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from dataclasses import dataclass
@@ -196,6 +198,7 @@ class Engine:
         self.tokenizer = self.llm.get_tokenizer()
         self._ids = itertools.count()
         self.stopped = False  # set by a cancel: abort what is inside, keep what finished
+        self.closed = False  # its model let go (close): a job still on it loads afresh
         # Asked at each step, with the window and the id() of the requests running, for
         # requests to abort: those of one job cancelled among others, or making room for a
         # job that joined (core.run.feed sets it); one not inside any more is passed over.
@@ -213,6 +216,7 @@ class Engine:
         if not self.on_gpu:
             workers = self.llm.collective_rpc("process_id")
             self.cpu_threads = CpuThreads(self._set_cpu_threads, cpu_threads(), workers)
+        watch_engine_core(self.llm.llm_engine.engine_core)
         log.info("engine ready in %.1f s (max_model_len %d)", self.load_seconds, self.max_model_len)
 
     def _llm_kwargs(self) -> dict[str, Any]:
@@ -316,6 +320,7 @@ class Engine:
 
         # With the engine core in a child process, end it now rather than when the
         # collector finds the client: its memory is the model's.
+        self.closed = True
         self.llm.llm_engine.engine_core.shutdown()
         del self.llm
         gc.collect()
@@ -361,6 +366,8 @@ class Engine:
         from vllm.exceptions import VLLMClientError
         from vllm.v1.engine.exceptions import EngineDeadError
 
+        if self.closed:  # a job beside found its process ended, and the pool let it go
+            raise EngineDied("the engine's process ended (closed after it)")
         engine = self.llm.llm_engine
         queue = iter(requests)
         # engine request id -> (request, its key, input index): an embeddings request is
@@ -449,7 +456,7 @@ class Engine:
                     finished, last_flush, self._held = [], time.monotonic(), 0
         except EngineDeadError as exc:
             inside.clear()  # nothing to abort: the process that held them is gone
-            raise EngineDied(f"the engine's process ended ({exc!r})") from exc
+            raise EngineDied(f"the engine's process ended ({type(exc).__name__})") from exc
         finally:
             if inside:
                 engine.abort_request(list(inside))
@@ -584,6 +591,40 @@ class EngineActivity:
 
 class EngineLoadError(RuntimeError):
     """The model could not be loaded; the message is vLLM's reason."""
+
+
+CORE_WATCH_SECONDS = 1.0  # how often a dead engine process is looked for
+
+
+def watch_engine_core(client: Any) -> None:
+    """Wakes a step that waits on an engine process that has died.
+
+    vLLM's client notices the process's end (its monitor sets ``resources.engine_dead``)
+    and shuts its output thread down, but puts nothing on the queue ``step()`` waits on
+    (vLLM 0.32, ``SyncMPClient``): the step would wait for ever. A daemon thread puts
+    vLLM's own ``EngineDeadError`` there once the flag is set, and the step raises it.
+    An engine run in this process (no client of a child) needs none.
+    """
+    resources, outputs = getattr(client, "resources", None), getattr(client, "outputs_queue", None)
+    if resources is None or outputs is None:
+        return
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    held = weakref.ref(client)  # the watch must not keep a dropped engine's model alive
+
+    def open_() -> bool:
+        found = held()
+        return found is not None and found._finalizer.alive  # False once shut down
+
+    def watch() -> None:
+        # vLLM's monitor sets the flag before it shuts the client down; a shutdown of ours
+        # leaves it unset, and nothing is waiting then
+        while not resources.engine_dead and open_():
+            time.sleep(CORE_WATCH_SECONDS)
+        if resources.engine_dead:
+            outputs.put_nowait(EngineDeadError())
+
+    threading.Thread(target=watch, name="engine-core-watch", daemon=True).start()
 
 
 class EngineDied(RuntimeError):

@@ -165,7 +165,8 @@ def test_kill_cancel_and_resume_lose_nothing_and_repeat_nothing_in_chat_embeddin
         noted = any("the engine's process ended" in h.get("note", "") for h in status.history)
         return noted and status.state == "running" and status.done > done
 
-    wait_until(job, went_on, timeout=600)
+    status = wait_until(job, lambda s: went_on(s) or s.is_final, timeout=600)
+    assert went_on(status), (status.state, status.message, status.history[-4:])
 
     # 3. Cancel while it runs: the engine stops (the requests in it are aborted), what
     # finished is kept, and the job ends cancelled saying how many of its lines have a

@@ -1,6 +1,7 @@
 """Worker faults that need no engine: a stand-in executor feeds it lines."""
 
 import errno
+import time
 
 from core.jobs.ledger import verify_chain
 from core.jobs.output_file import OutputWriter
@@ -222,3 +223,37 @@ def test_an_engine_that_keeps_dying_stops_the_job_with_its_results_kept(tmp_path
     assert (status.state, status.succeeded) == ("failed", len(loads))
     assert "Resume runs the requests left" in status.message
     assert verify_chain(job.output) == (len(loads), [])
+
+
+class StandInClient:
+    """What watch_engine_core reads of vLLM's client of an engine process: the flag its
+    monitor sets when the process dies, the queue a step waits on, its finalizer."""
+
+    def __init__(self):
+        import queue
+        import types
+        import weakref
+
+        self.resources = types.SimpleNamespace(engine_dead=False)
+        self.outputs_queue = queue.Queue()
+        self._finalizer = weakref.finalize(self, lambda: None)
+
+
+def test_a_step_waiting_on_a_dead_engine_process_is_woken_with_vllms_error(monkeypatch):
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    from core.run import engine
+
+    monkeypatch.setattr(engine, "CORE_WATCH_SECONDS", 0.01)
+    client = StandInClient()
+    engine.watch_engine_core(client)
+    client.resources.engine_dead = True  # vLLM's monitor saw the process end
+    assert isinstance(client.outputs_queue.get(timeout=5), EngineDeadError)
+
+    closed = StandInClient()  # shut down by us: nothing waits, nothing is put
+    engine.watch_engine_core(closed)
+    closed._finalizer.detach()
+    time.sleep(0.1)
+    closed.resources.engine_dead = True
+    time.sleep(0.1)
+    assert closed.outputs_queue.empty()
