@@ -23,11 +23,13 @@ from core.api.files import Owner, has_lines, job_file_id, owner_of_job, visible
 from core.api.keys import Caller
 from core.endpoints import CHAT_URL
 from core.jobs.folder import JobFolder
+from core.jobs.queue import WAITS
 from core.jobs.recovery import interrupted_message, wake_worker
 from core.jobs.windows import NEXT_RUN_KEY, held_note
 from core.schemas import STALE_AFTER_SECONDS, JobSpec, JobStatus
 
 METADATA_VALUE = 512  # OpenAI's longest metadata value
+WAITING_KEY = "waiting"  # a batch's metadata key saying why it has not started
 
 
 class UrlOnly(msgspec.Struct):
@@ -56,6 +58,16 @@ def _last(status: JobStatus, *states: str) -> int | None:
         if entry.get("state") in states:
             return _epoch(entry.get("at"))
     return None
+
+
+def waiting_said(status: JobStatus) -> bool:
+    """Whether the status says why the job waits to run: for a free place or memory
+    beside the running jobs (queued), or for its model's load (loading, with no result
+    yet); the words are the worker's, as Monitor and Jobs show them."""
+    state = status.state.value
+    return (state == "queued" and status.message.startswith(WAITS)) or (
+        state == "loading" and status.done == 0 and bool(status.message)
+    )
 
 
 def openai_status(status: JobStatus) -> str:
@@ -153,6 +165,8 @@ def batch_of(job: JobFolder) -> dict:
     }
     if status.state == "awaiting_approval":  # why it waits, the estimate and who asked
         batch["metadata"]["approval"] = status.message[:METADATA_VALUE]
+    if waiting_said(status):  # OpenAI's object has no field for why a batch waits
+        batch["metadata"][WAITING_KEY] = status.message[:METADATA_VALUE]
     held = held_note(spec, status)
     if held:  # outside its run windows: still validating (or in_progress if it has run)
         batch["metadata"][NEXT_RUN_KEY] = held[:METADATA_VALUE]

@@ -196,6 +196,7 @@ def test_every_job_is_a_batch_in_openai_terms_with_its_result_files(api, keys, s
     by_id = {b.id: b for b in client.batches.list()}
     assert list(by_id) == sorted(by_id, reverse=True)  # newest first
     assert by_id[waiting.job_id].status == "validating"
+    assert "waiting" not in by_id[waiting.job_id].metadata  # queued, nothing said yet
     assert by_id[live.job_id].status == "in_progress" and by_id[live.job_id].in_progress_at
     assert by_id[live.job_id].request_counts.completed == 1
     assert by_id[live.job_id].output_file_id is None  # not until it ends
@@ -599,3 +600,26 @@ def test_a_poll_of_an_unchanged_batch_reads_no_file_and_sees_each_change(
     job.write_status(status)
     done = alice.batches.retrieve(job.job_id)
     assert done.status == "completed" and done.output_file_id is not None
+
+
+def test_a_batch_that_waits_says_why_in_its_metadata(api, keys, studio_home, model):
+    """OpenAI's batch has no field for why it has not started; Monitor and Jobs say it,
+    and so does the batch's metadata, in the worker's words."""
+    client = sdk(api, keys["alice"])
+    home = data_paths().home
+    why = "queued: waits for a free place beside job_a, job_b (at most 2 at once)"
+    queued = _walk(JobStatus(total=3), "created", "queued")
+    queued.message = why
+    beside = _job_with_status(home, model, queued, [], [])
+    loading = _walk(JobStatus(total=3), "created", "queued", "loading")
+    loading.message = "loading tiny-model: waits for job_a's load of another model"
+    loads = _job_with_status(home, model, loading, [], [])
+    running = _walk(JobStatus(total=3, done=1, succeeded=1), "created", "queued", "running")
+    running.message = "running 3 requests on tiny-model"
+    runs = _job_with_status(home, model, running, [_result("r0", True)], [])
+    for job in (beside, loads, runs):
+        own(job, "alice")
+    assert client.batches.retrieve(beside.job_id).metadata["waiting"] == why
+    said = client.batches.retrieve(loads.job_id).metadata["waiting"]
+    assert said == "loading tiny-model: waits for job_a's load of another model"
+    assert "waiting" not in client.batches.retrieve(runs.job_id).metadata
