@@ -12,7 +12,7 @@ import pytest
 
 from core.check.engine_requests import ChatRequest
 from core.run import retry
-from core.run.engine import EngineActivity, EngineDied
+from core.run.engine import EngineActivity, EngineDied, EngineRequestError
 from core.run.feed import Feed, feed_of
 from core.run.local import LocalExecutor
 from core.run.outputs import Choice, Completion
@@ -334,6 +334,31 @@ def test_a_small_job_joining_a_running_feed_is_done_before_the_long_one():
     assert texts([small]) == [f"small{i}" for i in range(10)]
     assert sorted(texts(big_lines)) == sorted(f"big{i}" for i in range(200))
     assert engine.streams == 1  # the small job entered the engine's running stream
+
+
+class RefusingEngine(SteppingEngine):
+    """Refuses every request of job ``bad`` at once (as vLLM refuses a prompt longer
+    than the context), answers the others."""
+
+    def stream(self, requests, window):
+        for batch in super().stream(requests, window):
+            yield [
+                (r, EngineRequestError("prompt too long")) if who(r).startswith("bad") else (r, c)
+                for r, c in batch
+            ]
+
+
+def test_a_job_whose_every_line_fails_neither_starves_nor_fails_the_other():
+    engine = RefusingEngine()
+    feed = Feed(engine, model="m")
+    bad = []
+    thread = threading.Thread(target=lambda: bad.extend(feed.run("bad", job("bad", 300), 4)))
+    thread.start()
+    good = list(feed.run("good", job("good", 30), 4, owner="bob"))
+    thread.join(30)
+    assert sorted(texts(good)) == sorted(f"good{i}" for i in range(30))  # whole, every answer
+    codes = [line["error"]["code"] for lines in bad for line in lines]
+    assert codes == ["engine_rejected"] * 300  # each of its lines failed once, on its own
 
 
 def test_cancelling_one_job_aborts_its_requests_and_leaves_the_other_whole():
