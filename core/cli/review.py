@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from core.cli.common import EXIT_USAGE, open_store
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from core.store.db import Store
 
 
@@ -36,21 +38,27 @@ def _has_sample(store: Store, sample_id: str) -> bool:
     return True
 
 
+def _sample_folder(sample_id: str) -> Path | None:
+    """The folder of people's work holding the sample's schema and owner, once the sample
+    is found in the index (None, said on standard error, when it or the store is not)."""
+    store = open_store([])
+    if store is None:
+        return None
+    try:
+        return store.human_dir if _has_sample(store, sample_id) else None
+    finally:
+        store.close()
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from core.access import access_config
     from core.human import label_schemas as lsc
     from core.human import owners as ow
     from core.human.questions import SchemaError, questions_text
 
-    store = open_store([])
-    if store is None:
+    folder = _sample_folder(args.sample)
+    if folder is None:
         return EXIT_USAGE
-    try:
-        if not _has_sample(store, args.sample):
-            return EXIT_USAGE
-        folder = store.human_dir
-    finally:
-        store.close()
     schema = lsc.schema_of(folder, args.sample)
     if args.clear or args.questions is not None or args.guidelines is not None:
         # the page's rule of who may change it; the command line is this machine's user
@@ -136,15 +144,9 @@ def cmd_owner(args: argparse.Namespace) -> int:
     from core.access import access_config
     from core.human import owners as ow
 
-    store = open_store([])
-    if store is None:
+    folder = _sample_folder(args.sample)
+    if folder is None:
         return EXIT_USAGE
-    try:
-        if not _has_sample(store, args.sample):
-            return EXIT_USAGE
-        folder = store.human_dir
-    finally:
-        store.close()
     if args.set is not None:
         # the page's rule of who may name an owner; the command line is this machine's user
         # with the data folder's own access, an admin (core/human/owners.py)
