@@ -32,6 +32,26 @@ CHOICES = ("A", "B", "tie")
 VARIANT, ITEM = "variant", "item"
 EXPERIMENT_LINE = r"^(t[0-9]+)\.(p[0-9]+\.m[0-9]+)$"  # groups: the item, the variant
 SPLIT_FIELDS = ("model", "prompt_version", VARIANT)  # or "metadata:<key>"
+# Keys and a field's values sort in natural order: each run of digits by its value (t2
+# before t10), the rest as text. The rule: each run of up to 99 digits is written after its
+# length in two digits (t2 -> t012, t10 -> t0210), and the results compare as text. Distinct
+# keys stay distinct (paging past a key skips no other), and Python's natural_key and SQL's
+# natural_sql say the same.
+_DIGITS = "[0-9]{1,99}"
+
+
+def natural_key(text: str) -> str:
+    """``text``'s natural sort key (``t2`` before ``t10``), as :func:`natural_sql` makes it."""
+    return re.sub(_DIGITS, lambda m: f"{len(m.group()):02d}{m.group()}", text)
+
+
+def natural_sql(expr: str) -> str:
+    """SQL of ``expr``'s natural sort key: :func:`natural_key` in DuckDB."""
+    runs = f"regexp_extract_all({expr}, '{_DIGITS}|[^0-9]+')"
+    return (
+        f"array_to_string(list_transform({runs}, lambda x: CASE WHEN x[1] BETWEEN '0' AND '9' "
+        "THEN lpad(CAST(length(x) AS VARCHAR), 2, '0') || x ELSE x END), '')"
+    )
 
 
 class CompareError(ValueError):
@@ -105,11 +125,10 @@ def _paired(
     if succeeded:
         filters.append("a.status = 'succeeded' AND b.status = 'succeeded'")
     if after is not None:
-        filters.append("a.key > ?")
-        params.append(after)
-    return f"WITH a AS ({sql_a}), b AS ({sql_b}) {{}} FROM a JOIN b USING (key) " + (
-        f"WHERE {' AND '.join(filters)}"
-    )
+        filters.append(f"{natural_sql('a.key')} > ?")
+        params.append(natural_key(after))
+    where = " AND ".join(filters).replace("{", "{{").replace("}", "}}")  # {1,99}: not a field
+    return f"WITH a AS ({sql_a}), b AS ({sql_b}) {{}} FROM a JOIN b USING (key) WHERE {where}"
 
 
 def pairs(
@@ -122,9 +141,9 @@ def pairs(
     succeeded: bool = False,
     after: str | None = None,
 ) -> pd.DataFrame:
-    """The pairs present on both sides, by key in key order, with length and token deltas
-    (B minus A); with ``succeeded``, only pairs of two answers; with ``after``, the keys
-    past it (the next page)."""
+    """The pairs present on both sides, by key in natural order (``t2`` before ``t10``),
+    with length and token deltas (B minus A); with ``succeeded``, only pairs of two answers;
+    with ``after``, the keys past it (the next page)."""
     params: list[Any] = []
     paired = _paired(a, b, key, params, succeeded, after)
     select = """
@@ -138,7 +157,8 @@ def pairs(
                length(b.answer) - length(a.answer) AS chars_delta,
                b.completion_tokens - a.completion_tokens AS tokens_delta,
                a.completion_tokens AS tokens_a, b.completion_tokens AS tokens_b"""
-    return store.query(f"{paired.format(select)} ORDER BY a.key LIMIT ?", [*params, int(limit)])
+    order = f"ORDER BY {natural_sql('a.key')} LIMIT ?"
+    return store.query(f"{paired.format(select)} {order}", [*params, int(limit)])
 
 
 def paired_keys(
@@ -154,7 +174,7 @@ def paired_keys(
     through them (only the keys: cheap for a million pairs)."""
     params: list[Any] = []
     paired = _paired(a, b, key, params, succeeded, None)
-    sql = f"{paired.format('SELECT a.key')} ORDER BY a.key LIMIT ?"
+    sql = f"{paired.format('SELECT a.key')} ORDER BY {natural_sql('a.key')} LIMIT ?"
     return [str(k) for k in store.query(sql, [*params, int(limit)])["key"]]
 
 
@@ -314,12 +334,12 @@ def preference_tally(store: Store, comparison: str) -> dict[str, int]:
 
 
 def split_values(store: Store, job_id: str, field: str, limit: int = 200) -> list[str]:
-    """The values a field takes in a job (to pick a side within one job)."""
+    """The values a field takes in a job (to pick a side within one job), in natural order."""
     params: list[Any] = []
     expr = _field_sql(field, params)
     frame = store.query(
         f"SELECT DISTINCT {expr} AS v FROM results r WHERE r.job_id = ? AND v IS NOT NULL "
-        "ORDER BY v LIMIT ?",
+        f"ORDER BY {natural_sql('v')} LIMIT ?",
         [*params, job_id, int(limit)],
     )
     return [str(v) for v in frame["v"]]

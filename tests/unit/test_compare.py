@@ -18,6 +18,9 @@ from core.store.compare import (
     coverage,
     diff_html,
     diff_text,
+    natural_key,
+    natural_sql,
+    paired_keys,
     pairs,
     preference_of,
     preference_tally,
@@ -199,3 +202,44 @@ def test_two_variants_of_an_experiment_pair_on_the_item_their_custom_ids_name(tm
     assert list(frame["answer_a"]) == ["p0.m0 on t0", "p0.m0 on t1", "p0.m0 on t2"]
     assert list(frame["answer_b"]) == ["p1.m0 on t0", "p1.m0 on t1", "p1.m0 on t2"]
     assert coverage(store, a, b, ITEM) == {"a": 3, "b": 3, "paired": 3}
+
+
+def test_items_and_variants_sort_by_their_numbers_and_page_in_that_order(tmp_path):
+    """Issue 43: keys compared as text put t10 before t2; they sort by their numbers, in
+    the pairs, the keys, each page past a key, and a field's values."""
+    rows = [
+        {"custom_id": custom_id(t, p, 0), "prompt": f"q{t}", "answer": f"p{p} on t{t}"}
+        for t in range(12)
+        for p in (0, 2, 10)
+    ]
+    job = finished_job(tmp_path, rows)
+    store = Store(tmp_path / "studio.duckdb")
+    store.ingest(job)
+    items = [f"t{t}" for t in range(12)]
+    assert split_values(store, job.job_id, VARIANT) == ["p0.m0", "p2.m0", "p10.m0"]
+    a, b = Side(job.job_id, VARIANT, "p2.m0"), Side(job.job_id, VARIANT, "p10.m0")
+    assert list(pairs(store, a, b, key=ITEM)["key"]) == items
+    assert paired_keys(store, a, b, ITEM) == items
+    assert list(pairs(store, a, b, key=ITEM, limit=3, after="t2")["key"]) == ["t3", "t4", "t5"]
+    assert list(pairs(store, a, b, key=ITEM, after="t9")["key"]) == ["t10", "t11"]
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ["t10", "t2", "t1", "t0", "t100", "t09", "t9"],
+        ["a", "", "a1b2", "a1b10", "a01b", "a1", "b", "10", "9", "x-2.y", "x-10.y"],
+        ["7" * 120, "8" * 99, "9" * 100, "é2", "é10", "z"],
+    ],
+)
+def test_the_natural_order_is_one_rule_in_python_and_in_sql(tmp_path, texts):
+    """Numbers by value (t2 before t10), distinct texts never equal, and DuckDB's order
+    the same as Python's (a page past a key is computed in Python, compared in SQL)."""
+    store = Store(tmp_path / "studio.duckdb")
+    frame = store.query(
+        f"SELECT k, {natural_sql('k')} AS n FROM unnest(?) t(k) ORDER BY n", [texts]
+    )
+    assert list(frame["n"]) == [natural_key(k) for k in frame["k"]]
+    assert list(frame["k"]) == sorted(texts, key=natural_key)
+    assert len({natural_key(k) for k in texts}) == len(texts)
+    assert sorted(["t10", "t2", "t1"], key=natural_key) == ["t1", "t2", "t10"]
