@@ -245,14 +245,21 @@ class JudgeLink(FrozenModel):
     Attributes:
         kind: ``verdict`` (each line grades one result of ``graded[0]``: pass/fail, score,
             reason) or ``pairwise`` (each line compares ``graded[0]``'s answer, side A, with
-            ``graded[1]``'s, side B, for the same ``custom_id``).
-        graded: the job(s) graded.
+            ``graded[1]``'s, side B, for the same key: ``on``).
+        graded: the job(s) graded (a pairwise judge of two slices of one job: it twice).
         check: the name its verdicts take among the graded job's checks.
+        split: a pairwise judge of two slices: the field they are slices of (``variant``,
+            ``model``, ``metadata:KEY``; core.store.compare.Side); "" for two whole jobs.
+        values: with ``split``, side A's value of it and side B's.
+        on: what the pairs match on (``custom_id``, or a slice's key such as ``item``).
     """
 
     kind: Literal["verdict", "pairwise"] = "verdict"
     graded: list[str] = Field(min_length=1, max_length=2)
     check: str = ""
+    split: str = ""
+    values: list[str] = Field(default_factory=list, max_length=2)
+    on: str = "custom_id"
 
 
 class BatchOrigin(FrozenModel):

@@ -166,7 +166,7 @@ def pairs_or_stop(db: Store, chosen: Comparison) -> pd.DataFrame:
 def overview(
     db: Store, chosen: Comparison, pairs: pd.DataFrame, labelled: Callable[[str], str]
 ) -> None:
-    """Mean differences, the preferences so far, a judge of two jobs, and every pair."""
+    """Mean differences, the preferences so far, a pairwise judge, and every pair."""
     tally = cmp.preference_tally(db, chosen.id)
     c = st.columns(5)
     c[0].metric("Mean length Δ (chars, B−A)", f"{pairs['chars_delta'].mean():+.0f}")
@@ -176,8 +176,7 @@ def overview(
     c[4].metric("Tie", tally["tie"])
     if sum(tally.values()):
         preference_file(db, chosen.id)
-    if chosen.mode == "jobs":
-        pairwise_section(db, chosen.a.job_id, chosen.b.job_id, labelled)
+    pairwise_section(db, chosen.a, chosen.b, chosen.key, labelled)
     st.dataframe(
         pairs[
             ["key", "status_a", "status_b", "chars_delta", "tokens_delta", "answer_a", "answer_b"]

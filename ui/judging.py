@@ -13,6 +13,7 @@ import streamlit as st
 from core.jobs.submit import Refused, Started
 from core.qa import judge as jg
 from core.qa import pairwise as pw
+from core.store import compare as cmp
 from core.store import judged, trust
 from core.store import samples as sm
 from core.store.db import Store
@@ -204,8 +205,11 @@ def agreement_section(
                 review_sample(made.sample_id)
 
 
-def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], str]) -> None:
-    """A model's preferences between two jobs' answers: start a pairwise judge, see tallies."""
+def pairwise_section(
+    db: Store, a: cmp.Side, b: cmp.Side, key: str, label: Callable[[str], str]
+) -> None:
+    """A model's preferences between two sides' answers (two jobs, or two slices of one job
+    paired on ``key``): start a pairwise judge, see the tallies of this comparison's."""
     st.markdown("**Pairwise judge**")  # the subheaders name the two sides
     st.caption(
         "A model says which answer is better for every pair. Position matters to models, so "
@@ -213,13 +217,12 @@ def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], s
         "mapped back to A and B. Template variables: `prompt`, `system`, `messages`, "
         "`metadata`, `custom_id`, `answer_1`, `answer_2`."
     )
-    for row in judged.judges(db, [job_a, job_b], "pairwise").itertuples():
+    for row in cmp.pairwise_judges(db, a, b, key).itertuples():
         tally = judged.pairwise_tally(db, row.judge_job)
-        flipped = list(row.graded) != [job_a, job_b]  # that judge's A is this page's B
-        a, b = ("B", "A") if flipped else ("A", "B")
+        first, second = ("B", "A") if row.flipped else ("A", "B")  # flipped: its A is our B
         st.caption(escape(f"{label(row.judge_job)} · {row.state} · {tally.lines} verdicts"))
         c = st.columns(4)
-        for col, side, title in ((c[0], a, "A"), (c[1], b, "B"), (c[2], "tie", "tie")):
+        for col, side, title in ((c[0], first, "A"), (c[1], second, "B"), (c[2], "tie", "tie")):
             share, low, high = tally.share(side)
             count = {"A": tally.a, "B": tally.b, "tie": tally.tie}[side]
             col.metric(
@@ -240,6 +243,6 @@ def pairwise_section(db: Store, job_a: str, job_b: str, label: Callable[[str], s
             settings = jg.JudgeSettings(model, int(max_tokens), None, signed_in_user())
             _start(
                 lambda: pw.start_pairwise(
-                    db, job_a, job_b, text, settings, paths().jobs, label=label
+                    db, a, b, text, settings, paths().jobs, label=label, key=key
                 )
             )

@@ -1,9 +1,11 @@
-"""A pairwise judge for Compare: which of two jobs' answers to the same request is better.
+"""A pairwise judge for Compare: which of two sides' answers to the same request is better.
 
-Pairs are two jobs' succeeded results with the same ``custom_id`` (``core.store.compare``
-pairs them). Each becomes one judge line showing "Answer 1" and "Answer 2"; a model tends
+The sides are two jobs, or two slices of one job (an experiment's two variants); their
+pairs are Compare's (``core.store.compare``): both answers succeeded, matched on
+``custom_id``, or for slices on their key (an experiment's item). Each pair becomes one
+judge line, its custom_id the pair's key, showing "Answer 1" and "Answer 2"; a model tends
 to prefer one position whatever it holds, so on exactly half of the pairs (those whose
-``custom_id`` hashes lowest, so the same pairs on every run and machine) answer 1 is side B.
+key hashes lowest, so the same pairs on every run and machine) answer 1 is side B.
 The line's ``metadata.swapped`` records it, and ``core.store.judged`` maps the verdict
 (:data:`PAIRWISE_SCHEMA`: winner ``"1"``, ``"2"`` or ``"tie"``) back to A, B or tie.
 
@@ -84,15 +86,17 @@ def swapped_keys(keys: Iterable[str]) -> set[str]:
 
 def start_pairwise(
     store: Store,
-    job_a: str,
-    job_b: str,
+    side_a: str | Side,
+    side_b: str | Side,
     template_text: str,
     settings: JudgeSettings,
     jobs_dir: Path | None = None,
     label: Callable[[str], str] = str,
+    key: str = "custom_id",
 ) -> Started:
-    """Renders the template over the pairs of ``job_a`` and ``job_b`` (matched on
-    ``custom_id``, both succeeded) and starts the pairwise judge job.
+    """Renders the template over the pairs of sides A and B (a job id, or a slice of one:
+    :class:`core.store.compare.Side`), matched on ``key`` as Compare pairs them, both
+    answers succeeded, and starts the pairwise judge job. ``label`` names a job.
 
     Raises:
         JudgeError: the template does not compile or fails on some pairs, or no pair has
@@ -100,37 +104,40 @@ def start_pairwise(
         core.jobs.submit.Refused: the model folder or the settings cannot run.
     """
     check_template(template_text)
-    if job_a == job_b:
-        raise JudgeError(["choose two different jobs"])
-    a, b = Side(job_a), Side(job_b)
-    keys = paired_keys(store, a, b, limit=MAX_PAIRS, succeeded=True)
+    a = side_a if isinstance(side_a, Side) else Side(side_a)
+    b = side_b if isinstance(side_b, Side) else Side(side_b)
+    if a == b:
+        raise JudgeError([f"choose two different {'slices' if a.field else 'jobs'}"])
+    if (a.field or b.field) and (a.job_id != b.job_id or a.field != b.field):
+        raise JudgeError(["two slices to judge are two values of one field of one job"])
+    keys = paired_keys(store, a, b, key, limit=MAX_PAIRS, succeeded=True)
     if not keys:
-        raise JudgeError(["no pairs to judge: no custom_id has a succeeded answer on both sides"])
+        raise JudgeError([f"no pairs to judge: no {key} has a succeeded answer on both sides"])
     swap = swapped_keys(keys)
 
     def contexts() -> Iterator[tuple[str, dict[str, Any]]]:
         """Each pair's context, read a page at a time (never a million answers at once)."""
         after, left = None, len(keys)
         while left > 0:
-            page = pairs(store, a, b, limit=min(PAGE_ROWS, left), succeeded=True, after=after)
+            page = pairs(store, a, b, key, min(PAGE_ROWS, left), succeeded=True, after=after)
             rows = page.to_dict("records")
             for row in rows:
-                key = str(row["key"])
-                first, second = ("b", "a") if key in swap else ("a", "b")
+                pair = str(row["key"])
+                first, second = ("b", "a") if pair in swap else ("a", "b")
                 context = base_context(
-                    {"custom_id": key, "messages": row["messages_a"], "prompt": row["prompt_a"]}
+                    {"custom_id": pair, "messages": row["messages_a"], "prompt": row["prompt_a"]}
                 )
                 context.update(
                     answer_1=row[f"answer_{first}"] or "",
                     answer_2=row[f"answer_{second}"] or "",
                 )
-                yield key, context
+                yield pair, context
             if len(rows) < min(PAGE_ROWS, left):
                 return
             after, left = str(rows[-1]["key"]), left - len(rows)
 
     model = Path(settings.model).name or "judge"
-    judge_of = f"{job_a} vs {job_b}"
+    judge_of = f"{a.label()} vs {b.label()}"
     lines = (
         judge_line(
             key, text, PAIRWISE_SCHEMA, {"judge_of": judge_of, "swapped": str(key in swap).lower()},
@@ -138,6 +145,13 @@ def start_pairwise(
         )
         for key, text in render_all(template_text, contexts())
     )  # fmt: skip
-    link = JudgeLink(kind="pairwise", graded=[job_a, job_b], check=new_check_name())
-    name = f"pairwise judge: {label(job_a)} vs {label(job_b)}"
+    link = JudgeLink(
+        kind="pairwise",
+        graded=[a.job_id, b.job_id],
+        check=new_check_name(),
+        split=a.field or "",
+        values=[str(a.value), str(b.value)] if a.field else [],
+        on=key,
+    )
+    name = f"pairwise judge: {a.label(label(a.job_id))} vs {b.label(label(b.job_id))}"
     return submit_lines(lines, settings, link, template_text, name, jobs_dir)

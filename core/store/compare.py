@@ -22,8 +22,9 @@ import pandas as pd
 from core.human.files import PreferenceRecord, append, now_utc
 from core.schemas import JobSpec
 from core.store.db import Store
+from core.store.judged import judges
 from core.store.results import metadata_path
-from core.store.schema import SHOWN_ANSWER_SQL
+from core.store.schema import SHOWN_ANSWER_SQL, natural_key, natural_sql
 
 CHOICES = ("A", "B", "tie")
 # An experiment runs as one job whose lines' custom_ids are t<test>.p<prompt>.m<provider>
@@ -32,26 +33,6 @@ CHOICES = ("A", "B", "tie")
 VARIANT, ITEM = "variant", "item"
 EXPERIMENT_LINE = r"^(t[0-9]+)\.(p[0-9]+\.m[0-9]+)$"  # groups: the item, the variant
 SPLIT_FIELDS = ("model", "prompt_version", VARIANT)  # or "metadata:<key>"
-# Keys and a field's values sort in natural order: each run of digits by its value (t2
-# before t10), the rest as text. The rule: each run of up to 99 digits is written after its
-# length in two digits (t2 -> t012, t10 -> t0210), and the results compare as text. Distinct
-# keys stay distinct (paging past a key skips no other), and Python's natural_key and SQL's
-# natural_sql say the same.
-_DIGITS = "[0-9]{1,99}"
-
-
-def natural_key(text: str) -> str:
-    """``text``'s natural sort key (``t2`` before ``t10``), as :func:`natural_sql` makes it."""
-    return re.sub(_DIGITS, lambda m: f"{len(m.group()):02d}{m.group()}", text)
-
-
-def natural_sql(expr: str) -> str:
-    """SQL of ``expr``'s natural sort key: :func:`natural_key` in DuckDB."""
-    runs = f"regexp_extract_all({expr}, '{_DIGITS}|[^0-9]+')"
-    return (
-        f"array_to_string(list_transform({runs}, lambda x: CASE WHEN x[1] BETWEEN '0' AND '9' "
-        "THEN lpad(CAST(length(x) AS VARCHAR), 2, '0') || x ELSE x END), '')"
-    )
 
 
 class CompareError(ValueError):
@@ -416,3 +397,27 @@ def job_differences(store: Store, spec_a: JobSpec, spec_b: JobSpec) -> pd.DataFr
         ],
         columns=["setting", "A", "B"],
     )
+
+
+# -- the pairwise judges of a comparison (core.qa.pairwise starts them) ---------------------
+
+
+def judge_sides(row: Any) -> tuple[Side, Side, str]:
+    """A pairwise judge's sides A and B and what they pair on, from a row of
+    :func:`core.store.judged.judges` (its ``job.json``'s ``judge``: core.schemas.JudgeLink)."""
+    job_a, job_b = row.graded
+    if not row.split:
+        return Side(job_a), Side(job_b), str(row.pair_on)
+    value_a, value_b = row.split_values
+    return Side(job_a, row.split, value_a), Side(job_b, row.split, value_b), str(row.pair_on)
+
+
+def pairwise_judges(store: Store, a: Side, b: Side, key: str) -> pd.DataFrame:
+    """The pairwise judges of this comparison (two jobs, or two slices of one paired on
+    ``key``) either way round, oldest first: the columns of
+    :func:`core.store.judged.judges`, and ``flipped`` (that judge's A is this B)."""
+    found = judges(store, list({a.job_id, b.job_id}), "pairwise")
+    sides = [judge_sides(row) for row in found.itertuples()]
+    mine = [side in ((a, b, key), (b, a, key)) for side in sides]
+    flipped = [side[0] != a for side, match in zip(sides, mine, strict=True) if match]
+    return found.loc[mine].assign(flipped=flipped)

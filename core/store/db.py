@@ -316,8 +316,16 @@ class Store:
             if spec.judge is not None:
                 link = spec.judge
                 cur.execute(
-                    "INSERT OR REPLACE INTO judge_links VALUES (?, ?, ?, ?)",
-                    [job_id, link.kind, list(link.graded), link.check],
+                    "INSERT OR REPLACE INTO judge_links VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        job_id,
+                        link.kind,
+                        list(link.graded),
+                        link.check,
+                        link.split,
+                        list(link.values),
+                        link.on,
+                    ],
                 )
             for event in status.history:
                 cur.execute(

@@ -24,6 +24,7 @@ import pandas as pd
 from core.json_strict import LENIENT_JSON
 from core.store.db import Store
 from core.store.review import wilson
+from core.store.schema import natural_sql
 
 # DuckDB's JSON takes NaN and trailing commas, and reads the first of two equal keys; a
 # verdict is strict JSON, its keys each named once (nested objects are not looked into).
@@ -109,7 +110,8 @@ def judges(store: Store, job_ids: list[str], kind: str = "verdict") -> pd.DataFr
     return store.query(
         f"""
         SELECT l.judge_job, l.check_name, l.graded, coalesce(j.name, '') AS name, j.state,
-               j.total, j.succeeded + j.failed AS done
+               j.total, j.succeeded + j.failed AS done,
+               l.split, l.split_values, l.pair_on
         FROM judge_links l JOIN jobs j ON j.job_id = l.judge_job
         WHERE l.kind = ? AND {where}
         ORDER BY j.created_at, l.judge_job
@@ -158,9 +160,10 @@ class PairwiseTally:
 
 
 def pairwise_verdicts(store: Store, judge_job: str) -> pd.DataFrame:
-    """A pairwise judge's lines: key (the pair's custom_id), choice (A, B, tie or None),
-    swapped, winner (as the judge wrote it), reason, status."""
-    return store.query(f"SELECT * FROM ({PAIRWISE_SQL}) ORDER BY key", [judge_job])
+    """A pairwise judge's lines: key (the pair's key: its line's custom_id), choice (A, B, tie
+    or None), swapped, winner (as the judge wrote it), reason, status; in the pairs' order."""
+    order = natural_sql("key")
+    return store.query(f"SELECT * FROM ({PAIRWISE_SQL}) ORDER BY {order}", [judge_job])
 
 
 def pairwise_tally(store: Store, judge_job: str) -> PairwiseTally:

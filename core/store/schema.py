@@ -8,6 +8,7 @@ DuckDB at full speed.
 from __future__ import annotations
 
 import json
+import re
 
 # A result's searchable text: its prompt and answer, lowercased, on two lines. The prompt
 # is lowered once, when the job's requests are loaded (requests.prompt_lower), so that
@@ -18,6 +19,28 @@ SEARCH_TEXT_SQL = "concat_ws(chr(10), {prompt_lower}, lower({answer}))"
 # (NULL where the answer is text). ``answer`` keeps the first call's arguments, which checks
 # grade; this is what pages and exports show.
 CALLS_SHAPE = json.dumps([{"function": {"name": "VARCHAR", "arguments": "VARCHAR"}}])
+
+
+# Compare's keys (core.store.compare) and a field's values sort in natural order: each run
+# of digits by its value (t2 before t10), the rest as text. The rule: each run of up to 99
+# digits is written after its length in two digits (t2 -> t012, t10 -> t0210), and the
+# results compare as text. Distinct keys stay distinct (paging past a key skips no other),
+# and Python's natural_key and SQL's natural_sql say the same.
+_DIGITS = "[0-9]{1,99}"
+
+
+def natural_key(text: str) -> str:
+    """``text``'s natural sort key (``t2`` before ``t10``), as :func:`natural_sql` makes it."""
+    return re.sub(_DIGITS, lambda m: f"{len(m.group()):02d}{m.group()}", text)
+
+
+def natural_sql(expr: str) -> str:
+    """SQL of ``expr``'s natural sort key: :func:`natural_key` in DuckDB."""
+    runs = f"regexp_extract_all({expr}, '{_DIGITS}|[^0-9]+')"
+    return (
+        f"array_to_string(list_transform({runs}, lambda x: CASE WHEN x[1] BETWEEN '0' AND '9' "
+        "THEN lpad(CAST(length(x) AS VARCHAR), 2, '0') || x ELSE x END), '')"
+    )
 
 
 def tool_calls_sql(calls: str) -> str:
@@ -321,6 +344,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE reviews ADD COLUMN answers JSON;
     ALTER TABLE review_history ADD COLUMN answers JSON;
+    """,
+    # A pairwise judge of two slices of one job (core.schemas.JudgeLink): the field they
+    # split, A's and B's value, what pairs match on. Links before it judge two whole jobs.
+    """
+    ALTER TABLE judge_links ADD COLUMN split VARCHAR DEFAULT '';
+    ALTER TABLE judge_links ADD COLUMN split_values VARCHAR[] DEFAULT [];
+    ALTER TABLE judge_links ADD COLUMN pair_on VARCHAR DEFAULT 'custom_id';
     """,
 ]
 

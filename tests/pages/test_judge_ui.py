@@ -8,13 +8,16 @@ import json
 import pytest
 
 from core.config import data_paths
+from core.experiments.runs import custom_id
 from core.jobs.folder import JobFolder
 from core.qa import judge as J
+from core.qa.pairwise import swapped_keys
 from core.schemas import job_label
 from core.store.db import Store
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
-from tests.support.judge import answer_judge, verdict
+from tests.support.judge import answer_judge, input_lines, verdict
+from tests.support.links import open_link
 from tests.support.pages import job_in_home, open_page, start_on_page
 
 pytestmark = pytest.mark.usefixtures("studio_home", "calibrated_judges")
@@ -123,6 +126,49 @@ def test_compare_page_starts_a_pairwise_judge_and_tallies_it(studio_home, model,
     assert metrics["Judge prefers A"] == "2 (50%)" and metrics["Judge prefers B"] == "2 (50%)"
     assert metrics["Judge: tie"] == "0 (0%)" and metrics["Not graded"] == "0"
     assert any("95% CI" in c.value for c in at.caption)
+
+
+def test_compare_offers_the_pairwise_judge_for_two_variants_of_one_job(
+    studio_home, model, no_worker
+):
+    """Issue 43: Compare opened on two slices (as the Experiments page's Open in Compare
+    opens it) offers the pairwise judge; it judges the pairs item by item and its tally
+    shows for that comparison."""
+    rows = [
+        {"custom_id": custom_id(t, p, 0), "prompt": f"q{t}", "answer": f"p{p} on t{t}"}
+        for t in range(4)
+        for p in (0, 1)
+    ]
+    job = job_in_home(studio_home, rows)
+    link = {"mode": "slices", "job": job, "split": "variant", "va": "p1.m0", "vb": "p0.m0"}
+    at = open_link("compare.py", **link, on="item")
+    start_on_page(at, model, "pair")
+    at.button(key="pair_start").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    [judge] = new_judge_jobs([job])
+    spec = judge.read_spec().judge
+    assert (spec.graded, spec.split, spec.values, spec.on) == (
+        [job, job],
+        "variant",
+        ["p1.m0", "p0.m0"],
+        "item",
+    )
+    items = [f"t{t}" for t in range(4)]
+    assert [line["custom_id"] for line in input_lines(judge)] == items
+    swapped = swapped_keys(items)  # answer 1 is B's there
+    prefers = {"t0": "A", "t1": "A", "t2": "A", "t3": "B"}  # A: p1, B: p0
+    winner = {i: "1" if (side == "A") != (i in swapped) else "2" for i, side in prefers.items()}
+    answer_judge(judge, {i: json.dumps({"winner": w, "reason": "-"}) for i, w in winner.items()})
+    at = open_link("compare.py", **link, on="item")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Judge prefers A"] == "3 (75%)" and metrics["Judge prefers B"] == "1 (25%)"
+    at = open_link("compare.py", **{**link, "va": "p0.m0", "vb": "p1.m0"}, on="item")
+    metrics = {m.label: m.value for m in at.metric}  # the same judge, its sides flipped
+    assert metrics["Judge prefers A"] == "1 (25%)" and metrics["Judge prefers B"] == "3 (75%)"
+    other = job_in_home(studio_home, rows, name="other")
+    at = open_page("compare.py", cmp_a=job, cmp_b=other)  # two jobs: not this judge's
+    assert "Mean tokens Δ (B−A)" in [m.label for m in at.metric]
+    assert "Judge prefers A" not in [m.label for m in at.metric]
 
 
 def test_removing_and_adding_the_job_again_keeps_the_judge_template(studio_home, model, no_worker):

@@ -18,8 +18,6 @@ from core.store.compare import (
     coverage,
     diff_html,
     diff_text,
-    natural_key,
-    natural_sql,
     paired_keys,
     pairs,
     preference_of,
@@ -29,6 +27,7 @@ from core.store.compare import (
     word_diff,
 )
 from core.store.db import Store
+from core.store.schema import natural_key, natural_sql
 from tests.support.jobs import finished_job, request_line
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from core.config import data_paths
+from core.experiments.runs import custom_id
 from core.human import owners
 from core.jobs.folder import JobFolder
 from core.qa import judge as J
@@ -22,6 +23,7 @@ from core.qa.rules import load_rules
 from core.store import checks, judged, trust
 from core.store import export as ex
 from core.store import results as R
+from core.store.compare import ITEM, VARIANT, Side, pairwise_judges
 from core.store.review import Label, save_label
 from core.store.samples import sample_items
 from tests.support.cli import cli
@@ -242,6 +244,60 @@ def test_a_pairwise_judge_shows_swapped_sides_and_maps_verdicts_back(
     monkeypatch.setattr(P, "MAX_PAIRS", 3)
     capped = P.start_pairwise(db, job_a, job_b, template, J.JudgeSettings(str(model))).job
     assert [line["custom_id"] for line in input_lines(capped)] == ["q0", "q1", "q2"]
+
+
+def test_a_pairwise_judge_of_two_variants_judges_their_pairs_item_by_item(
+    studio_home, model, no_worker, monkeypatch
+):
+    """Issue 43: two slices of one job (an experiment's variants) are judged on Compare's
+    pairs, one line per item in natural order (t2 before t10), and the judge is found
+    again for that comparison (either way round) and for no other."""
+    monkeypatch.setattr(P, "PAGE_ROWS", 4)  # pairs read four at a time: three pages
+    items = [f"t{t}" for t in range(11)]
+    rows = [
+        {"custom_id": custom_id(t, p, 0), "prompt": f"q{t}", "answer": f"p{p} on t{t}"}
+        for t in range(11)
+        for p in (0, 1)
+    ]
+    rows[-1]["answer"] = None  # t10 failed on p1: no pair
+    job = job_in_home(studio_home, rows)
+    other = job_in_home(studio_home, rows, name="other")
+    db = open_store()
+    a, b = Side(job, VARIANT, "p1.m0"), Side(job, VARIANT, "p0.m0")
+    template = "{{ prompt }}\n1: {{ answer_1 }}\n2: {{ answer_2 }}"
+    started = P.start_pairwise(db, a, b, template, J.JudgeSettings(str(model)), key=ITEM).job
+    spec = started.read_spec()
+    assert spec.judge.graded == [job, job] and spec.judge.on == ITEM
+    assert (spec.judge.split, spec.judge.values) == (VARIANT, ["p1.m0", "p0.m0"])
+    assert spec.name.endswith("[variant=p1.m0] vs " + f"{job} [variant=p0.m0]")
+    lines = {line["custom_id"]: line for line in input_lines(started)}
+    assert list(lines) == items[:-1]  # in natural order; t10 failed on A: no pair
+    swapped = P.swapped_keys(items[:-1])
+    for key, line in lines.items():
+        first, second = ("p0", "p1") if key in swapped else ("p1", "p0")
+        user = line["body"]["messages"][-1]["content"]
+        assert user == f"q{key[1:]}\n1: {first} on {key}\n2: {second} on {key}"
+    answer_judge(started, {k: json.dumps({"winner": "1", "reason": "first"}) for k in lines})
+    db.ingest_all(data_paths().jobs)
+    verdicts = judged.pairwise_verdicts(db, started.job_id).set_index("key")
+    assert list(verdicts.index) == items[:-1]
+    assert all(verdicts.loc[k, "choice"] == ("B" if k in swapped else "A") for k in lines)
+    found = pairwise_judges(db, a, b, ITEM)
+    assert list(found["judge_job"]) == [started.job_id] and not found["flipped"].any()
+    assert pairwise_judges(db, b, a, ITEM)["flipped"].tolist() == [True]
+    assert pairwise_judges(db, a, Side(job, VARIANT, "p9.m0"), ITEM).empty
+    assert pairwise_judges(db, Side(job), Side(other), "custom_id").empty
+    two_jobs = P.start_pairwise(db, job, other, template, J.JudgeSettings(str(model))).job
+    db.ingest_all(data_paths().jobs)
+    assert list(pairwise_judges(db, a, b, ITEM)["judge_job"]) == [started.job_id]
+    found = pairwise_judges(db, Side(other), Side(job), "custom_id")
+    assert found["judge_job"].tolist() == [two_jobs.job_id] and found["flipped"].tolist() == [True]
+    with pytest.raises(J.JudgeError, match="two different slices"):
+        P.start_pairwise(db, a, a, template, J.JudgeSettings(str(model)), key=ITEM)
+    with pytest.raises(J.JudgeError, match="one field of one job"):
+        P.start_pairwise(
+            db, a, Side(other, VARIANT, "p0.m0"), template, J.JudgeSettings(str(model))
+        )
 
 
 # -- agreement --------------------------------------------------------------------------------
