@@ -19,9 +19,10 @@ WORKER = ["-m", "core.run.worker"]
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--worker"]:
+        import core.run.pending as pending
         import core.run.worker as worker
 
-        worker.engine_order = list  # the requests as the file has them
+        pending.engine_order = list  # the requests as the file has them
         return worker.main(argv[1:])
     popen = subprocess.Popen
 

@@ -14,9 +14,8 @@ import copy
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from core.check.engine_requests import EngineRequest
 from core.reuse.index import Earlier, EarlierLineError, EarlierLines, find_earlier
 
 
@@ -43,8 +42,19 @@ def reused_line(
     }
 
 
+class Identified(Protocol):
+    """A request as reuse reads it: by its id (a parsed request, or the worker's
+    :class:`~core.run.pending.Planned`, which keeps no texts)."""
+
+    @property
+    def custom_id(self) -> str: ...
+
+
+R = TypeVar("R", bound=Identified)
+
+
 @dataclass
-class ReusePlan:
+class ReusePlan(Generic[R]):
     """One model's requests of one run, split by where their answers come from.
 
     Attributes:
@@ -60,7 +70,7 @@ class ReusePlan:
 
     job_id: str
     model_name: str
-    to_run: list[EngineRequest] = field(default_factory=list)
+    to_run: list[R] = field(default_factory=list)
     reused: list[dict[str, Any]] = field(default_factory=list)
     keys: dict[str, bytes] = field(default_factory=dict)
     copies: dict[str, list[str]] = field(default_factory=dict)
@@ -84,19 +94,19 @@ class ReusePlan:
 
 
 def plan_reuse(
-    requests: list[EngineRequest],
+    requests: list[R],
     keys: dict[str, bytes],
     *,
     jobs_dir: Path,
     job_id: str,
     model_name: str,
     owner: str | None,
-) -> ReusePlan:
+) -> ReusePlan[R]:
     """Splits one model's ``requests`` into a :class:`ReusePlan`; ``keys`` holds the key of
     each request whose answer may be reused (:class:`core.reuse.keys.RequestKeys`), and
     ``owner`` whose job it is: only that owner's earlier answers are taken
     (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way."""
-    plan = ReusePlan(job_id=job_id, model_name=model_name)
+    plan: ReusePlan[R] = ReusePlan(job_id=job_id, model_name=model_name)
     plan.keys = {r.custom_id: keys[r.custom_id] for r in requests if r.custom_id in keys}
     asked = [plan.keys.get(request.custom_id) for request in requests]
     earlier = find_earlier(
@@ -114,8 +124,8 @@ def plan_reuse(
 
 
 def _place(
-    plan: ReusePlan,
-    request: EngineRequest,
+    plan: ReusePlan[R],
+    request: R,
     key: bytes | None,
     source: Earlier | None,
     first: dict[bytes, str],
@@ -135,7 +145,7 @@ def _place(
         plan.to_run.append(request)
 
 
-def _earlier(plan: ReusePlan, source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:
+def _earlier(plan: ReusePlan[Any], source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:
     """The line ``source`` points at; None where it is broken (said in ``plan.problems``:
     the request runs again)."""
     try:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.adapters import engine_rank
 from core.check.engine_requests import (
@@ -38,7 +38,7 @@ from core.run.outputs import Choice, Completion, Embeddings
 from core.run.pooling import Gathering, pair_requests
 from core.run.structured import STRUCTURED_OUTPUTS
 from core.run.tool_parsing import read_calls
-from core.schemas import EngineConfig
+from core.schemas import Adapter, EngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +90,17 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
 
 
+class Fitted(Protocol):
+    """What the engine's settings depend on in a request (the worker's
+    :class:`~core.run.pending.Planned`)."""
+
+    seeded: bool
+    adapter: Adapter | None
+
+
 def fit_to_requests(
     config: EngineConfig,
-    requests: list[EngineRequest],
+    requests: Iterable[Fitted],
     on_gpu: bool,
     loaded: Collection[EngineConfig] = (),
 ) -> EngineConfig:
@@ -114,13 +122,11 @@ def fit_to_requests(
     if on_gpu or config.enable_chunked_prefill is not None:
         return config
     without = config.model_copy(update={"enable_chunked_prefill": False})
-    seeded = any(
-        isinstance(request, GeneratedRequest) and "seed" in request.sampling for request in requests
-    )
+    seeded = any(request.seeded for request in requests)
     return without if seeded or without in loaded else config
 
 
-def _with_lora(config: EngineConfig, requests: list[EngineRequest], on_gpu: bool) -> EngineConfig:
+def _with_lora(config: EngineConfig, requests: Iterable[Fitted], on_gpu: bool) -> EngineConfig:
     """LoRA on where requests run with adapters: the job's adapters (an engine with them
     runs those alone, so a pooled one is reused by a job of the same adapters only), room
     for all of them at once (vLLM then batches every adapter's requests in the same
@@ -131,11 +137,7 @@ def _with_lora(config: EngineConfig, requests: list[EngineRequest], on_gpu: bool
     slot -1, which Python reads as the last slot. With the adapters in every slot, the
     base's requests in a batch beside an adapter's ran with the last adapter (measured:
     every base answer of a mixed batch was the adapter's); an empty last slot adds zero."""
-    adapters = {
-        r.adapter.folder: r.adapter.rank
-        for r in requests
-        if isinstance(r, GeneratedRequest) and r.adapter is not None
-    }
+    adapters = {r.adapter.folder: r.adapter.rank for r in requests if r.adapter is not None}
     if not adapters:
         return config
     return config.model_copy(

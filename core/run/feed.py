@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from typing import Any
 
 from core.check.engine_requests import EngineRequest
+from core.run.pending import Requests
 from core.run.retry import StreamingEngine, run_shared
 from core.run.sharing import Mix
 
@@ -93,7 +94,7 @@ class Feed:
     def run(
         self,
         key: Hashable,
-        requests: list[EngineRequest],
+        requests: Requests,
         window: int,
         owner: Hashable | None = None,
         priority: float = 1.0,
@@ -101,18 +102,18 @@ class Feed:
     ) -> Iterator[Lines]:
         """Joins ``requests`` to the mix as job ``key`` (a key of this run alone) and
         yields its output lines as they finish, until each request has one or the job is
-        cancelled (:meth:`cancel`; then the lines it had). ``window``: requests inside the
+        cancelled (:meth:`cancel`; then the lines it had); ``requests`` is read once, as
+        they enter the engine, and counted once, here. ``window``: requests inside the
         engine at once, from when this job starts the engine's stream (a stream keeps the
         window it started with). ``admit``: the job's run-window gate; once it refuses,
         the lines of the requests inside still come, then the reader ends."""
         lines: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lines[key], self._windows[key] = lines, window
         self.joins += 1
+        size = len(requests)
         source = Admitted(requests, admit, lines) if admit is not None else None
-        self.mix.join(
-            key, source if source is not None else requests, owner, priority, len(requests)
-        )
-        left = len(requests)
+        self.mix.join(key, source if source is not None else requests, owner, priority, size)
+        left = size
         try:
             while left:
                 got = self._next(key, lines)
@@ -120,7 +121,7 @@ class Feed:
                     return
                 if got is HELD:
                     assert source is not None
-                    left -= len(requests) - source.given  # never given: no line comes
+                    left -= size - source.given  # never given: no line comes
                     continue
                 left -= len(got)
                 yield got

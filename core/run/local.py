@@ -15,10 +15,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
-from core.check.engine_requests import EngineRequest
 from core.run.engine import Engine, EngineActivity
 from core.run.feed import feed_of
 from core.run.outputs import token_usage
+from core.run.pending import Requests
 from core.schemas import EngineConfig, JobSpec
 
 
@@ -36,9 +36,9 @@ class Executor(Protocol):
     # lines of the requests inside and ends; the worker pauses the job.
     admit: Callable[[], bool] | None
 
-    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+    def run(self, requests: Requests) -> Iterator[list[dict]]:
         """Yields output lines, in batches, until every request has exactly one, or, after
-        :meth:`stop`, those that had finished."""
+        :meth:`stop`, those that had finished. ``requests`` is read once, as they run."""
         ...
 
     def stop(self) -> None:
@@ -104,7 +104,7 @@ class LocalExecutor:
         executor.load_seconds = seconds
         return executor
 
-    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
+    def run(self, requests: Requests) -> Iterator[list[dict]]:
         self._shared |= self.feed.jobs > 0
         self._joins = self.feed.joins + 1  # this job's own join is the next
         # Closed here, not when collected: a job that stops reading leaves the feed at once.

@@ -64,6 +64,7 @@ from core.jobs.folder import JobFolder
 from core.run import ray_output
 from core.run.engine import EngineLoadError, cpu_thread_settings
 from core.run.outputs import error_line
+from core.run.pending import Requests
 from core.run.ray_input import ObjectShard, input_spans, read_requests, replicas_read_input
 from core.run.ray_stats import RayStats
 from core.schemas import EngineConfig, JobDefaults, JobSpec, RaySettings
@@ -409,8 +410,8 @@ class RayExecutor:
     def activity(self) -> None:
         return None  # the replicas' engines are in other processes; progress is per shard
 
-    def run(self, requests: list[EngineRequest]) -> Iterator[list[dict]]:
-        left = {r.custom_id: r for r in requests}
+    def run(self, requests: Requests) -> Iterator[list[dict]]:
+        left = {r.custom_id: r for r in requests}  # light: the replicas read the texts
         self.stats.notify = self.notify
         self.stats.start(len(left))
         try:

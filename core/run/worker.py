@@ -48,8 +48,6 @@ from datetime import datetime
 from pathlib import Path
 
 from core.check import scan
-from core.check.engine_requests import EngineRequest, GeneratedRequest
-from core.check.redaction import redact_request
 from core.devices import gpu_count, runs_on_gpu
 from core.jobs.delivery import deliver
 from core.jobs.engine_files import idle_seconds, running_jobs_cap
@@ -67,13 +65,12 @@ from core.run.engine import (
     EngineDied,
     EngineLoadError,
     configure_cpu_threads,
-    copies,
     fit_to_requests,
 )
-from core.run.engine_order import engine_order
 from core.run.eta import Forecast, StepTime
 from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
+from core.run.pending import Pending, Planned, prepared
 from core.run.pool import (
     MULTIPROCESSING_ENV,
     PARENT_ENV,
@@ -154,8 +151,8 @@ class Plan:
 
     spec: JobSpec
     left: set[str]  # the requests still without a result from this run
-    reuse: dict[str, ReusePlan] = field(default_factory=dict)  # model folder -> its reuse
-    groups: dict[str, list[EngineRequest]] = field(default_factory=dict)  # in engine order
+    reuse: dict[str, ReusePlan[Planned]] = field(default_factory=dict)  # model folder -> reuse
+    groups: dict[str, Pending] = field(default_factory=dict)  # engine folder -> its requests
     records: dict[str, ModelRecord] = field(default_factory=dict)  # what each model measured
 
     def expand(self, lines: list[dict]) -> list[dict]:
@@ -246,8 +243,9 @@ class JobRun:
         """Step 2: what this run computes. Reads the spec and the results so far (the counts
         start from them), writes the result of each invalid request (never run) and of each
         answer made before (reuse, before any model loads), and puts each model's requests
-        left in engine order (shared prefixes together), with the answer lengths expected
-        of them (:meth:`StatusKeeper.expect`). Leaves the result writers open and the plan.
+        left, read again from the input as they enter the engine, in engine order
+        (:mod:`core.run.pending`), with the answer lengths expected of them
+        (:meth:`StatusKeeper.expect`). Leaves the result writers open and the plan.
         """
         job, keeper = self.job, self.keeper
         spec = job.read_spec()
@@ -271,12 +269,13 @@ class JobRun:
             self.gate = Gate(windows, self.clock)
         if not pending:
             return plan
-        plan.reuse = _reuse(spec, _by_model(spec, pending), keys, writers, keeper)
+        plan.reuse = _reuse(spec, _by_model(pending), keys, writers, keeper)
         for reused in plan.reuse.values():
             plan.left.difference_update(line["custom_id"] for line in reused.reused)
+        keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
         plan.groups = {
-            folder: engine_order(requests)
-            for folder, requests in _by_engine(spec, plan.reuse).items()
+            folder: Pending(spec, job.input, planned, plan.left, keep)
+            for folder, planned in _by_engine(spec, plan.reuse).items()
         }
         plan.records = {f: model_record(Path(f).name, self.home) for f in plan.groups}
         _expect(keeper, plan.groups, plan.records)
@@ -310,13 +309,12 @@ class JobRun:
             try:
                 return self.run(plan, folder, executor)
             except EngineDied as exc:
-                left = [r for r in plan.groups[folder] if r.custom_id in plan.left]
+                left = len(plan.groups[folder])  # those with a result are not read again
                 if not left or self.stop.stopping:  # its last result was in, or a cancel
                     return "cancelled" if self.stop.stopping else None
                 if restart == ENGINE_RESTARTS:
                     raise
-                plan.groups[folder] = left
-                said = f"{exc}; loading {Path(folder).name} again for the {len(left)} requests left"
+                said = f"{exc}; loading {Path(folder).name} again for the {left} requests left"
                 log.warning("job %s: %s", self.job.job_id, said)
                 self.keeper.note(said)
         return None  # not reached: the last restart returns or raises
@@ -341,7 +339,7 @@ class JobRun:
 
         with waits_said_by(say):
             engine = fit_to_requests(
-                group.engine, requests, runs_on_gpu(spec.ray), loaded=list(POOL.held)
+                group.engine, requests.planned, runs_on_gpu(spec.ray), loaded=list(POOL.held)
             )
             executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
         executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
@@ -367,7 +365,7 @@ class JobRun:
         keeper.watch(executor, forecast)
         executor.admit = self.gate  # asked before each request enters the engine
         self.stop.attach(executor)  # one asked to stop meanwhile stops at once
-        measure = RunMeasure(requests)
+        measure = RunMeasure(requests.planned)
         try:
             for computed in executor.run(requests):
                 lines = plan.expand(computed)
@@ -482,21 +480,21 @@ def _to_run(
     retry: bool,
     shard: int | None,
     retried: set[str],
-) -> tuple[list[EngineRequest], list[dict], dict[str, bytes]]:
-    """The requests this run has to answer, the result lines of the invalid ones (never
+) -> tuple[list[Planned], list[dict], dict[str, bytes]]:
+    """The requests this run has to answer (without their texts: :mod:`core.run.pending`
+    reads them again as they enter the engine), the result lines of the invalid ones (never
     run: their error is their result), and the reuse key of each deterministic request
-    (:mod:`core.reuse`), taken before a request sent to Ray replicas loses its body.
-    ``retried``: requests this retry ran already (before its run window paused it)."""
+    (:mod:`core.reuse`). ``retried``: requests this retry ran already (before its run
+    window paused it)."""
     rerun = set(ledger.retryable()) - retried if retry else set(ledger.missing)
     if retry and shard is not None:
         rerun &= set(shard_ids(ledger, spec.shard_size, shard))
-    pending: list[EngineRequest] = []
+    pending: list[Planned] = []
     invalid: list[dict] = []
     keys: dict[str, bytes] = {}
     reuse_keys = RequestKeys(spec)
     seen: set[str] = set()
     refused = job.read_refusals()  # what the submission's check found against the models
-    keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
     replaced: dict[str, list[tuple[str, str, str]]] = {}  # what redaction replaced
     for checked in scan(job.input, spec.defaults):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
@@ -506,11 +504,12 @@ def _to_run(
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
             # Before its key: the engine answers the redacted request, and reuse with it.
-            if spec.redact and (items := redact_request(checked.request, spec.phone_region)):
+            if items := prepared(checked.request, spec):
                 replaced[custom_id] = items
             if (key := reuse_keys.of(checked.request)) is not None:
                 keys[custom_id] = key
-            pending.append(keep(checked.request) if keep else checked.request)
+            folder = model_folder(spec, checked.request)
+            pending.append(Planned.of(checked.request, checked.line_no, folder))
         elif problem is not None and custom_id not in ledger.failed:
             message = f"line {checked.line_no}: {problem['message']}"
             invalid.append(
@@ -541,24 +540,23 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _by_model(spec: JobSpec, pending: list[EngineRequest]) -> dict[str, list[EngineRequest]]:
+def _by_model(pending: list[Planned]) -> dict[str, list[Planned]]:
     """Pending requests grouped by the local model folder their ``body.model`` maps to."""
-    groups: dict[str, list[EngineRequest]] = {}
+    groups: dict[str, list[Planned]] = {}
     for request in pending:
-        groups.setdefault(model_folder(spec, request), []).append(request)
+        groups.setdefault(request.folder, []).append(request)
     return groups
 
 
-def _by_engine(spec: JobSpec, plans: dict[str, ReusePlan]) -> dict[str, list[EngineRequest]]:
+def _by_engine(spec: JobSpec, plans: dict[str, ReusePlan[Planned]]) -> dict[str, list[Planned]]:
     """The requests each engine still computes, by the model folder it loads: an
     adapter's go to its base's engine, each carrying its adapter (one engine, LoRA on, runs
     the base's and every adapter's requests side by side)."""
-    groups: dict[str, list[EngineRequest]] = {}
+    groups: dict[str, list[Planned]] = {}
     for folder, reused in plans.items():
         adapter = spec.adapters.get(folder)
         for request in reused.to_run:
-            if adapter is not None and isinstance(request, GeneratedRequest):
-                request.adapter = adapter
+            request.adapter = adapter
         if reused.to_run:
             groups.setdefault(spec.engine_folder(folder), []).extend(reused.to_run)
     return groups
@@ -566,11 +564,11 @@ def _by_engine(spec: JobSpec, plans: dict[str, ReusePlan]) -> dict[str, list[Eng
 
 def _reuse(
     spec: JobSpec,
-    groups: dict[str, list[EngineRequest]],
+    groups: dict[str, list[Planned]],
     keys: dict[str, bytes],
     writers: ResultWriters,
     keeper: StatusKeeper,
-) -> dict[str, ReusePlan]:
+) -> dict[str, ReusePlan[Planned]]:
     """Writes the answers earlier jobs made (before any model loads) and returns, for each
     model, what its engine still computes (:mod:`core.reuse.plan`)."""
     plans = {}
@@ -608,7 +606,7 @@ def _cancelled_message(status: JobStatus, stop: StopRequest) -> str:
 
 def _expect(
     keeper: StatusKeeper,
-    groups: dict[str, list[EngineRequest]],
+    groups: dict[str, Pending],
     records: dict[str, ModelRecord],
 ) -> None:
     """Gives the keeper each request's expected answer length, in run order: measured
@@ -620,15 +618,11 @@ def _expect(
         bound = bound or not record.answers
         speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
         by_limit: dict[int, int] = {}
-        for request in requests:
-            # The answers the engine generates (a greedy request's copies cost nothing).
-            limit, n = 0, 1  # vectors or scores: no answer
-            if isinstance(request, GeneratedRequest):
-                limit = request.max_tokens
-                n = int(request.sampling.get("n") or 1) // copies(request)
+        for request in requests.planned:
+            limit = request.limit  # 0: vectors or scores, no answer
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
-            pending[request.custom_id] = (by_limit[limit] * n, limit)
+            pending[request.custom_id] = (by_limit[limit] * request.answers, limit)
     keeper.expect(pending, bound, speed)
 
 
@@ -636,10 +630,8 @@ class RunMeasure:
     """What a run of one model measured, for estimates: its speed and its answers' lengths
     under their limits (only from runs long enough to mean it)."""
 
-    def __init__(self, requests: list[EngineRequest]) -> None:
-        self.limits = {
-            r.custom_id: r.max_tokens if isinstance(r, GeneratedRequest) else 0 for r in requests
-        }
+    def __init__(self, requests: list[Planned]) -> None:
+        self.limits = {r.custom_id: r.limit for r in requests}
         self.started = time.monotonic()
         self.tokens = self.input_tokens = self.finished = 0
         self.answers: list[Answer] = []

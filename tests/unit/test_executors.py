@@ -128,12 +128,13 @@ def test_an_engine_that_keeps_failing_fails_only_what_has_no_result():
 
 def test_seeded_requests_run_without_chunked_prefill_on_cpu_only():
     from core.run.engine import fit_to_requests
+    from core.run.pending import Planned
     from core.schemas import EngineConfig
 
     config = EngineConfig(model="/models/m")
     user = [{"role": "user", "content": "x"}]
-    seeded = [ChatRequest(custom_id="s", messages=user, sampling={"seed": 3})]
-    plain = requests(2)
+    seeded = [Planned.of(ChatRequest(custom_id="s", messages=user, sampling={"seed": 3}), 1, "")]
+    plain = [Planned.of(r, n, "") for n, r in enumerate(requests(2))]
     assert fit_to_requests(config, plain + seeded, on_gpu=False).enable_chunked_prefill is False
     assert fit_to_requests(config, plain, on_gpu=False) == config
     assert fit_to_requests(config, seeded, on_gpu=True) == config
@@ -145,13 +146,15 @@ def test_an_unseeded_job_runs_on_the_loaded_engine_an_earlier_seeded_job_fitted(
     """The resident worker keeps the engine a seeded job loaded without chunked prefill: an
     unseeded job on the same model runs on it at once, instead of reloading the model."""
     from core.run.engine import fit_to_requests
+    from core.run.pending import Planned
     from core.schemas import EngineConfig
 
     config = EngineConfig(model="/models/m")
     fitted = config.model_copy(update={"enable_chunked_prefill": False})
     other = EngineConfig(model="/models/other", enable_chunked_prefill=False)
-    assert fit_to_requests(config, requests(2), on_gpu=False, loaded=[fitted]) == fitted
-    assert fit_to_requests(config, requests(2), on_gpu=False, loaded=[other]) == config
+    plain = [Planned.of(r, n, "") for n, r in enumerate(requests(2))]
+    assert fit_to_requests(config, plain, on_gpu=False, loaded=[fitted]) == fitted
+    assert fit_to_requests(config, plain, on_gpu=False, loaded=[other]) == config
     chosen = config.model_copy(update={"enable_chunked_prefill": True})
-    assert fit_to_requests(chosen, requests(2), on_gpu=False, loaded=[fitted]) == chosen
+    assert fit_to_requests(chosen, plain, on_gpu=False, loaded=[fitted]) == chosen
     assert fit_to_requests(config, requests(2), on_gpu=True, loaded=[fitted]) == config

@@ -281,7 +281,8 @@ class Windowed(StandIn):
         self.stop_request, self.signals, self.signum = stop, signals, signum
 
     def run(self, requests):
-        inside, waiting = list(requests[:3]), list(requests[3:])
+        requests = list(requests)
+        inside, waiting = requests[:3], requests[3:]
         first = True
         while inside and not self.stopped:
             yield [ok(inside.pop(0).custom_id)]

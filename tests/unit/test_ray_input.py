@@ -93,8 +93,8 @@ class _Driver(StandIn):
     def run(self, requests):
         from core.run.outputs import error_line
 
-        self.requests = requests
-        yield [error_line(r.custom_id, "engine_error", "stand-in", 500) for r in requests]
+        self.requests = list(requests)  # read once, as an executor reads them
+        yield [error_line(r.custom_id, "engine_error", "stand-in", 500) for r in self.requests]
 
 
 def test_the_driver_of_a_ray_job_on_an_object_keeps_no_prompts(

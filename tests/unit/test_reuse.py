@@ -8,6 +8,7 @@ from importlib.metadata import version
 
 import pytest
 
+from core.check import scan
 from core.check.engine_requests import ChatRequest, EmbeddingRequest
 from core.config import REUSE_ENV
 from core.devices import cpu_kernel_family
@@ -613,7 +614,8 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     spec = job.read_spec()
     pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
     forecast_keys = RequestKeys(submitting.planned_spec(submission))
-    assert run_keys == {r.custom_id: forecast_keys.of(r) for r in pending}
+    read = {c.custom_id: c.request for c in scan(job.input)}
+    assert run_keys == {r.custom_id: forecast_keys.of(read[r.custom_id]) for r in pending}
     assert len(set(run_keys.values())) == 3
 
     monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())

@@ -1,0 +1,126 @@
+"""Benchmark: the worker's memory for a job that floods the engine (issue 41 item 5).
+
+    .venv/bin/python -m bench.flood                        # 100,000 and 1,000,000 lines
+    .venv/bin/python -m bench.flood --lines 100000
+
+For each size, one generated job (chats, 40 documents' questions grouped by document,
+temperature 1: nothing reused) and, each in a fresh process, the path from the input to
+the engine as the worker takes it, every request handed on as the engine would pull it
+(no engine: the path alone):
+
+- **all parsed** (the baseline, as the worker did before): every request parsed and
+  held, then all put in engine order (``core.run.engine_order``);
+- **windows** (the worker now): the plan (``core.run.worker._to_run``: a
+  ``Planned`` per request) and ``core.run.pending.Pending`` read as the engine asks,
+  8,192 parsed at a time.
+
+Prints each one's peak RSS above the process's RSS before it (the ledger read, the
+modules imported), in MiB and bytes a line, its seconds, and windows/all parsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DOCUMENTS = 40
+
+
+def write_batch(path: Path, lines: int) -> None:
+    per_document = max(lines // DOCUMENTS, 1)
+    with path.open("w") as out:
+        for i in range(lines):
+            document = f"Document {i // per_document}. " + "A long shared text. " * 12
+            content = f"{document}\nQuestion {i}: what does it say?"
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": content}],
+                "max_tokens": 16,
+                "temperature": 1.0,
+            }
+            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions"}
+            out.write(json.dumps({**line, "body": body}) + "\n")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def measure(job_dir: str, way: str) -> None:
+    """In a fresh process: one way's path, its peak RSS growth and seconds as JSON."""
+    from core.check import scan
+    from core.jobs.folder import JobFolder
+    from core.jobs.ledger import read_ledger
+    from core.run import worker
+    from core.run.engine_order import engine_order
+    from core.run.pending import Pending
+
+    job = JobFolder(Path(job_dir))
+    spec = job.read_spec()
+    ledger = read_ledger(job)
+    before = rss_bytes()
+    started = time.perf_counter()
+    handed = 0
+    if way == "all":
+        requests = [c.request for c in scan(job.input, spec.defaults) if c.valid]
+        for _ in engine_order(requests):
+            handed += 1
+    else:
+        planned, _, _ = worker._to_run(job, spec, ledger, False, None, set())
+        left = {p.custom_id for p in planned}
+        for _ in Pending(spec, job.input, planned, left):
+            handed += 1
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    print(json.dumps({"handed": handed, "growth": peak - before, "seconds": seconds}))
+
+
+def run_way(job_dir: Path, way: str) -> dict:
+    command = [sys.executable, "-m", "bench.flood", "--measure", str(job_dir), way]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, action="append")
+    parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        measure(*args.measure)
+        return 0
+    from core.jobs.folder import create_job
+    from core.schemas import EngineConfig
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-flood-"))
+    try:
+        for lines in args.lines or [100_000, 1_000_000]:
+            batch = scratch / f"batch-{lines}.jsonl"
+            write_batch(batch, lines)
+            job = create_job(batch, scratch / "jobs", EngineConfig(model="/models/none"))
+            batch.unlink()
+            figures = {way: run_way(job.path, way) for way in ("all", "windows")}
+            for way, f in figures.items():
+                assert f["handed"] == lines, f
+                print(
+                    f"{lines:>9,} lines  {way:<10} peak +{f['growth'] / 2**20:7.1f} MiB"
+                    f" ({f['growth'] / lines:6.0f} B a line)  {f['seconds']:6.1f} s"
+                )
+            ratio = figures["windows"]["growth"] / figures["all"]["growth"]
+            print(f"{lines:>9,} lines  windows/all parsed: {ratio:.2f} of the memory")
+            shutil.rmtree(job.path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
