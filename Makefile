@@ -61,6 +61,6 @@ docs:
 # The docs' pictures: the browser tests' walk over the sample data (real engine, a few
 # minutes), then the shots the docs show, made small, into docs/images/.
 screenshots:
-	BATCH_STUDIO_SHOTS_DIR=/tmp/batch-studio-demo $(PY) -m pytest tests/browser/test_browser.py -m browser -x -q \
+	BATCH_STUDIO_SCREENSHOTS=1 BATCH_STUDIO_SHOTS_DIR=/tmp/batch-studio-demo $(PY) -m pytest tests/browser/test_browser.py -m browser -x -q \
 		-k "build_and_check or restart_cancel_kill_resume or rules_edited_and_run"
 	$(PY) scripts/docs_images.py

@@ -1,7 +1,8 @@
 """End to end: the real app in headless chromium, on the real engine.
 
 Needs Debian's ``chromium`` and the prepared default model. Screenshots of each step and of
-every page land in ``test-output/screenshots/``. The module's jobs run on the server's
+every page land in ``test-output/screenshots/`` (with ``BATCH_STUDIO_SCREENSHOTS=1``, as
+``make screenshots`` runs it). The module's jobs run on the server's
 resident worker (``module_server``), one model at a time: the chat model is loaded twice
 (the first job; the resume after a killed worker), and the embedding model once, last.
 """

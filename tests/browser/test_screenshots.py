@@ -12,9 +12,16 @@ import time
 import pytest
 from PIL import Image
 
-from tests.support.browser import SETTLE_SECONDS, screenshot
+from tests.support.browser import SETTLE_SECONDS, SHOOT_ENV, screenshot
 
 GREEN = (0, 160, 0)
+
+
+@pytest.fixture(autouse=True)
+def shooting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the shots themselves: they save them, as `make screenshots`."""
+    monkeypatch.setenv(SHOOT_ENV, "1")
+
 
 # A grey Streamlit skeleton where a table will be, replaced by the (green) table after 1.5 s.
 DRAWING = """
@@ -74,5 +81,5 @@ def test_a_screenshot_of_a_page_that_never_settles_is_taken_after_a_bounded_wait
     started = time.monotonic()
     path = screenshot(chromium_page, "settle_never")
     waited = time.monotonic() - started
-    assert path.is_file()
+    assert path is not None and path.is_file()
     assert SETTLE_SECONDS <= waited < SETTLE_SECONDS + 10, f"waited {waited:.1f} s"
