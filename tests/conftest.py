@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,6 +80,13 @@ def pytest_configure(config: pytest.Config) -> None:
     worker's model takes a core's worth instead of every engine's threads fighting for all."""
     if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_runtest_protocol(item: pytest.Item) -> None:
+    """Notes in each test's report (the JUnit XML's properties) the worker that ran it and
+    when it started: scripts/test_report.py shows from them how busy each worker was."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    item.user_properties += [("worker", worker), ("started", f"{time.time():.1f}")]
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
