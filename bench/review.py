@@ -254,7 +254,7 @@ def browser_presses(folder: Path, items, reviewer: str, sample_id: str, pos: int
     (folder / "logs").mkdir(exist_ok=True)
     start = time.perf_counter()
     server.start()
-    rows = []
+    rows, server_cpu = [], {}
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
@@ -274,8 +274,8 @@ def browser_presses(folder: Path, items, reviewer: str, sample_id: str, pos: int
             page.wait_for_function(IDLE)
             print(f"app started and Review's queue shown: {time.perf_counter() - start:.1f} s")
             process = psutil.Process(server.process.pid)
-            cpu = process.cpu_times()
             for key, count in (("p", args.presses), ("s", args.skips)):
+                cpu = process.cpu_times()
                 for _ in range(count):
                     page.wait_for_timeout(300)  # a reviewer's pace; the last run's end
                     page.wait_for_function(IDLE)
@@ -292,8 +292,8 @@ def browser_presses(folder: Path, items, reviewer: str, sample_id: str, pos: int
                         pos += 1
                     else:
                         items = skipped(items, pos)
-            used = process.cpu_times()
-            server_cpu = (used.user - cpu.user) + (used.system - cpu.system)
+                used = process.cpu_times()
+                server_cpu[key] = (used.user - cpu.user) + (used.system - cpu.system)
             browser.close()
     finally:
         server.stop()
@@ -350,11 +350,8 @@ def browser_main(args) -> int:
         print(f"{names[key]}, {len(times)} presses, keydown to the next item's text painted: "
               f"median {p50:.0f} ms, p95 {p95:.0f} ms, max "
               f"{max(t['total'] for t in times):.0f} ms (goal: under 200 ms); "
-              f"medians of its parts: {parts} ms")  # fmt: skip
-    print(
-        f"the app's server process: {server_cpu:.1f} s of CPU over {len(rows)} keys "
-        f"({server_cpu / max(len(rows), 1) * 1000:.0f} ms a key, waits between included)"
-    )
+              f"medians of its parts: {parts} ms; the app's server process "
+              f"{server_cpu[key] / len(times) * 1000:.0f} ms of CPU a key")  # fmt: skip
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {cpu_model()}")
     return 0
 
