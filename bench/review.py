@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/review.py [--items 10000] [--reviewers 5] [--overlap 2]
                                      [--presses 200] [--runs 5]
+    .venv/bin/python bench/review.py --browser [--presses 30] [--skips 5]
 
 Builds a studio data folder in a scratch folder: a finished job of ``--items`` results (the
 real worker with a scripted executor, ``tests/support/jobs.py``), ingested into the real
@@ -28,6 +29,15 @@ Times, through the functions Review calls:
   disagreements): cold (a store just opened) and the median of ``--runs`` warm (goal: under
   1 s).
 
+With ``--browser``, the same data folder and, in place of the functions, the real app
+(``streamlit run server.py`` over it, as the browser tests start it) and Review's queue
+opened as the first reviewer in headless chromium (Debian's, driven by Playwright) on
+their first open item: ``--presses`` P keys (pass: the label saved, the next item; the
+panel's fragment reruns) and ``--skips`` S keys (Skip: the page reruns), each timed in the
+page from the keydown to the frame after the next item's number, custom_id and answer are
+in it, and split by the page's WebSocket messages into the rerun request, the server's
+work up to the message bringing the item, and the browser's drawing.
+
 Prints each figure against its goal, the load average and the CPU.
 """
 
@@ -37,6 +47,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -176,14 +187,193 @@ def ms(seconds: list[float]) -> tuple[float, float]:
     return statistics.median(values) * 1000, p95 * 1000
 
 
+# -- the browser: the real app, a key pressed in headless chromium ----------------------------
+
+# Patches the page's WebSocket before Streamlit opens it: the time of every message sent
+# (the key's rerun request) and received (the server's deltas), to split a press's time.
+WS_LOG = """(() => {
+  const log = window.__ws = {sent: [], recv: []};
+  const Native = window.WebSocket;
+  const send = Native.prototype.send;
+  Native.prototype.send = function (data) {
+    log.sent.push(performance.now());
+    return send.call(this, data);
+  };
+  window.WebSocket = new Proxy(Native, {construct(target, args) {
+    const socket = new target(...args);
+    socket.addEventListener('message', () => log.recv.push(performance.now()));
+    return socket;
+  }});
+})();"""
+
+# Armed before each press: the keydown's time (the log emptied then), and the time the
+# main block first holds every expected text (a DOM mutation), then the next frame's.
+ARM = """expected => {
+  const press = window.__press = {};
+  addEventListener('keydown', () => {
+    press.key = performance.now();
+    window.__ws.sent.length = 0;
+    window.__ws.recv.length = 0;
+  }, {capture: true, once: true});
+  const main = document.querySelector('[data-testid=stMain]');
+  const watch = new MutationObserver(() => {
+    if (press.key === undefined || !expected.every(t => main.textContent.includes(t))) return;
+    watch.disconnect();
+    press.text = performance.now();
+    press.received = window.__ws.recv.length;
+    requestAnimationFrame(() => { press.painted = performance.now(); });
+  });
+  watch.observe(main, {subtree: true, childList: true, characterData: true});
+}"""
+
+IDLE = """() => document.querySelector('[data-testid=stApp]')
+  ?.dataset.testScriptState === 'notRunning'"""
+
+
+def shown_text(items, pos: int) -> list[str]:
+    """What shows that the item at ``pos`` is on the page: its custom_id (the panel's
+    "Item k of n · id") and its answer's first sentence (unique per item)."""
+    row = items.iloc[pos]
+    return [f"Item {pos + 1} of {len(items)}", row["custom_id"], row["answer"].split(" It")[0]]
+
+
+def browser_presses(folder: Path, items, reviewer: str, sample_id: str, pos: int, args):
+    """Starts the app on the bench's data folder, opens Review's queue as ``reviewer`` on
+    their first open item and times ``args.presses`` P keys (pass: saved, next item) and
+    ``args.skips`` S keys (Skip: the page's rerun), each from the keydown to the frame
+    after the next item's text is in the page. Returns rows of (key, times in ms)."""
+    from urllib.parse import quote
+
+    import psutil
+    from playwright.sync_api import sync_playwright
+
+    from tests.support.browser import CHROMIUM_ARGS, StreamlitServer
+    from ui.sign_in import REVIEWER_COOKIE
+
+    server = StreamlitServer(folder, folder / "logs")
+    (folder / "logs").mkdir(exist_ok=True)
+    start = time.perf_counter()
+    server.start()
+    rows, server_cpu = [], {}
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=shutil.which("chromium"), headless=True, args=CHROMIUM_ARGS
+            )
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.add_cookies(
+                [{"name": REVIEWER_COOKIE, "value": quote(reviewer, safe=""), "url": server.url}]
+            )
+            context.add_init_script(WS_LOG)
+            page = context.new_page()
+            page.set_default_timeout(120_000)
+            page.goto(f"{server.url}/review?sample={sample_id}&item={pos + 1}")
+            main = page.get_by_test_id("stMain")
+            for text in shown_text(items, pos):
+                main.get_by_text(text, exact=False).first.wait_for()
+            page.wait_for_function(IDLE)
+            print(f"app started and Review's queue shown: {time.perf_counter() - start:.1f} s")
+            process = psutil.Process(server.process.pid)
+            for key, count in (("p", args.presses), ("s", args.skips)):
+                cpu = process.cpu_times()
+                for _ in range(count):
+                    page.wait_for_timeout(300)  # a reviewer's pace; the last run's end
+                    page.wait_for_function(IDLE)
+                    # P labels the item and shows the next; S puts it last: the next shows
+                    expected = shown_text(items, pos + 1)
+                    if key == "s":
+                        expected[0] = f"Item {pos + 1} of {len(items)}"
+                    page.evaluate(ARM, expected)
+                    page.keyboard.press(key)
+                    page.wait_for_function("() => window.__press.painted !== undefined")
+                    press, log = page.evaluate("() => [window.__press, window.__ws]")
+                    rows.append((key, split(press, log)))
+                    if key == "p":
+                        pos += 1
+                    else:
+                        items = skipped(items, pos)
+                used = process.cpu_times()
+                server_cpu[key] = (used.user - cpu.user) + (used.system - cpu.system)
+            browser.close()
+    finally:
+        server.stop()
+    return rows, server_cpu
+
+
+def skipped(items, pos: int):
+    """The queue after Skip: the item at ``pos`` last."""
+    order = [*range(pos), *range(pos + 1, len(items)), pos]
+    return items.iloc[order].reset_index(drop=True)
+
+
+def split(press: dict, log: dict) -> dict[str, float]:
+    """A press's times in ms: ``total`` keydown to the frame after the text; ``request``
+    keydown to the rerun request sent; ``server`` that request to the message that brought
+    the text (the callback and the script up to the item); ``draw`` that message to the
+    frame (the browser applying the deltas and painting)."""
+    sent = log["sent"][0] if log["sent"] else press["key"]
+    brought = log["recv"][press["received"] - 1] if press["received"] else sent
+    return {
+        "total": press["painted"] - press["key"],
+        "request": sent - press["key"],
+        "server": brought - sent,
+        "draw": press["painted"] - brought,
+    }
+
+
+def browser_main(args) -> int:
+    """``--browser``: the key press in the real app, in chromium."""
+    folder = scratch_folder("bench_review_browser_")
+    store, sample_id, queue, held = build(
+        folder, args.items, args.reviewers, args.overlap, args.presses + args.skips + 1
+    )
+    reviewer = queue.reviewers[0]
+    items, labels = page_run(store, sample_id, reviewer)
+    pos = len(items) - len(held)
+    assert not any(k in labels for k, _ in held)
+    total = int(store.query("SELECT count(*) AS n FROM reviews")["n"].iloc[0])
+    store.close()  # the app's server opens the index
+    rows, server_cpu = browser_presses(folder, items, reviewer, sample_id, pos, args)
+    print(f"\n{args.items:,} items, {len(queue.reviewers)} reviewers, overlap {queue.overlap}: "
+          f"{reviewer!r} has {len(items):,} items; {total:,} labels in the index")  # fmt: skip
+    names = {"p": "P key (pass: saved, the next item; the panel's fragment reruns)",
+             "s": "S key (Skip: the page reruns, scope app)"}  # fmt: skip
+    for key in ("p", "s"):
+        times = [t for k, t in rows if k == key]
+        if not times:
+            continue
+        p50, p95 = ms([t["total"] / 1000 for t in times])
+        parts = ", ".join(
+            f"{part} {statistics.median(t[part] for t in times):.0f}"
+            for part in ("request", "server", "draw")
+        )
+        print(f"{names[key]}, {len(times)} presses, keydown to the next item's text painted: "
+              f"median {p50:.0f} ms, p95 {p95:.0f} ms, max "
+              f"{max(t['total'] for t in times):.0f} ms (goal: under 200 ms); "
+              f"medians of its parts: {parts} ms; the app's server process "
+              f"{server_cpu[key] / len(times) * 1000:.0f} ms of CPU a key")  # fmt: skip
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {cpu_model()}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--reviewers", type=int, default=5)
     parser.add_argument("--overlap", type=int, default=2)
-    parser.add_argument("--presses", type=int, default=200)
+    parser.add_argument("--presses", type=int, help="default: 200; 30 with --browser")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--browser",
+        action="store_true",
+        help="time the keys in the real app in headless chromium instead",
+    )
+    parser.add_argument("--skips", type=int, default=5, help="S keys timed with --browser")
     args = parser.parse_args()
+    if args.presses is None:
+        args.presses = 30 if args.browser else 200
+    if args.browser:
+        return browser_main(args)
     folder = scratch_folder("bench_review_")
     store, sample_id, queue, held = build(
         folder, args.items, args.reviewers, args.overlap, args.presses

@@ -8,7 +8,8 @@ python -m core approve JOB [--by WHO] | reject JOB --why TEXT [--by WHO]
 python -m core jobs list [--json] | jobs rename JOB NAME
 python -m core reconcile JOB [--json] [--write-rerun FILE] | verify JOB | watch
 python -m core export JOB... -o OUT.{csv,parquet,jsonl,xlsx} [--what ...] [filters]
-python -m core review agreement --sample ID [--json] | review adjudicate JOB ID VERDICT [--by]
+python -m core review agreement --sample ID [--json]
+python -m core review adjudicate JOB ID VERDICT [--by WHO] [--note TEXT] [--sample ID]
 python -m core review owner SAMPLE [--set EMAIL] [--json] | review schema SAMPLE [--questions FILE]
 python -m core grade JOB... --rules RULES.yaml [--json]
 python -m core judge JOB --template FILE [--model DIR] [--failures-of RULE | --sample ID]

@@ -183,21 +183,39 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
     if store is None:
         return EXIT_USAGE
     try:
-        # the page's rule, asked of every sample that holds the item; the command line is
-        # this machine's user with the data folder's own access, an admin (it may)
+        holding = sm.samples_of_item(store, args.job, args.custom_id)
+        if args.sample is not None:
+            # the adjudication is for that sample's item, as on Review's page of the sample
+            if not _has_sample(store, args.sample):
+                return EXIT_USAGE
+            if args.sample not in holding:
+                print(
+                    f"error: item {args.job} {args.custom_id} is not in sample "
+                    f"{args.sample}: adjudicate one of its items, or leave out --sample",
+                    file=sys.stderr,
+                )
+                return EXIT_USAGE
+            holding = [args.sample]
+        # the page's rule, asked of the sample named (without one, of every sample that
+        # holds the item); the command line is this machine's user with the data folder's
+        # own access, an admin (it may)
         sign_in = access_config().sign_in
-        for sample_id in sm.samples_of_item(store, args.job, args.custom_id):
+        for sample_id in holding:
             refused = ow.change_refusal(store.human_dir, sample_id, ow.command_line(), sign_in)
             if refused:
                 print(f"error: sample {sample_id}: {refused}", file=sys.stderr)
                 return EXIT_USAGE
-        ag.adjudicate(store, args.job, args.custom_id, args.verdict, args.by, args.note or "")
+        note = args.note or ""
+        ag.adjudicate(store, args.job, args.custom_id, args.verdict, args.by, note, args.sample)
     except ReviewError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     finally:
         store.close()
-    print(f"{args.job} {args.custom_id}: final label {args.verdict}, adjudicated by {args.by}")
+    where = f" (sample {args.sample})" if args.sample is not None else ""
+    print(
+        f"{args.job} {args.custom_id}{where}: final label {args.verdict}, adjudicated by {args.by}"
+    )
     return 0
 
 
@@ -252,4 +270,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     adj.add_argument("verdict", help="pass, fail, unsure, or a label a reviewer gave")
     adj.add_argument("--by", default=getpass.getuser(), help="who decides (default: this user)")
     adj.add_argument("--note", help="why (kept in the item's history)")
+    adj.add_argument(
+        "--sample",
+        metavar="SAMPLE_ID",
+        help="the sample whose item it is (its owner rule alone is asked, as on its Review "
+        "page; default: every sample holding the item)",
+    )
     adj.set_defaults(handler=cmd_adjudicate)

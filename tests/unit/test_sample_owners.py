@@ -186,3 +186,69 @@ def test_the_cli_adjudicates_an_owned_sample_through_the_rule(studio_home, monke
     assert done.returncode == 2
     assert done.stderr == f"error: sample {sample_id}: Read-only: not yours\n"
     assert adjudications.read_bytes() == kept
+
+
+def test_the_cli_adjudicates_the_item_of_the_sample_it_names(studio_home, monkeypatch):
+    """``--sample``: the adjudication is that sample's item, its owner rule alone is
+    asked, and the sample is kept with the final label; an unknown sample, or an item not
+    in it, is refused in words with nothing written."""
+    from core.config import data_paths
+    from core.human.files import ADJUDICATIONS, AdjudicationRecord
+    from core.store.db import Store
+    from core.store.review import Label, save_label
+    from tests.support.cli import cli
+
+    job_id, whole = _sample_in_home(studio_home, owner="ana@example.com")  # a, b, c, d
+    store = Store(data_paths().database)
+    negatives = SampleDefinition(
+        filter=ResultFilter(job_ids=[job_id], metadata={"label": "neg"}), size=4
+    )
+    neg = create_sample(store, "negatives", negatives, owner="bob@example.com").sample_id
+    for cid in ("a", "b"):
+        save_label(store, job_id, cid, "ana@example.com", Label("pass", 4), whole)
+        save_label(store, job_id, cid, "bob@example.com", Label("fail", 2), whole)
+    store.close()
+    monkeypatch.setattr("core.access.access_config", lambda files=None: ON)
+    asked = []
+
+    def only_bobs(folder, sample, who, sign_in):  # the sample of all items refuses
+        asked.append(sample)
+        return None if sample == neg else "Read-only: not yours"
+
+    monkeypatch.setattr(ow, "change_refusal", only_bobs)
+    adjudications = data_paths().human / ADJUDICATIONS
+
+    # without --sample, every sample holding b is asked, as before: the whole one refuses
+    done = cli("review", "adjudicate", job_id, "b", "pass", "--by", "olga")
+    assert done.returncode == 2
+    assert done.stderr == f"error: sample {whole}: Read-only: not yours\n"
+    assert sorted(asked) == sorted([whole, neg]) and not adjudications.exists()
+
+    # with --sample, only that sample's rule counts, and the sample is recorded
+    asked.clear()
+    done = cli("review", "adjudicate", job_id, "b", "pass", "--by", "olga", "--sample", neg)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{job_id} b (sample {neg}): final label pass, adjudicated by olga\n"
+    assert asked == [neg]
+    (line,) = read_from(adjudications, 0, 0).records
+    record = line[1]
+    assert isinstance(record, AdjudicationRecord)
+    assert (record.custom_id, record.verdict, record.sample_id) == ("b", "pass", neg)
+    kept = adjudications.read_bytes()
+
+    # a names the whole sample's rule, which refuses it
+    done = cli("review", "adjudicate", job_id, "a", "pass", "--by", "olga", "--sample", whole)
+    assert done.returncode == 2
+    assert done.stderr == f"error: sample {whole}: Read-only: not yours\n"
+    # a is not in the negatives: refused in words, whatever the owner rule says
+    asked.clear()
+    done = cli("review", "adjudicate", job_id, "a", "pass", "--by", "olga", "--sample", neg)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"error: item {job_id} a is not in sample {neg}: adjudicate one of its items, "
+        "or leave out --sample\n"
+    )
+    assert asked == []
+    done = cli("review", "adjudicate", job_id, "b", "pass", "--by", "olga", "--sample", "nope")
+    assert done.returncode == 2 and "no sample 'nope'" in done.stderr
+    assert asked == [] and adjudications.read_bytes() == kept
