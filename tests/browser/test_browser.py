@@ -273,7 +273,7 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     # Issue 38, item 3: nobody clicks Resume; the studio starts a worker, which resumes it.
     wait_for(lambda: worker_pids(home), 60, "the worker the studio started to resume it")
     # Issue 30, item 10: labelling by key while the resumed worker loads and runs.
-    # (Review's keys are timed in test_browser_review.py, alone on the machine: here a
+    # (Review's keys are timed by `bench/review.py --browser` on a quiet machine: here a
     # job runs beside another test, so only what the keys do is checked.)
     print(label_walk(page, home, "run_10_review_while_running", made_id).say())
     open_page(page, "Monitor")

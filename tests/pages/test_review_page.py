@@ -1,6 +1,6 @@
 """Review's labelling panel in AppTest (issue 30, item 10): a score key, a label of the
-reviewer's own, and a refused label set; the browser walk is
-tests/browser/test_browser_review.py."""
+reviewer's own, and a refused label set; the browser walk is ``label_walk``
+(tests/support/browser_review.py), in tests/browser/test_browser.py's restart walk."""
 
 from __future__ import annotations
 
