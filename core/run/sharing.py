@@ -19,6 +19,15 @@ requests if fewer. Where the free slots fall short, the others' youngest request
 their own shares leave the engine (the ones that lose the fewest tokens) and go back to
 the front of their sources, to run again; the freed slots go to the claimant first.
 
+On a CPU a step's time grows with the batch: a short job beside a long one, in a full
+batch, waits a full batch's step for each of its tokens (0.85 s on a 2-core EPYC, so a
+10-line job of 16-token answers took 19 s). So while a *short* job (at most
+``SHORT_JOB`` requests) runs beside a longer one, the mix *narrows* the engine to twice
+the short jobs' requests at once: the others' youngest beyond it leave as for a claim,
+and the mix gives no more than the narrowed window holds. The long job runs on at the
+narrow batch's pace for a few seconds; it lasts at most ``NARROW_SECONDS`` from the short
+job's joining, so a short job of long answers cannot hold the engine narrow for long.
+
 A job's weight is its owner's share times its priority factor: each owner has an
 equal share, split among that owner's jobs in the mix (a job without an owner is an
 owner of its own), so one owner's ten jobs weigh no more than another owner's one.
@@ -34,11 +43,20 @@ holds the mix's lock.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from collections.abc import Collection, Hashable, Iterable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from core.check.engine_requests import EngineRequest
+
+SHORT_JOB = 32  # requests: a job this small narrows the engine while it runs beside others
+# The narrowed engine holds twice the short jobs' requests (half of it theirs, beside one
+# other owner's job), and at least this many. A step's time grows with its batch on a CPU:
+# 256 chats of 16 tokens ran at 58 tokens/s in batches of 16, 98 in batches of 64 and 107
+# in batches of 256 (2-core EPYC, docs/benchmarks.md `bench/share.py`).
+NARROW_MIN = 16
+NARROW_SECONDS = 30.0  # the longest a short job keeps the engine narrow
 
 
 @dataclass
@@ -54,6 +72,9 @@ class Source:
     claim: int = 0  # slots it claims at the engine's next step (it joined a running mix)
     last_taken: int = -1  # when it last gave a request (ties go to the longest waiting)
     again: deque[EngineRequest] = field(default_factory=deque)  # put back: these go first
+    size: int | None = None  # its requests, where known
+    given: int = 0  # requests handed out, less those put back
+    short_until: float = 0.0  # a short job: the clock's time its narrowing ends (0: none)
 
 
 class Mix:
@@ -63,7 +84,9 @@ class Mix:
     left; the engine pulls from it lazily, so a source's requests are read only as they
     enter the engine."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._room: int | None = None  # requests it may still give this step (narrowed)
         self._sources: dict[Hashable, Source] = {}  # the sources with requests to give
         self._taken: dict[int, tuple[Hashable, EngineRequest]] = {}  # id -> (source, request)
         self._gone: dict[Hashable, Source] = {}  # exhausted, some requests maybe inside
@@ -92,6 +115,9 @@ class Mix:
             start = self._level()
             source = Source(key, owner, priority, iter(requests), self._joined, start)
             source.claim = size if size is not None else 1 << 30
+            source.size = size
+            if size is not None and size <= SHORT_JOB:
+                source.short_until = self._clock() + NARROW_SECONDS
             self._sources[key] = source
             self._joined += 1
 
@@ -120,6 +146,10 @@ class Mix:
         """The next request to run; StopIteration while no source has one (a source that
         joins later makes the mix give again: the engine keeps asking while it runs)."""
         with self._lock:
+            if self._room is not None:
+                if self._room <= 0:
+                    raise StopIteration  # the narrowed engine is full: asked again next step
+                self._room -= 1
             while self._sources:
                 source = min(
                     self._sources.values(), key=lambda s: (s.passed, s.last_taken, s.joined)
@@ -129,6 +159,7 @@ class Mix:
                     self._gone[source.key] = self._sources.pop(source.key)
                     continue
                 source.passed += 1 / self.weight(source.key)
+                source.given += 1
                 source.last_taken, self._takes = self._takes, self._takes + 1
                 self._taken[id(request)] = (source.key, request)
                 return request
@@ -165,28 +196,53 @@ class Mix:
         with self._lock:
             if inside is None:
                 inside = self._taken.keys()
+            narrow, short = self._narrowed(window)
+            if narrow is not None:
+                window = narrow
             taken_out: list[EngineRequest] = []
             for claimant in [s for s in self._sources.values() if s.claim]:
                 share = window * self.weight(claimant.key) / self._total_weight()
                 wanted, claimant.claim = min(claimant.claim, max(1, int(share))), 0
-                need = wanted - (window - len(inside))
+                need = wanted - (window - (len(inside) - len(taken_out)))
                 if need <= 0:
                     continue
-                freed = self._take_youngest(need, window, inside, but=claimant.key)
+                freed = self._take_youngest(need, window, inside, keep={claimant.key, *short})
                 if freed:  # the freed slots are its own: it goes first for that many
                     level = min(s.passed for s in self._sources.values())
                     claimant.passed = level - len(freed) / self.weight(claimant.key)
                 taken_out += freed
+            self._room = None
+            if narrow is not None:
+                over = len(inside) - len(taken_out) - narrow
+                if over > 0:  # narrowed while the engine held more: the excess leaves
+                    taken_out += self._take_youngest(over, narrow, inside, keep=short)
+                self._room = narrow - (len(inside) - len(taken_out))
             return taken_out
+
+    def _narrowed(self, window: int) -> tuple[int | None, set[Hashable]]:
+        """The engine's narrowed window while a short job runs beside a longer one (see
+        the module doc), else None; and the short jobs, whose requests stay inside."""
+        now = self._clock()
+        working = {key for key, _ in self._taken.values()} | {
+            key
+            for key, s in self._sources.items()
+            if s.again or s.size is None or s.given < s.size  # more to give
+        }
+        sources = [self._sources.get(k) or self._gone.get(k) for k in working]
+        short = [s for s in sources if s is not None and s.short_until > now]
+        narrow = max(NARROW_MIN, 2 * sum(s.size or 0 for s in short))
+        if short and len(short) < len(working) and narrow < window:
+            return narrow, {s.key for s in short}
+        return None, set()
 
     def _total_weight(self) -> float:
         return sum(self.weight(key) for key in self._sources)
 
     def _take_youngest(
-        self, count: int, window: int, inside: Collection[int], but: Hashable
+        self, count: int, window: int, inside: Collection[int], keep: Collection[Hashable]
     ) -> list[EngineRequest]:
         """Up to ``count`` requests ``inside``, the last taken first, of the sources other
-        than ``but`` that hold more slots than their shares (a source with nothing left to
+        than those in ``keep`` that hold more slots than their shares (a source with nothing left to
         give has no share); each goes back to the front of its source, uncharged."""
         holding: dict[Hashable, int] = {}
         for i in inside:
@@ -196,7 +252,7 @@ class Mix:
         spare = {
             key: held - (window * self.weight(key) / total if key in self._sources else 0)
             for key, held in holding.items()
-            if key != but
+            if key not in keep
         }
         freed: list[tuple[int, Hashable, EngineRequest]] = []
         for i, (key, request) in reversed(self._taken.items()):
@@ -212,6 +268,7 @@ class Mix:
                 source = self._sources[key] = self._gone.pop(key)
             source.again.appendleft(request)
             source.passed -= 1 / self.weight(key)  # charged again when it is taken again
+            source.given -= 1
         return [request for _, _, request in freed]
 
     def put_back(self) -> None:
@@ -225,6 +282,7 @@ class Mix:
                     source.passed = self._level()
                     self._sources[key] = source
                 self._sources[key].again.append(request)
+                self._sources[key].given -= 1
             self._taken.clear()
 
     def drain(self) -> dict[Hashable, list[EngineRequest]]:

@@ -11,7 +11,7 @@ import weakref
 import pytest
 
 from core.check.engine_requests import ChatRequest
-from core.run import retry
+from core.run import retry, sharing
 from core.run.engine import EngineActivity, EngineDied, EngineRequestError
 from core.run.feed import Feed, feed_of
 from core.run.local import LocalExecutor
@@ -498,3 +498,59 @@ def test_a_job_paused_beside_another_leaves_it_whole():
     assert not [name for name in engine.aborted if name.startswith("b")]
     assert len(engine.aborted) <= 2
     assert engine.streams == 1  # the other job's stream ran on through the pause
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def full_engine_and_a_short_job(clock=None):
+    """A 200-request job filling an engine of 64, then a 5-request job of another owner
+    joining: the engine narrows to 16 (twice the short job's requests)."""
+    mix = Mix(clock or Clock())
+    mix.join("big", job("big", 200), size=200)
+    inside = list(itertools.islice(mix, 64))
+    mix.join("small", job("small", 5), owner="bob", size=5)
+    return mix, inside
+
+
+def test_a_short_job_beside_a_long_one_narrows_the_engine_until_its_requests_finish():
+    mix, inside = full_engine_and_a_short_job()
+    out = mix.preempt(64, {id(r) for r in inside})
+    # 16 inside at once: the short job's 5 and the long job's 11 oldest
+    assert [who(r) for r in out] == [f"big{i}" for i in range(63, 10, -1)]
+    inside = [r for r in inside if r not in out]
+    shorts = list(itertools.islice(mix, 64))  # the mix gives no more than 16 hold
+    assert [who(r) for r in shorts] == [f"small{i}" for i in range(5)]
+    inside += shorts
+    assert mix.preempt(64, {id(r) for r in inside}) == [] and take(mix, 64) == []
+    for request in shorts:  # the short job is done: the engine is as wide as before
+        mix.finished(request)
+        inside.remove(request)
+    assert mix.preempt(64, {id(r) for r in inside}) == []
+    assert take(mix, 53) == [f"big{i}" for i in range(11, 64)]  # taken out, first again
+
+
+def test_a_short_job_keeps_the_engine_narrow_no_longer_than_its_time():
+    clock = Clock()
+    mix, inside = full_engine_and_a_short_job(clock)
+    out = mix.preempt(64, {id(r) for r in inside})
+    inside = [r for r in inside if r not in out] + list(itertools.islice(mix, 64))
+    assert take(mix, 1) == []  # narrow: 16 inside
+    clock.now += sharing.NARROW_SECONDS  # its answers are long: the others run wide again
+    assert mix.preempt(64, {id(r) for r in inside}) == []
+    assert len(take(mix, 48)) == 48  # the engine's window again: 16 inside and 48 more
+
+
+def test_short_jobs_alone_or_an_engine_no_wider_than_their_share_run_as_before():
+    mix = Mix(Clock())
+    mix.join("a", job("a", 5), size=5)
+    mix.join("b", job("b", 5), owner="bob", size=5)
+    assert mix.preempt(64, set()) == [] and len(take(mix, 64)) == 10  # nobody long beside
+    mix, inside = full_engine_and_a_short_job()
+    # narrowed to 10 the engine would be no narrower than 8: the short job claims its share
+    assert len(mix.preempt(8, {id(r) for r in inside[:8]})) == 4
