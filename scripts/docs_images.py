@@ -54,6 +54,7 @@ PICTURES = {
     "dashboards": "page_09_dashboards",
     "jobs": "page_10_jobs",
     "settings": "page_11_settings",
+    "experiments": "page_12_experiments",
 }
 
 

@@ -40,6 +40,7 @@ from tests.support.browser import (
     worker_pids,
 )
 from tests.support.browser_review import label_walk, typed_text_search_shows_work
+from tests.support.experiments import capitals, capitals_answer, experiment_in_home
 from tests.support.jobs import finished_job
 
 ENGINE_SECONDS = 300  # a worker start (engine load) and a few requests, on a busy machine
@@ -311,9 +312,15 @@ def test_restart_cancel_kill_resume_run_in_the_browser(
     expect(page.get_by_role("button", name="Download output JSONL")).to_be_visible()
     screenshot(page, "run_9_results")
 
-    # -- every page after the runs ---------------------------------------------------------------
+    # -- every page after the runs, with an experiment's matrix (no engine: its answers made)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("BATCH_STUDIO_HOME", str(home))
+        experiment_in_home(default_model_dir(), capitals(), capitals_answer)
     for number, label in enumerate(PAGES, start=1):
         open_page(page, label)
+        if label == "Experiments":
+            verdict = "terse passes every check 76.7 points more often than plain (p < 0.001)"
+            expect(page.get_by_text(verdict)).to_be_visible()
         slug = re.sub(r"\W+", "_", label.lower()).strip("_")
         screenshot(page, f"page_{number:02d}_{slug}")
         expect_no_exception(page)

@@ -12,26 +12,15 @@ import pytest
 from core.config import data_paths
 from core.experiments.runs import read_grades, read_state
 from core.jobs.folder import JobFolder
-from tests.support.experiments import experiment_in_home, promptfoo_config
+from tests.support.experiments import capitals as config
+from tests.support.experiments import capitals_answer as answers
+from tests.support.experiments import experiment_in_home
 from tests.support.links import open_link
 from tests.support.pages import open_page, shown, texts
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
-CHECKS = "    - {type: icontains, value: paris}\n"
-N = 30
-
-
-def answers(cid: str) -> dict:
-    """ "plain" answers Paris on items 0-5, "terse" on every item but 29."""
-    t, p = int(cid.split(".")[0][1:]), int(cid.split(".")[1][1:])
-    paris = t < 6 if p == 0 else t != 29
-    return {"answer": "Paris" if paris else "Lyon", "tokens": 4, "latency_ms": 50 + t}
-
-
-def config(n: int = N) -> str:
-    tests = [{"description": f"item {t}", "country": "France"} for t in range(n)]
-    return promptfoo_config(tests, ["plain", "terse"], CHECKS)
+N = 30  # items of the capitals experiment
 
 
 def table(at, column: str):

@@ -38,6 +38,23 @@ def promptfoo_config(tests: list[dict[str, Any]], prompts: list[str], asserts: s
     return out
 
 
+CAPITALS_CHECKS = "    - {type: icontains, value: paris}\n"
+
+
+def capitals(n: int = 30) -> str:
+    """Two prompts, "plain" and "terse", asking France's capital over ``n`` items, each
+    checked for Paris (answered by :func:`capitals_answer`)."""
+    tests = [{"description": f"item {t}", "country": "France"} for t in range(n)]
+    return promptfoo_config(tests, ["plain", "terse"], CAPITALS_CHECKS)
+
+
+def capitals_answer(cid: str) -> dict[str, Any]:
+    """ "plain" answers Paris on items 0-5, "terse" on every item but 29."""
+    t, p = int(cid.split(".")[0][1:]), int(cid.split(".")[1][1:])
+    paris = t < 6 if p == 0 else t != 29
+    return {"answer": "Paris" if paris else "Lyon", "tokens": 4, "latency_ms": 50 + t}
+
+
 def experiment_in_home(
     model: Path,
     config: str,
