@@ -30,6 +30,7 @@ from ui.sign_in import access_now, deciding_user
 from ui.store import paths, store, through_app
 from ui.text import escape
 
+QUEUE_SHOWN = 20  # queued jobs listed with their priority (the rest counted)
 COLUMNS = ["name", "job_id", "source", "model", "state", "total", "succeeded", "failed"]
 
 
@@ -72,7 +73,8 @@ def job_table(refused: list[dict]) -> pd.DataFrame:
 
 
 def queue_section(waiting: list[JobFolder]) -> None:
-    """The jobs waiting for the engine, in order, each with its priority to change."""
+    """The first jobs waiting for the engine, in order, each with its priority to change
+    (a widget each: one owner's thousand queued jobs would cost seconds a rerun)."""
     if not waiting:
         return
     st.subheader("Queue")
@@ -80,11 +82,12 @@ def queue_section(waiting: list[JobFolder]) -> None:
         "One engine runs one job at a time; queued jobs start in this order. Raise a job's "
         "priority to move it up."
     )
-    for place, queued in enumerate(waiting, start=1):
+    label = job_labels()  # the index's names read once, not once a row
+    for place, queued in enumerate(waiting[:QUEUE_SHOWN], start=1):
         c1, c2 = st.columns([3, 1])
-        spec = queued.read_spec()
-        c1.write(f"{place}. {escape(job_label(queued.job_id))} · {escape(spec.source)}")
-        held = held_note(spec, queued.read_status())
+        spec = queued.peek_spec()
+        c1.write(f"{place}. {escape(label(queued.job_id))} · {escape(spec.source)}")
+        held = held_note(spec, queued.peek_status())
         if held:  # the worker starts it by itself when its run window opens
             c1.caption(escape(sentence(held)))
         new = c2.number_input(
@@ -98,6 +101,11 @@ def queue_section(waiting: list[JobFolder]) -> None:
         if new != priority(queued):
             set_priority(queued, int(new))
             st.rerun()
+    if len(waiting) > QUEUE_SHOWN:
+        st.caption(
+            f"{len(waiting) - QUEUE_SHOWN:,} more queued jobs after these; Monitor shows a "
+            "chosen job's place."
+        )
 
 
 def pick_job(jobs: pd.DataFrame) -> Chosen:

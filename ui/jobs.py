@@ -88,7 +88,8 @@ def jobs_with_metadata(job_ids: list[str], key: str) -> list[str]:
     metadata: dict[str, dict[str, str]] = {}
     for job_id in job_ids:
         try:
-            metadata[job_id] = JobFolder(paths().jobs / Path(job_id).name).read_spec().metadata
+            job = JobFolder(paths().jobs / Path(job_id).name)
+            metadata[job_id] = job.peek_spec().metadata  # parsed once while unchanged
         except JobUnreadable:
             metadata[job_id] = {}
     pairs = sorted({f"{k}={v}" for m in metadata.values() for k, v in m.items()})

@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -195,6 +196,22 @@ class JobFolder:
         except (OSError, ValueError) as exc:
             raise JobUnreadable(self.job_id, f"status.json: {_reason(exc)}") from None
 
+    def peek_spec(self) -> JobSpec:
+        """``job.json`` as :meth:`read_spec` reads it, from memory while the folder and the
+        file are unchanged since the last read: for listings that look at every job on each
+        scan or rerun (the queue, a page's job list), whose cost would otherwise grow with
+        every job of every owner. Shared: never change what it returns (write a copy).
+
+        Raises:
+            JobUnreadable: as :meth:`read_spec`.
+        """
+        return _peek(self, self.spec_file, self.read_spec)
+
+    def peek_status(self) -> JobStatus:
+        """``status.json`` as :meth:`read_status` reads it, from memory while unchanged
+        (see :meth:`peek_spec`). Shared: change a :meth:`read_status` instead."""
+        return _peek(self, self.status_file, self.read_status)
+
     def readable(self) -> str | None:
         """None when its files read; else why not (for listings that go on past it)."""
         try:
@@ -229,6 +246,39 @@ class JobFolder:
         if not self.log_file.exists():
             return ""
         return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
+PEEKS_KEPT = 50_000  # parsed job files kept by peek_spec/peek_status (then all dropped)
+_PEEKED: dict[Path, tuple[tuple, Any]] = {}
+
+
+def _stamp(job: JobFolder, file: Path) -> tuple | None:
+    """What changes when the folder's entries or the file change: the folder's and the
+    file's inode, times and size (an entry added, removed or replaced, a symbolic link
+    among them, changes the folder's). None for anything but a real folder and a regular
+    file (the full read then says why), or no file (a job not yet given a status)."""
+    try:
+        folder, info = os.lstat(job.path), os.lstat(file)
+    except OSError:
+        return None
+    if not (stat.S_ISDIR(folder.st_mode) and stat.S_ISREG(info.st_mode)):
+        return None
+    return tuple((i.st_ino, i.st_mtime_ns, i.st_ctime_ns, i.st_size) for i in (folder, info))
+
+
+def _peek(job: JobFolder, file: Path, read: Any) -> Any:
+    """``read()`` of one of the job's files, kept while :func:`_stamp` says it is the same
+    (a read done while it changed is not kept)."""
+    stamp = _stamp(job, file)
+    kept = _PEEKED.get(file)
+    if stamp is not None and kept is not None and kept[0] == stamp:
+        return kept[1]
+    value = read()
+    if stamp is not None and stamp == _stamp(job, file):
+        if len(_PEEKED) >= PEEKS_KEPT:
+            _PEEKED.clear()
+        _PEEKED[file] = (stamp, value)
+    return value
 
 
 CANCEL_SIGNAL = signal.SIGUSR1
@@ -495,8 +545,13 @@ def find_job(jobs_dir: Path, input_sha256: str, output_path: str) -> JobFolder |
 
 
 def list_jobs(jobs_dir: Path) -> list[JobFolder]:
-    """Job folders, newest first."""
-    if not jobs_dir.is_dir():
+    """Job folders, newest first. On strings (os, not pathlib): every page's rerun and the
+    queue's scan list every job of every owner, and pathlib's joins cost more than the
+    stats."""
+    try:
+        names = os.listdir(jobs_dir)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    folders = [p for p in jobs_dir.iterdir() if (p / "job.json").is_file()]
-    return [JobFolder(p) for p in sorted(folders, key=lambda p: p.name, reverse=True)]
+    base = os.fspath(jobs_dir)
+    kept = [n for n in names if os.path.isfile(os.path.join(base, n, "job.json"))]
+    return [JobFolder(jobs_dir / name) for name in sorted(kept, reverse=True)]

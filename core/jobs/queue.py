@@ -37,12 +37,15 @@ def set_priority(job: JobFolder, value: int) -> None:
 
 
 def queued_jobs(jobs_dir: Path) -> list[JobFolder]:
-    """Queued jobs in the order they will run."""
+    """Queued jobs in the order they will run. Each job's files are parsed once while
+    unchanged (:meth:`JobFolder.peek_status`): the worker scans on every admission and
+    the pages on every rerun, and a thousand queued jobs of one owner must not make either
+    slow for another."""
     waiting = []
     for job in list_jobs(jobs_dir):
         try:
-            if job.read_status().state == "queued":
-                waiting.append((-priority(job), job.read_spec().created_at, job))
+            if job.peek_status().state == "queued":
+                waiting.append((-priority(job), job.peek_spec().created_at, job))
         except JobUnreadable:  # that job's problem; the queue goes on
             continue
     return [job for *_, job in sorted(waiting, key=lambda w: w[:2])]
@@ -88,7 +91,7 @@ def runnable_jobs(jobs_dir: Path, at: datetime) -> tuple[list[JobFolder], Held]:
     runnable, held = [], []
     for job in queued_jobs(jobs_dir):
         try:
-            spec = job.read_spec()
+            spec = job.peek_spec()
             windows = of_spec(spec)
         except (JobUnreadable, WindowProblem):
             windows = None
@@ -107,9 +110,9 @@ def models_loaded(jobs_dir: Path) -> frozenset[str]:
     names = {m.name for m in state.models} if state is not None else set()
     for job in list_jobs(jobs_dir):
         try:
-            status = job.read_status()
+            status = job.peek_status()
             if status.state in ("loading", "running", "cancelling") and not status.interrupted:
-                names.add(Path(job.read_spec().engine.model).name)
+                names.add(Path(job.peek_spec().engine.model).name)
         except JobUnreadable:
             continue
     return frozenset(names)
@@ -130,7 +133,7 @@ def ahead_of(job: JobFolder, jobs_dir: Path) -> list[str]:
     running = []
     for other in list_jobs(jobs_dir):
         try:
-            status = other.read_status()
+            status = other.peek_status()
         except JobUnreadable:
             continue
         if status.state in ("loading", "running", "cancelling") and not status.interrupted:

@@ -11,6 +11,7 @@ the human-work files (``core.store.human_index``).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import threading
@@ -67,12 +68,15 @@ class StoreLocked(RuntimeError):
     """Another process holds the database file (DuckDB lets one process open it)."""
 
 
+SIGNED = ("job.json", "status.json", "name.txt", "output.jsonl", "errors.jsonl")
+
+
 def _files_signature(job: JobFolder) -> tuple:
     """The size and modification time of each file of a job folder that ingest reads."""
-    signature = []
-    for path in (job.spec_file, job.status_file, job.name_file, job.output, job.errors):
+    signature, folder = [], str(job.path)  # os.stat on strings: a page's rerun stats
+    for name in SIGNED:  # every job's files (pathlib's joins cost as much as the stat)
         try:
-            stat = path.stat()
+            stat = os.stat(os.path.join(folder, name))
         except OSError:
             signature.append(None)
         else:

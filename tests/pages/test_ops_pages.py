@@ -226,6 +226,22 @@ def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
     assert order[0].startswith(f"1. {second.job_id}")
 
 
+def test_jobs_page_lists_the_first_queued_jobs_and_counts_the_rest(studio_home, tmp_path):
+    """One owner's thousand queued jobs must not make a widget each on everyone's Jobs page
+    (issue 41 item 5): the first QUEUE_SHOWN with their priority, the rest counted."""
+    from core.jobs.folder import create_job, queue_job
+    from core.schemas import EngineConfig
+
+    batch = tmp_path / "one.jsonl"
+    batch.write_text(request_line("a", "hi") + "\n")
+    for _ in range(23):
+        queue_job(create_job(batch, studio_home / "jobs", EngineConfig(model="/m"), owner_key="a"))
+    at = open_page("jobs.py")
+    priorities = [n for n in at.number_input if str(n.key).startswith("prio-")]
+    assert len(priorities) == 20
+    assert "3 more queued jobs after these" in texts(at)
+
+
 def test_run_shows_the_estimate_made_on_upload_and_check():
     estimate = {"input_tokens": 1234, "expected_output_tokens": 500, "max_output_tokens": 800,
                 "seconds": 90.0, "cost": 12.5, "currency": "USD", "over_budget": True,
