@@ -142,7 +142,8 @@ class Store:
                     "lets one process open it"
                 ) from exc
             self._close_quietly()
-            self.set_aside_reason = str(exc)
+            # the first line: an internal error's next ones are DuckDB's stack trace
+            self.set_aside_reason = str(exc).strip().splitlines()[0]
             self.set_aside = _set_aside(self.path)
             self._open()
         self.sync_human()
@@ -216,6 +217,11 @@ class Store:
                 cur.execute(sql)
                 cur.execute("INSERT INTO schema_migrations (version) VALUES (?)", [version])
                 cur.execute("COMMIT")
+            if len(applied) < len(MIGRATIONS):
+                # On disk at once, not only in DuckDB's log: DuckDB 1.5 cannot replay some
+                # schema changes from it (a column added with a list's default), so a process
+                # killed before its first checkpoint left an index nothing could open.
+                cur.execute("CHECKPOINT")
 
     @property
     def schema_version(self) -> int:

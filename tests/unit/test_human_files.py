@@ -32,6 +32,7 @@ from core.store.samples import (
     list_samples,
     sample_items,
 )
+from core.store.schema import MIGRATIONS
 from core.store.vectors import stored_vector
 from tests.support.jobs import finished_embedding_job, finished_job
 
@@ -377,4 +378,43 @@ def test_eight_sessions_saving_at_once_lose_no_label_in_the_index_or_the_file(tm
     (home / "studio.duckdb").unlink()
     store = Store(home / "studio.duckdb")  # rebuilt from the file alone
     assert stored(store) == last
+    store.close()
+
+
+def test_a_new_index_whose_process_was_killed_opens_again_as_it_was(tmp_path):
+    """Every migration is on disk when the store opens: DuckDB 1.5 cannot replay some of
+    them from its log (a column added with a list's default), so a process killed before
+    its first checkpoint left an index no process could open, and the next one set it aside."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "studio.duckdb"
+    made = "import os, sys; from core.store.db import Store; Store(sys.argv[1]); os._exit(0)"
+    subprocess.run([sys.executable, "-c", made, str(path)], check=True)
+
+    store = Store(path)
+    assert store.set_aside is None, store.set_aside_reason
+    assert store.schema_version == len(MIGRATIONS)
+    store.close()
+
+
+def test_an_index_set_aside_says_why_in_one_line(tmp_path, monkeypatch):
+    """DuckDB's internal errors end with a stack trace: the page shows their first line."""
+    import duckdb
+
+    from core.store import db
+
+    real, calls = duckdb.connect, []
+
+    def connect(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 1:
+            raise duckdb.InternalException("INTERNAL Error: replay failed\nStack Trace: 0x1")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(db.duckdb, "connect", connect)
+    (tmp_path / "studio.duckdb").write_bytes(b"")
+    store = Store(tmp_path / "studio.duckdb")
+    assert store.set_aside is not None
+    assert store.set_aside_reason == "INTERNAL Error: replay failed"
     store.close()
