@@ -33,6 +33,7 @@ BANDS = {
     "walk-3-run": (TITLE, 1440),  # the settings down to the Start run button
     "walk-5-results": (1430, 2339),  # one answer beside its conversation, and the export
     "check-broken-file": (TITLE, 1090),  # every problem with its line, and the verdict
+    "experiments": (TITLE, 1560),  # the summary, the verdicts and the matrix's first rows
 }
 # docs/images/<name>.png <- test-output/screenshots/<shot>.png (names from
 # tests/browser/test_browser.py)
