@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from core.api.batches import refused_rows
 from core.jobs.folder import JobFolder, list_jobs
@@ -90,22 +91,36 @@ def queue_section(waiting: list[JobFolder]) -> None:
         held = held_note(spec, queued.peek_status())
         if held:  # the worker starts it by itself when its run window opens
             c1.caption(escape(sentence(held)))
-        new = c2.number_input(
-            "Priority",
-            -100,
-            100,
-            priority(queued),
-            key=f"prio-{queued.job_id}",
-            label_visibility="collapsed",
-        )
-        if new != priority(queued):
-            set_priority(queued, int(new))
-            st.rerun()
-    if len(waiting) > QUEUE_SHOWN:
+        priority_box(c2, queued)
+    later = waiting[QUEUE_SHOWN:]
+    if later:
         st.caption(
-            f"{len(waiting) - QUEUE_SHOWN:,} more queued jobs after these; Monitor shows a "
-            "chosen job's place."
+            f"{len(later):,} more queued jobs after these; Monitor shows a chosen job's place."
         )
+        c1, c2 = st.columns([3, 1])
+        places = {queued.job_id: place for place, queued in enumerate(later, QUEUE_SHOWN + 1)}
+        chosen = c1.selectbox(
+            "A later queued job",
+            later,
+            format_func=lambda q: f"{places[q.job_id]}. {label(q.job_id)}",
+            key="queue-later",
+        )
+        priority_box(c2, chosen)
+
+
+def priority_box(container: DeltaGenerator, queued: JobFolder) -> None:
+    """The queued job's priority, changed in place (the queue's order follows)."""
+    new = container.number_input(
+        "Priority",
+        -100,
+        100,
+        priority(queued),
+        key=f"prio-{queued.job_id}",
+        label_visibility="collapsed",
+    )
+    if new != priority(queued):
+        set_priority(queued, int(new))
+        st.rerun()
 
 
 def pick_job(jobs: pd.DataFrame) -> Chosen:

@@ -228,18 +228,32 @@ def test_jobs_page_shows_the_queue_and_reorders_it(studio_home):
 
 def test_jobs_page_lists_the_first_queued_jobs_and_counts_the_rest(studio_home, tmp_path):
     """One owner's thousand queued jobs must not make a widget each on everyone's Jobs page
-    (issue 41 item 5): the first QUEUE_SHOWN with their priority, the rest counted."""
+    (issue 41 item 5): the first QUEUE_SHOWN with their priority, the rest counted, and one
+    box for a later job chosen, whose priority moves it up."""
     from core.jobs.folder import create_job, queue_job
+    from core.jobs.queue import priority, queued_jobs
     from core.schemas import EngineConfig
 
     batch = tmp_path / "one.jsonl"
     batch.write_text(request_line("a", "hi") + "\n")
-    for _ in range(23):
-        queue_job(create_job(batch, studio_home / "jobs", EngineConfig(model="/m"), owner_key="a"))
+    jobs = [
+        create_job(batch, studio_home / "jobs", EngineConfig(model="/m"), owner_key="a")
+        for _ in range(23)
+    ]
+    for job in jobs:
+        queue_job(job)
     at = open_page("jobs.py")
     priorities = [n for n in at.number_input if str(n.key).startswith("prio-")]
-    assert len(priorities) == 20
+    assert len(priorities) == 21  # the first 20, and the later job chosen
     assert "3 more queued jobs after these" in texts(at)
+    # a later job's priority is set from the one box of the later jobs: it moves up
+    later = at.selectbox(key="queue-later")
+    assert [place for place, *_ in (o.split(". ") for o in later.options)] == ["21", "22", "23"]
+    at = later.select_index(2).run()
+    (box,) = [n for n in at.number_input if str(n.key) == f"prio-{jobs[-1].job_id}"]
+    box.set_value(5).run()
+    assert priority(jobs[-1]) == 5
+    assert queued_jobs(studio_home / "jobs")[0].job_id == jobs[-1].job_id  # first now
 
 
 def test_run_shows_the_estimate_made_on_upload_and_check():
