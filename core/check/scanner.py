@@ -64,8 +64,11 @@ class Batch:
 class Scanner:
     """Checks lines in order and names repeated ids (keeping 8-byte hashes, not ids)."""
 
-    def __init__(self, defaults: JobDefaults | None) -> None:
+    def __init__(self, defaults: JobDefaults | None, repeats: bool = True) -> None:
         self.defaults = defaults or JobDefaults()
+        # False: repeated ids are not looked for (nor named), and no table of them grows: a
+        # reader that knows them already (the worker, from the job's ledger) saves ~100 B a line.
+        self.repeats = repeats
         self.first_line_of: dict[int, int] = {}
         self.bom = False
         self.crlf = False
@@ -115,6 +118,7 @@ class Scanner:
         """
         defaults = self.defaults
         first_line_of, ids, id_lines = self.first_line_of, self.ids, self.id_lines
+        repeats = self.repeats
         end = sys.maxsize if end is None else end
         decode, decode_errors, turns = FAST_DECODER.decode, FAST_DECODE_ERRORS, PLAIN_TURNS
         shapes, default_lines, defaulted_of = self.shapes, self.default_lines, DEFAULTED
@@ -169,12 +173,12 @@ class Scanner:
                 if roles and cid and not cid[0].isspace() and (raw.isascii() or is_utf8(raw)):
                     line_nos.append(line_no)
                     raws.append(raw)
-                    key = hash(cid)
-                    if key not in first_line_of:
-                        first_line_of[key] = line_no
-                        if ids is not None:
-                            ids.append(cid)
-                            id_lines.append(line_no)
+                    if not repeats or (key := hash(cid)) not in first_line_of:
+                        if repeats:
+                            first_line_of[key] = line_no
+                            if ids is not None:
+                                ids.append(cid)
+                                id_lines.append(line_no)
                         if shapes is None or (unfolded and fast.body.model in unfolded):
                             items.append(fast)
                             roles_of.append(roles)
@@ -240,7 +244,7 @@ class Scanner:
                 raw = raw[:-1]
             checked = check_raw(line_no, raw, offset, defaults)
             checked.raw = raw
-            if checked.custom_id is not None:
+            if checked.custom_id is not None and repeats:
                 repeat = self._repeat(line_no, checked.custom_id)
                 if repeat is not None:
                     checked.problems.insert(0, repeat)
@@ -258,7 +262,10 @@ class Scanner:
             yield from batch.checked_lines(self.defaults)
 
 
-def scan(path: str | Path, defaults: JobDefaults | None = None) -> Iterator[CheckedLine]:
-    """Checks every non-blank line of a batch file in order, duplicates included."""
+def scan(
+    path: str | Path, defaults: JobDefaults | None = None, repeats: bool = True
+) -> Iterator[CheckedLine]:
+    """Checks every non-blank line of a batch file in order, duplicates included (named as
+    such unless ``repeats`` is False: see :class:`Scanner`)."""
     with Path(path).open("rb") as handle:
-        yield from Scanner(defaults).lines(handle)
+        yield from Scanner(defaults, repeats).lines(handle)
