@@ -92,7 +92,7 @@ def configure_cpu_environment(kv_cache_gib: float) -> None:
 
 class Fitted(Protocol):
     """What the engine's settings depend on in a request (the worker's
-    :class:`~core.run.pending.Planned`)."""
+    :class:`~core.run.pending.Kind`, one per kind of request in a run)."""
 
     seeded: bool
     adapter: Adapter | None

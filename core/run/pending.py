@@ -1,21 +1,25 @@
 """The requests a run computes on one engine, read from the job's input as they enter it.
 
 A parsed request costs about 1.1 KiB in the worker (100,000 lines held 107 MiB, 1,000,000
-would hold about 1.1 GiB), so the plan keeps none: per request it keeps a
-:class:`Planned` (its id, its line, what the counts, the ETA and the engine's settings
-need), and :class:`Pending` reads the input again while the engine runs, parsing only the
-lines planned, :data:`ORDER_WINDOW` requests at a time, each window in engine order
-(:func:`~core.run.engine_order.engine_order`). Prompts that share a prefix share the
-engine's cache when they are near each other in the file (within a window), as a file
-grouped by document has them; across windows they are computed again.
+would hold about 1.1 GiB), so the plan keeps none. It keeps :class:`PlannedRequests`, what
+the counts, the ETA and the engine's settings need of each request, column by column in
+compact arrays (about 30 B a request; an object per request cost about 0.2 KiB, and a set
+of ids left 0.1 KiB more), and :class:`Pending` reads the input again while the engine
+runs, parsing only the lines planned, :data:`ORDER_WINDOW` requests at a time, each window
+in engine order (:func:`~core.run.engine_order.engine_order`). Prompts that share a prefix
+share the engine's cache when they are near each other in the file (within a window), as a
+file grouped by document has them; across windows they are computed again.
 
-A request that has its result meanwhile (``left`` no longer holds its id: a model
+A request that has its result meanwhile (:class:`Left` no longer holds it: a model
 reloaded after its engine's process ended) is not read again, so a feed that starts over
-runs only what is left, across windows as within one.
+runs only what is left, across windows as within one. Neither read keeps the scanner's
+table of repeated ids: the job's ledger names the repeated lines, and the plan's ids are
+unique.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -44,7 +48,8 @@ class Requests(Protocol):
 
 @dataclass(slots=True)
 class Planned:
-    """A request the plan counts on, without its texts (about 0.2 KiB against 1.1)."""
+    """One request as the plan counts on it, without its texts: a row of
+    :class:`PlannedRequests` (made where one is asked for, not kept), or a request alone."""
 
     custom_id: str
     line_no: int  # its line in the input, where :class:`Pending` reads it again
@@ -63,6 +68,134 @@ class Planned:
         return cls(request.custom_id, line_no, folder, request.max_tokens, n, seeded)
 
 
+def _append(column: array, value: int) -> array:
+    """``column`` with ``value`` appended, widened to 64 bits where it does not fit (each
+    column starts as narrow as its common values allow)."""
+    try:
+        column.append(value)
+    except OverflowError:
+        column = array("q", column)
+        column.append(value)
+    return column
+
+
+class PlannedRequests:
+    """A run's planned requests, column by column: row ``i`` is the ``i``-th added, in the
+    file's order. The ids are kept as UTF-8 end to end, and found by an open-addressing
+    table of row numbers (exact: a slot's id is compared), so no string is held per row."""
+
+    def __init__(self) -> None:
+        self._ids = bytearray()
+        self._ends = array("I")  # where each row's id ends in _ids
+        self.line_nos = array("I")
+        self.limits = array("I")
+        self.answers = array("B")
+        self.seeded = bytearray()
+        self.folders: list[str] = []  # the distinct model folders, by their number
+        self._folder_no: dict[str, int] = {}
+        self.folder_nos = array("B")
+        self._slots: array | None = None  # row + 1 by the id's hash (0: empty), built on use
+
+    def add(self, request: EngineRequest, line_no: int, folder: str) -> None:
+        row = Planned.of(request, line_no, folder)
+        self._ids += row.custom_id.encode()
+        self._ends = _append(self._ends, len(self._ids))
+        self.line_nos = _append(self.line_nos, line_no)
+        self.limits = _append(self.limits, row.limit or 0)
+        self.answers = _append(self.answers, row.answers)
+        self.seeded.append(row.seeded)
+        if (number := self._folder_no.get(folder)) is None:
+            number = self._folder_no[folder] = len(self.folders)
+            self.folders.append(folder)
+        self.folder_nos = _append(self.folder_nos, number)
+        self._slots = None
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __iter__(self) -> Iterator[Planned]:
+        return (self.row(i) for i in range(len(self)))
+
+    def custom_id(self, row: int) -> str:
+        return self._ids[self._ends[row - 1] if row else 0 : self._ends[row]].decode()
+
+    def folder(self, row: int) -> str:
+        return self.folders[self.folder_nos[row]]
+
+    def row(self, row: int) -> Planned:
+        return Planned(
+            self.custom_id(row),
+            self.line_nos[row],
+            self.folder(row),
+            self.limits[row],
+            self.answers[row],
+            bool(self.seeded[row]),
+        )
+
+    def index(self, custom_id: str) -> int | None:
+        """The row of ``custom_id`` (None: not planned)."""
+        slots = self._slots if self._slots is not None else self._table()
+        mask = len(slots) - 1
+        slot = hash(custom_id) & mask
+        while found := slots[slot]:
+            if self.custom_id(found - 1) == custom_id:
+                return found - 1
+            slot = (slot + 1) & mask
+        return None
+
+    def _table(self) -> array:
+        """The id table, at most half full (4 to 8 B a row: 'I' slots)."""
+        size = 8
+        while size < 2 * len(self):
+            size *= 2
+        slots = array("I", [0]) * size
+        mask = size - 1
+        for row in range(len(self)):
+            slot = hash(self.custom_id(row)) & mask
+            while slots[slot]:
+                slot = (slot + 1) & mask
+            slots[slot] = row + 1
+        self._slots = slots
+        return slots
+
+
+class Left:
+    """The planned requests still without a result from this run, a byte per row of a
+    :class:`PlannedRequests`; iterates over their ids (the expired lines are written by
+    them)."""
+
+    def __init__(self, planned: PlannedRequests) -> None:
+        self.planned = planned
+        self._flags = bytearray(b"\x01") * len(planned)
+        self._count = len(planned)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __contains__(self, row: int) -> bool:
+        return bool(self._flags[row])
+
+    def __iter__(self) -> Iterator[str]:
+        planned, flags = self.planned, self._flags
+        return (planned.custom_id(row) for row in range(len(flags)) if flags[row])
+
+    def discard(self, ids: Iterable[str]) -> None:
+        """Those of ``ids`` planned have their result (others are ignored, as in a set)."""
+        for custom_id in ids:
+            row = self.planned.index(custom_id)
+            if row is not None and self._flags[row]:
+                self._flags[row] = 0
+                self._count -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What the engine's settings read of a request (:func:`~core.run.engine.fit_to_requests`)."""
+
+    seeded: bool
+    adapter: Adapter | None
+
+
 def prepared(request: EngineRequest, spec: JobSpec) -> list[tuple[str, str, str]]:
     """Makes a checked request the engine's (redacted, where the job asks: the engine
     answers the redacted prompt, and reuse keys it so); returns what redaction replaced.
@@ -71,50 +204,59 @@ def prepared(request: EngineRequest, spec: JobSpec) -> list[tuple[str, str, str]
 
 
 class Pending:
-    """One engine's requests of a run (see the module doc): :class:`Planned` in memory,
-    each parsed again as the engine asks for it. ``left``: the ids still without a result
-    (the run's, updated as results are written); ``keep``: what the driver keeps of a
-    request whose texts the replicas read (a Ray job's)."""
+    """One engine's requests of a run (see the module doc): ``rows`` of ``planned`` (in
+    ascending order, the file's), each parsed again as the engine asks for it. ``left``:
+    the run's requests still without a result (updated as results are written); ``keep``:
+    what the driver keeps of a request whose texts the replicas read (a Ray job's)."""
 
     def __init__(
         self,
         spec: JobSpec,
         path: Path,
-        planned: list[Planned],
-        left: set[str],
+        planned: PlannedRequests,
+        rows: array,
+        left: Left,
         keep: Callable[[EngineRequest], EngineRequest] | None = None,
     ) -> None:
-        self.spec, self.path, self.left, self.keep = spec, path, left, keep
-        self.planned = sorted(planned, key=lambda p: p.line_no)  # the file's order, to read
+        self.spec, self.path, self.planned, self.left, self.keep = spec, path, planned, left, keep
+        self.rows = rows
         self.window = ORDER_WINDOW
 
     def __len__(self) -> int:
         """The requests still without a result."""
-        return sum(p.custom_id in self.left for p in self.planned)
+        left = self.left
+        return sum(row in left for row in self.rows)
 
     def __iter__(self) -> Iterator[EngineRequest]:
         return in_windows(self._read(), self.window)
 
-    @property
-    def seeded(self) -> bool:
-        return any(p.seeded for p in self.planned)
+    def adapter(self, row: int) -> Adapter | None:
+        """The LoRA adapter a row runs with: its model folder's (None: the base model)."""
+        return self.spec.adapters.get(self.planned.folder(row))
+
+    def kinds(self) -> list[Kind]:
+        """Each kind of request among these once, for the engine's settings."""
+        planned, seen = self.planned, set()
+        for row in self.rows:
+            seen.add((bool(planned.seeded[row]), planned.folder_nos[row]))
+        return [Kind(seeded, self.spec.adapters.get(planned.folders[f])) for seeded, f in seen]
 
     def _read(self) -> Iterator[EngineRequest]:
         """The planned requests still left, parsed from the input in the file's order."""
-        planned = iter(self.planned)
-        wanted = next(planned, None)
-        for checked in scan(self.path, self.spec.defaults):
+        rows, line_nos = iter(self.rows), self.planned.line_nos
+        wanted = next(rows, None)
+        for checked in scan(self.path, self.spec.defaults, repeats=False):
             if wanted is None:
                 return  # past the last planned line: the rest is not read
-            if checked.line_no != wanted.line_no:
+            if checked.line_no != line_nos[wanted]:
                 continue
-            this, wanted = wanted, next(planned, None)
-            if this.custom_id not in self.left or checked.request is None:
+            this, wanted = wanted, next(rows, None)
+            if this not in self.left or checked.request is None:
                 continue
             request = checked.request
             prepared(request, self.spec)
             if isinstance(request, GeneratedRequest):
-                request.adapter = this.adapter
+                request.adapter = self.adapter(this)
             yield self.keep(request) if self.keep else request
 
 

@@ -42,7 +42,9 @@ import os
 import signal
 import sys
 import time
+from array import array
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -70,7 +72,7 @@ from core.run.engine import (
 from core.run.eta import Forecast, StepTime
 from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
-from core.run.pending import Pending, Planned, prepared
+from core.run.pending import Left, Pending, Planned, PlannedRequests, prepared
 from core.run.pool import (
     MULTIPROCESSING_ENV,
     PARENT_ENV,
@@ -150,7 +152,7 @@ class Plan:
     """What a run computes, model by model (the :meth:`JobRun.plan` step's result)."""
 
     spec: JobSpec
-    left: set[str]  # the requests still without a result from this run
+    left: Left  # the requests still without a result from this run
     reuse: dict[str, ReusePlan[Planned]] = field(default_factory=dict)  # model folder -> reuse
     groups: dict[str, Pending] = field(default_factory=dict)  # engine folder -> its requests
     records: dict[str, ModelRecord] = field(default_factory=dict)  # what each model measured
@@ -260,22 +262,23 @@ class JobRun:
                 keeper.update(retry_errors_from=_size(job.errors))
             else:  # a retry its run window paused: what failed in it stays failed
                 retried = failed_since(job, begun)
-        pending, invalid, keys = _to_run(job, spec, ledger, retry, shard, retried)
+        planned, invalid, keys = _to_run(job, spec, ledger, retry, shard, retried)
+        del ledger  # its ids and results are counted: what follows holds no string a request
         writers.write(invalid)
         keeper.update(message="loading the model")
-        plan = Plan(spec, left={r.custom_id for r in pending})
+        plan = Plan(spec, left=Left(planned))
         windows = readable_windows(spec)  # checked when submitted
         if windows is not None:
             self.gate = Gate(windows, self.clock)
-        if not pending:
+        if not planned:
             return plan
-        plan.reuse = _reuse(spec, _by_model(pending), keys, writers, keeper)
+        plan.reuse = _reuse(spec, _keyed_by_model(planned, keys), keys, writers, keeper)
         for reused in plan.reuse.values():
-            plan.left.difference_update(line["custom_id"] for line in reused.reused)
+            plan.left.discard(line["custom_id"] for line in reused.reused)
         keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
         plan.groups = {
-            folder: Pending(spec, job.input, planned, plan.left, keep)
-            for folder, planned in _by_engine(spec, plan.reuse).items()
+            folder: Pending(spec, job.input, planned, rows, plan.left, keep)
+            for folder, rows in _by_engine(spec, planned, plan.reuse).items()
         }
         plan.records = {f: model_record(Path(f).name, self.home) for f in plan.groups}
         _expect(keeper, plan.groups, plan.records)
@@ -339,7 +342,7 @@ class JobRun:
 
         with waits_said_by(say):
             engine = fit_to_requests(
-                group.engine, requests.planned, runs_on_gpu(spec.ray), loaded=list(POOL.held)
+                group.engine, requests.kinds(), runs_on_gpu(spec.ray), loaded=list(POOL.held)
             )
             executor = make_executor(group.model_copy(update={"engine": engine}), self.job.path)
         executor.notify = keeper.note  # a cluster's events (a node lost) go to the history
@@ -371,7 +374,7 @@ class JobRun:
                 lines = plan.expand(computed)
                 writers.write(lines)
                 keeper.first_result()
-                plan.left.difference_update(line["custom_id"] for line in lines)
+                plan.left.discard(line["custom_id"] for line in lines)
                 measure.add(computed)
                 if plan.left and _expired(plan.spec):
                     self.expire(plan.left)
@@ -399,7 +402,7 @@ class JobRun:
         closed = (gate.closed_at or gate.clock.now()).isoformat()
         return self.keeper.pause(message, closed, retry, shard)
 
-    def expire(self, left: set[str]) -> None:
+    def expire(self, left: Iterable[str]) -> None:
         """Ends the requests that did not run in time, as OpenAI's batch does (code expired)."""
         assert self.writers is not None
         message = "the job's completion window ended before this request ran"
@@ -480,27 +483,38 @@ def _to_run(
     retry: bool,
     shard: int | None,
     retried: set[str],
-) -> tuple[list[Planned], list[dict], dict[str, bytes]]:
+) -> tuple[PlannedRequests, list[dict], dict[str, bytes]]:
     """The requests this run has to answer (without their texts: :mod:`core.run.pending`
     reads them again as they enter the engine), the result lines of the invalid ones (never
     run: their error is their result), and the reuse key of each deterministic request
     (:mod:`core.reuse`). ``retried``: requests this retry ran already (before its run
-    window paused it)."""
-    rerun = set(ledger.retryable()) - retried if retry else set(ledger.missing)
-    if retry and shard is not None:
-        rerun &= set(shard_ids(ledger, spec.shard_size, shard))
-    pending: list[Planned] = []
+    window paused it). A line that repeats an earlier line's id is skipped (the ledger
+    names those lines, so the scan keeps no table of ids)."""
+    chosen: set[str] | None = None
+    if retry:
+        chosen = set(ledger.retryable()) - retried
+        if shard is not None:
+            chosen &= set(shard_ids(ledger, spec.shard_size, shard))
+
+    def rerun(custom_id: str) -> bool:
+        if chosen is not None:
+            return custom_id in chosen
+        # The ids without a result, asked of the ledger: a set of them costs ~40 B a line.
+        done, failed = ledger.succeeded, ledger.failed
+        return custom_id in ledger.known and custom_id not in done and custom_id not in failed
+
+    planned = PlannedRequests()
     invalid: list[dict] = []
     keys: dict[str, bytes] = {}
     reuse_keys = RequestKeys(spec)
-    seen: set[str] = set()
+    repeats = {line_no for line_no, _ in ledger.repeated_lines}
+    seen: set[str] = set()  # the ids of the invalid lines (few): a repeat of one is skipped
     refused = job.read_refusals()  # what the submission's check found against the models
     replaced: dict[str, list[tuple[str, str, str]]] = {}  # what redaction replaced
-    for checked in scan(job.input, spec.defaults):
+    for checked in scan(job.input, spec.defaults, repeats=False):
         custom_id = checked.custom_id or f"line-{checked.line_no}"
-        if custom_id in seen or custom_id not in rerun:
+        if checked.line_no in repeats or custom_id in seen or not rerun(custom_id):
             continue
-        seen.add(custom_id)
         problem = refused.get(checked.line_no) if checked.valid else None
         if checked.valid and problem is None:
             # Before its key: the engine answers the redacted request, and reuse with it.
@@ -508,9 +522,10 @@ def _to_run(
                 replaced[custom_id] = items
             if (key := reuse_keys.of(checked.request)) is not None:
                 keys[custom_id] = key
-            folder = model_folder(spec, checked.request)
-            pending.append(Planned.of(checked.request, checked.line_no, folder))
-        elif problem is not None and custom_id not in ledger.failed:
+            planned.add(checked.request, checked.line_no, model_folder(spec, checked.request))
+            continue
+        seen.add(custom_id)
+        if problem is not None and custom_id not in ledger.failed:
             message = f"line {checked.line_no}: {problem['message']}"
             invalid.append(
                 error_line(
@@ -530,7 +545,10 @@ def _to_run(
             )
     if spec.keep_redactions and replaced:
         job.keep_redactions(replaced)
-    return pending, invalid, keys
+    # The ledger reads a broken line's id its own way (``line-N`` where it finds none), so
+    # one that repeats a planned id may not be among its repeats: the planned line came first.
+    invalid = [line for line in invalid if planned.index(line["custom_id"]) is None]
+    return planned, invalid, keys
 
 
 def _size(path: Path) -> int:
@@ -540,26 +558,40 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _by_model(pending: list[Planned]) -> dict[str, list[Planned]]:
-    """Pending requests grouped by the local model folder their ``body.model`` maps to."""
-    groups: dict[str, list[Planned]] = {}
-    for request in pending:
-        groups.setdefault(request.folder, []).append(request)
+def _keyed_by_model(planned: PlannedRequests, keys: dict[str, bytes]) -> dict[str, list[Planned]]:
+    """The requests whose answers may be reused (those with a key), grouped by the local
+    model folder their ``body.model`` maps to; every model folder has its group, empty or
+    not. The others all run: no row is made of them."""
+    groups: dict[str, list[Planned]] = {folder: [] for folder in planned.folders}
+    if keys:
+        for row in range(len(planned)):
+            if planned.custom_id(row) in keys:
+                groups[planned.folder(row)].append(planned.row(row))
     return groups
 
 
-def _by_engine(spec: JobSpec, plans: dict[str, ReusePlan[Planned]]) -> dict[str, list[Planned]]:
-    """The requests each engine still computes, by the model folder it loads: an
-    adapter's go to its base's engine, each carrying its adapter (one engine, LoRA on, runs
-    the base's and every adapter's requests side by side)."""
-    groups: dict[str, list[Planned]] = {}
-    for folder, reused in plans.items():
-        adapter = spec.adapters.get(folder)
-        for request in reused.to_run:
-            request.adapter = adapter
-        if reused.to_run:
-            groups.setdefault(spec.engine_folder(folder), []).extend(reused.to_run)
-    return groups
+def _by_engine(
+    spec: JobSpec, planned: PlannedRequests, plans: dict[str, ReusePlan[Planned]]
+) -> dict[str, array]:
+    """The rows each engine still computes (all but those reused and the duplicates that
+    take a copy), by the model folder it loads: an adapter's go to its base's engine, each
+    run with its adapter (one engine, LoRA on, runs the base's and every adapter's requests
+    side by side: :meth:`Pending.adapter`)."""
+    answered = bytearray(len(planned))
+    for reused in plans.values():
+        for custom_id in [line["custom_id"] for line in reused.reused] + [
+            duplicate for ids in reused.copies.values() for duplicate in ids
+        ]:
+            if (row := planned.index(custom_id)) is not None:
+                answered[row] = 1
+        reused.to_run = []  # the rows left unanswered say it; a row each would cost 0.2 KiB
+    engine_of = [spec.engine_folder(folder) for folder in planned.folders]
+    # The engines in the order of their models' first lines, as the models run.
+    groups: dict[str, array] = {engine: array("I") for engine in engine_of}
+    for row in range(len(planned)):
+        if not answered[row]:
+            groups[engine_of[planned.folder_nos[row]]].append(row)
+    return {engine: rows for engine, rows in groups.items() if rows}
 
 
 def _reuse(
@@ -618,11 +650,12 @@ def _expect(
         bound = bound or not record.answers
         speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
         by_limit: dict[int, int] = {}
-        for request in requests.planned:
-            limit = request.limit  # 0: vectors or scores, no answer
+        planned = requests.planned
+        for row in requests.rows:
+            limit = planned.limits[row]  # 0: vectors or scores, no answer
             if limit not in by_limit:
                 by_limit[limit] = round(record.expected_tokens(limit) or limit)
-            pending[request.custom_id] = (by_limit[limit] * request.answers, limit)
+            pending[planned.custom_id(row)] = (by_limit[limit] * planned.answers[row], limit)
     keeper.expect(pending, bound, speed)
 
 
@@ -630,8 +663,8 @@ class RunMeasure:
     """What a run of one model measured, for estimates: its speed and its answers' lengths
     under their limits (only from runs long enough to mean it)."""
 
-    def __init__(self, requests: list[Planned]) -> None:
-        self.limits = {r.custom_id: r.limit for r in requests}
+    def __init__(self, planned: PlannedRequests) -> None:
+        self.planned = planned  # each line's limit, found by its id
         self.started = time.monotonic()
         self.tokens = self.input_tokens = self.finished = 0
         self.answers: list[Answer] = []
@@ -640,7 +673,8 @@ class RunMeasure:
         self.finished += len(lines)
         for line in lines:
             self.input_tokens += (token_usage(line) or (0, 0))[0]
-            limit = self.limits.get(line["custom_id"], 0)
+            row = self.planned.index(line["custom_id"])
+            limit = 0 if row is None else self.planned.limits[row]
             for tokens, truncated in answer_lengths(line):
                 self.tokens += tokens
                 if limit > 0:

@@ -21,7 +21,7 @@ from core.reuse.keys import RequestKeys
 from core.reuse.plan import ReusePlan
 from core.run.engine import fit_to_requests
 from core.run.outputs import Choice, Completion
-from core.run.pending import Planned
+from core.run.pending import Left, Pending, PlannedRequests
 from core.run.retry import result_line
 from core.run.worker import _by_engine
 from core.schemas import EngineConfig, JobSpec
@@ -122,21 +122,24 @@ def test_adapter_lines_run_on_the_base_engine_with_lora(
 ) -> None:
     spec = _spec(default_model, make_adapter(tmp_path / "a", default_model), tmp_path)
     base, tuned = _chat("1", "SmolLM2-135M-Instruct"), _chat("2", "sv2")
+    planned = PlannedRequests()
+    planned.add(base, 1, str(default_model))
+    planned.add(tuned, 2, spec.model_map["sv2"])
     plans = {str(default_model): ReusePlan("j", "x"), spec.model_map["sv2"]: ReusePlan("j", "x")}
-    plans[str(default_model)].to_run.append(Planned.of(base, 1, str(default_model)))
-    plans[spec.model_map["sv2"]].to_run.append(Planned.of(tuned, 2, spec.model_map["sv2"]))
-    groups = _by_engine(spec, plans)
+    groups = _by_engine(spec, planned, plans)
     assert list(groups) == [str(default_model)]  # one engine for both
-    adapters = [p.adapter for p in groups[str(default_model)]]
+    rows = groups[str(default_model)]
+    both = Pending(spec, tmp_path / "none.jsonl", planned, rows, Left(planned))
+    adapters = [both.adapter(row) for row in both.rows]
     assert adapters == [None, spec.adapters[spec.model_map["sv2"]]]
     tuned.adapter = adapters[1]  # as the engine reads it (core.run.pending.Pending)
-    engine = fit_to_requests(spec.engine, groups[str(default_model)], on_gpu=False)
+    engine = fit_to_requests(spec.engine, both.kinds(), on_gpu=False)
     # One slot more than the adapters on CPU: a base request's slot, -1, is the last.
     assert (engine.max_loras, engine.max_lora_rank) == (2, 8)
     assert engine.lora_adapters == (spec.model_map["sv2"],)
-    assert fit_to_requests(spec.engine, groups[str(default_model)], on_gpu=True).max_loras == 1
-    base_only = groups[str(default_model)][:1]
-    assert fit_to_requests(spec.engine, base_only, on_gpu=False).max_loras is None
+    assert fit_to_requests(spec.engine, both.kinds(), on_gpu=True).max_loras == 1
+    both.rows = both.rows[:1]  # the base's request alone
+    assert fit_to_requests(spec.engine, both.kinds(), on_gpu=False).max_loras is None
     answer = Completion(prompt_tokens=3, choices=[Choice("x", "stop", 1)])
     assert result_line(tuned, "SmolLM2-135M-Instruct", answer)["response"]["body"]["model"] == "sv2"
 

@@ -3,6 +3,7 @@ in engine order, never all parsed at once (core/run/pending.py; issue 41 item 5)
 
 import itertools
 import json
+from array import array
 
 from core.jobs.folder import create_job, queue_job
 from core.jobs.ledger import read_ledger, verify_chain
@@ -29,11 +30,13 @@ def make_job(tmp_path, lines):
     return create_job(batch, tmp_path / "jobs", EngineConfig(model="/models/none"))
 
 
-def pending_of(job, left=None):
+def pending_of(job, done=()):
+    """The job's requests on its one engine, those with an id in ``done`` having a result."""
     spec = job.read_spec()
     planned, _, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
-    left = {p.custom_id for p in planned} if left is None else left
-    requests = pending.Pending(spec, job.input, planned, left)
+    left = pending.Left(planned)
+    left.discard(done)
+    requests = pending.Pending(spec, job.input, planned, array("I", range(len(planned))), left)
     requests.window = WINDOW
     return requests
 
@@ -107,12 +110,14 @@ def test_requests_with_a_result_are_not_read_again_across_window_borders(tmp_pat
     job = make_job(tmp_path, numbered(30))
     done = {"r0", "r7", "r8", "r9", "r15", "r16", "r29"}  # at and across the borders
     left = {f"r{i}" for i in range(30)} - done
-    requests = pending_of(job, left)
-    assert len(requests) == len(left)
+    requests = pending_of(job, done)
+    assert len(requests) == len(left) == len(requests.left)
     read = [r.custom_id for r in requests]
     assert sorted(read) == sorted(left)  # each left once, none done
-    left -= {"r1", "r20"}  # results written meanwhile: read no more
-    assert len(requests) == len(left) and {r.custom_id for r in requests} == left
+    requests.left.discard(["r1", "r20", "r1", "not-planned"])  # results written meanwhile
+    left -= {"r1", "r20"}  # read no more
+    assert len(requests) == len(left) == len(requests.left)
+    assert {r.custom_id for r in requests} == left == set(requests.left)
 
 
 class Stopping(StandIn):
@@ -150,3 +155,52 @@ def test_a_resume_and_a_reload_run_only_the_lines_left_across_windows(tmp_path, 
     assert len(first) == 11 and len(second) == 5 and len(third) == 14
     assert sorted(first + second + third) == sorted(f"r{i}" for i in range(30))  # once each
     assert verify_chain(job.output) == (30, [])
+
+
+def test_the_plan_keeps_each_requests_columns_and_finds_each_id():
+    from core.check.engine_requests import ChatRequest, EmbeddingRequest
+
+    user = [{"role": "user", "content": "x"}]
+    planned = pending.PlannedRequests()
+    planned.add(ChatRequest(custom_id="é-1", messages=user, sampling={"max_tokens": 7}), 3, "/a")
+    big = {"max_tokens": 2**33, "n": 300, "seed": 1}  # wider than the narrow columns
+    planned.add(ChatRequest(custom_id="r2", messages=user, sampling=big), 2**32 + 5, "/b")
+    planned.add(EmbeddingRequest(custom_id="r3", inputs=["x"]), 9, "/a")
+    rows = list(planned)
+    assert [(r.custom_id, r.line_no, r.folder, r.limit, r.answers, r.seeded) for r in rows] == [
+        ("é-1", 3, "/a", 7, 1, False),
+        ("r2", 2**32 + 5, "/b", 2**33, 300, True),
+        ("r3", 9, "/a", 0, 1, False),
+    ]
+    assert [planned.index(c) for c in ("é-1", "r2", "r3", "r", "r33", "")] == [0, 1, 2] + [None] * 3
+    for i in range(4, 40):  # the table grows with the rows
+        planned.add(EmbeddingRequest(custom_id=f"r{i}", inputs=["x"]), i, "/a")
+    assert [planned.index(f"r{i}") for i in range(3, 40)] == list(range(2, 39))
+    assert planned.folders == ["/a", "/b"]
+
+
+def test_left_counts_each_planned_id_once_and_ignores_the_others(tmp_path):
+    requests = pending_of(make_job(tmp_path, numbered(20)), done=["r3", "r3", "r19", "x"])
+    left = requests.left
+    assert len(left) == 18 and 3 not in left and 2 in left
+    left.discard(["r0", "r0", "nope"])
+    assert len(left) == 17 == len(requests)
+    assert sorted(left) == sorted(f"r{i}" for i in range(1, 19) if i != 3)  # expiry's ids
+
+
+def test_a_plan_skips_repeated_ids_and_keeps_seeded_flags_and_adapters_per_engine(tmp_path):
+    lines = numbered(6)
+    seeded = json.loads(lines[4])
+    seeded["body"]["seed"] = 5
+    lines[4] = json.dumps(seeded) + "\n"
+    lines.insert(2, lines[1])  # a repeat of r1: not planned, not run
+    job = make_job(tmp_path, lines)
+    spec = job.read_spec()
+    planned, invalid, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    assert [p.custom_id for p in planned] == [f"r{i}" for i in range(6)] and not invalid
+    assert [p.line_no for p in planned] == [1, 2, 4, 5, 6, 7]
+    requests = pending_of(job)
+    assert [k.seeded for k in requests.kinds()] in ([False, True], [True, False])
+    assert sorted(r.custom_id for r in requests) == [f"r{i}" for i in range(6)]
+    requests.rows = requests.rows[:4]  # the seeded line is the fifth
+    assert [k.seeded for k in requests.kinds()] == [False]
