@@ -10,9 +10,10 @@ the engine as the worker takes it, every request handed on as the engine would p
 
 - **all parsed** (the baseline, as the worker did before): every request parsed and
   held, then all put in engine order (``core.run.engine_order``);
-- **windows** (the worker now): the plan (``core.run.worker._to_run``: a
-  ``Planned`` per request) and ``core.run.pending.Pending`` read as the engine asks,
-  8,192 parsed at a time.
+- **windows** (the worker now): the plan (``core.run.worker._to_run``: the requests
+  column by column in a ``PlannedRequests``, no object or id string per request), its
+  ``Left`` (a byte per request) and ``core.run.pending.Pending`` read as the engine
+  asks, 8,192 parsed at a time, the ones handed marked done as their results would be.
 
 Prints each one's peak RSS above the process's RSS before it (the ledger read, the
 modules imported), in MiB and bytes a line, its seconds, and windows/all parsed.
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from pathlib import Path
 
 DOCUMENTS = 40
@@ -61,7 +63,7 @@ def measure(job_dir: str, way: str) -> None:
     from core.jobs.ledger import read_ledger
     from core.run import worker
     from core.run.engine_order import engine_order
-    from core.run.pending import Pending
+    from core.run.pending import Left, Pending
 
     job = JobFolder(Path(job_dir))
     spec = job.read_spec()
@@ -75,9 +77,12 @@ def measure(job_dir: str, way: str) -> None:
             handed += 1
     else:
         planned, _, _ = worker._to_run(job, spec, ledger, False, None, set())
-        left = {p.custom_id for p in planned}
-        for _ in Pending(spec, job.input, planned, left):
+        left = Left(planned)
+        rows = array("I", range(len(planned)))
+        for request in Pending(spec, job.input, planned, rows, left):
+            left.discard([request.custom_id])  # its result written
             handed += 1
+        assert not left
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     print(json.dumps({"handed": handed, "growth": peak - before, "seconds": seconds}))
