@@ -20,10 +20,11 @@ Times, through the functions Review calls:
   (the queue's labelled count and next open item from the session's labels, the item's
   row and conversation, its label history from the index); the store's indexing thread
   runs its passes meanwhile, as in the app. Median and p95 over ``--presses``.
-- what a page run does for the queue (Skip's key reruns the page, as do a new tab and a
-  switch of sample: the sample's items, the queue, the reviewer's share in queue order
-  with the skips last, the schema, the reviewer's labels), median of ``--runs``. On a
-  checkout before ``review.queue_items``, the page's code of then.
+- what a page run does for the queue (a new tab and a switch of sample rerun the page, as
+  Skip's key did before issue 44; it reruns the panel's fragment since: the sample's items,
+  the queue, the reviewer's share in queue order with the skips last, the schema, the
+  reviewer's labels), median of ``--runs``. On a checkout before ``review.queue_items``,
+  the page's code of then.
 - agreement over the labels (``sample_agreement``, what the Statistics tab and ``core
   review agreement`` show: alpha per question with its bootstrap interval, per pair, the
   disagreements): cold (a store just opened) and the median of ``--runs`` warm (goal: under
@@ -33,10 +34,11 @@ With ``--browser``, the same data folder and, in place of the functions, the rea
 (``streamlit run server.py`` over it, as the browser tests start it) and Review's queue
 opened as the first reviewer in headless chromium (Debian's, driven by Playwright) on
 their first open item: ``--presses`` P keys (pass: the label saved, the next item; the
-panel's fragment reruns) and ``--skips`` S keys (Skip: the page reruns), each timed in the
-page from the keydown to the frame after the next item's number, custom_id and answer are
-in it, and split by the page's WebSocket messages into the rerun request, the server's
-work up to the message bringing the item, and the browser's drawing.
+panel's fragment reruns) and ``--skips`` S keys (Skip: the item last, the next in its place;
+the fragment reruns since issue 44, the page before), each timed in the page from the
+keydown to the frame after the next item's number, custom_id and answer are in it, and split
+by the page's WebSocket messages into the rerun request, the server's work up to the
+message bringing the item, and the browser's drawing.
 
 Prints each figure against its goal, the load average and the CPU.
 """
@@ -240,7 +242,7 @@ def shown_text(items, pos: int) -> list[str]:
 def browser_presses(folder: Path, items, reviewer: str, sample_id: str, pos: int, args):
     """Starts the app on the bench's data folder, opens Review's queue as ``reviewer`` on
     their first open item and times ``args.presses`` P keys (pass: saved, next item) and
-    ``args.skips`` S keys (Skip: the page's rerun), each from the keydown to the frame
+    ``args.skips`` S keys (Skip: the item put last), each from the keydown to the frame
     after the next item's text is in the page. Returns rows of (key, times in ms)."""
     from urllib.parse import quote
 
@@ -337,7 +339,7 @@ def browser_main(args) -> int:
     print(f"\n{args.items:,} items, {len(queue.reviewers)} reviewers, overlap {queue.overlap}: "
           f"{reviewer!r} has {len(items):,} items; {total:,} labels in the index")  # fmt: skip
     names = {"p": "P key (pass: saved, the next item; the panel's fragment reruns)",
-             "s": "S key (Skip: the page reruns, scope app)"}  # fmt: skip
+             "s": "S key (Skip: the item last, the next in its place)"}  # fmt: skip
     for key in ("p", "s"):
         times = [t for k, t in rows if k == key]
         if not times:
@@ -401,7 +403,7 @@ def main() -> int:
           f"{reviewer!r} has {len(items):,} items; {total:,} labels in the index")  # fmt: skip
     print(f"key press (save + next item), {len(times)} presses: median {p50:.1f} ms, "
           f"p95 {p95:.1f} ms, max {max(times) * 1000:.1f} ms (goal: under 200 ms)")  # fmt: skip
-    print(f"a page run's queue part (after Skip's S key, a new tab): median "
+    print(f"a page run's queue part (a new tab, another sample): median "
           f"{statistics.median(runs) * 1000:.0f} ms of {len(runs)}")  # fmt: skip
 
     store.close()

@@ -30,6 +30,7 @@ from core.store import export as ex
 from core.store import review as rv
 from ui.job_controls import job_controls
 from ui.jobs import job_label, open_job
+from ui.judging import judged_tally
 from ui.links import compare_slices
 from ui.page_cache import fresh_or_recent
 from ui.sign_in import reviewer_name
@@ -190,6 +191,22 @@ def compare_link(exp: report.Experiment, base: int) -> None:
         icon=":material/compare:",
         query_params=compare_slices(side_a, side_b, cmp.ITEM),
     )
+
+
+def judges_section(exp: report.Experiment) -> None:
+    """The tally of every pairwise judge of two of the variants (started on Compare), as
+    Compare shows it for those two; nothing without one."""
+    found = report.judged_variants(store(), exp)
+    if not found:
+        return
+    st.subheader("Pairwise judges")
+    st.caption(
+        "A model said which of two variants' answers to each item is better (Compare's "
+        "pairwise judge, sides shown in both orders); its verdicts mapped back to A and B."
+    )
+    for name_a, name_b, judged in found:
+        st.markdown(f"**A: {escape(name_a)} · B: {escape(name_b)}**")
+        judged_tally(judged, job_label, (name_a, name_b))
 
 
 def matrix_section(exp: report.Experiment, version: tuple) -> list[int]:
@@ -355,6 +372,7 @@ def show(state: ExperimentState, found: list[ExperimentState]) -> None:
     summary_section(exp, version)
     trend_section(state, found)
     baseline_section(exp, version)
+    judges_section(exp)
     items = matrix_section(exp, version)
     item_section(exp, items)
     export_section(state.experiment_id, len(exp.frame))

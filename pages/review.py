@@ -29,6 +29,7 @@ from ui.links import (
 )
 from ui.review_panel import (
     TABS,
+    hold_queue,
     label_panel,
     link_review,
     load_labels,
@@ -208,6 +209,7 @@ def labelling(db: Store, sample_id: str, items: pd.DataFrame, reviewer: str | No
             f"Your queue: {len(items)} of the sample's {everything} items, each reviewed by "
             f"{queue.overlap} of {len(queue.reviewers)} reviewers; skipped items come last."
         )
+        hold_queue(sample_id, reviewer, items)
     own = own_labels_editor(db, reviewer)
     load_labels(db, sample_id, reviewer)
     label_panel(db, sample_id, items, reviewer, own, queued=queue is not None, schema=schema)

@@ -205,6 +205,29 @@ def agreement_section(
                 review_sample(made.sample_id)
 
 
+def judged_tally(
+    found: cmp.JudgedPair, label: Callable[[str], str], sides: tuple[str, str] = ("A", "B")
+) -> None:
+    """A pairwise judge's tally (``core.store.compare.judged_pairs``): its job, state and
+    verdicts, how often it preferred each side (``sides``: their names, text) with the share
+    of the decided pairs and its 95% interval, ties, and the lines it could not read."""
+    tally = found.tally
+    st.caption(escape(f"{label(found.judge_job)} · {found.state} · {tally.lines} verdicts"))
+    c = st.columns(4)
+    first, second = (f"Judge prefers {escape(name)}" for name in sides)  # names: text
+    for col, side, title in ((c[0], "A", first), (c[1], "B", second), (c[2], "tie", "Judge: tie")):
+        share, low, high = tally.share(side)
+        count = {"A": tally.a, "B": tally.b, "tie": tally.tie}[side]
+        col.metric(
+            title,
+            f"{count}" + ("" if share is None else f" ({share:.0%})"),
+            help=None if share is None else f"95% CI {low:.0%}–{high:.0%}",
+        )
+        if share is not None:
+            col.caption(f"95% CI {low:.0%}–{high:.0%}")
+    c[3].metric("Not graded", tally.not_graded)
+
+
 def pairwise_section(
     db: Store, a: cmp.Side, b: cmp.Side, key: str, label: Callable[[str], str]
 ) -> None:
@@ -217,22 +240,8 @@ def pairwise_section(
         "mapped back to A and B. Template variables: `prompt`, `system`, `messages`, "
         "`metadata`, `custom_id`, `answer_1`, `answer_2`."
     )
-    for row in cmp.pairwise_judges(db, a, b, key).itertuples():
-        tally = judged.pairwise_tally(db, row.judge_job)
-        first, second = ("B", "A") if row.flipped else ("A", "B")  # flipped: its A is our B
-        st.caption(escape(f"{label(row.judge_job)} · {row.state} · {tally.lines} verdicts"))
-        c = st.columns(4)
-        for col, side, title in ((c[0], first, "A"), (c[1], second, "B"), (c[2], "tie", "tie")):
-            share, low, high = tally.share(side)
-            count = {"A": tally.a, "B": tally.b, "tie": tally.tie}[side]
-            col.metric(
-                f"Judge prefers {title}" if title != "tie" else "Judge: tie",
-                f"{count}" + ("" if share is None else f" ({share:.0%})"),
-                help=None if share is None else f"95% CI {low:.0%}–{high:.0%}",
-            )
-            if share is not None:
-                col.caption(f"95% CI {low:.0%}–{high:.0%}")
-        c[3].metric("Not graded", tally.not_graded)
+    for found in cmp.judged_pairs(db, a, b, key):
+        judged_tally(found, label)
     with st.expander("Start a pairwise judge job"):
         if "pair_template" not in st.session_state:
             st.session_state["pair_template"] = pw.DEFAULT_PAIRWISE_TEMPLATE

@@ -19,7 +19,6 @@ import streamlit as st
 from core.human import label_schemas as lsc
 from core.human import label_sets as ls
 from core.human import questions as qs
-from core.human import queues as qu
 from core.store import review as rv
 from core.store.db import Store
 from ui.links import write_link
@@ -27,6 +26,7 @@ from ui.text import escape, show_conversation
 
 TABS = ("Label", "Progress & agreement", "Export")
 LABELS = "review_labels"  # (sample_id, reviewer) -> {(job_id, custom_id): Label}
+QUEUE = "review_queue"  # (sample_id, reviewer) -> their queue's items, in queue order
 INDEXING = "review_indexing"  # (job_id, custom_id) -> the ticket of its save's index pass
 SCORES = (1, 2, 3, 4, 5)
 FIELDS = ("review_tags", "review_comment", "review_corrected")  # the form's text fields
@@ -104,6 +104,12 @@ def load_labels(db: Store, sample_id: str, reviewer: str) -> None:
     st.session_state[LABELS] = {(sample_id, reviewer): rv.sample_labels(db, sample_id, reviewer)}
 
 
+def hold_queue(sample_id: str, reviewer: str, items: pd.DataFrame) -> None:
+    """Keeps the reviewer's queue as the page read it (``rv.queue_items``, each page run) in
+    the session: the panel shows it, and Skip reorders it there (the panel's rerun only)."""
+    st.session_state[QUEUE] = {(sample_id, reviewer): items}
+
+
 @st.fragment
 def label_panel(
     db: Store,
@@ -116,19 +122,25 @@ def label_panel(
 ) -> None:
     """Progress, the item at ``review_pos`` and its label form; keys: P/F/U and the own
     labels' save and move on, 1-5 set the score, Left/Right/N move. ``queued``: ``items`` are
-    the reviewer's queue, and S puts the item off to its end. A ``schema`` with questions
+    the reviewer's queue (:func:`hold_queue`; the session's, as Skip left it, is shown), and
+    S puts the item off to its end, the next one in its place. A ``schema`` with questions
     asks them in place of the score, tags, comment and correction (the digits then answer its
     keyed rating); its guidelines show beside every item."""
     labels = st.session_state[LABELS][(sample_id, reviewer)]
+    if queued:
+        items = st.session_state[QUEUE][(sample_id, reviewer)]
     n = len(items)
     pos = min(st.session_state.get("review_pos", 0), n - 1)
+    form = f"{sample_id}_{pos}"
     keys = list(zip(items["job_id"], items["custom_id"], strict=True))
     done = sum(k in labels for k in keys)
     st.progress(done / n if n else 0.0, text=f"{done} of {n} labelled")
     nav = st.columns([1, 1, 1, 1, 3] if queued else [1, 1, 1, 3])
-    if queued and nav[3].button("Skip", key="skip", shortcut="S", disabled=n < 2):
-        qu.skip(db.human_dir, sample_id, reviewer, keys[pos])
-        st.rerun(scope="app")  # the page orders the queue again: the item goes last
+    if queued:  # the item goes last, the next takes its place: the panel reruns, not the page
+        nav[3].button(
+            "Skip", key="skip", shortcut="S", disabled=n < 2, on_click=_skip,
+            args=(db, sample_id, reviewer, pos, form),
+        )  # fmt: skip
     nav[0].button(
         "Previous", disabled=pos == 0, key="prev", shortcut="Left", on_click=_go, args=(pos - 1,)
     )
@@ -164,7 +176,6 @@ def label_panel(
             st.text(schema.guidelines)  # the owner's text, never markdown
 
     old = labels.get((job_id, custom_id))
-    form = f"{sample_id}_{pos}"
     score = st.session_state.get(f"score_{form}", old.score if old else None)
     _fill_fields((sample_id, reviewer, job_id, custom_id), old, schema)
     # One form for every item: its widgets keep their ids, so the browser updates them in
@@ -319,6 +330,16 @@ def _fill_fields(
 
 def _go(pos: int) -> None:
     st.session_state["review_pos"] = max(pos, 0)
+
+
+def _skip(db: Store, sample_id: str, reviewer: str, pos: int, form: str) -> None:
+    """Puts the item at ``pos`` off to the end of the session's queue (and the skips' file),
+    before the panel reruns; the item now at ``pos`` starts without the skipped one's score."""
+    queue = st.session_state[QUEUE]
+    queue[(sample_id, reviewer)] = rv.skip_item(
+        db, sample_id, reviewer, queue[(sample_id, reviewer)], pos
+    )
+    st.session_state.pop(f"score_{form}", None)
 
 
 def _set_score(form: str, value: int, current: int | None) -> None:

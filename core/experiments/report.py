@@ -157,6 +157,19 @@ def comparison_of(exp: Experiment, a: int, b: int) -> tuple[str, cmp.Side, cmp.S
     return cmp.comparison_id(side_a, side_b, cmp.ITEM), side_a, side_b
 
 
+def judged_variants(store: Store, exp: Experiment) -> list[tuple[str, str, cmp.JudgedPair]]:
+    """The pairwise judges of two of the experiment's variants (started on Compare's two
+    slices by variant, paired by item), oldest first: each judge's sides A and B as variant
+    labels, and its tally (:func:`core.store.compare.judged_slices`, Compare's numbers)."""
+    cells = zip(exp.plan_cells, exp.variants, strict=True)
+    names = {variant_id(*cell): name for cell, name in cells}
+    return [
+        (names[judged.a.value], names[judged.b.value], judged)
+        for judged in cmp.judged_slices(store, str(exp.job_id), cmp.VARIANT, cmp.ITEM)
+        if judged.a.value in names and judged.b.value in names
+    ]
+
+
 def prefer(
     store: Store, exp: Experiment, item: int, a: int, b: int, reviewer: str, choice: str
 ) -> str:

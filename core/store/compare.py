@@ -22,7 +22,7 @@ import pandas as pd
 from core.human.files import PreferenceRecord, append, now_utc
 from core.schemas import JobSpec
 from core.store.db import Store
-from core.store.judged import judges
+from core.store.judged import PairwiseTally, judges, pairwise_tally
 from core.store.results import metadata_path
 from core.store.schema import SHOWN_ANSWER_SQL, natural_key, natural_sql
 
@@ -421,3 +421,45 @@ def pairwise_judges(store: Store, a: Side, b: Side, key: str) -> pd.DataFrame:
     mine = [side in ((a, b, key), (b, a, key)) for side in sides]
     flipped = [side[0] != a for side, match in zip(sides, mine, strict=True) if match]
     return found.loc[mine].assign(flipped=flipped)
+
+
+@dataclass(frozen=True)
+class JudgedPair:
+    """A pairwise judge's verdicts on sides ``a`` and ``b`` paired on ``key``: its tally of
+    A, B, tie and not graded, with ``a`` and ``b`` as the comparison that asks names them."""
+
+    judge_job: str
+    state: str
+    a: Side
+    b: Side
+    key: str
+    tally: PairwiseTally
+
+
+def judged_pairs(store: Store, a: Side, b: Side, key: str) -> list[JudgedPair]:
+    """The tallies of this comparison's pairwise judges, oldest first, each as A and B here
+    name the sides (a judge started the other way round: its A and B exchanged). What
+    Compare shows."""
+    return [
+        _judged(store, row, a, b, key, row.flipped)
+        for row in pairwise_judges(store, a, b, key).itertuples()
+    ]
+
+
+def judged_slices(store: Store, job_id: str, field: str, key: str) -> list[JudgedPair]:
+    """Every pairwise judge of two slices of ``job_id`` by ``field`` paired on ``key`` (an
+    experiment's variants by item), oldest first, each with its sides as it was started:
+    the tallies :func:`judged_pairs` gives for them. What the Experiments page shows."""
+    found = []
+    for row in judges(store, [job_id], "pairwise").itertuples():
+        a, b, on = judge_sides(row)
+        if a.job_id == b.job_id == job_id and a.field == field and on == key:
+            found.append(_judged(store, row, a, b, key, flipped=False))
+    return found
+
+
+def _judged(store: Store, row: Any, a: Side, b: Side, key: str, flipped: bool) -> JudgedPair:
+    tally = pairwise_tally(store, row.judge_job)
+    return JudgedPair(
+        row.judge_job, str(row.state), a, b, key, tally.flipped() if flipped else tally
+    )

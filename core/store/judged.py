@@ -16,7 +16,7 @@ says whether answer 1 was side B, so the winner maps back to A or B.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
@@ -157,6 +157,10 @@ class PairwiseTally:
         n = {"A": self.a, "B": self.b, "tie": self.tie}[choice]
         low, high = wilson(n, self.decided)
         return (n / self.decided if self.decided else None), low, high
+
+    def flipped(self) -> PairwiseTally:
+        """The same verdicts with A and B exchanged: the tally of a comparison of B and A."""
+        return replace(self, a=self.b, b=self.a)
 
 
 def pairwise_verdicts(store: Store, judge_job: str) -> pd.DataFrame:

@@ -358,6 +358,18 @@ def queue_items(store: Store, queue: qu.Queue, items: pd.DataFrame, reviewer: st
     return items.iloc[[at[key] for key in order]].reset_index(drop=True)
 
 
+def skip_item(
+    store: Store, sample_id: str, reviewer: str, items: pd.DataFrame, pos: int
+) -> pd.DataFrame:
+    """Skip: records that the reviewer put off the item at ``pos`` of their queue (``items``
+    in the order :func:`queue_items` gives) and returns the queue as it reads now, that
+    item last (the last skip comes last), without reading the skips again."""
+    key = (items["job_id"].iat[pos], items["custom_id"].iat[pos])
+    qu.skip(store.human_dir, sample_id, reviewer, key)
+    order = [*range(pos), *range(pos + 1, len(items)), pos]
+    return items.iloc[order].reset_index(drop=True)
+
+
 def cohen_kappa(a: list[str], b: list[str]) -> float | None:
     """Cohen's kappa of two raters' labels of the same items; None without items, 1.0 when
     both always agree on a single category (no disagreement to correct for)."""

@@ -213,3 +213,52 @@ def test_two_variants_open_in_compare_paired_item_by_item(model):
     assert "A 1, B 0, tie 0 (Compare's tally)" in texts(at)  # one comparison, two pages
     job_id = read_state(experiment_id).job_id
     assert params["job"] == job_id
+
+
+def test_a_pairwise_judge_of_two_variants_shows_its_tally_as_compare_does(model, no_worker):
+    """Issue 43: a pairwise judge started on two of the experiment's variants (Compare's
+    two slices by variant, paired by item) shows its tally on the Experiments page, the
+    sides named by their variants, with Compare's numbers; without one, nothing of it."""
+    from core.qa import judge as J
+    from core.qa import pairwise as P
+    from core.store.compare import ITEM, VARIANT, Side
+    from tests.support.judge import answer_judge, open_store
+    from ui.jobs import job_label
+    from ui.text import escape
+
+    experiment_id = experiment_in_home(model, config(4), answers)
+    at = open_page("experiments.py")
+    assert "Pairwise judges" not in [s.value for s in at.subheader]
+    assert not [m for m in at.metric if m.label.startswith("Judge")]
+    job = read_state(experiment_id).job_id
+    a, b = Side(job, VARIANT, "p1.m0"), Side(job, VARIANT, "p0.m0")  # A terse, B plain
+    template = "{{ prompt }}\n1: {{ answer_1 }}\n2: {{ answer_2 }}"
+    started = P.start_pairwise(
+        open_store(), a, b, template, J.JudgeSettings(str(model)), key=ITEM
+    ).job
+    swapped = P.swapped_keys([f"t{t}" for t in range(4)])  # answer 1 is B's there
+    winner = {
+        k: "1" if (k in swapped) == (s == "B") else "2" for k, s in (("t0", "A"), ("t1", "A"))
+    }
+    said = {k: json.dumps({"winner": w, "reason": "-"}) for k, w in winner.items()}
+    said |= {"t2": json.dumps({"winner": "tie", "reason": "-"}), "t3": "no verdict here"}
+    answer_judge(started, said)
+    open_store()  # its verdicts indexed (in the app, the job folders' watcher does it)
+    at = open_page("experiments.py")
+    assert not at.exception
+    assert "Pairwise judges" in [s.value for s in at.subheader]
+    assert "**A: terse · B: plain**" in [m.value for m in at.markdown]
+    metrics = {m.label: m.value for m in at.metric if m.label.startswith(("Judge", "Not"))}
+    assert metrics == {
+        "Judge prefers terse": "2 (67%)",
+        "Judge prefers plain": "0 (0%)",
+        "Judge: tie": "1 (33%)",
+        "Not graded": "1",
+    }
+    assert [c.value for c in at.caption if c.value.endswith(" verdicts")] == [
+        escape(f"{job_label(started.job_id)} · completed · 4 verdicts")
+    ]
+    link = {"mode": "slices", "job": job, "split": "variant", "va": "p1.m0", "vb": "p0.m0"}
+    at = open_link("compare.py", **link, on="item")  # Compare: the same numbers
+    shown_there = {m.label: m.value for m in at.metric if m.label.startswith(("Judge", "Not"))}
+    assert list(shown_there.values()) == list(metrics.values())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.support.links import open_link
-from tests.support.pages import job_in_home, open_page
+from tests.support.pages import fragment_reruns, job_in_home, open_page
 
 
 def _labelling(studio_home):
@@ -171,3 +171,44 @@ def test_a_queue_with_more_reviews_per_item_than_reviewers_is_refused_and_a_stra
     _set_queue(at, "bo, cy", 2)
     assert any("shared out among bo, cy" in i.value for i in at.info)  # ana is not in it
     assert not [b for b in at.button if b.proto.shortcut == "p"]  # nothing to label
+
+
+def _item(at) -> str:
+    """The panel's "Item k of n · custom_id" line."""
+    return next(m.value for m in at.markdown if m.value.startswith("**Item "))
+
+
+def test_skip_reruns_the_panel_only_and_shows_the_next_item_then_the_skipped_one_last(
+    studio_home,
+):
+    """Issue 44: Skip is the panel's rerun (a fragment), as the label keys are, not the
+    page's: the next item takes the skipped one's place, progress counts the same, the
+    skipped item comes last, and the page's next run reads that order from the skips'
+    file."""
+    at = _labelling(studio_home)
+    _set_queue(at, "ana", 1)  # ana reviews all 4 items
+    order = [_item(at).split(" · ")[-1]]
+    for _ in range(3):
+        at.button(key="next").click().run()
+        order.append(_item(at).split(" · ")[-1])
+    for _ in range(2):
+        at.button(key="prev").click().run()
+    _button(at, "Pass").click().run()  # item 2 labelled: on to item 3
+    assert _item(at) == f"**Item 3 of 4** · {order[2]}"
+    with fragment_reruns(at):
+        _button(at, "Skip").click().run()
+        assert not at.exception
+        assert not [c for c in at.caption if "Your queue" in c.value]  # the page did not run
+        assert _item(at) == f"**Item 3 of 4** · {order[3]}"  # the next one in its place
+        assert [p.proto.text for p in at.get("progress")] == ["1 of 4 labelled"]
+        at.button(key="next").click().run()
+        assert _item(at) == f"**Item 4 of 4** · {order[2]}"  # the skipped one, last
+    at.run()  # the page's run: the same order, read from the skips' file
+    assert _item(at) == f"**Item 4 of 4** · {order[2]}"
+    at.button(key="prev").click().run()
+    assert _item(at) == f"**Item 3 of 4** · {order[3]}"
+    assert any("1 of 4 labelled" in p.proto.text for p in at.get("progress"))
+    sample_id = at.query_params["sample"]
+    shown = open_link("review.py", sample=sample_id, tab="Progress & agreement")
+    queue = next(d.value for d in shown.dataframe if "assigned" in d.value.columns)
+    assert queue.values.tolist() == [["ana", 4, 1, 3, 1]]  # 1 put off

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,27 @@ def open_page(page: str, **state: object) -> AppTest:
     at.switch_page(f"pages/{page}").run()
     assert not at.exception, [e.message for e in at.exception]
     return at
+
+
+@contextmanager
+def fragment_reruns(at: AppTest) -> Iterator[None]:
+    """Inside it, a run of ``at`` runs the page's fragments only, as a widget in a fragment
+    does in the browser (AppTest reruns the whole page). The run's elements are then the
+    fragments' alone; an ``st.rerun(scope="app")`` in them still runs the whole page."""
+    from streamlit.testing.v1 import local_script_runner as runner
+
+    fragments = list(at._fragment_storage._fragments)  # the ids of the last run's fragments
+    assert fragments, "the page has no fragment"
+    made = runner.RerunData  # the runner's first request and the run's: both fragments'
+
+    def in_fragments(**fields):
+        return made(**fields, fragment_id_queue=fragments)
+
+    runner.RerunData = in_fragments
+    try:
+        yield
+    finally:
+        runner.RerunData = made
 
 
 def shown(markdown: object) -> str:

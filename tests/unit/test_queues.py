@@ -114,3 +114,23 @@ def test_review_shows_a_reviewers_share_in_queue_order_each_item_with_its_own_an
     assert list(zip(shown["job_id"], shown["custom_id"], strict=True)) == [*mine[1:], mine[0]]
     assert list(shown.index) == list(range(len(mine)))  # positions, as the panel reads them
     assert [a[1:] for a in shown["answer"]] == [c[1:] for c in shown["custom_id"]]  # r3: a3
+
+
+def test_skip_item_orders_the_queue_as_queue_items_reads_it_after_the_skip(finished_store):
+    """Skip on Review reorders the session's queue without reading the skips again
+    (``review.skip_item``): after each skip, even of an item skipped before or the last,
+    the order is the one ``queue_items`` reads from the file."""
+    from core.store import review as rv
+    from core.store.results import ResultFilter
+    from core.store.samples import SampleDefinition, create_sample, sample_items
+
+    store, job_id = finished_store
+    definition = SampleDefinition(filter=ResultFilter(job_ids=[job_id]), size=6)
+    sample_id = create_sample(store, "s", definition).sample_id
+    items = sample_items(store, sample_id)
+    queue = qu.set_queue(store.human_dir, sample_id, "ana, bo", 1, "owner")
+    shown = rv.queue_items(store, queue, items, "ana")
+    for pos in (0, 0, 1, len(shown) - 1, len(shown) - 2):  # the 2nd skips a skipped one
+        shown = rv.skip_item(store, sample_id, "ana", shown, pos)
+        read = rv.queue_items(store, queue, items, "ana")
+        assert shown.equals(read), pos
