@@ -2,18 +2,22 @@
 
     .venv/bin/python -m bench.flood                        # 100,000 and 1,000,000 lines
     .venv/bin/python -m bench.flood --lines 100000
+    .venv/bin/python -m bench.flood --lines 1000000 --greedy  # temperature 0: reusable
 
 For each size, one generated job (chats, 40 documents' questions grouped by document,
-temperature 1: nothing reused) and, each in a fresh process, the path from the input to
+temperature 1: nothing reused; ``--greedy``: temperature 0, each request keyed for reuse,
+none answered before) and, each in a fresh process, the path from the input to
 the engine as the worker takes it, every request handed on as the engine would pull it
 (no engine: the path alone):
 
 - **all parsed** (the baseline, as the worker did before): every request parsed and
   held, then all put in engine order (``core.run.engine_order``);
-- **windows** (the worker now): the plan (``core.run.worker._to_run``: the requests
-  column by column in a ``PlannedRequests``, no object or id string per request), its
-  ``Left`` (a byte per request) and ``core.run.pending.Pending`` read as the engine
-  asks, 8,192 parsed at a time, the ones handed marked done as their results would be.
+- **windows** (the worker now): the worker's plan step itself (``JobRun.plan``: the
+  requests column by column in a ``PlannedRequests``, their ``Left``, the reuse plan, each
+  engine's ``Pending`` and the ETA's expectations in the ``StatusKeeper``), then the
+  engine's ``Pending`` read as the engine asks, 8,192 parsed at a time, each request handed
+  marked done as its result would be (``Left`` and the progress model), and the ETA's
+  scan of the requests waiting (``LiveProgress.waiting``) at every window.
 
 Prints each one's peak RSS above the process's RSS before it (the ledger read, the
 modules imported), in MiB and bytes a line, its seconds, and windows/all parsed.
@@ -29,13 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from array import array
 from pathlib import Path
 
 DOCUMENTS = 40
 
 
-def write_batch(path: Path, lines: int) -> None:
+def write_batch(path: Path, lines: int, temperature: float = 1.0) -> None:
     per_document = max(lines // DOCUMENTS, 1)
     with path.open("w") as out:
         for i in range(lines):
@@ -45,7 +48,7 @@ def write_batch(path: Path, lines: int) -> None:
                 "model": "m",
                 "messages": [{"role": "user", "content": content}],
                 "max_tokens": 16,
-                "temperature": 1.0,
+                "temperature": temperature,
             }
             line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions"}
             out.write(json.dumps({**line, "body": body}) + "\n")
@@ -62,30 +65,40 @@ def measure(job_dir: str, way: str) -> None:
     from core.jobs.folder import JobFolder
     from core.jobs.ledger import read_ledger
     from core.run import worker
+    from core.run.engine import EngineActivity
     from core.run.engine_order import engine_order
-    from core.run.pending import Left, Pending
+    from core.run.status_keeper import StatusKeeper
+    from core.run.stopping import StopRequest
 
     job = JobFolder(Path(job_dir))
     spec = job.read_spec()
     ledger = read_ledger(job)
     before = rss_bytes()
     started = time.perf_counter()
-    handed = 0
+    handed, scan_seconds = 0, 0.0
     if way == "all":
         requests = [c.request for c in scan(job.input, spec.defaults) if c.valid]
         for _ in engine_order(requests):
             handed += 1
     else:
-        planned, _, _ = worker._to_run(job, spec, ledger, False, None, set())
-        left = Left(planned)
-        rows = array("I", range(len(planned)))
-        for request in Pending(spec, job.input, planned, rows, left):
-            left.discard([request.custom_id])  # its result written
+        worker.read_ledger = lambda job: ledger  # read above, as the baseline holds it
+        keeper = StatusKeeper(job)
+        plan = worker.JobRun(job, keeper, StopRequest()).plan(False, None)
+        (requests,) = plan.groups.values()
+        inside = EngineActivity(progress=((0, 16),) * 256)  # a full engine, as the ETA reads it
+        for request in requests:
+            plan.left.discard([request.custom_id])  # its result written and counted
+            keeper.progress.finished(request.custom_id)
             handed += 1
-        assert not left
+            if handed % 8192 == 0:  # a heartbeat's forecast
+                scanned = time.perf_counter()
+                keeper.progress.waiting(inside)
+                scan_seconds = max(scan_seconds, time.perf_counter() - scanned)
+        assert not plan.left and keeper.progress.outstanding == 0
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    print(json.dumps({"handed": handed, "growth": peak - before, "seconds": seconds}))
+    figures = {"handed": handed, "growth": peak - before, "seconds": seconds}
+    print(json.dumps({**figures, "scan_ms": scan_seconds * 1000}))
 
 
 def run_way(job_dir: Path, way: str) -> dict:
@@ -97,6 +110,7 @@ def run_way(job_dir: Path, way: str) -> dict:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, action="append")
+    parser.add_argument("--greedy", action="store_true", help="temperature 0: reusable")
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -109,7 +123,7 @@ def main(argv: list[str]) -> int:
     try:
         for lines in args.lines or [100_000, 1_000_000]:
             batch = scratch / f"batch-{lines}.jsonl"
-            write_batch(batch, lines)
+            write_batch(batch, lines, 0.0 if args.greedy else 1.0)
             job = create_job(batch, scratch / "jobs", EngineConfig(model="/models/none"))
             batch.unlink()
             figures = {way: run_way(job.path, way) for way in ("all", "windows")}
@@ -118,6 +132,7 @@ def main(argv: list[str]) -> int:
                 print(
                     f"{lines:>9,} lines  {way:<10} peak +{f['growth'] / 2**20:7.1f} MiB"
                     f" ({f['growth'] / lines:6.0f} B a line)  {f['seconds']:6.1f} s"
+                    + (f"  ETA scan <= {f['scan_ms']:.1f} ms" if way == "windows" else "")
                 )
             ratio = figures["windows"]["growth"] / figures["all"]["growth"]
             print(f"{lines:>9,} lines  windows/all parsed: {ratio:.2f} of the memory")

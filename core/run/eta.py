@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
 from core.plan.measured import ModelRecord
 from core.run.engine import EngineActivity
+from core.run.pending import PlannedRequests
 
 TAIL = 2_000  # requests simulated one by one; those before them go at the token rate
 DRAWS = 5
@@ -165,18 +167,86 @@ class Waiting:
     first: tuple[int, ...] = ()
     last: tuple[int, ...] = ()
 
-    @classmethod
-    def of(cls, pending: dict[str, tuple[int, int]], admitted: int) -> Waiting:
-        """From ``custom_id -> (expected tokens, limit)`` in run order, of which the first
-        ``admitted`` are in the engine or done."""
-        count = max(len(pending) - admitted, 0)
-        first = islice(pending.values(), admitted, admitted + min(count, TAIL))
-        last = islice(reversed(pending.values()), min(count, TAIL))
-        return cls(
-            count,
-            tuple(limit for _, limit in first),
-            tuple(limit for _, limit in reversed(list(last))),
-        )
+
+class Expected:
+    """A run's requests still to finish, in run order (engine by engine, as the models run;
+    each engine's in the file's order), with the output tokens expected of them.
+
+    A byte a request, no object or string: a dict entry per id cost about 0.2 KiB (200 MiB
+    for 1,000,000 lines). Each row of the run's :class:`PlannedRequests` holds its engine's
+    number (1 up, at most 255 engines; 0: finished, or not run by an engine), so the rows
+    left are found in run order by byte scans, each engine's from its first row left (kept
+    between heartbeats). A request expects ``per_answer[(folder number, limit)]`` tokens
+    for each of its answers.
+    """
+
+    def __init__(
+        self,
+        planned: PlannedRequests | None = None,
+        engines: Sequence[array] = (),
+        per_answer: dict[tuple[int, int], int] | None = None,
+    ) -> None:
+        self.planned = planned if planned is not None else PlannedRequests()
+        self.per_answer = per_answer or {}
+        self._engine = bytearray(len(self.planned))
+        self._marks = [bytes([number]) for number in range(1, len(engines) + 1)]
+        self._from = [0] * len(engines)  # each engine's first row left, or after it
+        self._to = [len(self._engine)] * len(engines)  # just past each one's last row left
+        self._count = self.outstanding = 0  # the requests left, and their expected tokens
+        for number, rows in enumerate(engines, start=1):
+            for row in rows:
+                self._engine[row] = number
+                self.outstanding += self.tokens(row)
+            self._count += len(rows)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def tokens(self, row: int) -> int:
+        planned = self.planned
+        per_answer = self.per_answer[planned.folder_nos[row], planned.limits[row]]
+        return per_answer * planned.answers[row]
+
+    def finished(self, custom_id: str) -> None:
+        """A request has its result: no longer left, its tokens no longer expected (once;
+        an id not left is ignored)."""
+        row = self.planned.index(custom_id)
+        if row is not None and self._engine[row]:
+            self._engine[row] = 0
+            self._count -= 1
+            self.outstanding -= self.tokens(row)
+
+    def waiting(self, admitted: int) -> Waiting:
+        """The requests after the first ``admitted`` left (in the engine, or finished and
+        not handed back yet)."""
+        count = max(self._count - admitted, 0)
+        take = min(count, TAIL)
+        if not take:
+            return Waiting(count)
+        limits = self.planned.limits
+        first = tuple(limits[row] for row in islice(self._forwards(), admitted, admitted + take))
+        last = [limits[row] for row in islice(self._backwards(), take)]
+        return Waiting(count, first, tuple(reversed(last)))
+
+    def _forwards(self) -> Iterator[int]:
+        """The rows left, in run order."""
+        engine = self._engine
+        for i, mark in enumerate(self._marks):
+            row = engine.find(mark, self._from[i])
+            self._from[i] = row if row >= 0 else len(engine)
+            while row >= 0:
+                yield row
+                row = engine.find(mark, row + 1)
+
+    def _backwards(self) -> Iterator[int]:
+        """The rows left, from the last in run order."""
+        engine = self._engine
+        for i in reversed(range(len(self._marks))):
+            row = engine.rfind(self._marks[i], 0, self._to[i])
+            self._to[i] = row + 1
+            while row >= 0:
+                yield row
+                row = engine.rfind(self._marks[i], 0, row)
 
 
 def remaining_seconds(

@@ -69,7 +69,7 @@ from core.run.engine import (
     configure_cpu_threads,
     fit_to_requests,
 )
-from core.run.eta import Forecast, StepTime
+from core.run.eta import Expected, Forecast, StepTime
 from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
 from core.run.pending import Left, Pending, Planned, PlannedRequests, prepared
@@ -281,7 +281,7 @@ class JobRun:
             for folder, rows in _by_engine(spec, planned, plan.reuse).items()
         }
         plan.records = {f: model_record(Path(f).name, self.home) for f in plan.groups}
-        _expect(keeper, plan.groups, plan.records)
+        _expect(keeper, planned, plan.groups, plan.records)
         return plan
 
     def run_models(self, plan: Plan) -> str:
@@ -638,25 +638,25 @@ def _cancelled_message(status: JobStatus, stop: StopRequest) -> str:
 
 def _expect(
     keeper: StatusKeeper,
+    planned: PlannedRequests,
     groups: dict[str, Pending],
     records: dict[str, ModelRecord],
 ) -> None:
-    """Gives the keeper each request's expected answer length, in run order: measured
-    answers of its model replayed against its limit, or the limit where none were measured."""
-    pending: dict[str, tuple[int, int]] = {}
+    """Gives the keeper the requests each engine runs, in run order, with the answer length
+    expected of each: measured answers of its model replayed against its limit, or the
+    limit where none were measured (one figure a model folder and limit)."""
+    per_answer: dict[tuple[int, int], int] = {}
     bound, speed = False, None
     for folder, requests in groups.items():
         record = records[folder]
         bound = bound or not record.answers
         speed = speed or (record.throughput.output_tokens_per_s if record.throughput else None)
-        by_limit: dict[int, int] = {}
-        planned = requests.planned
         for row in requests.rows:
-            limit = planned.limits[row]  # 0: vectors or scores, no answer
-            if limit not in by_limit:
-                by_limit[limit] = round(record.expected_tokens(limit) or limit)
-            pending[planned.custom_id(row)] = (by_limit[limit] * planned.answers[row], limit)
-    keeper.expect(pending, bound, speed)
+            key = (planned.folder_nos[row], planned.limits[row])  # limit 0: vectors or scores
+            if key not in per_answer:
+                per_answer[key] = round(record.expected_tokens(key[1]) or key[1])
+    engines = [requests.rows for requests in groups.values()]
+    keeper.expect(Expected(planned, engines, per_answer), bound, speed)
 
 
 class RunMeasure:

@@ -13,6 +13,7 @@ from core.run.outputs import Choice, Completion, success_line
 from core.run.status_keeper import StatusKeeper
 from tests.support.job_figures import output_tokens
 from tests.support.jobs import StandIn, finished_job
+from tests.support.live_progress import expected_of
 
 pytestmark = pytest.mark.usefixtures("studio_home")
 
@@ -50,7 +51,7 @@ def test_a_resumed_runs_progress_counts_the_whole_job(studio_home: Path) -> None
     job = finished_job(studio_home, rows)
     keeper = StatusKeeper(job)
     keeper.seed({"a", "b"}, set())
-    keeper.expect({"c": (10, 10), "d": (10, 10)}, bound=True, tokens_per_s=None)
+    keeper.expect(expected_of({"c": (10, 10), "d": (10, 10)}), bound=True, tokens_per_s=None)
     status = job.read_status()
     assert status.done == 2
     assert (status.generated_tokens, status.expected_output_tokens) == (20, 40)

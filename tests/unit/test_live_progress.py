@@ -20,7 +20,7 @@ from core.run.progress import eta, work_text
 from core.run.stopping import StopRequest
 from core.schemas import EngineConfig, JobStatus
 from tests.support.jobs import StandIn, request_line
-from tests.support.live_progress import running_status
+from tests.support.live_progress import expected_of, running_status
 
 
 def test_speed_and_eta_follow_tokens_while_no_request_has_finished() -> None:
@@ -253,7 +253,7 @@ def test_the_worker_counts_running_tokens_refines_the_expected_total_ends_with_n
             return EngineActivity(generated_tokens=7, running=2)
 
     keeper = worker.StatusKeeper(job)
-    keeper.expect({"a": (10, 16), "b": (10, 16)}, bound=False, tokens_per_s=None)
+    keeper.expect(expected_of({"a": (10, 16), "b": (10, 16)}), bound=False, tokens_per_s=None)
     keeper.watch(Counting())
     keeper._read_engine()
     keeper.update()
