@@ -6,7 +6,8 @@ A chat job runs on the built-in model in a resident worker; an embeddings job th
 it, so the worker loads the embedding model beside the running one. While that job says
 ``loading``, the worker gets SIGTERM (what ``systemctl stop`` or a container's stop
 sends). Prints how long the worker took to exit, which of its processes outlived it,
-each job's state and message, and, after ``core resume`` of each job, whether every line
+each job's state and message (``--lines`` must keep the chat job running through the
+other's load: 400 do on two cores), and, after ``core resume`` of each job, whether every line
 has exactly one result. Exits 1 where any of that is wrong: the stop is a check on the
 real engine that ``tests/unit/test_side_by_side.py`` makes on stand-in loads.
 """
