@@ -546,6 +546,17 @@ def test_a_short_job_keeps_the_engine_narrow_no_longer_than_its_time():
     assert len(take(mix, 48)) == 48  # the engine's window again: 16 inside and 48 more
 
 
+def test_a_job_on_an_idle_engine_right_after_a_short_one_gets_the_whole_window():
+    """A warm engine's first step held 1 of a 100-line job run 12 s after a 12-line one:
+    the mix was not why (it gives all 100 at the first ask; see test_engine_stream.py)."""
+    mix = Mix(Clock())
+    mix.join("first", job("first", 12), size=12)  # short: it narrows for 30 s beside others
+    for request in list(itertools.islice(mix, 256)):
+        mix.finished(request)
+    mix.join("second", job("second", 100), size=100)
+    assert mix.preempt(256, set()) == [] and len(take(mix, 256)) == 100
+
+
 def test_short_jobs_alone_or_an_engine_no_wider_than_their_share_run_as_before():
     mix = Mix(Clock())
     mix.join("a", job("a", 5), size=5)
