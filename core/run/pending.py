@@ -29,6 +29,7 @@ from typing import Protocol
 from core.check import scan
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.check.redaction import redact_request
+from core.row_table import RowTable
 from core.run.engine import copies
 from core.run.engine_order import engine_order
 from core.schemas import Adapter, JobSpec
@@ -81,8 +82,8 @@ def _append(column: array, value: int) -> array:
 
 class PlannedRequests:
     """A run's planned requests, column by column: row ``i`` is the ``i``-th added, in the
-    file's order. The ids are kept as UTF-8 end to end, and found by an open-addressing
-    table of row numbers (exact: a slot's id is compared), so no string is held per row."""
+    file's order. The ids are kept as UTF-8 end to end, and found by a table of row numbers
+    (:class:`~core.row_table.RowTable`), so no string is held per row."""
 
     def __init__(self) -> None:
         self._ids = bytearray()
@@ -94,7 +95,7 @@ class PlannedRequests:
         self.folders: list[str] = []  # the distinct model folders, by their number
         self._folder_no: dict[str, int] = {}
         self.folder_nos = array("B")
-        self._slots: array | None = None  # row + 1 by the id's hash (0: empty), built on use
+        self._table: RowTable | None = None  # the rows by id, built on use
 
     def add(self, request: EngineRequest, line_no: int, folder: str) -> None:
         row = Planned.of(request, line_no, folder)
@@ -108,7 +109,7 @@ class PlannedRequests:
             number = self._folder_no[folder] = len(self.folders)
             self.folders.append(folder)
         self.folder_nos = _append(self.folder_nos, number)
-        self._slots = None
+        self._table = None
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -134,29 +135,11 @@ class PlannedRequests:
 
     def index(self, custom_id: str) -> int | None:
         """The row of ``custom_id`` (None: not planned)."""
-        slots = self._slots if self._slots is not None else self._table()
-        mask = len(slots) - 1
-        slot = hash(custom_id) & mask
-        while found := slots[slot]:
-            if self.custom_id(found - 1) == custom_id:
-                return found - 1
-            slot = (slot + 1) & mask
-        return None
-
-    def _table(self) -> array:
-        """The id table, at most half full (4 to 8 B a row: 'I' slots)."""
-        size = 8
-        while size < 2 * len(self):
-            size *= 2
-        slots = array("I", [0]) * size
-        mask = size - 1
-        for row in range(len(self)):
-            slot = hash(self.custom_id(row)) & mask
-            while slots[slot]:
-                slot = (slot + 1) & mask
-            slots[slot] = row + 1
-        self._slots = slots
-        return slots
+        if self._table is None:
+            self._table = RowTable(len(self), self.custom_id)
+            for row in range(len(self)):
+                self._table.add(row)
+        return self._table.find(custom_id)
 
 
 class Left:
