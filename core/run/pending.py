@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.check import scan
+from core.check.digests import DIGEST_BYTES as KEY_BYTES
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.check.redaction import redact_request
 from core.row_table import RowTable
@@ -83,7 +84,9 @@ def _append(column: array, value: int) -> array:
 class PlannedRequests:
     """A run's planned requests, column by column: row ``i`` is the ``i``-th added, in the
     file's order. The ids are kept as UTF-8 end to end, and found by a table of row numbers
-    (:class:`~core.row_table.RowTable`), so no string is held per row."""
+    (:class:`~core.row_table.RowTable`), so no string is held per row. A request whose
+    answer may be reused keeps its key here too (16 B; none kept until a row has one), so
+    neither the reuse plan nor the result writers hold a dict entry per request."""
 
     def __init__(self) -> None:
         self._ids = bytearray()
@@ -95,10 +98,20 @@ class PlannedRequests:
         self.folders: list[str] = []  # the distinct model folders, by their number
         self._folder_no: dict[str, int] = {}
         self.folder_nos = array("B")
+        self.keyed = bytearray()  # 1: the row's answer may be reused (it has a key)
+        self._keys = bytearray()  # KEY_BYTES a row up to the last keyed one (zeros: no key)
         self._table: RowTable | None = None  # the rows by id, built on use
 
-    def add(self, request: EngineRequest, line_no: int, folder: str) -> None:
+    def add(
+        self, request: EngineRequest, line_no: int, folder: str, key: bytes | None = None
+    ) -> None:
+        """Adds ``request`` as the next row; ``key``: its reuse key (None: never reused)."""
         row = Planned.of(request, line_no, folder)
+        if key is not None:
+            if len(key) != KEY_BYTES:
+                raise ValueError(f"a key is {KEY_BYTES} bytes")
+            self._keys += bytes(len(self) * KEY_BYTES - len(self._keys)) + key
+        self.keyed.append(key is not None)
         self._ids += row.custom_id.encode()
         self._ends = _append(self._ends, len(self._ids))
         self.line_nos = _append(self.line_nos, line_no)
@@ -122,6 +135,18 @@ class PlannedRequests:
 
     def folder(self, row: int) -> str:
         return self.folders[self.folder_nos[row]]
+
+    def key(self, row: int) -> bytes | None:
+        """The reuse key of ``row`` (None: its answer is never reused)."""
+        if not self.keyed[row]:
+            return None
+        return bytes(self._keys[row * KEY_BYTES : (row + 1) * KEY_BYTES])
+
+    def key_of(self, custom_id: str) -> bytes | None:
+        """The reuse key of the request ``custom_id`` (None: none, or not planned): what
+        its result line is indexed under once written."""
+        row = self.index(custom_id)
+        return None if row is None else self.key(row)
 
     def row(self, row: int) -> Planned:
         return Planned(

@@ -15,6 +15,7 @@ from core.devices import cpu_kernel_family
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
 from core.reuse import keys
+from core.reuse import plan as reuse_plan
 from core.reuse.index import (
     KEY_FILE,
     EarlierLineError,
@@ -30,6 +31,7 @@ from core.reuse.keys import deterministic, model_identity, request_key
 from core.reuse.plan import plan_reuse
 from core.run import worker
 from core.run.outputs import Choice, Completion, answer_text, error_line, success_line
+from core.run.pending import PlannedRequests
 from core.schemas import EngineConfig
 from tests.support.jobs import StandIn, request_line
 
@@ -344,12 +346,33 @@ def test_equal_length_lines_with_one_removed_never_give_a_key_its_neighbours_ans
 # -- a run's plan ----------------------------------------------------------------------------
 
 
+def keyed_rows(requests, keys) -> PlannedRequests:
+    """The run's requests as the worker plans them: a row each, with its key where it has one."""
+    planned = PlannedRequests()
+    for line_no, request in enumerate(requests, start=1):
+        planned.add(request, line_no, "m", keys.get(request.custom_id))
+    return planned
+
+
+def reuse_of(requests, keys, **options):
+    planned = keyed_rows(requests, keys)
+    plan = plan_reuse(planned, range(len(planned)), jobs_dir=options.pop("jobs_dir"), **options)
+    return plan, [planned.custom_id(row) for row in plan.to_run]
+
+
+def keys_by_id(planned) -> dict:
+    """Each planned request's key, by its id (those with none left out)."""
+    return {p.custom_id: planned.key(row) for row, p in enumerate(planned) if planned.keyed[row]}
+
+
 def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_path):
     requests = [chat("a", "q1"), chat("b", "q2"), chat("c", "q1"), chat("d", "q3")]
     keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "d"}
     job_with_answers(tmp_path, "job_1", {keys["b"]: answer("old-b", "earlier answer")})
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME)
-    assert [r.custom_id for r in plan.to_run] == ["a", "d"]
+    plan, to_run = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME
+    )
+    assert to_run == ["a", "d"]
     assert plan.copies == {"a": ["c"]}
     (reused,) = plan.reused
     assert reused["custom_id"] == "b"
@@ -364,13 +387,12 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
     ]
     assert len({line["id"] for line in lines}) == 3  # each line its own id
     assert lines[1]["reused_from"] == {"job": "job_2", "custom_id": "a"}
-    assert plan.keys == keys  # every deterministic answer is indexed under its key
 
 
 def test_a_failed_request_is_never_an_answer_and_its_duplicates_fail_with_it(tmp_path):
     requests = [chat("a"), chat("b")]
     keys = {r.custom_id: request_key(r, "e") for r in requests}
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME)
+    plan, _ = reuse_of(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME)
     failed = plan.expand([error_line("a", "engine_error", "boom", 500)])
     assert [(line["custom_id"], line["error"]["code"]) for line in failed] == [
         ("a", "engine_error"),
@@ -386,10 +408,34 @@ def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
         tmp_path, "job_1", {keys["a"]: answer("a", "x"), keys["b"]: answer("b", "y")}
     )
     old.output.write_bytes(b"")
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME)
-    assert [r.custom_id for r in plan.to_run] == ["a", "b"]
+    plan, to_run = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
+    )
+    assert to_run == ["a", "b"]
     assert list(plan.problems) == [str(old.output)]
     assert "truncated" in plan.problems[str(old.output)]
+
+
+def test_a_plan_looked_up_a_batch_at_a_time_is_the_plan_looked_up_at_once(tmp_path, monkeypatch):
+    """Duplicates and earlier answers across batches: the first of a key runs, the others
+    copy it; every request with an earlier answer takes it, in whichever batch it falls."""
+    texts = ["q1", "q2", "q1", "q3", "q2", "q4", "q1", "q4"]
+    requests = [chat(f"r{n}", text) for n, text in enumerate(texts)] + [chat("s", temperature=1)]
+    keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "s"}
+    job_with_answers(tmp_path, "job_1", {keys["r3"]: answer("old", "earlier")})  # q3
+    plans = {}
+    for batch in (1000, 2, 1):
+        monkeypatch.setattr(reuse_plan, "LOOKUP_BATCH", batch)
+        plan, to_run = reuse_of(
+            requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
+        )
+        plans[batch] = (to_run, plan.copies, [line["custom_id"] for line in plan.reused])
+    assert plans[1000] == (
+        ["r0", "r1", "r5", "s"],
+        {"r0": ["r2", "r6"], "r1": ["r4"], "r5": ["r7"]},
+        ["r3"],
+    )
+    assert plans[2] == plans[1] == plans[1000]
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -612,7 +658,8 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     submission = submitting.Submission(engine=engine, reuse=True)
     job = submitting.submit(batch, submission, tmp_path / "jobs").job
     spec = job.read_spec()
-    pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    pending, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    run_keys = keys_by_id(pending)
     forecast_keys = RequestKeys(submitting.planned_spec(submission))
     read = {c.custom_id: c.request for c in scan(job.input)}
     assert run_keys == {r.custom_id: forecast_keys.of(read[r.custom_id]) for r in pending}
@@ -873,7 +920,8 @@ def test_the_checks_keys_are_the_workers_keys_for_the_same_lines_and_settings(tm
     engine = EngineConfig(model=str(model), max_model_len=2048)
     job = create_job(batch, tmp_path / "jobs", engine, defaults, skip_invalid=True, reuse=True)
     spec = job.read_spec()
-    _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    planned, invalid = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    run_keys = keys_by_id(planned)
     assert len(invalid) == 1  # the broken line; the repeated id is not run: neither has a key
     # greedy, seeded, default, stops, twin, biased, completion, vectors and the padding
     assert len(run_keys) == 8 + 30 and "sampled" not in run_keys
