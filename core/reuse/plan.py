@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import uuid
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -48,6 +48,9 @@ def reused_line(
 # Keys looked up at once: the lookup holds ~50 B a key it asks (the keys, what it found,
 # their order), so a job of a million keyed lines asks them a batch at a time.
 LOOKUP_BATCH = 65_536
+# Answers taken, written at once: a result line costs ~3 KiB until it is written (a
+# rerun of a million lines holds 4,096 of them, not a million).
+WRITE_BATCH = 4096
 
 
 class KeyedRows(Protocol):
@@ -66,7 +69,8 @@ class ReusePlan:
 
     Attributes:
         to_run: the rows the engine computes, in the order given.
-        reused: result lines made from earlier jobs' answers, ready to write.
+        reused: the rows that took an earlier job's answer (their lines are written as
+            the plan is made).
         copies: a request in ``to_run`` -> the ids of its duplicates in this run.
         problems: each earlier output that did not hold what its keys said -> what was
             wrong with its first such line (those requests run again), for the history.
@@ -75,7 +79,7 @@ class ReusePlan:
     job_id: str
     model_name: str
     to_run: array = field(default_factory=lambda: array("I"))
-    reused: list[dict[str, Any]] = field(default_factory=list)
+    reused: array = field(default_factory=lambda: array("I"))
     copies: dict[str, list[str]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
 
@@ -104,15 +108,18 @@ def plan_reuse(
     job_id: str,
     model_name: str,
     owner: str | None,
+    write: Callable[[list[dict[str, Any]]], None],
 ) -> ReusePlan:
-    """Splits one model's ``rows`` of ``requests`` into a :class:`ReusePlan`; a row whose
-    answer may be reused has a key (:class:`core.reuse.keys.RequestKeys`), and ``owner``
-    is whose job it is: only that owner's earlier answers are taken
+    """Splits one model's ``rows`` of ``requests`` into a :class:`ReusePlan` and hands the
+    result lines made of earlier answers to ``write`` (:data:`WRITE_BATCH` at a time); a
+    row whose answer may be reused has a key (:class:`core.reuse.keys.RequestKeys`), and
+    ``owner`` is whose job it is: only that owner's earlier answers are taken
     (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way.
     Keys are looked up :data:`LOOKUP_BATCH` at a time, and the rows that compute a key are
     found by a table of row numbers: the plan holds no object per request."""
     plan = ReusePlan(job_id=job_id, model_name=model_name)
     first = RowTable(len(rows), requests.key)  # the row of this run that computes each key
+    taken: list[dict[str, Any]] = []  # result lines not written yet
     with EarlierLines() as lines:
         for start in range(0, len(rows), LOOKUP_BATCH):
             batch = rows[start : start + LOOKUP_BATCH]
@@ -125,7 +132,13 @@ def plan_reuse(
                 source = None
                 if key is not None:
                     source, place = earlier.get(place), place + 1
-                _place(plan, requests, row, key, source, first, lines)
+                if (line := _place(plan, requests, row, key, source, first, lines)) is not None:
+                    taken.append(line)
+                if len(taken) == WRITE_BATCH:
+                    write(taken)
+                    taken = []
+    if taken:
+        write(taken)
     return plan
 
 
@@ -137,20 +150,22 @@ def _place(
     source: Earlier | None,
     first: RowTable,
     lines: EarlierLines,
-) -> None:
+) -> dict[str, Any] | None:
     """Puts one row where its answer comes from (see :func:`plan_reuse`): ``key`` is its
-    key (None: not reusable) and ``source`` the earlier answer under it, if any."""
+    key (None: not reusable) and ``source`` the earlier answer under it, if any. Returns
+    the row's result line where it takes an earlier answer."""
     if key is None:
         plan.to_run.append(row)
     elif (computing := first.find(key)) is not None:
         duplicate = requests.custom_id(row)
         plan.copies.setdefault(requests.custom_id(computing), []).append(duplicate)
     elif source is not None and (line := _earlier(plan, source, lines)) is not None:
-        custom_id = requests.custom_id(row)
-        plan.reused.append(reused_line(line, custom_id, source.job.job_id, plan.model_name))
+        plan.reused.append(row)
+        return reused_line(line, requests.custom_id(row), source.job.job_id, plan.model_name)
     else:
         first.add(row)
         plan.to_run.append(row)
+    return None
 
 
 def _earlier(plan: ReusePlan, source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:

@@ -189,10 +189,15 @@ class Left:
 
     def discard(self, ids: Iterable[str]) -> None:
         """Those of ``ids`` planned have their result (others are ignored, as in a set)."""
-        for custom_id in ids:
-            row = self.planned.index(custom_id)
-            if row is not None and self._flags[row]:
-                self._flags[row] = 0
+        index = self.planned.index
+        self.discard_rows(row for custom_id in ids if (row := index(custom_id)) is not None)
+
+    def discard_rows(self, rows: Iterable[int]) -> None:
+        """These rows have their result."""
+        flags = self._flags
+        for row in rows:
+            if flags[row]:
+                flags[row] = 0
                 self._count -= 1
 
 

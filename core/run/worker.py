@@ -275,7 +275,7 @@ class JobRun:
             return plan
         plan.reuse = _reuse(spec, planned, writers, keeper)
         for reused in plan.reuse.values():
-            plan.left.discard(line["custom_id"] for line in reused.reused)
+            plan.left.discard_rows(reused.reused)
         keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
         plan.groups = {
             folder: Pending(spec, job.input, planned, rows, plan.left, keep)
@@ -578,11 +578,12 @@ def _by_engine(
     side by side: :meth:`Pending.adapter`)."""
     answered = bytearray(len(planned))
     for reused in plans.values():
-        for custom_id in [line["custom_id"] for line in reused.reused] + [
-            duplicate for ids in reused.copies.values() for duplicate in ids
-        ]:
-            if (row := planned.index(custom_id)) is not None:
-                answered[row] = 1
+        for row in reused.reused:
+            answered[row] = 1
+        for duplicates in reused.copies.values():
+            for duplicate in duplicates:
+                if (row := planned.index(duplicate)) is not None:
+                    answered[row] = 1
     engine_of = [spec.engine_folder(folder) for folder in planned.folders]
     # The engines in the order of their models' first lines, as the models run.
     groups: dict[str, array] = {engine: array("I") for engine in engine_of}
@@ -606,10 +607,10 @@ def _reuse(
             job_id=keeper.job.job_id,
             model_name=spec.answer_name(folder),
             owner=reuse_owner(spec.provenance),
+            write=writers.write,
         )
         for problem in plan.problems.values():
             keeper.note(f"an earlier answer was not reused, its request runs again: {problem}")
-        writers.write(plan.reused)
         plans[folder] = plan
     reused = sum(plan.reused_count for plan in plans.values())
     if reused:

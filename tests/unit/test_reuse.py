@@ -355,9 +355,18 @@ def keyed_rows(requests, keys) -> PlannedRequests:
 
 
 def reuse_of(requests, keys, **options):
-    planned = keyed_rows(requests, keys)
-    plan = plan_reuse(planned, range(len(planned)), jobs_dir=options.pop("jobs_dir"), **options)
-    return plan, [planned.custom_id(row) for row in plan.to_run]
+    """The plan, the ids it runs, and the lines it wrote (of the answers it took), each
+    write no longer than WRITE_BATCH lines."""
+    planned, written = keyed_rows(requests, keys), []
+
+    def write(lines):
+        assert 0 < len(lines) <= reuse_plan.WRITE_BATCH
+        written.extend(lines)
+
+    jobs_dir = options.pop("jobs_dir")
+    plan = plan_reuse(planned, range(len(planned)), jobs_dir=jobs_dir, write=write, **options)
+    assert [planned.custom_id(row) for row in plan.reused] == [w["custom_id"] for w in written]
+    return plan, [planned.custom_id(row) for row in plan.to_run], written
 
 
 def keys_by_id(planned) -> dict:
@@ -369,12 +378,12 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
     requests = [chat("a", "q1"), chat("b", "q2"), chat("c", "q1"), chat("d", "q3")]
     keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "d"}
     job_with_answers(tmp_path, "job_1", {keys["b"]: answer("old-b", "earlier answer")})
-    plan, to_run = reuse_of(
+    plan, to_run, written = reuse_of(
         requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME
     )
     assert to_run == ["a", "d"]
     assert plan.copies == {"a": ["c"]}
-    (reused,) = plan.reused
+    (reused,) = written
     assert reused["custom_id"] == "b"
     assert answer_text(reused) == "earlier answer"
     assert reused["reused_from"] == {"job": "job_1", "custom_id": "old-b"}
@@ -392,7 +401,9 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
 def test_a_failed_request_is_never_an_answer_and_its_duplicates_fail_with_it(tmp_path):
     requests = [chat("a"), chat("b")]
     keys = {r.custom_id: request_key(r, "e") for r in requests}
-    plan, _ = reuse_of(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME)
+    plan, _, _ = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME
+    )
     failed = plan.expand([error_line("a", "engine_error", "boom", 500)])
     assert [(line["custom_id"], line["error"]["code"]) for line in failed] == [
         ("a", "engine_error"),
@@ -408,7 +419,7 @@ def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
         tmp_path, "job_1", {keys["a"]: answer("a", "x"), keys["b"]: answer("b", "y")}
     )
     old.output.write_bytes(b"")
-    plan, to_run = reuse_of(
+    plan, to_run, _ = reuse_of(
         requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
     )
     assert to_run == ["a", "b"]
@@ -418,24 +429,28 @@ def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
 
 def test_a_plan_looked_up_a_batch_at_a_time_is_the_plan_looked_up_at_once(tmp_path, monkeypatch):
     """Duplicates and earlier answers across batches: the first of a key runs, the others
-    copy it; every request with an earlier answer takes it, in whichever batch it falls."""
-    texts = ["q1", "q2", "q1", "q3", "q2", "q4", "q1", "q4"]
+    copy it; every request with an earlier answer takes it, in whichever batch it falls,
+    and the lines taken are written in order, a batch at a time."""
+    texts = ["q1", "q2", "q1", "q3", "q2", "q4", "q1", "q4", "q3"]
     requests = [chat(f"r{n}", text) for n, text in enumerate(texts)] + [chat("s", temperature=1)]
     keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "s"}
-    job_with_answers(tmp_path, "job_1", {keys["r3"]: answer("old", "earlier")})  # q3
+    earlier = {keys["r1"]: answer("old-2", "two"), keys["r3"]: answer("old-3", "three")}
+    job_with_answers(tmp_path, "job_1", earlier)  # q2 and q3
     plans = {}
-    for batch in (1000, 2, 1):
-        monkeypatch.setattr(reuse_plan, "LOOKUP_BATCH", batch)
-        plan, to_run = reuse_of(
+    for lookup, write in ((1000, 4096), (2, 2), (1, 1), (3, 2)):
+        monkeypatch.setattr(reuse_plan, "LOOKUP_BATCH", lookup)
+        monkeypatch.setattr(reuse_plan, "WRITE_BATCH", write)
+        plan, to_run, written = reuse_of(
             requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
         )
-        plans[batch] = (to_run, plan.copies, [line["custom_id"] for line in plan.reused])
-    assert plans[1000] == (
-        ["r0", "r1", "r5", "s"],
-        {"r0": ["r2", "r6"], "r1": ["r4"], "r5": ["r7"]},
-        ["r3"],
+        taken = [(line["custom_id"], answer_text(line)) for line in written]
+        plans[lookup, write] = (to_run, plan.copies, taken)
+    assert plans[1000, 4096] == (
+        ["r0", "r5", "s"],
+        {"r0": ["r2", "r6"], "r5": ["r7"]},
+        [("r1", "two"), ("r3", "three"), ("r4", "two"), ("r8", "three")],
     )
-    assert plans[2] == plans[1] == plans[1000]
+    assert all(plan == plans[1000, 4096] for plan in plans.values())
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -486,6 +501,23 @@ def test_a_rerun_computes_only_the_edited_lines_and_repeats_the_rest_exactly(tmp
     assert (status.reused_prompt_tokens, status.reused_completion_tokens) == (15, 10)
     assert answers(second) == {**answers(first), "r2": "question 2, edited"[::-1]}
     assert any("5 answers come from earlier results" in h.get("note", "") for h in status.history)
+
+
+def test_a_reruns_plan_leaves_only_the_requests_without_an_answer(tmp_path, monkeypatch):
+    from core.run.status_keeper import StatusKeeper
+    from core.run.stopping import StopRequest
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    assert worker.run_job(greedy_job(tmp_path, prompts)).state == "completed"
+    second = greedy_job(tmp_path, {**prompts, "r2": "edited", "r4": "question 1"})
+    run = worker.JobRun(second, StatusKeeper(second), StopRequest())
+    plan = run.plan(False, None)
+    run.writers.close()
+    assert list(plan.left) == ["r2"]  # the others' lines are written
+    (requests,) = plan.groups.values()
+    assert [requests.planned.custom_id(row) for row in requests.rows] == ["r2"]
+    assert sorted(answers(second)) == ["r0", "r1", "r3", "r4"]
 
 
 def test_a_keys_answers_are_reused_by_that_key_alone(tmp_path, monkeypatch):
