@@ -3,10 +3,13 @@
     .venv/bin/python -m bench.flood                        # 100,000 and 1,000,000 lines
     .venv/bin/python -m bench.flood --lines 100000
     .venv/bin/python -m bench.flood --lines 1000000 --greedy  # temperature 0: reusable
+    .venv/bin/python -m bench.flood --lines 1000000 --reused  # greedy, every answer made before
 
 For each size, one generated job (chats, 40 documents' questions grouped by document,
 temperature 1: nothing reused; ``--greedy``: temperature 0, each request keyed for reuse,
-none answered before) and, each in a fresh process, the path from the input to
+none answered before; ``--reused``: greedy, after an earlier job of the same lines that
+answered every one, so the plan step writes every result from an earlier answer) and,
+each in a fresh process, the path from the input to
 the engine as the worker takes it, every request handed on as the engine would pull it
 (no engine: the path alone):
 
@@ -84,7 +87,8 @@ def measure(job_dir: str, way: str) -> None:
         worker.read_ledger = lambda job: ledger  # read above, as the baseline holds it
         keeper = StatusKeeper(job)
         plan = worker.JobRun(job, keeper, StopRequest()).plan(False, None)
-        (requests,) = plan.groups.values()
+        handed = sum(reuse.reused_count for reuse in plan.reuse.values())  # written already
+        requests = next(iter(plan.groups.values()), [])
         inside = EngineActivity(progress=((0, 16),) * 256)  # a full engine, as the ETA reads it
         for request in requests:
             plan.left.discard([request.custom_id])  # its result written and counted
@@ -101,6 +105,35 @@ def measure(job_dir: str, way: str) -> None:
     print(json.dumps({**figures, "scan_ms": scan_seconds * 1000}))
 
 
+def answer_all(job_dir: Path) -> None:
+    """Writes an answer to every request of the job and indexes each under its key, as a
+    run of it would: the earlier job a ``--reused`` job takes its answers from."""
+    from core.jobs.folder import JobFolder
+    from core.jobs.ledger import read_ledger
+    from core.jobs.output_file import OutputWriter
+    from core.reuse.index import KeyWriter, update_index
+    from core.run import worker
+    from core.run.outputs import Choice, Completion, success_line
+
+    job = JobFolder(job_dir)
+    planned, _ = worker._to_run(job, job.read_spec(), read_ledger(job), False, None, set())
+    keys = KeyWriter(job)
+    with OutputWriter(job.output) as output:
+        for start in range(0, len(planned), 8192):
+            rows = range(start, min(start + 8192, len(planned)))
+            lines = [
+                success_line(
+                    planned.custom_id(row),
+                    "m",
+                    Completion(40, [Choice(f"answer {row}", "stop", 3)]),
+                )
+                for row in rows
+            ]
+            written = output.write(lines)
+            keys.add((planned.key(row), *at) for row, at in zip(rows, written, strict=True))
+    update_index(job_dir.parent)
+
+
 def run_way(job_dir: Path, way: str) -> dict:
     command = [sys.executable, "-m", "bench.flood", "--measure", str(job_dir), way]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -111,6 +144,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, action="append")
     parser.add_argument("--greedy", action="store_true", help="temperature 0: reusable")
+    parser.add_argument("--reused", action="store_true", help="greedy, all answered before")
     parser.add_argument("--measure", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
@@ -123,8 +157,11 @@ def main(argv: list[str]) -> int:
     try:
         for lines in args.lines or [100_000, 1_000_000]:
             batch = scratch / f"batch-{lines}.jsonl"
-            write_batch(batch, lines, 0.0 if args.greedy else 1.0)
-            job = create_job(batch, scratch / "jobs", EngineConfig(model="/models/none"))
+            write_batch(batch, lines, 0.0 if args.greedy or args.reused else 1.0)
+            engine = EngineConfig(model="/models/none")
+            if args.reused:
+                answer_all(create_job(batch, scratch / "jobs", engine).path)
+            job = create_job(batch, scratch / "jobs", engine)
             batch.unlink()
             figures = {way: run_way(job.path, way) for way in ("all", "windows")}
             for way, f in figures.items():
@@ -136,7 +173,7 @@ def main(argv: list[str]) -> int:
                 )
             ratio = figures["windows"]["growth"] / figures["all"]["growth"]
             print(f"{lines:>9,} lines  windows/all parsed: {ratio:.2f} of the memory")
-            shutil.rmtree(job.path)
+            shutil.rmtree(job.path.parent)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import copy
 import uuid
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 from core.reuse.index import Earlier, EarlierLineError, EarlierLines, find_earlier
+from core.row_table import RowTable
 
 
 def reused_line(
@@ -42,27 +45,32 @@ def reused_line(
     }
 
 
-class Identified(Protocol):
-    """A request as reuse reads it: by its id (a parsed request, or the worker's
-    :class:`~core.run.pending.Planned`, which keeps no texts)."""
+# Keys looked up at once: the lookup holds ~50 B a key it asks (the keys, what it found,
+# their order), so a job of a million keyed lines asks them a batch at a time.
+LOOKUP_BATCH = 65_536
+# Answers taken, written at once: a result line costs ~3 KiB until it is written (a
+# rerun of a million lines holds 4,096 of them, not a million).
+WRITE_BATCH = 4096
 
-    @property
-    def custom_id(self) -> str: ...
 
+class KeyedRows(Protocol):
+    """A run's requests as reuse reads them, by row (the worker's
+    :class:`~core.run.pending.PlannedRequests`, which keeps neither texts nor an object
+    per request)."""
 
-R = TypeVar("R", bound=Identified)
+    def custom_id(self, row: int) -> str: ...
+
+    def key(self, row: int) -> bytes | None: ...
 
 
 @dataclass
-class ReusePlan(Generic[R]):
+class ReusePlan:
     """One model's requests of one run, split by where their answers come from.
 
     Attributes:
-        to_run: what the engine computes, in the order given.
-        reused: result lines made from earlier jobs' answers, ready to write.
-        keys: the key of each deterministic request (custom_id -> key): its line is
-            indexed under it once written, so this job's answers outlive the jobs they
-            came from.
+        to_run: the rows the engine computes, in the order given.
+        reused: the rows that took an earlier job's answer (their lines are written as
+            the plan is made).
         copies: a request in ``to_run`` -> the ids of its duplicates in this run.
         problems: each earlier output that did not hold what its keys said -> what was
             wrong with its first such line (those requests run again), for the history.
@@ -70,9 +78,8 @@ class ReusePlan(Generic[R]):
 
     job_id: str
     model_name: str
-    to_run: list[R] = field(default_factory=list)
-    reused: list[dict[str, Any]] = field(default_factory=list)
-    keys: dict[str, bytes] = field(default_factory=dict)
+    to_run: array = field(default_factory=lambda: array("I"))
+    reused: array = field(default_factory=lambda: array("I"))
     copies: dict[str, list[str]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
 
@@ -94,58 +101,74 @@ class ReusePlan(Generic[R]):
 
 
 def plan_reuse(
-    requests: list[R],
-    keys: dict[str, bytes],
+    requests: KeyedRows,
+    rows: Sequence[int],
     *,
     jobs_dir: Path,
     job_id: str,
     model_name: str,
     owner: str | None,
-) -> ReusePlan[R]:
-    """Splits one model's ``requests`` into a :class:`ReusePlan`; ``keys`` holds the key of
-    each request whose answer may be reused (:class:`core.reuse.keys.RequestKeys`), and
-    ``owner`` whose job it is: only that owner's earlier answers are taken
-    (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way."""
-    plan: ReusePlan[R] = ReusePlan(job_id=job_id, model_name=model_name)
-    plan.keys = {r.custom_id: keys[r.custom_id] for r in requests if r.custom_id in keys}
-    asked = [plan.keys.get(request.custom_id) for request in requests]
-    earlier = find_earlier(
-        jobs_dir, [key for key in asked if key is not None], skip=job_id, owner=owner
-    )
-    first: dict[bytes, str] = {}  # key -> the custom_id of this run that computes it
-    place = 0  # of the request's key in what find_earlier was asked
+    write: Callable[[list[dict[str, Any]]], None],
+) -> ReusePlan:
+    """Splits one model's ``rows`` of ``requests`` into a :class:`ReusePlan` and hands the
+    result lines made of earlier answers to ``write`` (:data:`WRITE_BATCH` at a time); a
+    row whose answer may be reused has a key (:class:`core.reuse.keys.RequestKeys`), and
+    ``owner`` is whose job it is: only that owner's earlier answers are taken
+    (:func:`core.reuse.index.reuse_owner`); duplicates in the run are copied either way.
+    Keys are looked up :data:`LOOKUP_BATCH` at a time, and the rows that compute a key are
+    found by a table of row numbers: the plan holds no object per request."""
+    plan = ReusePlan(job_id=job_id, model_name=model_name)
+    first = RowTable(len(rows), requests.key)  # the row of this run that computes each key
+    taken: list[dict[str, Any]] = []  # result lines not written yet
     with EarlierLines() as lines:
-        for request, key in zip(requests, asked, strict=True):
-            source = None
-            if key is not None:
-                source, place = earlier.get(place), place + 1
-            _place(plan, request, key, source, first, lines)
+        for start in range(0, len(rows), LOOKUP_BATCH):
+            batch = rows[start : start + LOOKUP_BATCH]
+            asked = [requests.key(row) for row in batch]
+            earlier = find_earlier(
+                jobs_dir, [key for key in asked if key is not None], skip=job_id, owner=owner
+            )
+            place = 0  # of the row's key in what find_earlier was asked
+            for row, key in zip(batch, asked, strict=True):
+                source = None
+                if key is not None:
+                    source, place = earlier.get(place), place + 1
+                if (line := _place(plan, requests, row, key, source, first, lines)) is not None:
+                    taken.append(line)
+                if len(taken) == WRITE_BATCH:
+                    write(taken)
+                    taken = []
+    if taken:
+        write(taken)
     return plan
 
 
 def _place(
-    plan: ReusePlan[R],
-    request: R,
+    plan: ReusePlan,
+    requests: KeyedRows,
+    row: int,
     key: bytes | None,
     source: Earlier | None,
-    first: dict[bytes, str],
+    first: RowTable,
     lines: EarlierLines,
-) -> None:
-    """Puts one request where its answer comes from (see :func:`plan_reuse`): ``key`` is
-    its key (None: not reusable) and ``source`` the earlier answer under it, if any."""
+) -> dict[str, Any] | None:
+    """Puts one row where its answer comes from (see :func:`plan_reuse`): ``key`` is its
+    key (None: not reusable) and ``source`` the earlier answer under it, if any. Returns
+    the row's result line where it takes an earlier answer."""
     if key is None:
-        plan.to_run.append(request)
-    elif key in first:
-        plan.copies.setdefault(first[key], []).append(request.custom_id)
+        plan.to_run.append(row)
+    elif (computing := first.find(key)) is not None:
+        duplicate = requests.custom_id(row)
+        plan.copies.setdefault(requests.custom_id(computing), []).append(duplicate)
     elif source is not None and (line := _earlier(plan, source, lines)) is not None:
-        reused = reused_line(line, request.custom_id, source.job.job_id, plan.model_name)
-        plan.reused.append(reused)
+        plan.reused.append(row)
+        return reused_line(line, requests.custom_id(row), source.job.job_id, plan.model_name)
     else:
-        first[key] = request.custom_id
-        plan.to_run.append(request)
+        first.add(row)
+        plan.to_run.append(row)
+    return None
 
 
-def _earlier(plan: ReusePlan[Any], source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:
+def _earlier(plan: ReusePlan, source: Earlier, lines: EarlierLines) -> dict[str, Any] | None:
     """The line ``source`` points at; None where it is broken (said in ``plan.problems``:
     the request runs again)."""
     try:

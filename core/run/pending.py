@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Protocol
 
 from core.check import scan
+from core.check.digests import DIGEST_BYTES as KEY_BYTES
 from core.check.engine_requests import EngineRequest, GeneratedRequest
 from core.check.redaction import redact_request
+from core.row_table import RowTable
 from core.run.engine import copies
 from core.run.engine_order import engine_order
 from core.schemas import Adapter, JobSpec
@@ -81,8 +83,10 @@ def _append(column: array, value: int) -> array:
 
 class PlannedRequests:
     """A run's planned requests, column by column: row ``i`` is the ``i``-th added, in the
-    file's order. The ids are kept as UTF-8 end to end, and found by an open-addressing
-    table of row numbers (exact: a slot's id is compared), so no string is held per row."""
+    file's order. The ids are kept as UTF-8 end to end, and found by a table of row numbers
+    (:class:`~core.row_table.RowTable`), so no string is held per row. A request whose
+    answer may be reused keeps its key here too (16 B; none kept until a row has one), so
+    neither the reuse plan nor the result writers hold a dict entry per request."""
 
     def __init__(self) -> None:
         self._ids = bytearray()
@@ -94,10 +98,20 @@ class PlannedRequests:
         self.folders: list[str] = []  # the distinct model folders, by their number
         self._folder_no: dict[str, int] = {}
         self.folder_nos = array("B")
-        self._slots: array | None = None  # row + 1 by the id's hash (0: empty), built on use
+        self.keyed = bytearray()  # 1: the row's answer may be reused (it has a key)
+        self._keys = bytearray()  # KEY_BYTES a row up to the last keyed one (zeros: no key)
+        self._table: RowTable | None = None  # the rows by id, built on use
 
-    def add(self, request: EngineRequest, line_no: int, folder: str) -> None:
+    def add(
+        self, request: EngineRequest, line_no: int, folder: str, key: bytes | None = None
+    ) -> None:
+        """Adds ``request`` as the next row; ``key``: its reuse key (None: never reused)."""
         row = Planned.of(request, line_no, folder)
+        if key is not None:
+            if len(key) != KEY_BYTES:
+                raise ValueError(f"a key is {KEY_BYTES} bytes")
+            self._keys += bytes(len(self) * KEY_BYTES - len(self._keys)) + key
+        self.keyed.append(key is not None)
         self._ids += row.custom_id.encode()
         self._ends = _append(self._ends, len(self._ids))
         self.line_nos = _append(self.line_nos, line_no)
@@ -108,7 +122,7 @@ class PlannedRequests:
             number = self._folder_no[folder] = len(self.folders)
             self.folders.append(folder)
         self.folder_nos = _append(self.folder_nos, number)
-        self._slots = None
+        self._table = None
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -122,6 +136,18 @@ class PlannedRequests:
     def folder(self, row: int) -> str:
         return self.folders[self.folder_nos[row]]
 
+    def key(self, row: int) -> bytes | None:
+        """The reuse key of ``row`` (None: its answer is never reused)."""
+        if not self.keyed[row]:
+            return None
+        return bytes(self._keys[row * KEY_BYTES : (row + 1) * KEY_BYTES])
+
+    def key_of(self, custom_id: str) -> bytes | None:
+        """The reuse key of the request ``custom_id`` (None: none, or not planned): what
+        its result line is indexed under once written."""
+        row = self.index(custom_id)
+        return None if row is None else self.key(row)
+
     def row(self, row: int) -> Planned:
         return Planned(
             self.custom_id(row),
@@ -134,29 +160,11 @@ class PlannedRequests:
 
     def index(self, custom_id: str) -> int | None:
         """The row of ``custom_id`` (None: not planned)."""
-        slots = self._slots if self._slots is not None else self._table()
-        mask = len(slots) - 1
-        slot = hash(custom_id) & mask
-        while found := slots[slot]:
-            if self.custom_id(found - 1) == custom_id:
-                return found - 1
-            slot = (slot + 1) & mask
-        return None
-
-    def _table(self) -> array:
-        """The id table, at most half full (4 to 8 B a row: 'I' slots)."""
-        size = 8
-        while size < 2 * len(self):
-            size *= 2
-        slots = array("I", [0]) * size
-        mask = size - 1
-        for row in range(len(self)):
-            slot = hash(self.custom_id(row)) & mask
-            while slots[slot]:
-                slot = (slot + 1) & mask
-            slots[slot] = row + 1
-        self._slots = slots
-        return slots
+        if self._table is None:
+            self._table = RowTable(len(self), self.custom_id)
+            for row in range(len(self)):
+                self._table.add(row)
+        return self._table.find(custom_id)
 
 
 class Left:
@@ -181,10 +189,15 @@ class Left:
 
     def discard(self, ids: Iterable[str]) -> None:
         """Those of ``ids`` planned have their result (others are ignored, as in a set)."""
-        for custom_id in ids:
-            row = self.planned.index(custom_id)
-            if row is not None and self._flags[row]:
-                self._flags[row] = 0
+        index = self.planned.index
+        self.discard_rows(row for custom_id in ids if (row := index(custom_id)) is not None)
+
+    def discard_rows(self, rows: Iterable[int]) -> None:
+        """These rows have their result."""
+        flags = self._flags
+        for row in rows:
+            if flags[row]:
+                flags[row] = 0
                 self._count -= 1
 
 

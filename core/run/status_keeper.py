@@ -9,6 +9,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -471,14 +472,14 @@ def success_totals(path: Path) -> tuple[int, int, int, int, int, int]:
 
 class ResultWriters:
     """Successes to ``output.jsonl``, failures to ``errors.jsonl``; counted once durable.
-    A success whose request has a key in ``keys`` (custom_id -> key) is indexed under it
-    (:mod:`core.reuse.index`), for later jobs to reuse."""
+    A success whose request has a key (``key_of``: custom_id -> key, or None) is indexed
+    under it (:mod:`core.reuse.index`), for later jobs to reuse."""
 
     def __init__(self, job: JobFolder, keeper: StatusKeeper) -> None:
         self.output = OutputWriter(job.output)
         self.errors = OutputWriter(job.errors)
         self.index = KeyWriter(job)
-        self.keys: dict[str, bytes] = {}
+        self.key_of: Callable[[str], bytes | None] = lambda custom_id: None
         self.keeper = keeper
 
     def write(self, lines: list[dict]) -> None:
@@ -486,10 +487,11 @@ class ResultWriters:
         written = self.output.write(successes)
         self.errors.write(line for line in lines if line["error"] is not None)
         self.keeper.count(lines)
+        keys = [self.key_of(line["custom_id"]) for line in successes]
         self.index.add(
-            (self.keys[line["custom_id"]], offset, raw)
-            for line, (offset, raw) in zip(successes, written, strict=True)
-            if line["custom_id"] in self.keys
+            (key, offset, raw)
+            for key, (offset, raw) in zip(keys, written, strict=True)
+            if key is not None
         )
 
     def close(self) -> None:

@@ -72,7 +72,7 @@ from core.run.engine import (
 from core.run.eta import Expected, Forecast, StepTime
 from core.run.local import Executor, make_executor
 from core.run.outputs import answer_lengths, error_line, token_usage
-from core.run.pending import Left, Pending, Planned, PlannedRequests, prepared
+from core.run.pending import Left, Pending, PlannedRequests, prepared
 from core.run.pool import (
     MULTIPROCESSING_ENV,
     PARENT_ENV,
@@ -153,7 +153,7 @@ class Plan:
 
     spec: JobSpec
     left: Left  # the requests still without a result from this run
-    reuse: dict[str, ReusePlan[Planned]] = field(default_factory=dict)  # model folder -> reuse
+    reuse: dict[str, ReusePlan] = field(default_factory=dict)  # model folder -> reuse
     groups: dict[str, Pending] = field(default_factory=dict)  # engine folder -> its requests
     records: dict[str, ModelRecord] = field(default_factory=dict)  # what each model measured
 
@@ -262,8 +262,9 @@ class JobRun:
                 keeper.update(retry_errors_from=_size(job.errors))
             else:  # a retry its run window paused: what failed in it stays failed
                 retried = failed_since(job, begun)
-        planned, invalid, keys = _to_run(job, spec, ledger, retry, shard, retried)
+        planned, invalid = _to_run(job, spec, ledger, retry, shard, retried)
         del ledger  # its ids and results are counted: what follows holds no string a request
+        writers.key_of = planned.key_of  # a success is indexed under its request's key
         writers.write(invalid)
         keeper.update(message="loading the model")
         plan = Plan(spec, left=Left(planned))
@@ -272,9 +273,9 @@ class JobRun:
             self.gate = Gate(windows, self.clock)
         if not planned:
             return plan
-        plan.reuse = _reuse(spec, _keyed_by_model(planned, keys), keys, writers, keeper)
+        plan.reuse = _reuse(spec, planned, writers, keeper)
         for reused in plan.reuse.values():
-            plan.left.discard(line["custom_id"] for line in reused.reused)
+            plan.left.discard_rows(reused.reused)
         keep = light if replicas_read_input(spec) else None  # the replicas read the bodies
         plan.groups = {
             folder: Pending(spec, job.input, planned, rows, plan.left, keep)
@@ -483,11 +484,11 @@ def _to_run(
     retry: bool,
     shard: int | None,
     retried: set[str],
-) -> tuple[PlannedRequests, list[dict], dict[str, bytes]]:
+) -> tuple[PlannedRequests, list[dict]]:
     """The requests this run has to answer (without their texts: :mod:`core.run.pending`
-    reads them again as they enter the engine), the result lines of the invalid ones (never
-    run: their error is their result), and the reuse key of each deterministic request
-    (:mod:`core.reuse`). ``retried``: requests this retry ran already (before its run
+    reads them again as they enter the engine), each deterministic one with its reuse key
+    (:mod:`core.reuse`), and the result lines of the invalid ones (never run: their error
+    is their result). ``retried``: requests this retry ran already (before its run
     window paused it). A line that repeats an earlier line's id is skipped (the ledger
     names those lines, so the scan keeps no table of ids)."""
     chosen: set[str] | None = None
@@ -505,7 +506,6 @@ def _to_run(
 
     planned = PlannedRequests()
     invalid: list[dict] = []
-    keys: dict[str, bytes] = {}
     reuse_keys = RequestKeys(spec)
     repeats = {line_no for line_no, _ in ledger.repeated_lines}
     seen: set[str] = set()  # the ids of the invalid lines (few): a repeat of one is skipped
@@ -520,9 +520,8 @@ def _to_run(
             # Before its key: the engine answers the redacted request, and reuse with it.
             if items := prepared(checked.request, spec):
                 replaced[custom_id] = items
-            if (key := reuse_keys.of(checked.request)) is not None:
-                keys[custom_id] = key
-            planned.add(checked.request, checked.line_no, model_folder(spec, checked.request))
+            folder = model_folder(spec, checked.request)
+            planned.add(checked.request, checked.line_no, folder, reuse_keys.of(checked.request))
             continue
         seen.add(custom_id)
         if problem is not None and custom_id not in ledger.failed:
@@ -548,7 +547,7 @@ def _to_run(
     # The ledger reads a broken line's id its own way (``line-N`` where it finds none), so
     # one that repeats a planned id may not be among its repeats: the planned line came first.
     invalid = [line for line in invalid if planned.index(line["custom_id"]) is None]
-    return planned, invalid, keys
+    return planned, invalid
 
 
 def _size(path: Path) -> int:
@@ -558,20 +557,20 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _keyed_by_model(planned: PlannedRequests, keys: dict[str, bytes]) -> dict[str, list[Planned]]:
-    """The requests whose answers may be reused (those with a key), grouped by the local
-    model folder their ``body.model`` maps to; every model folder has its group, empty or
-    not. The others all run: no row is made of them."""
-    groups: dict[str, list[Planned]] = {folder: [] for folder in planned.folders}
-    if keys:
-        for row in range(len(planned)):
-            if planned.custom_id(row) in keys:
-                groups[planned.folder(row)].append(planned.row(row))
-    return groups
+def _keyed_by_model(planned: PlannedRequests) -> dict[str, array]:
+    """The rows whose answers may be reused (those with a key), grouped by the local model
+    folder their ``body.model`` maps to; every model folder has its group, empty or not.
+    The others all run."""
+    groups = [array("I") for _ in planned.folders]
+    keyed, folder_nos = planned.keyed, planned.folder_nos
+    for row in range(len(planned)):
+        if keyed[row]:
+            groups[folder_nos[row]].append(row)
+    return dict(zip(planned.folders, groups, strict=True))
 
 
 def _by_engine(
-    spec: JobSpec, planned: PlannedRequests, plans: dict[str, ReusePlan[Planned]]
+    spec: JobSpec, planned: PlannedRequests, plans: dict[str, ReusePlan]
 ) -> dict[str, array]:
     """The rows each engine still computes (all but those reused and the duplicates that
     take a copy), by the model folder it loads: an adapter's go to its base's engine, each
@@ -579,12 +578,12 @@ def _by_engine(
     side by side: :meth:`Pending.adapter`)."""
     answered = bytearray(len(planned))
     for reused in plans.values():
-        for custom_id in [line["custom_id"] for line in reused.reused] + [
-            duplicate for ids in reused.copies.values() for duplicate in ids
-        ]:
-            if (row := planned.index(custom_id)) is not None:
-                answered[row] = 1
-        reused.to_run = []  # the rows left unanswered say it; a row each would cost 0.2 KiB
+        for row in reused.reused:
+            answered[row] = 1
+        for duplicates in reused.copies.values():
+            for duplicate in duplicates:
+                if (row := planned.index(duplicate)) is not None:
+                    answered[row] = 1
     engine_of = [spec.engine_folder(folder) for folder in planned.folders]
     # The engines in the order of their models' first lines, as the models run.
     groups: dict[str, array] = {engine: array("I") for engine in engine_of}
@@ -595,28 +594,23 @@ def _by_engine(
 
 
 def _reuse(
-    spec: JobSpec,
-    groups: dict[str, list[Planned]],
-    keys: dict[str, bytes],
-    writers: ResultWriters,
-    keeper: StatusKeeper,
-) -> dict[str, ReusePlan[Planned]]:
+    spec: JobSpec, planned: PlannedRequests, writers: ResultWriters, keeper: StatusKeeper
+) -> dict[str, ReusePlan]:
     """Writes the answers earlier jobs made (before any model loads) and returns, for each
     model, what its engine still computes (:mod:`core.reuse.plan`)."""
     plans = {}
-    for folder, requests in groups.items():
+    for folder, rows in _keyed_by_model(planned).items():
         plan = plan_reuse(
-            requests,
-            keys,
+            planned,
+            rows,
             jobs_dir=keeper.job.path.parent,
             job_id=keeper.job.job_id,
             model_name=spec.answer_name(folder),
             owner=reuse_owner(spec.provenance),
+            write=writers.write,
         )
         for problem in plan.problems.values():
             keeper.note(f"an earlier answer was not reused, its request runs again: {problem}")
-        writers.keys.update(plan.keys)
-        writers.write(plan.reused)
         plans[folder] = plan
     reused = sum(plan.reused_count for plan in plans.values())
     if reused:

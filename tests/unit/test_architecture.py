@@ -32,6 +32,7 @@ LAYERS = {
     "adapters": 0,  # LoRA adapter folders, checked against their base
     "access": 0,
     "recent": 0,
+    "row_table": 0,  # rows found by a value of theirs, no object per row
     "storage": 0,  # object storage in and out (s3://)
     "core": 0,  # core/__init__.py: the version
     "check": 1,

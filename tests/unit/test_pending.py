@@ -5,6 +5,9 @@ import itertools
 import json
 from array import array
 
+import pytest
+
+from core.check.engine_requests import ChatRequest
 from core.jobs.folder import create_job, queue_job
 from core.jobs.ledger import read_ledger, verify_chain
 from core.run import pending, worker
@@ -33,7 +36,7 @@ def make_job(tmp_path, lines):
 def pending_of(job, done=()):
     """The job's requests on its one engine, those with an id in ``done`` having a result."""
     spec = job.read_spec()
-    planned, _, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    planned, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
     left = pending.Left(planned)
     left.discard(done)
     requests = pending.Pending(spec, job.input, planned, array("I", range(len(planned))), left)
@@ -196,7 +199,7 @@ def test_a_plan_skips_repeated_ids_and_keeps_seeded_flags_and_adapters_per_engin
     lines.insert(2, lines[1])  # a repeat of r1: not planned, not run
     job = make_job(tmp_path, lines)
     spec = job.read_spec()
-    planned, invalid, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    planned, invalid = worker._to_run(job, spec, read_ledger(job), False, None, set())
     assert [p.custom_id for p in planned] == [f"r{i}" for i in range(6)] and not invalid
     assert [p.line_no for p in planned] == [1, 2, 4, 5, 6, 7]
     requests = pending_of(job)
@@ -204,3 +207,19 @@ def test_a_plan_skips_repeated_ids_and_keeps_seeded_flags_and_adapters_per_engin
     assert sorted(r.custom_id for r in requests) == [f"r{i}" for i in range(6)]
     requests.rows = requests.rows[:4]  # the seeded line is the fifth
     assert [k.seeded for k in requests.kinds()] == [False]
+
+
+def test_a_plan_keeps_each_reusable_requests_key_by_row_and_none_for_the_others():
+    planned = pending.PlannedRequests()
+    ids = ["s0", "s1", "k2", "s3", "k4"]  # rows without a key before, between and after
+    keys = {"k2": bytes(range(16)), "k4": bytes(range(16, 32))}
+    for line_no, custom_id in enumerate(ids, start=1):
+        message = [{"role": "user", "content": "q"}]
+        chat = ChatRequest(custom_id=custom_id, messages=message, sampling={"max_tokens": 4})
+        planned.add(chat, line_no, "/m", keys.get(custom_id))
+    assert [planned.key(row) for row in range(len(ids))] == [keys.get(i) for i in ids]
+    assert [planned.key_of(i) for i in ids] == [keys.get(i) for i in ids]
+    assert planned.key_of("absent") is None
+    assert list(planned.keyed) == [0, 0, 1, 0, 1]
+    with pytest.raises(ValueError, match="16 bytes"):
+        planned.add(chat, 6, "/m", b"short")

@@ -15,6 +15,7 @@ from core.devices import cpu_kernel_family
 from core.jobs.folder import JobFolder, create_job
 from core.jobs.output_file import OutputWriter
 from core.reuse import keys
+from core.reuse import plan as reuse_plan
 from core.reuse.index import (
     KEY_FILE,
     EarlierLineError,
@@ -30,6 +31,7 @@ from core.reuse.keys import deterministic, model_identity, request_key
 from core.reuse.plan import plan_reuse
 from core.run import worker
 from core.run.outputs import Choice, Completion, answer_text, error_line, success_line
+from core.run.pending import PlannedRequests
 from core.schemas import EngineConfig
 from tests.support.jobs import StandIn, request_line
 
@@ -344,14 +346,44 @@ def test_equal_length_lines_with_one_removed_never_give_a_key_its_neighbours_ans
 # -- a run's plan ----------------------------------------------------------------------------
 
 
+def keyed_rows(requests, keys) -> PlannedRequests:
+    """The run's requests as the worker plans them: a row each, with its key where it has one."""
+    planned = PlannedRequests()
+    for line_no, request in enumerate(requests, start=1):
+        planned.add(request, line_no, "m", keys.get(request.custom_id))
+    return planned
+
+
+def reuse_of(requests, keys, **options):
+    """The plan, the ids it runs, and the lines it wrote (of the answers it took), each
+    write no longer than WRITE_BATCH lines."""
+    planned, written = keyed_rows(requests, keys), []
+
+    def write(lines):
+        assert 0 < len(lines) <= reuse_plan.WRITE_BATCH
+        written.extend(lines)
+
+    jobs_dir = options.pop("jobs_dir")
+    plan = plan_reuse(planned, range(len(planned)), jobs_dir=jobs_dir, write=write, **options)
+    assert [planned.custom_id(row) for row in plan.reused] == [w["custom_id"] for w in written]
+    return plan, [planned.custom_id(row) for row in plan.to_run], written
+
+
+def keys_by_id(planned) -> dict:
+    """Each planned request's key, by its id (those with none left out)."""
+    return {p.custom_id: planned.key(row) for row, p in enumerate(planned) if planned.keyed[row]}
+
+
 def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_path):
     requests = [chat("a", "q1"), chat("b", "q2"), chat("c", "q1"), chat("d", "q3")]
     keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "d"}
     job_with_answers(tmp_path, "job_1", {keys["b"]: answer("old-b", "earlier answer")})
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME)
-    assert [r.custom_id for r in plan.to_run] == ["a", "d"]
+    plan, to_run, written = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m2", owner=ME
+    )
+    assert to_run == ["a", "d"]
     assert plan.copies == {"a": ["c"]}
-    (reused,) = plan.reused
+    (reused,) = written
     assert reused["custom_id"] == "b"
     assert answer_text(reused) == "earlier answer"
     assert reused["reused_from"] == {"job": "job_1", "custom_id": "old-b"}
@@ -364,13 +396,14 @@ def test_duplicates_run_once_earlier_answers_are_taken_and_the_rest_runs(tmp_pat
     ]
     assert len({line["id"] for line in lines}) == 3  # each line its own id
     assert lines[1]["reused_from"] == {"job": "job_2", "custom_id": "a"}
-    assert plan.keys == keys  # every deterministic answer is indexed under its key
 
 
 def test_a_failed_request_is_never_an_answer_and_its_duplicates_fail_with_it(tmp_path):
     requests = [chat("a"), chat("b")]
     keys = {r.custom_id: request_key(r, "e") for r in requests}
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME)
+    plan, _, _ = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_1", model_name="m", owner=ME
+    )
     failed = plan.expand([error_line("a", "engine_error", "boom", 500)])
     assert [(line["custom_id"], line["error"]["code"]) for line in failed] == [
         ("a", "engine_error"),
@@ -386,10 +419,38 @@ def test_a_broken_earlier_output_is_said_once_and_its_requests_run(tmp_path):
         tmp_path, "job_1", {keys["a"]: answer("a", "x"), keys["b"]: answer("b", "y")}
     )
     old.output.write_bytes(b"")
-    plan = plan_reuse(requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME)
-    assert [r.custom_id for r in plan.to_run] == ["a", "b"]
+    plan, to_run, _ = reuse_of(
+        requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
+    )
+    assert to_run == ["a", "b"]
     assert list(plan.problems) == [str(old.output)]
     assert "truncated" in plan.problems[str(old.output)]
+
+
+def test_a_plan_looked_up_a_batch_at_a_time_is_the_plan_looked_up_at_once(tmp_path, monkeypatch):
+    """Duplicates and earlier answers across batches: the first of a key runs, the others
+    copy it; every request with an earlier answer takes it, in whichever batch it falls,
+    and the lines taken are written in order, a batch at a time."""
+    texts = ["q1", "q2", "q1", "q3", "q2", "q4", "q1", "q4", "q3"]
+    requests = [chat(f"r{n}", text) for n, text in enumerate(texts)] + [chat("s", temperature=1)]
+    keys = {r.custom_id: request_key(r, "e") for r in requests if r.custom_id != "s"}
+    earlier = {keys["r1"]: answer("old-2", "two"), keys["r3"]: answer("old-3", "three")}
+    job_with_answers(tmp_path, "job_1", earlier)  # q2 and q3
+    plans = {}
+    for lookup, write in ((1000, 4096), (2, 2), (1, 1), (3, 2)):
+        monkeypatch.setattr(reuse_plan, "LOOKUP_BATCH", lookup)
+        monkeypatch.setattr(reuse_plan, "WRITE_BATCH", write)
+        plan, to_run, written = reuse_of(
+            requests, keys, jobs_dir=tmp_path, job_id="job_2", model_name="m", owner=ME
+        )
+        taken = [(line["custom_id"], answer_text(line)) for line in written]
+        plans[lookup, write] = (to_run, plan.copies, taken)
+    assert plans[1000, 4096] == (
+        ["r0", "r5", "s"],
+        {"r0": ["r2", "r6"], "r5": ["r7"]},
+        [("r1", "two"), ("r3", "three"), ("r4", "two"), ("r8", "three")],
+    )
+    assert all(plan == plans[1000, 4096] for plan in plans.values())
 
 
 # -- the worker ------------------------------------------------------------------------------
@@ -440,6 +501,23 @@ def test_a_rerun_computes_only_the_edited_lines_and_repeats_the_rest_exactly(tmp
     assert (status.reused_prompt_tokens, status.reused_completion_tokens) == (15, 10)
     assert answers(second) == {**answers(first), "r2": "question 2, edited"[::-1]}
     assert any("5 answers come from earlier results" in h.get("note", "") for h in status.history)
+
+
+def test_a_reruns_plan_leaves_only_the_requests_without_an_answer(tmp_path, monkeypatch):
+    from core.run.status_keeper import StatusKeeper
+    from core.run.stopping import StopRequest
+
+    monkeypatch.setattr(worker, "make_executor", lambda spec, job_dir: Counting())
+    prompts = {f"r{i}": f"question {i}" for i in range(4)}
+    assert worker.run_job(greedy_job(tmp_path, prompts)).state == "completed"
+    second = greedy_job(tmp_path, {**prompts, "r2": "edited", "r4": "question 1"})
+    run = worker.JobRun(second, StatusKeeper(second), StopRequest())
+    plan = run.plan(False, None)
+    run.writers.close()
+    assert list(plan.left) == ["r2"]  # the others' lines are written
+    (requests,) = plan.groups.values()
+    assert [requests.planned.custom_id(row) for row in requests.rows] == ["r2"]
+    assert sorted(answers(second)) == ["r0", "r1", "r3", "r4"]
 
 
 def test_a_keys_answers_are_reused_by_that_key_alone(tmp_path, monkeypatch):
@@ -612,7 +690,8 @@ def test_the_forecast_and_the_run_key_alike_and_a_setting_chosen_on_run_changes_
     submission = submitting.Submission(engine=engine, reuse=True)
     job = submitting.submit(batch, submission, tmp_path / "jobs").job
     spec = job.read_spec()
-    pending, _, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    pending, _ = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    run_keys = keys_by_id(pending)
     forecast_keys = RequestKeys(submitting.planned_spec(submission))
     read = {c.custom_id: c.request for c in scan(job.input)}
     assert run_keys == {r.custom_id: forecast_keys.of(read[r.custom_id]) for r in pending}
@@ -873,7 +952,8 @@ def test_the_checks_keys_are_the_workers_keys_for_the_same_lines_and_settings(tm
     engine = EngineConfig(model=str(model), max_model_len=2048)
     job = create_job(batch, tmp_path / "jobs", engine, defaults, skip_invalid=True, reuse=True)
     spec = job.read_spec()
-    _, invalid, run_keys = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    planned, invalid = worker._to_run(job, spec, read_ledger(job), False, None, set())
+    run_keys = keys_by_id(planned)
     assert len(invalid) == 1  # the broken line; the repeated id is not run: neither has a key
     # greedy, seeded, default, stops, twin, biased, completion, vectors and the padding
     assert len(run_keys) == 8 + 30 and "sampled" not in run_keys
