@@ -19,7 +19,8 @@ the engine as the worker takes it, every request handed on as the engine would p
   requests column by column in a ``PlannedRequests``, their ``Left``, the reuse plan, each
   engine's ``Pending`` and the ETA's expectations in the ``StatusKeeper``), then the
   engine's ``Pending`` read as the engine asks, 8,192 parsed at a time, each request handed
-  marked done as its result would be (``Left`` and the progress model), and the ETA's
+  marked done as its result would be (``Left``) and counted as a written success by the
+  ``StatusKeeper`` (its counts and the progress model) a window at a time, and the ETA's
   scan of the requests waiting (``LiveProgress.waiting``) at every window.
 
 Prints each one's peak RSS above the process's RSS before it (the ledger read, the
@@ -39,6 +40,8 @@ import time
 from pathlib import Path
 
 DOCUMENTS = 40
+# A success's response as the status counts it (its usage), shared by every result line.
+ANSWER = {"body": {"usage": {"prompt_tokens": 40, "completion_tokens": 16}}}
 
 
 def write_batch(path: Path, lines: int, temperature: float = 1.0) -> None:
@@ -90,15 +93,20 @@ def measure(job_dir: str, way: str) -> None:
         handed = sum(reuse.reused_count for reuse in plan.reuse.values())  # written already
         requests = next(iter(plan.groups.values()), [])
         inside = EngineActivity(progress=((0, 16),) * 256)  # a full engine, as the ETA reads it
+        written: list[dict] = []  # a window's results, counted as the writers count them
         for request in requests:
             plan.left.discard([request.custom_id])  # its result written and counted
-            keeper.progress.finished(request.custom_id)
+            written.append({"custom_id": request.custom_id, "error": None, "response": ANSWER})
             handed += 1
             if handed % 8192 == 0:  # a heartbeat's forecast
+                keeper.count(written)
+                written.clear()
                 scanned = time.perf_counter()
                 keeper.progress.waiting(inside)
                 scan_seconds = max(scan_seconds, time.perf_counter() - scanned)
+        keeper.count(written)
         assert not plan.left and keeper.progress.outstanding == 0
+        assert keeper.status.succeeded == handed
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     figures = {"handed": handed, "growth": peak - before, "seconds": seconds}
