@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -23,6 +23,7 @@ from core.run.eta import Expected, Forecast, Waiting
 from core.run.local import Executor
 from core.run.monitoring import ResourceSampler, append_samples, progress_sample
 from core.run.outputs import token_usage
+from core.run.pending import PlannedRequests
 from core.run.stopping import StopRequest
 from core.schemas import WAITING_STATES, JobState, JobStatus, now_iso
 
@@ -33,6 +34,51 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 class DiskFull(OSError):
     """The disk of the job folder has no room for a run to start (see ``RESERVE_BYTES``)."""
+
+
+NONE, FAILED, SUCCEEDED = 0, 1, 2  # a request's result so far, as ResultCounts keeps it
+
+
+class ResultCounts:
+    """How many of a job's requests succeeded and failed, each counted once: a success is
+    final (a failure after it changes nothing), and a failure counts until its request
+    succeeds (a retry moves it from failed to succeeded).
+
+    No string a request: a set of every id cost ~96 B a line (92 MiB at 1,000,000). The
+    earlier runs' results are their counts (:meth:`StatusKeeper.seed`); this run's planned
+    requests hold a byte each, found by their row of the plan; the few ids not planned (the
+    invalid lines' errors, which the plan writes only for a request without a result)
+    are kept by id.
+    """
+
+    def __init__(self, succeeded: int = 0, failed: int = 0) -> None:
+        self.succeeded, self.failed = succeeded, failed
+        self.planned = PlannedRequests()
+        self._rows = bytearray()  # each planned row's result so far
+        self._others: dict[str, int] = {}  # the results of ids not planned
+
+    def plan(self, planned: PlannedRequests, failed: Iterable[str]) -> None:
+        """Keeps the results of ``planned``'s requests by row from now on; ``failed``: the
+        ids whose failure the earlier counts hold (a retry runs them again). None of them
+        has succeeded before: a run plans only requests without a success."""
+        self.planned, self._rows = planned, bytearray(len(planned))
+        for custom_id in failed:
+            if (row := planned.index(custom_id)) is not None:
+                self._rows[row] = FAILED
+
+    def add(self, custom_id: str, succeeded: bool) -> None:
+        """Counts a result written for ``custom_id``."""
+        row = self.planned.index(custom_id)
+        before = self._rows[row] if row is not None else self._others.get(custom_id, NONE)
+        after = SUCCEEDED if succeeded else max(before, FAILED)
+        if after == before:
+            return
+        self.succeeded += after == SUCCEEDED
+        self.failed += (after == FAILED) - (before == FAILED)
+        if row is not None:
+            self._rows[row] = after
+        else:
+            self._others[custom_id] = after
 
 
 class LiveProgress:
@@ -99,8 +145,7 @@ class StatusKeeper:
         self.status = JobStatus()
         self._earlier_seconds = 0.0  # time the job's earlier runs took
         self.claimed = False
-        self.succeeded: set[str] = set()
-        self.failed: set[str] = set()
+        self.results = ResultCounts()
         self.progress = LiveProgress()  # under self._lock
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -193,12 +238,13 @@ class StatusKeeper:
             self._write()
 
     def count(self, lines: list[dict]) -> None:
-        """Adds written result lines to the counts (a retried success replaces a failure)."""
+        """Adds written result lines to the counts (:class:`ResultCounts`)."""
         with self._lock:
             s = self.status
             for line in lines:
                 cid = line["custom_id"]
                 self.progress.finished(cid)
+                self.results.add(cid, line["error"] is None)
                 reused = line.get("reused_from") is not None
                 s.run_done += not reused  # this run's pace is the engine's: its own lines
                 if line["error"] is None:
@@ -212,18 +258,16 @@ class StatusKeeper:
                     else:
                         s.run_completion_tokens += completion_tokens
                     s.embedded += len(line["response"]["body"].get("data") or ())
-                    self.succeeded.add(cid)
-                    self.failed.discard(cid)
-                elif cid not in self.succeeded:
-                    self.failed.add(cid)
-            s.succeeded, s.failed = len(self.succeeded), len(self.failed)
+            s.succeeded, s.failed = self.results.succeeded, self.results.failed
             s.done = s.succeeded + s.failed
             self._write()
 
-    def seed(self, succeeded: set[str], failed: set[str]) -> None:
-        """Starts the counts and the token totals from the result files, whatever the last
-        status said: a resumed or retried job's figures are the whole job's."""
-        self.succeeded, self.failed = set(succeeded), failed - succeeded
+    def seed(self, succeeded: int, failed: int) -> None:
+        """Starts the counts (the requests that succeeded, and those that failed and did not
+        succeed since, as the ledger read them) and the token totals from the result files,
+        whatever the last status said: a resumed or retried job's figures are the whole
+        job's. Then :meth:`plan` names this run's requests."""
+        self.results = ResultCounts(succeeded, failed)
         totals = success_totals(self.job.output)
         with self._lock:
             s = self.status
@@ -236,6 +280,12 @@ class StatusKeeper:
                 s.reused_completion_tokens,
             ) = totals
         self.count([])
+
+    def plan(self, planned: PlannedRequests, failed: Iterable[str]) -> None:
+        """This run's requests, whose results are counted by row from now on (see
+        :meth:`ResultCounts.plan`)."""
+        with self._lock:
+            self.results.plan(planned, failed)
 
     def expect(self, expected: Expected, bound: bool, tokens_per_s: float | None) -> None:
         """Sets the requests still to run with their expected tokens, in run order (see

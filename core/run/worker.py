@@ -254,7 +254,7 @@ class JobRun:
         ledger = read_ledger(job)  # a torn last line is skipped here and cut by the writers
         keeper.update(total=len(ledger.ids))
         self.writers = writers = ResultWriters(job, keeper)
-        keeper.seed(ledger.succeeded, set(ledger.failed))
+        keeper.seed(len(ledger.succeeded), len(ledger.failed))
         retried: set[str] = set()
         if retry:
             begun = keeper.status.retry_errors_from
@@ -263,6 +263,7 @@ class JobRun:
             else:  # a retry its run window paused: what failed in it stays failed
                 retried = failed_since(job, begun)
         planned, invalid = _to_run(job, spec, ledger, retry, shard, retried)
+        keeper.plan(planned, ledger.failed)  # a retry's requests failed before
         del ledger  # its ids and results are counted: what follows holds no string a request
         writers.key_of = planned.key_of  # a success is indexed under its request's key
         writers.write(invalid)
